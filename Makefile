@@ -1,0 +1,30 @@
+# The two set-up commands are `make demo` and `make test`; both install what is missing.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+
+.PHONY: deps configure build test demo bench clean
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	$(BUILD)/loom models
+	$(BUILD)/loom inspect vlm-s --workload obelics
+	$(BUILD)/loom inspect mllm-9b --workload laion --cluster mmscale-cluster
+
+bench: build
+	$(BUILD)/loom_bench
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,290 @@
+#include "loom/cost/layer_work.h"
+
+namespace loom {
+
+namespace {
+
+// One matmul (m x k) * (k x n) with the weight split tp ways: forward,
+// backward-data (dX = dY W^T) and backward-weight (dW = X^T dY) each cost 2mkn.
+void AddGemm(LayerWork& w, double m, double k, double n, int tp, double e) {
+  double flops = 2 * m * k * n / tp;
+  double bytes = e * (m * k + (k * n + m * n) / tp);
+  for (Phase p : {Phase::kForward, Phase::kBackwardData, Phase::kBackwardWeight}) {
+    w.at(p, OpClass::kGemm).flops += flops;
+    w.at(p, OpClass::kGemm).bytes += bytes;
+  }
+}
+
+// Attention core (QK^T, softmax, AV) as FlashAttention runs it: forward 4*s^2*d
+// per head (2 matmuls), halved under a causal mask; backward recomputes QK^T
+// and adds dV, dP, dQ, dK: 5 matmuls, 2.5x the forward, all backward-data.
+void AddAttentionCore(LayerWork& w, double pair_products, double hidden, double io_tokens,
+                      double kv_width, int tp, double e, bool causal) {
+  double fwd = (causal ? 2.0 : 4.0) * pair_products * hidden / tp;
+  double io = e * io_tokens * (2 * hidden + 2 * kv_width) / tp;
+  w.at(Phase::kForward, OpClass::kAttention).flops += fwd;
+  w.at(Phase::kForward, OpClass::kAttention).bytes += io;
+  w.at(Phase::kBackwardData, OpClass::kAttention).flops += 2.5 * fwd;
+  w.at(Phase::kBackwardData, OpClass::kAttention).bytes += 2 * io;
+}
+
+// Memory-bound elementwise traffic (norms, residual adds, activations): the
+// backward-data pass reads and writes about twice what the forward does.
+void AddElementwise(LayerWork& w, double bytes) {
+  w.at(Phase::kForward, OpClass::kElementwise).bytes += bytes;
+  w.at(Phase::kBackwardData, OpClass::kElementwise).bytes += 2 * bytes;
+}
+
+// Convolution as an implicit GEMM over `positions` output positions.
+void AddConv(LayerWork& w, double positions, double k_in, double c_out, int tp, double e) {
+  double flops = 2 * positions * k_in * c_out / tp;
+  double bytes = e * (positions * k_in + (k_in * c_out + positions * c_out) / tp);
+  for (Phase p : {Phase::kForward, Phase::kBackwardData, Phase::kBackwardWeight}) {
+    w.at(p, OpClass::kConv).flops += flops;
+    w.at(p, OpClass::kConv).bytes += bytes;
+  }
+}
+
+double KvWidth(const Layer& l) { return static_cast<double>(l.kv_heads * (l.hidden / l.heads)); }
+double MlpMatrices(const Layer& l) { return l.gated_mlp ? 3.0 : 2.0; }
+
+// Self-attention block (QKV, core, output projection) of a transformer or conformer.
+void AddSelfAttention(LayerWork& w, const Layer& l, const TokenStats& t, int tp, double e) {
+  double h = static_cast<double>(l.hidden);
+  AddGemm(w, t.tokens, h, h + 2 * KvWidth(l), tp, e);
+  AddAttentionCore(w, t.sum_sq, h, t.tokens, KvWidth(l), tp, e, l.causal);
+  AddGemm(w, t.tokens, h, h, tp, e);
+  w.tp_allreduce_bytes += e * t.tokens * h;
+}
+
+void AddCrossAttention(LayerWork& w, double tokens, double context_tokens, double cross,
+                       double h, double context_dim, int tp, double e) {
+  AddGemm(w, tokens, h, h, tp, e);                          // Q from the layer's tokens
+  AddGemm(w, context_tokens, context_dim, 2 * h, tp, e);    // K, V from the context
+  AddAttentionCore(w, cross, h, tokens, h * context_tokens / std::max(tokens, 1.0), tp, e, false);
+  AddGemm(w, tokens, h, h, tp, e);                          // output projection
+  w.tp_allreduce_bytes += e * tokens * h;
+}
+
+}  // namespace
+
+double LayerWork::Flops(Phase p) const {
+  double f = 0;
+  for (const auto& op : work[static_cast<int>(p)]) {
+    f += op.flops;
+  }
+  return f;
+}
+
+double LayerWork::Bytes(Phase p) const {
+  double b = 0;
+  for (const auto& op : work[static_cast<int>(p)]) {
+    b += op.bytes;
+  }
+  return b;
+}
+
+LayerWork& LayerWork::operator+=(const LayerWork& o) {
+  for (int p = 0; p < kNumPhases; ++p) {
+    for (int c = 0; c < kNumOpClasses; ++c) {
+      work[p][c].flops += o.work[p][c].flops;
+      work[p][c].bytes += o.work[p][c].bytes;
+    }
+  }
+  tp_allreduce_bytes += o.tp_allreduce_bytes;
+  return *this;
+}
+
+int64_t LayerParams(const Layer& l) {
+  const int64_t h = l.hidden;
+  const int64_t kv = l.heads > 0 ? l.kv_heads * (h / l.heads) : 0;
+  switch (l.kind) {
+    case LayerKind::kTransformer: {
+      int64_t attn = h * (h + 2 * kv) + h * h;
+      int64_t mlp = (l.gated_mlp ? 3 : 2) * h * l.ffn_hidden;
+      int64_t cross = l.cross_attention ? 2 * h * h + 2 * l.context_dim * h : 0;
+      int64_t norms = (l.cross_attention ? 3 : 2) * h;
+      return attn + mlp + cross + norms;
+    }
+    case LayerKind::kConformer: {
+      int64_t attn = h * (h + 2 * kv) + h * h;
+      int64_t ffns = 2 * (2 * h * l.ffn_hidden);         // macaron: two half-step FFNs
+      int64_t conv = h * 2 * h + l.conv_kernel * h + h * h;  // pointwise (GLU), depthwise, pointwise
+      return attn + ffns + conv + 5 * h;
+    }
+    case LayerKind::kPatchEmbed:
+      return l.in_channels * l.kernel * l.kernel * l.temporal_patch * h + h + l.positions * h;
+    case LayerKind::kConv: {
+      int64_t k = 1;
+      for (int d = 0; d < l.dims; ++d) {
+        k *= l.kernel;
+      }
+      return l.in_channels * k * l.out_channels + l.out_channels + l.positions * l.out_channels;
+    }
+    case LayerKind::kEmbedding:
+      return l.vocab * h + l.positions * h;
+    case LayerKind::kLmHead:
+      return l.tied ? 0 : l.vocab * h;
+    case LayerKind::kMlpProjector:
+      return l.in_dim * h + h + h * l.out_dim + l.out_dim;
+    case LayerKind::kResnetBlock: {
+      int64_t ci = l.in_channels, co = l.out_channels;
+      int64_t convs = 9 * ci * co + co + 9 * co * co + co;
+      int64_t skip = ci != co ? ci * co + co : 0;
+      int64_t time = l.time_embed_dim * co + co;
+      return convs + skip + time + 2 * (ci + co);  // + group norm scales and shifts
+    }
+    case LayerKind::kSpatialTransformer: {
+      int64_t c = h;
+      int64_t proj = 2 * (c * c + c);
+      int64_t self = 4 * c * c;
+      int64_t cross = 2 * c * c + 2 * l.context_dim * c;
+      int64_t ffn = (l.gated_mlp ? 3 : 2) * c * l.ffn_hidden;
+      return proj + self + cross + ffn + 8 * c;
+    }
+  }
+  return 0;
+}
+
+LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double e) {
+  LayerWork w;
+  const double h = static_cast<double>(l.hidden);
+  const double f = static_cast<double>(l.ffn_hidden);
+  switch (l.kind) {
+    case LayerKind::kTransformer:
+      AddSelfAttention(w, l, t, tp, e);
+      if (l.cross_attention) {
+        AddCrossAttention(w, t.tokens, t.context_tokens, t.cross, h,
+                          static_cast<double>(l.context_dim), tp, e);
+      }
+      AddGemm(w, t.tokens, h, f * (MlpMatrices(l) - 1), tp, e);  // up (and gate)
+      AddGemm(w, t.tokens, f, h, tp, e);                         // down
+      w.tp_allreduce_bytes += e * t.tokens * h;
+      // Two norms and two residual adds on h (replicated across TP), the activation on f.
+      AddElementwise(w, e * t.tokens * (10 * h + (MlpMatrices(l)) * f / tp));
+      break;
+    case LayerKind::kConformer:
+      AddSelfAttention(w, l, t, tp, e);
+      for (int k = 0; k < 2; ++k) {
+        AddGemm(w, t.tokens, h, f, tp, e);
+        AddGemm(w, t.tokens, f, h, tp, e);
+      }
+      AddGemm(w, t.tokens, h, 2 * h, tp, e);  // conv module pointwise in (GLU)
+      AddConv(w, t.tokens, static_cast<double>(l.conv_kernel), h, tp, e);  // depthwise
+      AddGemm(w, t.tokens, h, h, tp, e);      // pointwise out
+      w.tp_allreduce_bytes += 3 * e * t.tokens * h;
+      AddElementwise(w, e * t.tokens * (16 * h + 4 * f / tp));
+      break;
+    case LayerKind::kPatchEmbed:
+      AddConv(w, t.tokens,
+              static_cast<double>(l.in_channels * l.kernel * l.kernel * l.temporal_patch), h, tp, e);
+      break;
+    case LayerKind::kConv: {
+      double k = 1;
+      for (int d = 0; d < l.dims; ++d) {
+        k *= static_cast<double>(l.kernel);
+      }
+      double positions = t.Downscaled(static_cast<double>(l.spatial_divisor)).tokens;
+      AddConv(w, positions * static_cast<double>(l.stride), k * static_cast<double>(l.in_channels),
+              static_cast<double>(l.out_channels), tp, e);
+      break;
+    }
+    case LayerKind::kEmbedding:
+      // A gather: no FLOPs; the weight gradient is a scatter-add of the same rows.
+      w.at(Phase::kForward, OpClass::kElementwise).bytes += 2 * e * t.tokens * h;
+      w.at(Phase::kBackwardWeight, OpClass::kElementwise).bytes += 3 * e * t.tokens * h;
+      break;
+    case LayerKind::kLmHead:
+      AddGemm(w, t.tokens, h, static_cast<double>(l.vocab), tp, e);
+      // fp32 logits: softmax and cross-entropy read and write them.
+      w.at(Phase::kForward, OpClass::kElementwise).bytes += 3 * 4 * t.tokens * l.vocab / tp;
+      w.at(Phase::kBackwardData, OpClass::kElementwise).bytes += 2 * 4 * t.tokens * l.vocab / tp;
+      break;
+    case LayerKind::kMlpProjector:
+      AddGemm(w, t.tokens, static_cast<double>(l.in_dim), h, tp, e);
+      AddGemm(w, t.tokens, h, static_cast<double>(l.out_dim), tp, e);
+      w.tp_allreduce_bytes += e * t.tokens * static_cast<double>(l.out_dim);
+      AddElementwise(w, 2 * e * t.tokens * h);
+      break;
+    case LayerKind::kResnetBlock: {
+      TokenStats s = t.Downscaled(static_cast<double>(l.spatial_divisor));
+      double ci = static_cast<double>(l.in_channels), co = static_cast<double>(l.out_channels);
+      AddConv(w, s.tokens, 9 * ci, co, tp, e);
+      AddConv(w, s.tokens, 9 * co, co, tp, e);
+      if (l.in_channels != l.out_channels) {
+        AddConv(w, s.tokens, ci, co, tp, e);
+      }
+      AddElementwise(w, e * s.tokens * 4 * (ci + co));  // two group norms + SiLU
+      break;
+    }
+    case LayerKind::kSpatialTransformer: {
+      TokenStats s = t.Downscaled(static_cast<double>(l.spatial_divisor));
+      AddGemm(w, s.tokens, h, h, tp, e);  // proj_in
+      Layer self = l;
+      self.causal = false;
+      AddSelfAttention(w, self, s, tp, e);
+      AddCrossAttention(w, s.tokens, s.context_tokens, s.cross, h,
+                        static_cast<double>(l.context_dim), tp, e);
+      AddGemm(w, s.tokens, h, f * (MlpMatrices(l) - 1), tp, e);
+      AddGemm(w, s.tokens, f, h, tp, e);
+      AddGemm(w, s.tokens, h, h, tp, e);  // proj_out
+      AddElementwise(w, e * s.tokens * (14 * h + MlpMatrices(l) * f / tp));
+      break;
+    }
+  }
+  return w;
+}
+
+double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute policy, double e) {
+  const double h = static_cast<double>(l.hidden);
+  const double f = static_cast<double>(l.ffn_hidden);
+  switch (l.kind) {
+    case LayerKind::kTransformer:
+    case LayerKind::kConformer: {
+      if (policy == Recompute::kFull) {
+        return e * t.tokens * h;  // the layer input only
+      }
+      double ffns = l.kind == LayerKind::kConformer ? 2 : 1;
+      // Replicated: norm inputs and outputs (4h). Split over TP: Q, K, V, the
+      // attention output (2h + 2kv), the MLP up output(s) and activation output.
+      double per_token = 4 * h + (2 * h + 2 * KvWidth(l) + ffns * MlpMatrices(l) * f) / tp;
+      if (l.kind == LayerKind::kConformer) {
+        per_token += 4 * h + 4 * h / tp;  // extra norms, conv module
+      }
+      double bytes = e * t.tokens * per_token + 4.0 * t.tokens * l.heads / tp;  // + fp32 softmax stats
+      if (l.cross_attention) {
+        bytes += e * (t.tokens * (2 * h + 2 * h / tp) + t.context_tokens * 2 * h / tp);
+      }
+      if (policy == Recompute::kSelective) {
+        bytes -= e * t.tokens * ffns * f / tp;  // the activation output, recomputed from its input
+      }
+      return bytes;
+    }
+    case LayerKind::kPatchEmbed:
+      return e * t.tokens * static_cast<double>(l.in_channels * l.kernel * l.kernel * l.temporal_patch);
+    case LayerKind::kConv:
+      return e * t.tokens * static_cast<double>(l.stride * l.in_channels);
+    case LayerKind::kEmbedding:
+      return 0;  // token ids only
+    case LayerKind::kLmHead:
+      return e * t.tokens * h + (policy == Recompute::kFull ? 0 : 4 * t.tokens * l.vocab / tp);
+    case LayerKind::kMlpProjector:
+      return policy == Recompute::kFull ? e * t.tokens * static_cast<double>(l.in_dim)
+                                        : e * t.tokens * (static_cast<double>(l.in_dim) + 2 * h / tp);
+    case LayerKind::kResnetBlock: {
+      TokenStats s = t.Downscaled(static_cast<double>(l.spatial_divisor));
+      double ci = static_cast<double>(l.in_channels), co = static_cast<double>(l.out_channels);
+      return policy == Recompute::kFull ? e * s.tokens * ci : e * s.tokens * (2 * ci + 3 * co);
+    }
+    case LayerKind::kSpatialTransformer: {
+      TokenStats s = t.Downscaled(static_cast<double>(l.spatial_divisor));
+      if (policy == Recompute::kFull) {
+        return e * s.tokens * h;
+      }
+      return e * (s.tokens * (8 * h + MlpMatrices(l) * f / tp) + s.context_tokens * 2 * h / tp);
+    }
+  }
+  return 0;
+}
+
+}  // namespace loom

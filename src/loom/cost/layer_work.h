@@ -1,0 +1,64 @@
+// LayerWork: what one layer costs for a given set of tokens, split by phase
+// (forward, backward-data, backward-weight: the zero-bubble split of Cornstarch
+// Eq. 3.1) and by op class (GEMM, attention core, elementwise, convolution),
+// as FLOPs and bytes moved to and from device memory. Device time comes from
+// these through the roofline in device_time.h. Formulas: docs/cost-model.md.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "loom/cost/token_stats.h"
+#include "loom/spec/layer.h"
+
+namespace loom {
+
+enum class OpClass : uint8_t { kGemm = 0, kAttention = 1, kElementwise = 2, kConv = 3 };
+inline constexpr int kNumOpClasses = 4;
+enum class Phase : uint8_t { kForward = 0, kBackwardData = 1, kBackwardWeight = 2 };
+inline constexpr int kNumPhases = 3;
+
+struct OpWork {
+  double flops = 0;
+  double bytes = 0;
+};
+
+struct LayerWork {
+  // work[phase][op class]
+  std::array<std::array<OpWork, kNumOpClasses>, kNumPhases> work{};
+  // Bytes each TP rank all-reduces per forward (the same again in backward-data):
+  // the row-parallel outputs of attention and MLP (Megatron-LM TP without SP).
+  double tp_allreduce_bytes = 0;
+
+  OpWork& at(Phase p, OpClass c) { return work[static_cast<int>(p)][static_cast<int>(c)]; }
+  const OpWork& at(Phase p, OpClass c) const {
+    return work[static_cast<int>(p)][static_cast<int>(c)];
+  }
+  double Flops(Phase p) const;
+  double Bytes(Phase p) const;
+  LayerWork& operator+=(const LayerWork& o);
+};
+
+// Activation recomputation policy (Korthikanti et al. 2022 terms).
+enum class Recompute : uint8_t {
+  kNone,       // keep every activation the backward needs
+  kSelective,  // recompute the cheap elementwise parts (MLP activation output)
+  kFull,       // keep only each layer's input; the backward re-runs the forward
+};
+
+// Trainable parameters of one layer (biases and norm scales included where the
+// architecture has them; docs/cost-model.md lists the per-kind formulas).
+int64_t LayerParams(const Layer& layer);
+
+// Work of `layer` on `tokens` with tensor parallel degree `tp` (every matrix
+// split tp ways, norms replicated), elements of `bytes_per_elem` bytes.
+// REQUIRES: tp >= 1.
+LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp,
+                            double bytes_per_elem = 2);
+
+// Bytes of activations one TP rank keeps from this layer's forward until its
+// backward, under `policy`.
+double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Recompute policy,
+                       double bytes_per_elem = 2);
+
+}  // namespace loom

@@ -1,0 +1,27 @@
+// Model-state memory of mixed-precision Adam as Megatron-LM keeps it, per GPU:
+// 2 B of BF16/FP16 weights per parameter; per trainable parameter also 4 B of
+// FP32 main gradient and 12 B of optimizer state (FP32 master weight, Adam m
+// and v). Frozen parameters keep only their 2 B weights. ZeRO stage 1 shards the
+// optimizer state over the data-parallel group, stage 2 also the gradients,
+// stage 3 also the weights. Activation memory is in layer_work.h.
+#pragma once
+
+namespace loom {
+
+struct ModelStateBytes {
+  double weights = 0;
+  double grads = 0;
+  double optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+
+inline constexpr double kWeightBytesPerParam = 2;
+inline constexpr double kGradBytesPerParam = 4;
+inline constexpr double kOptimizerBytesPerParam = 12;
+
+// `trainable_params` and `frozen_params` are those held by one GPU (already
+// divided by TP and PP); dp is the data-parallel group that ZeRO shards over.
+// REQUIRES: dp >= 1, 0 <= zero_stage <= 3.
+ModelStateBytes ModelState(double trainable_params, double frozen_params, int dp, int zero_stage);
+
+}  // namespace loom

@@ -1,0 +1,158 @@
+#include "loom/cost/token_stats.h"
+
+#include <cmath>
+
+namespace loom {
+
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// What a module hands downstream, per document, plus its own sequences.
+struct Flow {
+  std::vector<double> seqs;
+  std::vector<int> seq_doc;         // document of each sequence
+  std::vector<double> out_seqs;     // sequences handed to consumers (after merge or pooling)
+  std::vector<int> out_doc;
+  std::vector<double> out_per_doc;  // tokens passed to consumers, per document
+};
+
+// Output tokens of one image after the module's spatial merge.
+int64_t ImageOutTokens(const TokenRule& r, int64_t w, int64_t h) {
+  if (r.resize_px > 0) {
+    w = h = r.resize_px;
+  }
+  if (r.out_tokens_per_image > 0) {
+    return r.out_tokens_per_image;
+  }
+  if (r.tokens_per_image > 0) {
+    return std::max<int64_t>(1, r.tokens_per_image / (r.merge * r.merge)) + r.extra_tokens;
+  }
+  int64_t gw = CeilDiv(w, r.patch_px), gh = CeilDiv(h, r.patch_px);
+  return CeilDiv(gw, r.merge) * CeilDiv(gh, r.merge) + r.extra_tokens;
+}
+
+}  // namespace
+
+TokenStats TokenStats::Downscaled(double d) const {
+  if (d == 1) {
+    return *this;
+  }
+  TokenStats s = *this;
+  s.tokens = tokens / (d * d);
+  s.sum_sq = sum_sq / (d * d * d * d);
+  s.cross = cross / (d * d);
+  return s;
+}
+
+int64_t ImageTokens(const TokenRule& r, int64_t w, int64_t h) {
+  if (r.resize_px > 0) {
+    w = h = r.resize_px;
+  }
+  if (r.tokens_per_image > 0) {
+    return r.tokens_per_image + r.extra_tokens;
+  }
+  return CeilDiv(w, r.patch_px) * CeilDiv(h, r.patch_px) + r.extra_tokens;
+}
+
+std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
+  const int docs = std::max(1, sample.num_docs());
+  std::vector<Flow> flows(model.modules.size());
+  std::vector<TokenStats> stats(model.modules.size());
+  for (size_t i = 0; i < model.modules.size(); ++i) {
+    const Module& m = model.modules[i];
+    const TokenRule& r = m.tokens;
+    Flow& f = flows[i];
+    f.out_per_doc.assign(docs, 0.0);
+    auto add_seq = [&](double tokens, int doc, double out) {
+      if (tokens > 0) {
+        f.seqs.push_back(tokens);
+        f.seq_doc.push_back(doc);
+        f.out_seqs.push_back(out);
+        f.out_doc.push_back(doc);
+      }
+      f.out_per_doc[doc] += out;
+    };
+    // Tokens the module's inputs hand it, per document (also the cross-attention context).
+    std::vector<double> in_per_doc(docs, 0.0);
+    for (int p : m.inputs) {
+      for (int d = 0; d < docs; ++d) {
+        in_per_doc[d] += flows[p].out_per_doc[d];
+      }
+    }
+    switch (r.source) {
+      case TokenSource::kText:
+        for (int d = 0; d < sample.num_docs(); ++d) {
+          double t = static_cast<double>(sample.doc_text_tokens[d]);
+          add_seq(t, d, t);
+        }
+        break;
+      case TokenSource::kImage:
+        for (const auto& im : sample.images) {
+          add_seq(static_cast<double>(ImageTokens(r, im.width_px, im.height_px)), im.doc,
+                  static_cast<double>(ImageOutTokens(r, im.width_px, im.height_px)));
+        }
+        break;
+      case TokenSource::kVideo:
+        for (const auto& v : sample.videos) {
+          double latent_frames = static_cast<double>(CeilDiv(v.frames, r.frames_per_token));
+          add_seq(latent_frames * static_cast<double>(ImageTokens(r, v.width_px, v.height_px)), v.doc,
+                  latent_frames * static_cast<double>(ImageOutTokens(r, v.width_px, v.height_px)));
+        }
+        break;
+      case TokenSource::kAudio:
+        for (const auto& a : sample.audios) {
+          double t = std::ceil(a.seconds * r.tokens_per_s);
+          add_seq(t, a.doc, t);
+        }
+        break;
+      case TokenSource::kInputs:
+        for (int p : m.inputs) {
+          for (size_t k = 0; k < flows[p].out_seqs.size(); ++k) {
+            double t = std::ceil(flows[p].out_seqs[k] / static_cast<double>(r.downsample));
+            f.seqs.push_back(t);
+            f.seq_doc.push_back(flows[p].out_doc[k]);
+          }
+        }
+        f.out_seqs = f.seqs;
+        f.out_doc = f.seq_doc;
+        for (int d = 0; d < docs; ++d) {
+          f.out_per_doc[d] = std::ceil(in_per_doc[d] / static_cast<double>(r.downsample));
+        }
+        std::fill(in_per_doc.begin(), in_per_doc.end(), 0.0);  // its own tokens, not context
+        break;
+      case TokenSource::kTextAndInputs:
+        for (int d = 0; d < docs; ++d) {
+          double text = d < sample.num_docs() ? static_cast<double>(sample.doc_text_tokens[d]) : 0;
+          double t = text + std::ceil(in_per_doc[d] / static_cast<double>(r.downsample));
+          add_seq(t, d, t);
+        }
+        std::fill(in_per_doc.begin(), in_per_doc.end(), 0.0);
+        break;
+    }
+    TokenStats& s = stats[i];
+    for (size_t k = 0; k < f.seqs.size(); ++k) {
+      s.tokens += f.seqs[k];
+      s.sum_sq += f.seqs[k] * f.seqs[k];
+      s.sequences += 1;
+      s.cross += f.seqs[k] * in_per_doc[f.seq_doc[k]];
+    }
+    for (int d = 0; d < docs; ++d) {
+      s.context_tokens += in_per_doc[d];
+    }
+  }
+  return stats;
+}
+
+std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples) {
+  std::vector<TokenStats> total(model.modules.size());
+  for (const auto& s : samples) {
+    auto one = CountModuleTokens(model, s);
+    for (size_t i = 0; i < total.size(); ++i) {
+      total[i] += one[i];
+    }
+  }
+  return total;
+}
+
+}  // namespace loom

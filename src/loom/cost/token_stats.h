@@ -1,0 +1,44 @@
+// TokenStats: the sufficient statistics of a set of sequences for costing a
+// layer. Linear work scales with `tokens`, self-attention with `sum_sq`
+// (sequences packed together do not attend to each other), cross-attention
+// with `cross` (per document: query tokens x context tokens). All fields add
+// up across samples, so the cost of a microbatch is the cost of the sum.
+#pragma once
+
+#include <vector>
+
+#include "loom/data/sample.h"
+#include "loom/spec/model.h"
+
+namespace loom {
+
+struct TokenStats {
+  double tokens = 0;          // sum of sequence lengths
+  double sum_sq = 0;          // sum of squared sequence lengths
+  double sequences = 0;       // number of sequences
+  double context_tokens = 0;  // cross-attention context tokens (K/V side)
+  double cross = 0;           // sum over documents of query tokens x context tokens
+
+  TokenStats& operator+=(const TokenStats& o) {
+    tokens += o.tokens;
+    sum_sq += o.sum_sq;
+    sequences += o.sequences;
+    context_tokens += o.context_tokens;
+    cross += o.cross;
+    return *this;
+  }
+  // The statistics seen by a U-Net level working at 1/divisor of the resolution.
+  TokenStats Downscaled(double spatial_divisor) const;
+};
+
+// Tokens one image of w x h pixels becomes in a module with rule `r`, before
+// the module's spatial merge (what the module's own layers process).
+int64_t ImageTokens(const TokenRule& r, int64_t width_px, int64_t height_px);
+
+// Per module of `model` (same indices), the token statistics of one sample,
+// following each module's TokenRule through the DAG in topological order.
+std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample);
+// The same summed over samples.
+std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples);
+
+}  // namespace loom

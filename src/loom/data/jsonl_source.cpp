@@ -1,0 +1,155 @@
+#include "loom/data/jsonl_source.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "loom/data/rng.h"
+#include "loom/error.h"
+
+namespace loom {
+
+namespace {
+
+using nlohmann::json;
+
+int64_t PositiveIntAt(const json& j, const std::string& where, const std::string& field) {
+  if (!j.is_number_integer() || j.get<int64_t>() <= 0) {
+    throw Error(fmt::format("{}: {}: expected an integer > 0, got {}", where, field, j.dump()));
+  }
+  return j.get<int64_t>();
+}
+
+void ReadDoc(const json& d, const std::string& where, const std::string& path, Sample& s) {
+  static const std::vector<std::string> kKeys = {"text_tokens", "images", "videos", "audio_s",
+                                                 "docs"};
+  for (auto it = d.begin(); it != d.end(); ++it) {
+    if (std::find(kKeys.begin(), kKeys.end(), it.key()) == kKeys.end()) {
+      throw Error(fmt::format("{}: {}{}: unknown field; valid: text_tokens, images ([[w, h], ...]), "
+                              "videos ([[frames, w, h], ...]), audio_s ([seconds, ...]), docs",
+                              where, path, it.key()));
+    }
+  }
+  int64_t text = 0;
+  if (d.contains("text_tokens")) {
+    const json& t = d["text_tokens"];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0) {
+      throw Error(fmt::format("{}: {}text_tokens: expected an integer >= 0, got {}", where, path,
+                              t.dump()));
+    }
+    text = t.get<int64_t>();
+  }
+  int doc = s.AddDoc(text);
+  if (d.contains("images")) {
+    for (size_t i = 0; i < d["images"].size(); ++i) {
+      const json& im = d["images"][i];
+      std::string f = fmt::format("{}images[{}]", path, i);
+      if (!im.is_array() || im.size() != 2) {
+        throw Error(fmt::format("{}: {}: expected [width_px, height_px]", where, f));
+      }
+      s.images.push_back({PositiveIntAt(im[0], where, f + "[0]"),
+                          PositiveIntAt(im[1], where, f + "[1]"), doc});
+    }
+  }
+  if (d.contains("videos")) {
+    for (size_t i = 0; i < d["videos"].size(); ++i) {
+      const json& v = d["videos"][i];
+      std::string f = fmt::format("{}videos[{}]", path, i);
+      if (!v.is_array() || v.size() != 3) {
+        throw Error(fmt::format("{}: {}: expected [frames, width_px, height_px]", where, f));
+      }
+      s.videos.push_back({PositiveIntAt(v[0], where, f + "[0]"), PositiveIntAt(v[1], where, f + "[1]"),
+                          PositiveIntAt(v[2], where, f + "[2]"), doc});
+    }
+  }
+  if (d.contains("audio_s")) {
+    for (size_t i = 0; i < d["audio_s"].size(); ++i) {
+      const json& a = d["audio_s"][i];
+      if (!a.is_number() || !(a.get<double>() > 0)) {
+        throw Error(fmt::format("{}: {}audio_s[{}]: expected seconds > 0, got {}", where, path, i,
+                                a.dump()));
+      }
+      s.audios.push_back({a.get<double>(), doc});
+    }
+  }
+}
+
+}  // namespace
+
+Sample ParseJsonlSample(const std::string& line, const std::string& where) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("{}: malformed JSON: {}", where, e.what()));
+  }
+  if (!j.is_object()) {
+    throw Error(fmt::format("{}: expected one JSON object per line", where));
+  }
+  Sample s;
+  if (j.contains("docs")) {
+    if (!j["docs"].is_array() || j["docs"].empty()) {
+      throw Error(fmt::format("{}: docs: expected a non-empty list of documents", where));
+    }
+    if (j.size() != 1) {
+      throw Error(fmt::format("{}: give either `docs` or the fields of one document, not both",
+                              where));
+    }
+    for (size_t i = 0; i < j["docs"].size(); ++i) {
+      ReadDoc(j["docs"][i], where, fmt::format("docs[{}].", i), s);
+    }
+  } else {
+    ReadDoc(j, where, "", s);
+  }
+  if (s.text_tokens == 0 && s.images.empty() && s.videos.empty() && s.audios.empty()) {
+    throw Error(fmt::format("{}: empty sample: no text tokens, images, videos or audio", where));
+  }
+  return s;
+}
+
+JsonlSource::JsonlSource(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw Error(fmt::format("{}: cannot open sample file", path));
+  }
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      continue;
+    }
+    samples_.push_back(ParseJsonlSample(line, fmt::format("{}:{}", path, line_no)));
+  }
+  if (samples_.empty()) {
+    throw Error(fmt::format("{}: no samples (expected one JSON object per line)", path));
+  }
+}
+
+Batch JsonlSource::Draw(int64_t count, uint64_t seed, int64_t iteration) const {
+  const int64_t n = static_cast<int64_t>(samples_.size());
+  Batch batch;
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> perm;
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t global = iteration * count + k;
+    int64_t epoch = global / n;
+    if (epoch != cached_epoch) {
+      // Fisher-Yates with the run's Rng: the order of epoch e depends only on (seed, e).
+      perm.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        perm[i] = i;
+      }
+      Rng rng(Rng::Mix(seed, static_cast<uint64_t>(epoch)));
+      for (int64_t i = n - 1; i > 0; --i) {
+        std::swap(perm[i], perm[rng.UniformInt(0, i)]);
+      }
+      cached_epoch = epoch;
+    }
+    batch.samples.push_back(samples_[perm[global % n]]);
+  }
+  return batch;
+}
+
+}  // namespace loom

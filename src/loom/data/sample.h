@@ -1,0 +1,52 @@
+// A Sample is one row of a global batch as the model sees it: its text tokens
+// and the images, videos and audio clips it carries, grouped into documents.
+// Packing puts several documents in one sample; documents never attend to
+// each other, so attention cost is quadratic per document, not per sample.
+// Invariant: every input's `doc` < num_docs(); doc_text_tokens sums to text_tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom {
+
+struct ImageInput {
+  int64_t width_px = 0;
+  int64_t height_px = 0;
+  int doc = 0;
+};
+
+struct VideoInput {
+  int64_t frames = 0;
+  int64_t width_px = 0;
+  int64_t height_px = 0;
+  int doc = 0;
+};
+
+struct AudioInput {
+  double seconds = 0;
+  int doc = 0;
+};
+
+struct Sample {
+  int64_t text_tokens = 0;
+  std::vector<int64_t> doc_text_tokens;  // one entry per document
+  std::vector<ImageInput> images;
+  std::vector<VideoInput> videos;
+  std::vector<AudioInput> audios;
+
+  int num_docs() const { return static_cast<int>(doc_text_tokens.size()); }
+  // Adds a document with `text` tokens and returns its index.
+  int AddDoc(int64_t text) {
+    doc_text_tokens.push_back(text);
+    text_tokens += text;
+    return num_docs() - 1;
+  }
+};
+
+// The samples of one iteration (the global batch).
+struct Batch {
+  std::vector<Sample> samples;
+};
+
+}  // namespace loom

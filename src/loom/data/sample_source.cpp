@@ -1,0 +1,36 @@
+#include "loom/data/sample_source.h"
+
+#include "loom/data/jsonl_source.h"
+#include "loom/data/synthetic_sources.h"
+#include "loom/error.h"
+
+namespace loom {
+
+std::unique_ptr<SampleSource> MakeSampleSource(const SourceSpec& spec) {
+  using Draw = Sample (*)(const SourceSpec&, Rng&);
+  Draw draw = nullptr;
+  if (spec.kind == "text") {
+    draw = DrawTextSample;
+  } else if (spec.kind == "laion") {
+    draw = DrawLaionSample;
+  } else if (spec.kind == "obelics") {
+    draw = DrawObelicsSample;
+  } else if (spec.kind == "video") {
+    draw = DrawVideoSample;
+  } else if (spec.kind == "mosaic-fixed") {
+    draw = DrawMosaicFixedSample;
+  } else if (spec.kind == "cornstarch-synthetic") {
+    draw = DrawCornstarchSample;
+  } else if (spec.kind == "jsonl") {
+    return std::make_unique<JsonlSource>(spec.path);
+  } else {
+    throw Error("unknown sample source kind '" + spec.kind + "'");
+  }
+  return std::make_unique<SyntheticSource>([spec, draw](Rng& rng) { return draw(spec, rng); });
+}
+
+Batch DrawBatch(const Workload& workload, int64_t iteration) {
+  return MakeSampleSource(workload.source)->Draw(workload.global_batch, workload.seed, iteration);
+}
+
+}  // namespace loom

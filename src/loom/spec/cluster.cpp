@@ -1,0 +1,180 @@
+#include "loom/spec/cluster.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <functional>
+#include <regex>
+
+#include "loom/error.h"
+#include "loom/spec/yaml_reader.h"
+
+namespace loom {
+
+namespace {
+
+constexpr double kG = 1e9;
+constexpr double kGbit = 1e9 / 8;
+// Per-hop latencies as NCCL sees them (launch + protocol), not wire latency:
+// the usual alpha terms of alpha-beta models of NVLink, PCIe and IB/RoCE.
+constexpr double kNvlinkLatency_s = 2e-6;
+constexpr double kPcieLatency_s = 5e-6;
+constexpr double kNetworkLatency_s = 10e-6;
+
+void Finish(Cluster& c) {
+  c.nvlink = {c.gpu.nvlink_bytes_per_s, kNvlinkLatency_s};
+  c.pcie = {c.gpu.pcie_bytes_per_s, kPcieLatency_s};
+  if (c.nvlink_domain == c.gpus_per_node) {
+    c.pcie = c.nvlink;  // NVSwitch: every pair in the node is on NVLink
+  }
+  c.network = {c.nics_per_node * c.nic_bytes_per_s / c.gpus_per_node, kNetworkLatency_s};
+}
+
+Cluster Server(const std::string& gpu_name, int nodes, int per_node) {
+  Cluster c;
+  c.gpu = FindGpu(gpu_name);
+  c.nodes = nodes;
+  c.gpus_per_node = per_node;
+  if (gpu_name == "a40") {
+    // A40 servers: NVLink bridges join GPU pairs; the rest is PCIe 4.0; one 200 Gb/s HCA.
+    c.nvlink_domain = per_node % 2 == 0 ? 2 : 1;
+    c.nics_per_node = 1;
+    c.nic_bytes_per_s = 200 * kGbit;
+  } else {
+    // HGX boards: NVSwitch across all GPUs, one NIC per GPU (rail-optimized).
+    c.nvlink_domain = per_node;
+    c.nics_per_node = per_node;
+    c.nic_bytes_per_s = (gpu_name == "h100" || gpu_name == "h200" ? 400 : 200) * kGbit;
+    if (gpu_name == "a800") {
+      c.nics_per_node = 4;  // MMScale §7: 4x200 Gb/s RoCE per A800 node
+    }
+  }
+  if (c.nvlink_domain < 1 || per_node % c.nvlink_domain != 0) {
+    c.nvlink_domain = 1;
+  }
+  c.name = fmt::format("{}:{}x{}", gpu_name, nodes, per_node);
+  Finish(c);
+  return c;
+}
+
+struct Testbed {
+  const char* name;
+  const char* description;
+  std::function<Cluster()> make;
+};
+
+const std::vector<Testbed>& Testbeds() {
+  static const std::vector<Testbed> beds = {
+      {"mosaic-testbed", "Mosaic §5.1: 4 HGX nodes x 8 H100, NVLink 900 GB/s, 8x400 Gb/s IB",
+       [] { return Server("h100", 4, 8); }},
+      {"mmscale-cluster",
+       "MMScale §7: 162 nodes x 8 A800 (1296 GPUs), NVLink 300 GB/s bidirectional, 4x200 Gb/s RoCE",
+       [] {
+         Cluster c = Server("a800", 162, 8);
+         c.gpu.nvlink_bytes_per_s = 150 * kG;  // the paper's "300GB/s (bidirectional)"
+         Finish(c);
+         return c;
+       }},
+      {"pipeweaver-testbed", "PipeWeaver §8: 8 nodes x 8 H800, NVLink 200 GB/s, 8x200 Gb/s RoCE",
+       [] { return Server("h800", 8, 8); }},
+      {"cornstarch-testbed",
+       "Cornstarch §3.5: 6 nodes x 4 A40-48GB, NVLink pairs + PCIe 4.0, 200 Gb/s IB",
+       [] { return Server("a40", 6, 4); }},
+      {"entrain-testbed", "Entrain §4.7: 4 nodes x 4 A40-48GB, NVLink pairs + PCIe 4.0, 200 Gb/s IB",
+       [] { return Server("a40", 4, 4); }},
+      {"oobleck-testbed", "Oobleck §2.7: 30 nodes x 1 A40, 200 Gb/s IB",
+       [] { return Server("a40", 30, 1); }},
+  };
+  return beds;
+}
+
+}  // namespace
+
+Link Cluster::LinkForSpan(int span) const {
+  if (span <= nvlink_domain) {
+    return nvlink;
+  }
+  if (span <= gpus_per_node) {
+    return pcie;
+  }
+  return network;
+}
+
+Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node) {
+  if (nodes < 1 || gpus_per_node < 1) {
+    throw Error(fmt::format("cluster {}:{}x{}: node and GPU counts must be >= 1", gpu_name, nodes,
+                            gpus_per_node));
+  }
+  if (gpus_per_node > 16) {
+    throw Error(fmt::format("cluster {}:{}x{}: at most 16 GPUs per node (servers hold 1-16)",
+                            gpu_name, nodes, gpus_per_node));
+  }
+  return Server(gpu_name, nodes, gpus_per_node);
+}
+
+std::vector<std::string> TestbedNames() {
+  std::vector<std::string> names;
+  for (const auto& t : Testbeds()) {
+    names.push_back(t.name);
+  }
+  return names;
+}
+
+Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
+  YamlMap doc(ParseYaml(yaml_text, file), file, "");
+  std::string name = doc.String("cluster");
+  std::string gpu_name = doc.String("gpu");
+  try {
+    FindGpu(gpu_name);
+  } catch (const Error& e) {
+    throw doc.ErrorAt("gpu", e.what());
+  }
+  int nodes = static_cast<int>(doc.PositiveInt("nodes"));
+  int per_node = static_cast<int>(doc.PositiveInt("gpus_per_node"));
+  Cluster c = Server(gpu_name, nodes, per_node);
+  c.name = name;
+  c.description = doc.String("description", "");
+  c.nvlink_domain = static_cast<int>(doc.PositiveInt("nvlink_domain", c.nvlink_domain));
+  if (per_node % c.nvlink_domain != 0) {
+    throw doc.ErrorAt("nvlink_domain", fmt::format("must divide gpus_per_node ({}), got {}",
+                                                   per_node, c.nvlink_domain));
+  }
+  c.gpu.nvlink_bytes_per_s = doc.PositiveReal("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kG) * kG;
+  c.gpu.pcie_bytes_per_s = doc.PositiveReal("pcie_GBps", c.gpu.pcie_bytes_per_s / kG) * kG;
+  c.gpu.mem_bytes = static_cast<int64_t>(
+      doc.PositiveReal("gpu_mem_GiB", static_cast<double>(c.gpu.mem_bytes) / (1 << 30)) * (1 << 30));
+  c.nics_per_node = static_cast<int>(doc.PositiveInt("nics_per_node", c.nics_per_node));
+  c.nic_bytes_per_s = doc.PositiveReal("nic_Gbps", c.nic_bytes_per_s / kGbit) * kGbit;
+  doc.RejectUnknownKeys();
+  Finish(c);
+  return c;
+}
+
+Cluster LoadCluster(const std::string& name_or_path) {
+  for (const auto& t : Testbeds()) {
+    if (name_or_path == t.name) {
+      Cluster c = t.make();
+      c.name = t.name;
+      c.description = t.description;
+      return c;
+    }
+  }
+  static const std::regex shape(R"(^([a-z0-9]+):(-?[0-9]+)x(-?[0-9]+)$)");
+  std::smatch m;
+  if (std::regex_match(name_or_path, m, shape)) {
+    FindGpu(m[1]);  // names the valid GPUs when unknown
+    return MakeCluster(m[1], std::stoi(m[2]), std::stoi(m[3]));
+  }
+  if (std::filesystem::is_regular_file(name_or_path)) {
+    return ParseCluster(ReadTextFile(name_or_path), name_or_path);
+  }
+  std::string beds;
+  for (const auto& t : TestbedNames()) {
+    beds += ", " + t;
+  }
+  throw Error(fmt::format("unknown cluster '{}': write GPU:NODESxPER_NODE (e.g. h800:8x8), a "
+                          "testbed name{}, or a path to a cluster YAML file",
+                          name_or_path, beds));
+}
+
+}  // namespace loom

@@ -1,0 +1,49 @@
+// A Cluster is `nodes` identical servers of `gpus_per_node` GPUs. Inside a node,
+// GPUs in one NVLink domain (all 8 on an HGX board, pairs on A40 servers) talk
+// over NVLink; other pairs in the node over PCIe; nodes over NICs. Invariants:
+// all counts > 0, gpus_per_node % nvlink_domain == 0, every bandwidth > 0.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/spec/gpu.h"
+
+namespace loom {
+
+// One hop class: per-GPU, per-direction bandwidth and a fixed latency.
+struct Link {
+  double bytes_per_s = 0;
+  double latency_s = 0;
+};
+
+struct Cluster {
+  std::string name;
+  std::string description;
+  GpuSpec gpu;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  int nvlink_domain = 1;  // GPUs that share NVLink; == gpus_per_node on NVSwitch boards
+  Link nvlink;            // inside an NVLink domain
+  Link pcie;              // between NVLink domains of one node
+  Link network;           // across nodes, per GPU: nics * nic bandwidth / gpus_per_node
+  int nics_per_node = 1;
+  double nic_bytes_per_s = 0;
+
+  int num_gpus() const { return nodes * gpus_per_node; }
+  // The slowest link crossed by a group of `span` consecutive ranks (ranks are
+  // packed node by node): NVLink inside a domain, PCIe inside a node, else network.
+  Link LinkForSpan(int span) const;
+};
+
+// Builds "GPU:NODESxPER_NODE" (e.g. "h800:8x8") with that GPU's typical server
+// interconnect, a named testbed, or a YAML file. Throws loom::Error otherwise.
+Cluster LoadCluster(const std::string& name_or_path);
+Cluster ParseCluster(const std::string& yaml_text, const std::string& file);
+// The GPU's typical server (DGX/HGX for H*, A800; 4x A40 with NVLink pairs) at
+// the given size. Throws loom::Error when a count is < 1.
+Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node);
+// Named testbeds of the seed papers' evaluations (docs/clusters.md).
+std::vector<std::string> TestbedNames();
+
+}  // namespace loom

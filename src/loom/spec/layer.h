@@ -1,0 +1,65 @@
+// A Layer is one block of a module with the shapes the cost model needs. Only
+// the fields of its kind are meaningful; the loader checks that those are > 0
+// and consistent (heads divide hidden, kv_heads divide heads). Plain value type.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace loom {
+
+// Written in spec files by name (LayerKindName); the numbering is not stored.
+enum class LayerKind : uint8_t {
+  kTransformer,         // attention + MLP (ViT, LLM, DiT with cross_attention)
+  kConformer,           // attention + two half-step FFNs + depthwise conv module (audio)
+  kPatchEmbed,          // conv with stride = kernel = patch_px, plus learned positions
+  kConv,                // generic conv (audio stems): in -> out channels, kernel, 1-3 dims
+  kEmbedding,           // token embedding table (+ learned positions)
+  kLmHead,              // hidden -> vocab logits; `tied` shares the embedding's weights
+  kMlpProjector,        // in_dim -> hidden -> out_dim MLP joining two modules
+  kResnetBlock,         // U-Net residual block: two 3x3 convs + time embedding
+  kSpatialTransformer,  // U-Net attention block: self + cross attention + GEGLU FFN
+};
+
+std::string_view LayerKindName(LayerKind kind);
+
+struct Layer {
+  LayerKind kind = LayerKind::kTransformer;
+
+  // Transformer, conformer, spatial transformer.
+  int64_t hidden = 0;      // model width (channels for U-Net blocks)
+  int64_t ffn_hidden = 0;  // MLP inner width
+  int64_t heads = 0;
+  int64_t kv_heads = 0;    // grouped-query attention groups; == heads for MHA
+  bool gated_mlp = false;  // SwiGLU / GEGLU: three FFN matrices instead of two
+  bool causal = false;     // causal self-attention: half of the s^2 work
+  bool cross_attention = false;  // an extra attention block reading the context
+  int64_t context_dim = 0;       // width of the cross-attention context (0: = hidden)
+  int64_t conv_kernel = 0;       // conformer depthwise kernel
+
+  // Embedding, LM head, patch embedding.
+  int64_t vocab = 0;
+  int64_t positions = 0;  // learned position table rows (0: rotary or none)
+  bool tied = false;      // LM head shares the embedding matrix: no own parameters
+
+  // Convolutions (patch embed, conv, resnet block).
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t kernel = 0;
+  int64_t dims = 2;         // 1: audio, 2: image, 3: video
+  int64_t temporal_patch = 1;
+  int64_t stride = 1;       // conv: output positions = module tokens (stride already in tokens)
+  int64_t spatial_divisor = 1;  // U-Net level: works on tokens / divisor^2 positions
+  int64_t time_embed_dim = 0;   // resnet block: width of the timestep embedding
+
+  // MLP projector: in_dim -> hidden -> out_dim.
+  int64_t in_dim = 0;
+  int64_t out_dim = 0;
+
+  // Frozen layers have no weight gradients (Cornstarch Eq. 3.2). Inherited from
+  // the module unless the spec sets it per layer.
+  bool frozen = false;
+};
+
+}  // namespace loom

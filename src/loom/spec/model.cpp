@@ -1,0 +1,443 @@
+#include "loom/spec/model.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "loom/spec/yaml_reader.h"
+#include "loom/spec/zoo.h"
+
+namespace loom {
+
+namespace {
+
+template <typename E>
+E ParseEnum(YamlMap& m, const std::string& key, const std::vector<std::pair<std::string, E>>& table,
+            std::optional<E> default_value) {
+  std::vector<std::string> names;
+  for (const auto& [n, e] : table) {
+    names.push_back(n);
+  }
+  if (!m.Has(key) && default_value) {
+    return *default_value;
+  }
+  std::string value = m.Enum(key, names);
+  for (const auto& [n, e] : table) {
+    if (n == value) {
+      return e;
+    }
+  }
+  return table.front().second;  // unreachable: Enum() threw
+}
+
+const std::vector<std::pair<std::string, LayerKind>> kLayerKinds = {
+    {"transformer", LayerKind::kTransformer},       {"conformer", LayerKind::kConformer},
+    {"patch_embed", LayerKind::kPatchEmbed},        {"conv", LayerKind::kConv},
+    {"embedding", LayerKind::kEmbedding},           {"lm_head", LayerKind::kLmHead},
+    {"mlp_projector", LayerKind::kMlpProjector},    {"resnet_block", LayerKind::kResnetBlock},
+    {"spatial_transformer", LayerKind::kSpatialTransformer}};
+const std::vector<std::pair<std::string, ModuleRole>> kRoles = {
+    {"encoder", ModuleRole::kEncoder},     {"projector", ModuleRole::kProjector},
+    {"backbone", ModuleRole::kBackbone},   {"decoder", ModuleRole::kDecoder},
+    {"generator", ModuleRole::kGenerator}};
+const std::vector<std::pair<std::string, Modality>> kModalities = {
+    {"text", Modality::kText},   {"image", Modality::kImage},
+    {"video", Modality::kVideo}, {"audio", Modality::kAudio},
+    {"multimodal", Modality::kMultimodal}};
+const std::vector<std::pair<std::string, TokenSource>> kSources = {
+    {"text", TokenSource::kText},     {"image", TokenSource::kImage},
+    {"video", TokenSource::kVideo},   {"audio", TokenSource::kAudio},
+    {"inputs", TokenSource::kInputs}, {"text+inputs", TokenSource::kTextAndInputs}};
+
+void ReadAttention(YamlMap& m, Layer& l) {
+  l.hidden = m.PositiveInt("hidden");
+  l.heads = m.PositiveInt("heads");
+  l.kv_heads = m.PositiveInt("kv_heads", l.heads);
+  if (l.hidden % l.heads != 0) {
+    throw m.ErrorAt("heads", fmt::format("heads ({}) must divide hidden ({})", l.heads, l.hidden));
+  }
+  if (l.heads % l.kv_heads != 0) {
+    throw m.ErrorAt("kv_heads",
+                    fmt::format("kv_heads ({}) must divide heads ({})", l.kv_heads, l.heads));
+  }
+  l.causal = m.Bool("causal", false);
+}
+
+Layer ReadLayer(YamlMap& m, bool module_frozen) {
+  Layer l;
+  l.kind = ParseEnum<LayerKind>(m, "kind", kLayerKinds, std::nullopt);
+  switch (l.kind) {
+    case LayerKind::kTransformer:
+      ReadAttention(m, l);
+      l.ffn_hidden = m.PositiveInt("ffn_hidden");
+      l.gated_mlp = m.Bool("gated_mlp", false);
+      l.cross_attention = m.Bool("cross_attention", false);
+      l.context_dim = m.PositiveInt("context_dim", l.hidden);
+      break;
+    case LayerKind::kConformer:
+      ReadAttention(m, l);
+      l.ffn_hidden = m.PositiveInt("ffn_hidden");
+      l.conv_kernel = m.PositiveInt("conv_kernel", 3);
+      break;
+    case LayerKind::kPatchEmbed:
+      l.in_channels = m.PositiveInt("in_channels", 3);
+      l.kernel = m.PositiveInt("patch_px");
+      l.temporal_patch = m.PositiveInt("temporal_patch", 1);
+      l.hidden = m.PositiveInt("hidden");
+      l.positions = m.NonNegativeInt("positions", 0);
+      break;
+    case LayerKind::kConv:
+      l.in_channels = m.PositiveInt("in_channels");
+      l.out_channels = m.PositiveInt("out_channels");
+      l.kernel = m.PositiveInt("kernel");
+      l.dims = m.PositiveInt("dims", 2);
+      if (l.dims > 3) {
+        throw m.ErrorAt("dims", fmt::format("must be 1, 2 or 3, got {}", l.dims));
+      }
+      l.positions = m.NonNegativeInt("positions", 0);
+      l.stride = m.PositiveInt("stride", 1);
+      l.spatial_divisor = m.PositiveInt("spatial_divisor", 1);
+      break;
+    case LayerKind::kEmbedding:
+      l.vocab = m.PositiveInt("vocab");
+      l.hidden = m.PositiveInt("hidden");
+      l.positions = m.NonNegativeInt("positions", 0);
+      break;
+    case LayerKind::kLmHead:
+      l.vocab = m.PositiveInt("vocab");
+      l.hidden = m.PositiveInt("hidden");
+      l.tied = m.Bool("tied", false);
+      break;
+    case LayerKind::kMlpProjector:
+      l.in_dim = m.PositiveInt("in_dim");
+      l.hidden = m.PositiveInt("hidden");
+      l.out_dim = m.PositiveInt("out_dim");
+      break;
+    case LayerKind::kResnetBlock:
+      l.in_channels = m.PositiveInt("in_channels");
+      l.out_channels = m.PositiveInt("out_channels");
+      l.spatial_divisor = m.PositiveInt("spatial_divisor", 1);
+      l.time_embed_dim = m.NonNegativeInt("time_embed_dim", 0);
+      break;
+    case LayerKind::kSpatialTransformer:
+      l.hidden = m.PositiveInt("channels");
+      l.heads = m.PositiveInt("heads");
+      if (l.hidden % l.heads != 0) {
+        throw m.ErrorAt("heads",
+                        fmt::format("heads ({}) must divide channels ({})", l.heads, l.hidden));
+      }
+      l.kv_heads = l.heads;
+      l.ffn_hidden = m.PositiveInt("ffn_hidden", 4 * l.hidden);
+      l.gated_mlp = m.Bool("gated_mlp", true);
+      l.cross_attention = true;
+      l.context_dim = m.PositiveInt("context_dim");
+      l.spatial_divisor = m.PositiveInt("spatial_divisor", 1);
+      break;
+  }
+  l.frozen = m.Bool("frozen", module_frozen);
+  return l;
+}
+
+TokenRule ReadTokenRule(YamlMap& m) {
+  TokenRule r;
+  r.source = ParseEnum<TokenSource>(m, "source", kSources, std::nullopt);
+  switch (r.source) {
+    case TokenSource::kImage:
+    case TokenSource::kVideo:
+      if (m.Has("tokens_per_image")) {
+        r.tokens_per_image = m.PositiveInt("tokens_per_image");
+      } else {
+        r.patch_px = m.PositiveInt("patch_px");
+      }
+      r.resize_px = m.NonNegativeInt("resize_px", 0);
+      r.out_tokens_per_image = m.NonNegativeInt("out_tokens_per_image", 0);
+      r.merge = m.PositiveInt("merge", 1);
+      r.extra_tokens = m.NonNegativeInt("extra_tokens", 0);
+      if (r.source == TokenSource::kVideo) {
+        r.frames_per_token = m.PositiveInt("frames_per_token", 1);
+      }
+      break;
+    case TokenSource::kAudio:
+      r.tokens_per_s = m.PositiveReal("tokens_per_s");
+      break;
+    case TokenSource::kInputs:
+    case TokenSource::kTextAndInputs:
+      r.downsample = m.PositiveInt("downsample", 1);
+      break;
+    case TokenSource::kText:
+      break;
+  }
+  m.RejectUnknownKeys();
+  return r;
+}
+
+struct Loader {
+  std::set<std::string> loading;  // guards `from:` chains against cycles
+
+  Model Parse(const std::string& text, const std::string& file);
+  Model LoadNamed(const std::string& name_or_path, const std::string& relative_to,
+                  const YamlMap& at, const std::string& key);
+};
+
+Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, const YamlMap& at,
+                        const std::string& key) {
+  if (loading.count(ref)) {
+    throw at.ErrorAt(key, fmt::format("'{}' refers back to itself through `from:`", ref));
+  }
+  loading.insert(ref);
+  Model m;
+  if (const char* text = FindZooModelText(ref)) {
+    m = Parse(text, "zoo:" + ref + ".yaml");
+  } else {
+    std::filesystem::path p(ref);
+    if (p.is_relative() && !relative_to.empty()) {
+      p = std::filesystem::path(relative_to).parent_path() / p;
+    }
+    if (!std::filesystem::exists(p)) {
+      throw at.ErrorAt(key, fmt::format("unknown model '{}': not a zoo name (see `loom models`) "
+                                        "and no file {}", ref, p.string()));
+    }
+    m = Parse(ReadTextFile(p.string()), p.string());
+  }
+  loading.erase(ref);
+  return m;
+}
+
+Model Loader::Parse(const std::string& text, const std::string& file) {
+  YAML::Node root = ParseYaml(text, file);
+  if (!root.IsDefined() || root.IsNull()) {
+    throw Error(fmt::format("{}: empty model spec; expected fields model, modules", file));
+  }
+  YamlMap doc(root, file, "");
+  Model model;
+  model.name = doc.String("model");
+  model.description = doc.String("description", "");
+  model.source = file;
+  YAML::Node modules = doc.Child("modules");
+  if (!modules.IsSequence() || modules.size() == 0) {
+    throw doc.ErrorAt("modules", "expected a non-empty list of modules");
+  }
+  doc.RejectUnknownKeys();
+
+  std::vector<std::vector<std::string>> input_names;
+  std::vector<YAML::Node> input_nodes;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    YamlMap m(modules[i], file, fmt::format("modules[{}]", i));
+    Module mod;
+    mod.name = m.String("name");
+    bool has_from = m.Has("from");
+    if (has_from) {
+      std::string ref = m.String("from");
+      std::string model_ref = ref, module_ref;
+      if (auto slash = ref.rfind('/'); slash != std::string::npos && FindZooModelText(ref) == nullptr &&
+                                       FindZooModelText(ref.substr(0, slash)) != nullptr) {
+        model_ref = ref.substr(0, slash);
+        module_ref = ref.substr(slash + 1);
+      }
+      Model base = LoadNamed(model_ref, file, m, "from");
+      int idx = 0;
+      if (!module_ref.empty()) {
+        idx = base.FindModule(module_ref);
+        if (idx < 0) {
+          throw m.ErrorAt("from", fmt::format("model '{}' has no module '{}'", model_ref, module_ref));
+        }
+      } else if (base.modules.size() != 1) {
+        std::string names;
+        for (const auto& bm : base.modules) {
+          names += (names.empty() ? "" : ", ") + model_ref + "/" + bm.name;
+        }
+        throw m.ErrorAt("from", fmt::format("model '{}' has {} modules; name one: {}", model_ref,
+                                            base.modules.size(), names));
+      }
+      std::string keep_name = mod.name;
+      mod = base.modules[idx];
+      mod.name = keep_name;
+      mod.inputs.clear();
+      // `drop_kinds: [lm_head]` reuses an LLM as a text encoder without its head.
+      if (auto drop = m.OptionalChild("drop_kinds")) {
+        for (const auto& k : *drop) {
+          std::string kind = k.as<std::string>();
+          bool known = false;
+          for (const auto& [n, e] : kLayerKinds) {
+            if (n == kind) {
+              known = true;
+              std::erase_if(mod.layers, [e = e](const Layer& l) { return l.kind == e; });
+            }
+          }
+          if (!known) {
+            throw m.ErrorAt("drop_kinds", fmt::format("unknown layer kind '{}'", kind));
+          }
+        }
+        if (mod.layers.empty()) {
+          throw m.ErrorAt("drop_kinds", "drops every layer of the module");
+        }
+      }
+    }
+    mod.role = ParseEnum<ModuleRole>(m, "role", kRoles,
+                                     has_from ? std::optional(mod.role) : std::nullopt);
+    mod.modality = ParseEnum<Modality>(m, "modality", kModalities,
+                                       has_from ? std::optional(mod.modality) : std::nullopt);
+    bool frozen_before = mod.frozen;
+    mod.frozen = m.Bool("frozen", has_from ? mod.frozen : false);
+    if (has_from && mod.frozen != frozen_before) {
+      for (auto& l : mod.layers) {
+        l.frozen = mod.frozen;
+      }
+    }
+    if (auto tokens = m.OptionalChild("tokens")) {
+      YamlMap t(*tokens, file, m.PathOf("tokens"));
+      mod.tokens = ReadTokenRule(t);
+    } else if (!has_from) {
+      throw m.ErrorAt("tokens", "missing required field (source: text|image|video|audio|inputs|text+inputs)");
+    }
+    if (has_from && m.Has("layers")) {
+      throw m.ErrorAt("layers", "give either `from` or `layers`, not both");
+    }
+    if (!has_from) {
+      YAML::Node layers = m.Child("layers");
+      if (!layers.IsSequence() || layers.size() == 0) {
+        throw m.ErrorAt("layers", "expected a non-empty list of layers");
+      }
+      for (size_t j = 0; j < layers.size(); ++j) {
+        YamlMap lm(layers[j], file, m.PathOf(fmt::format("layers[{}]", j)));
+        int64_t count = lm.PositiveInt("count", 1);
+        Layer layer = ReadLayer(lm, mod.frozen);
+        lm.RejectUnknownKeys();
+        mod.layers.insert(mod.layers.end(), count, layer);
+      }
+    }
+    std::vector<std::string> ins;
+    YAML::Node ins_node;
+    if (auto in = m.OptionalChild("inputs")) {
+      ins_node = *in;
+      if (!in->IsSequence()) {
+        throw m.ErrorAt("inputs", "expected a list of module names");
+      }
+      for (const auto& n : *in) {
+        ins.push_back(n.as<std::string>());
+      }
+    }
+    m.RejectUnknownKeys();
+    if (model.FindModule(mod.name) >= 0) {
+      throw m.ErrorAt("name", fmt::format("duplicate module name '{}'", mod.name));
+    }
+    model.modules.push_back(std::move(mod));
+    input_names.push_back(ins);
+    input_nodes.push_back(modules[i]);
+  }
+
+  // Resolve edges, then check the graph: no dangling edge, no cycle.
+  const size_t n = model.modules.size();
+  std::vector<std::vector<int>> preds(n);
+  for (size_t i = 0; i < n; ++i) {
+    YamlMap m(input_nodes[i], file, fmt::format("modules[{}]", i));
+    for (const auto& in : input_names[i]) {
+      int j = model.FindModule(in);
+      if (j < 0) {
+        std::string names;
+        for (const auto& mm : model.modules) {
+          names += (names.empty() ? "" : ", ") + mm.name;
+        }
+        throw m.ErrorAt("inputs", fmt::format("dangling edge: no module named '{}'; modules: {}",
+                                              in, names));
+      }
+      preds[i].push_back(j);
+    }
+    const Module& mod = model.modules[i];
+    bool needs_inputs = mod.tokens.source == TokenSource::kInputs;
+    if (needs_inputs && preds[i].empty()) {
+      throw m.ErrorAt("tokens", "source 'inputs' needs a non-empty `inputs` list");
+    }
+  }
+  // Kahn's algorithm, stable (keeps file order among ready modules).
+  std::vector<int> indeg(n, 0), order;
+  for (size_t i = 0; i < n; ++i) {
+    indeg[i] = static_cast<int>(preds[i].size());
+  }
+  std::vector<bool> done(n, false);
+  while (order.size() < n) {
+    int pick = -1;
+    for (size_t i = 0; i < n; ++i) {
+      if (!done[i] && indeg[i] == 0) {
+        pick = static_cast<int>(i);
+        break;
+      }
+    }
+    if (pick < 0) {
+      std::string cyc;
+      for (size_t i = 0; i < n; ++i) {
+        if (!done[i]) {
+          cyc += (cyc.empty() ? "" : ", ") + model.modules[i].name;
+        }
+      }
+      throw Error(fmt::format("{}: modules: the module graph has a cycle through: {}; "
+                              "`inputs` must form a DAG", Where(modules, file), cyc));
+    }
+    done[pick] = true;
+    order.push_back(pick);
+    for (size_t i = 0; i < n; ++i) {
+      for (int p : preds[i]) {
+        if (p == pick) {
+          --indeg[i];
+        }
+      }
+    }
+  }
+  std::vector<int> new_index(n);
+  for (size_t k = 0; k < n; ++k) {
+    new_index[order[k]] = static_cast<int>(k);
+  }
+  std::vector<Module> sorted(n);
+  for (size_t i = 0; i < n; ++i) {
+    Module mod = std::move(model.modules[i]);
+    for (int p : preds[i]) {
+      mod.inputs.push_back(new_index[p]);
+    }
+    sorted[new_index[i]] = std::move(mod);
+  }
+  model.modules = std::move(sorted);
+  return model;
+}
+
+}  // namespace
+
+int Model::FindModule(const std::string& name) const {
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (modules[i].name == name) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+int Model::num_layers() const {
+  int n = 0;
+  for (const auto& m : modules) {
+    n += static_cast<int>(m.layers.size());
+  }
+  return n;
+}
+
+Model ParseModel(const std::string& yaml_text, const std::string& file) {
+  Loader loader;
+  return loader.Parse(yaml_text, file);
+}
+
+Model LoadModel(const std::string& name_or_path) {
+  if (const char* text = FindZooModelText(name_or_path)) {
+    return ParseModel(text, "zoo:" + name_or_path + ".yaml");
+  }
+  if (std::filesystem::exists(name_or_path) && !std::filesystem::is_directory(name_or_path)) {
+    return ParseModel(ReadTextFile(name_or_path), name_or_path);
+  }
+  std::string names;
+  for (const auto& n : ZooModelNames()) {
+    names += (names.empty() ? "" : ", ") + n;
+  }
+  throw Error(fmt::format("unknown model '{}': not a built-in name and no such file; "
+                          "built-in models: {}", name_or_path, names));
+}
+
+}  // namespace loom

@@ -1,0 +1,34 @@
+// A Model is a named DAG of modules. Invariants after loading (LoadModel):
+// module names are unique, every module has at least one layer, `inputs`
+// point to existing modules, and modules are stored in a topological order
+// (every input index is smaller than the module's own), so a forward pass is
+// a walk from front to back. Plain value type; safe to share read-only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/spec/module.h"
+
+namespace loom {
+
+struct Model {
+  std::string name;
+  std::string description;
+  std::string source;  // "zoo:NAME.yaml" or the file path it was loaded from
+  std::vector<Module> modules;
+
+  // Index of the module called `name`, or -1.
+  int FindModule(const std::string& name) const;
+  int num_layers() const;
+};
+
+// Loads a model from a built-in zoo name or a YAML file path. Throws loom::Error
+// naming the file, line and field of any problem, or listing the zoo names
+// when `name_or_path` is neither.
+Model LoadModel(const std::string& name_or_path);
+// Parses model YAML text; `file` names it in errors. `from:` references are
+// resolved as zoo names or as paths relative to `file`'s folder.
+Model ParseModel(const std::string& yaml_text, const std::string& file);
+
+}  // namespace loom

@@ -1,0 +1,62 @@
+// A Module is one component of a multimodal model (vision encoder, projector,
+// LLM backbone, diffusion generator): a role, a modality, a frozen flag, its
+// layers in execution order, and the rule that says how many tokens it
+// processes for a sample. Modules form a DAG through `inputs`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loom/spec/layer.h"
+
+namespace loom {
+
+enum class ModuleRole : uint8_t { kEncoder, kProjector, kBackbone, kDecoder, kGenerator };
+enum class Modality : uint8_t { kText, kImage, kVideo, kAudio, kMultimodal };
+
+std::string_view ModuleRoleName(ModuleRole role);
+std::string_view ModalityName(Modality modality);
+
+// Where a module's tokens come from, per sample.
+enum class TokenSource : uint8_t {
+  kText,           // the sample's text tokens, one sequence per packed document
+  kImage,          // one sequence per image
+  kVideo,          // one sequence per video clip
+  kAudio,          // one sequence per audio clip
+  kInputs,         // the tokens of the input modules, same sequences (projectors)
+  kTextAndInputs,  // text plus the input modules' tokens, in the sample's sequences (LLM)
+};
+
+std::string_view TokenSourceName(TokenSource source);
+
+// How an input becomes tokens. Image: the module processes ceil(w/patch_px) *
+// ceil(h/patch_px) + extra_tokens (or tokens_per_image) and hands on that
+// count / merge^2 (or out_tokens_per_image). Video: the image rule per
+// ceil(frames / frames_per_token) latent frames. Audio: tokens_per_s * seconds.
+// Inputs: upstream tokens / downsample.
+struct TokenRule {
+  TokenSource source = TokenSource::kText;
+  int64_t tokens_per_image = 0;  // fixed count; overrides patch_px when > 0
+  int64_t out_tokens_per_image = 0;  // tokens handed downstream per image (pooling); 0: by merge
+  int64_t resize_px = 0;         // images/frames are resized to this square side first (0: keep)
+  int64_t patch_px = 0;          // pixels per token side (patch x VAE factor for latents)
+  int64_t merge = 1;             // spatial merge after the encoder (pixel shuffle)
+  int64_t extra_tokens = 0;      // CLS / register tokens per image
+  int64_t frames_per_token = 1;  // temporal compression for video
+  double tokens_per_s = 0;       // audio frame rate after the conv stem
+  int64_t downsample = 1;        // projector token reduction
+};
+
+struct Module {
+  std::string name;
+  ModuleRole role = ModuleRole::kBackbone;
+  Modality modality = Modality::kText;
+  bool frozen = false;
+  TokenRule tokens;
+  std::vector<Layer> layers;
+  std::vector<int> inputs;  // indices into Model::modules, all < this module's index
+};
+
+}  // namespace loom

@@ -1,0 +1,47 @@
+// A Workload says what one training run feeds the model: where samples come
+// from (a named synthetic distribution or a JSONL file of per-sample sizes),
+// the global batch, microbatch size, precision, ZeRO stage and seed.
+// Invariants after loading: sizes > 0, zero_stage in 0..3.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+enum class Precision : uint8_t { kBf16, kFp16 };
+
+// Parameters of a sample source; which ones matter depends on `kind`
+// (docs/spec-format.md lists them per kind).
+struct SourceSpec {
+  std::string kind = "text";  // text | laion | obelics | video | mosaic-fixed | cornstarch-synthetic | jsonl
+  int64_t seq_len = 2048;     // text: tokens per sample
+  int64_t pack_tokens = 8192; // laion, obelics: LLM tokens per packed sequence
+  int64_t image_tokens = 169; // laion, obelics: LLM tokens one image becomes (used for packing)
+  int64_t image_px = 768;     // laion, obelics: image side in pixels
+  int64_t video_px = 512;     // video: frame side
+  double fps = 16;            // video frames per second
+  double max_video_s = 16;    // video: longest clip and longest group per sample
+  int64_t max_clips = 8;      // video: clips grouped into one sample
+  std::string path;           // jsonl: file of per-sample metadata
+};
+
+struct Workload {
+  std::string name;
+  std::string source_file;  // where it was defined ("builtin" or a path)
+  SourceSpec source;
+  int64_t global_batch = 128;
+  int64_t microbatch_size = 1;
+  Precision precision = Precision::kBf16;
+  int zero_stage = 1;
+  uint64_t seed = 0;
+};
+
+// Named workloads: text, laion, obelics, video, mosaic-fixed, cornstarch-synthetic.
+std::vector<std::string> WorkloadNames();
+// A named workload or a workload YAML file; throws loom::Error otherwise.
+Workload LoadWorkload(const std::string& name_or_path);
+Workload ParseWorkload(const std::string& yaml_text, const std::string& file);
+
+}  // namespace loom

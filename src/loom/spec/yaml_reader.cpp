@@ -1,0 +1,193 @@
+#include "loom/spec/yaml_reader.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace loom {
+
+namespace {
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    out += (i ? ", " : "") + items[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+YAML::Node ParseYaml(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(fmt::format("{}:{}:{}: malformed YAML: {}", file, e.mark.line + 1,
+                            e.mark.column + 1, e.msg));
+  }
+}
+
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw Error(fmt::format("{}: cannot open file", path));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+YAML::Node LoadYamlFile(const std::string& path) { return ParseYaml(ReadTextFile(path), path); }
+
+std::string Where(const YAML::Node& node, const std::string& file) {
+  if (!node.IsDefined() || node.Mark().is_null()) {
+    return file;
+  }
+  return fmt::format("{}:{}:{}", file, node.Mark().line + 1, node.Mark().column + 1);
+}
+
+YamlMap::YamlMap(const YAML::Node& node, std::string file, std::string path)
+    : node_(node), file_(std::move(file)), path_(std::move(path)) {
+  if (!node_.IsMap()) {
+    throw Error(fmt::format("{}: {}: expected a mapping (key: value lines)", Where(node_, file_),
+                            path_.empty() ? "document" : path_));
+  }
+}
+
+bool YamlMap::Has(const std::string& key) const {
+  const_cast<YamlMap*>(this)->known_.insert(key);
+  return node_[key].IsDefined() && !node_[key].IsNull();
+}
+
+std::string YamlMap::PathOf(const std::string& key) const {
+  return path_.empty() ? key : path_ + "." + key;
+}
+
+Error YamlMap::ErrorAt(const std::string& key, const std::string& message) const {
+  YAML::Node at = node_[key];
+  const YAML::Node& where = at.IsDefined() ? at : node_;
+  return Error(fmt::format("{}: {}: {}", Where(where, file_), PathOf(key), message));
+}
+
+YAML::Node YamlMap::Get(const std::string& key) {
+  known_.insert(key);
+  YAML::Node child = node_[key];
+  if (!child.IsDefined() || child.IsNull()) {
+    throw Error(fmt::format("{}: {}: missing required field", Where(node_, file_), PathOf(key)));
+  }
+  return child;
+}
+
+template <typename T>
+T YamlMap::Scalar(const std::string& key, const char* type_name) {
+  YAML::Node child = Get(key);
+  if (!child.IsScalar()) {
+    throw ErrorAt(key, fmt::format("expected {}", type_name));
+  }
+  try {
+    return child.as<T>();
+  } catch (const YAML::Exception&) {
+    throw ErrorAt(key, fmt::format("expected {}, got '{}'", type_name, child.Scalar()));
+  }
+}
+
+std::string YamlMap::String(const std::string& key) { return Scalar<std::string>(key, "a string"); }
+
+std::string YamlMap::String(const std::string& key, const std::string& default_value) {
+  return Has(key) ? String(key) : default_value;
+}
+
+std::string YamlMap::Enum(const std::string& key, const std::vector<std::string>& allowed) {
+  std::string value = String(key);
+  for (const auto& a : allowed) {
+    if (a == value) {
+      return value;
+    }
+  }
+  throw ErrorAt(key, fmt::format("unknown value '{}'; valid: {}", value, Join(allowed)));
+}
+
+std::string YamlMap::Enum(const std::string& key, const std::vector<std::string>& allowed,
+                          const std::string& default_value) {
+  return Has(key) ? Enum(key, allowed) : default_value;
+}
+
+int64_t YamlMap::PositiveInt(const std::string& key) {
+  YAML::Node child = Get(key);
+  double as_real = Scalar<double>(key, "a positive integer");
+  int64_t value = static_cast<int64_t>(as_real);
+  if (static_cast<double>(value) != as_real) {
+    throw ErrorAt(key, fmt::format("expected a positive integer, got '{}'", child.Scalar()));
+  }
+  if (value <= 0) {
+    throw ErrorAt(key, fmt::format("must be > 0, got {}", value));
+  }
+  return value;
+}
+
+int64_t YamlMap::PositiveInt(const std::string& key, int64_t default_value) {
+  return Has(key) ? PositiveInt(key) : default_value;
+}
+
+int64_t YamlMap::NonNegativeInt(const std::string& key, int64_t default_value) {
+  if (!Has(key)) {
+    return default_value;
+  }
+  YAML::Node child = Get(key);
+  double as_real = Scalar<double>(key, "an integer >= 0");
+  int64_t value = static_cast<int64_t>(as_real);
+  if (static_cast<double>(value) != as_real || value < 0) {
+    throw ErrorAt(key, fmt::format("expected an integer >= 0, got '{}'", child.Scalar()));
+  }
+  return value;
+}
+
+double YamlMap::PositiveReal(const std::string& key) {
+  double value = Scalar<double>(key, "a positive number");
+  if (!(value > 0)) {
+    throw ErrorAt(key, fmt::format("must be > 0, got {}", value));
+  }
+  return value;
+}
+
+double YamlMap::PositiveReal(const std::string& key, double default_value) {
+  return Has(key) ? PositiveReal(key) : default_value;
+}
+
+double YamlMap::NonNegativeReal(const std::string& key, double default_value) {
+  if (!Has(key)) {
+    return default_value;
+  }
+  double value = Scalar<double>(key, "a number >= 0");
+  if (!(value >= 0)) {
+    throw ErrorAt(key, fmt::format("must be >= 0, got {}", value));
+  }
+  return value;
+}
+
+bool YamlMap::Bool(const std::string& key, bool default_value) {
+  return Has(key) ? Scalar<bool>(key, "true or false") : default_value;
+}
+
+YAML::Node YamlMap::Child(const std::string& key) { return Get(key); }
+
+std::optional<YAML::Node> YamlMap::OptionalChild(const std::string& key) {
+  if (!Has(key)) {
+    return std::nullopt;
+  }
+  return Get(key);
+}
+
+void YamlMap::RejectUnknownKeys() const {
+  for (const auto& kv : node_) {
+    std::string key = kv.first.as<std::string>();
+    if (known_.count(key) == 0) {
+      std::vector<std::string> valid(known_.begin(), known_.end());
+      throw Error(fmt::format("{}: {}: unknown field; valid fields here: {}",
+                              Where(kv.first, file_), PathOf(key), Join(valid)));
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,77 @@
+// YamlMap reads one YAML mapping of a spec file and turns every problem into a
+// loom::Error of the form "FILE:LINE:COL: FIELD: what is wrong; valid: ...".
+// It remembers which keys were read so that RejectUnknownKeys() can name a key
+// the format does not have (a typo must never be silently ignored).
+//
+// A YamlMap is a short-lived view used while loading one spec; not thread-safe.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loom/error.h"
+
+namespace loom {
+
+// Parses `text` as YAML; a syntax error becomes loom::Error naming `file` and the line.
+YAML::Node ParseYaml(const std::string& text, const std::string& file);
+// The whole content of a text file; a missing file is a loom::Error.
+std::string ReadTextFile(const std::string& path);
+// Reads and parses a YAML file; a missing file is a loom::Error.
+YAML::Node LoadYamlFile(const std::string& path);
+// "FILE:LINE:COL" of a node (1-based), or just FILE when the node has no mark.
+std::string Where(const YAML::Node& node, const std::string& file);
+
+class YamlMap {
+ public:
+  // `path` is the dotted location of this map inside the document ("modules[2]"),
+  // used in messages. Throws loom::Error when `node` is not a mapping.
+  YamlMap(const YAML::Node& node, std::string file, std::string path);
+
+  bool Has(const std::string& key) const;
+  const YAML::Node& node() const { return node_; }
+  const std::string& file() const { return file_; }
+  // Dotted path of `key` inside the document ("modules[2].layers[0].hidden").
+  std::string PathOf(const std::string& key) const;
+
+  std::string String(const std::string& key);
+  std::string String(const std::string& key, const std::string& default_value);
+  // One of `allowed`; the error lists them.
+  std::string Enum(const std::string& key, const std::vector<std::string>& allowed);
+  std::string Enum(const std::string& key, const std::vector<std::string>& allowed,
+                   const std::string& default_value);
+  // Integers and reals must be > 0 (sizes, counts, rates): zero or negative is an error.
+  int64_t PositiveInt(const std::string& key);
+  int64_t PositiveInt(const std::string& key, int64_t default_value);
+  int64_t NonNegativeInt(const std::string& key, int64_t default_value);
+  double PositiveReal(const std::string& key);
+  double PositiveReal(const std::string& key, double default_value);
+  double NonNegativeReal(const std::string& key, double default_value);
+  bool Bool(const std::string& key, bool default_value);
+  // The raw child node (marks it read). Throws when missing.
+  YAML::Node Child(const std::string& key);
+  std::optional<YAML::Node> OptionalChild(const std::string& key);
+
+  // Throws naming the first key that was never asked for, listing the keys read.
+  void RejectUnknownKeys() const;
+
+  // Builds an Error located at `key` (or at the map when the key is absent).
+  Error ErrorAt(const std::string& key, const std::string& message) const;
+
+ private:
+  YAML::Node Get(const std::string& key);  // marks read; throws if missing
+  template <typename T>
+  T Scalar(const std::string& key, const char* type_name);
+
+  YAML::Node node_;
+  std::string file_;
+  std::string path_;
+  std::set<std::string> known_;
+};
+
+}  // namespace loom
