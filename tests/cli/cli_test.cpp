@@ -1,0 +1,85 @@
+// End-to-end: the `loom` binary's output and exit codes.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string out;  // stdout and stderr
+};
+
+CliRun Loom(const std::string& args) {
+  std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) {
+    out.append(buf.data(), n);
+  }
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
+TEST(Cli, ModelsListsTheZoo) {
+  CliRun r = Loom("models");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* n : {"vlm-s", "mllm-72b", "sd-2.1", "8.03B"}) {
+    EXPECT_NE(r.out.find(n), std::string::npos) << n;
+  }
+}
+
+TEST(Cli, InspectJsonHasTheDocumentedFields) {
+  CliRun r = Loom("inspect vlm-s --workload obelics --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "vlm-s");
+  EXPECT_EQ(j["modules"].size(), 3u);
+  int64_t sum = 0;
+  for (const auto& m : j["modules"]) {
+    for (const char* f : {"name", "role", "modality", "layers", "hidden", "params", "frozen", "fwd_flops",
+                          "compute_intensity"}) {
+      EXPECT_TRUE(m.contains(f)) << f;
+    }
+    sum += m["params"].get<int64_t>();
+  }
+  EXPECT_EQ(sum, j["params"].get<int64_t>());
+}
+
+TEST(Cli, InspectTextModelFlopsMatchTheClosedForm) {
+  // One 128-token sample through llama3-8b: forward = 2 x (params - embedding) x tokens + attention.
+  CliRun r = Loom("inspect llama3-8b --workload text --seq-len 128 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  double params = j["params"].get<double>() - 128256.0 * 4096;
+  double norms = 32 * 2 * 4096.0;
+  double attention = 32 * 2.0 * 128 * 128 * 4096;  // causal
+  EXPECT_NEAR(j["modules"][0]["fwd_flops"].get<double>(), 2 * (params - norms) * 128 + attention, 1e3);
+}
+
+TEST(Cli, BadInputExitsTwoWithTheReason) {
+  CliRun unknown = Loom("inspect no-such-model");
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.out.find("unknown model 'no-such-model'"), std::string::npos) << unknown.out;
+  std::string bad = test::WriteTemp("cli_bad.yaml", "model: x\nmodules:\n  - name: a\n    role: encoder\n    bogus: 1\n");
+  CliRun yaml = Loom("inspect " + bad);
+  EXPECT_EQ(yaml.exit_code, 2);
+  EXPECT_NE(yaml.out.find("cli_bad.yaml:"), std::string::npos) << yaml.out;
+  CliRun cluster = Loom("inspect vlm-s --cluster h100:0x8");
+  EXPECT_EQ(cluster.exit_code, 2);
+  CliRun flag = Loom("inspect vlm-s --global-batch -3 --workload obelics");
+  EXPECT_EQ(flag.exit_code, 2);
+  CliRun seq = Loom("inspect vlm-s --workload obelics --seq-len 100");
+  EXPECT_EQ(seq.exit_code, 2);
+  EXPECT_NE(seq.out.find("--seq-len applies to the `text` workload"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom

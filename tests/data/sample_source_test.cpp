@@ -1,0 +1,155 @@
+// Synthetic sources reproduce the statistics the seeds publish; every source
+// is a pure function of (seed, iteration); JSONL files parse with named errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/data/jsonl_source.h"
+#include "loom/data/sample_source.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+Batch Draw(const std::string& workload, int64_t n, uint64_t seed = 1, int64_t iteration = 0) {
+  Workload w = LoadWorkload(workload);
+  return MakeSampleSource(w.source)->Draw(n, seed, iteration);
+}
+
+bool SameBatch(const Batch& a, const Batch& b) {
+  if (a.samples.size() != b.samples.size()) return false;
+  for (size_t i = 0; i < a.samples.size(); ++i) {
+    const Sample& x = a.samples[i];
+    const Sample& y = b.samples[i];
+    if (x.doc_text_tokens != y.doc_text_tokens || x.images.size() != y.images.size() ||
+        x.videos.size() != y.videos.size()) {
+      return false;
+    }
+    for (size_t v = 0; v < x.videos.size(); ++v) {
+      if (x.videos[v].frames != y.videos[v].frames) return false;
+    }
+  }
+  return true;
+}
+
+TEST(SampleSource, SameSeedSameBatchOtherSeedOrIterationDiffers) {
+  for (const char* w : {"laion", "obelics", "video"}) {
+    SCOPED_TRACE(w);
+    EXPECT_TRUE(SameBatch(Draw(w, 16, 3, 5), Draw(w, 16, 3, 5)));
+    EXPECT_FALSE(SameBatch(Draw(w, 16, 3, 5), Draw(w, 16, 4, 5)));
+    EXPECT_FALSE(SameBatch(Draw(w, 16, 3, 5), Draw(w, 16, 3, 6)));
+  }
+}
+
+TEST(SampleSource, LaionAveragesAbout16TextTokensPerImage) {
+  Batch b = Draw("laion", 200);
+  double text = 0, images = 0;
+  for (const auto& s : b.samples) {
+    text += static_cast<double>(s.text_tokens);
+    images += static_cast<double>(s.images.size());
+    EXPECT_EQ(s.num_docs(), static_cast<int>(s.images.size()));  // one pair per document
+    EXPECT_LE(s.text_tokens + 256 * static_cast<int64_t>(s.images.size()), 8192);
+  }
+  EXPECT_NEAR(text / images, 16.4, 0.8);  // PipeWeaver §8: 16.4 text tokens per image
+}
+
+TEST(SampleSource, ObelicsPacksHeavyTailedDocumentsInto8192Tokens) {
+  Batch b = Draw("obelics", 300);
+  double min_ratio = 1e9, max_ratio = 0;
+  for (const auto& s : b.samples) {
+    int64_t images = static_cast<int64_t>(s.images.size());
+    EXPECT_LE(s.text_tokens + 169 * images, 8192);
+    EXPECT_LE(images, 8192 / 169);  // at most 48 images per sequence
+    std::vector<int> per_doc(s.num_docs(), 0);
+    for (const auto& im : s.images) {
+      ASSERT_LT(im.doc, s.num_docs());
+      ++per_doc[im.doc];
+      EXPECT_EQ(im.width_px, 768);
+    }
+    for (int d = 0; d < s.num_docs(); ++d) {
+      if (per_doc[d] > 0) {
+        double r = static_cast<double>(s.doc_text_tokens[d]) / per_doc[d];
+        min_ratio = std::min(min_ratio, r);
+        max_ratio = std::max(max_ratio, r);
+      }
+    }
+  }
+  // The published range is 0.4 to 3115 text tokens per image; the draw spans
+  // most of it (heavy tail), never beyond.
+  EXPECT_GE(min_ratio, 0.4);
+  EXPECT_LE(max_ratio, 3115.0 + 1);
+  EXPECT_LT(min_ratio, 20);
+  EXPECT_GT(max_ratio, 1500);
+}
+
+TEST(SampleSource, VideoGroupsAtMost8ClipsUnder16Seconds) {
+  Batch b = Draw("video", 300);
+  bool some_multi = false;
+  for (const auto& s : b.samples) {
+    ASSERT_GE(s.videos.size(), 1u);
+    EXPECT_LE(s.videos.size(), 8u);
+    int64_t frames = 0;
+    for (const auto& v : s.videos) {
+      frames += v.frames;
+    }
+    EXPECT_LE(frames, 16 * 16 + 1);  // 16 s at 16 FPS (rounding of each clip)
+    some_multi = some_multi || s.videos.size() > 1;
+  }
+  EXPECT_TRUE(some_multi);
+}
+
+TEST(SampleSource, FixedShapesMatchMosaicAndCornstarch) {
+  Sample m = Draw("mosaic-fixed", 1).samples[0];
+  EXPECT_EQ(m.text_tokens, 2048);
+  EXPECT_EQ(m.images[0].width_px, 512);
+  EXPECT_EQ(m.videos[0].frames, 32);
+  EXPECT_DOUBLE_EQ(m.audios[0].seconds, 8.0);
+  Sample c = Draw("cornstarch-synthetic", 1).samples[0];
+  EXPECT_EQ(c.text_tokens, 1024);
+  EXPECT_EQ(c.images[0].width_px, 1280);
+  EXPECT_EQ(c.images[0].height_px, 720);
+  EXPECT_DOUBLE_EQ(c.audios[0].seconds, 120.0);
+  Workload t = LoadWorkload("text");
+  t.source.seq_len = 4096;
+  EXPECT_EQ(MakeSampleSource(t.source)->Draw(1, 0, 0).samples[0].text_tokens, 4096);
+}
+
+TEST(JsonlSource, ParsesDocumentsAndPermutesEachEpoch) {
+  std::string path = test::WriteTemp("s.jsonl",
+                                     "{\"text_tokens\": 10, \"images\": [[768, 512]]}\n"
+                                     "\n"
+                                     "{\"docs\": [{\"text_tokens\": 5}, {\"text_tokens\": 7, \"audio_s\": [2.5]}]}\n"
+                                     "{\"text_tokens\": 3, \"videos\": [[32, 256, 256]]}\n");
+  JsonlSource src(path);
+  ASSERT_EQ(src.samples().size(), 3u);
+  EXPECT_EQ(src.samples()[0].images[0].height_px, 512);
+  EXPECT_EQ(src.samples()[1].num_docs(), 2);
+  EXPECT_EQ(src.samples()[1].text_tokens, 12);
+  EXPECT_EQ(src.samples()[1].audios[0].doc, 1);
+  // Iterations of 3 samples walk whole epochs: each batch is a permutation of the file.
+  for (int64_t it = 0; it < 4; ++it) {
+    Batch b = src.Draw(3, 11, it);
+    std::vector<int64_t> texts;
+    for (const auto& s : b.samples) texts.push_back(s.text_tokens);
+    std::sort(texts.begin(), texts.end());
+    EXPECT_EQ(texts, (std::vector<int64_t>{3, 10, 12}));
+  }
+  EXPECT_TRUE(SameBatch(src.Draw(3, 11, 2), src.Draw(3, 11, 2)));
+}
+
+TEST(JsonlSource, BadLinesAreNamed) {
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b1.jsonl", "{\"text_tokens\": 1}\n{oops\n")); },
+                    {"b1.jsonl:2:", "malformed JSON"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b2.jsonl", "{\"text_tokens\": -4}\n")); },
+                    {"b2.jsonl:1:", "text_tokens", ">= 0"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b3.jsonl", "{\"images\": [[0, 5]]}\n")); },
+                    {"b3.jsonl:1:", "images[0][0]", "> 0"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b4.jsonl", "{\"txt\": 5}\n")); },
+                    {"b4.jsonl:1:", "txt", "unknown field"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b5.jsonl", "\n")); }, {"no samples"});
+  test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); }, {"/nonexistent/x.jsonl", "cannot open"});
+}
+
+}  // namespace
+}  // namespace loom

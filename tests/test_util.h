@@ -1,0 +1,38 @@
+// Helpers shared by tests: write a temp file, expect a loom::Error whose
+// message contains given fragments.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/error.h"
+
+namespace loom::test {
+
+inline std::string WriteTemp(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "loom_tests";
+  std::filesystem::create_directories(dir);
+  auto path = dir / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// Runs `f`, which must throw loom::Error with every fragment in its message.
+inline void ExpectError(const std::function<void()>& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "expected loom::Error";
+  } catch (const loom::Error& e) {
+    std::string msg = e.what();
+    for (const auto& frag : fragments) {
+      EXPECT_NE(msg.find(frag), std::string::npos) << "message: " << msg << "\nmissing: " << frag;
+    }
+  }
+}
+
+}  // namespace loom::test
