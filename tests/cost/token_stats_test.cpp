@@ -19,6 +19,13 @@ TEST(TokenStats, VitHugeAt224Has257TokensPerImage) {
   EXPECT_DOUBLE_EQ(t.sequences, 2);
 }
 
+TEST(TokenStats, SiglipAt384Has27x27Patches) {
+  Model m = LoadModel("siglip");
+  Sample s;
+  s.images.push_back({640, 480, s.AddDoc(0)});
+  EXPECT_DOUBLE_EQ(CountModuleTokens(m, s)[0].tokens, 27 * 27);
+}
+
 TEST(TokenStats, VlmPacksDocumentsAsSeparateSequences) {
   Model m = LoadModel("vlm-s");
   Sample s;
@@ -46,7 +53,8 @@ TEST(TokenStats, MergeShrinksWhatTheProjectorSees) {
   s.images.push_back({1280, 720, d});
   s.audios.push_back({120.0, d});
   auto t = CountModuleTokens(m, s);
-  EXPECT_DOUBLE_EQ(t[m.FindModule("vision")].tokens, 92 * 52);            // ceil(1280/14) x ceil(720/14)
+  // Resized to the nearest multiple of 28 (patch 14 x merge 2): 1288 x 728 px.
+  EXPECT_DOUBLE_EQ(t[m.FindModule("vision")].tokens, 92 * 52);
   EXPECT_DOUBLE_EQ(t[m.FindModule("vision_projector")].tokens, 46 * 26);  // 2x2 merge
   EXPECT_DOUBLE_EQ(t[m.FindModule("audio")].tokens, 120 * 12.5);
   EXPECT_DOUBLE_EQ(t[m.FindModule("llm")].tokens, 1024 + 46 * 26 + 1500);

@@ -8,6 +8,15 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Patches along one side: images are resized to the nearest multiple of
+// patch x merge, as Qwen2-VL's smart_resize does; for a fixed-size ViT input
+// (224 or 384 px at patch 14) this is the conv's 16 or 27.
+int64_t GridSide(int64_t px, const TokenRule& r) {
+  int64_t unit = r.patch_px * r.merge;
+  int64_t units = std::max<int64_t>(1, (px + unit / 2) / unit);
+  return units * r.merge;
+}
+
 // What a module hands downstream, per document, plus its own sequences.
 struct Flow {
   std::vector<double> seqs;
@@ -28,8 +37,7 @@ int64_t ImageOutTokens(const TokenRule& r, int64_t w, int64_t h) {
   if (r.tokens_per_image > 0) {
     return std::max<int64_t>(1, r.tokens_per_image / (r.merge * r.merge)) + r.extra_tokens;
   }
-  int64_t gw = CeilDiv(w, r.patch_px), gh = CeilDiv(h, r.patch_px);
-  return CeilDiv(gw, r.merge) * CeilDiv(gh, r.merge) + r.extra_tokens;
+  return (GridSide(w, r) / r.merge) * (GridSide(h, r) / r.merge) + r.extra_tokens;
 }
 
 }  // namespace
@@ -52,7 +60,7 @@ int64_t ImageTokens(const TokenRule& r, int64_t w, int64_t h) {
   if (r.tokens_per_image > 0) {
     return r.tokens_per_image + r.extra_tokens;
   }
-  return CeilDiv(w, r.patch_px) * CeilDiv(h, r.patch_px) + r.extra_tokens;
+  return GridSide(w, r) * GridSide(h, r) + r.extra_tokens;
 }
 
 std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
