@@ -18,7 +18,8 @@ std::string FormatModelList() {
     for (const auto& mod : m.modules) {
       mods += (mods.empty() ? "" : "+") + mod.name;
     }
-    t.AddRow({name, mods, HumanCount(static_cast<double>(ModelParams(m))), m.description});
+    std::string desc = m.description.size() > 72 ? m.description.substr(0, 69) + "..." : m.description;
+    t.AddRow({name, mods, HumanCount(static_cast<double>(ModelParams(m))), desc});
   }
   return t.Render();
 }
