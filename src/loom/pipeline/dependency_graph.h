@@ -1,0 +1,35 @@
+// The dependency graph of a Schedule: every action flattened to an id, its
+// predecessor on its stream, and the actions whose results it needs (a
+// forward needs the previous stage's forward or the receive of it, a receive
+// needs the matching send, a collective needs the stage's last backward, ...).
+// The validator checks it is acyclic; the simulator walks it. Built once per
+// schedule; read-only afterwards.
+#pragma once
+
+#include <vector>
+
+#include "loom/pipeline/schedule.h"
+
+namespace loom {
+
+struct DependencyGraph {
+  std::vector<int> offset;        // flat id of rank r's first action; size ranks + 1
+  std::vector<int> rank;          // rank of each flat id
+  std::vector<int> stream_prev;   // previous action on the same stream and rank, or -1
+  std::vector<int> dep_begin;     // deps of id i are dep_id[dep_begin[i] .. dep_begin[i+1])
+  std::vector<int> dep_id;
+  // 1: the dependency is satisfied when the producer ends; f < 1: once a
+  // fraction f of it has run (a gradient bucket ready during the last backward).
+  std::vector<double> dep_fraction;
+
+  int size() const { return static_cast<int>(rank.size()); }
+  int id(int r, int index) const { return offset[r] + index; }
+};
+
+// Throws loom::Error naming the rank, the action and the missing producer when
+// an action has nothing to wait for (a receive without a send, a backward
+// without its forward). `grad_buckets` > 0 with `overlap` lets bucket b of a
+// stage start after (b + 1) / buckets of its last backward.
+DependencyGraph BuildDependencies(const Schedule& s, bool overlap_grad_sync = true);
+
+}  // namespace loom

@@ -1,0 +1,130 @@
+#include "loom/pipeline/validate.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <tuple>
+
+#include "loom/error.h"
+#include "loom/pipeline/dependency_graph.h"
+
+namespace loom {
+
+void ValidateSchedule(const Schedule& s) {
+  if (static_cast<int>(s.ranks.size()) != s.num_ranks) {
+    throw Error(fmt::format("schedule {}: {} action lists for {} ranks", s.name, s.ranks.size(), s.num_ranks));
+  }
+  DependencyGraph g = BuildDependencies(s);  // missing producers and duplicates throw here
+
+  // Completeness: one forward and one backward per stage and microbatch.
+  std::vector<int> fwd(static_cast<size_t>(s.num_stages()) * s.num_microbatches, 0);
+  std::vector<int> bwd(fwd.size(), 0), bwd_w(fwd.size(), 0);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      size_t k = static_cast<size_t>(a.stage) * s.num_microbatches + a.microbatch;
+      if (a.kind == ActionKind::kForward) ++fwd[k];
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) ++bwd[k];
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) ++bwd_w[k];
+    }
+  }
+  for (int v = 0; v < s.num_stages(); ++v) {
+    for (int mb = 0; mb < s.num_microbatches; ++mb) {
+      size_t k = static_cast<size_t>(v) * s.num_microbatches + mb;
+      if (fwd[k] != 1 || bwd[k] != 1 || bwd_w[k] != 1) {
+        throw Error(fmt::format("schedule {}: rank {}: stage {} microbatch {} has {} forward(s), {} backward(s) "
+                                "and {} weight gradient(s); each must be exactly 1",
+                                s.name, s.stage_rank[v], v, mb, fwd[k], bwd[k], bwd_w[k]));
+      }
+    }
+  }
+  // Forward before backward on the same rank (same stream: list order).
+  for (int r = 0; r < s.num_ranks; ++r) {
+    std::map<std::pair<int, int>, bool> seen_forward;
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind == ActionKind::kForward) {
+        seen_forward[{a.stage, a.microbatch}] = true;
+      } else if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) &&
+                 !seen_forward.count({a.stage, a.microbatch})) {
+        throw Error(fmt::format("schedule {}: rank {} action {} ({}) comes before its forward", s.name, r, i,
+                                ActionName(a)));
+      }
+    }
+  }
+  // Sends and receives match one to one, on the right peers.
+  std::map<std::tuple<int, int, int, int>, int> sends, recvs;  // (payload, stage, mb, receiver)
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      if (a.kind == ActionKind::kSend) {
+        ++sends[{static_cast<int>(a.payload), a.stage, a.microbatch, a.peer}];
+        int to = a.payload == Payload::kActivation ? a.stage + 1 : a.stage - 1;
+        if (to < 0 || to >= s.num_stages() || s.stage_rank[to] != a.peer) {
+          throw Error(fmt::format("schedule {}: rank {}: {} goes to rank {}, which does not hold stage {}",
+                                  s.name, r, ActionName(a), a.peer, to));
+        }
+      } else if (a.kind == ActionKind::kRecv) {
+        ++recvs[{static_cast<int>(a.payload), a.stage, a.microbatch, r}];
+      }
+    }
+  }
+  for (const auto& [key, count] : sends) {
+    if (recvs[key] != count) {
+      auto [payload, stage, mb, to] = key;
+      throw Error(fmt::format("schedule {}: rank {} never receives the {} of microbatch {} that stage {} sends it",
+                              s.name, to, payload == 0 ? "activation" : "gradient", mb, stage));
+    }
+  }
+  // No cyclic wait: Kahn's algorithm over stream order and data dependencies.
+  const int n = g.size();
+  std::vector<int> missing(n, 0);
+  std::vector<std::vector<int>> users(n);
+  for (int id = 0; id < n; ++id) {
+    if (g.stream_prev[id] >= 0) {
+      ++missing[id];
+      users[g.stream_prev[id]].push_back(id);
+    }
+    for (int d = g.dep_begin[id]; d < g.dep_begin[id + 1]; ++d) {
+      ++missing[id];
+      users[g.dep_id[d]].push_back(id);
+    }
+  }
+  std::vector<int> ready;
+  for (int id = 0; id < n; ++id) {
+    if (missing[id] == 0) ready.push_back(id);
+  }
+  int done = 0;
+  std::vector<bool> ran(n, false);
+  while (!ready.empty()) {
+    int id = ready.back();
+    ready.pop_back();
+    ran[id] = true;
+    ++done;
+    for (int u : users[id]) {
+      if (--missing[u] == 0) ready.push_back(u);
+    }
+  }
+  if (done == n) {
+    return;
+  }
+  // Report the first blocked action whose stream predecessor has run.
+  for (int id = 0; id < n; ++id) {
+    if (ran[id] || (g.stream_prev[id] >= 0 && !ran[g.stream_prev[id]])) {
+      continue;
+    }
+    int r = g.rank[id];
+    std::string waits;
+    for (int d = g.dep_begin[id]; d < g.dep_begin[id + 1]; ++d) {
+      int p = g.dep_id[d];
+      if (!ran[p]) {
+        int pr = g.rank[p];
+        waits += fmt::format("{}rank {} action {} ({})", waits.empty() ? "" : ", ", pr, p - g.offset[pr],
+                             ActionName(s.ranks[pr][p - g.offset[pr]]));
+      }
+    }
+    throw Error(fmt::format("schedule {} deadlocks: rank {} action {} ({}) waits for {}, which can never run",
+                            s.name, r, id - g.offset[r], ActionName(s.ranks[r][id - g.offset[r]]), waits));
+  }
+  throw Error(fmt::format("schedule {} deadlocks", s.name));
+}
+
+}  // namespace loom

@@ -1,0 +1,15 @@
+// Schedule validation: every (stage, microbatch) has exactly one forward and
+// one backward (fused, or data + weight) on its stage's rank, each forward
+// precedes its backward on that rank, every send is matched by one receive on
+// its peer and the reverse, and the actions can all run (no cyclic wait).
+#pragma once
+
+#include "loom/pipeline/schedule.h"
+
+namespace loom {
+
+// Throws loom::Error naming the rank and the action of the first violation;
+// for a deadlock, the blocked action and what it waits for.
+void ValidateSchedule(const Schedule& s);
+
+}  // namespace loom

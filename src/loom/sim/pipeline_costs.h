@@ -1,0 +1,31 @@
+// What the simulator needs to time one pipeline replica: per (virtual stage,
+// microbatch) compute times and memory, per rank resident bytes, per stage
+// gradient-sync time, and the link between neighbouring pipeline ranks.
+// Built by sim/megatron_costs.h from a model, or by hand in tests. Plain value.
+#pragma once
+
+#include <vector>
+
+#include "loom/spec/cluster.h"
+
+namespace loom {
+
+struct StageCost {
+  double forward_s = 0;
+  double backward_data_s = 0;    // includes recomputation when activations were dropped
+  double backward_weight_s = 0;
+  double activation_bytes = 0;   // kept from the forward until the backward finishes
+  double transient_bytes = 0;    // extra live bytes while the backward runs (recomputed activations)
+  double send_bytes = 0;         // the stage's output activation; its gradient has the same size
+};
+
+struct PipelineCosts {
+  std::vector<std::vector<StageCost>> stage;  // [virtual stage][microbatch]
+  std::vector<double> static_bytes;           // per rank: weights, gradients, optimizer state
+  std::vector<double> grad_sync_s;            // per virtual stage: data-parallel sync of its gradients
+  Link p2p;                                   // between neighbouring pipeline ranks
+
+  const StageCost& at(int v, int mb) const { return stage[v][mb]; }
+};
+
+}  // namespace loom

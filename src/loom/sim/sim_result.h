@@ -1,0 +1,38 @@
+// SimResult: what one simulated iteration produced. Times in seconds, memory
+// in bytes, one entry per simulated rank (replica-major: replica * p + rank).
+// Metric definitions: docs/metrics.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom {
+
+struct Interval {
+  int rank = 0;         // simulated rank (replica * p + pipeline rank)
+  int stream = 0;       // 0 compute, 1 communication
+  int action = 0;       // index in that pipeline rank's action list
+  double start_s = 0;
+  double end_s = 0;
+};
+
+struct MemoryPoint {
+  double time_s = 0;
+  double bytes = 0;     // live bytes from this time on
+};
+
+struct SimResult {
+  double iteration_time_s = 0;
+  std::vector<double> busy_s;          // compute-stream busy time per rank
+  double bubble_ratio = 0;             // 1 - sum busy / (ranks x iteration time)
+  std::vector<double> peak_mem_bytes;  // per rank
+  std::vector<std::vector<MemoryPoint>> memory;  // per rank, step function
+  std::vector<Interval> intervals;     // when SimOptions::record_intervals
+  int64_t events = 0;                  // actions simulated (replicas included)
+
+  double max_peak_mem_bytes() const;
+  int num_ranks() const { return static_cast<int>(busy_s.size()); }
+};
+
+}  // namespace loom

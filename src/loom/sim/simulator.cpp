@@ -1,0 +1,324 @@
+#include "loom/sim/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <queue>
+
+#include "loom/error.h"
+#include "loom/pipeline/validate.h"
+
+namespace loom {
+
+void SimOptions::Validate() const {
+  if (grad_buckets < 1) {
+    throw Error(fmt::format("grad_buckets: must be >= 1, got {}", grad_buckets));
+  }
+}
+
+double SimResult::max_peak_mem_bytes() const {
+  double m = 0;
+  for (double p : peak_mem_bytes) m = std::max(m, p);
+  return m;
+}
+
+Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, SimOptions options)
+    : schedule_(std::move(schedule)), options_(options), replicas_(std::move(replicas)) {
+  options_.Validate();
+  if (replicas_.empty()) {
+    throw Error("simulator: no replica to simulate");
+  }
+  bool has_sync = false;
+  for (const auto& r : schedule_.ranks) {
+    for (const auto& a : r) has_sync = has_sync || a.kind == ActionKind::kCollective;
+  }
+  if (!has_sync) {
+    AddGradientSync(schedule_, options_.grad_buckets);
+  }
+  ValidateSchedule(schedule_);
+  for (const auto& rep : replicas_) {
+    if (static_cast<int>(rep.stage.size()) != schedule_.num_stages() ||
+        static_cast<int>(rep.static_bytes.size()) != schedule_.num_ranks ||
+        static_cast<int>(rep.grad_sync_s.size()) != schedule_.num_stages()) {
+      throw Error(fmt::format("simulator: costs cover {} stages and {} ranks; the schedule has {} and {}",
+                              rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(),
+                              schedule_.num_ranks));
+    }
+    for (const auto& st : rep.stage) {
+      if (static_cast<int>(st.size()) != schedule_.num_microbatches) {
+        throw Error(fmt::format("simulator: costs have {} microbatches; the schedule has {}", st.size(),
+                                schedule_.num_microbatches));
+      }
+    }
+  }
+  graph_ = BuildDependencies(schedule_, options_.overlap_grad_sync);
+  const int n = graph_.size();
+  users_.assign(n, {});
+  std::vector<int> missing(n, 0);
+  for (int id = 0; id < n; ++id) {
+    if (graph_.stream_prev[id] >= 0) {
+      users_[graph_.stream_prev[id]].push_back(id);
+      ++missing[id];
+    }
+    for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
+      users_[graph_.dep_id[d]].push_back(id);
+      ++missing[id];
+    }
+    const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
+    if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
+    if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
+  }
+  // A topological order (Kahn, smallest id first: deterministic).
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (int id = 0; id < n; ++id) {
+    if (missing[id] == 0) ready.push(id);
+  }
+  topo_index_.assign(n, 0);
+  while (!ready.empty()) {
+    int id = ready.top();
+    ready.pop();
+    topo_index_[id] = static_cast<int>(topo_order_.size());
+    topo_order_.push_back(id);
+    for (int u : users_[id]) {
+      if (--missing[u] == 0) ready.push(u);
+    }
+  }
+  start_.assign(replicas_.size(), std::vector<double>(n, 0.0));
+  end_.assign(replicas_.size(), std::vector<double>(n, 0.0));
+  dirty_.assign(replicas_.size(), {});
+  SimulateFromScratch();
+}
+
+double Simulator::Duration(int rep, int id) const {
+  const int r = graph_.rank[id];
+  const Action& a = schedule_.ranks[r][id - graph_.offset[r]];
+  const PipelineCosts& c = replicas_[rep];
+  switch (a.kind) {
+    case ActionKind::kForward: return c.at(a.stage, a.microbatch).forward_s;
+    case ActionKind::kBackward:
+      return c.at(a.stage, a.microbatch).backward_data_s + c.at(a.stage, a.microbatch).backward_weight_s;
+    case ActionKind::kBackwardData: return c.at(a.stage, a.microbatch).backward_data_s;
+    case ActionKind::kBackwardWeight: return c.at(a.stage, a.microbatch).backward_weight_s;
+    case ActionKind::kSend: {
+      // A gradient sent by stage v is the gradient of stage v-1's output.
+      int producer = a.payload == Payload::kActivation ? a.stage : a.stage - 1;
+      return c.p2p.latency_s + c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
+    }
+    case ActionKind::kCollective: return c.grad_sync_s[a.stage] / options_.grad_buckets;
+    case ActionKind::kRecv:
+    case ActionKind::kWait: return 0;
+  }
+  return 0;
+}
+
+double Simulator::ReadyTime(int rep, int id) const {
+  const auto& s = start_[rep];
+  const auto& e = end_[rep];
+  double t = graph_.stream_prev[id] >= 0 ? e[graph_.stream_prev[id]] : 0.0;
+  for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
+    int p = graph_.dep_id[d];
+    double f = graph_.dep_fraction[d];
+    t = std::max(t, f >= 1.0 ? e[p] : s[p] + f * (e[p] - s[p]));
+  }
+  return t;
+}
+
+void Simulator::RunReplica(int rep) {
+  // Event-driven: pop the earliest completion, release the actions waiting on it.
+  const int n = graph_.size();
+  std::vector<int> missing(n, 0);
+  for (int id = 0; id < n; ++id) {
+    missing[id] = (graph_.stream_prev[id] >= 0) + (graph_.dep_begin[id + 1] - graph_.dep_begin[id]);
+  }
+  using Event = std::pair<double, int>;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  auto launch = [&](int id) {
+    start_[rep][id] = ReadyTime(rep, id);
+    end_[rep][id] = start_[rep][id] + Duration(rep, id);
+    events.push({end_[rep][id], id});
+  };
+  for (int id = 0; id < n; ++id) {
+    if (missing[id] == 0) launch(id);
+  }
+  while (!events.empty()) {
+    int id = events.top().second;
+    events.pop();
+    for (int u : users_[id]) {
+      if (--missing[u] == 0) launch(u);
+    }
+  }
+}
+
+void Simulator::JoinGradientSync() {
+  // Replicas meet at the data-parallel all-reduce: a bucket starts when every
+  // replica has it ready and the previous bucket on that rank is done.
+  for (int id : collective_ids_) {  // ids are in rank and stream order
+    double t = 0;
+    for (size_t rep = 0; rep < replicas_.size(); ++rep) t = std::max(t, ReadyTime(static_cast<int>(rep), id));
+    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+      start_[rep][id] = t;
+      end_[rep][id] = t + Duration(static_cast<int>(rep), id);
+    }
+  }
+  for (int id : wait_ids_) {
+    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+      start_[rep][id] = end_[rep][id] = ReadyTime(static_cast<int>(rep), id);
+    }
+  }
+}
+
+void Simulator::Summarize() {
+  const int p = schedule_.num_ranks;
+  iteration_time_s_ = 0;
+  for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+    for (int r = 0; r < p; ++r) {
+      int last = graph_.offset[r + 1] - 1;
+      if (last >= graph_.offset[r]) iteration_time_s_ = std::max(iteration_time_s_, end_[rep][last]);
+    }
+    for (int id : collective_ids_) iteration_time_s_ = std::max(iteration_time_s_, end_[rep][id]);
+  }
+  memory_stale_ = true;
+}
+
+void Simulator::SimulateFromScratch() {
+  for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+    RunReplica(static_cast<int>(rep));
+    dirty_[rep].clear();
+  }
+  JoinGradientSync();
+  Summarize();
+}
+
+void Simulator::SetCost(int rep, int stage, int mb, const StageCost& cost) {
+  replicas_.at(rep).stage.at(stage).at(mb) = cost;
+  for (int r = 0; r < schedule_.num_ranks; ++r) {
+    for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
+      const Action& a = schedule_.ranks[r][i];
+      if (a.microbatch == mb && (a.stage == stage || a.stage == stage + 1)) {
+        dirty_[rep].push_back(graph_.offset[r] + i);
+      }
+    }
+  }
+}
+
+void Simulator::SwapMicrobatches(int rep, int a, int b) {
+  for (auto& st : replicas_.at(rep).stage) std::swap(st.at(a), st.at(b));
+  for (int r = 0; r < schedule_.num_ranks; ++r) {
+    for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
+      int mb = schedule_.ranks[r][i].microbatch;
+      if (mb == a || mb == b) dirty_[rep].push_back(graph_.offset[r] + i);
+    }
+  }
+}
+
+void Simulator::Resimulate() {
+  for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+    if (dirty_[rep].empty()) continue;
+    // Walk forward in topological order from the changed actions; an action
+    // whose times do not move stops the walk unless its own cost changed.
+    std::vector<char> forced(graph_.size(), 0);
+    std::priority_queue<int, std::vector<int>, std::greater<int>> work;  // topo index
+    std::vector<char> queued(graph_.size(), 0);
+    for (int id : dirty_[rep]) {
+      forced[id] = 1;
+      if (!queued[id]) {
+        queued[id] = 1;
+        work.push(topo_index_[id]);
+      }
+    }
+    while (!work.empty()) {
+      int id = topo_order_[work.top()];
+      work.pop();
+      double s = ReadyTime(static_cast<int>(rep), id);
+      double e = s + Duration(static_cast<int>(rep), id);
+      if (!forced[id] && s == start_[rep][id] && e == end_[rep][id]) continue;
+      start_[rep][id] = s;
+      end_[rep][id] = e;
+      for (int u : users_[id]) {
+        if (!queued[u]) {
+          queued[u] = 1;
+          work.push(topo_index_[u]);
+        }
+      }
+    }
+    dirty_[rep].clear();
+  }
+  JoinGradientSync();
+  Summarize();
+}
+
+double Simulator::start_s(int rep, int rank, int index) const { return start_[rep][graph_.id(rank, index)]; }
+double Simulator::end_s(int rep, int rank, int index) const { return end_[rep][graph_.id(rank, index)]; }
+
+void Simulator::ComputeMemory() {
+  const int p = schedule_.num_ranks;
+  const int reps = static_cast<int>(replicas_.size());
+  result_.iteration_time_s = iteration_time_s_;
+  result_.busy_s.assign(reps * p, 0.0);
+  result_.peak_mem_bytes.assign(reps * p, 0.0);
+  result_.memory.assign(reps * p, {});
+  result_.intervals.clear();
+  result_.events = static_cast<int64_t>(graph_.size()) * reps;
+  double busy_total = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    const PipelineCosts& c = replicas_[rep];
+    for (int r = 0; r < p; ++r) {
+      const int out = rep * p + r;
+      // Activations live from a forward's start to the end of the last backward
+      // piece of the same microbatch (the weight pass under zero-bubble).
+      std::vector<std::pair<double, double>> deltas;  // (time, bytes)
+      for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
+        const Action& a = schedule_.ranks[r][i];
+        const int id = graph_.offset[r] + i;
+        const double s = start_[rep][id], e = end_[rep][id];
+        if (options_.record_intervals && (a.is_compute() || a.on_comm_stream())) {
+          result_.intervals.push_back({out, a.on_comm_stream() ? 1 : 0, i, s, e});
+        }
+        if (!a.is_compute()) continue;
+        result_.busy_s[out] += e - s;
+        const StageCost& sc = c.at(a.stage, a.microbatch);
+        if (a.kind == ActionKind::kForward) {
+          deltas.push_back({s, sc.activation_bytes});
+        }
+        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
+          deltas.push_back({s, sc.transient_bytes});
+          deltas.push_back({e, -sc.transient_bytes});
+        }
+        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
+          deltas.push_back({e, -sc.activation_bytes});
+        }
+      }
+      // Frees before allocations at the same instant.
+      std::sort(deltas.begin(), deltas.end());
+      double live = c.static_bytes[r], peak = live;
+      auto& curve = result_.memory[out];
+      curve.push_back({0.0, live});
+      for (const auto& [t, d] : deltas) {
+        live += d;
+        peak = std::max(peak, live);
+        if (!curve.empty() && curve.back().time_s == t) {
+          curve.back().bytes = live;
+        } else {
+          curve.push_back({t, live});
+        }
+      }
+      result_.peak_mem_bytes[out] = peak;
+      busy_total += result_.busy_s[out];
+    }
+  }
+  result_.bubble_ratio =
+      iteration_time_s_ > 0 ? 1.0 - busy_total / (static_cast<double>(reps * p) * iteration_time_s_) : 0.0;
+  memory_stale_ = false;
+}
+
+const SimResult& Simulator::result() {
+  if (memory_stale_) ComputeMemory();
+  return result_;
+}
+
+SimResult Simulate(const Schedule& schedule, const PipelineCosts& costs, const SimOptions& options) {
+  Simulator sim(schedule, {costs}, options);
+  return sim.result();
+}
+
+}  // namespace loom
