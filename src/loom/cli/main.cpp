@@ -9,6 +9,9 @@
 #include "loom/error.h"
 #include "loom/report/inspect.h"
 #include "loom/report/table.h"
+#include "loom/sim/chrome_trace.h"
+#include "loom/sim/megatron_run.h"
+#include "loom/report/simulation_report.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -83,6 +86,26 @@ int main(int argc, char** argv) {
   inspect->add_flag("--json", json, "print JSON");
   workload.Add(inspect);
 
+  CLI::App* simulate = app.add_subcommand("simulate", "simulate one iteration of the Megatron-LM layout");
+  std::string sim_model, sim_cluster, trace_path, recompute = "none";
+  bool sim_json = false;
+  WorkloadFlags sim_workload;
+  loom::ParallelConfig cfg;
+  simulate->add_option("--model", sim_model, "built-in model name or YAML file")->required();
+  simulate->add_option("--cluster", sim_cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+  sim_workload.Add(simulate);
+  simulate->add_option("--tp", cfg.tp, "tensor parallel degree");
+  simulate->add_option("--pp", cfg.pp, "pipeline parallel degree");
+  simulate->add_option("--dp", cfg.dp, "data parallel degree");
+  simulate->add_option("--cp", cfg.cp, "context parallel degree");
+  simulate->add_option("--vpp", cfg.vpp, "virtual pipeline chunks per rank (interleaved)");
+  simulate->add_option("--microbatches", cfg.microbatches, "microbatches per replica per iteration")->required();
+  simulate->add_option("--schedule", cfg.schedule, "gpipe | 1f1b | interleaved | zb-h1");
+  simulate->add_option("--recompute", recompute, "none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration");
+  simulate->add_flag("--json", sim_json, "print JSON");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -105,6 +128,27 @@ int main(int argc, char** argv) {
       }
       nlohmann::json result = loom::InspectModel(loom::LoadModel(model_name), options);
       std::cout << (json ? result.dump(2) + "\n" : loom::FormatInspect(result));
+    }
+    if (app.got_subcommand("simulate")) {
+      cfg.recompute = recompute == "full"        ? loom::Recompute::kFull
+                      : recompute == "selective" ? loom::Recompute::kSelective
+                                                 : loom::Recompute::kNone;
+      loom::Model model = loom::LoadModel(sim_model);
+      std::optional<loom::Workload> w = sim_workload.Resolve();
+      loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
+      loom::MegatronRun run = loom::RunMegatron(model, loom::LoadCluster(sim_cluster), workload, cfg);
+      if (!trace_path.empty()) {
+        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.sim.schedule, run.gpu_names));
+      }
+      const auto& m = run.metrics;
+      if (sim_json) {
+        nlohmann::json j = {{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu},
+                            {"bubble_ratio", m.bubble_ratio}, {"peak_mem_bytes", m.peak_mem_bytes},
+                            {"throughput_samples_per_s", m.throughput_samples_per_s}};
+        std::cout << j.dump(2) << "\n";
+      } else {
+        std::cout << loom::FormatMegatronRun(run, model, workload, cfg);
+      }
     }
   } catch (const loom::Error& e) {
     std::cerr << "loom: error: " << e.what() << "\n";

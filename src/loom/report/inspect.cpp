@@ -29,11 +29,7 @@ nlohmann::json InspectModel(const Model& model, const InspectOptions& options) {
   if (options.workload) {
     w = *options.workload;
   } else {
-    bool text_only = true;
-    for (const auto& m : model.modules) {
-      text_only = text_only && m.tokens.source == TokenSource::kText;
-    }
-    w = LoadWorkload(text_only ? "text" : "obelics");
+    w = DefaultWorkload(model);
   }
   int64_t n = std::min<int64_t>(w.global_batch, options.max_samples);
   Batch batch = MakeSampleSource(w.source)->Draw(n, w.seed, 0);

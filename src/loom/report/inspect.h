@@ -16,7 +16,7 @@ namespace loom {
 std::string FormatModelList();
 
 struct InspectOptions {
-  std::optional<Workload> workload;  // default: `text` for text-only models, else `obelics`
+  std::optional<Workload> workload;  // default: DefaultWorkload(model)
   std::optional<Cluster> cluster;    // adds a per-sample forward time on one of its GPUs
   int max_samples = 64;              // FLOPs are the mean over this many samples of iteration 0
 };

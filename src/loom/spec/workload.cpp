@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "loom/error.h"
+#include "loom/spec/model.h"
 #include "loom/spec/yaml_reader.h"
 
 namespace loom {
@@ -45,6 +46,19 @@ Workload Named(const std::string& kind) {
 
 std::vector<std::string> WorkloadNames() {
   return {"text", "laion", "obelics", "video", "mosaic-fixed", "cornstarch-synthetic"};
+}
+
+Workload DefaultWorkload(const Model& model) {
+  bool image = false, video = false, audio = false;
+  for (const auto& m : model.modules) {
+    image = image || m.tokens.source == TokenSource::kImage;
+    video = video || m.tokens.source == TokenSource::kVideo;
+    audio = audio || m.tokens.source == TokenSource::kAudio;
+  }
+  if (video) return Named("video");
+  if (audio) return Named(image ? "cornstarch-synthetic" : "mosaic-fixed");
+  if (image) return Named("obelics");
+  return Named("text");
 }
 
 Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {

@@ -38,6 +38,12 @@ struct Workload {
   uint64_t seed = 0;
 };
 
+struct Model;
+// The built-in workload that feeds every modality of `model`: video if a
+// module reads video, cornstarch-synthetic if it reads audio and images,
+// mosaic-fixed for audio alone, obelics for images, else text.
+Workload DefaultWorkload(const Model& model);
+
 // Named workloads: text, laion, obelics, video, mosaic-fixed, cornstarch-synthetic.
 std::vector<std::string> WorkloadNames();
 // A named workload or a workload YAML file; throws loom::Error otherwise.

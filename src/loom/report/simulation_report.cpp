@@ -1,0 +1,41 @@
+#include "loom/report/simulation_report.h"
+
+#include <fmt/format.h>
+
+#include "loom/report/table.h"
+
+namespace loom {
+
+std::string FormatMegatronRun(const MegatronRun& run, const Model& model, const Workload& workload,
+                              const ParallelConfig& cfg) {
+  const auto& sim = run.sim;
+  std::string out = fmt::format(
+      "{} on {} GPUs, workload {} (global batch {}): tp {} pp {} dp {} cp {} vpp {}, {} microbatches of {} "
+      "sample(s), {} schedule, {} DP replica(s) simulated\n\n",
+      model.name, sim.num_gpus, workload.name, workload.global_batch, cfg.tp, cfg.pp, cfg.dp, cfg.cp, cfg.vpp,
+      cfg.microbatches, workload.global_batch / (static_cast<int64_t>(cfg.dp) * cfg.microbatches), sim.schedule.name,
+      sim.replicas.size());
+  TextTable stages({"stage", "rank", "layers", "fwd ms/mb", "bwd ms/mb", "activations/mb", "peak mem (rank)"});
+  const auto& costs = sim.replicas[0];
+  for (int v = 0; v < sim.schedule.num_stages(); ++v) {
+    double f = 0, b = 0, act = 0;
+    for (const auto& c : costs.stage[v]) {
+      f += c.forward_s;
+      b += c.backward_data_s + c.backward_weight_s;
+      act += c.activation_bytes;
+    }
+    const double m = static_cast<double>(costs.stage[v].size());
+    int rank = sim.schedule.stage_rank[v];
+    stages.AddRow({fmt::format("{}", v), fmt::format("{}", rank), run.stage_labels[v],
+                   fmt::format("{:.2f}", f / m * 1e3), fmt::format("{:.2f}", b / m * 1e3), HumanBytes(act / m),
+                   HumanBytes(run.result.peak_mem_bytes[rank])});
+  }
+  const auto& x = run.metrics;
+  TextTable metrics({"iteration s", "samples/s", "tokens/s", "MFU", "bubble", "peak mem/GPU"});
+  metrics.AddRow({fmt::format("{:.3f}", x.iteration_time_s), fmt::format("{:.2f}", x.throughput_samples_per_s),
+                  fmt::format("{:.0f}", x.throughput_tokens_per_s), fmt::format("{:.1f}%", 100 * x.mfu),
+                  fmt::format("{:.1f}%", 100 * x.bubble_ratio), HumanBytes(x.peak_mem_bytes)});
+  return out + stages.Render() + "\n" + metrics.Render();
+}
+
+}  // namespace loom

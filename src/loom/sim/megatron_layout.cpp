@@ -1,0 +1,241 @@
+#include "loom/sim/megatron_layout.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "loom/cost/collectives.h"
+#include "loom/cost/device_time.h"
+#include "loom/cost/frozen.h"
+#include "loom/cost/memory.h"
+#include "loom/error.h"
+#include "loom/pipeline/schedules.h"
+
+namespace loom {
+
+namespace {
+
+constexpr double kElemBytes = 2;  // bf16 / fp16 activations and gradients
+
+// Output width of a layer: what it hands the next layer per token.
+double OutWidth(const Layer& l) {
+  switch (l.kind) {
+    case LayerKind::kMlpProjector: return static_cast<double>(l.out_dim);
+    case LayerKind::kConv:
+    case LayerKind::kResnetBlock: return static_cast<double>(l.out_channels);
+    case LayerKind::kLmHead: return static_cast<double>(l.hidden);  // logits stay on the last stage
+    default: return static_cast<double>(l.hidden);
+  }
+}
+
+bool HasAttention(const Layer& l) {
+  return l.kind == LayerKind::kTransformer || l.kind == LayerKind::kConformer ||
+         l.kind == LayerKind::kSpatialTransformer;
+}
+
+// Context parallelism splits every sequence over cp ranks; with the balanced
+// (zig-zag) split each rank does 1/cp of the attention pairs.
+TokenStats PerCpRank(TokenStats t, int cp) {
+  t.tokens /= cp;
+  t.sum_sq /= cp;
+  t.cross /= cp;
+  return t;
+}
+
+struct LayerTimes {
+  double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
+  double flops = 0;  // useful FLOPs on one rank (recompute excluded)
+};
+
+LayerTimes PriceLayer(const Layer& l, const TokenStats& full, const BackwardNeeds& needs, const Cluster& c,
+                      const ParallelConfig& cfg) {
+  const Efficiency eff;
+  TokenStats t = PerCpRank(full, cfg.cp);
+  LayerWork w = EstimateLayerWork(l, t, cfg.tp, kElemBytes);
+  LayerTimes out;
+  // Tensor-parallel all-reduces sit on the critical path inside the layer
+  // (Megatron-LM without communication overlap): added to compute time.
+  double tp_s = GroupAllReduceTime_s(w.tp_allreduce_bytes, cfg.tp, 1, c);
+  // Context parallelism all-gathers K and V of the whole sequence per attention layer.
+  double cp_s = 0;
+  if (cfg.cp > 1 && HasAttention(l)) {
+    double kv = static_cast<double>(l.kv_heads) * (l.hidden / std::max<int64_t>(l.heads, 1));
+    cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * kElemBytes / cfg.tp, cfg.cp, cfg.tp, c);
+  }
+  out.forward_s = PhaseTime_s(w, Phase::kForward, c.gpu, eff) + tp_s + cp_s;
+  out.flops = w.Flops(Phase::kForward);
+  if (needs.data) {
+    out.backward_data_s = PhaseTime_s(w, Phase::kBackwardData, c.gpu, eff) + tp_s + cp_s;
+    out.flops += w.Flops(Phase::kBackwardData);
+  }
+  if (needs.weight) {
+    out.backward_weight_s = PhaseTime_s(w, Phase::kBackwardWeight, c.gpu, eff);
+    out.flops += w.Flops(Phase::kBackwardWeight);
+  }
+  if (needs.data || needs.weight) {
+    out.activation_bytes = ActivationBytes(l, t, cfg.tp, cfg.recompute, kElemBytes);
+    double kept_all = ActivationBytes(l, t, cfg.tp, Recompute::kNone, kElemBytes);
+    if (cfg.recompute == Recompute::kFull) {
+      out.backward_data_s += out.forward_s;  // re-run the forward inside the backward
+      out.transient_bytes = kept_all - out.activation_bytes;
+    } else if (cfg.recompute == Recompute::kSelective) {
+      LayerWork elementwise;
+      elementwise.at(Phase::kForward, OpClass::kElementwise) = w.at(Phase::kForward, OpClass::kElementwise);
+      out.backward_data_s += PhaseTime_s(elementwise, Phase::kForward, c.gpu, eff);
+      out.transient_bytes = kept_all - out.activation_bytes;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const Workload& workload) const {
+  for (auto [name, v] : {std::pair{"tp", tp}, {"pp", pp}, {"dp", dp}, {"cp", cp}, {"vpp", vpp},
+                         {"microbatches", microbatches}}) {
+    if (v < 1) throw Error(fmt::format("--{}: must be >= 1, got {}", name, v));
+  }
+  if (tp * pp * dp * cp != cluster.num_gpus()) {
+    throw Error(fmt::format("tp ({}) x pp ({}) x dp ({}) x cp ({}) = {} != the {} GPUs of cluster {}", tp, pp, dp, cp,
+                            tp * pp * dp * cp, cluster.num_gpus(), cluster.name));
+  }
+  if (tp > cluster.gpus_per_node || cluster.gpus_per_node % tp != 0) {
+    throw Error(fmt::format("tp ({}) must divide the {} GPUs of a node: tensor parallelism stays inside a node", tp,
+                            cluster.gpus_per_node));
+  }
+  for (const auto& m : model.modules) {
+    for (const auto& l : m.layers) {
+      if (HasAttention(l) && l.heads % tp != 0) {
+        throw Error(fmt::format("tp ({}) must divide the attention heads of module {} ({})", tp, m.name, l.heads));
+      }
+    }
+  }
+  if (workload.global_batch % (static_cast<int64_t>(dp) * microbatches) != 0) {
+    throw Error(fmt::format("global batch ({}) must split into dp ({}) x microbatches ({}) equal microbatches",
+                            workload.global_batch, dp, microbatches));
+  }
+  if (model.num_layers() < pp * vpp) {
+    throw Error(fmt::format("pp ({}) x vpp ({}) = {} stages but {} has only {} layers", pp, vpp, pp * vpp, model.name,
+                            model.num_layers()));
+  }
+  if (vpp > 1 && schedule != "interleaved") {
+    throw Error(fmt::format("--vpp {} needs --schedule interleaved", vpp));
+  }
+  sim.Validate();
+}
+
+MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& c, const Workload& w,
+                                           const ParallelConfig& cfg, const Batch& batch) {
+  cfg.Validate(model, c, w);
+  MegatronSimulation out;
+  out.num_gpus = c.num_gpus();
+  const int stages = cfg.pp * cfg.vpp;
+  const int m = cfg.microbatches;
+  const int64_t mbs = w.global_batch / (static_cast<int64_t>(cfg.dp) * m);
+  if (static_cast<int64_t>(batch.samples.size()) != w.global_batch) {
+    throw Error(fmt::format("batch has {} samples, the workload's global batch is {}", batch.samples.size(),
+                            w.global_batch));
+  }
+  const auto needs = ComputeBackwardNeeds(model);
+  for (size_t i = 0; i < model.modules.size(); ++i) {
+    for (size_t j = 0; j < model.modules[i].layers.size(); ++j) {
+      out.layers.push_back({static_cast<int>(i), static_cast<int>(j)});
+    }
+  }
+  const int n = static_cast<int>(out.layers.size());
+
+  // Price every layer for every microbatch of every replica.
+  std::vector<std::vector<std::vector<LayerTimes>>> times(cfg.dp);  // [replica][mb][layer]
+  std::vector<std::vector<std::vector<TokenStats>>> tokens(cfg.dp);  // [replica][mb][module]
+  std::vector<double> mean_cost(n, 0.0);
+  for (int d = 0; d < cfg.dp; ++d) {
+    times[d].resize(m);
+    tokens[d].resize(m);
+    for (int k = 0; k < m; ++k) {
+      auto first = batch.samples.begin() + (static_cast<int64_t>(d) * m + k) * mbs;
+      std::vector<Sample> mb(first, first + mbs);
+      tokens[d][k] = CountModuleTokens(model, mb);
+      times[d][k].resize(n);
+      for (int i = 0; i < n; ++i) {
+        auto [mi, li] = out.layers[i];
+        LayerTimes lt = PriceLayer(model.modules[mi].layers[li], tokens[d][k][mi], needs[mi][li], c, cfg);
+        times[d][k][i] = lt;
+        mean_cost[i] += lt.forward_s + lt.backward_data_s + lt.backward_weight_s;
+        out.model_flops += lt.flops * cfg.tp * cfg.cp;
+      }
+    }
+  }
+  out.partition = MinMaxPartition(mean_cost, stages);
+
+  out.schedule = MakeSchedule(cfg.schedule, cfg.pp, m, cfg.vpp);
+  const Link p2p = c.LinkForSpan(cfg.tp * cfg.cp * cfg.dp + 1);
+  std::vector<double> trainable(stages, 0.0), frozen(stages, 0.0);
+  for (int v = 0; v < stages; ++v) {
+    for (int i = out.partition.begin[v]; i < out.partition.begin[v + 1]; ++i) {
+      auto [mi, li] = out.layers[i];
+      const Layer& l = model.modules[mi].layers[li];
+      (l.frozen ? frozen : trainable)[v] += static_cast<double>(LayerParams(l)) / cfg.tp;
+    }
+  }
+  // Identical replicas (same microbatch costs) are simulated once.
+  std::map<std::vector<double>, int> seen;
+  for (int d = 0; d < cfg.dp; ++d) {
+    PipelineCosts pc;
+    pc.p2p = p2p;
+    pc.stage.assign(stages, std::vector<StageCost>(m));
+    pc.static_bytes.assign(cfg.pp, 0.0);
+    pc.grad_sync_s.assign(stages, 0.0);
+    std::vector<double> signature;
+    for (int v = 0; v < stages; ++v) {
+      const int rank = out.schedule.stage_rank[v];
+      ModelStateBytes state = ModelState(trainable[v], frozen[v], cfg.dp * cfg.cp, w.zero_stage);
+      pc.static_bytes[rank] += state.total();
+      // Gradients of the stage's trainable weights, reduced over DP x CP in bf16.
+      pc.grad_sync_s[v] = GroupAllReduceTime_s(2 * trainable[v], cfg.dp * cfg.cp, cfg.tp, c);
+      const int last = out.partition.begin[v + 1] - 1;
+      auto [lm, ll] = out.layers[last];
+      for (int k = 0; k < m; ++k) {
+        StageCost& sc = pc.stage[v][k];
+        for (int i = out.partition.begin[v]; i <= last; ++i) {
+          const LayerTimes& lt = times[d][k][i];
+          sc.forward_s += lt.forward_s;
+          sc.backward_data_s += lt.backward_data_s;
+          sc.backward_weight_s += lt.backward_weight_s;
+          sc.activation_bytes += lt.activation_bytes;
+          sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
+        }
+        sc.send_bytes = kElemBytes * tokens[d][k][lm].tokens / cfg.cp * OutWidth(model.modules[lm].layers[ll]);
+        signature.insert(signature.end(), {sc.forward_s, sc.backward_data_s, sc.backward_weight_s,
+                                           sc.activation_bytes, sc.send_bytes});
+      }
+    }
+    auto [it, inserted] = seen.emplace(signature, static_cast<int>(out.replicas.size()));
+    if (inserted) {
+      out.replicas.push_back(std::move(pc));
+      out.replica_weight.push_back(1);
+    } else {
+      ++out.replica_weight[it->second];
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> StageLabels(const Model& model, const MegatronSimulation& sim) {
+  std::vector<std::string> labels;
+  for (int v = 0; v < sim.partition.num_stages(); ++v) {
+    std::string label;
+    int i = sim.partition.begin[v];
+    while (i < sim.partition.begin[v + 1]) {
+      int mi = sim.layers[i].first, j = i;
+      while (j < sim.partition.begin[v + 1] && sim.layers[j].first == mi) ++j;
+      label += fmt::format("{}{}[{}:{}]", label.empty() ? "" : "+", model.modules[mi].name, sim.layers[i].second,
+                           sim.layers[j - 1].second + 1);
+      i = j;
+    }
+    labels.push_back(label);
+  }
+  return labels;
+}
+
+}  // namespace loom
