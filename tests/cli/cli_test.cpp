@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
@@ -79,6 +80,38 @@ TEST(Cli, BadInputExitsTwoWithTheReason) {
   CliRun seq = Loom("inspect vlm-s --workload obelics --seq-len 100");
   EXPECT_EQ(seq.exit_code, 2);
   EXPECT_NE(seq.out.find("--seq-len applies to the `text` workload"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(Cli, SimulateJsonAndTrace) {
+  std::string trace = test::WriteTemp("trace.json", "");
+  CliRun r = Loom("simulate --model llama3-1b --cluster h100:1x4 --workload text --global-batch 8 --pp 4 "
+                  "--microbatches 8 --schedule zb-h1 --json --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* f : {"iteration_time_s", "mfu", "bubble_ratio", "peak_mem_bytes", "throughput_samples_per_s"}) {
+    EXPECT_TRUE(j.contains(f)) << f;
+  }
+  EXPECT_NEAR(j["throughput_samples_per_s"].get<double>() * j["iteration_time_s"].get<double>(), 8.0, 1e-9);
+  std::ifstream in(trace);
+  auto t = nlohmann::json::parse(in);
+  int complete = 0;
+  for (const auto& e : t["traceEvents"]) complete += e["ph"] == "X";
+  // 4 ranks x 8 microbatches x (F + Bd + W) compute events, plus sends and the gradient sync.
+  EXPECT_GE(complete, 4 * 8 * 3);
+}
+
+TEST(Cli, SimulateOutOfMemoryNamesTheGpu) {
+  CliRun r = Loom("simulate --model qwen2-72b --cluster h100:1x8 --workload text --global-batch 8 --tp 8 "
+                  "--microbatches 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("does not fit in memory: the GPUs of pipeline rank 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over the 80.0 GiB of an h100"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -43,14 +43,39 @@ TokenStats PerCpRank(TokenStats t, int cp) {
   return t;
 }
 
+// A module whose heads do not divide by TP is replicated across the TP group,
+// each rank taking 1/tp of its sequences (MMScale §7 on Megatron-LM: "we
+// replicate the encoder and generator across the GPUs within the TP group").
+TokenStats ShareOfSequences(TokenStats t, int ranks) {
+  t.tokens /= ranks;
+  t.sum_sq /= ranks;
+  t.sequences /= ranks;
+  t.context_tokens /= ranks;
+  t.cross /= ranks;
+  return t;
+}
+
 struct LayerTimes {
   double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
   double flops = 0;  // useful FLOPs on one rank (recompute excluded)
 };
 
-LayerTimes PriceLayer(const Layer& l, const TokenStats& full, const BackwardNeeds& needs, const Cluster& c,
-                      const ParallelConfig& cfg) {
+}  // namespace
+
+bool SplitsOverTensorParallel(const Module& m, int tp) {
+  for (const auto& l : m.layers) {
+    if (HasAttention(l) && l.heads % tp != 0) return false;
+  }
+  return true;
+}
+
+namespace {
+
+LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, bool split, const BackwardNeeds& needs,
+                      const Cluster& c, ParallelConfig cfg) {
   const Efficiency eff;
+  TokenStats full = split ? module_tokens : ShareOfSequences(module_tokens, cfg.tp);
+  if (!split) cfg.tp = 1;
   TokenStats t = PerCpRank(full, cfg.cp);
   LayerWork w = EstimateLayerWork(l, t, cfg.tp, kElemBytes);
   LayerTimes out;
@@ -104,13 +129,6 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
     throw Error(fmt::format("tp ({}) must divide the {} GPUs of a node: tensor parallelism stays inside a node", tp,
                             cluster.gpus_per_node));
   }
-  for (const auto& m : model.modules) {
-    for (const auto& l : m.layers) {
-      if (HasAttention(l) && l.heads % tp != 0) {
-        throw Error(fmt::format("tp ({}) must divide the attention heads of module {} ({})", tp, m.name, l.heads));
-      }
-    }
-  }
   if (workload.global_batch % (static_cast<int64_t>(dp) * microbatches) != 0) {
     throw Error(fmt::format("global batch ({}) must split into dp ({}) x microbatches ({}) equal microbatches",
                             workload.global_batch, dp, microbatches));
@@ -159,10 +177,11 @@ MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& c,
       times[d][k].resize(n);
       for (int i = 0; i < n; ++i) {
         auto [mi, li] = out.layers[i];
-        LayerTimes lt = PriceLayer(model.modules[mi].layers[li], tokens[d][k][mi], needs[mi][li], c, cfg);
+        const bool split = SplitsOverTensorParallel(model.modules[mi], cfg.tp);
+        LayerTimes lt = PriceLayer(model.modules[mi].layers[li], tokens[d][k][mi], split, needs[mi][li], c, cfg);
         times[d][k][i] = lt;
         mean_cost[i] += lt.forward_s + lt.backward_data_s + lt.backward_weight_s;
-        out.model_flops += lt.flops * cfg.tp * cfg.cp;
+        out.model_flops += lt.flops * cfg.tp * cfg.cp;  // a replicated module's tp ranks each do 1/tp
       }
     }
   }
@@ -170,12 +189,16 @@ MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& c,
 
   out.schedule = MakeSchedule(cfg.schedule, cfg.pp, m, cfg.vpp);
   const Link p2p = c.LinkForSpan(cfg.tp * cfg.cp * cfg.dp + 1);
-  std::vector<double> trainable(stages, 0.0), frozen(stages, 0.0);
+  // Parameters per rank: TP-split modules hold 1/tp, replicated ones all of it.
+  std::vector<double> trainable(stages, 0.0), frozen(stages, 0.0), replicated(stages, 0.0);
   for (int v = 0; v < stages; ++v) {
     for (int i = out.partition.begin[v]; i < out.partition.begin[v + 1]; ++i) {
       auto [mi, li] = out.layers[i];
       const Layer& l = model.modules[mi].layers[li];
-      (l.frozen ? frozen : trainable)[v] += static_cast<double>(LayerParams(l)) / cfg.tp;
+      const bool split = SplitsOverTensorParallel(model.modules[mi], cfg.tp);
+      const double params = static_cast<double>(LayerParams(l)) / (split ? cfg.tp : 1);
+      (l.frozen ? frozen : trainable)[v] += params;
+      if (!split && !l.frozen) replicated[v] += params;
     }
   }
   // Identical replicas (same microbatch costs) are simulated once.
@@ -191,8 +214,10 @@ MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& c,
       const int rank = out.schedule.stage_rank[v];
       ModelStateBytes state = ModelState(trainable[v], frozen[v], cfg.dp * cfg.cp, w.zero_stage);
       pc.static_bytes[rank] += state.total();
-      // Gradients of the stage's trainable weights, reduced over DP x CP in bf16.
-      pc.grad_sync_s[v] = GroupAllReduceTime_s(2 * trainable[v], cfg.dp * cfg.cp, cfg.tp, c);
+      // Gradients of the stage's trainable weights, reduced in bf16 over DP x CP
+      // (and over the TP group too for replicated modules).
+      pc.grad_sync_s[v] = GroupAllReduceTime_s(2 * (trainable[v] - replicated[v]), cfg.dp * cfg.cp, cfg.tp, c) +
+                          GroupAllReduceTime_s(2 * replicated[v], cfg.dp * cfg.cp * cfg.tp, 1, c);
       const int last = out.partition.begin[v + 1] - 1;
       auto [lm, ll] = out.layers[last];
       for (int k = 0; k < m; ++k) {

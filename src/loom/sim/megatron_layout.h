@@ -1,6 +1,7 @@
 // The Megatron-LM layout of a multimodal model (issue 3's placement until
 // plan/ generalizes it): every module's layers in one pipeline, encoders in the
-// first stages, all with the backbone's TP, CP and DP. Layers are cut into
+// first stages, all with the backbone's TP, CP and DP (a module whose heads
+// do not divide by TP is replicated inside the TP group instead). Layers are cut into
 // pp x vpp contiguous stages by the min-max partitioner on their mean
 // forward + backward time, and the global batch is split into DP replicas and
 // microbatches in order. BuildMegatronSimulation prices every (stage,
@@ -49,6 +50,10 @@ struct MegatronSimulation {
 
 MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& cluster, const Workload& workload,
                                            const ParallelConfig& config, const Batch& batch);
+
+// Whether a module's attention heads divide by tp; modules that do not are
+// replicated across the TP group, each rank taking 1/tp of their sequences.
+bool SplitsOverTensorParallel(const Module& module, int tp);
 
 // Names of the stages' contents, "vision[0:32]+projector" style, for reports.
 std::vector<std::string> StageLabels(const Model& model, const MegatronSimulation& sim);

@@ -1,0 +1,140 @@
+// The Megatron-layout simulation on real models: closed forms where the model
+// makes them exact, every zoo composition either simulating sanely or failing
+// with the memory error, and configuration errors named.
+#include <gtest/gtest.h>
+
+#include "loom/cost/device_time.h"
+#include "loom/sim/megatron_run.h"
+#include "loom/spec/zoo.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+TEST(MegatronLayout, UniformTextModelFollowsTheOneFOneBClosedForm) {
+  // Fixed-length text: every microbatch costs the same; with one stage per
+  // identical transformer block group and free p2p the 1F1B form is exact up to
+  // the embedding/head imbalance, so compare against the simulated stage times.
+  Model m = LoadModel("gpt3-2.7b");
+  Cluster c = LoadCluster("h100:1x4");
+  Workload w = LoadWorkload("text");
+  w.global_batch = 8;
+  ParallelConfig cfg;
+  cfg.pp = 4;
+  cfg.microbatches = 8;
+  MegatronRun run = RunMegatron(m, c, w, cfg);
+  ASSERT_EQ(run.sim.replicas.size(), 1u);
+  double slowest = 0;
+  for (const auto& st : run.sim.replicas[0].stage) {
+    slowest = std::max(slowest, st[0].forward_s + st[0].backward_data_s + st[0].backward_weight_s);
+  }
+  // Lower bound: the slowest stage runs m microbatches; upper bound adds the
+  // (p - 1) fill and drain at the slowest stage's pace plus p2p and the DP-free sync.
+  EXPECT_GE(run.metrics.iteration_time_s, 8 * slowest);
+  EXPECT_LE(run.metrics.iteration_time_s, (8 + 3) * slowest * 1.02);
+  EXPECT_GT(run.metrics.mfu, 0.2);
+  EXPECT_LT(run.metrics.mfu, 0.75);
+}
+
+TEST(MegatronLayout, PeakMemoryIsStaticPlusInFlightActivations) {
+  Model m = LoadModel("gpt3-medium");
+  Cluster c = LoadCluster("h100:1x2");
+  Workload w = LoadWorkload("text");
+  w.global_batch = 6;
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    ParallelConfig cfg;
+    cfg.pp = 2;
+    cfg.microbatches = 6;
+    cfg.schedule = schedule;
+    MegatronRun run = RunMegatron(m, c, w, cfg);
+    const auto& costs = run.sim.replicas[0];
+    double act = costs.stage[0][0].activation_bytes;
+    int in_flight = std::string(schedule) == "gpipe" ? 6 : 2;
+    EXPECT_NEAR(run.result.peak_mem_bytes[0], costs.static_bytes[0] + in_flight * act, 1.0) << schedule;
+  }
+}
+
+TEST(MegatronLayout, FrozenEncodersKeepNoActivationsAndNoGradients) {
+  Model m = LoadModel("mllm-sss");
+  Cluster c = LoadCluster("h100:1x2");
+  Workload w = LoadWorkload("cornstarch-synthetic");
+  w.global_batch = 8;
+  ParallelConfig cfg;
+  cfg.pp = 2;
+  cfg.microbatches = 2;
+  MegatronRun run = RunMegatron(m, c, w, cfg);
+  // Stage 0 starts with the frozen vision encoder: no backward and no activations for it.
+  ASSERT_NE(run.stage_labels[0].find("vision"), std::string::npos);
+  EXPECT_EQ(run.sim.replicas[0].grad_sync_s.size(), 2u);
+}
+
+Workload SmallWorkloadFor(const Model& m) {
+  Workload w = DefaultWorkload(m);
+  w.global_batch = 8;
+  w.microbatch_size = 1;
+  if (w.source.kind == "text") w.source.seq_len = 2048;
+  return w;
+}
+
+TEST(MegatronLayout, EveryZooModelSimulatesOrSaysItDoesNotFit) {
+  Cluster c = LoadCluster("h100:4x8");
+  int simulated = 0, too_big = 0;
+  for (const auto& name : ZooModelNames()) {
+    SCOPED_TRACE(name);
+    Model m = LoadModel(name);
+    ParallelConfig cfg;
+    cfg.tp = 8;
+    cfg.pp = 4;
+    cfg.microbatches = 8;
+    cfg.recompute = Recompute::kFull;
+    Workload w = SmallWorkloadFor(m);
+    try {
+      MegatronRun run = RunMegatron(m, c, w, cfg);
+      EXPECT_GT(run.metrics.mfu, 0.0);
+      EXPECT_LT(run.metrics.mfu, 1.0);
+      EXPECT_GE(run.metrics.bubble_ratio, 0.0);
+      EXPECT_LT(run.metrics.bubble_ratio, 1.0);
+      EXPECT_LE(run.metrics.peak_mem_bytes, 80.0 * (1 << 30));
+      ++simulated;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("does not fit in memory"), std::string::npos) << e.what();
+      ++too_big;
+    }
+  }
+  EXPECT_GT(simulated, 40);
+  EXPECT_GT(too_big, 0);  // vlm-xl (197B) cannot fit 32 GPUs without DP sharding
+}
+
+TEST(MegatronLayout, ModulesWhoseHeadsDoNotSplitAreReplicatedInsideTheTpGroup) {
+  Model m = LoadModel("mllm-9b");
+  EXPECT_TRUE(SplitsOverTensorParallel(m.modules[m.FindModule("llm")], 8));
+  EXPECT_FALSE(SplitsOverTensorParallel(m.modules[m.FindModule("generator")], 8));  // 5 heads at 320 channels
+  EXPECT_TRUE(SplitsOverTensorParallel(m.modules[m.FindModule("vision")], 8));
+}
+
+TEST(MegatronLayout, ConfigurationErrorsNameTheFactors) {
+  Model m = LoadModel("llama3-8b");
+  Workload w = LoadWorkload("text");
+  ParallelConfig cfg;
+  cfg.tp = 4;
+  cfg.pp = 2;
+  cfg.dp = 3;
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:2x8"), w); },
+                    {"tp (4) x pp (2) x dp (3) x cp (1) = 24 != the 16 GPUs"});
+  cfg.dp = 1;
+  cfg.pp = 2;
+  cfg.tp = 16;
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:4x8"), w); }, {"tp (16) must divide the 8 GPUs of a node"});
+  cfg.tp = 8;
+  cfg.pp = 1;
+  cfg.dp = 1;
+  cfg.microbatches = 3;
+  w.global_batch = 8;
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:1x8"), w); }, {"global batch (8)", "microbatches (3)"});
+  cfg.microbatches = 1;
+  cfg.vpp = 2;
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:1x8"), w); }, {"needs --schedule interleaved"});
+}
+
+}  // namespace
+}  // namespace loom
