@@ -22,6 +22,9 @@ demo: build
 	$(BUILD)/loom models
 	$(BUILD)/loom inspect vlm-s --workload obelics
 	$(BUILD)/loom inspect mllm-9b --workload laion --cluster mmscale-cluster
+	$(BUILD)/loom simulate --model vlm-s --cluster pipeweaver-testbed --workload obelics --global-batch 64 \
+	  --tp 4 --pp 4 --dp 4 --microbatches 16 --schedule interleaved --vpp 2 --recompute full --trace vlm-s.trace.json
+	@echo "Trace written to vlm-s.trace.json: open it in https://ui.perfetto.dev"
 
 bench: build
 	$(BUILD)/loom_bench

@@ -15,7 +15,8 @@ std::string FormatMegatronRun(const MegatronRun& run, const Model& model, const 
       model.name, sim.num_gpus, workload.name, workload.global_batch, cfg.tp, cfg.pp, cfg.dp, cfg.cp, cfg.vpp,
       cfg.microbatches, workload.global_batch / (static_cast<int64_t>(cfg.dp) * cfg.microbatches), sim.schedule.name,
       sim.replicas.size());
-  TextTable stages({"stage", "rank", "layers", "fwd ms/mb", "bwd ms/mb", "activations/mb", "peak mem (rank)"});
+  TextTable stages({"stage", "rank", "layers", "fwd ms/mb", "bwd ms/mb", "activations/mb", "rank idle",
+                    "rank peak mem"});
   const auto& costs = sim.replicas[0];
   for (int v = 0; v < sim.schedule.num_stages(); ++v) {
     double f = 0, b = 0, act = 0;
@@ -28,6 +29,7 @@ std::string FormatMegatronRun(const MegatronRun& run, const Model& model, const 
     int rank = sim.schedule.stage_rank[v];
     stages.AddRow({fmt::format("{}", v), fmt::format("{}", rank), run.stage_labels[v],
                    fmt::format("{:.2f}", f / m * 1e3), fmt::format("{:.2f}", b / m * 1e3), HumanBytes(act / m),
+                   fmt::format("{:.1f}%", 100 * run.result.bubble_ratio_of(rank)),
                    HumanBytes(run.result.peak_mem_bytes[rank])});
   }
   const auto& x = run.metrics;

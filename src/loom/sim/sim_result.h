@@ -32,6 +32,8 @@ struct SimResult {
   int64_t events = 0;                  // actions simulated (replicas included)
 
   double max_peak_mem_bytes() const;
+  // Idle share of rank i's compute stream: 1 - busy_s[i] / iteration_time_s.
+  double bubble_ratio_of(int i) const { return 1.0 - busy_s[i] / iteration_time_s; }
   int num_ranks() const { return static_cast<int>(busy_s.size()); }
 };
 
