@@ -68,6 +68,13 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
     if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
   }
+  actions_of_mb_.assign(schedule_.num_microbatches, {});
+  for (int id = 0; id < n; ++id) {
+    int mb = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].microbatch;
+    if (mb >= 0) actions_of_mb_[mb].push_back(id);
+  }
+  forced_.assign(n, 0);
+  queued_.assign(n, 0);
   // A topological order (Kahn, smallest id first: deterministic).
   std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
   for (int id = 0; id < n; ++id) {
@@ -191,23 +198,17 @@ void Simulator::SimulateFromScratch() {
 
 void Simulator::SetCost(int rep, int stage, int mb, const StageCost& cost) {
   replicas_.at(rep).stage.at(stage).at(mb) = cost;
-  for (int r = 0; r < schedule_.num_ranks; ++r) {
-    for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
-      const Action& a = schedule_.ranks[r][i];
-      if (a.microbatch == mb && (a.stage == stage || a.stage == stage + 1)) {
-        dirty_[rep].push_back(graph_.offset[r] + i);
-      }
-    }
+  // The stage's own actions, and stage + 1's gradient send (it carries this stage's output size).
+  for (int id : actions_of_mb_.at(mb)) {
+    int v = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].stage;
+    if (v == stage || v == stage + 1) dirty_[rep].push_back(id);
   }
 }
 
 void Simulator::SwapMicrobatches(int rep, int a, int b) {
   for (auto& st : replicas_.at(rep).stage) std::swap(st.at(a), st.at(b));
-  for (int r = 0; r < schedule_.num_ranks; ++r) {
-    for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
-      int mb = schedule_.ranks[r][i].microbatch;
-      if (mb == a || mb == b) dirty_[rep].push_back(graph_.offset[r] + i);
-    }
+  for (int mb : {a, b}) {
+    dirty_[rep].insert(dirty_[rep].end(), actions_of_mb_[mb].begin(), actions_of_mb_[mb].end());
   }
 }
 
@@ -216,13 +217,13 @@ void Simulator::Resimulate() {
     if (dirty_[rep].empty()) continue;
     // Walk forward in topological order from the changed actions; an action
     // whose times do not move stops the walk unless its own cost changed.
-    std::vector<char> forced(graph_.size(), 0);
     std::priority_queue<int, std::vector<int>, std::greater<int>> work;  // topo index
-    std::vector<char> queued(graph_.size(), 0);
+    std::vector<int> touched;  // to clear the scratch flags afterwards
     for (int id : dirty_[rep]) {
-      forced[id] = 1;
-      if (!queued[id]) {
-        queued[id] = 1;
+      forced_[id] = 1;
+      if (!queued_[id]) {
+        queued_[id] = 1;
+        touched.push_back(id);
         work.push(topo_index_[id]);
       }
     }
@@ -231,16 +232,18 @@ void Simulator::Resimulate() {
       work.pop();
       double s = ReadyTime(static_cast<int>(rep), id);
       double e = s + Duration(static_cast<int>(rep), id);
-      if (!forced[id] && s == start_[rep][id] && e == end_[rep][id]) continue;
+      if (!forced_[id] && s == start_[rep][id] && e == end_[rep][id]) continue;
       start_[rep][id] = s;
       end_[rep][id] = e;
       for (int u : users_[id]) {
-        if (!queued[u]) {
-          queued[u] = 1;
+        if (!queued_[u]) {
+          queued_[u] = 1;
+          touched.push_back(u);
           work.push(topo_index_[u]);
         }
       }
     }
+    for (int id : touched) forced_[id] = queued_[id] = 0;
     dirty_[rep].clear();
   }
   JoinGradientSync();

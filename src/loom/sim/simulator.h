@@ -73,11 +73,13 @@ class Simulator {
   std::vector<int> topo_index_;
   std::vector<std::vector<int>> users_;        // stream successor and data users of each id
   std::vector<int> collective_ids_, wait_ids_;
+  std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch
 
   // Mutated by runs.
   std::vector<PipelineCosts> replicas_;
   std::vector<std::vector<double>> start_, end_;  // [replica][id]
   std::vector<std::vector<int>> dirty_;           // [replica] ids whose cost changed
+  std::vector<char> forced_, queued_;             // Resimulate() scratch, all zero between calls
   double iteration_time_s_ = 0;
   SimResult result_;
   bool memory_stale_ = true;
