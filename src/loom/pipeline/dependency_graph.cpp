@@ -2,23 +2,26 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <map>
+
 #include "loom/error.h"
 
 namespace loom {
 
 namespace {
 
-// Index of the producer slots: per (stage, microbatch), which action of each kind.
-enum Slot { kF, kB, kBd, kW, kSendAct, kSendGrad, kRecvAct, kRecvGrad, kNumSlots };
+// Compute producer slots per (stage, microbatch).
+enum ComputeSlot { kF, kB, kBd, kW, kNumComputeSlots };
+// Communication slots per (edge, producer microbatch).
+enum CommSlot { kSendAct, kSendGrad, kRecvAct, kRecvGrad, kNumCommSlots };
 
-int SlotOf(const Action& a) {
-  switch (a.kind) {
+int ComputeSlotOf(ActionKind k) {
+  switch (k) {
     case ActionKind::kForward: return kF;
     case ActionKind::kBackward: return kB;
     case ActionKind::kBackwardData: return kBd;
     case ActionKind::kBackwardWeight: return kW;
-    case ActionKind::kSend: return a.payload == Payload::kActivation ? kSendAct : kSendGrad;
-    case ActionKind::kRecv: return a.payload == Payload::kActivation ? kRecvAct : kRecvGrad;
     default: return -1;
   }
 }
@@ -27,7 +30,37 @@ int SlotOf(const Action& a) {
 
 DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   DependencyGraph g;
-  const int stages = s.num_stages(), m = s.num_microbatches;
+  const int stages = s.num_stages();
+  const auto edges = s.StageEdges();
+  const int num_edges = static_cast<int>(edges.size());
+  if (!s.stage_microbatches.empty() && static_cast<int>(s.stage_microbatches.size()) != stages) {
+    throw Error(fmt::format("schedule {}: {} microbatch counts for {} stages", s.name, s.stage_microbatches.size(),
+                            stages));
+  }
+  // Flat slot offsets: compute slots per stage, communication slots per edge.
+  std::vector<size_t> stage_off(stages + 1, 0), edge_off(num_edges + 1, 0);
+  for (int v = 0; v < stages; ++v) stage_off[v + 1] = stage_off[v] + s.microbatches_of(v);
+  std::vector<std::vector<int>> in(stages), out(stages);
+  std::map<std::pair<int, int>, int> edge_index;
+  for (int e = 0; e < num_edges; ++e) {
+    const StageEdge& se = edges[e];
+    if (se.from < 0 || se.from >= stages || se.to < 0 || se.to >= stages || se.from == se.to) {
+      throw Error(fmt::format("schedule {}: edge {} -> {} names a stage outside 0..{}", s.name, se.from, se.to,
+                              stages - 1));
+    }
+    const int mu = s.microbatches_of(se.from), mv = s.microbatches_of(se.to);
+    if (se.first.empty() ? mu != mv
+                         : (static_cast<int>(se.first.size()) != mv + 1 || se.first.front() != 0 ||
+                            se.first.back() != mu || !std::is_sorted(se.first.begin(), se.first.end()))) {
+      throw Error(fmt::format("schedule {}: edge {} -> {} does not map the {} microbatches of stage {} onto the {} "
+                              "of stage {}",
+                              s.name, se.from, se.to, mu, se.from, mv, se.to));
+    }
+    edge_off[e + 1] = edge_off[e] + mu;
+    in[se.to].push_back(e);
+    out[se.from].push_back(e);
+    edge_index[{se.from, se.to}] = e;
+  }
   g.offset.push_back(0);
   for (int r = 0; r < s.num_ranks; ++r) {
     g.offset.push_back(g.offset.back() + static_cast<int>(s.ranks[r].size()));
@@ -35,12 +68,28 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   const int n = g.offset.back();
   g.rank.resize(n);
   g.stream_prev.assign(n, -1);
-  std::vector<int> slot(static_cast<size_t>(stages) * m * kNumSlots, -1);
-  auto at = [&](int kind_slot, int stage, int mb) -> int& {
-    return slot[(static_cast<size_t>(stage) * m + mb) * kNumSlots + kind_slot];
+  std::vector<int> compute(stage_off[stages] * kNumComputeSlots, -1);
+  std::vector<int> comm(edge_off[num_edges] * kNumCommSlots, -1);
+  auto at = [&](int slot, int stage, int mb) -> int& {
+    return compute[(stage_off[stage] + mb) * kNumComputeSlots + slot];
   };
+  auto at_edge = [&](int slot, int e, int mb) -> int& { return comm[(edge_off[e] + mb) * kNumCommSlots + slot]; };
   auto describe = [&](int r, int i) {
     return fmt::format("rank {} action {} ({})", r, i, ActionName(s.ranks[r][i]));
+  };
+  // The edge a send or receive travels on, and its producer microbatch.
+  auto edge_of = [&](int r, int i, const Action& a) -> int {
+    const bool act = a.payload == Payload::kActivation;
+    const int other = a.peer_stage >= 0 ? a.peer_stage : (act ? a.stage + 1 : a.stage - 1);
+    auto it = edge_index.find(act ? std::pair{a.stage, other} : std::pair{other, a.stage});
+    if (it == edge_index.end()) {
+      throw Error(fmt::format("{}: no edge between stages {} and {}", describe(r, i), a.stage, other));
+    }
+    if (a.microbatch < 0 || a.microbatch >= s.microbatches_of(edges[it->second].from)) {
+      throw Error(fmt::format("{}: microbatch out of range (stage {} has {})", describe(r, i),
+                              edges[it->second].from, s.microbatches_of(edges[it->second].from)));
+    }
+    return it->second;
   };
   std::vector<std::vector<int>> last_backward(s.num_ranks, std::vector<int>(stages, -1));
   for (int r = 0; r < s.num_ranks; ++r) {
@@ -52,24 +101,32 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
       int& prev = a.on_comm_stream() ? prev_comm : prev_compute;
       g.stream_prev[id] = prev;
       prev = id;
-      int k = SlotOf(a);
-      if (k < 0) {
+      int* cell = nullptr;
+      if (a.is_compute()) {
+        if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= s.microbatches_of(a.stage)) {
+          throw Error(fmt::format("{}: stage or microbatch out of range ({} stages; this stage has {} microbatches)",
+                                  describe(r, i), stages,
+                                  a.stage >= 0 && a.stage < stages ? s.microbatches_of(a.stage) : 0));
+        }
+        if (s.stage_rank[a.stage] != r) {
+          throw Error(fmt::format("{}: stage {} belongs to rank {}", describe(r, i), a.stage, s.stage_rank[a.stage]));
+        }
+        cell = &at(ComputeSlotOf(a.kind), a.stage, a.microbatch);
+      } else if (a.kind == ActionKind::kSend || a.kind == ActionKind::kRecv) {
+        if (a.stage < 0 || a.stage >= stages) {
+          throw Error(fmt::format("{}: stage out of range ({} stages)", describe(r, i), stages));
+        }
+        const bool act = a.payload == Payload::kActivation;
+        const int slot = a.kind == ActionKind::kSend ? (act ? kSendAct : kSendGrad) : (act ? kRecvAct : kRecvGrad);
+        cell = &at_edge(slot, edge_of(r, i, a), a.microbatch);
+      } else {
         continue;
       }
-      if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= m) {
-        throw Error(fmt::format("{}: stage or microbatch out of range ({} stages, {} microbatches)",
-                                describe(r, i), stages, m));
+      if (*cell >= 0) {
+        throw Error(fmt::format("{}: duplicate of rank {} action {}", describe(r, i), g.rank[*cell],
+                                *cell - g.offset[g.rank[*cell]]));
       }
-      if (a.is_compute() && s.stage_rank[a.stage] != r) {
-        throw Error(fmt::format("{}: stage {} belongs to rank {}", describe(r, i), a.stage,
-                                s.stage_rank[a.stage]));
-      }
-      int& cell = at(k, a.stage, a.microbatch);
-      if (cell >= 0) {
-        throw Error(fmt::format("{}: duplicate of rank {} action {}", describe(r, i), g.rank[cell],
-                                cell - g.offset[g.rank[cell]]));
-      }
-      cell = id;
+      *cell = id;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
         last_backward[r][a.stage] = id;
       }
@@ -89,38 +146,47 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
         g.dep_id.push_back(producer);
         g.dep_fraction.push_back(fraction);
       };
+      auto backward_of = [&](int stage, int mb) { return at(kB, stage, mb) >= 0 ? at(kB, stage, mb) : at(kBd, stage, mb); };
       const int v = a.stage, mb = a.microbatch;
-      const bool local_prev = v > 0 && s.stage_rank[std::max(v - 1, 0)] == r;
-      const bool local_next = v + 1 < stages && s.stage_rank[std::min(v + 1, stages - 1)] == r;
       switch (a.kind) {
         case ActionKind::kForward:
-          if (v > 0) {
-            need(local_prev ? at(kF, v - 1, mb) : at(kRecvAct, v - 1, mb),
-                 local_prev ? "forward of the previous stage" : "receive of its input activation");
+          for (int e : in[v]) {
+            const int u = edges[e].from;
+            auto [lo, hi] = ProducerRange(edges[e], mb);
+            for (int j = lo; j < hi; ++j) {
+              const bool local = s.stage_rank[u] == r;
+              need(local ? at(kF, u, j) : at_edge(kRecvAct, e, j),
+                   local ? "forward of the producing stage" : "receive of its input activation");
+            }
           }
           break;
         case ActionKind::kBackward:
         case ActionKind::kBackwardData:
           need(at(kF, v, mb), "forward of the same microbatch");
-          if (v + 1 < stages) {
-            int next = at(kB, v + 1, mb) >= 0 ? at(kB, v + 1, mb) : at(kBd, v + 1, mb);
-            need(local_next ? next : at(kRecvGrad, v + 1, mb),
-                 local_next ? "backward of the next stage" : "receive of its output gradient");
+          for (int e : out[v]) {
+            const int w = edges[e].to;
+            const bool local = s.stage_rank[w] == r;
+            need(local ? backward_of(w, ConsumerOf(edges[e], mb)) : at_edge(kRecvGrad, e, mb),
+                 local ? "backward of the consuming stage" : "receive of its output gradient");
           }
           break;
         case ActionKind::kBackwardWeight:
           need(at(kBd, v, mb), "backward-data of the same microbatch");
           break;
-        case ActionKind::kSend:
+        case ActionKind::kSend: {
+          const int e = edge_of(r, i, a);
           if (a.payload == Payload::kActivation) {
             need(at(kF, v, mb), "forward producing the activation");
           } else {
-            need(at(kB, v, mb) >= 0 ? at(kB, v, mb) : at(kBd, v, mb), "backward producing the gradient");
+            need(backward_of(v, ConsumerOf(edges[e], mb)), "backward producing the gradient");
           }
           break;
-        case ActionKind::kRecv:
-          need(at(a.payload == Payload::kActivation ? kSendAct : kSendGrad, v, mb), "matching send");
+        }
+        case ActionKind::kRecv: {
+          const int e = edge_of(r, i, a);
+          need(at_edge(a.payload == Payload::kActivation ? kSendAct : kSendGrad, e, mb), "matching send");
           break;
+        }
         case ActionKind::kCollective: {
           int buckets = 0;
           for (const Action& b : s.ranks[r]) {
@@ -138,6 +204,12 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
           break;
       }
       g.dep_begin.push_back(static_cast<int>(g.dep_id.size()));
+    }
+  }
+  g.last_backward.assign(stages, -1);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (int v = 0; v < stages; ++v) {
+      if (last_backward[r][v] >= 0) g.last_backward[v] = last_backward[r][v];
     }
   }
   return g;

@@ -21,6 +21,7 @@ struct DependencyGraph {
   // 1: the dependency is satisfied when the producer ends; f < 1: once a
   // fraction f of it has run (a gradient bucket ready during the last backward).
   std::vector<double> dep_fraction;
+  std::vector<int> last_backward;  // per stage: id of its last backward (or weight) pass, -1 if none
 
   int size() const { return static_cast<int>(rank.size()); }
   int id(int r, int index) const { return offset[r] + index; }

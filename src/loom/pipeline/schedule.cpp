@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace loom {
 
 int Schedule::num_actions() const {
@@ -50,29 +52,74 @@ std::string ComputeOrder(const Schedule& s) {
   return out;
 }
 
+std::vector<StageEdge> Schedule::StageEdges() const {
+  if (!edges.empty()) return edges;
+  std::vector<StageEdge> chain;
+  for (int v = 1; v < num_stages(); ++v) chain.push_back({v - 1, v, {}});
+  return chain;
+}
+
+std::pair<int, int> ProducerRange(const StageEdge& e, int k) {
+  if (e.first.empty()) return {k, k + 1};
+  return {e.first[k], e.first[k + 1]};
+}
+
+int ConsumerOf(const StageEdge& e, int j) {
+  if (e.first.empty()) return j;
+  return static_cast<int>(std::upper_bound(e.first.begin(), e.first.end(), j) - e.first.begin()) - 1;
+}
+
 void AddPointToPoint(Schedule& s) {
-  const int last = s.num_stages() - 1;
+  const auto edges = s.StageEdges();
+  std::vector<std::vector<int>> in(s.num_stages()), out_edges(s.num_stages());
+  for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
+    in[edges[e].to].push_back(e);
+    out_edges[edges[e].from].push_back(e);
+  }
   for (int r = 0; r < s.num_ranks; ++r) {
     std::vector<Action> out;
     for (const Action& a : s.ranks[r]) {
-      bool fwd = a.kind == ActionKind::kForward;
-      bool bwd = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData;
-      if (fwd && a.stage > 0 && s.stage_rank[a.stage - 1] != r) {
-        out.push_back({ActionKind::kRecv, a.stage - 1, a.microbatch, s.stage_rank[a.stage - 1],
-                       Payload::kActivation});
+      const bool fwd = a.kind == ActionKind::kForward;
+      const bool bwd = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData;
+      auto comm = [](ActionKind kind, int stage, int mb, int peer, Payload payload, int peer_stage) {
+        Action c{kind, stage, mb, peer, payload};
+        c.peer_stage = peer_stage;
+        return c;
+      };
+      if (fwd) {  // receive every remote input of this microbatch
+        for (int e : in[a.stage]) {
+          const int u = edges[e].from;
+          if (s.stage_rank[u] == r) continue;
+          auto [lo, hi] = ProducerRange(edges[e], a.microbatch);
+          for (int j = lo; j < hi; ++j) {
+            out.push_back(comm(ActionKind::kRecv, u, j, s.stage_rank[u], Payload::kActivation, a.stage));
+          }
+        }
       }
-      if (bwd && a.stage < last && s.stage_rank[a.stage + 1] != r) {
-        out.push_back({ActionKind::kRecv, a.stage + 1, a.microbatch, s.stage_rank[a.stage + 1],
-                       Payload::kGradient});
+      if (bwd) {  // receive the gradient of this output from every remote consumer
+        for (int e : out_edges[a.stage]) {
+          const int v = edges[e].to;
+          if (s.stage_rank[v] == r) continue;
+          out.push_back(comm(ActionKind::kRecv, v, a.microbatch, s.stage_rank[v], Payload::kGradient, a.stage));
+        }
       }
       out.push_back(a);
-      if (fwd && a.stage < last && s.stage_rank[a.stage + 1] != r) {
-        out.push_back({ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[a.stage + 1],
-                       Payload::kActivation});
+      if (fwd) {  // send the output to every remote consumer
+        for (int e : out_edges[a.stage]) {
+          const int v = edges[e].to;
+          if (s.stage_rank[v] == r) continue;
+          out.push_back(comm(ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[v], Payload::kActivation, v));
+        }
       }
-      if (bwd && a.stage > 0 && s.stage_rank[a.stage - 1] != r) {
-        out.push_back({ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[a.stage - 1],
-                       Payload::kGradient});
+      if (bwd) {  // send the input gradients back to every remote producer
+        for (int e : in[a.stage]) {
+          const int u = edges[e].from;
+          if (s.stage_rank[u] == r) continue;
+          auto [lo, hi] = ProducerRange(edges[e], a.microbatch);
+          for (int j = lo; j < hi; ++j) {
+            out.push_back(comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u));
+          }
+        }
       }
     }
     s.ranks[r] = std::move(out);

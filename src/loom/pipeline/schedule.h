@@ -5,11 +5,17 @@
 // rank's compute stream (a receive blocks it until the data lands); sends and
 // collectives run in list order on its communication stream, overlapping
 // compute. Virtual stage v lives on rank stage_rank[v] (interleaving puts
-// several on one rank). Immutable once built; safe to share read-only.
+// several on one rank, co-located units of a plan put stages of several modules
+// on one rank). Stages form a DAG (`edges`; empty means the chain v-1 -> v) and
+// each stage has its own microbatch count (`stage_microbatches`; empty means
+// num_microbatches each), so one schedule can join encoder sub-microbatches to
+// backbone microbatches or several DP pipelines of different depths. Immutable
+// once built; safe to share read-only.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom {
@@ -35,6 +41,12 @@ struct Action {
   int peer = -1;        // send: destination rank; recv: source rank
   Payload payload = Payload::kActivation;
   int bucket = -1;      // collective: gradient bucket of `stage`
+  // send/recv: the receiving end's stage. An activation goes from `stage` (its
+  // producer) to `peer_stage`; a gradient goes from `stage` (the consumer that
+  // computed it) back to `peer_stage` (the producer of the output it is the
+  // gradient of), and `microbatch` is the producer's microbatch. -1: the chain
+  // neighbour (stage + 1 for activations, stage - 1 for gradients).
+  int peer_stage = -1;
 
   bool is_compute() const {
     return kind == ActionKind::kForward || kind == ActionKind::kBackward ||
@@ -44,25 +56,52 @@ struct Action {
   bool operator==(const Action& o) const = default;
 };
 
+// Stage `to` consumes the output of stage `from`. Consumer microbatch k needs
+// producer microbatches [first[k], first[k+1]); empty `first`: microbatch k
+// needs microbatch k. INVARIANT: first is non-decreasing, starts at 0 and ends
+// at the producer's microbatch count.
+struct StageEdge {
+  int from = 0;
+  int to = 0;
+  std::vector<int> first;
+};
+
 struct Schedule {
   std::string name;
   int num_ranks = 0;
   int num_microbatches = 0;
   std::vector<int> stage_rank;  // virtual stage -> rank
   std::vector<std::vector<Action>> ranks;
+  std::vector<int> stage_microbatches;  // per stage; empty: num_microbatches each
+  std::vector<StageEdge> edges;         // empty: the chain 0 -> 1 -> ... -> stages-1
+  // Per stage, the stages of other pipelines holding the same layers: their
+  // gradient sync starts only when all of them finished their backward
+  // (Oobleck's layer-wise sync across heterogeneous pipelines). Empty: none.
+  std::vector<std::vector<int>> sync_with;
 
   int num_stages() const { return static_cast<int>(stage_rank.size()); }
   int num_actions() const;
+  int microbatches_of(int stage) const {
+    return stage_microbatches.empty() ? num_microbatches : stage_microbatches[stage];
+  }
+  // `edges`, or the default chain when it is empty.
+  std::vector<StageEdge> StageEdges() const;
 };
+
+// Producer microbatches [lo, hi) that consumer microbatch k of edge e needs.
+std::pair<int, int> ProducerRange(const StageEdge& e, int k);
+// The consumer microbatch that producer microbatch j of edge e feeds.
+int ConsumerOf(const StageEdge& e, int j);
 
 // "F3@2" (forward of microbatch 3 on stage 2), "B", "Bd", "W", "send-act", ...
 std::string ActionName(const Action& a);
 // One line per rank of compute actions: "rank0: F0 F1 B0 ..." (golden tests).
 std::string ComputeOrder(const Schedule& s);
 
-// Inserts the point-to-point traffic a compute order implies: a receive before
-// each compute action whose input lives on another rank, a send after each
-// compute action whose output another rank needs.
+// Inserts the point-to-point traffic a compute order implies, over the stage
+// DAG: a receive before each compute action for every input that lives on
+// another rank, a send after each compute action for every consumer (forward)
+// or producer (backward) on another rank.
 void AddPointToPoint(Schedule& s);
 // Appends, per rank and per stage it holds, `buckets` gradient collectives on
 // the communication stream and one final wait on the compute stream.

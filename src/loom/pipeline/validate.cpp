@@ -17,19 +17,22 @@ void ValidateSchedule(const Schedule& s) {
   DependencyGraph g = BuildDependencies(s);  // missing producers and duplicates throw here
 
   // Completeness: one forward and one backward per stage and microbatch.
-  std::vector<int> fwd(static_cast<size_t>(s.num_stages()) * s.num_microbatches, 0);
+  std::vector<size_t> off(s.num_stages() + 1, 0);
+  for (int v = 0; v < s.num_stages(); ++v) off[v + 1] = off[v] + s.microbatches_of(v);
+  std::vector<int> fwd(off.back(), 0);
   std::vector<int> bwd(fwd.size(), 0), bwd_w(fwd.size(), 0);
   for (int r = 0; r < s.num_ranks; ++r) {
     for (const Action& a : s.ranks[r]) {
-      size_t k = static_cast<size_t>(a.stage) * s.num_microbatches + a.microbatch;
+      if (!a.is_compute()) continue;
+      size_t k = off[a.stage] + a.microbatch;
       if (a.kind == ActionKind::kForward) ++fwd[k];
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) ++bwd[k];
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) ++bwd_w[k];
     }
   }
   for (int v = 0; v < s.num_stages(); ++v) {
-    for (int mb = 0; mb < s.num_microbatches; ++mb) {
-      size_t k = static_cast<size_t>(v) * s.num_microbatches + mb;
+    for (int mb = 0; mb < s.microbatches_of(v); ++mb) {
+      size_t k = off[v] + mb;
       if (fwd[k] != 1 || bwd[k] != 1 || bwd_w[k] != 1) {
         throw Error(fmt::format("schedule {}: rank {}: stage {} microbatch {} has {} forward(s), {} backward(s) "
                                 "and {} weight gradient(s); each must be exactly 1",
@@ -52,24 +55,28 @@ void ValidateSchedule(const Schedule& s) {
     }
   }
   // Sends and receives match one to one, on the right peers.
-  std::map<std::tuple<int, int, int, int>, int> sends, recvs;  // (payload, stage, mb, receiver)
+  // (payload, stage, mb, receiving stage, receiving rank)
+  std::map<std::tuple<int, int, int, int, int>, int> sends, recvs;
+  auto other_end = [](const Action& a) {
+    return a.peer_stage >= 0 ? a.peer_stage : (a.payload == Payload::kActivation ? a.stage + 1 : a.stage - 1);
+  };
   for (int r = 0; r < s.num_ranks; ++r) {
     for (const Action& a : s.ranks[r]) {
       if (a.kind == ActionKind::kSend) {
-        ++sends[{static_cast<int>(a.payload), a.stage, a.microbatch, a.peer}];
-        int to = a.payload == Payload::kActivation ? a.stage + 1 : a.stage - 1;
+        const int to = other_end(a);
+        ++sends[{static_cast<int>(a.payload), a.stage, a.microbatch, to, a.peer}];
         if (to < 0 || to >= s.num_stages() || s.stage_rank[to] != a.peer) {
           throw Error(fmt::format("schedule {}: rank {}: {} goes to rank {}, which does not hold stage {}",
                                   s.name, r, ActionName(a), a.peer, to));
         }
       } else if (a.kind == ActionKind::kRecv) {
-        ++recvs[{static_cast<int>(a.payload), a.stage, a.microbatch, r}];
+        ++recvs[{static_cast<int>(a.payload), a.stage, a.microbatch, other_end(a), r}];
       }
     }
   }
   for (const auto& [key, count] : sends) {
     if (recvs[key] != count) {
-      auto [payload, stage, mb, to] = key;
+      auto [payload, stage, mb, to_stage, to] = key;
       throw Error(fmt::format("schedule {}: rank {} never receives the {} of microbatch {} that stage {} sends it",
                               s.name, to, payload == 0 ? "activation" : "gradient", mb, stage));
     }

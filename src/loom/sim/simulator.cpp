@@ -44,10 +44,10 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
                               rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(),
                               schedule_.num_ranks));
     }
-    for (const auto& st : rep.stage) {
-      if (static_cast<int>(st.size()) != schedule_.num_microbatches) {
-        throw Error(fmt::format("simulator: costs have {} microbatches; the schedule has {}", st.size(),
-                                schedule_.num_microbatches));
+    for (int v = 0; v < schedule_.num_stages(); ++v) {
+      if (static_cast<int>(rep.stage[v].size()) != schedule_.microbatches_of(v)) {
+        throw Error(fmt::format("simulator: costs of stage {} have {} microbatches; the schedule has {}", v,
+                                rep.stage[v].size(), schedule_.microbatches_of(v)));
       }
     }
   }
@@ -68,7 +68,9 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
     if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
   }
-  actions_of_mb_.assign(schedule_.num_microbatches, {});
+  int max_mb = schedule_.num_microbatches;
+  for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
+  actions_of_mb_.assign(max_mb, {});
   for (int id = 0; id < n; ++id) {
     int mb = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].microbatch;
     if (mb >= 0) actions_of_mb_[mb].push_back(id);
@@ -107,8 +109,8 @@ double Simulator::Duration(int rep, int id) const {
     case ActionKind::kBackwardData: return c.at(a.stage, a.microbatch).backward_data_s;
     case ActionKind::kBackwardWeight: return c.at(a.stage, a.microbatch).backward_weight_s;
     case ActionKind::kSend: {
-      // A gradient sent by stage v is the gradient of stage v-1's output.
-      int producer = a.payload == Payload::kActivation ? a.stage : a.stage - 1;
+      // A gradient sent by stage v is the gradient of its producer's output.
+      int producer = a.payload == Payload::kActivation ? a.stage : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
       return c.p2p.latency_s + c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
     }
     case ActionKind::kCollective: return c.grad_sync_s[a.stage] / options_.grad_buckets;
@@ -159,9 +161,17 @@ void Simulator::RunReplica(int rep) {
 void Simulator::JoinGradientSync() {
   // Replicas meet at the data-parallel all-reduce: a bucket starts when every
   // replica has it ready and the previous bucket on that rank is done.
+  const auto& sync_with = schedule_.sync_with;
   for (int id : collective_ids_) {  // ids are in rank and stream order
     double t = 0;
-    for (size_t rep = 0; rep < replicas_.size(); ++rep) t = std::max(t, ReadyTime(static_cast<int>(rep), id));
+    const int v = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].stage;
+    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+      t = std::max(t, ReadyTime(static_cast<int>(rep), id));
+      // Layer-wise sync across pipelines: wait for every stage holding the same layers.
+      if (!sync_with.empty()) {
+        for (int u : sync_with[v]) t = std::max(t, end_[rep][graph_.last_backward[u]]);
+      }
+    }
     for (size_t rep = 0; rep < replicas_.size(); ++rep) {
       start_[rep][id] = t;
       end_[rep][id] = t + Duration(static_cast<int>(rep), id);
@@ -198,15 +208,19 @@ void Simulator::SimulateFromScratch() {
 
 void Simulator::SetCost(int rep, int stage, int mb, const StageCost& cost) {
   replicas_.at(rep).stage.at(stage).at(mb) = cost;
-  // The stage's own actions, and stage + 1's gradient send (it carries this stage's output size).
+  // The stage's own actions, and the gradient sends towards it (they carry its output size).
   for (int id : actions_of_mb_.at(mb)) {
-    int v = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].stage;
-    if (v == stage || v == stage + 1) dirty_[rep].push_back(id);
+    const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
+    const bool grad_to_stage = a.kind == ActionKind::kSend && a.payload == Payload::kGradient &&
+                               (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1) == stage;
+    if (a.stage == stage || grad_to_stage) dirty_[rep].push_back(id);
   }
 }
 
 void Simulator::SwapMicrobatches(int rep, int a, int b) {
-  for (auto& st : replicas_.at(rep).stage) std::swap(st.at(a), st.at(b));
+  for (auto& st : replicas_.at(rep).stage) {
+    if (a < static_cast<int>(st.size()) && b < static_cast<int>(st.size())) std::swap(st[a], st[b]);
+  }
   for (int mb : {a, b}) {
     dirty_[rep].insert(dirty_[rep].end(), actions_of_mb_[mb].begin(), actions_of_mb_[mb].end());
   }
