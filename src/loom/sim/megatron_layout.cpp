@@ -11,108 +11,13 @@
 #include "loom/cost/memory.h"
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
+#include "loom/sim/layer_pricing.h"
 
 namespace loom {
 
 namespace {
 
-constexpr double kElemBytes = 2;  // bf16 / fp16 activations and gradients
-
-// Output width of a layer: what it hands the next layer per token.
-double OutWidth(const Layer& l) {
-  switch (l.kind) {
-    case LayerKind::kMlpProjector: return static_cast<double>(l.out_dim);
-    case LayerKind::kConv:
-    case LayerKind::kResnetBlock: return static_cast<double>(l.out_channels);
-    case LayerKind::kLmHead: return static_cast<double>(l.hidden);  // logits stay on the last stage
-    default: return static_cast<double>(l.hidden);
-  }
-}
-
-bool HasAttention(const Layer& l) {
-  return l.kind == LayerKind::kTransformer || l.kind == LayerKind::kConformer ||
-         l.kind == LayerKind::kSpatialTransformer;
-}
-
-// Context parallelism splits every sequence over cp ranks; with the balanced
-// (zig-zag) split each rank does 1/cp of the attention pairs.
-TokenStats PerCpRank(TokenStats t, int cp) {
-  t.tokens /= cp;
-  t.sum_sq /= cp;
-  t.cross /= cp;
-  return t;
-}
-
-// A module whose heads do not divide by TP is replicated across the TP group,
-// each rank taking 1/tp of its sequences (MMScale §7 on Megatron-LM: "we
-// replicate the encoder and generator across the GPUs within the TP group").
-TokenStats ShareOfSequences(TokenStats t, int ranks) {
-  t.tokens /= ranks;
-  t.sum_sq /= ranks;
-  t.sequences /= ranks;
-  t.context_tokens /= ranks;
-  t.cross /= ranks;
-  return t;
-}
-
-struct LayerTimes {
-  double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
-  double flops = 0;  // useful FLOPs on one rank (recompute excluded)
-};
-
-}  // namespace
-
-bool SplitsOverTensorParallel(const Module& m, int tp) {
-  for (const auto& l : m.layers) {
-    if (HasAttention(l) && l.heads % tp != 0) return false;
-  }
-  return true;
-}
-
-namespace {
-
-LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, bool split, const BackwardNeeds& needs,
-                      const Cluster& c, ParallelConfig cfg) {
-  const Efficiency eff;
-  TokenStats full = split ? module_tokens : ShareOfSequences(module_tokens, cfg.tp);
-  if (!split) cfg.tp = 1;
-  TokenStats t = PerCpRank(full, cfg.cp);
-  LayerWork w = EstimateLayerWork(l, t, cfg.tp, kElemBytes);
-  LayerTimes out;
-  // Tensor-parallel all-reduces sit on the critical path inside the layer
-  // (Megatron-LM without communication overlap): added to compute time.
-  double tp_s = GroupAllReduceTime_s(w.tp_allreduce_bytes, cfg.tp, 1, c);
-  // Context parallelism all-gathers K and V of the whole sequence per attention layer.
-  double cp_s = 0;
-  if (cfg.cp > 1 && HasAttention(l)) {
-    double kv = static_cast<double>(l.kv_heads) * (l.hidden / std::max<int64_t>(l.heads, 1));
-    cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * kElemBytes / cfg.tp, cfg.cp, cfg.tp, c);
-  }
-  out.forward_s = PhaseTime_s(w, Phase::kForward, c.gpu, eff) + tp_s + cp_s;
-  out.flops = w.Flops(Phase::kForward);
-  if (needs.data) {
-    out.backward_data_s = PhaseTime_s(w, Phase::kBackwardData, c.gpu, eff) + tp_s + cp_s;
-    out.flops += w.Flops(Phase::kBackwardData);
-  }
-  if (needs.weight) {
-    out.backward_weight_s = PhaseTime_s(w, Phase::kBackwardWeight, c.gpu, eff);
-    out.flops += w.Flops(Phase::kBackwardWeight);
-  }
-  if (needs.data || needs.weight) {
-    out.activation_bytes = ActivationBytes(l, t, cfg.tp, cfg.recompute, kElemBytes);
-    double kept_all = ActivationBytes(l, t, cfg.tp, Recompute::kNone, kElemBytes);
-    if (cfg.recompute == Recompute::kFull) {
-      out.backward_data_s += out.forward_s;  // re-run the forward inside the backward
-      out.transient_bytes = kept_all - out.activation_bytes;
-    } else if (cfg.recompute == Recompute::kSelective) {
-      LayerWork elementwise;
-      elementwise.at(Phase::kForward, OpClass::kElementwise) = w.at(Phase::kForward, OpClass::kElementwise);
-      out.backward_data_s += PhaseTime_s(elementwise, Phase::kForward, c.gpu, eff);
-      out.transient_bytes = kept_all - out.activation_bytes;
-    }
-  }
-  return out;
-}
+constexpr double kElemBytes = kActivationElemBytes;
 
 }  // namespace
 
@@ -178,7 +83,8 @@ MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& c,
       for (int i = 0; i < n; ++i) {
         auto [mi, li] = out.layers[i];
         const bool split = SplitsOverTensorParallel(model.modules[mi], cfg.tp);
-        LayerTimes lt = PriceLayer(model.modules[mi].layers[li], tokens[d][k][mi], split, needs[mi][li], c, cfg);
+        LayerParallelism par{cfg.tp, cfg.cp, split, cfg.recompute};
+        LayerTimes lt = PriceLayer(model.modules[mi].layers[li], tokens[d][k][mi], needs[mi][li], c, par);
         times[d][k][i] = lt;
         mean_cost[i] += lt.forward_s + lt.backward_data_s + lt.backward_weight_s;
         out.model_flops += lt.flops * cfg.tp * cfg.cp;  // a replicated module's tp ranks each do 1/tp

@@ -16,6 +16,7 @@
 #include "loom/data/sample.h"
 #include "loom/pipeline/partition.h"
 #include "loom/pipeline/schedule.h"
+#include "loom/sim/layer_pricing.h"
 #include "loom/sim/pipeline_costs.h"
 #include "loom/sim/simulator.h"
 #include "loom/spec/cluster.h"
@@ -50,10 +51,6 @@ struct MegatronSimulation {
 
 MegatronSimulation BuildMegatronSimulation(const Model& model, const Cluster& cluster, const Workload& workload,
                                            const ParallelConfig& config, const Batch& batch);
-
-// Whether a module's attention heads divide by tp; modules that do not are
-// replicated across the TP group, each rank taking 1/tp of their sequences.
-bool SplitsOverTensorParallel(const Module& module, int tp);
 
 // Names of the stages' contents, "vision[0:32]+projector" style, for reports.
 std::vector<std::string> StageLabels(const Model& model, const MegatronSimulation& sim);

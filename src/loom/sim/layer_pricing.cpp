@@ -1,0 +1,110 @@
+#include "loom/sim/layer_pricing.h"
+
+#include <algorithm>
+
+#include "loom/cost/collectives.h"
+#include "loom/cost/device_time.h"
+
+namespace loom {
+
+namespace {
+
+bool HasAttention(const Layer& l) {
+  return l.kind == LayerKind::kTransformer || l.kind == LayerKind::kConformer ||
+         l.kind == LayerKind::kSpatialTransformer;
+}
+
+// Context parallelism splits every sequence over cp ranks; with the balanced
+// (zig-zag) split each rank does 1/cp of the attention pairs.
+TokenStats PerCpRank(TokenStats t, int cp) {
+  t.tokens /= cp;
+  t.sum_sq /= cp;
+  t.cross /= cp;
+  return t;
+}
+
+// A module whose heads do not divide by TP is replicated across the TP group,
+// each rank taking 1/tp of its sequences (MMScale §7 on Megatron-LM: "we
+// replicate the encoder and generator across the GPUs within the TP group").
+TokenStats ShareOfSequences(TokenStats t, int ranks) {
+  t.tokens /= ranks;
+  t.sum_sq /= ranks;
+  t.sequences /= ranks;
+  t.context_tokens /= ranks;
+  t.cross /= ranks;
+  return t;
+}
+
+}  // namespace
+
+bool SplitsOverTensorParallel(const Module& m, int tp) {
+  for (const auto& l : m.layers) {
+    if (HasAttention(l) && l.heads % tp != 0) return false;
+  }
+  return true;
+}
+
+double OutWidth(const Layer& l) {
+  switch (l.kind) {
+    case LayerKind::kMlpProjector: return static_cast<double>(l.out_dim);
+    case LayerKind::kConv:
+    case LayerKind::kResnetBlock: return static_cast<double>(l.out_channels);
+    default: return static_cast<double>(l.hidden);  // lm-head logits stay on the last stage
+  }
+}
+
+LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const BackwardNeeds& needs,
+                      const Cluster& c, const LayerParallelism& par) {
+  const Efficiency eff;
+  const TokenStats full = par.split ? module_tokens : ShareOfSequences(module_tokens, par.tp);
+  const int tp = par.split ? par.tp : 1;
+  const TokenStats t = PerCpRank(full, par.cp);
+  const LayerWork w = EstimateLayerWork(l, t, tp, kActivationElemBytes);
+  LayerTimes out;
+  // Tensor-parallel all-reduces sit on the critical path inside the layer
+  // (Megatron-LM without communication overlap): added to compute time.
+  const double tp_s = GroupAllReduceTime_s(w.tp_allreduce_bytes, tp, 1, c);
+  // Context parallelism all-gathers K and V of the whole sequence per attention layer.
+  double cp_s = 0;
+  if (par.cp > 1 && HasAttention(l)) {
+    double kv = static_cast<double>(l.kv_heads) * (l.hidden / std::max<int64_t>(l.heads, 1));
+    cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * kActivationElemBytes / tp, par.cp, tp, c);
+  }
+  out.forward_s = PhaseTime_s(w, Phase::kForward, c.gpu, eff) + tp_s + cp_s;
+  out.flops = w.Flops(Phase::kForward);
+  if (needs.data) {
+    out.backward_data_s = PhaseTime_s(w, Phase::kBackwardData, c.gpu, eff) + tp_s + cp_s;
+    out.flops += w.Flops(Phase::kBackwardData);
+  }
+  if (needs.weight) {
+    out.backward_weight_s = PhaseTime_s(w, Phase::kBackwardWeight, c.gpu, eff);
+    out.flops += w.Flops(Phase::kBackwardWeight);
+  }
+  if (needs.data || needs.weight) {
+    out.activation_bytes = ActivationBytes(l, t, tp, par.recompute, kActivationElemBytes);
+    double kept_all = ActivationBytes(l, t, tp, Recompute::kNone, kActivationElemBytes);
+    if (par.recompute == Recompute::kFull) {
+      out.backward_data_s += out.forward_s;  // re-run the forward inside the backward
+      out.transient_bytes = kept_all - out.activation_bytes;
+    } else if (par.recompute == Recompute::kSelective) {
+      LayerWork elementwise;
+      elementwise.at(Phase::kForward, OpClass::kElementwise) = w.at(Phase::kForward, OpClass::kElementwise);
+      out.backward_data_s += PhaseTime_s(elementwise, Phase::kForward, c.gpu, eff);
+      out.transient_bytes = kept_all - out.activation_bytes;
+    }
+  }
+  if (par.fsdp && par.fsdp_ranks > 1) {
+    // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its
+    // forward and again before its backward, and reduce-scatters its gradients;
+    // prefetching overlaps them with compute, so a phase takes the longer of the two.
+    const double weight_bytes = kActivationElemBytes * static_cast<double>(LayerParams(l)) / tp;
+    const double gather_s = GroupAllGatherTime_s(weight_bytes, par.fsdp_ranks, 1, c);
+    out.forward_s = std::max(out.forward_s, gather_s);
+    if (needs.weight) {
+      out.backward_weight_s = std::max(out.backward_weight_s, 2 * gather_s);  // re-gather + reduce-scatter
+    }
+  }
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// Prices one layer for one microbatch under a parallel configuration: forward,
+// backward-data and backward-weight time on one GPU of its group (TP
+// all-reduces and CP all-gathers on the critical path, recomputation folded into
+// the backward), the activations it keeps, and its useful FLOPs. Shared by every
+// layout that turns a plan into simulator costs (sim/megatron_layout,
+// sim/plan_simulation).
+#pragma once
+
+#include "loom/cost/frozen.h"
+#include "loom/cost/layer_work.h"
+#include "loom/cost/token_stats.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/module.h"
+
+namespace loom {
+
+inline constexpr double kActivationElemBytes = 2;  // bf16 / fp16 activations and gradients
+
+struct LayerTimes {
+  double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
+  double flops = 0;  // useful FLOPs on one GPU (recompute excluded)
+};
+
+struct LayerParallelism {
+  int tp = 1;            // tensor-parallel degree of the layer's group
+  int cp = 1;            // context-parallel degree
+  bool split = true;     // false: heads do not divide by tp; the group shares sequences instead
+  Recompute recompute = Recompute::kNone;
+  bool fsdp = false;     // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)
+  int fsdp_ranks = 1;    // the group the weights are sharded over
+};
+
+// Whether a module's attention heads divide by tp; modules that do not are
+// replicated across the TP group, each rank taking 1/tp of their sequences.
+bool SplitsOverTensorParallel(const Module& module, int tp);
+
+LayerTimes PriceLayer(const Layer& layer, const TokenStats& module_tokens, const BackwardNeeds& needs,
+                      const Cluster& cluster, const LayerParallelism& par);
+
+// Output width of a layer: elements per token it hands the next layer.
+double OutWidth(const Layer& layer);
+
+}  // namespace loom
