@@ -133,6 +133,16 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
     }
   }
 
+  // Barriers between ranks, grouped by the waiting action.
+  std::map<int, std::vector<int>> extra;
+  for (const ExtraDep& d : s.extra_deps) {
+    auto valid = [&](int r, int i) { return r >= 0 && r < s.num_ranks && i >= 0 && i < static_cast<int>(s.ranks[r].size()); };
+    if (!valid(d.rank, d.index) || !valid(d.after_rank, d.after_index)) {
+      throw Error(fmt::format("schedule {}: barrier rank {} action {} after rank {} action {} names no action",
+                              s.name, d.rank, d.index, d.after_rank, d.after_index));
+    }
+    extra[g.offset[d.rank] + d.index].push_back(g.offset[d.after_rank] + d.after_index);
+  }
   g.dep_begin.push_back(0);
   std::vector<int> collectives_of_rank;
   for (int r = 0; r < s.num_ranks; ++r) {
@@ -202,6 +212,9 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
             need(c, "collective");
           }
           break;
+      }
+      if (auto it = extra.find(g.offset[r] + i); it != extra.end()) {
+        for (int p : it->second) need(p, "barrier");
       }
       g.dep_begin.push_back(static_cast<int>(g.dep_id.size()));
     }

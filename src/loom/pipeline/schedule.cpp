@@ -53,7 +53,7 @@ std::string ComputeOrder(const Schedule& s) {
 }
 
 std::vector<StageEdge> Schedule::StageEdges() const {
-  if (!edges.empty()) return edges;
+  if (dag || !edges.empty()) return edges;
   std::vector<StageEdge> chain;
   for (int v = 1; v < num_stages(); ++v) chain.push_back({v - 1, v, {}});
   return chain;

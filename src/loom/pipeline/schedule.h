@@ -66,6 +66,16 @@ struct StageEdge {
   std::vector<int> first;
 };
 
+// Action `index` of `rank` starts only after action `after_index` of
+// `after_rank` ends: a barrier between units that take turns on the same GPUs
+// (temporal phases, plan/plan.h).
+struct ExtraDep {
+  int rank = 0;
+  int index = 0;
+  int after_rank = 0;
+  int after_index = 0;
+};
+
 struct Schedule {
   std::string name;
   int num_ranks = 0;
@@ -73,11 +83,13 @@ struct Schedule {
   std::vector<int> stage_rank;  // virtual stage -> rank
   std::vector<std::vector<Action>> ranks;
   std::vector<int> stage_microbatches;  // per stage; empty: num_microbatches each
-  std::vector<StageEdge> edges;         // empty: the chain 0 -> 1 -> ... -> stages-1
+  std::vector<StageEdge> edges;         // empty and !dag: the chain 0 -> 1 -> ... -> stages-1
+  bool dag = false;                     // true: `edges` is the whole stage graph, even when empty
   // Per stage, the stages of other pipelines holding the same layers: their
   // gradient sync starts only when all of them finished their backward
   // (Oobleck's layer-wise sync across heterogeneous pipelines). Empty: none.
   std::vector<std::vector<int>> sync_with;
+  std::vector<ExtraDep> extra_deps;
 
   int num_stages() const { return static_cast<int>(stage_rank.size()); }
   int num_actions() const;

@@ -23,6 +23,8 @@ TokenStats PerCpRank(TokenStats t, int cp) {
   return t;
 }
 
+}  // namespace
+
 // A module whose heads do not divide by TP is replicated across the TP group,
 // each rank taking 1/tp of its sequences (MMScale §7 on Megatron-LM: "we
 // replicate the encoder and generator across the GPUs within the TP group").
@@ -34,8 +36,6 @@ TokenStats ShareOfSequences(TokenStats t, int ranks) {
   t.cross /= ranks;
   return t;
 }
-
-}  // namespace
 
 bool SplitsOverTensorParallel(const Module& m, int tp) {
   for (const auto& l : m.layers) {

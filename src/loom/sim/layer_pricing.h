@@ -37,6 +37,9 @@ bool SplitsOverTensorParallel(const Module& module, int tp);
 LayerTimes PriceLayer(const Layer& layer, const TokenStats& module_tokens, const BackwardNeeds& needs,
                       const Cluster& cluster, const LayerParallelism& par);
 
+// Tokens of `ranks` ranks that split the sequences between them, per rank.
+TokenStats ShareOfSequences(TokenStats tokens, int ranks);
+
 // Output width of a layer: elements per token it hands the next layer.
 double OutWidth(const Layer& layer);
 

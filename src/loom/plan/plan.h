@@ -1,0 +1,109 @@
+// A Plan says where every module runs and how: the cluster's GPUs are cut into
+// groups of `group_gpus` consecutive GPUs (one simulated rank each), and each
+// Unit places some modules' layers on a contiguous run of groups with its own
+// tensor/context parallelism, one or more pipeline templates (each run by some
+// data-parallel replicas), a temporal phase and an SM fraction. One type
+// expresses the five layouts of the seed systems (docs/plan-format.md):
+//   1. Megatron-LM: one unit holding every module, encoders in the first stages;
+//   2. MMScale: one unit per module on disjoint groups, joined by brokers;
+//   3. Mosaic / DistMM: units in temporal phases sharing groups, each with an
+//      SM fraction (1 for DistMM's whole GPUs);
+//   4. Oobleck: one unit with several pipeline templates of different depths;
+//   5. PipeWeaver / Entrain: an IterationSchedule per batch adds sample
+//      placement, deferral and sub-microbatches per unit.
+// Plain values; ValidatePlan (plan/validate_plan.h) checks the invariants.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/cost/layer_work.h"
+
+namespace loom {
+
+// Layers [begin, end) of one module.
+struct LayerRange {
+  std::string module;
+  int begin = 0;
+  int end = 0;
+  bool operator==(const LayerRange&) const = default;
+};
+
+// One virtual stage of a pipeline template: the pipeline rank (0..pp-1) that
+// runs it and the layers it holds, in execution order.
+struct StageSpec {
+  int rank = 0;
+  std::vector<LayerRange> layers;
+  bool operator==(const StageSpec&) const = default;
+};
+
+// A pipeline template run by `replicas` data-parallel replicas, each on pp
+// groups. Stages are listed in pipeline order; interleaving puts several on one
+// rank (stage v on rank v % pp for Megatron's interleaved schedule).
+struct PipelineSpec {
+  int replicas = 1;
+  int pp = 1;
+  int microbatches = 1;            // per replica per iteration
+  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved | zb-h1
+  std::vector<StageSpec> stages;
+  int vpp() const { return pp > 0 ? static_cast<int>(stages.size()) / pp : 0; }
+  bool operator==(const PipelineSpec&) const = default;
+};
+
+struct Unit {
+  std::string name;
+  std::vector<std::string> modules;  // the modules it holds, in the model's execution order
+  int first_group = 0;               // first GPU group it occupies
+  int tp = 1;                        // tensor parallel inside a group (the rest of the group shares sequences)
+  int cp = 1;                        // context parallel inside a group
+  int phase = 0;                     // temporal stage: phase q runs after phase q-1 on shared groups
+  double sm_fraction = 1.0;          // share of each GPU's SMs (Mosaic); 1 = the whole GPU
+  Recompute recompute = Recompute::kNone;
+  int zero_stage = 1;                // 3 = fully sharded (FSDP)
+  std::vector<PipelineSpec> pipelines;
+
+  int num_groups() const;            // sum over pipelines of replicas x pp
+  int num_replicas() const;          // sum over pipelines of replicas
+  bool operator==(const Unit&) const = default;
+};
+
+// Regroups microbatches between units whose data-parallel degrees differ
+// (MMScale §4.1): `count` brokers gather the producing unit's outputs and
+// scatter them to the consuming unit's replicas.
+struct Broker {
+  std::string from;
+  std::string to;
+  int count = 1;
+  bool operator==(const Broker&) const = default;
+};
+
+struct Plan {
+  std::string strategy;
+  std::string model;      // names, for reports and `loom simulate --plan` checks
+  std::string cluster;
+  std::string workload;
+  int64_t global_batch = 0;
+  int group_gpus = 1;     // GPUs per group (one simulated rank)
+  std::vector<Unit> units;
+  std::vector<Broker> brokers;
+  std::string searched;   // what the strategy searched to find it, for reports
+
+  int FindUnit(const std::string& name) const;
+  bool operator==(const Plan&) const = default;
+};
+
+// Per-batch refinement (shape 5): which samples go in which global microbatch
+// (a sample placed later than its default is deferred, PipeWeaver/Entrain),
+// samples held back to the next iteration, and per unit how many
+// sub-microbatches each microbatch is cut into.
+struct IterationSchedule {
+  int64_t iteration = 0;
+  std::vector<std::vector<int>> microbatch_samples;       // [global microbatch] -> sample indices in the batch
+  std::vector<int> deferred;                              // sample indices left for the next iteration
+  std::map<std::string, std::vector<int>> sub_microbatches;  // unit -> per global microbatch count
+  bool operator==(const IterationSchedule&) const = default;
+};
+
+}  // namespace loom

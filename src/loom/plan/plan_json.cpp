@@ -1,0 +1,256 @@
+#include "loom/plan/plan_json.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "loom/error.h"
+
+namespace loom {
+
+using nlohmann::json;
+
+namespace {
+
+// A JSON object being read, with the path that names it in errors.
+class Reader {
+ public:
+  Reader(const json& j, std::string file, std::string path, std::set<std::string> keys)
+      : j_(j), file_(std::move(file)), path_(std::move(path)) {
+    if (!j_.is_object()) Fail(path_, "must be an object");
+    for (const auto& [k, v] : j_.items()) {
+      if (!keys.count(k)) {
+        std::string valid;
+        for (const auto& key : keys) valid += (valid.empty() ? "" : ", ") + key;
+        Fail(Field(k), fmt::format("unknown key; valid keys: {}", valid));
+      }
+    }
+  }
+  [[noreturn]] void Fail(const std::string& field, const std::string& what) const {
+    throw Error(fmt::format("{}: {}: {}", file_, field, what));
+  }
+  std::string Field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  bool Has(const std::string& key) const { return j_.contains(key); }
+  const json& Get(const std::string& key) const {
+    if (!j_.contains(key)) Fail(Field(key), "missing");
+    return j_.at(key);
+  }
+  std::string String(const std::string& key, const std::string& fallback = "", bool required = false) const {
+    if (!Has(key)) {
+      if (required) Fail(Field(key), "missing");
+      return fallback;
+    }
+    if (!j_.at(key).is_string()) Fail(Field(key), "must be a string");
+    return j_.at(key).get<std::string>();
+  }
+  int64_t Int(const std::string& key, int64_t fallback, bool required = false) const {
+    if (!Has(key)) {
+      if (required) Fail(Field(key), "missing");
+      return fallback;
+    }
+    if (!j_.at(key).is_number_integer()) Fail(Field(key), "must be an integer");
+    return j_.at(key).get<int64_t>();
+  }
+  double Number(const std::string& key, double fallback) const {
+    if (!Has(key)) return fallback;
+    if (!j_.at(key).is_number()) Fail(Field(key), "must be a number");
+    return j_.at(key).get<double>();
+  }
+  const json& Array(const std::string& key, bool required = true) const {
+    static const json empty = json::array();
+    if (!Has(key)) {
+      if (required) Fail(Field(key), "missing");
+      return empty;
+    }
+    if (!j_.at(key).is_array()) Fail(Field(key), "must be an array");
+    return j_.at(key);
+  }
+  std::vector<int> Ints(const std::string& key, const json& arr) const {
+    std::vector<int> out;
+    for (size_t i = 0; i < arr.size(); ++i) {
+      if (!arr[i].is_number_integer()) Fail(fmt::format("{}[{}]", Field(key), i), "must be an integer");
+      out.push_back(arr[i].get<int>());
+    }
+    return out;
+  }
+  const std::string& file() const { return file_; }
+
+ private:
+  const json& j_;
+  std::string file_;
+  std::string path_;
+};
+
+json RangeToJson(const LayerRange& r) { return {{"module", r.module}, {"begin", r.begin}, {"end", r.end}}; }
+
+}  // namespace
+
+std::string RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "none";
+}
+
+Recompute ParseRecompute(const std::string& name, const std::string& field) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  throw Error(fmt::format("{}: unknown recomputation '{}'; valid: none, selective, full", field, name));
+}
+
+json PlanToJson(const Plan& p) {
+  json units = json::array();
+  for (const Unit& u : p.units) {
+    json pipelines = json::array();
+    for (const PipelineSpec& ps : u.pipelines) {
+      json stages = json::array();
+      for (const StageSpec& st : ps.stages) {
+        json layers = json::array();
+        for (const LayerRange& r : st.layers) layers.push_back(RangeToJson(r));
+        stages.push_back({{"rank", st.rank}, {"layers", layers}});
+      }
+      pipelines.push_back({{"replicas", ps.replicas},
+                           {"pp", ps.pp},
+                           {"microbatches", ps.microbatches},
+                           {"schedule", ps.schedule},
+                           {"stages", stages}});
+    }
+    units.push_back({{"name", u.name},
+                     {"modules", u.modules},
+                     {"first_group", u.first_group},
+                     {"tp", u.tp},
+                     {"cp", u.cp},
+                     {"phase", u.phase},
+                     {"sm_fraction", u.sm_fraction},
+                     {"recompute", RecomputeName(u.recompute)},
+                     {"zero_stage", u.zero_stage},
+                     {"pipelines", pipelines}});
+  }
+  json brokers = json::array();
+  for (const Broker& b : p.brokers) brokers.push_back({{"from", b.from}, {"to", b.to}, {"count", b.count}});
+  return {{"strategy", p.strategy}, {"model", p.model},       {"cluster", p.cluster},
+          {"workload", p.workload}, {"global_batch", p.global_batch}, {"group_gpus", p.group_gpus},
+          {"units", units},         {"brokers", brokers},     {"searched", p.searched}};
+}
+
+Plan PlanFromJson(const json& j, const std::string& file) {
+  Reader r(j, file, "",
+           {"strategy", "model", "cluster", "workload", "global_batch", "group_gpus", "units", "brokers", "searched"});
+  Plan p;
+  p.strategy = r.String("strategy");
+  p.model = r.String("model");
+  p.cluster = r.String("cluster");
+  p.workload = r.String("workload");
+  p.global_batch = r.Int("global_batch", 0, true);
+  p.group_gpus = static_cast<int>(r.Int("group_gpus", 1));
+  p.searched = r.String("searched");
+  const json& units = r.Array("units");
+  for (size_t i = 0; i < units.size(); ++i) {
+    const std::string up = fmt::format("units[{}]", i);
+    Reader ur(units[i], file, up,
+              {"name", "modules", "first_group", "tp", "cp", "phase", "sm_fraction", "recompute", "zero_stage",
+               "pipelines"});
+    Unit u;
+    u.name = ur.String("name", "", true);
+    const json& mods = ur.Array("modules");
+    for (size_t k = 0; k < mods.size(); ++k) {
+      if (!mods[k].is_string()) ur.Fail(fmt::format("{}.modules[{}]", up, k), "must be a string");
+      u.modules.push_back(mods[k].get<std::string>());
+    }
+    u.first_group = static_cast<int>(ur.Int("first_group", 0));
+    u.tp = static_cast<int>(ur.Int("tp", 1));
+    u.cp = static_cast<int>(ur.Int("cp", 1));
+    u.phase = static_cast<int>(ur.Int("phase", 0));
+    u.sm_fraction = ur.Number("sm_fraction", 1.0);
+    u.recompute = ParseRecompute(ur.String("recompute", "none"), file + ": " + ur.Field("recompute"));
+    u.zero_stage = static_cast<int>(ur.Int("zero_stage", 1));
+    const json& pipes = ur.Array("pipelines");
+    for (size_t k = 0; k < pipes.size(); ++k) {
+      const std::string pp = fmt::format("{}.pipelines[{}]", up, k);
+      Reader pr(pipes[k], file, pp, {"replicas", "pp", "microbatches", "schedule", "stages"});
+      PipelineSpec ps;
+      ps.replicas = static_cast<int>(pr.Int("replicas", 1));
+      ps.pp = static_cast<int>(pr.Int("pp", 1));
+      ps.microbatches = static_cast<int>(pr.Int("microbatches", 1));
+      ps.schedule = pr.String("schedule", "1f1b");
+      const json& stages = pr.Array("stages");
+      for (size_t s = 0; s < stages.size(); ++s) {
+        const std::string sp = fmt::format("{}.stages[{}]", pp, s);
+        Reader sr(stages[s], file, sp, {"rank", "layers"});
+        StageSpec st;
+        st.rank = static_cast<int>(sr.Int("rank", 0, true));
+        const json& layers = sr.Array("layers");
+        for (size_t l = 0; l < layers.size(); ++l) {
+          Reader lr(layers[l], file, fmt::format("{}.layers[{}]", sp, l), {"module", "begin", "end"});
+          st.layers.push_back({lr.String("module", "", true), static_cast<int>(lr.Int("begin", 0, true)),
+                               static_cast<int>(lr.Int("end", 0, true))});
+        }
+        ps.stages.push_back(std::move(st));
+      }
+      u.pipelines.push_back(std::move(ps));
+    }
+    p.units.push_back(std::move(u));
+  }
+  const json& brokers = r.Array("brokers", false);
+  for (size_t i = 0; i < brokers.size(); ++i) {
+    Reader br(brokers[i], file, fmt::format("brokers[{}]", i), {"from", "to", "count"});
+    p.brokers.push_back({br.String("from", "", true), br.String("to", "", true), static_cast<int>(br.Int("count", 1))});
+  }
+  return p;
+}
+
+Plan LoadPlan(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("{}: cannot open plan file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
+  }
+  // A `loom plan --json` output: take the best strategy's plan.
+  if (j.is_object() && j.contains("strategies") && j.contains("best")) {
+    for (const auto& s : j.at("strategies")) {
+      if (s.value("name", "") == j.at("best") && s.contains("plan")) return PlanFromJson(s.at("plan"), path);
+    }
+    throw Error(fmt::format("{}: best: no strategy named {} with a plan", path, j.at("best").dump()));
+  }
+  return PlanFromJson(j, path);
+}
+
+json IterationScheduleToJson(const IterationSchedule& s) {
+  return {{"iteration", s.iteration},
+          {"microbatch_samples", s.microbatch_samples},
+          {"deferred", s.deferred},
+          {"sub_microbatches", s.sub_microbatches}};
+}
+
+IterationSchedule IterationScheduleFromJson(const json& j, const std::string& file) {
+  Reader r(j, file, "", {"iteration", "microbatch_samples", "deferred", "sub_microbatches"});
+  IterationSchedule s;
+  s.iteration = r.Int("iteration", 0);
+  const json& mbs = r.Array("microbatch_samples");
+  for (size_t k = 0; k < mbs.size(); ++k) {
+    if (!mbs[k].is_array()) r.Fail(fmt::format("microbatch_samples[{}]", k), "must be an array");
+    s.microbatch_samples.push_back(r.Ints(fmt::format("microbatch_samples[{}]", k), mbs[k]));
+  }
+  s.deferred = r.Ints("deferred", r.Array("deferred", false));
+  if (r.Has("sub_microbatches")) {
+    const json& sub = r.Get("sub_microbatches");
+    if (!sub.is_object()) r.Fail("sub_microbatches", "must be an object of unit -> per-microbatch counts");
+    for (const auto& [unit, counts] : sub.items()) {
+      if (!counts.is_array()) r.Fail("sub_microbatches." + unit, "must be an array");
+      s.sub_microbatches[unit] = r.Ints("sub_microbatches." + unit, counts);
+    }
+  }
+  return s;
+}
+
+}  // namespace loom

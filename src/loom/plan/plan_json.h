@@ -1,0 +1,27 @@
+// JSON form of Plan and IterationSchedule (schema: docs/plan-format.md).
+// Reading checks types and rejects unknown keys, naming the file and the field
+// path ("units[1].pipelines[0].pp"); the plan's own rules are checked by
+// ValidatePlan.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "loom/plan/plan.h"
+
+namespace loom {
+
+nlohmann::json PlanToJson(const Plan& plan);
+Plan PlanFromJson(const nlohmann::json& json, const std::string& file);
+// Reads a plan file (the plan itself, or a `loom plan --json` output, whose best
+// strategy's plan is taken). Throws loom::Error naming the file.
+Plan LoadPlan(const std::string& path);
+
+nlohmann::json IterationScheduleToJson(const IterationSchedule& schedule);
+IterationSchedule IterationScheduleFromJson(const nlohmann::json& json, const std::string& file);
+
+std::string RecomputeName(Recompute r);
+// "none" | "selective" | "full"; throws loom::Error naming `field` otherwise.
+Recompute ParseRecompute(const std::string& name, const std::string& field);
+
+}  // namespace loom

@@ -1,0 +1,155 @@
+#include "loom/report/comparison.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/table.h"
+
+namespace loom {
+
+double Comparison::SpeedupOverMegatron(int i) const {
+  if (megatron < 0 || i < 0 || !outcomes[megatron].ok() || !outcomes[i].ok()) return 0;
+  return outcomes[megatron].mean_iteration_time_s / outcomes[i].mean_iteration_time_s;
+}
+
+Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
+                             const std::vector<std::string>& strategies, int iterations,
+                             const std::function<void(const std::string&)>& progress) {
+  if (iterations < 1) throw Error(fmt::format("--iterations: must be >= 1, got {}", iterations));
+  Comparison cmp;
+  cmp.model = model.name;
+  cmp.cluster = cluster.name;
+  cmp.workload = workload.name;
+  cmp.global_batch = workload.global_batch;
+  cmp.num_gpus = cluster.num_gpus();
+  cmp.gpu_mem_bytes = static_cast<double>(cluster.gpu.mem_bytes);
+  cmp.iterations = iterations;
+  std::vector<Batch> batches;
+  for (int i = 0; i < iterations; ++i) batches.push_back(DrawBatch(workload, i));
+  for (const auto& name : strategies) {
+    StrategyOutcome o;
+    o.name = name;
+    StrategyContext ctx{model, cluster, workload, batches[0], progress};
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      o.result = RunStrategy(name, ctx);
+    } catch (const Error& e) {
+      o.error = e.what();
+    }
+    o.planning_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.ok()) {
+      if (progress) progress(fmt::format("{}: simulating {} batches", name, iterations));
+      double mfu = 0, bubble = 0, samples = 0, tokens = 0;
+      for (int i = 0; i < iterations; ++i) {
+        SimOptions opt;
+        opt.record_intervals = i == 0;
+        PlanRun run = RunPlan(model, cluster, workload, o.result.plan, batches[i], nullptr, opt);
+        const PlanMetrics& m = run.metrics;
+        o.iteration_times_s.push_back(m.iteration_time_s);
+        mfu += m.mfu;
+        bubble += m.bubble_ratio;
+        samples += m.throughput_samples_per_s;
+        tokens += m.throughput_tokens_per_s;
+        o.peak_mem_bytes = std::max(o.peak_mem_bytes, m.peak_mem_bytes);
+        for (const auto& v : run.memory_violations) o.memory_violations.push_back(fmt::format("batch {}: {}", i, v));
+        if (i == 0) o.first_run = std::move(run);
+      }
+      o.mean_iteration_time_s = 0;
+      for (double t : o.iteration_times_s) {
+        o.mean_iteration_time_s += t / iterations;
+        o.max_iteration_time_s = std::max(o.max_iteration_time_s, t);
+      }
+      o.mfu = mfu / iterations;
+      o.bubble_ratio = bubble / iterations;
+      o.throughput_samples_per_s = samples / iterations;
+      o.throughput_tokens_per_s = tokens / iterations;
+    }
+    if (name == "megatron") cmp.megatron = static_cast<int>(cmp.outcomes.size());
+    cmp.outcomes.push_back(std::move(o));
+  }
+  for (int i = 0; i < static_cast<int>(cmp.outcomes.size()); ++i) {
+    const auto& o = cmp.outcomes[i];
+    if (o.ok() && (cmp.best < 0 || o.mean_iteration_time_s < cmp.outcomes[cmp.best].mean_iteration_time_s)) {
+      cmp.best = i;
+    }
+  }
+  return cmp;
+}
+
+std::string FormatComparison(const Comparison& c) {
+  std::string out = fmt::format("{} on {} ({} GPUs), workload {}, global batch {}, {} simulated batches\n\n", c.model,
+                                c.cluster, c.num_gpus, c.workload, c.global_batch, c.iterations);
+  TextTable t({"", "strategy", "configuration", "iter mean", "iter max", "samples/s", "tokens/s", "MFU", "bubble",
+               "peak mem", "plan time", "vs megatron"});
+  for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
+    const auto& o = c.outcomes[i];
+    if (!o.ok()) {
+      t.AddRow({"", o.name, "no plan fits (see below)", "-", "-", "-", "-", "-", "-", "-",
+                fmt::format("{:.2f} s", o.planning_time_s), "-"});
+      continue;
+    }
+    const double speedup = c.SpeedupOverMegatron(i);
+    t.AddRow({i == c.best ? "*" : "", o.name, o.result.config, fmt::format("{:.3f} s", o.mean_iteration_time_s),
+              fmt::format("{:.3f} s", o.max_iteration_time_s), fmt::format("{:.1f}", o.throughput_samples_per_s),
+              HumanCount(o.throughput_tokens_per_s), fmt::format("{:.1f}%", 100 * o.mfu),
+              fmt::format("{:.1f}%", 100 * o.bubble_ratio),
+              HumanBytes(o.peak_mem_bytes) + (o.memory_violations.empty() ? "" : " !"),
+              fmt::format("{:.2f} s", o.planning_time_s), speedup > 0 ? fmt::format("{:.2f}x", speedup) : "-"});
+  }
+  out += t.Render();
+  if (c.best >= 0) {
+    const auto& b = c.outcomes[c.best];
+    out += fmt::format("\n* best: {} ({}), {:.3f} s per iteration", b.name, b.result.config, b.mean_iteration_time_s);
+    const double s = c.SpeedupOverMegatron(c.best);
+    if (s > 0 && c.best != c.megatron) out += fmt::format(", {:.2f}x megatron", s);
+    out += "\n";
+  }
+  for (const auto& o : c.outcomes) {
+    if (!o.ok()) out += fmt::format("\n{}: {}\n", o.name, o.error);
+    if (!o.memory_violations.empty()) {
+      out += fmt::format("\n{} ! plans on batch 0 but overflows on {} later batch(es), first: {}\n", o.name,
+                         o.memory_violations.size(), o.memory_violations.front());
+    }
+  }
+  return out;
+}
+
+nlohmann::json ComparisonJson(const Comparison& c) {
+  nlohmann::json strategies = nlohmann::json::array();
+  for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
+    const auto& o = c.outcomes[i];
+    nlohmann::json s = {{"name", o.name}, {"planning_time_s", o.planning_time_s}};
+    if (!o.ok()) {
+      s["error"] = o.error;
+    } else {
+      s.update({{"config", o.result.config},
+                {"iteration_time_s", o.mean_iteration_time_s},
+                {"max_iteration_time_s", o.max_iteration_time_s},
+                {"iteration_times_s", o.iteration_times_s},
+                {"throughput_samples_per_s", o.throughput_samples_per_s},
+                {"throughput_tokens_per_s", o.throughput_tokens_per_s},
+                {"mfu", o.mfu},
+                {"bubble_ratio", o.bubble_ratio},
+                {"peak_mem_bytes", o.peak_mem_bytes},
+                {"speedup_over_megatron", c.SpeedupOverMegatron(i)},
+                {"candidates", o.result.candidates},
+                {"memory_violations", o.memory_violations},
+                {"plan", PlanToJson(o.result.plan)}});
+    }
+    strategies.push_back(std::move(s));
+  }
+  return {{"model", c.model},
+          {"cluster", c.cluster},
+          {"workload", c.workload},
+          {"global_batch", c.global_batch},
+          {"iterations", c.iterations},
+          {"best", c.best >= 0 ? nlohmann::json(c.outcomes[c.best].name) : nlohmann::json(nullptr)},
+          {"strategies", strategies}};
+}
+
+}  // namespace loom

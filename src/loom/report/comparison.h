@@ -1,0 +1,57 @@
+// The main job: plan a model on a cluster with several strategies, simulate
+// each plan on the same N sampled batches, and compare (what `loom plan`
+// prints, writes as JSON and renders as HTML). Every strategy plans on the
+// same representative batch (iteration 0) and is measured on iterations
+// 0..N-1.
+#pragma once
+
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "loom/sim/plan_run.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom {
+
+struct StrategyOutcome {
+  std::string name;
+  std::string error;                 // non-empty: the strategy found no plan
+  StrategyResult result;
+  double planning_time_s = 0;
+  std::vector<double> iteration_times_s;  // one per simulated batch
+  double mean_iteration_time_s = 0;
+  double max_iteration_time_s = 0;
+  double throughput_samples_per_s = 0;   // mean over batches
+  double throughput_tokens_per_s = 0;
+  double mfu = 0;
+  double bubble_ratio = 0;
+  double peak_mem_bytes = 0;             // worst over batches
+  std::vector<std::string> memory_violations;  // batches after the representative one that overflow
+  PlanRun first_run;                     // iteration 0 with intervals, for timelines
+  bool ok() const { return error.empty(); }
+};
+
+struct Comparison {
+  std::string model, cluster, workload;
+  int64_t global_batch = 0;
+  int num_gpus = 0;
+  double gpu_mem_bytes = 0;
+  int iterations = 0;
+  std::vector<StrategyOutcome> outcomes;
+  int best = -1;      // fastest mean iteration time among those that planned
+  int megatron = -1;  // index of megatron, the reference for speedups
+  double SpeedupOverMegatron(int i) const;  // 0 when either is missing
+};
+
+Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
+                             const std::vector<std::string>& strategies, int iterations,
+                             const std::function<void(const std::string&)>& progress = {});
+
+// The table `loom plan` prints.
+std::string FormatComparison(const Comparison& comparison);
+// {"best", "strategies": [{"name", "config", "iteration_time_s", ...,"plan"}]} (docs/cli.md).
+nlohmann::json ComparisonJson(const Comparison& comparison);
+
+}  // namespace loom

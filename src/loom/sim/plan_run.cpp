@@ -1,0 +1,122 @@
+#include "loom/sim/plan_run.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "loom/error.h"
+#include "loom/report/table.h"
+
+namespace loom {
+
+namespace {
+
+// Sum of step functions (each starts at time 0).
+std::vector<MemoryPoint> SumCurves(const std::vector<const std::vector<MemoryPoint>*>& curves) {
+  std::vector<std::pair<double, double>> deltas;
+  for (const auto* c : curves) {
+    double prev = 0;
+    for (const auto& p : *c) {
+      deltas.push_back({p.time_s, p.bytes - prev});
+      prev = p.bytes;
+    }
+  }
+  std::sort(deltas.begin(), deltas.end());
+  std::vector<MemoryPoint> out;
+  double live = 0;
+  for (auto [t, d] : deltas) {
+    live += d;
+    if (!out.empty() && out.back().time_s == t) {
+      out.back().bytes = live;
+    } else {
+      out.push_back({t, live});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan, const Batch& batch,
+                const IterationSchedule* it, SimOptions options) {
+  PlanRun run;
+  run.sim = BuildPlanSimulation(model, c, w, plan, batch, it);
+  Simulator simulator(run.sim.schedule, run.sim.replicas, options);
+  run.result = simulator.result();
+  const SimResult& r = run.result;
+  const PlanSimulation& s = run.sim;
+  const int p = s.schedule.num_ranks;
+  const double T = r.iteration_time_s;
+  PlanMetrics& m = run.metrics;
+  m.iteration_time_s = T;
+  m.mfu = s.model_flops / (T * c.num_gpus() * c.gpu.peak_flops);
+  m.throughput_samples_per_s = static_cast<double>(s.samples) / T;
+  m.throughput_tokens_per_s = s.tokens / T;
+
+  double busy = 0, capacity = 0;
+  if (s.deduplicated) {
+    for (int rep = 0; rep < static_cast<int>(s.replicas.size()); ++rep) {
+      for (int rank = 0; rank < p; ++rank) {
+        busy += s.replica_weight[rep] * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction;
+        capacity += s.replica_weight[rep] * T;
+      }
+    }
+    // One curve per pipeline rank: the fullest of its replicas.
+    for (int rank = 0; rank < p; ++rank) {
+      int worst = rank;
+      for (int rep = 1; rep < static_cast<int>(s.replicas.size()); ++rep) {
+        if (r.peak_mem_bytes[rep * p + rank] > r.peak_mem_bytes[worst]) worst = rep * p + rank;
+      }
+      run.groups.push_back(s.ranks[rank].group);
+      run.group_names.push_back(s.ranks[rank].name);
+      run.group_peak_mem_bytes.push_back(r.peak_mem_bytes[worst]);
+      run.group_memory.push_back(r.memory[worst]);
+    }
+  } else {
+    std::map<int, std::vector<int>> by_group;
+    for (int rank = 0; rank < p; ++rank) {
+      by_group[s.ranks[rank].group].push_back(rank);
+      busy += r.busy_s[rank] * s.ranks[rank].sm_fraction;
+    }
+    capacity = T * static_cast<double>(by_group.size());
+    for (const auto& [g, ranks] : by_group) {
+      std::vector<const std::vector<MemoryPoint>*> curves;
+      std::string names;
+      for (int rank : ranks) {
+        curves.push_back(&r.memory[rank]);
+        names += (names.empty() ? "" : " + ") + s.ranks[rank].name;
+      }
+      auto curve = SumCurves(curves);
+      double peak = 0;
+      for (const auto& pt : curve) peak = std::max(peak, pt.bytes);
+      run.groups.push_back(g);
+      run.group_names.push_back(names);
+      run.group_peak_mem_bytes.push_back(peak);
+      run.group_memory.push_back(std::move(curve));
+    }
+  }
+  m.bubble_ratio = capacity > 0 ? 1.0 - busy / capacity : 0.0;
+  const double cap = static_cast<double>(c.gpu.mem_bytes);
+  for (size_t i = 0; i < run.groups.size(); ++i) {
+    m.peak_mem_bytes = std::max(m.peak_mem_bytes, run.group_peak_mem_bytes[i]);
+    if (run.group_peak_mem_bytes[i] > cap) {
+      const int g = run.groups[i];
+      run.memory_violations.push_back(
+          fmt::format("GPU group {} (GPUs {}..{}: {}) peaks at {}, {} over the {} of an {}", g, g * plan.group_gpus,
+                      (g + 1) * plan.group_gpus - 1, run.group_names[i], HumanBytes(run.group_peak_mem_bytes[i]),
+                      HumanBytes(run.group_peak_mem_bytes[i] - cap), HumanBytes(cap), c.gpu.name));
+    }
+  }
+  return run;
+}
+
+void CheckFits(const PlanRun& run, const std::string& where) {
+  if (run.memory_violations.empty()) return;
+  std::string msg = fmt::format("{}: does not fit in memory:", where);
+  for (const auto& v : run.memory_violations) msg += "\n  - " + v;
+  msg += "\n  use more pipeline or tensor parallelism, recomputation, a higher ZeRO stage or smaller microbatches";
+  throw Error(msg);
+}
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// Simulates one iteration of a Plan on one batch and measures it: iteration
+// time, MFU, bubbles, memory per GPU group (summed over the units that share a
+// group) and whether every group fits in GPU memory. Metric definitions:
+// docs/metrics.md.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/sim/plan_simulation.h"
+#include "loom/sim/sim_result.h"
+
+namespace loom {
+
+struct PlanMetrics {
+  double iteration_time_s = 0;
+  double mfu = 0;                 // useful FLOPs / (time x cluster GPUs x peak)
+  double bubble_ratio = 0;        // idle share of the used GPUs' compute (SM-fraction weighted)
+  double peak_mem_bytes = 0;      // the fullest GPU
+  double throughput_samples_per_s = 0;
+  double throughput_tokens_per_s = 0;  // the busiest module's tokens
+};
+
+struct PlanRun {
+  PlanSimulation sim;
+  SimResult result;
+  PlanMetrics metrics;
+  std::vector<int> groups;                               // GPU groups reported (one per memory curve)
+  std::vector<std::string> group_names;                  // what runs on each
+  std::vector<double> group_peak_mem_bytes;
+  std::vector<std::vector<MemoryPoint>> group_memory;    // step functions, summed over co-located ranks
+  std::vector<std::string> memory_violations;            // one per group over capacity
+};
+
+// Throws loom::Error for an invalid plan; memory overflows are returned in
+// memory_violations (searches skip such plans; CheckFits turns them into errors).
+PlanRun RunPlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                const Batch& batch, const IterationSchedule* iteration = nullptr, SimOptions options = {});
+
+// Throws loom::Error listing every group that does not fit.
+void CheckFits(const PlanRun& run, const std::string& where);
+
+}  // namespace loom

@@ -1,0 +1,116 @@
+// DistMM (NSDI'24) as Mosaic §2 describes it: modules that can run side by
+// side (the encoder branches) get disjoint sets of whole GPUs, sized to
+// balance their times, with data parallelism inside each set; dependent
+// modules run in successive waves on all GPUs (encoders, then the backbone
+// with its own TP and PP, then any generator). Searched: GPU group size
+// (= backbone TP), backbone PP, microbatches, recomputation, and the branch
+// split (time-proportional, then every one-group move from it).
+#include <algorithm>
+#include <numeric>
+
+#include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+namespace {
+
+// Splits `groups` among branches in proportion to `weights` (largest
+// remainder, at least one each).
+std::vector<int> ProportionalSplit(const std::vector<double>& weights, int groups) {
+  const double total = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const int b = static_cast<int>(weights.size());
+  std::vector<int> out(b, 1);
+  int left = groups - b;
+  std::vector<std::pair<double, int>> rem;
+  for (int i = 0; i < b; ++i) {
+    double share = total > 0 ? weights[i] / total * (groups - b) : 0.0;
+    out[i] += static_cast<int>(share);
+    left -= static_cast<int>(share);
+    rem.push_back({share - static_cast<int>(share), -i});
+  }
+  std::sort(rem.rbegin(), rem.rend());
+  for (int i = 0; i < left; ++i) ++out[-rem[i % b].second];
+  return out;
+}
+
+}  // namespace
+
+StrategyResult DistMmStrategy(const StrategyContext& ctx) {
+  CandidateSearch search(ctx, "distmm");
+  const ModuleWaves waves = SplitWaves(ctx.model);
+  const int n = ctx.cluster.num_gpus();
+  const int branches = static_cast<int>(waves.upstream_branches.size());
+  std::vector<double> branch_time;
+  for (const auto& b : waves.upstream_branches) {
+    const auto w = LayerWeights(ctx, UnitLayers(ctx.model, b), Balance::kTime, 1);
+    branch_time.push_back(std::accumulate(w.begin(), w.end(), 0.0));
+  }
+  const int backbone_layers = static_cast<int>(UnitLayers(ctx.model, waves.backbone).size());
+  for (int g : TpChoices(ctx.cluster)) {
+    if (n % g != 0) continue;
+    const int groups = n / g;
+    if (groups < std::max(branches, 1)) continue;
+    // Branch splits: proportional to time, and every single-group move from it.
+    std::vector<std::vector<int>> splits;
+    if (branches > 0) {
+      auto base = ProportionalSplit(branch_time, groups);
+      splits.push_back(base);
+      for (int a = 0; a < branches; ++a) {
+        for (int b = 0; b < branches; ++b) {
+          if (a == b || base[a] <= 1) continue;
+          auto s = base;
+          --s[a];
+          ++s[b];
+          splits.push_back(s);
+        }
+      }
+    } else {
+      splits.push_back({});
+    }
+    for (int pp : Divisors(groups)) {
+      if (pp > backbone_layers) break;
+      const int dp = groups / pp;
+      for (int m : Divisors(ctx.workload.global_batch)) {
+        if (m < pp && m != static_cast<int>(ctx.workload.global_batch)) continue;
+        for (const auto& split : splits) {
+          for (int enc_tp : {1, g}) {
+          if (enc_tp == g && g == 1 && branches > 0) continue;
+          search.Try([&](Recompute r) {
+            Plan plan = EmptyPlan(ctx, "distmm", g);
+            const bool has_down = !waves.downstream.empty();
+            int first = 0;
+            for (int b = 0; b < branches; ++b) {
+              plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first, enc_tp, 0,
+                                            split[b], 1, m, "gpipe", r, Balance::kTime));
+              first += split[b];
+            }
+            const int phase = branches > 0 ? 1 : 0;
+            plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
+                                          has_down ? "gpipe" : "1f1b", r, Balance::kTime));
+            if (has_down) {
+              plan.units.push_back(
+                  MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups, 1, m, "1f1b", r, Balance::kTime));
+            }
+            return plan;
+          });
+          if (branches == 0) break;
+          }
+        }
+      }
+    }
+  }
+  return search.Finish("group size x backbone pp x microbatches x recompute x branch GPU split; parallel branches on "
+                       "disjoint whole GPUs, waves on all GPUs",
+                       [](const Plan& p) {
+                         std::string s;
+                         for (const auto& u : p.units) {
+                           s += (s.empty() ? "" : "; ") + u.name + " " +
+                                (u.num_groups() == 1 && u.pipelines[0].pp == 1 ? "1 group"
+                                                                                : DescribeUnit(u));
+                         }
+                         return s;
+                       });
+}
+
+}  // namespace loom

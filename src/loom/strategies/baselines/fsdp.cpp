@@ -1,0 +1,25 @@
+// Fully sharded data parallelism (PyTorch FSDP / ZeRO-3): every module
+// replicated on all GPUs with weights, gradients and optimizer state sharded
+// over all of them; each layer's weights are all-gathered before its forward
+// and backward and its gradients reduce-scattered, overlapping compute.
+// Searched: gradient-accumulation steps (microbatches) and recomputation.
+#include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+StrategyResult FsdpStrategy(const StrategyContext& ctx) {
+  CandidateSearch search(ctx, "fsdp");
+  const int n = ctx.cluster.num_gpus();
+  if (ctx.workload.global_batch % n == 0) {
+    for (int m : Divisors(ctx.workload.global_batch / n)) {
+      search.Try([&](Recompute r) {
+        return SingleUnitPlan(ctx, "fsdp", 1, 1, n, 1, m, "1f1b", r, Balance::kParams, 3);
+      });
+    }
+  }
+  return search.Finish("dp = all GPUs, ZeRO-3, x accumulation steps x recompute",
+                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+}
+
+}  // namespace loom

@@ -1,0 +1,43 @@
+// Megatron-LM as the seed papers run it (MMScale §7, PipeWeaver §8): every
+// module in one pipeline, encoders in the first stages with the backbone's TP
+// and DP (replicated inside the TP group where heads do not divide), stages
+// balanced by parameter count. Searched: TP in {1,2,4,8} inside a node, every
+// PP dividing the rest, DP = the remainder, every microbatch count, 1F1B and
+// interleaved (vpp 2 and 4), and the cheapest recomputation that fits.
+#include <fmt/format.h>
+
+#include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+StrategyResult MegatronStrategy(const StrategyContext& ctx) {
+  CandidateSearch search(ctx, "megatron");
+  const int n = ctx.cluster.num_gpus();
+  const int layers = ctx.model.num_layers();
+  for (int tp : TpChoices(ctx.cluster)) {
+    if (n % tp != 0) continue;
+    for (int pp : Divisors(n / tp)) {
+      if (pp > layers) break;
+      const int dp = n / tp / pp;
+      if (ctx.workload.global_batch % dp != 0) continue;
+      for (int m : Divisors(ctx.workload.global_batch / dp)) {
+        if (m < pp && m != static_cast<int>(ctx.workload.global_batch / dp)) continue;  // a pipeline needs >= pp microbatches to fill
+        search.Try([&](Recompute r) {
+          return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, "1f1b", r, Balance::kParams, 1);
+        });
+        for (int vpp : {2, 4}) {
+          if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
+          search.Try([&](Recompute r) {
+            return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, "interleaved", r, Balance::kParams, 1);
+          });
+        }
+      }
+    }
+  }
+  return search.Finish("tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
+                       "parameters",
+                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+}
+
+}  // namespace loom

@@ -1,0 +1,67 @@
+// Optimus, coarse-grained bubble scheduling only (as PipeWeaver §8 runs it):
+// the backbone runs a Megatron-LM pipeline (TP, PP, DP, 1F1B); the encoders
+// run data parallel on the same GPUs, every encoder forward scheduled before
+// the backbone's pipeline on each GPU and every encoder backward after it, so
+// encoders add no pipeline stages and fill the warm-up and cool-down bubbles
+// only where the data allows. Modules downstream of the backbone (Optimus has
+// no generator support) stay in the backbone's pipeline. Searched: TP, PP, DP,
+// microbatches and recomputation.
+#include <algorithm>
+
+#include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+StrategyResult OptimusStrategy(const StrategyContext& ctx) {
+  CandidateSearch search(ctx, "optimus");
+  const ModuleWaves waves = SplitWaves(ctx.model);
+  std::vector<std::string> encoders, backbone;
+  for (const auto& b : waves.upstream_branches) encoders.insert(encoders.end(), b.begin(), b.end());
+  backbone = waves.backbone;
+  backbone.insert(backbone.end(), waves.downstream.begin(), waves.downstream.end());
+  auto order = [&](std::vector<std::string>& v) {
+    std::sort(v.begin(), v.end(),
+              [&](const auto& a, const auto& b) { return ctx.model.FindModule(a) < ctx.model.FindModule(b); });
+  };
+  order(encoders);
+  order(backbone);
+  const int n = ctx.cluster.num_gpus();
+  int backbone_layers = 0;
+  for (const auto& m : backbone) backbone_layers += static_cast<int>(ctx.model.modules[ctx.model.FindModule(m)].layers.size());
+  for (int tp : TpChoices(ctx.cluster)) {
+    if (n % tp != 0) continue;
+    for (int pp : Divisors(n / tp)) {
+      if (pp > backbone_layers) break;
+      const int dp = n / tp / pp;
+      if (ctx.workload.global_batch % dp != 0) continue;
+      for (int m : Divisors(ctx.workload.global_batch / dp)) {
+        if (m < pp && m != static_cast<int>(ctx.workload.global_batch / dp)) continue;
+        for (int enc_tp : {1, tp}) {
+        if (enc_tp == tp && tp == 1 && !encoders.empty()) continue;
+        search.Try([&](Recompute r) {
+          if (encoders.empty()) {
+            return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, "1f1b", r, Balance::kTime, 1);
+          }
+          Plan plan = EmptyPlan(ctx, "optimus", tp);
+          // Encoders: one data-parallel replica per backbone group (TP enc_tp inside
+          // it, sequences shared by the rest), forwards before the backbone (phase 0).
+          plan.units.push_back(MakeUnit(ctx, "encoders", encoders, 0, enc_tp, 0, n / tp, 1, m, "gpipe", r, Balance::kTime));
+          plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, "1f1b", r, Balance::kTime));
+          return plan;
+        });
+        if (encoders.empty()) break;
+        }
+      }
+    }
+  }
+  return search.Finish("backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
+                       "GPUs, forwards before and backwards after the backbone pipeline",
+                       [](const Plan& p) {
+                         if (p.units.size() == 1) return DescribeUnit(p.units[0]);
+                         return "backbone " + DescribeUnit(p.units[1]) + "; encoders dp" +
+                                std::to_string(p.units[0].num_replicas()) + " before/after";
+                       });
+}
+
+}  // namespace loom

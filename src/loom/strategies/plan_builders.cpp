@@ -1,0 +1,250 @@
+#include "loom/strategies/plan_builders.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <set>
+
+#include "loom/cost/frozen.h"
+#include "loom/cost/token_stats.h"
+#include "loom/error.h"
+#include "loom/plan/plan_json.h"
+#include "loom/sim/layer_pricing.h"
+#include "loom/sim/plan_run.h"
+
+namespace loom {
+
+std::vector<std::pair<int, int>> UnitLayers(const Model& model, const std::vector<std::string>& modules) {
+  std::vector<std::pair<int, int>> out;
+  for (const auto& name : modules) {
+    const int mi = model.FindModule(name);
+    for (int l = 0; l < static_cast<int>(model.modules[mi].layers.size()); ++l) out.push_back({mi, l});
+  }
+  return out;
+}
+
+std::vector<StageSpec> StagesFromPartition(const Model& model, const std::vector<std::pair<int, int>>& layers,
+                                           const Partition& partition, int pp) {
+  std::vector<StageSpec> stages;
+  for (int s = 0; s < partition.num_stages(); ++s) {
+    StageSpec st;
+    st.rank = s % pp;
+    for (int i = partition.begin[s]; i < partition.begin[s + 1];) {
+      int j = i;
+      while (j < partition.begin[s + 1] && layers[j].first == layers[i].first) ++j;
+      st.layers.push_back({model.modules[layers[i].first].name, layers[i].second, layers[j - 1].second + 1});
+      i = j;
+    }
+    stages.push_back(std::move(st));
+  }
+  return stages;
+}
+
+std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<std::pair<int, int>>& layers,
+                                 Balance balance, int tp) {
+  std::vector<double> w;
+  if (balance == Balance::kParams) {
+    // Megatron-LM balances pipeline stages by parameter count; a layer without
+    // weights (none in the zoo today) still counts a little so it is placed.
+    for (auto [mi, li] : layers) w.push_back(std::max<double>(1.0, LayerParams(ctx.model.modules[mi].layers[li])));
+    return w;
+  }
+  const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
+  const auto needs = ComputeBackwardNeeds(ctx.model);
+  for (auto [mi, li] : layers) {
+    LayerParallelism par;
+    par.tp = tp;
+    par.split = SplitsOverTensorParallel(ctx.model.modules[mi], tp);
+    LayerTimes t = PriceLayer(ctx.model.modules[mi].layers[li], tokens[mi], needs[mi][li], ctx.cluster, par);
+    w.push_back(t.forward_s + t.backward_data_s + t.backward_weight_s);
+  }
+  return w;
+}
+
+Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
+                    int microbatches, const std::string& schedule, Recompute recompute, Balance balance,
+                    int zero_stage) {
+  Plan plan = EmptyPlan(ctx, strategy, tp);
+  std::vector<std::string> modules;
+  for (const auto& m : ctx.model.modules) modules.push_back(m.name);
+  Unit u = MakeUnit(ctx, "all", modules, 0, tp, 0, dp, pp * vpp, microbatches, schedule, recompute, balance);
+  // MakeUnit cut pp x vpp stages on pp x vpp ranks; put stage v on rank v % pp.
+  u.pipelines[0].pp = pp;
+  for (size_t v = 0; v < u.pipelines[0].stages.size(); ++v) u.pipelines[0].stages[v].rank = static_cast<int>(v) % pp;
+  u.zero_stage = zero_stage;
+  plan.units.push_back(std::move(u));
+  return plan;
+}
+
+Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
+              int first_group, int tp, int phase, int replicas, int pp, int microbatches, const std::string& schedule,
+              Recompute recompute, Balance balance) {
+  Unit u;
+  u.name = name;
+  u.modules = modules;
+  u.first_group = first_group;
+  u.tp = tp;
+  u.phase = phase;
+  u.recompute = recompute;
+  PipelineSpec ps;
+  ps.replicas = replicas;
+  ps.pp = pp;
+  ps.microbatches = microbatches;
+  ps.schedule = schedule;
+  const auto layers = UnitLayers(ctx.model, modules);
+  if (static_cast<int>(layers.size()) < pp) {
+    throw Error(fmt::format("unit {}: {} layers cannot fill {} stages", name, layers.size(), pp));
+  }
+  ps.stages = StagesFromPartition(ctx.model, layers, MinMaxPartition(LayerWeights(ctx, layers, balance, tp), pp), pp);
+  u.pipelines.push_back(std::move(ps));
+  return u;
+}
+
+Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int group_gpus) {
+  Plan plan;
+  plan.strategy = strategy;
+  plan.model = ctx.model.name;
+  plan.cluster = ctx.cluster.name;
+  plan.workload = ctx.workload.name;
+  plan.global_batch = ctx.workload.global_batch;
+  plan.group_gpus = group_gpus;
+  return plan;
+}
+
+ModuleWaves SplitWaves(const Model& model) {
+  const int n = static_cast<int>(model.modules.size());
+  // upstream[i]: i feeds (transitively) a backbone; downstream[i]: a backbone feeds i.
+  std::vector<char> up(n, 0), down(n, 0), backbone(n, 0);
+  for (int i = 0; i < n; ++i) backbone[i] = model.modules[i].role == ModuleRole::kBackbone;
+  for (int i = n - 1; i >= 0; --i) {
+    if (backbone[i] || up[i]) {
+      for (int j : model.modules[i].inputs) up[j] = !backbone[j];
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    for (int j : model.modules[i].inputs) {
+      if ((backbone[j] || down[j]) && !backbone[i]) down[i] = 1;
+    }
+  }
+  ModuleWaves w;
+  // Branches: upstream modules joined by edges among themselves (union-find).
+  std::vector<int> root(n);
+  for (int i = 0; i < n; ++i) root[i] = i;
+  auto find = [&](int x) {
+    while (root[x] != x) x = root[x] = root[root[x]];
+    return x;
+  };
+  for (int i = 0; i < n; ++i) {
+    if (!up[i]) continue;
+    for (int j : model.modules[i].inputs) {
+      if (up[j]) root[find(i)] = find(j);
+    }
+  }
+  std::vector<int> branch_of(n, -1);
+  for (int i = 0; i < n; ++i) {
+    if (up[i]) {
+      int r = find(i);
+      if (branch_of[r] < 0) {
+        branch_of[r] = static_cast<int>(w.upstream_branches.size());
+        w.upstream_branches.emplace_back();
+      }
+      w.upstream_branches[branch_of[r]].push_back(model.modules[i].name);
+    } else if (down[i]) {
+      w.downstream.push_back(model.modules[i].name);
+    } else {
+      w.backbone.push_back(model.modules[i].name);
+    }
+  }
+  return w;
+}
+
+std::vector<int> Divisors(int64_t n) {
+  std::vector<int> d;
+  for (int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(static_cast<int>(i));
+  }
+  return d;
+}
+
+std::vector<int> TpChoices(const Cluster& c) {
+  std::vector<int> out;
+  for (int tp : {1, 2, 4, 8}) {
+    if (tp <= c.gpus_per_node && c.gpus_per_node % tp == 0) out.push_back(tp);
+  }
+  return out;
+}
+
+double CandidateSearch::Evaluate(const Plan& plan) {
+  ++candidates_;
+  if (ctx_.progress && candidates_ % 16 == 0) {
+    ctx_.progress(fmt::format("{}: {} candidates simulated, {} fit", strategy_, candidates_, feasible_));
+  }
+  SimOptions opt;
+  opt.record_intervals = false;
+  try {
+    PlanRun run = RunPlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative, nullptr, opt);
+    if (!run.memory_violations.empty()) {
+      ++overflow_;
+      overflow_reason_ = run.memory_violations.front();
+      return -1;
+    }
+    ++feasible_;
+    const double t = run.metrics.iteration_time_s;
+    if (best_time_s_ < 0 || t < best_time_s_) {
+      best_time_s_ = t;
+      best_ = plan;
+    }
+    return t;
+  } catch (const Error& e) {
+    ++invalid_;
+    invalid_reason_ = e.what();
+    return -1;
+  }
+}
+
+void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    Plan plan;
+    try {
+      plan = make(r);
+    } catch (const Error& e) {
+      ++invalid_;
+      invalid_reason_ = e.what();
+      return;
+    }
+    if (Evaluate(plan) >= 0) return;
+  }
+}
+
+StrategyResult CandidateSearch::Finish(const std::string& searched,
+                                       const std::function<std::string(const Plan&)>& describe) {
+  if (best_time_s_ < 0) {
+    std::string why;
+    if (overflow_ > 0) why += fmt::format("\n  {} do not fit in memory, e.g. {}", overflow_, overflow_reason_);
+    if (invalid_ > 0) why += fmt::format("\n  {} are invalid, e.g. {}", invalid_, invalid_reason_);
+    throw Error(fmt::format("strategy {}: no configuration it tried ({}) works for {} on {}:{}", strategy_, searched,
+                            ctx_.model.name, ctx_.cluster.name, why));
+  }
+  StrategyResult r;
+  r.plan = best_;
+  r.plan.searched = fmt::format("{} ({} simulated, {} fit)", searched, candidates_, feasible_);
+  r.config = describe(best_);
+  r.candidates = candidates_;
+  r.feasible = feasible_;
+  return r;
+}
+
+std::string DescribeUnit(const Unit& u) {
+  std::string pipes;
+  for (const auto& p : u.pipelines) {
+    std::string sched = p.schedule == "interleaved" ? fmt::format("interleaved(vpp{})", p.vpp()) : p.schedule;
+    pipes += fmt::format("{}pp{} dp{} m{} {}", pipes.empty() ? "" : " | ", p.pp, p.replicas, p.microbatches, sched);
+  }
+  std::string extra;
+  if (u.cp > 1) extra += fmt::format(" cp{}", u.cp);
+  if (u.sm_fraction < 1) extra += fmt::format(" sm{:.2g}", u.sm_fraction);
+  if (u.zero_stage != 1) extra += fmt::format(" zero{}", u.zero_stage);
+  return fmt::format("tp{} {}{} rc={}", u.tp, pipes, extra, RecomputeName(u.recompute));
+}
+
+}  // namespace loom

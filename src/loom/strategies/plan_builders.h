@@ -1,0 +1,85 @@
+// Building blocks the strategies share: cutting a unit's layers into pipeline
+// stages, per-layer balance weights (parameters as Megatron-LM does, or
+// simulated time on a batch), the model's module waves, and the search loop
+// that simulates candidate plans and keeps the fastest that fits.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "loom/pipeline/partition.h"
+#include "loom/plan/plan.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom {
+
+// Flattened (module, layer) list of `modules` (names, in model order).
+std::vector<std::pair<int, int>> UnitLayers(const Model& model, const std::vector<std::string>& modules);
+
+// Stages of one pipeline template from a partition of UnitLayers into
+// pp x vpp stages (stage v on rank v % pp).
+std::vector<StageSpec> StagesFromPartition(const Model& model, const std::vector<std::pair<int, int>>& layers,
+                                           const Partition& partition, int pp);
+
+enum class Balance { kParams, kTime };
+// Per-layer weights for the min-max partitioner: parameter counts, or forward +
+// backward time of the whole representative batch at tensor parallel `tp`.
+std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<std::pair<int, int>>& layers,
+                                 Balance balance, int tp);
+
+// A one-unit plan with one pipeline template (Megatron-LM's layout).
+Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
+                    int microbatches, const std::string& schedule, Recompute recompute, Balance balance,
+                    int zero_stage);
+
+// One unit with one pipeline template of `replicas` x `pp` groups starting at
+// `first_group`, its stages balanced by `balance` at tensor parallel `tp`.
+Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
+              int first_group, int tp, int phase, int replicas, int pp, int microbatches, const std::string& schedule,
+              Recompute recompute, Balance balance);
+// An empty plan for the context (names, batch, group size).
+Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int group_gpus);
+
+// Modules by wave relative to the backbone: upstream (encoders, projectors),
+// the backbone wave (backbone and anything neither upstream nor downstream),
+// downstream (decoders, generators). Upstream modules are further split into
+// branches: connected chains that can run side by side.
+struct ModuleWaves {
+  std::vector<std::vector<std::string>> upstream_branches;
+  std::vector<std::string> backbone;
+  std::vector<std::string> downstream;
+};
+ModuleWaves SplitWaves(const Model& model);
+
+// Divisors of n in increasing order.
+std::vector<int> Divisors(int64_t n);
+// Tensor-parallel degrees to try: 1, 2, 4, 8 that divide a node.
+std::vector<int> TpChoices(const Cluster& cluster);
+
+// Simulates candidates on the representative batch and keeps the fastest that
+// is valid and fits. `Try(make)` tries recomputation none, selective, full in
+// turn (each slower, each using less memory) and keeps the first that fits.
+class CandidateSearch {
+ public:
+  CandidateSearch(const StrategyContext& ctx, std::string strategy) : ctx_(ctx), strategy_(std::move(strategy)) {}
+  // Returns the iteration time of the plan, or a negative number when it is invalid or does not fit.
+  double Evaluate(const Plan& plan);
+  void Try(const std::function<Plan(Recompute)>& make);
+  // Throws loom::Error when nothing fit. Fills config from `describe(best)`.
+  StrategyResult Finish(const std::string& searched, const std::function<std::string(const Plan&)>& describe);
+
+ private:
+  const StrategyContext& ctx_;
+  std::string strategy_;
+  Plan best_;
+  double best_time_s_ = -1;
+  int candidates_ = 0, feasible_ = 0;
+  int invalid_ = 0, overflow_ = 0;
+  std::string invalid_reason_, overflow_reason_;
+};
+
+// "tp4 pp4 dp1 m16 interleaved(vpp2) recompute=full" for a unit.
+std::string DescribeUnit(const Unit& unit);
+
+}  // namespace loom
