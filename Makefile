@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test demo bench clean
+.PHONY: deps configure build test demo bench screenshot clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -18,13 +18,17 @@ build: configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The main job on the built-in example: vlm-s (ViT-5B + Llama3-8B, PipeWeaver's
+# VLM-S) on 16 H800 GPUs (2 nodes of 8) with OBELICS interleaved image-text data.
 demo: build
-	$(BUILD)/loom models
 	$(BUILD)/loom inspect vlm-s --workload obelics
-	$(BUILD)/loom inspect mllm-9b --workload laion --cluster mmscale-cluster
-	$(BUILD)/loom simulate --model vlm-s --cluster pipeweaver-testbed --workload obelics --global-batch 64 \
-	  --tp 4 --pp 4 --dp 4 --microbatches 16 --schedule interleaved --vpp 2 --recompute full --trace vlm-s.trace.json
-	@echo "Trace written to vlm-s.trace.json: open it in https://ui.perfetto.dev"
+	$(BUILD)/loom plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 32 \
+	  --strategy all --report report.html --json plans.json --trace best.trace.json
+	@echo "Open report.html in a browser; best.trace.json in https://ui.perfetto.dev"
+
+# Renders report.html in headless Chromium (installs it if missing).
+screenshot: demo
+	bash scripts/screenshot-report.sh report.html docs/img/report.png
 
 bench: build
 	$(BUILD)/loom_bench

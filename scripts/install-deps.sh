@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Loom builds and tests with. Idempotent: installs
 # only what is missing, so a second run does nothing and needs no network.
+# `--with-chromium` also installs headless Chromium, which only
+# scripts/screenshot-report.sh needs (not the build or the tests).
 set -euo pipefail
 
 packages=(
@@ -8,6 +10,9 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+if [ "${1:-}" = "--with-chromium" ]; then
+  packages+=(chromium fonts-dejavu-core)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -3,11 +3,19 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <unistd.h>
 
+#include "loom/data/sample_source.h"
 #include "loom/error.h"
+#include "loom/export/megatron_args.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/comparison.h"
+#include "loom/report/html_report.h"
 #include "loom/report/inspect.h"
+#include "loom/strategies/strategy.h"
 #include "loom/report/table.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/sim/megatron_run.h"
@@ -67,6 +75,23 @@ std::string ClusterList() {
          beds.Render();
 }
 
+// Names of the simulated ranks of a plan run, replica-major (for traces).
+std::vector<std::string> RankNames(const loom::PlanRun& run) {
+  std::vector<std::string> names;
+  const int p = run.sim.schedule.num_ranks;
+  for (int i = 0; i < run.result.num_ranks(); ++i) {
+    names.push_back(run.sim.replicas.size() > 1 ? fmt::format("replica {} {}", i / p, run.sim.ranks[i % p].name)
+                                                : run.sim.ranks[i % p].name);
+  }
+  return names;
+}
+
+void WriteText(const std::string& path, const std::string& text, const char* flag) {
+  std::ofstream out(path);
+  if (!out) throw loom::Error(fmt::format("{} {}: cannot write the file", flag, path));
+  out << text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,12 +124,29 @@ int main(int argc, char** argv) {
   simulate->add_option("--dp", cfg.dp, "data parallel degree");
   simulate->add_option("--cp", cfg.cp, "context parallel degree");
   simulate->add_option("--vpp", cfg.vpp, "virtual pipeline chunks per rank (interleaved)");
-  simulate->add_option("--microbatches", cfg.microbatches, "microbatches per replica per iteration")->required();
+  simulate->add_option("--microbatches", cfg.microbatches, "microbatches per replica per iteration");
   simulate->add_option("--schedule", cfg.schedule, "gpipe | 1f1b | interleaved | zb-h1");
   simulate->add_option("--recompute", recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration");
   simulate->add_flag("--json", sim_json, "print JSON");
+
+  CLI::App* plan = app.add_subcommand("plan", "plan with each strategy, simulate, compare (the main job)");
+  std::string plan_model, plan_cluster, strategies = "all", plan_json, plan_report, plan_trace, plan_export;
+  int iterations = 10;
+  WorkloadFlags plan_workload;
+  plan->add_option("--model", plan_model, "built-in model name or YAML file")->required();
+  plan->add_option("--cluster", plan_cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+  plan_workload.Add(plan);
+  plan->add_option("--strategy", strategies, "NAME[,NAME...] or all (default all)");
+  plan->add_option("--iterations", iterations, "sampled batches to simulate per strategy (default 10)");
+  plan->add_option("--json", plan_json, "write the comparison and every plan as JSON");
+  plan->add_option("--report", plan_report, "write a self-contained HTML report");
+  plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");
+  plan->add_option("--export", plan_export, "print launch arguments for a framework: megatron")
+      ->check(CLI::IsMember({"megatron"}));
+  std::string sim_plan;
+  simulate->add_option("--plan", sim_plan, "simulate a plan JSON file (from `loom plan --json`) instead of flags");
 
   try {
     app.parse(argc, argv);
@@ -129,7 +171,78 @@ int main(int argc, char** argv) {
       nlohmann::json result = loom::InspectModel(loom::LoadModel(model_name), options);
       std::cout << (json ? result.dump(2) + "\n" : loom::FormatInspect(result));
     }
-    if (app.got_subcommand("simulate")) {
+    if (app.got_subcommand("plan")) {
+      loom::Model model = loom::LoadModel(plan_model);
+      loom::Cluster cluster = loom::LoadCluster(plan_cluster);
+      std::optional<loom::Workload> w = plan_workload.Resolve();
+      loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
+      std::vector<std::string> names;
+      if (strategies == "all") {
+        names = loom::StrategyNames();
+      } else {
+        std::string rest = strategies;
+        while (!rest.empty()) {
+          auto comma = rest.find(',');
+          std::string name = rest.substr(0, comma);
+          rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+          if (loom::StrategyDescription(name).empty()) {
+            throw loom::Error(fmt::format("--strategy: unknown strategy '{}'; valid: {}, or all", name,
+                                          fmt::join(loom::StrategyNames(), ", ")));
+          }
+          names.push_back(name);
+        }
+      }
+      std::function<void(const std::string&)> progress;
+      if (isatty(STDERR_FILENO)) {
+        progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+      }
+      loom::Comparison cmp = loom::CompareStrategies(model, cluster, workload, names, iterations, progress);
+      if (progress) std::cerr << "\r\033[K";
+      std::cout << loom::FormatComparison(cmp);
+      if (!plan_json.empty()) {
+        WriteText(plan_json, loom::ComparisonJson(cmp).dump(2) + "\n", "--json");
+        std::cout << "Plans written to " << plan_json << "\n";
+      }
+      if (!plan_report.empty()) {
+        loom::WriteHtmlReport(plan_report, cmp);
+        std::cout << "Report written to " << plan_report << "\n";
+      }
+      if (!plan_trace.empty() && cmp.best >= 0) {
+        const auto& run = cmp.outcomes[cmp.best].first_run;
+        loom::WriteChromeTrace(plan_trace, loom::ChromeTrace(run.result, run.sim.schedule, RankNames(run)));
+        std::cout << "Trace of " << cmp.outcomes[cmp.best].name << " written to " << plan_trace << "\n";
+      }
+      if (plan_export == "megatron") {
+        std::cout << "\n";
+        for (const auto& o : cmp.outcomes) {
+          if (o.ok()) std::cout << loom::FormatMegatronExport(o.name, loom::ExportMegatron(o.result.plan, model)) << "\n";
+        }
+      }
+      bool any = false;
+      for (const auto& o : cmp.outcomes) any = any || o.ok();
+      if (!any) throw loom::Error("no strategy found a plan that fits; see the reasons above");
+    }
+    if (app.got_subcommand("simulate") && !sim_plan.empty()) {
+      loom::Model model = loom::LoadModel(sim_model);
+      loom::Cluster cluster = loom::LoadCluster(sim_cluster);
+      std::optional<loom::Workload> w = sim_workload.Resolve();
+      loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
+      loom::Plan p = loom::LoadPlan(sim_plan);
+      loom::PlanRun run = loom::RunPlan(model, cluster, workload, p, loom::DrawBatch(workload, 0));
+      loom::CheckFits(run, sim_plan);
+      if (!trace_path.empty()) {
+        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.sim.schedule, RankNames(run)));
+      }
+      const auto& m = run.metrics;
+      nlohmann::json j = {{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu},
+                          {"bubble_ratio", m.bubble_ratio}, {"peak_mem_bytes", m.peak_mem_bytes},
+                          {"throughput_samples_per_s", m.throughput_samples_per_s}};
+      std::cout << (sim_json ? j.dump(2) + "\n"
+                             : fmt::format("plan {} ({}): {:.3f} s per iteration, MFU {:.1f}%, bubble {:.1f}%, peak "
+                                           "{} per GPU\n",
+                                           sim_plan, p.strategy, m.iteration_time_s, 100 * m.mfu,
+                                           100 * m.bubble_ratio, loom::HumanBytes(m.peak_mem_bytes)));
+    } else if (app.got_subcommand("simulate")) {
       cfg.recompute = recompute == "full"        ? loom::Recompute::kFull
                       : recompute == "selective" ? loom::Recompute::kSelective
                                                  : loom::Recompute::kNone;

@@ -222,6 +222,7 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
     std::string why;
     if (overflow_ > 0) why += fmt::format("\n  {} do not fit in memory, e.g. {}", overflow_, overflow_reason_);
     if (invalid_ > 0) why += fmt::format("\n  {} are invalid, e.g. {}", invalid_, invalid_reason_);
+    if (!skipped_.empty()) why += "\n  " + skipped_;
     throw Error(fmt::format("strategy {}: no configuration it tried ({}) works for {} on {}:{}", strategy_, searched,
                             ctx_.model.name, ctx_.cluster.name, why));
   }

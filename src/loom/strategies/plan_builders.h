@@ -66,6 +66,8 @@ class CandidateSearch {
   // Returns the iteration time of the plan, or a negative number when it is invalid or does not fit.
   double Evaluate(const Plan& plan);
   void Try(const std::function<Plan(Recompute)>& make);
+  // Records why a whole part of the space was not tried (shown if nothing fits).
+  void Skip(const std::string& reason) { skipped_ = reason; }
   // Throws loom::Error when nothing fit. Fills config from `describe(best)`.
   StrategyResult Finish(const std::string& searched, const std::function<std::string(const Plan&)>& describe);
 
@@ -76,7 +78,7 @@ class CandidateSearch {
   double best_time_s_ = -1;
   int candidates_ = 0, feasible_ = 0;
   int invalid_ = 0, overflow_ = 0;
-  std::string invalid_reason_, overflow_reason_;
+  std::string invalid_reason_, overflow_reason_, skipped_;
 };
 
 // "tp4 pp4 dp1 m16 interleaved(vpp2) recompute=full" for a unit.

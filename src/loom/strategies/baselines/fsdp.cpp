@@ -3,6 +3,8 @@
 // over all of them; each layer's weights are all-gathered before its forward
 // and backward and its gradients reduce-scattered, overlapping compute.
 // Searched: gradient-accumulation steps (microbatches) and recomputation.
+#include <fmt/format.h>
+
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/plan_builders.h"
 
@@ -17,6 +19,9 @@ StrategyResult FsdpStrategy(const StrategyContext& ctx) {
         return SingleUnitPlan(ctx, "fsdp", 1, 1, n, 1, m, "1f1b", r, Balance::kParams, 3);
       });
     }
+  } else {
+    search.Skip(fmt::format("the global batch ({}) does not split evenly over the {} GPUs, one data-parallel rank each",
+                            ctx.workload.global_batch, n));
   }
   return search.Finish("dp = all GPUs, ZeRO-3, x accumulation steps x recompute",
                        [](const Plan& p) { return DescribeUnit(p.units[0]); });

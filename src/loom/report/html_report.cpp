@@ -1,0 +1,246 @@
+#include "loom/report/html_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "loom/error.h"
+#include "loom/report/table.h"
+
+namespace loom {
+
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+const char* kStyle = R"(
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;max-width:1400px}
+h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #dde;padding-bottom:4px}
+.sub{color:#5a6275;margin-top:0}
+table{border-collapse:collapse;font-size:13px} th,td{padding:4px 9px;border-bottom:1px solid #e4e6ee;text-align:right}
+th{background:#f3f4f8} td.l,th.l{text-align:left} tr.best{background:#e8f6ec;font-weight:600}
+.legend span{display:inline-block;margin-right:14px;font-size:12px} .sw{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
+svg text{font-family:inherit} .note{font-size:12px;color:#5a6275}
+)";
+
+// Colours per action class.
+const char* kForward = "#4c78a8";
+const char* kBackward = "#f58518";
+const char* kWeight = "#e4a73b";
+const char* kComm = "#8e6bbf";
+
+std::string BarChart(const Comparison& c) {
+  double max_t = 0;
+  int rows = 0;
+  for (const auto& o : c.outcomes) {
+    if (o.ok()) max_t = std::max(max_t, o.max_iteration_time_s);
+    ++rows;
+  }
+  if (max_t <= 0) return "<p>No strategy found a plan.</p>";
+  const int label_w = 110, width = 760, bar_h = 22, gap = 8;
+  const int height = rows * (bar_h + gap) + 30;
+  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
+                                label_w + width + 120, height);
+  int y = 4;
+  for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
+    const auto& o = c.outcomes[i];
+    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="13">{}</text>)", label_w - 8,
+                       y + bar_h - 6, Escape(o.name));
+    if (o.ok()) {
+      const double w = width * o.mean_iteration_time_s / max_t;
+      const double wmax = width * o.max_iteration_time_s / max_t;
+      svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: mean {:.3f} s, max {:.3f} s</title></rect>)",
+                         label_w, y, w, bar_h, i == c.best ? "#54a24b" : "#4c78a8", Escape(o.name),
+                         o.mean_iteration_time_s, o.max_iteration_time_s);
+      svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#333" stroke-width="2"/>)",
+                         label_w + wmax, label_w + wmax, y + 3, y + bar_h - 3);
+      const double s = c.SpeedupOverMegatron(i);
+      svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="12">{:.3f} s{}</text>)", label_w + wmax + 6,
+                         y + bar_h - 6, o.mean_iteration_time_s, s > 0 ? fmt::format("  ({:.2f}x megatron)", s) : "");
+    } else {
+      svg += fmt::format(R"(<text x="{}" y="{}" font-size="12" fill="#b33">no plan fits</text>)", label_w + 4,
+                         y + bar_h - 6);
+    }
+    y += bar_h + gap;
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="#666">bar: mean iteration time; tick: slowest of the {} batches</text>)",
+                     label_w, y + 14, c.iterations);
+  return svg + "</svg>";
+}
+
+std::string Timeline(const StrategyOutcome& o) {
+  const PlanRun& run = o.first_run;
+  const SimResult& r = run.result;
+  const Schedule& s = run.sim.schedule;
+  const int ranks = std::min(r.num_ranks(), 64);
+  if (r.intervals.empty() || ranks == 0) return "<p class=note>No timeline recorded.</p>";
+  const double T = r.iteration_time_s;
+  const int label_w = 230, width = 1000, row_h = 18, comm_h = 5;
+  const int height = ranks * (row_h + comm_h + 4) + 34;
+  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
+                                label_w + width + 10, height);
+  auto x_of = [&](double t) { return label_w + width * t / T; };
+  const int p = s.num_ranks;
+  for (int i = 0; i < ranks; ++i) {
+    const int y = i * (row_h + comm_h + 4) + 4;
+    const int rank = i % p;
+    std::string name = run.sim.ranks[rank].name;
+    if (run.sim.replicas.size() > 1) name = fmt::format("replica {} {}", i / p, name);
+    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="11">{}</text>)", label_w - 6,
+                       y + row_h - 5, Escape(name));
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="#eceef3"/>)", label_w, y, width, row_h);
+  }
+  for (const Interval& iv : r.intervals) {
+    if (iv.rank >= ranks || iv.end_s <= iv.start_s) continue;
+    const Action& a = s.ranks[iv.rank % p][iv.action];
+    const int y = iv.rank * (row_h + comm_h + 4) + 4;
+    const char* color = a.kind == ActionKind::kForward        ? kForward
+                        : a.kind == ActionKind::kBackwardWeight ? kWeight
+                        : a.is_compute()                        ? kBackward
+                                                                : kComm;
+    const int yy = iv.stream == 0 ? y : y + row_h + 1;
+    const int hh = iv.stream == 0 ? row_h : comm_h;
+    svg += fmt::format(R"(<rect x="{:.2f}" y="{}" width="{:.2f}" height="{}" fill="{}" stroke="#fff" stroke-width="0.3"><title>{} {:.1f}-{:.1f} ms</title></rect>)",
+                       x_of(iv.start_s), yy, std::max(0.3, x_of(iv.end_s) - x_of(iv.start_s)), hh, color,
+                       Escape(ActionName(a)), 1e3 * iv.start_s, 1e3 * iv.end_s);
+  }
+  const int axis_y = ranks * (row_h + comm_h + 4) + 16;
+  for (int k = 0; k <= 5; ++k) {
+    const double t = T * k / 5;
+    svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="11" text-anchor="middle" fill="#555">{:.2f} s</text>)",
+                       x_of(t), axis_y, t);
+  }
+  svg += "</svg>";
+  std::string more;
+  if (r.num_ranks() > ranks) more = fmt::format(" (first {} of {} simulated ranks)", ranks, r.num_ranks());
+  return fmt::format("<p class=note>{}: {:.3f} s, bubble {:.1f}%{}. Grey is idle; the thin lane under each row is "
+                     "its communication stream.</p>",
+                     Escape(o.name), T, 100 * run.metrics.bubble_ratio, more) +
+         svg;
+}
+
+std::string MemoryChart(const StrategyOutcome& o, double capacity) {
+  const PlanRun& run = o.first_run;
+  if (run.group_memory.empty()) return "";
+  const double T = run.result.iteration_time_s;
+  double top = capacity;
+  for (double p : run.group_peak_mem_bytes) top = std::max(top, p);
+  top *= 1.05;
+  const int left = 60, width = 900, height = 240;
+  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)", left + width + 240,
+                                height + 40);
+  auto X = [&](double t) { return left + width * t / T; };
+  auto Y = [&](double b) { return 10 + height * (1 - b / top); };
+  svg += fmt::format(R"(<rect x="{}" y="10" width="{}" height="{}" fill="#fafbfd" stroke="#ccd"/>)", left, width, height);
+  svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#c33" stroke-dasharray="5,4"/><text x="{}" y="{:.1f}" font-size="11" fill="#c33">capacity {}</text>)",
+                     left, left + width, Y(capacity), Y(capacity), left + width + 6, Y(capacity) + 4, HumanBytes(capacity));
+  static const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"};
+  const int curves = std::min<int>(static_cast<int>(run.group_memory.size()), 8);
+  for (int i = 0; i < curves; ++i) {
+    std::string pts;
+    double prev = 0;
+    for (const auto& pt : run.group_memory[i]) {
+      pts += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", X(pt.time_s), Y(prev), X(pt.time_s), Y(pt.bytes));
+      prev = pt.bytes;
+    }
+    pts += fmt::format("{:.1f},{:.1f}", X(T), Y(prev));
+    svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"><title>{}</title></polyline>)",
+                       pts, palette[i % 8], Escape(run.group_names[i]));
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (peak {})</text>)", left + width + 6,
+                       40 + 16 * i, palette[i % 8], Escape(run.group_names[i].substr(0, 28)),
+                       HumanBytes(run.group_peak_mem_bytes[i]));
+  }
+  for (int k = 0; k <= 4; ++k) {
+    svg += fmt::format(R"(<text x="{}" y="{:.1f}" font-size="10" text-anchor="end" fill="#555">{}</text>)", left - 4,
+                       Y(top * k / 4) + 3, HumanBytes(top * k / 4));
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="#555">0 s</text><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#555">{:.2f} s</text>)",
+                     left, height + 28, left + width, height + 28, T);
+  return svg + "</svg>";
+}
+
+std::string Table(const Comparison& c) {
+  std::string h = "<table><tr><th class=l>strategy</th><th class=l>configuration</th><th>iter mean</th><th>iter max</th>"
+                  "<th>samples/s</th><th>tokens/s</th><th>MFU</th><th>bubble</th><th>peak mem</th><th>plan time</th>"
+                  "<th>vs megatron</th></tr>";
+  for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
+    const auto& o = c.outcomes[i];
+    if (!o.ok()) {
+      h += fmt::format("<tr><td class=l>{}</td><td class=l colspan=10>no plan fits: {}</td></tr>", Escape(o.name),
+                       Escape(o.error));
+      continue;
+    }
+    const double s = c.SpeedupOverMegatron(i);
+    h += fmt::format(
+        "<tr{}><td class=l>{}{}</td><td class=l>{}</td><td>{:.3f} s</td><td>{:.3f} s</td><td>{:.2f}</td><td>{}</td>"
+        "<td>{:.1f}%</td><td>{:.1f}%</td><td>{}</td><td>{:.2f} s</td><td>{}</td></tr>",
+        i == c.best ? " class=best" : "", Escape(o.name), i == c.best ? " ★" : "", Escape(o.result.config),
+        o.mean_iteration_time_s, o.max_iteration_time_s, o.throughput_samples_per_s, HumanCount(o.throughput_tokens_per_s),
+        100 * o.mfu, 100 * o.bubble_ratio, HumanBytes(o.peak_mem_bytes), o.planning_time_s,
+        s > 0 ? fmt::format("{:.2f}x", s) : "-");
+  }
+  return h + "</table>";
+}
+
+}  // namespace
+
+std::string HtmlReport(const Comparison& c) {
+  std::string html = "<!doctype html><html><head><meta charset=utf-8><title>Loom plan: " + Escape(c.model) +
+                     "</title><style>" + kStyle + "</style></head><body>";
+  html += fmt::format("<h1>Loom plan: {} on {}</h1><p class=sub>{} GPUs, workload {}, global batch {}, {} simulated "
+                      "batches per strategy</p>",
+                      Escape(c.model), Escape(c.cluster), c.num_gpus, Escape(c.workload), c.global_batch,
+                      c.iterations);
+  if (c.best >= 0) {
+    const auto& b = c.outcomes[c.best];
+    const double s = c.SpeedupOverMegatron(c.best);
+    html += fmt::format("<p><b>Best: {}</b> ({}), {:.3f} s per iteration{}.</p>", Escape(b.name),
+                        Escape(b.result.config), b.mean_iteration_time_s,
+                        s > 0 && c.best != c.megatron ? fmt::format(", {:.2f}x faster than megatron", s) : "");
+  }
+  html += "<h2>Strategies</h2>" + Table(c);
+  html += "<h2>Iteration time</h2>" + BarChart(c);
+  html += fmt::format(
+      "<h2>Timeline of one iteration</h2><div class=legend><span><i class=sw style='background:{}'></i>forward</span>"
+      "<span><i class=sw style='background:{}'></i>backward</span><span><i class=sw style='background:{}'></i>weight "
+      "gradient</span><span><i class=sw style='background:{}'></i>send / gradient sync</span><span><i class=sw "
+      "style='background:#eceef3'></i>idle</span></div>",
+      kForward, kBackward, kWeight, kComm);
+  std::vector<int> shown;
+  if (c.best >= 0) shown.push_back(c.best);
+  if (c.megatron >= 0 && c.megatron != c.best && c.outcomes[c.megatron].ok()) shown.push_back(c.megatron);
+  for (int i : shown) html += "<h3>" + Escape(c.outcomes[i].name) + "</h3>" + Timeline(c.outcomes[i]);
+  html += "<h2>Memory per GPU</h2>";
+  for (int i : shown) {
+    html += "<h3>" + Escape(c.outcomes[i].name) + "</h3>" + MemoryChart(c.outcomes[i], c.gpu_mem_bytes);
+  }
+  html += "<h2>What each strategy searched</h2><ul>";
+  for (const auto& o : c.outcomes) {
+    html += fmt::format("<li><b>{}</b>: {}</li>", Escape(o.name),
+                        Escape(o.ok() ? o.result.plan.searched : "no plan: " + o.error));
+  }
+  html += "</ul><p class=note>Generated by Loom. Times are simulated (docs/simulator.md); metrics are defined in "
+          "docs/metrics.md.</p></body></html>\n";
+  return html;
+}
+
+void WriteHtmlReport(const std::string& path, const Comparison& c) {
+  std::ofstream out(path);
+  if (!out) throw Error(fmt::format("--report {}: cannot write the file", path));
+  out << HtmlReport(c);
+}
+
+}  // namespace loom
