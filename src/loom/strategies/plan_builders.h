@@ -66,6 +66,7 @@ class CandidateSearch {
   // Returns the iteration time of the plan, or a negative number when it is invalid or does not fit.
   double Evaluate(const Plan& plan);
   void Try(const std::function<Plan(Recompute)>& make);
+  int feasible() const { return feasible_; }
   // Records why a whole part of the space was not tried (shown if nothing fits).
   void Skip(const std::string& reason) { skipped_ = reason; }
   // Throws loom::Error when nothing fit. Fills config from `describe(best)`.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "loom/error.h"
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/plan_builders.h"
 
@@ -74,27 +75,41 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
       for (int m : Divisors(ctx.workload.global_batch)) {
         if (m < pp && m != static_cast<int>(ctx.workload.global_batch)) continue;
         for (const auto& split : splits) {
-          for (int enc_tp : {1, g}) {
-          if (enc_tp == g && g == 1 && branches > 0) continue;
-          search.Try([&](Recompute r) {
-            Plan plan = EmptyPlan(ctx, "distmm", g);
-            const bool has_down = !waves.downstream.empty();
-            int first = 0;
-            for (int b = 0; b < branches; ++b) {
-              plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first, enc_tp, 0,
-                                            split[b], 1, m, "gpipe", r, Balance::kTime));
-              first += split[b];
+          // Encoder branches: data parallel (TP 1 or the group's TP), or pipelined
+          // like the backbone when they are too big for one group.
+          for (int enc : {0, 1, 2}) {
+            if ((enc == 1 && g == 1) || (enc == 2 && pp == 1) || (enc > 0 && branches == 0)) continue;
+            // Downstream modules: data parallel per group, or the backbone's TP and PP.
+            for (int down : {0, 1}) {
+              if (down == 1 && waves.downstream.empty()) continue;
+              // Stages balanced by time; by parameters when those do not fit.
+              const int before = search.feasible();
+              for (Balance balance : {Balance::kTime, Balance::kParams}) {
+              if (balance == Balance::kParams && search.feasible() > before) break;
+              search.Try([&](Recompute r) {
+                Plan plan = EmptyPlan(ctx, "distmm", g);
+                const bool has_down = !waves.downstream.empty();
+                int first = 0;
+                for (int b = 0; b < branches; ++b) {
+                  const int bpp = enc == 2 ? pp : 1;
+                  if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
+                  plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
+                                                enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, "gpipe", r, balance));
+                  first += split[b];
+                }
+                const int phase = branches > 0 ? 1 : 0;
+                plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
+                                              has_down ? "gpipe" : "1f1b", r, balance));
+                if (has_down) {
+                  plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
+                                                            1, m, "1f1b", r, balance)
+                                                 : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
+                                                            pp, m, "1f1b", r, balance));
+                }
+                return plan;
+              });
+              }
             }
-            const int phase = branches > 0 ? 1 : 0;
-            plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
-                                          has_down ? "gpipe" : "1f1b", r, Balance::kTime));
-            if (has_down) {
-              plan.units.push_back(
-                  MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups, 1, m, "1f1b", r, Balance::kTime));
-            }
-            return plan;
-          });
-          if (branches == 0) break;
           }
         }
       }

@@ -20,9 +20,17 @@ StrategyResult NnScalerStrategy(const StrategyContext& ctx) {
       if (ctx.workload.global_batch % dp != 0) continue;
       for (int m : Divisors(ctx.workload.global_batch / dp)) {
         if (m < pp && m != static_cast<int>(ctx.workload.global_batch / dp)) continue;
+        // Time-balanced chunks first; parameter-balanced ones when those do not
+        // fit (nnScaler's search is memory-constrained too).
+        const double before = search.feasible();
         search.Try([&](Recompute r) {
           return SingleUnitPlan(ctx, "nnscaler", tp, pp, dp, 1, m, "1f1b", r, Balance::kTime, 1);
         });
+        if (search.feasible() == before) {
+          search.Try([&](Recompute r) {
+            return SingleUnitPlan(ctx, "nnscaler", tp, pp, dp, 1, m, "1f1b", r, Balance::kParams, 1);
+          });
+        }
       }
     }
   }

@@ -37,20 +37,26 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
       if (ctx.workload.global_batch % dp != 0) continue;
       for (int m : Divisors(ctx.workload.global_batch / dp)) {
         if (m < pp && m != static_cast<int>(ctx.workload.global_batch / dp)) continue;
-        for (int enc_tp : {1, tp}) {
-        if (enc_tp == tp && tp == 1 && !encoders.empty()) continue;
-        search.Try([&](Recompute r) {
-          if (encoders.empty()) {
-            return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, "1f1b", r, Balance::kTime, 1);
+        // Encoders: data parallel with TP 1 or the backbone's, one replica per
+        // group; or pipelined over the backbone's stages when they are too big.
+        for (int enc : {0, 1, 2}) {
+          if (encoders.empty() && enc > 0) break;
+          if ((enc == 1 && tp == 1) || (enc == 2 && pp == 1)) continue;
+          for (Balance balance : {Balance::kTime, Balance::kParams}) {
+            search.Try([&](Recompute r) {
+              if (encoders.empty()) {
+                return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, "1f1b", r, balance, 1);
+              }
+              Plan plan = EmptyPlan(ctx, "optimus", tp);
+              // Phase 0 on every group: all encoder forwards before the backbone's
+              // pipeline, all encoder backwards after it.
+              plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, "gpipe", r, balance)
+                                            : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
+                                                       "gpipe", r, balance));
+              plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, "1f1b", r, balance));
+              return plan;
+            });
           }
-          Plan plan = EmptyPlan(ctx, "optimus", tp);
-          // Encoders: one data-parallel replica per backbone group (TP enc_tp inside
-          // it, sequences shared by the rest), forwards before the backbone (phase 0).
-          plan.units.push_back(MakeUnit(ctx, "encoders", encoders, 0, enc_tp, 0, n / tp, 1, m, "gpipe", r, Balance::kTime));
-          plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, "1f1b", r, Balance::kTime));
-          return plan;
-        });
-        if (encoders.empty()) break;
         }
       }
     }
@@ -59,8 +65,8 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
                        "GPUs, forwards before and backwards after the backbone pipeline",
                        [](const Plan& p) {
                          if (p.units.size() == 1) return DescribeUnit(p.units[0]);
-                         return "backbone " + DescribeUnit(p.units[1]) + "; encoders dp" +
-                                std::to_string(p.units[0].num_replicas()) + " before/after";
+                         return "backbone " + DescribeUnit(p.units[1]) + "; encoders " + DescribeUnit(p.units[0]) +
+                                " before/after";
                        });
 }
 
