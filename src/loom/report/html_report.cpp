@@ -53,7 +53,7 @@ std::string BarChart(const Comparison& c) {
   const int label_w = 110, width = 760, bar_h = 22, gap = 8;
   const int height = rows * (bar_h + gap) + 30;
   std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
-                                label_w + width + 120, height);
+                                label_w + width + 260, height);
   int y = 4;
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
@@ -126,8 +126,10 @@ std::string Timeline(const StrategyOutcome& o) {
   svg += "</svg>";
   std::string more;
   if (r.num_ranks() > ranks) more = fmt::format(" (first {} of {} simulated ranks)", ranks, r.num_ranks());
-  return fmt::format("<p class=note>{}: {:.3f} s, bubble {:.1f}%{}. Grey is idle; the thin lane under each row is "
-                     "its communication stream.</p>",
+  return fmt::format("<p class=note>{}: {:.3f} s, bubble {:.1f}%{}. One row per simulated rank (a GPU group of one "
+                     "unit); grey is idle; the thin lane under each row is its communication stream. Rows of units "
+                     "that share GPUs in different phases take turns on the same GPUs (the bubble counts the GPU as "
+                     "busy when either is).</p>",
                      Escape(o.name), T, 100 * run.metrics.bubble_ratio, more) +
          svg;
 }
@@ -140,7 +142,7 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
   for (double p : run.group_peak_mem_bytes) top = std::max(top, p);
   top *= 1.05;
   const int left = 60, width = 900, height = 240;
-  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)", left + width + 240,
+  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)", left + width + 330,
                                 height + 40);
   auto X = [&](double t) { return left + width * t / T; };
   auto Y = [&](double b) { return 10 + height * (1 - b / top); };
@@ -160,7 +162,7 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
     svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"><title>{}</title></polyline>)",
                        pts, palette[i % 8], Escape(run.group_names[i]));
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (peak {})</text>)", left + width + 6,
-                       40 + 16 * i, palette[i % 8], Escape(run.group_names[i].substr(0, 28)),
+                       40 + 16 * i, palette[i % 8], Escape(run.group_names[i].substr(0, 34)),
                        HumanBytes(run.group_peak_mem_bytes[i]));
   }
   for (int k = 0; k <= 4; ++k) {

@@ -43,6 +43,7 @@ PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const P
   PlanRun run;
   run.sim = BuildPlanSimulation(model, c, w, plan, batch, it);
   Simulator simulator(run.sim.schedule, run.sim.replicas, options);
+  run.sim.schedule = simulator.schedule();  // with the gradient-sync actions it added (intervals index them)
   run.result = simulator.result();
   const SimResult& r = run.result;
   const PlanSimulation& s = run.sim;

@@ -43,6 +43,17 @@ struct UnitLayout {
   int microbatches = 0;                              // per replica, after sub-microbatching (uniform plans)
 };
 
+// Data-parallel gradient sync of one stage's trainable weights, in bf16: TP-split
+// weights over the D replicas x the group members sharing sequences x CP (TP
+// ranks stride apart), replicated weights over every GPU of the replicas.
+// ZeRO-3 reduce-scatters inside each layer instead (layer_pricing.h).
+double GradSyncTime_s(double trainable, double replicated, int D, const Unit& unit, int g_gpus, const Cluster& c) {
+  if (unit.zero_stage == 3) return 0;
+  const int share = g_gpus / (unit.tp * unit.cp);
+  return GroupAllReduceTime_s(2 * (trainable - replicated), D * share * unit.cp, unit.tp, c) +
+         GroupAllReduceTime_s(2 * replicated, D * g_gpus, 1, c);
+}
+
 std::vector<int> Range(int lo, int hi) {
   std::vector<int> v(hi - lo);
   std::iota(v.begin(), v.end(), lo);
@@ -271,12 +282,8 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
       for (int s = 0; s < S; ++s) {
         double trainable, frozen, replicated;
         stage_static(0, 0, s, trainable, frozen, replicated);
-        const int shard = unit.zero_stage == 3 ? D * share * unit.cp : D * share * unit.cp;
-        pc.static_bytes[ps.stages[s].rank] += ModelState(trainable, frozen, shard, unit.zero_stage).total();
-        if (unit.zero_stage < 3) {
-          pc.grad_sync_s[s] = GroupAllReduceTime_s(2 * (trainable - replicated), D * share * unit.cp, unit.tp, c) +
-                              GroupAllReduceTime_s(2 * replicated, D * g_gpus, 1, c);
-        }
+        pc.static_bytes[ps.stages[s].rank] += ModelState(trainable, frozen, D * share * unit.cp, unit.zero_stage).total();
+        pc.grad_sync_s[s] = GradSyncTime_s(trainable, replicated, D, unit, g_gpus, c);
         for (int k = 0; k < M; ++k) {
           pc.stage[s][k] = stage_cost(0, 0, d, s, k);
           const StageCost& sc = pc.stage[s][k];
@@ -363,11 +370,7 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
           stage_static(u, static_cast<int>(t), s, trainable, frozen, replicated);
           pc.static_bytes[sch.stage_rank.back()] +=
               ModelState(trainable, frozen, D * share * unit.cp, unit.zero_stage).total();
-          pc.grad_sync_s.push_back(
-              unit.zero_stage == 3
-                  ? 0.0
-                  : GroupAllReduceTime_s(2 * (trainable - replicated), D * share * unit.cp, ps.pp * g_gpus, c) +
-                        GroupAllReduceTime_s(2 * replicated, D * g_gpus, ps.pp * g_gpus, c));
+          pc.grad_sync_s.push_back(GradSyncTime_s(trainable, replicated, D, unit, g_gpus, c));
           pc.stage.emplace_back();
           for (int k = 0; k < M; ++k) pc.stage.back().push_back(stage_cost(u, static_cast<int>(t), d, s, k));
           if (s > 0) sch.edges.push_back({id - 1, id, {}});

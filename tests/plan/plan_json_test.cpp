@@ -1,0 +1,69 @@
+#include <gtest/gtest.h>
+
+#include "loom/plan/plan_json.h"
+#include "loom/strategies/strategy.h"
+#include "plan/plan_test_util.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+TEST(PlanJson, EveryShapeRoundTrips) {
+  test::Fixture f;
+  std::vector<Plan> plans = {test::MegatronShape(f), test::DisaggregatedShape(f), test::TemporalShape(f, 0.5),
+                             test::HeterogeneousShape(f)};
+  plans[0].units[0].zero_stage = 3;
+  plans[0].searched = "everything";
+  for (const Plan& p : plans) {
+    SCOPED_TRACE(p.strategy);
+    nlohmann::json j = PlanToJson(p);
+    EXPECT_EQ(PlanFromJson(j, "mem"), p);
+    // Through text too (what files hold).
+    EXPECT_EQ(PlanFromJson(nlohmann::json::parse(j.dump()), "mem"), p);
+  }
+}
+
+TEST(PlanJson, StrategyPlansRoundTripThroughFiles) {
+  test::Fixture f;
+  for (const auto& name : StrategyNames()) {
+    Plan p = RunStrategy(name, f.ctx()).plan;
+    std::string path = test::WriteTemp("plan_" + name + ".json", PlanToJson(p).dump(2));
+    EXPECT_EQ(LoadPlan(path), p) << name;
+  }
+}
+
+TEST(PlanJson, LoadPlanTakesTheBestOfAComparison) {
+  test::Fixture f;
+  Plan p = test::DisaggregatedShape(f);
+  nlohmann::json cmp = {{"best", "b"},
+                        {"strategies", {{{"name", "a"}, {"plan", PlanToJson(test::MegatronShape(f))}},
+                                        {{"name", "b"}, {"plan", PlanToJson(p)}}}}};
+  EXPECT_EQ(LoadPlan(test::WriteTemp("cmp.json", cmp.dump())), p);
+}
+
+TEST(PlanJson, IterationScheduleRoundTrips) {
+  IterationSchedule s;
+  s.iteration = 7;
+  s.microbatch_samples = {{0, 3}, {1}, {2, 5}};
+  s.deferred = {4};
+  s.sub_microbatches["encoder"] = {2, 1, 3};
+  EXPECT_EQ(IterationScheduleFromJson(IterationScheduleToJson(s), "mem"), s);
+}
+
+TEST(PlanJson, ErrorsNameTheFileAndField) {
+  test::Fixture f;
+  nlohmann::json j = PlanToJson(test::MegatronShape(f));
+  j["units"][0]["pipelines"][0]["pp"] = "two";
+  test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"p.json", "units[0].pipelines[0].pp", "integer"});
+  j = PlanToJson(test::MegatronShape(f));
+  j["units"][0]["tpp"] = 2;
+  test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"units[0].tpp", "unknown key", "tp"});
+  j = PlanToJson(test::MegatronShape(f));
+  j["units"][0]["recompute"] = "some";
+  test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"units[0].recompute", "none, selective, full"});
+  test::ExpectError([&] { LoadPlan(test::WriteTemp("bad.json", "{\"units\": [")); }, {"bad.json", "malformed JSON"});
+  test::ExpectError([&] { LoadPlan("/no/such/plan.json"); }, {"/no/such/plan.json", "cannot open"});
+}
+
+}  // namespace
+}  // namespace loom

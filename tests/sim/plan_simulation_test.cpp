@@ -1,0 +1,149 @@
+// The simulator executes every plan shape, checked against equivalent
+// layouts and the invariants each shape promises.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "loom/pipeline/validate.h"
+#include "loom/sim/plan_run.h"
+#include "plan/plan_test_util.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+// Start and end of every compute action of `kind` on simulated rank `rank`.
+std::vector<Interval> ComputeIntervals(const PlanRun& run, int rank, ActionKind kind) {
+  std::vector<Interval> out;
+  for (const Interval& iv : run.result.intervals) {
+    if (iv.rank == rank && run.sim.schedule.ranks[rank][iv.action].kind == kind) out.push_back(iv);
+  }
+  return out;
+}
+
+TEST(PlanSimulation, DisaggregatedUnitsEqualTheSamePipelineInOneUnit) {
+  // Shape 2 with one replica per unit is the Megatron shape with pp 2 whose
+  // stages are the two units: same compute order, same costs, same time.
+  test::Fixture f;
+  Plan one = test::MegatronShape(f, 1, 2, 4);
+  one.units[0].pipelines[0].stages[0].layers = {{"vision", 0, 64}, {"projector", 0, 1}};
+  one.units[0].pipelines[0].stages[1].layers = {{"llm", 0, 34}};
+  Plan two = EmptyPlan(f.ctx(), "two", 4);
+  two.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 1, 1, 4, "1f1b",
+                                     Recompute::kFull, Balance::kParams));
+  two.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 1, 4, 0, 1, 1, 4, "1f1b", Recompute::kFull,
+                                     Balance::kParams));
+  two.global_batch = one.global_batch;
+  PlanRun a = RunPlan(f.model, f.cluster, f.workload, one, f.batch);
+  PlanRun b = RunPlan(f.model, f.cluster, f.workload, two, f.batch);
+  EXPECT_TRUE(a.sim.deduplicated);
+  EXPECT_FALSE(b.sim.deduplicated);
+  EXPECT_EQ(ComputeOrder(a.sim.schedule), ComputeOrder(b.sim.schedule));
+  EXPECT_DOUBLE_EQ(a.metrics.iteration_time_s, b.metrics.iteration_time_s);
+  EXPECT_NEAR(a.sim.model_flops, b.sim.model_flops, 1e-9 * a.sim.model_flops);
+  EXPECT_NEAR(a.metrics.peak_mem_bytes, b.metrics.peak_mem_bytes, 1.0);
+}
+
+TEST(PlanSimulation, BrokersJoinEveryReplicaPairThatSharesSamples) {
+  test::Fixture f;
+  Plan p = test::DisaggregatedShape(f);
+  p.units[1].pipelines[0].replicas = 1;  // llm dp 1 reads both encoder replicas
+  PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch);
+  int cross = 0;
+  for (const auto& e : run.sim.schedule.edges) cross += run.sim.stage_unit[e.from] != run.sim.stage_unit[e.to];
+  EXPECT_EQ(cross, 2);
+  // The llm's first forward waits for both encoder replicas' first forwards.
+  const double llm_f0 = ComputeIntervals(run, 2, ActionKind::kForward).front().start_s;
+  for (int enc = 0; enc < 2; ++enc) {
+    EXPECT_GE(llm_f0, ComputeIntervals(run, enc, ActionKind::kForward).front().end_s);
+  }
+}
+
+TEST(PlanSimulation, SmFractionStretchesComputeAndPhasesTakeTurns) {
+  test::Fixture f;
+  PlanRun full = RunPlan(f.model, f.cluster, f.workload, test::TemporalShape(f, 1.0), f.batch);
+  PlanRun half = RunPlan(f.model, f.cluster, f.workload, test::TemporalShape(f, 0.5), f.batch);
+  auto fw = [](const PlanRun& r) {
+    auto iv = ComputeIntervals(r, 0, ActionKind::kForward);
+    return iv.front().end_s - iv.front().start_s;
+  };
+  EXPECT_NEAR(fw(half), 2 * fw(full), 1e-12);
+  // Rank 0 is the encoder on group 0; the llm rank on group 0 starts its first
+  // forward only after the encoder's last forward there, and the encoder's
+  // first backward waits for the llm's last backward there.
+  for (const PlanRun* r : {&full, &half}) {
+    int llm_rank = -1;
+    for (int i = 0; i < static_cast<int>(r->sim.ranks.size()); ++i) {
+      if (r->sim.ranks[i].unit == 1 && r->sim.ranks[i].group == 0) llm_rank = i;
+    }
+    ASSERT_GE(llm_rank, 0);
+    auto enc_f = ComputeIntervals(*r, 0, ActionKind::kForward);
+    auto enc_b = ComputeIntervals(*r, 0, ActionKind::kBackward);
+    auto llm_f = ComputeIntervals(*r, llm_rank, ActionKind::kForward);
+    auto llm_b = ComputeIntervals(*r, llm_rank, ActionKind::kBackward);
+    double enc_last_f = 0, llm_first_f = 1e30, llm_last_b = 0, enc_first_b = 1e30;
+    for (auto& iv : enc_f) enc_last_f = std::max(enc_last_f, iv.end_s);
+    for (auto& iv : llm_f) llm_first_f = std::min(llm_first_f, iv.start_s);
+    for (auto& iv : llm_b) llm_last_b = std::max(llm_last_b, iv.end_s);
+    for (auto& iv : enc_b) enc_first_b = std::min(enc_first_b, iv.start_s);
+    EXPECT_GE(llm_first_f, enc_last_f);
+    EXPECT_GE(enc_first_b, llm_last_b);
+  }
+  // Both units' memory is on group 0.
+  EXPECT_NE(full.group_names[0].find("encoder"), std::string::npos);
+  EXPECT_NE(full.group_names[0].find("llm"), std::string::npos);
+}
+
+TEST(PlanSimulation, HeterogeneousPipelinesSyncLayerWise) {
+  test::Fixture f;
+  PlanRun run = RunPlan(f.model, f.cluster, f.workload, test::HeterogeneousShape(f), f.batch);
+  // Ranks: template 0 (pp 2) ranks 0-1, template 1 (pp 1) replicas on ranks 2 and 3.
+  ASSERT_EQ(run.sim.schedule.num_ranks, 4);
+  EXPECT_EQ(run.sim.samples, 16);
+  double last_backward = 0;
+  for (int r = 0; r < 4; ++r) {
+    for (auto& iv : ComputeIntervals(run, r, ActionKind::kBackward)) last_backward = std::max(last_backward, iv.end_s);
+  }
+  // The pp-1 replicas hold every layer, so their sync waits for every pipeline's backward.
+  for (const Interval& iv : run.result.intervals) {
+    const Action& a = run.sim.schedule.ranks[iv.rank][iv.action];
+    if (a.kind == ActionKind::kCollective && iv.rank >= 2) EXPECT_GE(iv.start_s, last_backward - 1e-12);
+  }
+}
+
+TEST(PlanSimulation, SubMicrobatchesAndDeferral) {
+  test::Fixture f;
+  Plan p = test::DisaggregatedShape(f);
+  PlanRun base = RunPlan(f.model, f.cluster, f.workload, p, f.batch);
+  IterationSchedule it;
+  for (int k = 0; k < 4; ++k) it.microbatch_samples.push_back({4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3});
+  it.sub_microbatches["encoder"] = {2, 2, 1, 2};
+  PlanRun sub = RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  EXPECT_EQ(sub.sim.schedule.microbatches_of(0), 7);  // encoder stages run 2 + 2 + 1 + 2
+  EXPECT_EQ(sub.sim.schedule.microbatches_of(2), 4);  // llm stages run 4
+  EXPECT_NO_THROW(ValidateSchedule(sub.sim.schedule));
+  EXPECT_NEAR(sub.sim.model_flops, base.sim.model_flops, 1e-9 * base.sim.model_flops);  // same samples
+  // Deferring two samples of the last microbatch: less work, fewer samples.
+  it.microbatch_samples[3] = {12, 13};
+  it.deferred = {14, 15};
+  PlanRun deferred = RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  EXPECT_EQ(deferred.sim.samples, 14);
+  EXPECT_LT(deferred.sim.model_flops, base.sim.model_flops);
+  // A sample placed twice is rejected.
+  it.deferred = {14, 13};
+  test::ExpectError([&] { RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it); },
+                    {"sample 13 is placed 2 times"});
+}
+
+TEST(PlanSimulation, MemoryOverflowNamesTheGroup) {
+  test::Fixture f;
+  Plan p = test::MegatronShape(f, 4, 1, 1);  // the whole batch in one microbatch, no pipeline
+  p.units[0].recompute = Recompute::kNone;
+  PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch);
+  ASSERT_FALSE(run.memory_violations.empty());
+  EXPECT_NE(run.memory_violations[0].find("GPU group 0 (GPUs 0..3"), std::string::npos) << run.memory_violations[0];
+  test::ExpectError([&] { CheckFits(run, "plan.json"); }, {"plan.json: does not fit in memory", "over the 80.0 GiB"});
+}
+
+}  // namespace
+}  // namespace loom
