@@ -1,0 +1,95 @@
+// End-to-end: `loom plan` and `loom simulate --plan`.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+std::pair<int, std::string> LoomCli(const std::string& args) {
+  std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  int status = pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
+  const std::string json = test::WriteTemp("plans.json", ""), html = test::WriteTemp("report.html", ""),
+                    trace = test::WriteTemp("best.trace.json", "");
+  auto [code, out] = LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
+                         "--json " + json + " --report " + html + " --trace " + trace + " --export megatron");
+  ASSERT_EQ(code, 0) << out;
+  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "vs megatron", "* best:",
+                        "--tensor-model-parallel-size", "cannot express"}) {
+    EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
+  }
+  auto j = nlohmann::json::parse(Slurp(json));
+  ASSERT_TRUE(j["best"].is_string());
+  ASSERT_EQ(j["strategies"].size(), 5u);
+  double best_time = 1e30;
+  for (const auto& s : j["strategies"]) {
+    for (const char* k : {"name", "config", "iteration_time_s", "throughput_samples_per_s", "mfu", "bubble_ratio",
+                          "peak_mem_bytes", "planning_time_s", "plan"}) {
+      EXPECT_TRUE(s.contains(k)) << s["name"] << " lacks " << k;
+    }
+    best_time = std::min(best_time, s["iteration_time_s"].get<double>());
+  }
+  for (const auto& s : j["strategies"]) {
+    if (s["name"] == j["best"]) EXPECT_DOUBLE_EQ(s["iteration_time_s"].get<double>(), best_time);
+  }
+  const std::string report = Slurp(html);
+  EXPECT_NE(report.find("<svg"), std::string::npos);
+  EXPECT_EQ(report.find("http://"), report.find("http://www.w3.org"));  // no network resources
+  EXPECT_EQ(report.find("<script"), std::string::npos);
+  EXPECT_NE(report.find("Memory per GPU"), std::string::npos);
+  EXPECT_TRUE(nlohmann::json::parse(Slurp(trace)).contains("traceEvents"));
+
+  // The JSON's best plan simulates again through `simulate --plan`.
+  auto [code2, out2] = LoomCli("simulate --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
+                           json + " --json");
+  ASSERT_EQ(code2, 0) << out2;
+  EXPECT_GT((nlohmann::json::parse(out2)["iteration_time_s"].get<double>()), 0);
+}
+
+TEST(PlanCli, BadInputExitsTwo) {
+  auto [c1, o1] = LoomCli("plan --model vlm-s --cluster h800:2x8 --strategy megatron,nope");
+  EXPECT_EQ(c1, 2);
+  EXPECT_NE(o1.find("unknown strategy 'nope'; valid: megatron, fsdp"), std::string::npos) << o1;
+  auto [c2, o2] = LoomCli("plan --model vlm-s --cluster h800:2x8 --iterations 0");
+  EXPECT_EQ(c2, 2);
+  EXPECT_NE(o2.find("--iterations: must be >= 1"), std::string::npos) << o2;
+  auto [c3, o3] = LoomCli("plan --model vlm-s --cluster h800:2x8 --export deepspeed");
+  EXPECT_EQ(c3, 2);
+  // A plan for a different cluster is rejected with every violation.
+  const std::string plan = test::WriteTemp("plan16.json", "");
+  LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 1 --strategy megatron "
+      "--json " + plan);
+  auto [c4, o4] = LoomCli("simulate --model vlm-s --cluster h800:1x8 --workload obelics --global-batch 16 --plan " + plan);
+  EXPECT_EQ(c4, 2);
+  EXPECT_NE(o4.find("invalid plan"), std::string::npos) << o4;
+  EXPECT_NE(o4.find("the cluster has"), std::string::npos) << o4;
+  // Nothing fits: a 70B model on one GPU.
+  auto [c5, o5] = LoomCli("plan --model llama-70b --cluster h100:1x1 --workload text --global-batch 1 --iterations 1");
+  EXPECT_EQ(c5, 2);
+  EXPECT_NE(o5.find("do not fit in memory"), std::string::npos) << o5;
+}
+
+}  // namespace
+}  // namespace loom
