@@ -1,0 +1,44 @@
+// Planning speed: one baseline search end to end, and one simulation of a
+// flattened multi-unit plan (the inner loop of every search).
+#include <benchmark/benchmark.h>
+
+#include "loom/data/sample_source.h"
+#include "loom/sim/plan_run.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom {
+namespace {
+
+struct Demo {
+  Model model = LoadModel("vlm-s");
+  Cluster cluster = MakeCluster("h800", 2, 8);
+  Workload workload = [] {
+    Workload w = LoadWorkload("obelics");
+    w.global_batch = 32;
+    return w;
+  }();
+  Batch batch = DrawBatch(workload, 0);
+};
+
+void BM_StrategySearch(benchmark::State& state, const char* name) {
+  Demo d;
+  StrategyContext ctx{d.model, d.cluster, d.workload, d.batch, {}};
+  int candidates = 0;
+  for (auto _ : state) candidates = RunStrategy(name, ctx).candidates;
+  state.counters["candidates"] = candidates;
+}
+BENCHMARK_CAPTURE(BM_StrategySearch, megatron, "megatron")->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_StrategySearch, distmm, "distmm")->Unit(benchmark::kMillisecond);
+
+void BM_RunPlanFlattened(benchmark::State& state) {
+  Demo d;
+  StrategyContext ctx{d.model, d.cluster, d.workload, d.batch, {}};
+  Plan plan = RunStrategy("distmm", ctx).plan;
+  SimOptions opt;
+  opt.record_intervals = false;
+  for (auto _ : state) benchmark::DoNotOptimize(RunPlan(d.model, d.cluster, d.workload, plan, d.batch, nullptr, opt));
+}
+BENCHMARK(BM_RunPlanFlattened)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace loom
