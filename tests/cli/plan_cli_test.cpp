@@ -52,7 +52,9 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
     best_time = std::min(best_time, s["iteration_time_s"].get<double>());
   }
   for (const auto& s : j["strategies"]) {
-    if (s["name"] == j["best"]) EXPECT_DOUBLE_EQ(s["iteration_time_s"].get<double>(), best_time);
+    if (s["name"] == j["best"]) {
+      EXPECT_DOUBLE_EQ(s["iteration_time_s"].get<double>(), best_time);
+    }
   }
   const std::string report = Slurp(html);
   EXPECT_NE(report.find("<svg"), std::string::npos);

@@ -107,7 +107,9 @@ TEST(PlanSimulation, HeterogeneousPipelinesSyncLayerWise) {
   // The pp-1 replicas hold every layer, so their sync waits for every pipeline's backward.
   for (const Interval& iv : run.result.intervals) {
     const Action& a = run.sim.schedule.ranks[iv.rank][iv.action];
-    if (a.kind == ActionKind::kCollective && iv.rank >= 2) EXPECT_GE(iv.start_s, last_backward - 1e-12);
+    if (a.kind == ActionKind::kCollective && iv.rank >= 2) {
+      EXPECT_GE(iv.start_s, last_backward - 1e-12);
+    }
   }
 }
 
