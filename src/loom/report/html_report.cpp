@@ -98,7 +98,9 @@ std::string Timeline(const StrategyOutcome& o) {
     const int y = i * (row_h + comm_h + 4) + 4;
     const int rank = i % p;
     std::string name = run.sim.ranks[rank].name;
+    const int weight = run.sim.replica_weight[i / p];
     if (run.sim.replicas.size() > 1) name = fmt::format("replica {} {}", i / p, name);
+    if (weight > 1) name += fmt::format(" (x{} dp)", weight);
     svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="11">{}</text>)", label_w - 6,
                        y + row_h - 5, Escape(name));
     svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="#eceef3"/>)", label_w, y, width, row_h);

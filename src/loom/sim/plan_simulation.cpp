@@ -264,7 +264,7 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
     out.schedule = MakeSchedule(ps.schedule, ps.pp, M, ps.vpp());
     for (int r = 0; r < ps.pp; ++r) {
       out.ranks.push_back({0, 0, 0, r, unit.first_group + r, unit.sm_fraction,
-                           fmt::format("{} pp{} (x{} dp)", unit.name, r, D)});
+                           fmt::format("{} pp{}", unit.name, r)});
     }
     for (int s = 0; s < S; ++s) {
       out.stage_labels.push_back(label_of(0, 0, s));
