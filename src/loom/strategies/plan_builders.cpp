@@ -174,6 +174,24 @@ std::vector<int> TpChoices(const Cluster& c) {
   return out;
 }
 
+void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
+                         const std::function<void(int, int, int, int)>& visit) {
+  const int n = ctx.cluster.num_gpus();
+  for (int tp : TpChoices(ctx.cluster)) {
+    if (n % tp != 0) continue;
+    for (int pp : Divisors(n / tp)) {
+      if (pp > max_pp) break;
+      const int dp = n / tp / pp;
+      if (ctx.workload.global_batch % dp != 0) continue;
+      const int64_t per_replica = ctx.workload.global_batch / dp;
+      for (int m : Divisors(per_replica)) {
+        if (m < pp && m != per_replica) continue;  // a pipeline needs >= pp microbatches to fill
+        visit(tp, pp, dp, m);
+      }
+    }
+  }
+}
+
 double CandidateSearch::Evaluate(const Plan& plan) {
   ++candidates_;
   if (ctx_.progress && candidates_ % 16 == 0) {

@@ -57,6 +57,13 @@ std::vector<int> Divisors(int64_t n);
 // Tensor-parallel degrees to try: 1, 2, 4, 8 that divide a node.
 std::vector<int> TpChoices(const Cluster& cluster);
 
+// Calls visit(tp, pp, dp, microbatches) for every Megatron-style grid point:
+// TP from TpChoices, PP dividing the rest with pp <= max_pp, DP = the rest
+// dividing the global batch, and every microbatch count m >= pp that divides
+// the replica's samples (m < pp only when it is all of them).
+void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
+                         const std::function<void(int tp, int pp, int dp, int microbatches)>& visit);
+
 // Simulates candidates on the representative batch and keeps the fastest that
 // is valid and fits. `Try(make)` tries recomputation none, selective, full in
 // turn (each slower, each using less memory) and keeps the first that fits.

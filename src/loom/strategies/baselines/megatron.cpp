@@ -13,28 +13,18 @@ namespace loom {
 
 StrategyResult MegatronStrategy(const StrategyContext& ctx) {
   CandidateSearch search(ctx, "megatron");
-  const int n = ctx.cluster.num_gpus();
   const int layers = ctx.model.num_layers();
-  for (int tp : TpChoices(ctx.cluster)) {
-    if (n % tp != 0) continue;
-    for (int pp : Divisors(n / tp)) {
-      if (pp > layers) break;
-      const int dp = n / tp / pp;
-      if (ctx.workload.global_batch % dp != 0) continue;
-      for (int m : Divisors(ctx.workload.global_batch / dp)) {
-        if (m < pp && m != static_cast<int>(ctx.workload.global_batch / dp)) continue;  // a pipeline needs >= pp microbatches to fill
-        search.Try([&](Recompute r) {
-          return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, "1f1b", r, Balance::kParams, 1);
-        });
-        for (int vpp : {2, 4}) {
-          if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
-          search.Try([&](Recompute r) {
-            return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, "interleaved", r, Balance::kParams, 1);
-          });
-        }
-      }
+  ForEachPipelineGrid(ctx, layers, [&](int tp, int pp, int dp, int m) {
+    search.Try([&](Recompute r) {
+      return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, "1f1b", r, Balance::kParams, 1);
+    });
+    for (int vpp : {2, 4}) {
+      if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
+      search.Try([&](Recompute r) {
+        return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, "interleaved", r, Balance::kParams, 1);
+      });
     }
-  }
+  });
   return search.Finish("tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
                        "parameters",
                        [](const Plan& p) { return DescribeUnit(p.units[0]); });

@@ -29,38 +29,29 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
   const int n = ctx.cluster.num_gpus();
   int backbone_layers = 0;
   for (const auto& m : backbone) backbone_layers += static_cast<int>(ctx.model.modules[ctx.model.FindModule(m)].layers.size());
-  for (int tp : TpChoices(ctx.cluster)) {
-    if (n % tp != 0) continue;
-    for (int pp : Divisors(n / tp)) {
-      if (pp > backbone_layers) break;
-      const int dp = n / tp / pp;
-      if (ctx.workload.global_batch % dp != 0) continue;
-      for (int m : Divisors(ctx.workload.global_batch / dp)) {
-        if (m < pp && m != static_cast<int>(ctx.workload.global_batch / dp)) continue;
-        // Encoders: data parallel with TP 1 or the backbone's, one replica per
-        // group; or pipelined over the backbone's stages when they are too big.
-        for (int enc : {0, 1, 2}) {
-          if (encoders.empty() && enc > 0) break;
-          if ((enc == 1 && tp == 1) || (enc == 2 && pp == 1)) continue;
-          for (Balance balance : {Balance::kTime, Balance::kParams}) {
-            search.Try([&](Recompute r) {
-              if (encoders.empty()) {
-                return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, "1f1b", r, balance, 1);
-              }
-              Plan plan = EmptyPlan(ctx, "optimus", tp);
-              // Phase 0 on every group: all encoder forwards before the backbone's
-              // pipeline, all encoder backwards after it.
-              plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, "gpipe", r, balance)
-                                            : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
-                                                       "gpipe", r, balance));
-              plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, "1f1b", r, balance));
-              return plan;
-            });
+  ForEachPipelineGrid(ctx, backbone_layers, [&](int tp, int pp, int dp, int m) {
+    // Encoders: data parallel with TP 1 or the backbone's, one replica per
+    // group; or pipelined over the backbone's stages when they are too big.
+    for (int enc : {0, 1, 2}) {
+      if (encoders.empty() && enc > 0) break;
+      if ((enc == 1 && tp == 1) || (enc == 2 && pp == 1)) continue;
+      for (Balance balance : {Balance::kTime, Balance::kParams}) {
+        search.Try([&](Recompute r) {
+          if (encoders.empty()) {
+            return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, "1f1b", r, balance, 1);
           }
-        }
+          Plan plan = EmptyPlan(ctx, "optimus", tp);
+          // Phase 0 on every group: all encoder forwards before the backbone's
+          // pipeline, all encoder backwards after it.
+          plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, "gpipe", r, balance)
+                                        : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
+                                                   "gpipe", r, balance));
+          plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, "1f1b", r, balance));
+          return plan;
+        });
       }
     }
-  }
+  });
   return search.Finish("backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
                        "GPUs, forwards before and backwards after the backbone pipeline",
                        [](const Plan& p) {
