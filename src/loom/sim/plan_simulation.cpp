@@ -37,6 +37,7 @@ std::vector<std::vector<int>> SplitEven(const std::vector<int>& items, int parts
 struct UnitLayout {
   std::vector<std::pair<int, int>> layers;           // (module, layer)
   std::vector<std::vector<int>> stage_of;            // [template][flat layer] -> template stage
+  std::vector<std::vector<int>> stage_first;         // [template][stage] -> first flat layer; size stages + 1
   std::vector<int> replica_base;                     // [template] -> first flattened replica
   std::vector<std::vector<int>> submb_count;         // [replica] -> per global microbatch count (uniform) or empty
   std::vector<std::vector<std::vector<int>>> samples;  // [replica][unit microbatch] -> sample indices
@@ -135,11 +136,13 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
     for (const auto& p : unit.pipelines) {
       L.replica_base.push_back(base);
       base += p.replicas;
-      std::vector<int> stage_of;
+      std::vector<int> stage_of, first{0};
       for (int s = 0; s < static_cast<int>(p.stages.size()); ++s) {
         for (const auto& r : p.stages[s].layers) stage_of.insert(stage_of.end(), r.end - r.begin, s);
+        first.push_back(static_cast<int>(stage_of.size()));  // validated: stages hold the layers in order
       }
       L.stage_of.push_back(std::move(stage_of));
+      L.stage_first.push_back(std::move(first));
     }
     const int D = unit.num_replicas();
     L.samples.assign(D, {});
@@ -215,8 +218,7 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
   auto stage_static = [&](int u, int t, int s, double& trainable, double& frozen, double& replicated) {
     const Unit& unit = plan.units[u];
     trainable = frozen = replicated = 0;
-    for (size_t i = 0; i < layout[u].layers.size(); ++i) {
-      if (layout[u].stage_of[t][i] != s) continue;
+    for (int i = layout[u].stage_first[t][s]; i < layout[u].stage_first[t][s + 1]; ++i) {
       auto [mi, li] = layout[u].layers[i];
       const Layer& l = model.modules[mi].layers[li];
       const bool split = SplitsOverTensorParallel(model.modules[mi], unit.tp);
@@ -230,15 +232,14 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
     const UnitLayout& L = layout[u];
     StageCost sc;
     int last = -1;
-    for (size_t i = 0; i < L.layers.size(); ++i) {
-      if (L.stage_of[t][i] != s) continue;
+    for (int i = L.stage_first[t][s]; i < L.stage_first[t][s + 1]; ++i) {
       const LayerTimes& lt = times[u][d][k][i];
       sc.forward_s += lt.forward_s / unit.sm_fraction;
       sc.backward_data_s += lt.backward_data_s / unit.sm_fraction;
       sc.backward_weight_s += lt.backward_weight_s / unit.sm_fraction;
       sc.activation_bytes += lt.activation_bytes;
       sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
-      last = static_cast<int>(i);
+      last = i;
     }
     auto [mi, li] = L.layers[last];
     const int share = g_gpus / (unit.tp * unit.cp);
