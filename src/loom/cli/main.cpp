@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
           rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
           if (loom::StrategyDescription(name).empty()) {
             throw loom::Error(fmt::format("--strategy: unknown strategy '{}'; valid: {}, or all", name,
-                                          fmt::join(loom::StrategyNames(), ", ")));
+                                          fmt::join(loom::StrategyNames(true), ", ")));
           }
           names.push_back(name);
         }

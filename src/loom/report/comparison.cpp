@@ -48,7 +48,16 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
       for (int i = 0; i < iterations; ++i) {
         SimOptions opt;
         opt.record_intervals = i == 0;
-        PlanRun run = RunPlan(model, cluster, workload, o.result.plan, batches[i], nullptr, opt);
+        PlanRun run;
+        if (SchedulesBatches(name)) {
+          const auto s0 = std::chrono::steady_clock::now();
+          const IterationSchedule it = ScheduleBatch(name, ctx, o.result.plan, batches[i], i);
+          o.batch_schedule_time_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() /
+                                     iterations;
+          run = RunPlan(model, cluster, workload, o.result.plan, batches[i], &it, opt);
+        } else {
+          run = RunPlan(model, cluster, workload, o.result.plan, batches[i], nullptr, opt);
+        }
         const PlanMetrics& m = run.metrics;
         o.iteration_times_s.push_back(m.iteration_time_s);
         mfu += m.mfu;
@@ -138,6 +147,7 @@ nlohmann::json ComparisonJson(const Comparison& c) {
                 {"peak_mem_bytes", o.peak_mem_bytes},
                 {"speedup_over_megatron", c.SpeedupOverMegatron(i)},
                 {"candidates", o.result.candidates},
+                {"batch_schedule_time_s", o.batch_schedule_time_s},
                 {"memory_violations", o.memory_violations},
                 {"plan", PlanToJson(o.result.plan)}});
     }

@@ -20,6 +20,7 @@ struct StrategyOutcome {
   std::string error;                 // non-empty: the strategy found no plan
   StrategyResult result;
   double planning_time_s = 0;
+  double batch_schedule_time_s = 0;       // mean per batch, for strategies that schedule each batch
   std::vector<double> iteration_times_s;  // one per simulated batch
   double mean_iteration_time_s = 0;
   double max_iteration_time_s = 0;

@@ -33,12 +33,22 @@ struct StrategyResult {
   int feasible = 0;         // of which fit in memory
 };
 
-// Every registered strategy name, in report order (megatron first).
-std::vector<std::string> StrategyNames();
+// Registered strategy names in report order (megatron first): those `--strategy
+// all` runs, plus, with `variants`, the ablations a seed paper measures against
+// (mmscale-ratio, mmscale-noreorder), which run only when named.
+std::vector<std::string> StrategyNames(bool variants = false);
 // One-line description of a strategy (for --help and reports).
 std::string StrategyDescription(const std::string& name);
 // Throws loom::Error for an unknown name (listing the valid ones) or when the
 // strategy finds no plan that fits (saying what it tried).
 StrategyResult RunStrategy(const std::string& name, const StrategyContext& context);
+
+// Whether the strategy refines every batch (plan shape 5: MMScale's data-aware
+// reordering, PipeWeaver's per-batch schedule).
+bool SchedulesBatches(const std::string& name);
+// The strategy's IterationSchedule for one batch of its plan. REQUIRES:
+// SchedulesBatches(name).
+IterationSchedule ScheduleBatch(const std::string& name, const StrategyContext& context, const Plan& plan,
+                                const Batch& batch, int64_t iteration);
 
 }  // namespace loom

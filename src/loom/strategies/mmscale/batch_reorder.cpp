@@ -1,0 +1,178 @@
+#include "loom/strategies/mmscale/batch_reorder.h"
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "loom/algo/lpt.h"
+#include "loom/cost/frozen.h"
+#include "loom/cost/token_stats.h"
+#include "loom/error.h"
+#include "loom/sim/layer_pricing.h"
+#include "loom/sim/plan_run.h"
+#include "loom/strategies/mmscale/inter_reorder.h"
+#include "loom/strategies/mmscale/intra_reorder.h"
+
+namespace loom {
+
+namespace {
+
+struct StageTime {
+  double forward_s = 0, backward_s = 0;
+};
+
+// [sample][stage] predicted time of one sample on one GPU of unit u's first
+// pipeline template (the group's members share its sequences).
+std::vector<std::vector<StageTime>> SampleStageTimes(const Model& model, const Cluster& c, const Plan& plan, int u,
+                                                     const Batch& batch,
+                                                     const std::vector<std::vector<BackwardNeeds>>& needs) {
+  const Unit& unit = plan.units[u];
+  const PipelineSpec& ps = unit.pipelines[0];
+  const int share = plan.group_gpus / (unit.tp * unit.cp);
+  std::vector<std::vector<StageTime>> out(batch.samples.size(), std::vector<StageTime>(ps.stages.size()));
+  for (size_t s = 0; s < batch.samples.size(); ++s) {
+    const auto tokens = CountModuleTokens(model, batch.samples[s]);
+    for (size_t st = 0; st < ps.stages.size(); ++st) {
+      for (const auto& r : ps.stages[st].layers) {
+        const int mi = model.FindModule(r.module);
+        for (int li = r.begin; li < r.end; ++li) {
+          LayerParallelism par;
+          par.tp = unit.tp;
+          par.cp = unit.cp;
+          par.split = SplitsOverTensorParallel(model.modules[mi], unit.tp);
+          par.recompute = unit.recompute;
+          const LayerTimes t =
+              PriceLayer(model.modules[mi].layers[li], ShareOfSequences(tokens[mi], share), needs[mi][li], c, par);
+          out[s][st].forward_s += t.forward_s / unit.sm_fraction;
+          out[s][st].backward_s += (t.backward_data_s + t.backward_weight_s) / unit.sm_fraction;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+int MicrobatchCount(const Plan& plan) {
+  const int m = plan.units.at(0).pipelines.at(0).microbatches;
+  for (const auto& u : plan.units) {
+    for (const auto& p : u.pipelines) {
+      if (p.microbatches != m) throw Error("mmscale reordering: every unit must run the same microbatch count");
+    }
+  }
+  if (m < 1 || plan.global_batch % m != 0) {
+    throw Error(fmt::format("mmscale reordering: {} microbatches do not divide the global batch {}", m,
+                            plan.global_batch));
+  }
+  return m;
+}
+
+}  // namespace
+
+IterationSchedule InputOrder(const Plan& plan, int64_t iteration) {
+  const int m = MicrobatchCount(plan);
+  const int per = static_cast<int>(plan.global_batch / m);
+  IterationSchedule it;
+  it.iteration = iteration;
+  for (int k = 0; k < m; ++k) {
+    it.microbatch_samples.emplace_back(per);
+    std::iota(it.microbatch_samples.back().begin(), it.microbatch_samples.back().end(), k * per);
+  }
+  return it;
+}
+
+IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch,
+                               int64_t iteration, bool inter) {
+  const int m = MicrobatchCount(plan);
+  const int G = static_cast<int>(plan.global_batch);
+  if (static_cast<int>(batch.samples.size()) != G) {
+    throw Error(fmt::format("mmscale reordering: the batch has {} samples, the plan {}", batch.samples.size(), G));
+  }
+  const int S = G / m;  // samples per global microbatch (= the backbone's DP)
+  const int U = static_cast<int>(plan.units.size());
+  const auto needs = ComputeBackwardNeeds(model);
+  std::vector<std::vector<std::vector<StageTime>>> times(U);
+  for (int u = 0; u < U; ++u) times[u] = SampleStageTimes(model, c, plan, u, batch, needs);
+
+  // Size of a sample: its predicted time in every unit but the backbone
+  // (whose sequences have a fixed length).
+  std::vector<double> size(G, 0.0);
+  for (int u = 0; u < U; ++u) {
+    if (plan.units[u].name == "backbone" && U > 1) continue;
+    for (int s = 0; s < G; ++s) {
+      for (const auto& st : times[u][s]) size[s] += st.forward_s + st.backward_s;
+    }
+  }
+  // The first unit's replicas take fixed slices of every global microbatch.
+  const int R = plan.units[0].num_replicas();
+  std::vector<int> per_mb(R), capacity(R);
+  for (int e = 0; e < R; ++e) {
+    per_mb[e] = static_cast<int>(static_cast<int64_t>(e + 1) * S / R - static_cast<int64_t>(e) * S / R);
+    capacity[e] = per_mb[e] * m;
+  }
+  const auto groups = IntraReorder(size, capacity);
+
+  std::vector<std::vector<std::vector<int>>> chunks(R);  // [replica][microbatch] -> samples
+  std::vector<std::vector<int>> order(R);
+  for (int e = 0; e < R; ++e) {
+    chunks[e].assign(m, {});
+    order[e].resize(m);
+    std::iota(order[e].begin(), order[e].end(), 0);
+    if (per_mb[e] == 0) continue;
+    // Balanced microbatches inside the replica (the same LPT).
+    std::vector<double> sz;
+    for (int s : groups[e]) sz.push_back(size[s]);
+    const auto bin = BalancedLptPartition(sz, std::vector<int>(m, per_mb[e]));
+    for (size_t i = 0; i < bin.size(); ++i) chunks[e][bin[i]].push_back(groups[e][i]);
+    if (!inter) continue;
+    // The replica's pipeline: every unit's stages, each microbatch's time the
+    // mean of its samples times the samples one replica of that unit takes.
+    std::vector<MicrobatchTimes> mbs(m);
+    for (int k = 0; k < m; ++k) {
+      for (int u = 0; u < U; ++u) {
+        const int stages = static_cast<int>(plan.units[u].pipelines[0].stages.size());
+        const double samples_per_replica =
+            u == 0 ? 1.0 : static_cast<double>(S) / plan.units[u].num_replicas() / per_mb[e];
+        for (int st = 0; st < stages; ++st) {
+          double f = 0, b = 0;
+          for (int s : chunks[e][k]) {
+            f += times[u][s][st].forward_s;
+            b += times[u][s][st].backward_s;
+          }
+          mbs[k].forward_s.push_back(f * samples_per_replica);
+          mbs[k].backward_s.push_back(b * samples_per_replica);
+        }
+      }
+    }
+    const int ranks = static_cast<int>(mbs[0].forward_s.size());
+    order[e] = InterReorder(mbs, ranks, 1);
+  }
+  IterationSchedule it;
+  it.iteration = iteration;
+  it.microbatch_samples.assign(m, {});
+  for (int k = 0; k < m; ++k) {
+    for (int e = 0; e < R; ++e) {
+      const auto& chunk = chunks[e][order[e][k]];
+      it.microbatch_samples[k].insert(it.microbatch_samples[k].end(), chunk.begin(), chunk.end());
+    }
+  }
+  return it;
+}
+
+IterationSchedule MmscaleScheduleBatch(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
+                                       const Batch& batch, int64_t iteration) {
+  std::vector<IterationSchedule> candidates = {InputOrder(plan, iteration),
+                                               ReorderBatch(model, c, plan, batch, iteration, false),
+                                               ReorderBatch(model, c, plan, batch, iteration, true)};
+  int best = 0;
+  double best_s = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double t = RunPlan(model, c, w, plan, batch, &candidates[i]).metrics.iteration_time_s;
+    if (i == 0 || t < best_s) {
+      best_s = t;
+      best = static_cast<int>(i);
+    }
+  }
+  return candidates[best];
+}
+
+}  // namespace loom

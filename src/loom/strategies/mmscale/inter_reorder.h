@@ -1,0 +1,43 @@
+// MMScale inter-microbatch reordering (paper §5.2, Alg. 3): orders the
+// microbatches of one pipeline so that the idle windows 1F1B leaves on the
+// first stage ("pipeline intervals") are filled by forward passes of matching
+// length, the smallest microbatch first (to start every stage early) and the
+// smallest p - 1 last (the last intervals are never filled).
+//
+// Erratum fixed: Alg. 3's loop runs i = 1 .. l - p and so places l + p - 2
+// microbatches; here the loop runs until every microbatch is placed, and when
+// l < 2p - 1 the front group and the rear take what there is, so the output
+// is always a permutation of the input (tested for every l, p <= 64).
+//
+// GETINTERVAL follows the pipeline recurrence over the real per-rank order
+// (pipeline/schedules.h): an action ends at max(end of the previous action on
+// its rank, end of the action it depends on) + its duration. Microbatches not
+// yet placed count with the mean duration of those left. For 1F1B every
+// window depends on placed microbatches only, so each action is computed once
+// and the whole reordering costs O(l p) plus the selections. The VPP variant
+// (interleaved 1F1B) sums the windows in front of a microbatch's v forward
+// chunks on the first rank, as the paper describes in one sentence.
+#pragma once
+
+#include <vector>
+
+namespace loom {
+
+// One microbatch's predicted time on every virtual stage of the pipeline
+// (stage v runs on rank v % ranks).
+struct MicrobatchTimes {
+  std::vector<double> forward_s;
+  std::vector<double> backward_s;
+};
+
+// Returns order[position] = microbatch index. `vpp` > 1 uses the interleaved
+// schedule (the microbatch count must then be a multiple of `ranks`). Every
+// microbatch must have ranks x vpp stage times. Throws loom::Error otherwise.
+std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& microbatches, int ranks, int vpp = 1);
+
+// Iteration time of the pipeline recurrence for `order` (no communication):
+// the yardstick tests use to compare orders.
+double PipelineTime_s(const std::vector<MicrobatchTimes>& microbatches, const std::vector<int>& order, int ranks,
+                      int vpp = 1);
+
+}  // namespace loom
