@@ -14,7 +14,7 @@ namespace {
 std::vector<int> DescendingOrder(const std::vector<double>& sizes) {
   std::vector<int> order(sizes.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b]; });
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b] || (sizes[a] == sizes[b] && a < b); });
   return order;
 }
 
@@ -60,7 +60,7 @@ std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const st
     for (int b = 0; b < bins; ++b) {
       if (room[b] > 0) open.push_back(b);
     }
-    std::stable_sort(open.begin(), open.end(), [&](int a, int b) { return load[a] < load[b]; });
+    std::sort(open.begin(), open.end(), [&](int a, int b) { return load[a] < load[b] || (load[a] == load[b] && a < b); });
     for (int b : open) {
       if (next == order.size()) break;
       const int i = order[next++];

@@ -11,23 +11,17 @@ namespace loom {
 
 namespace {
 
-// A fixed-width bitset over grid sums: bit s set = sum s reachable.
-struct Bits {
-  std::vector<uint64_t> w;
-  explicit Bits(int bits = 0) : w((bits + 63) / 64, 0) {}
-  bool get(int s) const { return (w[s >> 6] >> (s & 63)) & 1; }
-  void set(int s) { w[s >> 6] |= uint64_t{1} << (s & 63); }
-  // this |= other << shift (bits past the end fall off)
-  void or_shifted(const Bits& o, int shift) {
-    const int words = static_cast<int>(w.size());
-    const int ws = shift >> 6, bs = shift & 63;
-    for (int i = words - 1; i >= ws; --i) {
-      uint64_t v = o.w[i - ws] << bs;
-      if (bs != 0 && i - ws - 1 >= 0) v |= o.w[i - ws - 1] >> (64 - bs);
-      w[i] |= v;
-    }
+// this |= other << shift over `words` 64-bit words (bits past the end fall off).
+void OrShifted(uint64_t* dst, const uint64_t* src, int words, int shift) {
+  const int ws = shift >> 6, bs = shift & 63;
+  for (int i = words - 1; i >= ws; --i) {
+    uint64_t v = src[i - ws] << bs;
+    if (bs != 0 && i - ws - 1 >= 0) v |= src[i - ws - 1] >> (64 - bs);
+    dst[i] |= v;
   }
-};
+}
+
+bool Get(const uint64_t* row, int s) { return (row[s >> 6] >> (s & 63)) & 1; }
 
 }  // namespace
 
@@ -48,24 +42,28 @@ std::vector<int> ClosestSubsetOfSize(const std::vector<double>& values, int k, d
   double span = 0;
   for (int i = 0; i < k; ++i) span += sorted[i];
   const double step = span > 0 ? span / grid_steps : 1.0;
-  const int bits = grid_steps + 1;
+  // Rounding can lift a sum of k values up to k/2 steps past the span.
+  const int bits = grid_steps + k + 1;
   std::vector<int> units(n);
   for (int i = 0; i < n; ++i) {
     units[i] = std::min(grid_steps, static_cast<int>(std::lround(std::max(0.0, values[i]) / step)));
   }
-  // reach[i][c]: sums of c of the first i values. Kept per i to walk back.
-  std::vector<std::vector<Bits>> reach(n + 1, std::vector<Bits>(k + 1, Bits(bits)));
-  reach[0][0].set(0);
+  // reach(i, c): bitset of grid sums of c of the first i values, one flat
+  // buffer (kept per i to walk back).
+  const int words = (bits + 63) / 64;
+  std::vector<uint64_t> reach(static_cast<size_t>(n + 1) * (k + 1) * words, 0);
+  auto row = [&](int i, int c) { return reach.data() + (static_cast<size_t>(i) * (k + 1) + c) * words; };
+  row(0, 0)[0] = 1;
   for (int i = 1; i <= n; ++i) {
-    reach[i] = reach[i - 1];
+    std::copy(row(i - 1, 0), row(i - 1, 0) + static_cast<size_t>(k + 1) * words, row(i, 0));
     const int lo = std::max(1, k - (n - i));  // counts that can still end at k
-    for (int c = std::min(i, k); c >= lo; --c) reach[i][c].or_shifted(reach[i - 1][c - 1], units[i - 1]);
+    for (int c = std::min(i, k); c >= lo; --c) OrShifted(row(i, c), row(i - 1, c - 1), words, units[i - 1]);
   }
   const double target_units = target_sum / step;
   int best = -1;
   double best_gap = 0;
   for (int s = 0; s < bits; ++s) {
-    if (!reach[n][k].get(s)) continue;
+    if (!Get(row(n, k), s)) continue;
     const double gap = std::abs(s - target_units);
     if (best < 0 || gap < best_gap) {
       best = s;
@@ -75,7 +73,7 @@ std::vector<int> ClosestSubsetOfSize(const std::vector<double>& values, int k, d
   std::vector<int> chosen;
   int c = k, s = best;
   for (int i = n; i >= 1 && c > 0; --i) {
-    if (reach[i - 1][c].get(s)) continue;  // reachable without value i-1
+    if (Get(row(i - 1, c), s)) continue;  // reachable without value i-1
     chosen.push_back(i - 1);
     s -= units[i - 1];
     --c;

@@ -184,24 +184,28 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
   left.erase(left.begin(), left.begin() + n_rear);
 
   Recurrence rec(mbs, ranks, vpp);
-  std::vector<double> pf(S), pb(S);
-  auto place_holders = [&]() {
-    // Mean stage times of the microbatches not yet placed (rear included).
-    std::fill(pf.begin(), pf.end(), 0.0);
-    std::fill(pb.begin(), pb.end(), 0.0);
-    int count = 0;
-    for (const auto* group : {&left, &rear}) {
-      for (int i : *group) {
-        for (int s = 0; s < S; ++s) {
-          pf[s] += mbs[i].forward_s[s];
-          pb[s] += mbs[i].backward_s[s];
-        }
-        ++count;
-      }
-    }
+  // Placeholders: mean stage times of the microbatches not yet placed (rear
+  // included), kept as running sums.
+  std::vector<double> sum_f(S, 0.0), sum_b(S, 0.0), pf(S), pb(S);
+  int unplaced = l - 1;
+  for (int i = 0; i < l; ++i) {
+    if (i == at[0]) continue;
     for (int s = 0; s < S; ++s) {
-      pf[s] /= std::max(count, 1);
-      pb[s] /= std::max(count, 1);
+      sum_f[s] += mbs[i].forward_s[s];
+      sum_b[s] += mbs[i].backward_s[s];
+    }
+  }
+  auto mark_placed = [&](int i) {
+    for (int s = 0; s < S; ++s) {
+      sum_f[s] -= mbs[i].forward_s[s];
+      sum_b[s] -= mbs[i].backward_s[s];
+    }
+    --unplaced;
+  };
+  auto place_holders = [&]() {
+    for (int s = 0; s < S; ++s) {
+      pf[s] = sum_f[s] / std::max(unplaced, 1);
+      pb[s] = sum_b[s] / std::max(unplaced, 1);
     }
     rec.SetPlacement(at, pf, pb);
   };
@@ -232,11 +236,15 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
     const int k = std::min<int>(warm_positions, static_cast<int>(left.size()));
     std::vector<double> sizes;
     for (int i : left) sizes.push_back(size[i]);
-    std::vector<int> pick = ClosestSubsetOfSize(sizes, k, window);
+    // 256 grid steps: the sizes are predictions, finer sums buy nothing.
+    std::vector<int> pick = ClosestSubsetOfSize(sizes, k, window, 256);
     std::vector<int> chosen;
     for (int j : pick) chosen.push_back(left[j]);
     std::sort(chosen.begin(), chosen.end(), by_size);  // ascending: stages start early
-    for (int c : chosen) at[placed++] = c;
+    for (int c : chosen) {
+      at[placed++] = c;
+      mark_placed(c);
+    }
     for (int j = static_cast<int>(pick.size()) - 1; j >= 0; --j) left.erase(left.begin() + pick[j]);
   }
   // i >= 2: the window a forward of the next position fills on the first rank
@@ -258,6 +266,7 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
       if (std::abs(size[left[c]] - window) < std::abs(size[left[best]] - window)) best = c;
     }
     at[placed++] = left[best];
+    mark_placed(left[best]);
     left.erase(left.begin() + best);
   }
   for (int c : rear) at[placed++] = c;

@@ -89,24 +89,53 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, bool 
 }  // namespace
 
 MmscaleUnits SplitMmscaleUnits(const Model& model) {
-  const ModuleWaves waves = SplitWaves(model);
+  bool has_backbone = false;
+  for (const auto& m : model.modules) has_backbone = has_backbone || m.role == ModuleRole::kBackbone;
   MmscaleUnits out;
+  auto add = [&](const char* name, std::vector<std::string> modules) {
+    if (modules.empty()) return;
+    out.names.push_back(name);
+    out.modules.push_back(std::move(modules));
+  };
+  if (!has_backbone) {
+    // No module has the backbone role (text-to-video: a text encoder feeding
+    // a DiT generator). The largest generator or decoder (by parameters; any
+    // module when there is none) plays the backbone; what runs before it is
+    // the encoder unit, what runs after it the generator unit.
+    auto params = [&](size_t i) {
+      int64_t n = 0;
+      for (const auto& l : model.modules[i].layers) n += LayerParams(l);
+      return n;
+    };
+    auto generates = [&](size_t i) {
+      return model.modules[i].role == ModuleRole::kGenerator || model.modules[i].role == ModuleRole::kDecoder;
+    };
+    bool any_generator = false;
+    for (size_t i = 0; i < model.modules.size(); ++i) any_generator = any_generator || generates(i);
+    size_t big = model.modules.size();
+    for (size_t i = 0; i < model.modules.size(); ++i) {
+      if ((generates(i) || !any_generator) && (big == model.modules.size() || params(i) > params(big))) big = i;
+    }
+    std::vector<std::string> before, after;
+    for (size_t i = 0; i < model.modules.size(); ++i) {
+      if (i < big) before.push_back(model.modules[i].name);
+      if (i > big) after.push_back(model.modules[i].name);
+    }
+    add("encoder", before);
+    add("backbone", {model.modules[big].name});
+    add("generator", after);
+    return out;
+  }
+  const ModuleWaves waves = SplitWaves(model);
   std::vector<std::string> upstream;
   for (const auto& m : model.modules) {
     for (const auto& b : waves.upstream_branches) {
       if (std::find(b.begin(), b.end(), m.name) != b.end()) upstream.push_back(m.name);
     }
   }
-  if (!upstream.empty()) {
-    out.names.push_back("encoder");
-    out.modules.push_back(upstream);
-  }
-  out.names.push_back("backbone");
-  out.modules.push_back(waves.backbone);
-  if (!waves.downstream.empty()) {
-    out.names.push_back("generator");
-    out.modules.push_back(waves.downstream);
-  }
+  add("encoder", upstream);
+  add("backbone", waves.backbone);
+  add("generator", waves.downstream);
   return out;
 }
 
@@ -120,6 +149,20 @@ AllocationProblem MakeAllocationProblem(const StrategyContext& ctx, const Mmscal
   if (samples <= 0) throw Error("mmscale: the representative batch is empty");
   const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
   const auto needs = ComputeBackwardNeeds(ctx.model);
+  // Activations are sized for the largest sample of the batch, not the mean:
+  // a microbatch's peak, not its average, must fit (the paper's L is for a
+  // fixed-length sequence). Per module: largest tokens / mean tokens.
+  std::vector<double> peak_ratio(ctx.model.modules.size(), 1.0);
+  {
+    std::vector<double> largest(ctx.model.modules.size(), 0.0);
+    for (const Sample& s : ctx.representative.samples) {
+      const auto t = CountModuleTokens(ctx.model, s);
+      for (size_t mi = 0; mi < t.size(); ++mi) largest[mi] = std::max(largest[mi], t[mi].tokens);
+    }
+    for (size_t mi = 0; mi < largest.size(); ++mi) {
+      if (tokens[mi].tokens > 0) peak_ratio[mi] = largest[mi] / (tokens[mi].tokens / samples);
+    }
+  }
   for (size_t u = 0; u < units.names.size(); ++u) {
     AllocationUnit au;
     au.name = units.names[u];
@@ -141,7 +184,7 @@ AllocationProblem MakeAllocationProblem(const StrategyContext& ctx, const Mmscal
         // unit's time for one backbone microbatch (one sample) on average.
         const LayerTimes t = PriceLayer(l, tokens[mi], needs[mi][li], ctx.cluster, par);
         m.time_s += (t.forward_s + t.backward_data_s + t.backward_weight_s) / samples;
-        m.activation_bytes += t.activation_bytes / samples;
+        m.activation_bytes += t.activation_bytes / samples * peak_ratio[mi];
         const double params = static_cast<double>(LayerParams(l)) / (par.split ? tp : 1);
         (l.frozen ? frozen : trainable) += params;
       }
