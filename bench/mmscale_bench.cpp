@@ -66,7 +66,8 @@ void BM_MmscaleInterReorder(benchmark::State& state) {
     }
   }
   for (auto _ : state) {
-    for (const auto& p : pipelines) benchmark::DoNotOptimize(InterReorder(p, stages));
+    const PipelineShape shape(stages, l);  // one shape serves every DP rank's pipeline
+    for (const auto& p : pipelines) benchmark::DoNotOptimize(InterReorder(p, shape));
   }
 }
 BENCHMARK(BM_MmscaleInterReorder)->Unit(benchmark::kMicrosecond);

@@ -10,11 +10,14 @@ namespace loom {
 
 namespace {
 
-// Item indices by descending size, ties by index.
+// Item indices by descending size, ties by index (sorting (size, index)
+// pairs directly: no indirection in the comparisons).
 std::vector<int> DescendingOrder(const std::vector<double>& sizes) {
+  std::vector<std::pair<double, int>> keyed(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) keyed[i] = {-sizes[i], static_cast<int>(i)};
+  std::sort(keyed.begin(), keyed.end());
   std::vector<int> order(sizes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b] || (sizes[a] == sizes[b] && a < b); });
+  for (size_t i = 0; i < keyed.size(); ++i) order[i] = keyed[i].second;
   return order;
 }
 
@@ -35,7 +38,8 @@ std::vector<int> LptPartition(const std::vector<double>& sizes, int bins) {
   return bin_of;
 }
 
-std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const std::vector<int>& capacities) {
+std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const std::vector<int>& capacities,
+                                      std::vector<int>* descending) {
   const int bins = static_cast<int>(capacities.size());
   if (bins < 1) throw Error("balanced LPT: need at least one bin");
   int64_t total = 0;
@@ -47,20 +51,26 @@ std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const st
     throw Error("balanced LPT: capacities sum to " + std::to_string(total) + ", there are " +
                 std::to_string(sizes.size()) + " items");
   }
-  const std::vector<int> order = DescendingOrder(sizes);
+  std::vector<int> order = DescendingOrder(sizes);
   std::vector<double> load(bins, 0.0);
   std::vector<int> room = capacities;
   std::vector<int> bin_of(sizes.size(), 0);
+  // Bins with room, least loaded first. Each round adds one item to every
+  // open bin, largest to the least loaded, so the order changes little:
+  // insertion sort restores it in near-linear time.
   std::vector<int> open;
+  for (int b = 0; b < bins; ++b) {
+    if (room[b] > 0) open.push_back(b);
+  }
+  auto before = [&](int a, int b) { return load[a] < load[b] || (load[a] == load[b] && a < b); };
   size_t next = 0;
   while (next < order.size()) {
-    // This round: every bin with room, least loaded first; they take the next
-    // items in descending size (largest item to the least-loaded bin).
-    open.clear();
-    for (int b = 0; b < bins; ++b) {
-      if (room[b] > 0) open.push_back(b);
+    for (size_t i = 1; i < open.size(); ++i) {
+      const int b = open[i];
+      size_t j = i;
+      for (; j > 0 && before(b, open[j - 1]); --j) open[j] = open[j - 1];
+      open[j] = b;
     }
-    std::sort(open.begin(), open.end(), [&](int a, int b) { return load[a] < load[b] || (load[a] == load[b] && a < b); });
     for (int b : open) {
       if (next == order.size()) break;
       const int i = order[next++];
@@ -68,7 +78,9 @@ std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const st
       load[b] += sizes[i];
       --room[b];
     }
+    open.erase(std::remove_if(open.begin(), open.end(), [&](int b) { return room[b] == 0; }), open.end());
   }
+  if (descending != nullptr) *descending = std::move(order);
   return bin_of;
 }
 

@@ -21,7 +21,9 @@ std::vector<int> LptPartition(const std::vector<double>& sizes, int bins);
 // (docs/strategies.md, "mmscale"): the spread of bin loads never exceeds
 // the largest minus the smallest size, so
 //   max load <= optimum + (1 - 1/bins) x (max size - min size).
-std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const std::vector<int>& capacities);
+// `descending`, if given, receives the item indices by descending size.
+std::vector<int> BalancedLptPartition(const std::vector<double>& sizes, const std::vector<int>& capacities,
+                                      std::vector<int>* descending = nullptr);
 
 // Per-bin sums of `sizes` under `assignment`.
 std::vector<double> BinLoads(const std::vector<double>& sizes, const std::vector<int>& assignment, int bins);

@@ -3,7 +3,7 @@
 namespace loom {
 
 // Schedules share this prologue: p ranks, one stage each unless interleaved.
-Schedule MakeGPipe(int p, int m) {
+Schedule MakeGPipe(int p, int m, bool p2p) {
   Schedule s = EmptySchedule("gpipe", p, m, p);
   for (int r = 0; r < p; ++r) {
     for (int mb = 0; mb < m; ++mb) {
@@ -13,7 +13,7 @@ Schedule MakeGPipe(int p, int m) {
       s.ranks[r].push_back({ActionKind::kBackward, r, mb});
     }
   }
-  AddPointToPoint(s);
+  if (p2p) AddPointToPoint(s);
   return s;
 }
 

@@ -11,7 +11,7 @@ namespace loom {
 // runs chunk (k / p) % v of microbatch (k / (p v)) p + k % p; backwards walk
 // the chunks in reverse. Rank r warms up with 2 (p - r - 1) + (v - 1) p
 // forwards (all of them when m == p).
-Schedule MakeInterleaved(int p, int m, int v) {
+Schedule MakeInterleaved(int p, int m, int v, bool p2p) {
   if (v < 1) {
     throw Error(fmt::format("interleaved schedule: virtual chunks per rank must be >= 1, got {}", v));
   }
@@ -47,7 +47,7 @@ Schedule MakeInterleaved(int p, int m, int v) {
     }
   }
   s.name = v == 1 ? "1f1b" : "interleaved";
-  AddPointToPoint(s);
+  if (p2p) AddPointToPoint(s);
   return s;
 }
 

@@ -4,7 +4,7 @@
 
 namespace loom {
 
-Schedule MakeOneFOneB(int p, int m) {
+Schedule MakeOneFOneB(int p, int m, bool p2p) {
   Schedule s = EmptySchedule("1f1b", p, m, p);
   for (int r = 0; r < p; ++r) {
     const int warmup = std::min(p - r - 1, m);
@@ -20,7 +20,7 @@ Schedule MakeOneFOneB(int p, int m) {
       a.push_back({ActionKind::kBackward, r, mb});
     }
   }
-  AddPointToPoint(s);
+  if (p2p) AddPointToPoint(s);
   return s;
 }
 

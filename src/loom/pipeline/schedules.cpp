@@ -23,14 +23,14 @@ Schedule EmptySchedule(const char* name, int ranks, int microbatches, int stages
   return s;
 }
 
-Schedule MakeSchedule(const std::string& name, int ranks, int microbatches, int chunks) {
+Schedule MakeSchedule(const std::string& name, int ranks, int microbatches, int chunks, bool p2p) {
   if (name != "interleaved" && chunks != 1) {
     throw Error(fmt::format("--vpp {} needs the interleaved schedule, not {}", chunks, name));
   }
-  if (name == "gpipe") return MakeGPipe(ranks, microbatches);
-  if (name == "1f1b") return MakeOneFOneB(ranks, microbatches);
-  if (name == "interleaved") return MakeInterleaved(ranks, microbatches, chunks);
-  if (name == "zb-h1") return MakeZbH1(ranks, microbatches);
+  if (name == "gpipe") return MakeGPipe(ranks, microbatches, p2p);
+  if (name == "1f1b") return MakeOneFOneB(ranks, microbatches, p2p);
+  if (name == "interleaved") return MakeInterleaved(ranks, microbatches, chunks, p2p);
+  if (name == "zb-h1") return MakeZbH1(ranks, microbatches, p2p);
   throw Error(fmt::format("unknown schedule '{}'; valid: gpipe, 1f1b, interleaved, zb-h1", name));
 }
 

@@ -1,5 +1,7 @@
 // The pipeline schedules, as generators of per-rank compute orders (with the
-// point-to-point actions they imply added). m microbatches, p ranks.
+// point-to-point actions they imply added unless `p2p` is false: callers that
+// only walk the compute order, like MMScale's GETINTERVAL, skip that cost).
+// m microbatches, p ranks.
 #pragma once
 
 #include <string>
@@ -9,20 +11,20 @@
 namespace loom {
 
 // GPipe: all forwards, then all backwards. Stage 0 holds m activations.
-Schedule MakeGPipe(int ranks, int microbatches);
+Schedule MakeGPipe(int ranks, int microbatches, bool p2p = true);
 // 1F1B (PipeDream-flush): rank r warms up with p - r - 1 forwards, then
 // alternates; stage 0 holds at most p activations.
-Schedule MakeOneFOneB(int ranks, int microbatches);
+Schedule MakeOneFOneB(int ranks, int microbatches, bool p2p = true);
 // Megatron-LM interleaved 1F1B with `chunks` virtual stages per rank (virtual
 // stage c * p + r on rank r). REQUIRES: microbatches % ranks == 0.
-Schedule MakeInterleaved(int ranks, int microbatches, int chunks);
+Schedule MakeInterleaved(int ranks, int microbatches, int chunks, bool p2p = true);
 // ZB-H1 (Qi et al. 2024): 1F1B with the backward split into data and weight
 // parts; rank r defers r weight passes so they fill the drain bubble.
-Schedule MakeZbH1(int ranks, int microbatches);
+Schedule MakeZbH1(int ranks, int microbatches, bool p2p = true);
 
 // By name: gpipe | 1f1b | interleaved | zb-h1. Throws loom::Error listing the
 // names, or naming the violated requirement (interleaved needs m % p == 0).
-Schedule MakeSchedule(const std::string& name, int ranks, int microbatches, int chunks = 1);
+Schedule MakeSchedule(const std::string& name, int ranks, int microbatches, int chunks = 1, bool p2p = true);
 
 // For the generators: `ranks` empty lists, stage v on rank v % ranks.
 // Throws loom::Error when ranks or microbatches < 1.

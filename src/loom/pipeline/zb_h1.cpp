@@ -10,7 +10,7 @@ namespace loom {
 // deferred weight passes at the end fill the drain. Every rank then holds at
 // most p microbatches' activations (1F1B's stage-0 peak), and with
 // F = B_data = B_weight the bubble is (p - 1) F, a third of 1F1B's.
-Schedule MakeZbH1(int p, int m) {
+Schedule MakeZbH1(int p, int m, bool p2p) {
   Schedule s = EmptySchedule("zb-h1", p, m, p);
   for (int r = 0; r < p; ++r) {
     const int warmup = std::min(p - r - 1, m);
@@ -37,7 +37,7 @@ Schedule MakeZbH1(int p, int m) {
       a.push_back({ActionKind::kBackwardWeight, r, next_w++});
     }
   }
-  AddPointToPoint(s);
+  if (p2p) AddPointToPoint(s);
   return s;
 }
 

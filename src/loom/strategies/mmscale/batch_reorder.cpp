@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <numeric>
+#include <optional>
 
 #include "loom/algo/lpt.h"
 #include "loom/cost/frozen.h"
@@ -112,6 +113,10 @@ IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan&
   const auto groups = IntraReorder(size, capacity);
 
   std::vector<std::vector<std::vector<int>>> chunks(R);  // [replica][microbatch] -> samples
+  int chain_stages = 0;
+  for (const auto& u : plan.units) chain_stages += static_cast<int>(u.pipelines[0].stages.size());
+  std::optional<PipelineShape> shape;
+  if (inter && m > 2) shape.emplace(chain_stages, m);
   std::vector<std::vector<int>> order(R);
   for (int e = 0; e < R; ++e) {
     chunks[e].assign(m, {});
@@ -143,8 +148,7 @@ IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan&
         }
       }
     }
-    const int ranks = static_cast<int>(mbs[0].forward_s.size());
-    order[e] = InterReorder(mbs, ranks, 1);
+    order[e] = shape ? InterReorder(mbs, *shape) : InterReorder(mbs, chain_stages, 1);
   }
   IterationSchedule it;
   it.iteration = iteration;

@@ -14,54 +14,22 @@ namespace loom {
 
 namespace {
 
-// The compute actions of a 1F1B or interleaved schedule with their
-// dependencies, and durations that come from the microbatch placed at each
-// position (or a placeholder while the position is empty).
+// End times over a PipelineShape with durations from the microbatch placed at
+// each position (or a placeholder while the position is empty).
 class Recurrence {
  public:
-  Recurrence(const std::vector<MicrobatchTimes>& mbs, int ranks, int vpp) : mbs_(mbs) {
-    const int l = static_cast<int>(mbs.size());
-    stages_ = ranks * vpp;
-    const Schedule s = vpp == 1 ? MakeSchedule("1f1b", ranks, l) : MakeSchedule("interleaved", ranks, l, vpp);
-    index_.assign(2 * stages_ * l, -1);
-    for (int r = 0; r < ranks; ++r) {
-      int prev = -1;
-      for (const Action& a : s.ranks[r]) {
-        if (!a.is_compute()) continue;
-        Node n;
-        n.forward = a.kind == ActionKind::kForward;
-        n.stage = a.stage;
-        n.position = a.microbatch;
-        n.rank = r;
-        n.prev = prev;
-        prev = static_cast<int>(nodes_.size());
-        index_[Key(n.forward, n.stage, n.position)] = prev;
-        nodes_.push_back(n);
-      }
-    }
-    for (Node& n : nodes_) {
-      if (n.forward) {
-        n.dep = n.stage > 0 ? index_[Key(true, n.stage - 1, n.position)] : -1;
-      } else {
-        n.dep = n.stage + 1 < stages_ ? index_[Key(false, n.stage + 1, n.position)]
-                                      : index_[Key(true, n.stage, n.position)];
-      }
-    }
+  Recurrence(const std::vector<MicrobatchTimes>& mbs, const PipelineShape& shape)
+      : mbs_(mbs), nodes_(shape.nodes()) {
     exact_end_.assign(nodes_.size(), -1.0);
     call_end_.assign(nodes_.size(), 0.0);
     call_stamp_.assign(nodes_.size(), 0);
-    placeholder_f_.assign(stages_, 0.0);
-    placeholder_b_.assign(stages_, 0.0);
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      if (nodes_[i].rank == 0) rank0_.push_back(static_cast<int>(i));
-    }
   }
 
   // Microbatch at each position (-1: not placed); placeholders for the rest.
   void SetPlacement(const std::vector<int>& at, const std::vector<double>& pf, const std::vector<double>& pb) {
     at_ = &at;
-    placeholder_f_ = pf;
-    placeholder_b_ = pb;
+    pf_ = &pf;
+    pb_ = &pb;
     ++stamp_;
   }
 
@@ -69,32 +37,20 @@ class Recurrence {
     bool exact;
     return End(i, exact);
   }
-  // Ready time of action i's cross-rank input (its own rank's order ignored).
+  // Ready time of action i's input from another rank; -1 when it has none.
   double Ready(int i) {
     const int d = nodes_[i].dep;
-    if (d < 0 || nodes_[d].rank == nodes_[i].rank) return -1;  // no input from elsewhere
+    if (d < 0 || nodes_[d].rank == nodes_[i].rank) return -1;
     return End(d);
   }
   double Duration(int i) const {
-    const Node& n = nodes_[i];
+    const auto& n = nodes_[i];
     const int mb = (*at_)[n.position];
-    if (mb < 0) return n.forward ? placeholder_f_[n.stage] : placeholder_b_[n.stage];
+    if (mb < 0) return n.forward ? (*pf_)[n.stage] : (*pb_)[n.stage];
     return n.forward ? mbs_[mb].forward_s[n.stage] : mbs_[mb].backward_s[n.stage];
   }
-  const std::vector<int>& rank0() const { return rank0_; }
-  bool forward(int i) const { return nodes_[i].forward; }
-  int position(int i) const { return nodes_[i].position; }
-  int prev(int i) const { return nodes_[i].prev; }
-  int size() const { return static_cast<int>(nodes_.size()); }
 
  private:
-  struct Node {
-    bool forward = true;
-    int stage = 0, position = 0, rank = 0;
-    int prev = -1, dep = -1;
-  };
-  int Key(bool f, int stage, int pos) const { return (pos * stages_ + stage) * 2 + (f ? 1 : 0); }
-
   // Memoised: values that depend only on placed microbatches are final;
   // others are valid for the current placement only.
   double End(int i, bool& exact) {
@@ -106,7 +62,7 @@ class Recurrence {
       exact = false;
       return call_end_[i];
     }
-    const Node& n = nodes_[i];
+    const auto& n = nodes_[i];
     bool e1 = true, e2 = true;
     const double a = n.prev >= 0 ? End(n.prev, e1) : 0.0;
     const double b = n.dep >= 0 ? End(n.dep, e2) : 0.0;
@@ -122,12 +78,10 @@ class Recurrence {
   }
 
   const std::vector<MicrobatchTimes>& mbs_;
-  int stages_ = 0;
-  std::vector<Node> nodes_;
-  std::vector<int> index_;
-  std::vector<int> rank0_;
+  const std::vector<PipelineShape::Node>& nodes_;
   const std::vector<int>* at_ = nullptr;
-  std::vector<double> placeholder_f_, placeholder_b_;
+  const std::vector<double>* pf_ = nullptr;
+  const std::vector<double>* pb_ = nullptr;
   std::vector<double> exact_end_, call_end_;
   std::vector<int> call_stamp_;
   int stamp_ = 0;
@@ -150,17 +104,66 @@ void CheckInput(const std::vector<MicrobatchTimes>& mbs, int ranks, int vpp) {
   }
 }
 
+// One or two microbatches: the smaller first (nothing to fill).
+std::vector<int> SmallOrder(const std::vector<MicrobatchTimes>& mbs) {
+  std::vector<int> order(mbs.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (mbs.size() == 2 && mbs[1].forward_s[0] < mbs[0].forward_s[0]) std::swap(order[0], order[1]);
+  return order;
+}
+
 }  // namespace
+
+PipelineShape::PipelineShape(int ranks, int l, int vpp) : ranks_(ranks), microbatches_(l), vpp_(vpp) {
+  if (ranks < 1 || vpp < 1 || l < 1) {
+    throw Error(fmt::format("pipeline shape: ranks {}, microbatches {} and vpp {} must be >= 1", ranks, l, vpp));
+  }
+  const int stages = ranks * vpp;
+  const Schedule s = MakeSchedule(vpp == 1 ? "1f1b" : "interleaved", ranks, l, vpp, /*p2p=*/false);
+  std::vector<int> index(2 * stages * l, -1);
+  auto key = [&](bool f, int stage, int pos) { return (pos * stages + stage) * 2 + (f ? 1 : 0); };
+  nodes_.reserve(2 * stages * l);
+  for (int r = 0; r < ranks; ++r) {
+    int prev = -1;
+    for (const Action& a : s.ranks[r]) {
+      if (!a.is_compute()) continue;
+      Node n;
+      n.forward = a.kind == ActionKind::kForward;
+      n.stage = a.stage;
+      n.position = a.microbatch;
+      n.rank = r;
+      n.prev = prev;
+      prev = static_cast<int>(nodes_.size());
+      index[key(n.forward, n.stage, n.position)] = prev;
+      nodes_.push_back(n);
+    }
+  }
+  for (Node& n : nodes_) {
+    if (n.forward) {
+      n.dep = n.stage > 0 ? index[key(true, n.stage - 1, n.position)] : -1;
+    } else {
+      n.dep = n.stage + 1 < stages ? index[key(false, n.stage + 1, n.position)] : index[key(true, n.stage, n.position)];
+    }
+  }
+  forwards_at_.assign(l, {});
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].rank != 0) continue;
+    if (nodes_[i].forward) forwards_at_[nodes_[i].position].push_back(static_cast<int>(rank0_.size()));
+    rank0_.push_back(static_cast<int>(i));
+  }
+}
 
 std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks, int vpp) {
   CheckInput(mbs, ranks, vpp);
+  if (mbs.size() <= 2) return SmallOrder(mbs);
+  return InterReorder(mbs, PipelineShape(ranks, static_cast<int>(mbs.size()), vpp));
+}
+
+std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, const PipelineShape& shape) {
+  const int ranks = shape.ranks(), vpp = shape.vpp();
+  CheckInput(mbs, ranks, vpp);
   const int l = static_cast<int>(mbs.size());
-  if (l <= 2) {
-    std::vector<int> order(l);
-    std::iota(order.begin(), order.end(), 0);
-    if (l == 2 && mbs[1].forward_s[0] < mbs[0].forward_s[0]) std::swap(order[0], order[1]);
-    return order;
-  }
+  if (l <= 2) return SmallOrder(mbs);
   const int S = ranks * vpp;
   // Size of a microbatch = its forward time on the first rank (every chunk).
   std::vector<double> size(l, 0.0);
@@ -183,7 +186,11 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
   std::reverse(rear.begin(), rear.end());
   left.erase(left.begin(), left.begin() + n_rear);
 
-  Recurrence rec(mbs, ranks, vpp);
+  if (shape.microbatches() != l) {
+    throw Error(fmt::format("inter-microbatch reordering: {} microbatches for a pipeline shape of {}", l,
+                            shape.microbatches()));
+  }
+  Recurrence rec(mbs, shape);
   // Placeholders: mean stage times of the microbatches not yet placed (rear
   // included), kept as running sums.
   std::vector<double> sum_f(S, 0.0), sum_b(S, 0.0), pf(S), pb(S);
@@ -209,7 +216,8 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
     }
     rec.SetPlacement(at, pf, pb);
   };
-  const std::vector<int>& r0 = rec.rank0();
+  const std::vector<int>& r0 = shape.rank0();
+  const auto& nodes = shape.nodes();
 
   // i = 1: the window between the first forward and the first backward on
   // the first rank is filled by the next forwards of the warm-up (p - 1 of
@@ -219,14 +227,14 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
     int first_backward = -1, warm_positions = 0;
     double own_chunks_s = 0;
     for (int i : r0) {
-      if (!rec.forward(i)) {
+      if (!nodes[i].forward) {
         first_backward = i;
         break;
       }
-      if (rec.position(i) == 0) {
+      if (nodes[i].position == 0) {
         own_chunks_s += rec.Duration(i);
-      } else if (rec.position(i) > warm_positions) {
-        warm_positions = rec.position(i);
+      } else if (nodes[i].position > warm_positions) {
+        warm_positions = nodes[i].position;
       }
     }
     double window = 0;
@@ -236,8 +244,9 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
     const int k = std::min<int>(warm_positions, static_cast<int>(left.size()));
     std::vector<double> sizes;
     for (int i : left) sizes.push_back(size[i]);
-    // 256 grid steps: the sizes are predictions, finer sums buy nothing.
-    std::vector<int> pick = ClosestSubsetOfSize(sizes, k, window, 256);
+    // 128 grid steps (sums within k/128 of the span): the sizes are
+    // predictions, finer sums buy nothing.
+    std::vector<int> pick = ClosestSubsetOfSize(sizes, k, window, 128);
     std::vector<int> chosen;
     for (int j : pick) chosen.push_back(left[j]);
     std::sort(chosen.begin(), chosen.end(), by_size);  // ascending: stages start early
@@ -250,10 +259,7 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, int ranks
   // i >= 2: the window a forward of the next position fills on the first rank
   // (per chunk: the gap between the action before it and the input of the
   // action after it); pick the microbatch whose size is closest.
-  std::vector<std::vector<int>> fwd_at(l);
-  for (size_t j = 0; j < r0.size(); ++j) {
-    if (rec.forward(r0[j])) fwd_at[rec.position(r0[j])].push_back(static_cast<int>(j));
-  }
+  const auto& fwd_at = shape.forwards_at();
   while (!left.empty()) {
     place_holders();
     double window = 0;
@@ -277,10 +283,12 @@ double PipelineTime_s(const std::vector<MicrobatchTimes>& mbs, const std::vector
   CheckInput(mbs, ranks, vpp);
   if (order.size() != mbs.size()) throw Error("pipeline time: the order must list every microbatch once");
   if (mbs.empty()) return 0;
-  Recurrence rec(mbs, ranks, vpp);
-  rec.SetPlacement(order, {}, {});
+  const PipelineShape shape(ranks, static_cast<int>(mbs.size()), vpp);
+  Recurrence rec(mbs, shape);
+  const std::vector<double> none;
+  rec.SetPlacement(order, none, none);
   double t = 0;
-  for (int i = 0; i < rec.size(); ++i) t = std::max(t, rec.End(i));
+  for (int i = 0; i < static_cast<int>(shape.nodes().size()); ++i) t = std::max(t, rec.End(i));
   return t;
 }
 

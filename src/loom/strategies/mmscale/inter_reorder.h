@@ -23,6 +23,34 @@
 
 namespace loom {
 
+// The compute order of a 1F1B (vpp 1) or interleaved pipeline of `ranks`
+// ranks and `microbatches` positions, with each action's predecessor on its
+// rank and its input dependency. Depends only on the shape: build it once and
+// reorder every pipeline of that shape with it (MMScale reorders one pipeline
+// per encoder DP rank). Throws loom::Error for a shape the schedule rejects.
+class PipelineShape {
+ public:
+  PipelineShape(int ranks, int microbatches, int vpp = 1);
+  int ranks() const { return ranks_; }
+  int microbatches() const { return microbatches_; }
+  int vpp() const { return vpp_; }
+
+  struct Node {
+    bool forward = true;
+    int stage = 0, position = 0, rank = 0;
+    int prev = -1, dep = -1;  // previous action on the rank; the action whose output it needs
+  };
+  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::vector<int>& rank0() const { return rank0_; }              // first rank's actions, in order
+  const std::vector<std::vector<int>>& forwards_at() const { return forwards_at_; }  // [position] -> indices into rank0
+
+ private:
+  int ranks_, microbatches_, vpp_;
+  std::vector<Node> nodes_;
+  std::vector<int> rank0_;
+  std::vector<std::vector<int>> forwards_at_;
+};
+
 // One microbatch's predicted time on every virtual stage of the pipeline
 // (stage v runs on rank v % ranks).
 struct MicrobatchTimes {
@@ -34,6 +62,8 @@ struct MicrobatchTimes {
 // schedule (the microbatch count must then be a multiple of `ranks`). Every
 // microbatch must have ranks x vpp stage times. Throws loom::Error otherwise.
 std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& microbatches, int ranks, int vpp = 1);
+// The same with a prebuilt shape (microbatches.size() == shape.microbatches()).
+std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& microbatches, const PipelineShape& shape);
 
 // Iteration time of the pipeline recurrence for `order` (no communication):
 // the yardstick tests use to compare orders.

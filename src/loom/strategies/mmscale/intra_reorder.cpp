@@ -8,10 +8,8 @@
 namespace loom {
 
 std::vector<std::vector<int>> IntraReorder(const std::vector<double>& sizes, const std::vector<int>& capacities) {
-  const std::vector<int> bin = BalancedLptPartition(sizes, capacities);
-  std::vector<int> order(sizes.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int a, int b) { return sizes[a] > sizes[b] || (sizes[a] == sizes[b] && a < b); });
+  std::vector<int> order;
+  const std::vector<int> bin = BalancedLptPartition(sizes, capacities, &order);
   std::vector<std::vector<int>> groups(capacities.size());
   for (size_t g = 0; g < groups.size(); ++g) groups[g].reserve(capacities[g]);
   for (int i : order) groups[bin[i]].push_back(i);
