@@ -199,6 +199,40 @@ std::string Table(const Comparison& c) {
   return h + "</table>";
 }
 
+// Units (what runs where, with which parallelism) and brokers of one plan.
+std::string UnitsTable(const Plan& p) {
+  std::string h =
+      "<table><tr><th class=l>unit</th><th class=l>modules</th><th>GPUs</th><th>TP</th><th>DP</th><th>PP</th>"
+      "<th>microbatches</th><th class=l>schedule</th><th>phase</th><th>SM share</th></tr>";
+  for (const auto& u : p.units) {
+    const int first_gpu = u.first_group * p.group_gpus;
+    const int gpus = u.num_groups() * p.group_gpus;
+    std::string modules;
+    for (const auto& m : u.modules) modules += (modules.empty() ? "" : ", ") + m;
+    std::string pps, mbs, schedules;
+    for (const auto& ps : u.pipelines) {
+      pps += (pps.empty() ? "" : " / ") + std::to_string(ps.pp) + (ps.vpp() > 1 ? fmt::format(" (vpp {})", ps.vpp()) : "");
+      mbs += (mbs.empty() ? "" : " / ") + std::to_string(ps.microbatches);
+      schedules += (schedules.empty() ? "" : " / ") + ps.schedule;
+    }
+    h += fmt::format("<tr><td class=l>{}</td><td class=l>{}</td><td>{} ({}..{})</td><td>{}</td><td>{}</td><td>{}</td>"
+                     "<td>{}</td><td class=l>{}</td><td>{}</td><td>{:.2f}</td></tr>",
+                     Escape(u.name), Escape(modules), gpus, first_gpu, first_gpu + gpus - 1, u.tp,
+                     u.num_replicas() * p.group_gpus / (u.tp * u.cp), pps, mbs, Escape(schedules), u.phase,
+                     u.sm_fraction);
+  }
+  h += "</table>";
+  if (!p.brokers.empty()) {
+    h += "<p>Brokers: ";
+    for (size_t i = 0; i < p.brokers.size(); ++i) {
+      h += fmt::format("{}{} &rarr; {} &times;{}", i ? ", " : "", Escape(p.brokers[i].from), Escape(p.brokers[i].to),
+                       p.brokers[i].count);
+    }
+    h += "</p>";
+  }
+  return h;
+}
+
 }  // namespace
 
 std::string HtmlReport(const Comparison& c) {
@@ -230,6 +264,10 @@ std::string HtmlReport(const Comparison& c) {
   html += "<h2>Memory per GPU</h2>";
   for (int i : shown) {
     html += "<h3>" + Escape(c.outcomes[i].name) + "</h3>" + MemoryChart(c.outcomes[i], c.gpu_mem_bytes);
+  }
+  html += "<h2>Units and brokers</h2><p class=sub>DP counts data-parallel ranks (replicas x GPUs per group / TP).</p>";
+  for (const auto& o : c.outcomes) {
+    if (o.ok()) html += "<h3>" + Escape(o.name) + "</h3>" + UnitsTable(o.result.plan);
   }
   html += "<h2>What each strategy searched</h2><ul>";
   for (const auto& o : c.outcomes) {

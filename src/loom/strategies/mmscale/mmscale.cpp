@@ -48,29 +48,35 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, bool 
   int analytic = 0;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     const AllocationProblem problem = MakeAllocationProblem(ctx, units, r);
-    std::vector<Allocation> allocations;
-    if (ratio) {
-      // FLOPs per sample of each unit: forward + backward at TP 1.
-      std::vector<double> flops;
-      const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
-      const auto needs = ComputeBackwardNeeds(ctx.model);
-      for (const auto& mods : units.modules) {
-        double f = 0;
-        for (const auto& [mi, li] : UnitLayers(ctx.model, mods)) {
-          f += PriceLayer(ctx.model.modules[mi].layers[li], tokens[mi], needs[mi][li], ctx.cluster, {}).flops;
-        }
-        flops.push_back(f);
+    // FLOPs per sample of each unit (forward + backward at TP 1), for the
+    // ratio-based split.
+    std::vector<double> flops;
+    const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
+    const auto needs = ComputeBackwardNeeds(ctx.model);
+    for (const auto& mods : units.modules) {
+      double f = 0;
+      for (const auto& [mi, li] : UnitLayers(ctx.model, mods)) {
+        f += PriceLayer(ctx.model.modules[mi].layers[li], tokens[mi], needs[mi][li], ctx.cluster, {}).flops;
       }
-      allocations = RatioAllocation(problem, flops, kRanked);
-    } else {
-      allocations = AllocateResources(problem, kRanked);
+      flops.push_back(f);
+    }
+    std::vector<Allocation> allocations = RatioAllocation(problem, flops, kRanked);
+    if (!ratio) {
+      // Alg. 1's ranking first; the two best ratio splits after it, since
+      // they are allocations too and the simulator may prefer them where the
+      // analytic model (no communication) misjudges.
+      std::vector<Allocation> exact = AllocateResources(problem, kRanked);
+      for (size_t i = 0; i < allocations.size() && i < 2; ++i) exact.push_back(allocations[i]);
+      allocations = std::move(exact);
     }
     analytic += static_cast<int>(allocations.size());
     if (ctx.progress) ctx.progress(fmt::format("{}: simulating {} allocations (recompute={})", name,
                                                allocations.size(), RecomputeName(r)));
     int fitted = 0;
-    for (const Allocation& a : allocations) {
-      if (search.Evaluate(AllocationPlan(ctx, name, units, a, r)) >= 0 && ++fitted == kSimulatedAllocations) break;
+    const size_t ranked = allocations.size() - (ratio ? 0 : std::min<size_t>(2, allocations.size()));
+    for (size_t i = 0; i < allocations.size(); ++i) {
+      if (i < ranked && fitted == kSimulatedAllocations) continue;  // skip to the ratio splits
+      if (search.Evaluate(AllocationPlan(ctx, name, units, allocations[i], r)) >= 0) ++fitted;
     }
   }
   if (analytic == 0) {
@@ -81,7 +87,8 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, bool 
       fmt::format("{}: TP {{1,2,4,8}} x DP (divisors of the global batch) per unit, {}; per recomputation level "
                   "the allocations best by Eq. 1-2 simulated until {} fit",
                   ratio ? "ratio-based allocation" : "adaptive resource allocation (Alg. 1)",
-                  ratio ? "GPUs in proportion to each unit's FLOPs" : "exact GPU split (water-filling, then integer)",
+                  ratio ? "GPUs in proportion to each unit's FLOPs"
+                        : "exact GPU split (water-filling, then integer), plus the two best ratio-based splits",
                   kSimulatedAllocations),
       DescribeAllocationPlan);
 }
