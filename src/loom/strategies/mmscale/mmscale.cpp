@@ -45,21 +45,21 @@ std::string DescribeAllocationPlan(const Plan& p) {
 StrategyResult Search(const StrategyContext& ctx, const std::string& name, bool ratio) {
   const MmscaleUnits units = SplitMmscaleUnits(ctx.model);
   CandidateSearch search(ctx, name);
+  // FLOPs per sample of each unit (forward + backward at TP 1), for the
+  // ratio-based split.
+  std::vector<double> flops;
+  const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
+  const auto needs = ComputeBackwardNeeds(ctx.model);
+  for (const auto& mods : units.modules) {
+    double f = 0;
+    for (const auto& [mi, li] : UnitLayers(ctx.model, mods)) {
+      f += PriceLayer(ctx.model.modules[mi].layers[li], tokens[mi], needs[mi][li], ctx.cluster, {}).flops;
+    }
+    flops.push_back(f);
+  }
   int analytic = 0;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     const AllocationProblem problem = MakeAllocationProblem(ctx, units, r);
-    // FLOPs per sample of each unit (forward + backward at TP 1), for the
-    // ratio-based split.
-    std::vector<double> flops;
-    const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
-    const auto needs = ComputeBackwardNeeds(ctx.model);
-    for (const auto& mods : units.modules) {
-      double f = 0;
-      for (const auto& [mi, li] : UnitLayers(ctx.model, mods)) {
-        f += PriceLayer(ctx.model.modules[mi].layers[li], tokens[mi], needs[mi][li], ctx.cluster, {}).flops;
-      }
-      flops.push_back(f);
-    }
     std::vector<Allocation> allocations = RatioAllocation(problem, flops, kRanked);
     if (!ratio) {
       // Alg. 1's ranking first; the two best ratio splits after it, since
