@@ -36,13 +36,14 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   auto [code, out] = LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
                          "--json " + json + " --report " + html + " --trace " + trace + " --export megatron");
   ASSERT_EQ(code, 0) << out;
-  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "vs megatron", "* best:",
+  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "vs megatron", "* best:",
                         "--tensor-model-parallel-size", "cannot express"}) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
   }
   auto j = nlohmann::json::parse(Slurp(json));
   ASSERT_TRUE(j["best"].is_string());
-  ASSERT_EQ(j["strategies"].size(), 5u);
+  // `all` is every strategy but the variants (mmscale-ratio, mmscale-noreorder).
+  ASSERT_EQ(j["strategies"].size(), 6u);
   double best_time = 1e30;
   for (const auto& s : j["strategies"]) {
     for (const char* k : {"name", "config", "iteration_time_s", "throughput_samples_per_s", "mfu", "bubble_ratio",
@@ -50,6 +51,8 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
       EXPECT_TRUE(s.contains(k)) << s["name"] << " lacks " << k;
     }
     best_time = std::min(best_time, s["iteration_time_s"].get<double>());
+    // Only mmscale schedules each batch (its data-aware reordering).
+    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0, s["name"] == "mmscale") << s["name"];
   }
   for (const auto& s : j["strategies"]) {
     if (s["name"] == j["best"]) {
@@ -61,6 +64,8 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   EXPECT_EQ(report.find("http://"), report.find("http://www.w3.org"));  // no network resources
   EXPECT_EQ(report.find("<script"), std::string::npos);
   EXPECT_NE(report.find("Memory per GPU"), std::string::npos);
+  EXPECT_NE(report.find("Units and brokers"), std::string::npos);
+  EXPECT_NE(report.find("encoder &rarr; backbone"), std::string::npos);  // mmscale's broker
   EXPECT_TRUE(nlohmann::json::parse(Slurp(trace)).contains("traceEvents"));
 
   // The JSON's best plan simulates again through `simulate --plan`.
