@@ -26,6 +26,14 @@ double BestGap(const std::vector<double>& v, int k, double target) {
   return best;
 }
 
+// The grid's span: the sum of the k largest values.
+double SumOfLargest(std::vector<double> v, int k) {
+  std::sort(v.rbegin(), v.rend());
+  double s = 0;
+  for (int i = 0; i < k; ++i) s += v[i];
+  return s;
+}
+
 double Sum(const std::vector<double>& v, const std::vector<int>& idx) {
   double s = 0;
   for (int i : idx) s += v[i];
@@ -39,10 +47,7 @@ TEST(SubsetSum, ExactOnIntegersOnTheGrid) {
     const int n = 1 + trial % 12, k = trial % (n + 1);
     std::vector<double> v(n);
     for (auto& x : v) x = u(rng);
-    std::vector<double> sorted = v;
-    std::sort(sorted.rbegin(), sorted.rend());
-    double span = 0;
-    for (int i = 0; i < k; ++i) span += sorted[i];
+    const double span = SumOfLargest(v, k);
     const double target = u(rng) * k * 0.7;
     // One grid step per unit: every value sits on the grid.
     const auto idx = ClosestSubsetOfSize(v, k, target, std::max(1, static_cast<int>(span)));
@@ -60,10 +65,7 @@ TEST(SubsetSum, WithinTheStatedGridErrorOnReals) {
     const int n = 2 + trial % 11, k = 1 + trial % (n - 1);
     std::vector<double> v(n);
     for (auto& x : v) x = u(rng);
-    std::vector<double> sorted = v;
-    std::sort(sorted.rbegin(), sorted.rend());
-    double span = 0;
-    for (int i = 0; i < k; ++i) span += sorted[i];
+    const double span = SumOfLargest(v, k);
     const double target = u(rng) * k;
     const int steps = 64;
     const auto idx = ClosestSubsetOfSize(v, k, target, steps);
