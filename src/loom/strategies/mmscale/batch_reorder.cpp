@@ -116,7 +116,7 @@ IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan&
   int chain_stages = 0;
   for (const auto& u : plan.units) chain_stages += static_cast<int>(u.pipelines[0].stages.size());
   std::optional<PipelineShape> shape;
-  if (inter && m > 2) shape.emplace(chain_stages, m);
+  if (inter) shape.emplace(chain_stages, m);  // one shape for every replica's pipeline
   std::vector<std::vector<int>> order(R);
   for (int e = 0; e < R; ++e) {
     chunks[e].assign(m, {});
@@ -148,7 +148,7 @@ IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan&
         }
       }
     }
-    order[e] = shape ? InterReorder(mbs, *shape) : InterReorder(mbs, chain_stages, 1);
+    order[e] = InterReorder(mbs, *shape);
   }
   IterationSchedule it;
   it.iteration = iteration;

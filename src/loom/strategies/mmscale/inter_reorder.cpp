@@ -163,6 +163,10 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, const Pip
   const int ranks = shape.ranks(), vpp = shape.vpp();
   CheckInput(mbs, ranks, vpp);
   const int l = static_cast<int>(mbs.size());
+  if (shape.microbatches() != l) {
+    throw Error(fmt::format("inter-microbatch reordering: {} microbatches for a pipeline shape of {}", l,
+                            shape.microbatches()));
+  }
   if (l <= 2) return SmallOrder(mbs);
   const int S = ranks * vpp;
   // Size of a microbatch = its forward time on the first rank (every chunk).
@@ -186,10 +190,6 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, const Pip
   std::reverse(rear.begin(), rear.end());
   left.erase(left.begin(), left.begin() + n_rear);
 
-  if (shape.microbatches() != l) {
-    throw Error(fmt::format("inter-microbatch reordering: {} microbatches for a pipeline shape of {}", l,
-                            shape.microbatches()));
-  }
   Recurrence rec(mbs, shape);
   // Placeholders: mean stage times of the microbatches not yet placed (rear
   // included), kept as running sums.
