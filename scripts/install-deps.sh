@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  coinor-libcbc-dev
 )
 if [ "${1:-}" = "--with-chromium" ]; then
   packages+=(chromium fonts-dejavu-core)

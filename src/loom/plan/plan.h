@@ -94,15 +94,42 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
+// One compute step of an explicit per-rank order: the forward or the (fused)
+// backward of `microbatch` at pipeline stage `stage` (an index into the plan's
+// single template; microbatch counts the stage's sub-microbatches).
+struct StageStep {
+  bool forward = true;
+  int stage = 0;
+  int microbatch = 0;
+  bool operator==(const StageStep&) const = default;
+};
+
+// Per-layer recomputation of one (stage, sub-microbatch): one letter per layer
+// of the stage, in order: n (none), s (selective), f (full). PipeWeaver §6.3.
+struct StageRecompute {
+  int stage = 0;
+  int microbatch = 0;
+  std::string layers;
+  bool operator==(const StageRecompute&) const = default;
+};
+
 // Per-batch refinement (shape 5): which samples go in which global microbatch
 // (a sample placed later than its default is deferred, PipeWeaver/Entrain),
 // samples held back to the next iteration, and per unit how many
 // sub-microbatches each microbatch is cut into.
+// PipeWeaver's per-batch pipeline (one unit, one template; docs/plan-format.md
+// "Woven schedules") adds per module sub-microbatch counts, the compute order
+// of every pipeline rank and per-layer recomputation.
 struct IterationSchedule {
   int64_t iteration = 0;
   std::vector<std::vector<int>> microbatch_samples;       // [global microbatch] -> sample indices in the batch
   std::vector<int> deferred;                              // sample indices left for the next iteration
   std::map<std::string, std::vector<int>> sub_microbatches;  // unit -> per global microbatch count
+  std::map<std::string, std::vector<int>> module_sub_microbatches;  // module -> per global microbatch count
+  std::vector<std::vector<StageStep>> rank_orders;        // [pipeline rank] -> compute order; empty: GPipe order
+  std::vector<StageRecompute> layer_recompute;            // overrides of the unit's recompute
+  // Woven: the single-unit plan runs the per-module sub-microbatches, orders or recomputation above.
+  bool woven() const { return !module_sub_microbatches.empty() || !rank_orders.empty() || !layer_recompute.empty(); }
   bool operator==(const IterationSchedule&) const = default;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -225,15 +226,70 @@ Plan LoadPlan(const std::string& path) {
   return PlanFromJson(j, path);
 }
 
+namespace {
+
+// "F:3:12" is the forward of sub-microbatch 12 at stage 3; "B:..." its backward.
+std::string StepToString(const StageStep& step) {
+  return fmt::format("{}:{}:{}", step.forward ? 'F' : 'B', step.stage, step.microbatch);
+}
+
+StageStep StepFromString(const std::string& text, const Reader& r, const std::string& field) {
+  StageStep step;
+  char kind = 0;
+  int stage = -1, mb = -1, used = 0;
+  if (std::sscanf(text.c_str(), "%c:%d:%d%n", &kind, &stage, &mb, &used) != 3 || used != static_cast<int>(text.size()) ||
+      (kind != 'F' && kind != 'B') || stage < 0 || mb < 0) {
+    r.Fail(field, fmt::format("'{}' is not a step; valid: F:STAGE:MICROBATCH or B:STAGE:MICROBATCH", text));
+  }
+  step.forward = kind == 'F';
+  step.stage = stage;
+  step.microbatch = mb;
+  return step;
+}
+
+std::map<std::string, std::vector<int>> CountsFromJson(const Reader& r, const std::string& key, const std::string& what) {
+  std::map<std::string, std::vector<int>> out;
+  if (!r.Has(key)) return out;
+  const json& sub = r.Get(key);
+  if (!sub.is_object()) r.Fail(key, "must be an object of " + what + " -> per-microbatch counts");
+  for (const auto& [name, counts] : sub.items()) {
+    if (!counts.is_array()) r.Fail(key + "." + name, "must be an array");
+    out[name] = r.Ints(key + "." + name, counts);
+  }
+  return out;
+}
+
+}  // namespace
+
 json IterationScheduleToJson(const IterationSchedule& s) {
-  return {{"iteration", s.iteration},
-          {"microbatch_samples", s.microbatch_samples},
-          {"deferred", s.deferred},
-          {"sub_microbatches", s.sub_microbatches}};
+  json j = {{"iteration", s.iteration},
+            {"microbatch_samples", s.microbatch_samples},
+            {"deferred", s.deferred},
+            {"sub_microbatches", s.sub_microbatches}};
+  if (!s.module_sub_microbatches.empty()) j["module_sub_microbatches"] = s.module_sub_microbatches;
+  if (!s.rank_orders.empty()) {
+    json orders = json::array();
+    for (const auto& rank : s.rank_orders) {
+      json steps = json::array();
+      for (const auto& step : rank) steps.push_back(StepToString(step));
+      orders.push_back(std::move(steps));
+    }
+    j["rank_orders"] = std::move(orders);
+  }
+  if (!s.layer_recompute.empty()) {
+    json rec = json::array();
+    for (const auto& r : s.layer_recompute) {
+      rec.push_back({{"stage", r.stage}, {"microbatch", r.microbatch}, {"layers", r.layers}});
+    }
+    j["layer_recompute"] = std::move(rec);
+  }
+  return j;
 }
 
 IterationSchedule IterationScheduleFromJson(const json& j, const std::string& file) {
-  Reader r(j, file, "", {"iteration", "microbatch_samples", "deferred", "sub_microbatches"});
+  Reader r(j, file, "",
+           {"iteration", "microbatch_samples", "deferred", "sub_microbatches", "module_sub_microbatches",
+            "rank_orders", "layer_recompute"});
   IterationSchedule s;
   s.iteration = r.Int("iteration", 0);
   const json& mbs = r.Array("microbatch_samples");
@@ -242,13 +298,30 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
     s.microbatch_samples.push_back(r.Ints(fmt::format("microbatch_samples[{}]", k), mbs[k]));
   }
   s.deferred = r.Ints("deferred", r.Array("deferred", false));
-  if (r.Has("sub_microbatches")) {
-    const json& sub = r.Get("sub_microbatches");
-    if (!sub.is_object()) r.Fail("sub_microbatches", "must be an object of unit -> per-microbatch counts");
-    for (const auto& [unit, counts] : sub.items()) {
-      if (!counts.is_array()) r.Fail("sub_microbatches." + unit, "must be an array");
-      s.sub_microbatches[unit] = r.Ints("sub_microbatches." + unit, counts);
+  s.sub_microbatches = CountsFromJson(r, "sub_microbatches", "unit");
+  s.module_sub_microbatches = CountsFromJson(r, "module_sub_microbatches", "module");
+  const json& orders = r.Array("rank_orders", false);
+  for (size_t p = 0; p < orders.size(); ++p) {
+    const std::string field = fmt::format("rank_orders[{}]", p);
+    if (!orders[p].is_array()) r.Fail(field, "must be an array of steps");
+    s.rank_orders.emplace_back();
+    for (size_t i = 0; i < orders[p].size(); ++i) {
+      const std::string f = fmt::format("{}[{}]", field, i);
+      if (!orders[p][i].is_string()) r.Fail(f, "must be a string F:STAGE:MICROBATCH or B:STAGE:MICROBATCH");
+      s.rank_orders.back().push_back(StepFromString(orders[p][i].get<std::string>(), r, f));
     }
+  }
+  const json& rec = r.Array("layer_recompute", false);
+  for (size_t i = 0; i < rec.size(); ++i) {
+    Reader rr(rec[i], file, fmt::format("layer_recompute[{}]", i), {"stage", "microbatch", "layers"});
+    StageRecompute sr;
+    sr.stage = static_cast<int>(rr.Int("stage", 0, true));
+    sr.microbatch = static_cast<int>(rr.Int("microbatch", 0, true));
+    sr.layers = rr.String("layers", "", true);
+    if (sr.layers.find_first_not_of("nsf") != std::string::npos) {
+      rr.Fail(rr.Field("layers"), fmt::format("'{}': one letter per layer, n (none), s (selective) or f (full)", sr.layers));
+    }
+    s.layer_recompute.push_back(std::move(sr));
   }
   return s;
 }

@@ -15,23 +15,12 @@
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/validate_plan.h"
 #include "loom/sim/layer_pricing.h"
+#include "loom/sim/plan_helpers.h"
+#include "loom/sim/woven_simulation.h"
 
 namespace loom {
 
 namespace {
-
-// Splits `items` into `parts` contiguous slices of near-equal size: slice d is
-// [floor(d n / parts), floor((d + 1) n / parts)). This is also how a broker
-// splits a microbatch whose samples do not divide by the consumer's DP degree
-// (docs/plan-format.md).
-std::vector<std::vector<int>> SplitEven(const std::vector<int>& items, int parts) {
-  std::vector<std::vector<int>> out(parts);
-  const int64_t n = static_cast<int64_t>(items.size());
-  for (int d = 0; d < parts; ++d) {
-    out[d].assign(items.begin() + d * n / parts, items.begin() + (d + 1) * n / parts);
-  }
-  return out;
-}
 
 // Per unit: its flattened layer list and, per template, the stage of each layer.
 struct UnitLayout {
@@ -43,17 +32,6 @@ struct UnitLayout {
   std::vector<std::vector<std::vector<int>>> samples;  // [replica][unit microbatch] -> sample indices
   int microbatches = 0;                              // per replica, after sub-microbatching (uniform plans)
 };
-
-// Data-parallel gradient sync of one stage's trainable weights, in bf16: TP-split
-// weights over the D replicas x the group members sharing sequences x CP (TP
-// ranks stride apart), replicated weights over every GPU of the replicas.
-// ZeRO-3 reduce-scatters inside each layer instead (layer_pricing.h).
-double GradSyncTime_s(double trainable, double replicated, int D, const Unit& unit, int g_gpus, const Cluster& c) {
-  if (unit.zero_stage == 3) return 0;
-  const int share = g_gpus / (unit.tp * unit.cp);
-  return GroupAllReduceTime_s(2 * (trainable - replicated), D * share * unit.cp, unit.tp, c) +
-         GroupAllReduceTime_s(2 * replicated, D * g_gpus, 1, c);
-}
 
 std::vector<int> Range(int lo, int hi) {
   std::vector<int> v(hi - lo);
@@ -122,6 +100,7 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
     for (int k = 0; k < m; ++k) global_mbs.push_back(Range(k * per, (k + 1) * per));
   }
   out.samples = plan.global_batch - (it ? static_cast<int64_t>(it->deferred.size()) : 0);
+  if (it != nullptr && it->woven()) return BuildWovenSimulation(model, c, plan, batch, *it, std::move(out));
 
   const auto needs = ComputeBackwardNeeds(model);
   std::vector<UnitLayout> layout(num_units);
@@ -215,17 +194,8 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
   out.tokens = *std::max_element(module_tokens.begin(), module_tokens.end());
 
   // Static memory and gradient sync per template stage (the same for every replica).
-  auto stage_static = [&](int u, int t, int s, double& trainable, double& frozen, double& replicated) {
-    const Unit& unit = plan.units[u];
-    trainable = frozen = replicated = 0;
-    for (int i = layout[u].stage_first[t][s]; i < layout[u].stage_first[t][s + 1]; ++i) {
-      auto [mi, li] = layout[u].layers[i];
-      const Layer& l = model.modules[mi].layers[li];
-      const bool split = SplitsOverTensorParallel(model.modules[mi], unit.tp);
-      const double params = static_cast<double>(LayerParams(l)) / (split ? unit.tp : 1);
-      (l.frozen ? frozen : trainable) += params;
-      if (!split && !l.frozen) replicated += params;
-    }
+  auto stage_static = [&](int u, int t, int s) {
+    return StageParamsOf(model, plan.units[u], plan.units[u].pipelines[t].stages[s]);
   };
   auto stage_cost = [&](int u, int t, int d, int s, int k) {
     const Unit& unit = plan.units[u];
@@ -247,13 +217,7 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
                     OutWidth(model.modules[mi].layers[li]);
     return sc;
   };
-  auto label_of = [&](int u, int t, int s) {
-    std::string label;
-    for (const auto& r : plan.units[u].pipelines[t].stages[s].layers) {
-      label += fmt::format("{}{}[{}:{}]", label.empty() ? "" : "+", r.module, r.begin, r.end);
-    }
-    return label;
-  };
+  auto label_of = [&](int u, int t, int s) { return StageLabel(plan.units[u].pipelines[t].stages[s]); };
   const Link p2p = c.LinkForSpan(2 * g_gpus);
 
   // 3a. One unit with one template: Megatron-style, replicas deduplicated.
@@ -281,10 +245,9 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
       pc.grad_sync_s.assign(S, 0.0);
       std::vector<double> signature;
       for (int s = 0; s < S; ++s) {
-        double trainable, frozen, replicated;
-        stage_static(0, 0, s, trainable, frozen, replicated);
-        pc.static_bytes[ps.stages[s].rank] += ModelState(trainable, frozen, D * share * unit.cp, unit.zero_stage).total();
-        pc.grad_sync_s[s] = GradSyncTime_s(trainable, replicated, D, unit, g_gpus, c);
+        const StageParams sp = stage_static(0, 0, s);
+        pc.static_bytes[ps.stages[s].rank] += ModelState(sp.trainable, sp.frozen, D * share * unit.cp, unit.zero_stage).total();
+        pc.grad_sync_s[s] = GradSyncTime_s(sp, D, unit, g_gpus, c);
         for (int k = 0; k < M; ++k) {
           pc.stage[s][k] = stage_cost(0, 0, d, s, k);
           const StageCost& sc = pc.stage[s][k];
@@ -367,11 +330,10 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
           sch.stage_microbatches.push_back(M);
           out.stage_labels.push_back(label_of(u, static_cast<int>(t), s));
           out.stage_unit.push_back(u);
-          double trainable, frozen, replicated;
-          stage_static(u, static_cast<int>(t), s, trainable, frozen, replicated);
+          const StageParams sp = stage_static(u, static_cast<int>(t), s);
           pc.static_bytes[sch.stage_rank.back()] +=
-              ModelState(trainable, frozen, D * share * unit.cp, unit.zero_stage).total();
-          pc.grad_sync_s.push_back(GradSyncTime_s(trainable, replicated, D, unit, g_gpus, c));
+              ModelState(sp.trainable, sp.frozen, D * share * unit.cp, unit.zero_stage).total();
+          pc.grad_sync_s.push_back(GradSyncTime_s(sp, D, unit, g_gpus, c));
           pc.stage.emplace_back();
           for (int k = 0; k < M; ++k) pc.stage.back().push_back(stage_cost(u, static_cast<int>(t), d, s, k));
           if (s > 0) sch.edges.push_back({id - 1, id, {}});

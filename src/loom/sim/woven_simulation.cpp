@@ -1,0 +1,296 @@
+#include "loom/sim/woven_simulation.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "loom/cost/frozen.h"
+#include "loom/cost/memory.h"
+#include "loom/cost/token_stats.h"
+#include "loom/error.h"
+#include "loom/pipeline/partition.h"
+#include "loom/sim/plan_helpers.h"
+
+namespace loom {
+
+namespace {
+
+const char* kWovenNeedsOneUnit =
+    "iteration schedule: module_sub_microbatches, rank_orders and layer_recompute need a plan with one unit and "
+    "one pipeline template";
+
+std::vector<int> CountsOf(const IterationSchedule& it, const std::string& module, int m) {
+  auto found = it.module_sub_microbatches.find(module);
+  return found == it.module_sub_microbatches.end() ? std::vector<int>(m, 1) : found->second;
+}
+
+Recompute RecomputeOf(char letter) {
+  return letter == 'f' ? Recompute::kFull : letter == 's' ? Recompute::kSelective : Recompute::kNone;
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> WovenStageMicrobatches(const Model& model, const Plan& plan, const IterationSchedule& it) {
+  if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) throw Error(kWovenNeedsOneUnit);
+  const Unit& unit = plan.units[0];
+  const PipelineSpec& ps = unit.pipelines[0];
+  const int m = ps.microbatches;
+  for (const auto& [name, counts] : it.module_sub_microbatches) {
+    if (std::find(unit.modules.begin(), unit.modules.end(), name) == unit.modules.end()) {
+      throw Error(fmt::format("iteration schedule: module_sub_microbatches: unit {} holds no module {}", unit.name, name));
+    }
+    if (static_cast<int>(counts.size()) != m) {
+      throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: {} counts for {} microbatches", name,
+                              counts.size(), m));
+    }
+    for (int n : counts) {
+      if (n < 1) throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: counts must be >= 1", name));
+    }
+  }
+  std::vector<std::vector<int>> out;
+  for (size_t s = 0; s < ps.stages.size(); ++s) {
+    const auto& layers = ps.stages[s].layers;
+    const std::vector<int> counts = CountsOf(it, layers.front().module, m);
+    for (const auto& r : layers) {
+      if (CountsOf(it, r.module, m) != counts) {
+        throw Error(fmt::format("iteration schedule: module_sub_microbatches: stage {} holds {} and {}, which are cut "
+                                "into different sub-microbatch counts; give them the same counts",
+                                s, layers.front().module, r.module));
+      }
+    }
+    out.emplace_back();
+    for (int k = 0; k < m; ++k) out.back().insert(out.back().end(), counts[k], k);
+  }
+  (void)model;
+  return out;
+}
+
+PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch,
+                                    const IterationSchedule& it, PlanSimulation out, LayerOptions* options) {
+  const std::vector<std::vector<int>> stage_mb_global = WovenStageMicrobatches(model, plan, it);
+  const Unit& unit = plan.units[0];
+  const PipelineSpec& ps = unit.pipelines[0];
+  const int D = ps.replicas, P = ps.pp, S = static_cast<int>(ps.stages.size()), m = ps.microbatches;
+  const int g_gpus = plan.group_gpus;
+  const int share = g_gpus / (unit.tp * unit.cp);  // group members that split sequences between them
+
+  // 1. Sub-microbatches: modules cut the same way share one split; each is a
+  // min-max partition of the replica's slice by the modules' tokens.
+  std::vector<std::vector<TokenStats>> sample_tokens(batch.samples.size());
+  for (const auto& mb : it.microbatch_samples) {
+    for (int s : mb) sample_tokens[s] = CountModuleTokens(model, batch.samples[s]);
+  }
+  std::map<std::vector<int>, int> split_index;  // counts -> split
+  std::vector<std::vector<int>> split_modules;  // split -> module indices
+  std::vector<int> split_of_module(model.modules.size(), -1);
+  for (const auto& name : unit.modules) {
+    const int mi = model.FindModule(name);
+    auto [pos, inserted] = split_index.emplace(CountsOf(it, name, m), static_cast<int>(split_modules.size()));
+    if (inserted) split_modules.emplace_back();
+    split_modules[pos->second].push_back(mi);
+    split_of_module[mi] = pos->second;
+  }
+  // parts[split][d] -> sub-microbatches (sample lists) in global-microbatch order
+  std::vector<std::vector<std::vector<std::vector<int>>>> parts(split_modules.size(),
+                                                                std::vector<std::vector<std::vector<int>>>(D));
+  for (const auto& [counts, x] : split_index) {
+    for (int k = 0; k < m; ++k) {
+      const auto slices = SplitEven(it.microbatch_samples[k], D);
+      for (int d = 0; d < D; ++d) {
+        const auto& slice = slices[d];
+        if (counts[k] > static_cast<int>(slice.size())) {
+          throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: {} sub-microbatches of global "
+                                  "microbatch {}, but replica {} holds only {} samples of it (samples are not split)",
+                                  model.modules[split_modules[x][0]].name, counts[k], k, d, slice.size()));
+        }
+        std::vector<double> weight;
+        for (int s : slice) {
+          double w = 0;
+          for (int mi : split_modules[x]) w += sample_tokens[s][mi].tokens;
+          weight.push_back(w);
+        }
+        const Partition cut = MinMaxPartition(weight, counts[k]);
+        for (int j = 0; j < counts[k]; ++j) {
+          parts[x][d].emplace_back(slice.begin() + cut.begin[j], slice.begin() + cut.begin[j + 1]);
+        }
+      }
+    }
+  }
+
+  // 2. Per-layer recomputation: the unit's, overridden per (stage, sub-microbatch).
+  std::vector<int> stage_layers(S, 0);
+  for (int s = 0; s < S; ++s) {
+    for (const auto& r : ps.stages[s].layers) stage_layers[s] += r.end - r.begin;
+  }
+  std::map<std::pair<int, int>, const std::string*> overrides;
+  for (size_t i = 0; i < it.layer_recompute.size(); ++i) {
+    const StageRecompute& r = it.layer_recompute[i];
+    if (r.stage < 0 || r.stage >= S) {
+      throw Error(fmt::format("iteration schedule: layer_recompute[{}]: stage {} is not in 0..{}", i, r.stage, S - 1));
+    }
+    const int mbs = static_cast<int>(stage_mb_global[r.stage].size());
+    if (r.microbatch < 0 || r.microbatch >= mbs) {
+      throw Error(fmt::format("iteration schedule: layer_recompute[{}]: stage {} runs sub-microbatches 0..{}, not {}",
+                              i, r.stage, mbs - 1, r.microbatch));
+    }
+    if (static_cast<int>(r.layers.size()) != stage_layers[r.stage]) {
+      throw Error(fmt::format("iteration schedule: layer_recompute[{}]: {} letters for the {} layers of stage {}", i,
+                              r.layers.size(), stage_layers[r.stage], r.stage));
+    }
+    overrides[{r.stage, r.microbatch}] = &r.layers;
+  }
+
+  // 3. Price every (replica, stage, sub-microbatch).
+  const auto needs = ComputeBackwardNeeds(model);
+  std::vector<double> module_tokens(model.modules.size(), 0.0);
+  for (int x = 0; x < static_cast<int>(split_modules.size()); ++x) {
+    for (int d = 0; d < D; ++d) {
+      for (const auto& part : parts[x][d]) {
+        for (int s : part) {
+          for (int mi : split_modules[x]) module_tokens[mi] += sample_tokens[s][mi].tokens;
+        }
+      }
+    }
+  }
+  out.tokens = *std::max_element(module_tokens.begin(), module_tokens.end());
+  if (options != nullptr) options->at.assign(S, {});
+
+  out.deduplicated = true;
+  for (int r = 0; r < P; ++r) {
+    out.ranks.push_back({0, 0, 0, r, unit.first_group + r, unit.sm_fraction, fmt::format("{} pp{}", unit.name, r)});
+  }
+  for (int s = 0; s < S; ++s) {
+    out.stage_labels.push_back(StageLabel(ps.stages[s]));
+    out.stage_unit.push_back(0);
+  }
+  std::map<std::vector<double>, int> seen;
+  for (int d = 0; d < D; ++d) {
+    PipelineCosts pc;
+    pc.p2p = c.LinkForSpan(2 * g_gpus);
+    pc.stage.assign(S, {});
+    pc.static_bytes.assign(P, 0.0);
+    pc.grad_sync_s.assign(S, 0.0);
+    std::vector<double> signature;
+    for (int s = 0; s < S; ++s) {
+      const StageSpec& spec = ps.stages[s];
+      const StageParams sp = StageParamsOf(model, unit, spec);
+      pc.static_bytes[spec.rank] += ModelState(sp.trainable, sp.frozen, D * share * unit.cp, unit.zero_stage).total();
+      pc.grad_sync_s[s] = GradSyncTime_s(sp, D, unit, g_gpus, c);
+      const int x = split_of_module[model.FindModule(spec.layers.front().module)];
+      const int mbs = static_cast<int>(stage_mb_global[s].size());
+      if (options != nullptr && d == 0) options->at[s].assign(mbs, {});
+      for (int j = 0; j < mbs; ++j) {
+        std::vector<Sample> samples;
+        for (int id : parts[x][d][j]) samples.push_back(batch.samples[id]);
+        const auto tokens = CountModuleTokens(model, samples);
+        auto found = overrides.find({s, j});
+        StageCost sc;
+        int layer = 0, last_module = -1, last_layer = -1;
+        for (const auto& r : spec.layers) {
+          const int mi = model.FindModule(r.module);
+          const Module& mod = model.modules[mi];
+          LayerParallelism par;
+          par.tp = unit.tp;
+          par.cp = unit.cp;
+          par.split = SplitsOverTensorParallel(mod, unit.tp);
+          par.fsdp = unit.zero_stage == 3;
+          par.fsdp_ranks = D * g_gpus / unit.tp;
+          const TokenStats t = ShareOfSequences(tokens[mi], share);
+          for (int li = r.begin; li < r.end; ++li, ++layer) {
+            par.recompute = found == overrides.end() ? unit.recompute : RecomputeOf((*found->second)[layer]);
+            const LayerTimes lt = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
+            sc.forward_s += lt.forward_s / unit.sm_fraction;
+            sc.backward_data_s += lt.backward_data_s / unit.sm_fraction;
+            sc.backward_weight_s += lt.backward_weight_s / unit.sm_fraction;
+            sc.activation_bytes += lt.activation_bytes;
+            sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
+            out.model_flops += lt.flops * g_gpus;
+            if (options != nullptr && d == 0) {
+              auto& choices = options->at[s][j].emplace_back();
+              for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                par.recompute = rc;
+                choices[static_cast<int>(rc)] = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
+              }
+            }
+            last_module = mi;
+            last_layer = li;
+          }
+        }
+        sc.send_bytes = kActivationElemBytes * tokens[last_module].tokens / (unit.cp * share) *
+                        OutWidth(model.modules[last_module].layers[last_layer]);
+        pc.stage[s].push_back(sc);
+        signature.insert(signature.end(),
+                         {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes, sc.send_bytes});
+      }
+    }
+    auto [pos, inserted] = seen.emplace(signature, static_cast<int>(out.replicas.size()));
+    if (inserted) {
+      out.replicas.push_back(std::move(pc));
+      out.replica_weight.push_back(1);
+    } else {
+      ++out.replica_weight[pos->second];
+    }
+  }
+
+  // 4. The schedule: a chain of stages, each with its own sub-microbatches.
+  Schedule& sch = out.schedule;
+  sch.name = "woven";
+  sch.num_ranks = P;
+  sch.ranks.assign(P, {});
+  sch.dag = true;
+  for (int s = 0; s < S; ++s) {
+    sch.stage_rank.push_back(ps.stages[s].rank);
+    sch.stage_microbatches.push_back(static_cast<int>(stage_mb_global[s].size()));
+    sch.num_microbatches = std::max(sch.num_microbatches, sch.stage_microbatches.back());
+    if (s == 0) continue;
+    StageEdge e{s - 1, s, {}};
+    if (stage_mb_global[s - 1] != stage_mb_global[s]) {
+      // The consumer's first sub-microbatch of global microbatch k takes all the producer's of k.
+      e.first.push_back(0);
+      const auto& prod = stage_mb_global[s - 1];
+      const auto& cons = stage_mb_global[s];
+      for (size_t j = 0; j < cons.size(); ++j) {
+        const bool first_of_k = j == 0 || cons[j - 1] != cons[j];
+        int end = e.first.back();
+        if (first_of_k) end = static_cast<int>(std::upper_bound(prod.begin(), prod.end(), cons[j]) - prod.begin());
+        e.first.push_back(end);
+      }
+    }
+    sch.edges.push_back(std::move(e));
+  }
+  if (!it.rank_orders.empty()) {
+    if (static_cast<int>(it.rank_orders.size()) != P) {
+      throw Error(fmt::format("iteration schedule: rank_orders has {} ranks, the plan's pipeline has {}",
+                              it.rank_orders.size(), P));
+    }
+    for (int p = 0; p < P; ++p) {
+      for (size_t i = 0; i < it.rank_orders[p].size(); ++i) {
+        const StageStep& st = it.rank_orders[p][i];
+        if (st.stage < 0 || st.stage >= S || sch.stage_rank[st.stage] != p ||
+            st.microbatch >= sch.stage_microbatches[st.stage]) {
+          throw Error(fmt::format("iteration schedule: rank_orders[{}][{}]: {}:{}:{} is not a stage of rank {} with "
+                                  "that sub-microbatch",
+                                  p, i, st.forward ? 'F' : 'B', st.stage, st.microbatch, p));
+        }
+        sch.ranks[p].push_back(
+            Action{st.forward ? ActionKind::kForward : ActionKind::kBackward, st.stage, st.microbatch});
+      }
+    }
+  } else {  // GPipe order: forwards by (global microbatch, stage, sub-microbatch), backwards reversed
+    std::vector<std::tuple<int, int, int>> fw;
+    for (int s = 0; s < S; ++s) {
+      for (int j = 0; j < sch.stage_microbatches[s]; ++j) fw.emplace_back(stage_mb_global[s][j], s, j);
+    }
+    std::sort(fw.begin(), fw.end());
+    for (const auto& [k, s, j] : fw) sch.ranks[sch.stage_rank[s]].push_back(Action{ActionKind::kForward, s, j});
+    for (auto f = fw.rbegin(); f != fw.rend(); ++f) {
+      auto [k, s, j] = *f;
+      sch.ranks[sch.stage_rank[s]].push_back(Action{ActionKind::kBackward, s, j});
+    }
+  }
+  AddPointToPoint(sch);
+  return out;
+}
+
+}  // namespace loom
