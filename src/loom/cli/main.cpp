@@ -140,6 +140,14 @@ int main(int argc, char** argv) {
   plan_workload.Add(plan);
   plan->add_option("--strategy", strategies, "NAME[,NAME...] or all (default all)");
   plan->add_option("--iterations", iterations, "sampled batches to simulate per strategy (default 10)");
+  loom::CompareOptions compare;
+  plan->add_option("--tp", compare.fixed_tp, "pin tensor parallelism of pipeline strategies (paper configs)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--pp", compare.fixed_pp, "pin pipeline parallelism of pipeline strategies (paper configs)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--schedule-budget", compare.schedule_budget_s,
+                   "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--json", plan_json, "write the comparison and every plan as JSON");
   plan->add_option("--report", plan_report, "write a self-contained HTML report");
   plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");
@@ -196,7 +204,7 @@ int main(int argc, char** argv) {
       if (isatty(STDERR_FILENO)) {
         progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
       }
-      loom::Comparison cmp = loom::CompareStrategies(model, cluster, workload, names, iterations, progress);
+      loom::Comparison cmp = loom::CompareStrategies(model, cluster, workload, names, iterations, progress, compare);
       if (progress) std::cerr << "\r\033[K";
       std::cout << loom::FormatComparison(cmp);
       if (!plan_json.empty()) {

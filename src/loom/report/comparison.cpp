@@ -19,7 +19,8 @@ double Comparison::SpeedupOverMegatron(int i) const {
 
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
                              const std::vector<std::string>& strategies, int iterations,
-                             const std::function<void(const std::string&)>& progress) {
+                             const std::function<void(const std::string&)>& progress,
+                             const CompareOptions& options) {
   if (iterations < 1) throw Error(fmt::format("--iterations: must be >= 1, got {}", iterations));
   Comparison cmp;
   cmp.model = model.name;
@@ -35,6 +36,9 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     StrategyOutcome o;
     o.name = name;
     StrategyContext ctx{model, cluster, workload, batches[0], progress};
+    ctx.fixed_tp = options.fixed_tp;
+    ctx.fixed_pp = options.fixed_pp;
+    ctx.schedule_budget_s = options.schedule_budget_s;
     const auto t0 = std::chrono::steady_clock::now();
     try {
       o.result = RunStrategy(name, ctx);

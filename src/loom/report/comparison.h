@@ -46,9 +46,18 @@ struct Comparison {
   double SpeedupOverMegatron(int i) const;  // 0 when either is missing
 };
 
+// Search settings every strategy sees (StrategyContext): TP / PP pinned to a
+// paper's configuration (0: searched) and the per-batch schedule budget.
+struct CompareOptions {
+  int fixed_tp = 0;
+  int fixed_pp = 0;
+  double schedule_budget_s = 1.0;
+};
+
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
                              const std::vector<std::string>& strategies, int iterations,
-                             const std::function<void(const std::string&)>& progress = {});
+                             const std::function<void(const std::string&)>& progress = {},
+                             const CompareOptions& options = {});
 
 // The table `loom plan` prints.
 std::string FormatComparison(const Comparison& comparison);

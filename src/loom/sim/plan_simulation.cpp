@@ -42,7 +42,7 @@ std::vector<int> Range(int lo, int hi) {
 }  // namespace
 
 PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
-                                   const Batch& batch, const IterationSchedule* it) {
+                                   const Batch& batch, const IterationSchedule* it, LayerOptions* layer_options) {
   ValidatePlan(plan, model, c, w, "plan " + plan.strategy);
   if (static_cast<int64_t>(batch.samples.size()) != plan.global_batch) {
     throw Error(fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(),
@@ -100,7 +100,7 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
     for (int k = 0; k < m; ++k) global_mbs.push_back(Range(k * per, (k + 1) * per));
   }
   out.samples = plan.global_batch - (it ? static_cast<int64_t>(it->deferred.size()) : 0);
-  if (it != nullptr && it->woven()) return BuildWovenSimulation(model, c, plan, batch, *it, std::move(out));
+  if (it != nullptr && it->woven()) return BuildWovenSimulation(model, c, plan, batch, *it, std::move(out), layer_options);
 
   const auto needs = ComputeBackwardNeeds(model);
   std::vector<UnitLayout> layout(num_units);

@@ -52,7 +52,11 @@ struct PlanSimulation {
 
 // Throws loom::Error when the plan is invalid (every violation listed) or the
 // iteration schedule does not match it.
+// `layer_options`, when not null, receives per-layer prices under every
+// recomputation choice; only woven schedules fill it (sim/woven_simulation.h).
+struct LayerOptions;
 PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& cluster, const Workload& workload,
-                                   const Plan& plan, const Batch& batch, const IterationSchedule* iteration = nullptr);
+                                   const Plan& plan, const Batch& batch, const IterationSchedule* iteration = nullptr,
+                                   LayerOptions* layer_options = nullptr);
 
 }  // namespace loom

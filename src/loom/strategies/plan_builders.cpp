@@ -178,9 +178,10 @@ void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
                          const std::function<void(int, int, int, int)>& visit) {
   const int n = ctx.cluster.num_gpus();
   for (int tp : TpChoices(ctx.cluster)) {
-    if (n % tp != 0) continue;
+    if (n % tp != 0 || (ctx.fixed_tp > 0 && tp != ctx.fixed_tp)) continue;
     for (int pp : Divisors(n / tp)) {
       if (pp > max_pp) break;
+      if (ctx.fixed_pp > 0 && pp != ctx.fixed_pp) continue;
       const int dp = n / tp / pp;
       if (ctx.workload.global_batch % dp != 0) continue;
       const int64_t per_replica = ctx.workload.global_batch / dp;

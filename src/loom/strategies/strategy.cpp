@@ -6,6 +6,7 @@
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/mmscale/batch_reorder.h"
 #include "loom/strategies/mmscale/mmscale.h"
+#include "loom/strategies/pipeweaver/pipeweaver.h"
 
 namespace loom {
 
@@ -41,10 +42,21 @@ const std::vector<Entry>& Registry() {
        "MMScale: encoder, backbone and generator on disjoint GPUs with their own TP/DP/PP (Alg. 1 allocation), "
        "brokers, per-batch intra- and inter-microbatch reordering",
        MmscaleBatch},
+      {"pipeweaver", PipeweaverStrategy,
+       "PipeWeaver: modality-aware layout (P x K_i chunks per module), per batch sub-microbatches, MCTS-ranked "
+       "dual-queue interleaving and per-layer recomputation by ILP (CBC)",
+       PipeweaverBatch},
       {"mmscale-ratio", MmscaleRatioStrategy,
        "MMScale's ratio-based baseline: the same units, GPUs in proportion to FLOPs, no reordering", nullptr, true},
       {"mmscale-noreorder", MmscaleNoReorderStrategy,
        "MMScale's allocation trained in the loader's (random) order", nullptr, true},
+      {"pipeweaver-partition", PipeweaverPartitionStrategy,
+       "PipeWeaver ablation: the modality-aware layout with its static interleaved schedule", nullptr, true},
+      {"pipeweaver-interleave", PipeweaverInterleaveStrategy,
+       "PipeWeaver ablation: + sub-microbatches and dual-queue interleaving, default ranking", PipeweaverInterleaveBatch,
+       true},
+      {"pipeweaver-rank", PipeweaverRankStrategy,
+       "PipeWeaver ablation: + MCTS ranking, no layer tuning", PipeweaverRankBatch, true},
   };
   return entries;
 }

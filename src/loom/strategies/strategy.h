@@ -24,6 +24,12 @@ struct StrategyContext {
   // Called with a short status line as the search goes ("megatron: 120/480");
   // may be empty.
   std::function<void(const std::string&)> progress;
+  // Pin the tensor / pipeline parallel degree of the Megatron-style grid
+  // (ForEachPipelineGrid) to a paper's configuration; 0 searches all.
+  int fixed_tp = 0;
+  int fixed_pp = 0;
+  // Wall-clock budget of a per-batch schedule search (PipeWeaver's MCTS, §6.1).
+  double schedule_budget_s = 1.0;
 };
 
 struct StrategyResult {

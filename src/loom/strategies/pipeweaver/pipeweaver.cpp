@@ -1,0 +1,273 @@
+#include "loom/strategies/pipeweaver/pipeweaver.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+
+#include "loom/data/rng.h"
+#include "loom/error.h"
+#include "loom/sim/plan_run.h"
+#include "loom/sim/woven_simulation.h"
+#include "loom/strategies/pipeweaver/partitioner.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+namespace {
+
+constexpr double kNoFit = std::numeric_limits<double>::infinity();
+
+// The plan's default microbatches: contiguous runs of the batch.
+std::vector<std::vector<int>> DefaultMicrobatches(const Plan& plan) {
+  const int m = plan.units[0].pipelines[0].microbatches;
+  const int per = static_cast<int>(plan.global_batch / m);
+  std::vector<std::vector<int>> out(m);
+  for (int k = 0; k < m; ++k) {
+    out[k].resize(per);
+    std::iota(out[k].begin(), out[k].end(), k * per);
+  }
+  return out;
+}
+
+// Modality module of each template stage (by its first layer's module).
+std::vector<int> StageModules(const Plan& plan, const std::vector<ModalityModule>& modules) {
+  std::map<std::string, int> of;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    for (const auto& name : modules[i].modules) of[name] = static_cast<int>(i);
+  }
+  std::vector<int> out;
+  for (const auto& st : plan.units[0].pipelines[0].stages) out.push_back(of.at(st.layers.front().module));
+  return out;
+}
+
+// Simulated iteration time, or infinity when a GPU overflows.
+double Simulate(const StrategyContext& ctx, const Plan& plan, const Batch& batch, const IterationSchedule* it) {
+  SimOptions opt;
+  opt.record_intervals = false;
+  const PlanRun run = RunPlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, it, opt);
+  return run.memory_violations.empty() ? run.metrics.iteration_time_s : kNoFit;
+}
+
+// The rank orders of an interleaving.
+std::vector<std::vector<StageStep>> RankOrders(const StageFlow& flow, const Interleaving& il) {
+  std::vector<std::vector<StageStep>> out(il.order.size());
+  for (size_t p = 0; p < il.order.size(); ++p) {
+    for (int id : il.order[p]) {
+      const FlowStage& st = flow.stages[id];
+      out[p].push_back({st.forward, st.stage, st.microbatch});
+    }
+  }
+  return out;
+}
+
+struct Woven {
+  IterationSchedule schedule;
+  PlanSimulation sim;
+  LayerOptions layers;
+  StageFlow flow;
+};
+
+Woven BuildWoven(const StrategyContext& ctx, const Plan& plan, const Batch& batch, IterationSchedule it,
+                 const std::vector<int>& stage_module) {
+  Woven w;
+  w.sim = BuildPlanSimulation(ctx.model, ctx.cluster, ctx.workload, plan, batch, &it, &w.layers);
+  w.flow = BuildStageFlow(w.sim, 0, stage_module, WovenStageMicrobatches(ctx.model, plan, it),
+                          static_cast<double>(ctx.cluster.gpu.mem_bytes));
+  w.schedule = std::move(it);
+  return w;
+}
+
+char RecomputeLetter(Recompute r) { return r == Recompute::kFull ? 'f' : r == Recompute::kSelective ? 's' : 'n'; }
+
+}  // namespace
+
+PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                              int64_t iteration, const PipeweaverOptions& options) {
+  if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) {
+    throw Error("pipeweaver: the plan must have one unit and one pipeline template (a pipeweaver plan)");
+  }
+  const Unit& unit = plan.units[0];
+  const int tp = unit.tp, pp = unit.pipelines[0].pp;
+  PipeweaverBatchReport rep;
+  rep.schedule.iteration = iteration;
+  rep.schedule.microbatch_samples = DefaultMicrobatches(plan);
+  rep.static_s = Simulate(ctx, plan, batch, &rep.schedule);
+  rep.woven_s = rep.ranked_s = rep.tuned_s = rep.final_s = rep.static_s;
+  if (!options.weave) return rep;
+
+  // §5, per batch: sub-microbatches, stage flows.
+  const std::vector<ModalityModule> modules = StaticPartition(ctx, tp, pp);
+  const std::vector<int> stage_module = StageModules(plan, modules);
+  IterationSchedule it = rep.schedule;
+  it.module_sub_microbatches =
+      SubMicrobatchCounts(ctx.model, plan, modules, batch, it.microbatch_samples);
+  if (it.module_sub_microbatches.empty()) {  // nothing to cut: mark the schedule woven with unit counts
+    it.module_sub_microbatches[unit.modules.front()] = std::vector<int>(it.microbatch_samples.size(), 1);
+  }
+  Woven w = BuildWoven(ctx, plan, batch, it, stage_module);
+  rep.flow_stages = static_cast<int>(w.flow.stages.size());
+  rep.groups = w.flow.num_groups();
+
+  // §6.2 with the default ranking, then §6.1's ranking.
+  InterleaveOptions io = options.ranking.interleave;
+  std::vector<int> position = DefaultRanking(w.flow);
+  Interleaving timeline = Interleaver(w.flow).Run(position, io);
+  w.schedule.rank_orders = RankOrders(w.flow, timeline);
+  rep.woven_s = Simulate(ctx, plan, batch, &w.schedule);
+  IterationSchedule best = w.schedule;
+  double best_s = rep.woven_s;
+  rep.ranked_s = rep.woven_s;
+  if (options.rank) {
+    RankingOptions ro = options.ranking;
+    ro.seed = Rng::Mix(ctx.workload.seed ^ options.ranking.seed, static_cast<uint64_t>(iteration));
+    ro.budget_s = std::min(ro.budget_s, ctx.schedule_budget_s);
+    rep.ranking = RankByMcts(w.flow, ro);
+    IterationSchedule ranked = w.schedule;
+    ranked.rank_orders = RankOrders(w.flow, rep.ranking.best);
+    rep.ranked_s = Simulate(ctx, plan, batch, &ranked);
+    if (rep.ranked_s < best_s) {
+      best = std::move(ranked);
+      best_s = rep.ranked_s;
+      position = rep.ranking.position;
+      timeline = rep.ranking.best;
+    }
+  }
+  rep.tuned_s = best_s;
+
+  // §6.3: per-layer recomputation on the chosen timeline, then re-interleave.
+  if (options.tune) {
+    std::vector<int> pairs;
+    std::vector<std::vector<TuningCandidate>> cands;
+    for (size_t s = 0; s < w.flow.forward_id.size(); ++s) {
+      for (size_t j = 0; j < w.flow.forward_id[s].size(); ++j) {
+        pairs.push_back(w.flow.forward_id[s][j]);
+        cands.push_back(PairCandidates(w.layers.at[s][j], options.tuning.candidates));
+      }
+    }
+    rep.tuning = TuneLayers(w.flow, timeline, pairs, cands, options.tuning);
+    if (rep.tuning.feasible) {
+      IterationSchedule tuned = best;
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        const FlowStage& st = w.flow.stages[pairs[i]];
+        const std::string& letters = cands[i][rep.tuning.choice[i]].layers;
+        if (letters != std::string(letters.size(), RecomputeLetter(unit.recompute))) {
+          tuned.layer_recompute.push_back({st.stage, st.microbatch, letters});
+        }
+      }
+      Woven t = BuildWoven(ctx, plan, batch, tuned, stage_module);
+      t.schedule.rank_orders = RankOrders(t.flow, Interleaver(t.flow).Run(position, io));
+      const double tuned_s = Simulate(ctx, plan, batch, &t.schedule);
+      if (tuned_s < best_s) {
+        best = std::move(t.schedule);
+        best_s = tuned_s;
+      }
+    }
+    rep.tuned_s = best_s;
+  }
+  if (best_s < rep.static_s) {
+    rep.schedule = std::move(best);
+    rep.final_s = best_s;
+  }
+  return rep;
+}
+
+namespace {
+
+StrategyResult Search(const StrategyContext& ctx, const std::string& name, const PipeweaverOptions& options) {
+  CandidateSearch search(ctx, name);
+  struct Fit {
+    Plan plan;
+    double time_s;
+  };
+  std::vector<Fit> fits;
+  std::map<std::pair<int, int>, std::vector<ModalityModule>> partitions;
+  ForEachPipelineGrid(ctx, ctx.model.num_layers(), [&](int tp, int pp, int dp, int m) {
+    auto found = partitions.find({tp, pp});
+    if (found == partitions.end()) found = partitions.emplace(std::make_pair(tp, pp), StaticPartition(ctx, tp, pp)).first;
+    const auto& modules = found->second;
+    int vpp = 0;
+    for (const auto& mod : modules) vpp += mod.segments;
+    if (vpp > 1 && m % pp != 0) return;  // the static interleaved schedule needs m divisible by pp
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      Plan plan = WovenPlan(ctx, modules, tp, pp, dp, m, r);
+      plan.strategy = name;
+      const double t = search.Evaluate(plan);
+      if (t > 0) {
+        fits.push_back({std::move(plan), t});
+        break;
+      }
+    }
+  });
+  auto describe = [&](const Plan& p) {
+    std::string segments;
+    const auto& modules = partitions.at({p.units[0].tp, p.units[0].pipelines[0].pp});
+    for (const auto& mod : modules) {
+      segments += fmt::format("{}{}:K{}B{}", segments.empty() ? "" : ",", mod.name, mod.segments,
+                              mod.sub_microbatch_size);
+    }
+    return DescribeUnit(p.units[0]) + " segments " + segments;
+  };
+  StrategyResult res = search.Finish(
+      "tp x pp x dp x microbatches x recompute; per (tp, pp) the modality-aware layout (B_i at 95% efficiency, "
+      "K_i = floor(T_i/T_1), P x K_i chunks per module); the 3 fastest static layouts re-ranked by their per-batch "
+      "woven schedule on the representative batch",
+      describe);
+  if (options.weave && fits.size() > 1) {
+    std::stable_sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.time_s < b.time_s; });
+    StrategyContext quick = ctx;
+    quick.schedule_budget_s = std::min(0.25, ctx.schedule_budget_s);
+    PipeweaverOptions full;  // every variant picks its layout with the full per-batch search
+    full.ranking.max_rollouts = 300;
+    double best_s = kNoFit;
+    for (size_t i = 0; i < fits.size() && i < 3; ++i) {
+      if (ctx.progress) ctx.progress(fmt::format("{}: weaving static layout {} of 3", name, i + 1));
+      const double t = SchedulePipeweaverBatch(quick, fits[i].plan, ctx.representative, 0, full).final_s;
+      if (t < best_s) {
+        best_s = t;
+        const std::string searched = res.plan.searched;
+        res.plan = fits[i].plan;
+        res.plan.searched = searched;
+      }
+    }
+    res.config = describe(res.plan);
+  }
+  return res;
+}
+
+PipeweaverOptions Levels(bool weave, bool rank, bool tune) {
+  PipeweaverOptions o;
+  o.weave = weave;
+  o.rank = rank;
+  o.tune = tune;
+  return o;
+}
+
+}  // namespace
+
+StrategyResult PipeweaverStrategy(const StrategyContext& ctx) { return Search(ctx, "pipeweaver", Levels(true, true, true)); }
+StrategyResult PipeweaverPartitionStrategy(const StrategyContext& ctx) {
+  return Search(ctx, "pipeweaver-partition", Levels(true, true, true));
+}
+StrategyResult PipeweaverInterleaveStrategy(const StrategyContext& ctx) {
+  return Search(ctx, "pipeweaver-interleave", Levels(true, true, true));
+}
+StrategyResult PipeweaverRankStrategy(const StrategyContext& ctx) {
+  return Search(ctx, "pipeweaver-rank", Levels(true, true, true));
+}
+
+IterationSchedule PipeweaverBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration) {
+  return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, true, true)).schedule;
+}
+IterationSchedule PipeweaverInterleaveBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                            int64_t iteration) {
+  return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, false, false)).schedule;
+}
+IterationSchedule PipeweaverRankBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                      int64_t iteration) {
+  return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, true, false)).schedule;
+}
+
+}  // namespace loom

@@ -1,0 +1,49 @@
+// PipeWeaver's modality-level ranking (§6.1, Algorithm 1): Monte Carlo tree
+// search over the priority order of pipeline segment groups. A node at depth
+// d fixes the d-th group of the order (only groups whose predecessor group is
+// already placed can come next, so every path is valid); each expansion runs
+// N_tries random completions through the interleaving and keeps the best
+// score; nodes keep the best score below them (max, not mean) and a visit
+// count; selection maximises s^alpha + beta sqrt(ln N_parent / N_child).
+// The search starts from the default (microbatch-major) order, so it never
+// returns a worse interleaving.
+//
+// Parallel workers (§7.2) share the tree under a mutex, each with its own
+// interleaver; a worker selects and expands `sync_every` nodes per lock,
+// rolls them out unlocked and backs the scores up under the lock. With one
+// worker the search is deterministic given the seed; with several, the order
+// in which workers take the lock varies, and so may the result.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "loom/strategies/pipeweaver/interleave.h"
+
+namespace loom {
+
+struct RankingOptions {
+  uint64_t seed = 0;
+  int workers = 1;
+  int tries = 10;           // N_tries random completions per expansion ("e.g. 10", §6.1)
+  double alpha = 8;         // scores sit in a narrow band below 1; the power spreads them
+  double beta = 0.1;        // exploration weight
+  int sync_every = 4;       // expansions per lock (parallel mode)
+  double budget_s = 1.0;    // wall-clock budget; the best so far is returned when it runs out
+  int max_rollouts = 3000;  // rollout cap: when it binds before the budget, the result is reproducible
+  InterleaveOptions interleave;
+};
+
+struct RankingResult {
+  std::vector<int> position;  // per segment group, its place in the order
+  Interleaving best;
+  int rollouts = 0;
+  double elapsed_s = 0;
+  bool exhausted = false;        // the whole space was explored
+  bool budget_hit = false;       // stopped by the wall clock
+  std::vector<std::pair<double, double>> trace;  // (elapsed s, best makespan s) at each improvement
+};
+
+RankingResult RankByMcts(const StageFlow& flow, const RankingOptions& options = {});
+
+}  // namespace loom
