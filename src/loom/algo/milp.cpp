@@ -2,7 +2,9 @@
 
 #include <coin/Cbc_C_Interface.h>
 
+#include <limits>
 #include <memory>
+#include <vector>
 
 #include "loom/error.h"
 
@@ -21,9 +23,31 @@ MilpResult SolveMilp(const Milp& p, const MilpOptions& options) {
   std::unique_ptr<Cbc_Model, void (*)(Cbc_Model*)> model(Cbc_newModel(), Cbc_deleteModel);
   Cbc_Model* m = model.get();
   Cbc_setLogLevel(m, 0);
-  for (const auto& v : p.vars) Cbc_addCol(m, "", v.lower, v.upper, v.cost, v.integer ? 1 : 0, 0, nullptr, nullptr);
-  for (const auto& r : p.rows) {
-    Cbc_addRow(m, "", static_cast<int>(r.cols.size()), r.cols.data(), r.coefs.data(), r.sense, r.rhs);
+  // One bulk load in column-major form (adding rows one by one copies the matrix each time).
+  const int n = static_cast<int>(p.vars.size()), rows = static_cast<int>(p.rows.size());
+  std::vector<std::vector<std::pair<int, double>>> by_col(n);
+  std::vector<double> row_lo(rows), row_hi(rows);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  for (int r = 0; r < rows; ++r) {
+    const Milp::Row& row = p.rows[r];
+    for (size_t i = 0; i < row.cols.size(); ++i) by_col[row.cols[i]].push_back({r, row.coefs[i]});
+    row_lo[r] = row.sense == 'L' ? -kInf : row.rhs;
+    row_hi[r] = row.sense == 'G' ? kInf : row.rhs;
+  }
+  std::vector<CoinBigIndex> start{0};
+  std::vector<int> index;
+  std::vector<double> value, lower, upper, cost;
+  for (int c = 0; c < n; ++c) {
+    for (auto [r, v] : by_col[c]) index.push_back(r), value.push_back(v);
+    start.push_back(static_cast<CoinBigIndex>(index.size()));
+    lower.push_back(p.vars[c].lower);
+    upper.push_back(p.vars[c].upper);
+    cost.push_back(p.vars[c].cost);
+  }
+  Cbc_loadProblem(m, n, rows, start.data(), index.data(), value.data(), lower.data(), upper.data(), cost.data(),
+                  row_lo.data(), row_hi.data());
+  for (int c = 0; c < n; ++c) {
+    if (p.vars[c].integer) Cbc_setInteger(m, c);
   }
   Cbc_setObjSense(m, 1);
   if (options.relative_gap > 0) Cbc_setAllowableFractionGap(m, options.relative_gap);

@@ -127,9 +127,12 @@ struct IterationSchedule {
   std::map<std::string, std::vector<int>> sub_microbatches;  // unit -> per global microbatch count
   std::map<std::string, std::vector<int>> module_sub_microbatches;  // module -> per global microbatch count
   std::vector<std::vector<StageStep>> rank_orders;        // [pipeline rank] -> compute order; empty: GPipe order
-  std::vector<StageRecompute> layer_recompute;            // overrides of the unit's recompute
+  std::string recompute;                                  // woven: every layer's (none|selective|full); empty: the unit's
+  std::vector<StageRecompute> layer_recompute;            // per (stage, sub-microbatch) overrides of that
   // Woven: the single-unit plan runs the per-module sub-microbatches, orders or recomputation above.
-  bool woven() const { return !module_sub_microbatches.empty() || !rank_orders.empty() || !layer_recompute.empty(); }
+  bool woven() const {
+    return !module_sub_microbatches.empty() || !rank_orders.empty() || !recompute.empty() || !layer_recompute.empty();
+  }
   bool operator==(const IterationSchedule&) const = default;
 };
 

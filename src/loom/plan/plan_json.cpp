@@ -276,6 +276,7 @@ json IterationScheduleToJson(const IterationSchedule& s) {
     }
     j["rank_orders"] = std::move(orders);
   }
+  if (!s.recompute.empty()) j["recompute"] = s.recompute;
   if (!s.layer_recompute.empty()) {
     json rec = json::array();
     for (const auto& r : s.layer_recompute) {
@@ -289,7 +290,7 @@ json IterationScheduleToJson(const IterationSchedule& s) {
 IterationSchedule IterationScheduleFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
            {"iteration", "microbatch_samples", "deferred", "sub_microbatches", "module_sub_microbatches",
-            "rank_orders", "layer_recompute"});
+            "rank_orders", "recompute", "layer_recompute"});
   IterationSchedule s;
   s.iteration = r.Int("iteration", 0);
   const json& mbs = r.Array("microbatch_samples");
@@ -310,6 +311,10 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
       if (!orders[p][i].is_string()) r.Fail(f, "must be a string F:STAGE:MICROBATCH or B:STAGE:MICROBATCH");
       s.rank_orders.back().push_back(StepFromString(orders[p][i].get<std::string>(), r, f));
     }
+  }
+  s.recompute = r.String("recompute");
+  if (!s.recompute.empty() && s.recompute != "none" && s.recompute != "selective" && s.recompute != "full") {
+    r.Fail("recompute", fmt::format("'{}'; valid: none, selective, full", s.recompute));
   }
   const json& rec = r.Array("layer_recompute", false);
   for (size_t i = 0; i < rec.size(); ++i) {

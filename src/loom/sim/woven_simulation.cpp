@@ -29,7 +29,34 @@ Recompute RecomputeOf(char letter) {
   return letter == 'f' ? Recompute::kFull : letter == 's' ? Recompute::kSelective : Recompute::kNone;
 }
 
+// One sample per image, clip and audio of `s`, each holding only that item
+// (documents kept, text dropped): what an encoder sees of it, item by item.
+std::vector<Sample> SampleItems(const Sample& s) {
+  Sample empty;
+  empty.doc_text_tokens.assign(s.doc_text_tokens.size(), 0);
+  std::vector<Sample> out;
+  for (const auto& im : s.images) (out.emplace_back(empty)).images.push_back(im);
+  for (const auto& v : s.videos) (out.emplace_back(empty)).videos.push_back(v);
+  for (const auto& a : s.audios) (out.emplace_back(empty)).audios.push_back(a);
+  return out;
+}
+
 }  // namespace
+
+bool ItemDrivenModule(const Model& model, int module) {
+  const Module& m = model.modules[module];
+  switch (m.tokens.source) {
+    case TokenSource::kImage:
+    case TokenSource::kVideo:
+    case TokenSource::kAudio:
+      return true;
+    case TokenSource::kInputs:
+      return !m.inputs.empty() &&
+             std::all_of(m.inputs.begin(), m.inputs.end(), [&](int i) { return ItemDrivenModule(model, i); });
+    default:
+      return false;
+  }
+}
 
 std::vector<std::vector<int>> WovenStageMicrobatches(const Model& model, const Plan& plan, const IterationSchedule& it) {
   if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) throw Error(kWovenNeedsOneUnit);
@@ -76,11 +103,10 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
   const int share = g_gpus / (unit.tp * unit.cp);  // group members that split sequences between them
 
   // 1. Sub-microbatches: modules cut the same way share one split; each is a
-  // min-max partition of the replica's slice by the modules' tokens.
-  std::vector<std::vector<TokenStats>> sample_tokens(batch.samples.size());
-  for (const auto& mb : it.microbatch_samples) {
-    for (int s : mb) sample_tokens[s] = CountModuleTokens(model, batch.samples[s]);
-  }
+  // min-max partition of the replica's slice by the modules' tokens, over
+  // samples, or over images / clips when every module of the split sees only
+  // those (an encoder and its projector): then a sample's items may go to
+  // several sub-microbatches.
   std::map<std::vector<int>, int> split_index;  // counts -> split
   std::vector<std::vector<int>> split_modules;  // split -> module indices
   std::vector<int> split_of_module(model.modules.size(), -1);
@@ -91,28 +117,43 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     split_modules[pos->second].push_back(mi);
     split_of_module[mi] = pos->second;
   }
-  // parts[split][d] -> sub-microbatches (sample lists) in global-microbatch order
-  std::vector<std::vector<std::vector<std::vector<int>>>> parts(split_modules.size(),
-                                                                std::vector<std::vector<std::vector<int>>>(D));
+  // parts[split][d] -> sub-microbatches (the samples, or pieces of samples, each runs)
+  std::vector<std::vector<std::vector<std::vector<Sample>>>> parts(split_modules.size(),
+                                                                   std::vector<std::vector<std::vector<Sample>>>(D));
   for (const auto& [counts, x] : split_index) {
+    const bool by_item = std::all_of(split_modules[x].begin(), split_modules[x].end(),
+                                     [&](int mi) { return ItemDrivenModule(model, mi); });
     for (int k = 0; k < m; ++k) {
       const auto slices = SplitEven(it.microbatch_samples[k], D);
       for (int d = 0; d < D; ++d) {
-        const auto& slice = slices[d];
-        if (counts[k] > static_cast<int>(slice.size())) {
+        std::vector<Sample> pieces;  // what is cut: whole samples, or one item each
+        if (by_item) {
+          for (int s : slices[d]) {
+            for (Sample& piece : SampleItems(batch.samples[s])) pieces.push_back(std::move(piece));
+          }
+        } else {
+          for (int s : slices[d]) pieces.push_back(batch.samples[s]);
+        }
+        if (counts[k] > std::max<int>(1, static_cast<int>(pieces.size()))) {
           throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: {} sub-microbatches of global "
-                                  "microbatch {}, but replica {} holds only {} samples of it (samples are not split)",
-                                  model.modules[split_modules[x][0]].name, counts[k], k, d, slice.size()));
+                                  "microbatch {}, but replica {} holds only {} {} of it",
+                                  model.modules[split_modules[x][0]].name, counts[k], k, d, pieces.size(),
+                                  by_item ? "images / clips" : "samples (samples are not split)"));
+        }
+        if (pieces.empty()) {
+          parts[x][d].emplace_back();
+          continue;
         }
         std::vector<double> weight;
-        for (int s : slice) {
+        for (const Sample& piece : pieces) {
+          const auto t = CountModuleTokens(model, piece);
           double w = 0;
-          for (int mi : split_modules[x]) w += sample_tokens[s][mi].tokens;
+          for (int mi : split_modules[x]) w += t[mi].tokens;
           weight.push_back(w);
         }
         const Partition cut = MinMaxPartition(weight, counts[k]);
         for (int j = 0; j < counts[k]; ++j) {
-          parts[x][d].emplace_back(slice.begin() + cut.begin[j], slice.begin() + cut.begin[j + 1]);
+          parts[x][d].emplace_back(pieces.begin() + cut.begin[j], pieces.begin() + cut.begin[j + 1]);
         }
       }
     }
@@ -141,15 +182,22 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     overrides[{r.stage, r.microbatch}] = &r.layers;
   }
 
+  Recompute base = unit.recompute;
+  if (!it.recompute.empty()) {
+    if (it.recompute != "none" && it.recompute != "selective" && it.recompute != "full") {
+      throw Error(fmt::format("iteration schedule: recompute: '{}'; valid: none, selective, full", it.recompute));
+    }
+    base = RecomputeOf(it.recompute == "none" ? 'n' : it.recompute[0]);
+  }
+
   // 3. Price every (replica, stage, sub-microbatch).
   const auto needs = ComputeBackwardNeeds(model);
   std::vector<double> module_tokens(model.modules.size(), 0.0);
   for (int x = 0; x < static_cast<int>(split_modules.size()); ++x) {
     for (int d = 0; d < D; ++d) {
       for (const auto& part : parts[x][d]) {
-        for (int s : part) {
-          for (int mi : split_modules[x]) module_tokens[mi] += sample_tokens[s][mi].tokens;
-        }
+        const auto t = CountModuleTokens(model, part);
+        for (int mi : split_modules[x]) module_tokens[mi] += t[mi].tokens;
       }
     }
   }
@@ -181,9 +229,7 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
       const int mbs = static_cast<int>(stage_mb_global[s].size());
       if (options != nullptr && d == 0) options->at[s].assign(mbs, {});
       for (int j = 0; j < mbs; ++j) {
-        std::vector<Sample> samples;
-        for (int id : parts[x][d][j]) samples.push_back(batch.samples[id]);
-        const auto tokens = CountModuleTokens(model, samples);
+        const auto tokens = CountModuleTokens(model, parts[x][d][j]);
         auto found = overrides.find({s, j});
         StageCost sc;
         int layer = 0, last_module = -1, last_layer = -1;
@@ -198,7 +244,7 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
           par.fsdp_ranks = D * g_gpus / unit.tp;
           const TokenStats t = ShareOfSequences(tokens[mi], share);
           for (int li = r.begin; li < r.end; ++li, ++layer) {
-            par.recompute = found == overrides.end() ? unit.recompute : RecomputeOf((*found->second)[layer]);
+            par.recompute = found == overrides.end() ? base : RecomputeOf((*found->second)[layer]);
             const LayerTimes lt = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
             sc.forward_s += lt.forward_s / unit.sm_fraction;
             sc.backward_data_s += lt.backward_data_s / unit.sm_fraction;

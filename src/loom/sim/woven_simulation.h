@@ -9,10 +9,12 @@
 // its module's sub-microbatches, numbered in global-microbatch order. Where
 // two neighbouring stages cut a global microbatch differently, the consumer's
 // first sub-microbatch of it waits for all the producer's (and the rank order
-// keeps the later ones behind it). Samples are the unit of splitting: a
-// module's sub-microbatches are contiguous runs of the replica's samples with
-// balanced token counts (min-max partition), so a count above the samples of
-// a slice is an error.
+// keeps the later ones behind it). A module's sub-microbatches are contiguous
+// runs of the replica's samples with balanced token counts (min-max
+// partition); for modules that see only images, clips or audio (encoders and
+// their projectors, ItemDrivenModule) the runs are of items, so a sample's
+// images may land in several sub-microbatches. A count above the samples (or
+// items) of a slice is an error.
 #pragma once
 
 #include <array>
@@ -40,6 +42,10 @@ struct LayerOptions {
 // Fills `options` when not null.
 PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& cluster, const Plan& plan, const Batch& batch,
                                     const IterationSchedule& it, PlanSimulation base, LayerOptions* options = nullptr);
+
+// Whether a module's tokens come only from images, clips or audio (directly or
+// through projectors): its work splits item by item.
+bool ItemDrivenModule(const Model& model, int module);
 
 // The woven schedule's sub-microbatch counts per module (1 where absent) and,
 // per stage of the plan's template, the global microbatch of each of its

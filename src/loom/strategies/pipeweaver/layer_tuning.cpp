@@ -79,20 +79,26 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
                         const std::vector<std::vector<TuningCandidate>>& cands, const TuningOptions& options) {
   const int n = static_cast<int>(pairs.size());
   TuningResult out;
-  // Interval of each pair: its forward's start to its backward's end.
-  std::vector<double> s(n), t(n);
-  for (int i = 0; i < n; ++i) {
-    const FlowStage& f = flow.stages[pairs[i]];
-    s[i] = tl.start_s[pairs[i]];
-    t[i] = tl.end_s[flow.backward_id[f.stage][f.microbatch]];
+  // Live sets in each rank's execution order (equal to the paper's
+  // s_i <= s_k <= t_i, but exact where stages of zero length share a time):
+  // pair i is live at pair k's start when i's forward ran no later than k's
+  // and i's backward after it.
+  std::vector<int> pos(flow.stages.size(), 0);
+  for (const auto& order : tl.order) {
+    for (size_t x = 0; x < order.size(); ++x) pos[order[x]] = static_cast<int>(x);
   }
-  // Rows: for each pair k, the pairs of its rank live at s_k.
+  std::vector<int> f(n), b(n);
+  for (int i = 0; i < n; ++i) {
+    const FlowStage& st = flow.stages[pairs[i]];
+    f[i] = pos[pairs[i]];
+    b[i] = pos[flow.backward_id[st.stage][st.microbatch]];
+  }
   std::vector<std::vector<int>> live(n);
   std::vector<std::vector<int>> rows_of(n);
   for (int k = 0; k < n; ++k) {
     const int rank = flow.stages[pairs[k]].rank;
     for (int i = 0; i < n; ++i) {
-      if (flow.stages[pairs[i]].rank == rank && s[i] <= s[k] && s[k] <= t[i]) {
+      if (flow.stages[pairs[i]].rank == rank && f[i] <= f[k] && f[k] < b[i]) {
         live[k].push_back(i);
         rows_of[i].push_back(k);
       }
@@ -135,10 +141,28 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
   out.objective_s = out.greedy_s;
   if (!options.use_solver) return out;
 
+  // Only rows that can bind matter (the live pairs' largest candidates
+  // overflow), and only pairs in such a row need variables: every other pair
+  // takes its fastest candidate. Dropping the rest is exact and keeps the ILP
+  // small when most of the timeline has room.
+  std::vector<char> binding(n, 0), free_pair(n, 0);
+  for (int k = 0; k < n; ++k) {
+    double most = 0;
+    for (int i : live[k]) most += cands[i][0].activation_bytes;  // candidate 0 is the fastest and largest
+    binding[k] = most > cap(k) + 1e-6;
+    if (binding[k]) {
+      for (int i : live[k]) free_pair[i] = 1;
+    }
+  }
   Milp ilp;
   std::vector<std::vector<int>> var(n);
   std::vector<double> start;
+  double fixed_s = 0;
   for (int i = 0; i < n; ++i) {
+    if (!free_pair[i]) {
+      fixed_s += cands[i][0].time_s;
+      continue;
+    }
     for (int c = 0; c < static_cast<int>(cands[i].size()); ++c) {
       var[i].push_back(ilp.AddBinary(cands[i][c].time_s));
       start.push_back(c == pick[i] ? 1.0 : 0.0);
@@ -146,6 +170,7 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
     ilp.AddRow(var[i], std::vector<double>(var[i].size(), 1.0), 'E', 1.0);
   }
   for (int k = 0; k < n; ++k) {
+    if (!binding[k]) continue;
     std::vector<int> cols;
     std::vector<double> coefs;
     for (int i : live[k]) {
@@ -162,13 +187,23 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
   mo.relative_gap = options.relative_gap;
   mo.time_limit_s = options.time_limit_s;
   mo.start = start;
+  if (ilp.vars.empty()) {  // nothing binds: every pair at its fastest
+    for (int i = 0; i < n; ++i) out.choice[i] = 0;
+    out.objective_s = fixed_s;
+    out.optimal = true;
+    return out;
+  }
   const MilpResult r = SolveMilp(ilp, mo);
-  if (!r.feasible || r.objective > out.greedy_s) return out;
+  if (!r.feasible || r.objective + fixed_s > out.greedy_s) return out;
   out.optimal = r.optimal;
   out.objective_s = 0;
   for (int i = 0; i < n; ++i) {
-    for (size_t c = 0; c < cands[i].size(); ++c) {
-      if (r.x[var[i][c]] > 0.5) out.choice[i] = static_cast<int>(c);
+    if (!free_pair[i]) {
+      out.choice[i] = 0;
+    } else {
+      for (size_t c = 0; c < cands[i].size(); ++c) {
+        if (r.x[var[i][c]] > 0.5) out.choice[i] = static_cast<int>(c);
+      }
     }
     out.objective_s += cands[i][out.choice[i]].time_s;
   }

@@ -9,8 +9,10 @@
 //     (exact DP on a memory grid, each layer's memory rounded up, so a
 //     candidate never exceeds its bound).
 //  2. The ILP: one binary per (pair, candidate), one candidate per pair; for
-//     each pair k on rank p, the pairs of p live at k's start (s_i <= s_k <= t_i)
-//     hold at most M_p. Solved by CBC from a greedy warm start, stopping at a
+//     each pair k on rank p, the pairs of p live at k's start (s_i <= s_k <= t_i,
+//     taken in the rank's execution order so zero-length stages tie right)
+//     hold at most M_p. Rows that cannot bind are dropped, with the
+//     variables of pairs in none of the rest (they take their fastest candidate). Solved by CBC from a greedy warm start, stopping at a
 //     relative gap (5%, as the paper).
 // Offload to host memory is not modelled (the cluster has no host link).
 #pragma once

@@ -10,6 +10,7 @@
 #include "loom/error.h"
 #include "loom/sim/layer_pricing.h"
 #include "loom/sim/plan_helpers.h"
+#include "loom/sim/woven_simulation.h"
 #include "loom/strategies/plan_builders.h"
 
 namespace loom {
@@ -159,11 +160,13 @@ std::map<std::string, std::vector<int>> SubMicrobatchCounts(const Model& model, 
     for (const auto& mb : microbatch_samples) {
       int most = 1 << 30;
       double sequences = 0;
+      const bool by_item = std::all_of(mod.modules.begin(), mod.modules.end(),
+                                       [&](const std::string& n) { return ItemDrivenModule(model, model.FindModule(n)); });
       for (const auto& slice : SplitEven(mb, D)) {
-        most = std::min<int>(most, static_cast<int>(slice.size()));
         double n = 0;
         for (int s : slice) n += CountModuleTokens(model, batch.samples[s])[lead].sequences;
         sequences = std::max(sequences, n);
+        most = std::min<int>(most, by_item ? static_cast<int>(n) : static_cast<int>(slice.size()));
       }
       const int m = static_cast<int>(std::ceil(sequences / mod.sub_microbatch_size - 1e-9));
       counts.push_back(std::clamp(m, 1, std::max(1, most)));

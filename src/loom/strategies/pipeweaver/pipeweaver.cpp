@@ -107,14 +107,24 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   if (it.module_sub_microbatches.empty()) {  // nothing to cut: mark the schedule woven with unit counts
     it.module_sub_microbatches[unit.modules.front()] = std::vector<int>(it.microbatch_samples.size(), 1);
   }
+  // Every layer starts without recomputation: the interleaving pauses forwards
+  // to stay within memory and layer tuning adds recomputation where that
+  // stalls. Only when even that cannot fit, the plan's recomputation is the start.
+  it.recompute = "none";
   Woven w = BuildWoven(ctx, plan, batch, it, stage_module);
+  InterleaveOptions io = options.ranking.interleave;
+  std::vector<int> position = DefaultRanking(w.flow);
+  Interleaving timeline = Interleaver(w.flow).Run(position, io);
+  if (!timeline.fits && unit.recompute != Recompute::kNone) {
+    it.recompute.clear();
+    w = BuildWoven(ctx, plan, batch, it, stage_module);
+    timeline = Interleaver(w.flow).Run(position, io);
+  }
+  const char base_letter = it.recompute.empty() ? RecomputeLetter(unit.recompute) : 'n';
   rep.flow_stages = static_cast<int>(w.flow.stages.size());
   rep.groups = w.flow.num_groups();
 
   // §6.2 with the default ranking, then §6.1's ranking.
-  InterleaveOptions io = options.ranking.interleave;
-  std::vector<int> position = DefaultRanking(w.flow);
-  Interleaving timeline = Interleaver(w.flow).Run(position, io);
   w.schedule.rank_orders = RankOrders(w.flow, timeline);
   rep.woven_s = Simulate(ctx, plan, batch, &w.schedule);
   IterationSchedule best = w.schedule;
@@ -153,7 +163,7 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
       for (size_t i = 0; i < pairs.size(); ++i) {
         const FlowStage& st = w.flow.stages[pairs[i]];
         const std::string& letters = cands[i][rep.tuning.choice[i]].layers;
-        if (letters != std::string(letters.size(), RecomputeLetter(unit.recompute))) {
+        if (letters != std::string(letters.size(), base_letter)) {
           tuned.layer_recompute.push_back({st.stage, st.microbatch, letters});
         }
       }
