@@ -43,18 +43,12 @@ Interleaver::Interleaver(const StageFlow& flow) : flow_(flow) {
 Interleaving Interleaver::Run(const std::vector<int>& position, const InterleaveOptions& options) {
   const StageFlow& f = flow_;
   const int P = f.num_ranks, G = f.num_groups(), N = static_cast<int>(f.stages.size());
-  // Groups in ranking order (forwards) and microbatches by their last group's position (backwards).
-  std::vector<int> groups(G);
+  // Groups in ranking order: forward events, then backward events.
+  std::vector<int> groups(G), bgroups(G);
   std::iota(groups.begin(), groups.end(), 0);
-  std::sort(groups.begin(), groups.end(), [&](int a, int b) { return position[a] < position[b]; });
-  std::vector<int> bgroups(G);
   std::iota(bgroups.begin(), bgroups.end(), 0);
-  const int last = f.num_modules - 1;
-  std::sort(bgroups.begin(), bgroups.end(), [&](int a, int b) {
-    const int ka = a / f.num_modules, kb = b / f.num_modules;
-    if (ka != kb) return position[f.group(last, ka)] < position[f.group(last, kb)];
-    return a % f.num_modules > b % f.num_modules;
-  });
+  std::sort(groups.begin(), groups.end(), [&](int a, int b) { return position[a] < position[b]; });
+  std::sort(bgroups.begin(), bgroups.end(), [&](int a, int b) { return position[G + a] < position[G + b]; });
   std::vector<std::vector<int>> qf(P), qb(P);
   for (int p = 0; p < P; ++p) {
     for (int g : groups) qf[p].insert(qf[p].end(), fw_[g][p].begin(), fw_[g][p].end());
@@ -126,8 +120,11 @@ Interleaving Interleaver::Run(const std::vector<int>& position, const Interleave
 }
 
 std::vector<int> DefaultRanking(const StageFlow& flow) {
-  std::vector<int> position(flow.num_groups());
-  std::iota(position.begin(), position.end(), 0);  // group id = k * modules + module
+  std::vector<int> position(flow.num_events());
+  int at = 0;
+  for (int k = 0; k < flow.num_microbatches; ++k) {
+    for (int step = 0; step < 2 * flow.num_modules; ++step) position[flow.event(step, k)] = at++;
+  }
   return position;
 }
 

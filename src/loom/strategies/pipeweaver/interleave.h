@@ -8,11 +8,11 @@
 // Choices where the paper is silent (docs/strategies.md, "pipeweaver"):
 //  - only queue heads are candidates (strict ranking order, so the order of
 //    two stages of one type is the same on every rank: ordering consistency);
-//  - forward queue: groups by ranking position, then stage, then
-//    sub-microbatch (chunk-major, as Megatron's interleaving); backward queue:
-//    microbatches by the ranking position of their last module's group,
-//    modules in reverse, stages in reverse, then sub-microbatch. Both orders
-//    are topological, so the queues cannot deadlock;
+//  - the ranking orders forward and backward segment groups separately
+//    (StageFlow::event), each consistent with its microbatch's dependencies;
+//    inside a group the forward queue goes by stage, then sub-microbatch
+//    (chunk-major, as Megatron's interleaving), the backward queue by stage
+//    in reverse. Both orders are topological, so the queues cannot deadlock;
 //  - the next rank is the one whose head can start earliest (max of its
 //    stream's free time and the head's ready time); ties go to the lower rank;
 //  - ties between the two heads go to the backward (it frees memory);
@@ -51,8 +51,9 @@ struct InterleaveOptions {
 class Interleaver {
  public:
   explicit Interleaver(const StageFlow& flow);
-  // `position[g]`: rank of segment group g in the ranking (0 runs first).
-  // REQUIRES: position is a permutation respecting StageFlow::group_pred.
+  // `position[e]`: place of event e (StageFlow::event) in the ranking (0 runs
+  // first). REQUIRES: a permutation in which each microbatch's events come in
+  // their step order.
   Interleaving Run(const std::vector<int>& position, const InterleaveOptions& options = {});
   const StageFlow& flow() const { return flow_; }
 
@@ -63,8 +64,8 @@ class Interleaver {
   double lower_bound_s_ = 0;
 };
 
-// The default ranking: global microbatch by microbatch, modules in pipeline
-// order (Megatron's order).
+// The default ranking: microbatch by microbatch, forwards by module and
+// backwards in reverse (Megatron's order).
 std::vector<int> DefaultRanking(const StageFlow& flow);
 
 }  // namespace loom

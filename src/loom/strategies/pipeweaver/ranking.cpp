@@ -39,16 +39,16 @@ struct Tree {
     std::reverse(path.begin(), path.end());
     return path;
   }
-  // Per microbatch, the next module to place after `path`.
-  std::vector<int> NextModule(const std::vector<int>& path) const {
+  // Per microbatch, the next step (StageFlow::event) to place after `path`.
+  std::vector<int> NextStep(const std::vector<int>& path) const {
     std::vector<int> next(flow.num_microbatches, 0);
-    for (int g : path) next[g / flow.num_modules] = g % flow.num_modules + 1;
+    for (int e : path) ++next[(e % flow.num_groups()) / flow.num_modules];
     return next;
   }
   std::vector<int> Available(const std::vector<int>& next) const {
     std::vector<int> out;
     for (int k = 0; k < flow.num_microbatches; ++k) {
-      if (next[k] < flow.num_modules) out.push_back(flow.group(next[k], k));
+      if (next[k] < 2 * flow.num_modules) out.push_back(flow.event(next[k], k));
     }
     return out;
   }
@@ -60,7 +60,7 @@ struct Tree {
     nodes.push_back(n);
     const int id = static_cast<int>(nodes.size()) - 1;
     std::vector<int> path = Path(id);
-    nodes[id].untried = Available(NextModule(path));
+    nodes[id].untried = Available(NextStep(path));
     nodes[id].complete = nodes[id].untried.empty();
     return id;
   }
@@ -124,19 +124,19 @@ double Score(const Interleaving& il) { return il.fits ? il.score : 0.5 * il.scor
 // A random valid completion of `path` as a position vector.
 std::vector<int> Complete(const Tree& tree, const std::vector<int>& path, Rng& rng) {
   const StageFlow& f = tree.flow;
-  std::vector<int> next = tree.NextModule(path);
-  std::vector<int> position(f.num_groups(), 0);
+  std::vector<int> next = tree.NextStep(path);
+  std::vector<int> position(f.num_events(), 0);
   int at = 0;
-  for (int g : path) position[g] = at++;
+  for (int e : path) position[e] = at++;
   std::vector<int> open;
   for (int k = 0; k < f.num_microbatches; ++k) {
-    if (next[k] < f.num_modules) open.push_back(k);
+    if (next[k] < 2 * f.num_modules) open.push_back(k);
   }
   while (!open.empty()) {
     const size_t i = static_cast<size_t>(rng.UniformInt(0, static_cast<int64_t>(open.size()) - 1));
     const int k = open[i];
-    position[f.group(next[k], k)] = at++;
-    if (++next[k] == f.num_modules) open.erase(open.begin() + static_cast<long>(i));
+    position[f.event(next[k], k)] = at++;
+    if (++next[k] == 2 * f.num_modules) open.erase(open.begin() + static_cast<long>(i));
   }
   return position;
 }
@@ -166,7 +166,7 @@ void Work(Tree& tree, int worker) {
     std::vector<std::pair<int, double>> scores;
     std::vector<std::pair<std::vector<int>, Interleaving>> runs;
     for (const auto& [u, path] : picked) {
-      const bool leaf = static_cast<int>(path.size()) == tree.flow.num_groups();
+      const bool leaf = static_cast<int>(path.size()) == tree.flow.num_events();
       double best = 0;
       for (int t = 0; t < (leaf ? 1 : tree.opt.tries); ++t) {  // Alg. 1 lines 8-13
         std::vector<int> position = Complete(tree, path, rng);

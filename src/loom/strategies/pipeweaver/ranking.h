@@ -1,7 +1,10 @@
 // PipeWeaver's modality-level ranking (§6.1, Algorithm 1): Monte Carlo tree
-// search over the priority order of pipeline segment groups. A node at depth
-// d fixes the d-th group of the order (only groups whose predecessor group is
-// already placed can come next, so every path is valid); each expansion runs
+// search over the priority order of pipeline segment groups, forward and
+// backward ones ordered separately (StageFlow::event: one priority per group
+// cannot order both, since a microbatch's backward groups depend on each
+// other in the reverse of its forward order). A node at depth d fixes the
+// d-th event of the order (only events whose predecessor in their
+// microbatch is placed can come next, so every path is valid); each expansion runs
 // N_tries random completions through the interleaving and keeps the best
 // score; nodes keep the best score below them (max, not mean) and a visit
 // count; selection maximises s^alpha + beta sqrt(ln N_parent / N_child).
@@ -35,7 +38,7 @@ struct RankingOptions {
 };
 
 struct RankingResult {
-  std::vector<int> position;  // per segment group, its place in the order
+  std::vector<int> position;  // per event (StageFlow::event), its place in the order
   Interleaving best;
   int rollouts = 0;
   double elapsed_s = 0;

@@ -34,9 +34,16 @@ struct StageFlow {
   std::vector<double> capacity_bytes;  // per rank: memory left for activations
   int group(int module, int global_mb) const { return global_mb * num_modules + module; }
   int num_groups() const { return num_modules * num_microbatches; }
-  // The group a segment group's forward must follow (same microbatch, the
-  // modality module before it), or -1.
-  int group_pred(int g) const { return g % num_modules == 0 ? -1 : g - 1; }
+  // A ranking orders 2 x num_groups() events: each group's forward segments
+  // (event g) and its backward segments (event num_groups() + g). Within a
+  // microbatch they must come as its dependencies go: forwards by module,
+  // then backwards by module in reverse. Event `step` (0 .. 2 x modules - 1)
+  // of microbatch k:
+  int event(int step, int global_mb) const {
+    return step < num_modules ? group(step, global_mb)
+                              : num_groups() + group(2 * num_modules - 1 - step, global_mb);
+  }
+  int num_events() const { return 2 * num_groups(); }
   // Per rank, the sum of its stage times: a lower bound on the makespan.
   std::vector<double> RankBusy_s() const;
 };
