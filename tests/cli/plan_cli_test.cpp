@@ -36,14 +36,14 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   auto [code, out] = LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
                          "--json " + json + " --report " + html + " --trace " + trace + " --export megatron");
   ASSERT_EQ(code, 0) << out;
-  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "vs megatron", "* best:",
+  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "pipeweaver", "vs megatron", "* best:",
                         "--tensor-model-parallel-size", "cannot express"}) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
   }
   auto j = nlohmann::json::parse(Slurp(json));
   ASSERT_TRUE(j["best"].is_string());
-  // `all` is every strategy but the variants (mmscale-ratio, mmscale-noreorder).
-  ASSERT_EQ(j["strategies"].size(), 6u);
+  // `all` is every strategy but the variants (mmscale-ratio, mmscale-noreorder, pipeweaver-*).
+  ASSERT_EQ(j["strategies"].size(), 7u);
   double best_time = 1e30;
   for (const auto& s : j["strategies"]) {
     for (const char* k : {"name", "config", "iteration_time_s", "throughput_samples_per_s", "mfu", "bubble_ratio",
@@ -51,8 +51,9 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
       EXPECT_TRUE(s.contains(k)) << s["name"] << " lacks " << k;
     }
     best_time = std::min(best_time, s["iteration_time_s"].get<double>());
-    // Only mmscale schedules each batch (its data-aware reordering).
-    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0, s["name"] == "mmscale") << s["name"];
+    // mmscale (data-aware reordering) and pipeweaver (woven pipelines) schedule each batch.
+    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0, s["name"] == "mmscale" || s["name"] == "pipeweaver")
+        << s["name"];
   }
   for (const auto& s : j["strategies"]) {
     if (s["name"] == j["best"]) {

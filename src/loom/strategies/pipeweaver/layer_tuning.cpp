@@ -93,9 +93,18 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
     f[i] = pos[pairs[i]];
     b[i] = pos[flow.backward_id[st.stage][st.microbatch]];
   }
+  // Only pairs whose forward is followed by a backward (or ends the rank) can
+  // be a memory peak: a later forward's live set contains this one's.
+  std::vector<char> peak(n, 0);
+  for (int k = 0; k < n; ++k) {
+    const auto& order = tl.order[flow.stages[pairs[k]].rank];
+    const size_t next = static_cast<size_t>(f[k]) + 1;
+    peak[k] = next >= order.size() || !flow.stages[order[next]].forward;
+  }
   std::vector<std::vector<int>> live(n);
   std::vector<std::vector<int>> rows_of(n);
   for (int k = 0; k < n; ++k) {
+    if (!peak[k]) continue;
     const int rank = flow.stages[pairs[k]].rank;
     for (int i = 0; i < n; ++i) {
       if (flow.stages[pairs[i]].rank == rank && f[i] <= f[k] && f[k] < b[i]) {
@@ -116,6 +125,7 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
     }
   }
   for (int k = 0; k < n; ++k) {
+    if (live[k].empty()) continue;  // not a peak
     for (int i : live[k]) usage[k] += cands[i][pick[i]].activation_bytes;
     if (usage[k] > cap(k) + 1e-6) return out;  // nothing fits
   }
@@ -149,7 +159,7 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
   for (int k = 0; k < n; ++k) {
     double most = 0;
     for (int i : live[k]) most += cands[i][0].activation_bytes;  // candidate 0 is the fastest and largest
-    binding[k] = most > cap(k) + 1e-6;
+    binding[k] = !live[k].empty() && most > cap(k) + 1e-6;
     if (binding[k]) {
       for (int i : live[k]) free_pair[i] = 1;
     }
@@ -183,6 +193,7 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
   }
   out.variables = static_cast<int>(ilp.vars.size());
   out.rows = static_cast<int>(ilp.rows.size());
+  if (out.variables > options.max_variables) return out;
   MilpOptions mo;
   mo.relative_gap = options.relative_gap;
   mo.time_limit_s = options.time_limit_s;
