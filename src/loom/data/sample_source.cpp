@@ -1,5 +1,6 @@
 #include "loom/data/sample_source.h"
 
+#include "loom/data/dynamic_images.h"
 #include "loom/data/jsonl_source.h"
 #include "loom/data/synthetic_sources.h"
 #include "loom/error.h"
@@ -21,6 +22,8 @@ std::unique_ptr<SampleSource> MakeSampleSource(const SourceSpec& spec) {
     draw = DrawMosaicFixedSample;
   } else if (spec.kind == "cornstarch-synthetic") {
     draw = DrawCornstarchSample;
+  } else if (spec.kind == "dynamic-images") {
+    return std::make_unique<DynamicImagesSource>(spec);
   } else if (spec.kind == "jsonl") {
     return std::make_unique<JsonlSource>(spec.path);
   } else {

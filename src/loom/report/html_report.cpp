@@ -42,6 +42,43 @@ const char* kBackward = "#f58518";
 const char* kWeight = "#e4a73b";
 const char* kComm = "#8e6bbf";
 
+// One line per strategy over the simulated batches (PipeWeaver Fig. 9b's
+// dynamic workload shows how each reacts as the data drifts).
+std::string IterationChart(const Comparison& c) {
+  static const char* kLine[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d", "#bab0ac"};
+  double max_t = 0;
+  for (const auto& o : c.outcomes) {
+    for (double t : o.iteration_times_s) max_t = std::max(max_t, t);
+  }
+  if (max_t <= 0 || c.iterations < 2) return "";
+  const double W = 900, H = 260, left = 60, top = 10, bottom = 30;
+  auto x = [&](int i) { return left + (W - left - 10) * i / (c.iterations - 1); };
+  auto y = [&](double t) { return top + (H - top - bottom) * (1 - t / max_t); };
+  std::string svg = fmt::format("<svg width='{}' height='{}' role=img>", W, H);
+  for (int q = 0; q <= 4; ++q) {
+    const double t = max_t * q / 4;
+    svg += fmt::format("<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#e4e6ee'/><text x='{}' y='{:.1f}' "
+                       "font-size='11' text-anchor='end' fill='#5a6275'>{:.1f} s</text>",
+                       left, W - 10, y(t), y(t), left - 6, y(t) + 4, t);
+  }
+  svg += fmt::format("<text x='{}' y='{}' font-size='11' fill='#5a6275'>iteration (batch) 0 .. {}</text>", left,
+                     H - 8, c.iterations - 1);
+  std::string legend = "<div class=legend>";
+  int line = 0;
+  for (const auto& o : c.outcomes) {
+    if (!o.ok()) continue;
+    const char* color = kLine[line++ % 8];
+    std::string points;
+    for (size_t i = 0; i < o.iteration_times_s.size(); ++i) {
+      points += fmt::format("{:.1f},{:.1f} ", x(static_cast<int>(i)), y(o.iteration_times_s[i]));
+    }
+    svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='2' points='{}'><title>{}</title></polyline>",
+                       color, points, Escape(o.name));
+    legend += fmt::format("<span><i class=sw style='background:{}'></i>{}</span>", color, Escape(o.name));
+  }
+  return legend + "</div>" + svg + "</svg>";
+}
+
 std::string BarChart(const Comparison& c) {
   double max_t = 0;
   int rows = 0;
@@ -251,6 +288,7 @@ std::string HtmlReport(const Comparison& c) {
   }
   html += "<h2>Strategies</h2>" + Table(c);
   html += "<h2>Iteration time</h2>" + BarChart(c);
+  if (c.iterations > 1) html += "<h2>Iteration time per batch</h2>" + IterationChart(c);
   html += fmt::format(
       "<h2>Timeline of one iteration</h2><div class=legend><span><i class=sw style='background:{}'></i>forward</span>"
       "<span><i class=sw style='background:{}'></i>backward</span><span><i class=sw style='background:{}'></i>weight "

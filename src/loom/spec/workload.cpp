@@ -14,7 +14,7 @@ namespace {
 
 const std::vector<std::string> kSourceKinds = {"text",  "laion",        "obelics",
                                                "video", "mosaic-fixed", "cornstarch-synthetic",
-                                               "jsonl"};
+                                               "dynamic-images", "jsonl"};
 
 // Default global batches follow each seed's evaluation: MMScale 1920 (LAION),
 // Mosaic 32, Cornstarch 48, Entrain 512; the others are common choices.
@@ -33,6 +33,8 @@ Workload Named(const std::string& kind) {
     w.global_batch = 128;
   } else if (kind == "video") {
     w.global_batch = 64;
+  } else if (kind == "dynamic-images") {
+    w.global_batch = 32;  // PipeWeaver §8.1 on VLM-S
   } else if (kind == "mosaic-fixed") {
     w.global_batch = 32;
   } else if (kind == "cornstarch-synthetic") {
@@ -45,7 +47,7 @@ Workload Named(const std::string& kind) {
 }  // namespace
 
 std::vector<std::string> WorkloadNames() {
-  return {"text", "laion", "obelics", "video", "mosaic-fixed", "cornstarch-synthetic"};
+  return {"text", "laion", "obelics", "video", "mosaic-fixed", "cornstarch-synthetic", "dynamic-images"};
 }
 
 Workload DefaultWorkload(const Model& model) {
