@@ -11,7 +11,7 @@ mkdir -p "$out"
 run() {  # name model cluster workload tp pp
   echo "== $1: $2 on $3 ($4, tp$5 pp$6)"
   $loom plan --model "$2" --cluster "$3" --workload "$4" --global-batch 32 --tp "$5" --pp "$6" --iterations 3 \
-    --strategy megatron,nnscaler,optimus,pipeweaver --json "$out/$1.json"
+    --strategy megatron,nnscaler,optimus,pipeweaver --json "$out/$1.json" || echo "($1: no strategy fits)"
 }
 run vlm-s vlm-s h800:2x8 obelics 4 4
 run vlm-m vlm-m h800:4x8 obelics 8 4
