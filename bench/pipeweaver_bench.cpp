@@ -44,7 +44,7 @@ struct VlmLBatch {
     }
     std::vector<int> stage_module;
     for (const auto& st : plan.units[0].pipelines[0].stages) stage_module.push_back(of.at(st.layers.front().module));
-    flow = BuildStageFlow(sim, 0, stage_module, WovenStageMicrobatches(model, plan, it),
+    flow = BuildStageFlow(sim, 0, stage_module, WovenStageMicrobatches(plan, it),
                           static_cast<double>(cluster.gpu.mem_bytes));
   }
 };

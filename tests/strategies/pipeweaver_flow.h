@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "loom/sim/woven_simulation.h"
 #include "loom/strategies/pipeweaver/stage_flow.h"
 
 namespace loom {
@@ -55,21 +56,7 @@ inline StageFlow MakeFlow(int P, const std::vector<FlowModule>& modules, int m, 
         }
       }
       pc.grad_sync_s.push_back(0);
-      if (s == 0) continue;
-      StageEdge e{s - 1, s, {}};
-      if (stage_mb_global[s - 1] != stage_mb_global[s]) {
-        e.first.push_back(0);
-        const auto& prod = stage_mb_global[s - 1];
-        const auto& cons = stage_mb_global[s];
-        for (size_t j = 0; j < cons.size(); ++j) {
-          int end = e.first.back();
-          if (j == 0 || cons[j - 1] != cons[j]) {
-            end = static_cast<int>(std::upper_bound(prod.begin(), prod.end(), cons[j]) - prod.begin());
-          }
-          e.first.push_back(end);
-        }
-      }
-      sch.edges.push_back(e);
+      if (s > 0) sch.edges.push_back(WovenEdge(s - 1, s, stage_mb_global[s - 1], stage_mb_global[s]));
     }
   }
   sch.num_microbatches = *std::max_element(sch.stage_microbatches.begin(), sch.stage_microbatches.end());

@@ -145,7 +145,7 @@ TEST(Pipeweaver, BadWovenSchedulesAreErrors) {
   // A complete but deadlocking order is caught by the pipeline validator.
   IterationSchedule e = it;
   e.recompute = "none";
-  const auto stage_mbs = WovenStageMicrobatches(v.model, plan, e);
+  const auto stage_mbs = WovenStageMicrobatches(plan, e);
   e.rank_orders.assign(4, {});
   for (int s = static_cast<int>(stage_mbs.size()) - 1; s >= 0; --s) {  // backwards before forwards
     for (size_t j = 0; j < stage_mbs[s].size(); ++j) e.rank_orders[s % 4].push_back({false, s, static_cast<int>(j)});

@@ -50,4 +50,21 @@ std::string StageLabel(const StageSpec& stage) {
   return label;
 }
 
+void AddReplica(PlanSimulation& sim, PipelineCosts costs, std::map<std::vector<double>, int>& seen) {
+  std::vector<double> signature;
+  for (const auto& stage : costs.stage) {
+    for (const StageCost& sc : stage) {
+      signature.insert(signature.end(),
+                       {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes, sc.send_bytes});
+    }
+  }
+  auto [pos, inserted] = seen.emplace(std::move(signature), static_cast<int>(sim.replicas.size()));
+  if (inserted) {
+    sim.replicas.push_back(std::move(costs));
+    sim.replica_weight.push_back(1);
+  } else {
+    ++sim.replica_weight[pos->second];
+  }
+}
+
 }  // namespace loom

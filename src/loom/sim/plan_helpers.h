@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <map>
+
 #include "loom/plan/plan.h"
+#include "loom/sim/plan_simulation.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 
@@ -32,5 +35,10 @@ double GradSyncTime_s(const StageParams& params, int D, const Unit& unit, int gr
 
 // "vision[0:16]+projector[0:1]".
 std::string StageLabel(const StageSpec& stage);
+
+// Adds one DP replica's costs to a deduplicated simulation: a replica whose
+// stage costs equal an earlier one's only raises that one's weight. `seen`
+// maps cost signatures to replicas; start it empty per simulation.
+void AddReplica(PlanSimulation& sim, PipelineCosts costs, std::map<std::vector<double>, int>& seen);
 
 }  // namespace loom

@@ -243,25 +243,13 @@ PlanSimulation BuildPlanSimulation(const Model& model, const Cluster& c, const W
       pc.stage.assign(S, std::vector<StageCost>(M));
       pc.static_bytes.assign(ps.pp, 0.0);
       pc.grad_sync_s.assign(S, 0.0);
-      std::vector<double> signature;
       for (int s = 0; s < S; ++s) {
         const StageParams sp = stage_static(0, 0, s);
         pc.static_bytes[ps.stages[s].rank] += ModelState(sp.trainable, sp.frozen, D * share * unit.cp, unit.zero_stage).total();
         pc.grad_sync_s[s] = GradSyncTime_s(sp, D, unit, g_gpus, c);
-        for (int k = 0; k < M; ++k) {
-          pc.stage[s][k] = stage_cost(0, 0, d, s, k);
-          const StageCost& sc = pc.stage[s][k];
-          signature.insert(signature.end(), {sc.forward_s, sc.backward_data_s, sc.backward_weight_s,
-                                             sc.activation_bytes, sc.send_bytes});
-        }
+        for (int k = 0; k < M; ++k) pc.stage[s][k] = stage_cost(0, 0, d, s, k);
       }
-      auto [pos, inserted] = seen.emplace(signature, static_cast<int>(out.replicas.size()));
-      if (inserted) {
-        out.replicas.push_back(std::move(pc));
-        out.replica_weight.push_back(1);
-      } else {
-        ++out.replica_weight[pos->second];
-      }
+      AddReplica(out, std::move(pc), seen);
     }
     return out;
   }

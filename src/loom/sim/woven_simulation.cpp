@@ -43,6 +43,21 @@ std::vector<Sample> SampleItems(const Sample& s) {
 
 }  // namespace
 
+StageEdge WovenEdge(int from, int to, const std::vector<int>& producer_mbs, const std::vector<int>& consumer_mbs) {
+  StageEdge e{from, to, {}};
+  if (producer_mbs == consumer_mbs) return e;  // one to one
+  e.first.push_back(0);
+  for (size_t j = 0; j < consumer_mbs.size(); ++j) {
+    int end = e.first.back();
+    if (j == 0 || consumer_mbs[j - 1] != consumer_mbs[j]) {
+      end = static_cast<int>(std::upper_bound(producer_mbs.begin(), producer_mbs.end(), consumer_mbs[j]) -
+                             producer_mbs.begin());
+    }
+    e.first.push_back(end);
+  }
+  return e;
+}
+
 bool ItemDrivenModule(const Model& model, int module) {
   const Module& m = model.modules[module];
   switch (m.tokens.source) {
@@ -58,7 +73,7 @@ bool ItemDrivenModule(const Model& model, int module) {
   }
 }
 
-std::vector<std::vector<int>> WovenStageMicrobatches(const Model& model, const Plan& plan, const IterationSchedule& it) {
+std::vector<std::vector<int>> WovenStageMicrobatches(const Plan& plan, const IterationSchedule& it) {
   if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) throw Error(kWovenNeedsOneUnit);
   const Unit& unit = plan.units[0];
   const PipelineSpec& ps = unit.pipelines[0];
@@ -89,13 +104,12 @@ std::vector<std::vector<int>> WovenStageMicrobatches(const Model& model, const P
     out.emplace_back();
     for (int k = 0; k < m; ++k) out.back().insert(out.back().end(), counts[k], k);
   }
-  (void)model;
   return out;
 }
 
 PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch,
                                     const IterationSchedule& it, PlanSimulation out, LayerOptions* options) {
-  const std::vector<std::vector<int>> stage_mb_global = WovenStageMicrobatches(model, plan, it);
+  const std::vector<std::vector<int>> stage_mb_global = WovenStageMicrobatches(plan, it);
   const Unit& unit = plan.units[0];
   const PipelineSpec& ps = unit.pipelines[0];
   const int D = ps.replicas, P = ps.pp, S = static_cast<int>(ps.stages.size()), m = ps.microbatches;
@@ -219,7 +233,6 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     pc.stage.assign(S, {});
     pc.static_bytes.assign(P, 0.0);
     pc.grad_sync_s.assign(S, 0.0);
-    std::vector<double> signature;
     for (int s = 0; s < S; ++s) {
       const StageSpec& spec = ps.stages[s];
       const StageParams sp = StageParamsOf(model, unit, spec);
@@ -266,17 +279,9 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
         sc.send_bytes = kActivationElemBytes * tokens[last_module].tokens / (unit.cp * share) *
                         OutWidth(model.modules[last_module].layers[last_layer]);
         pc.stage[s].push_back(sc);
-        signature.insert(signature.end(),
-                         {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes, sc.send_bytes});
       }
     }
-    auto [pos, inserted] = seen.emplace(signature, static_cast<int>(out.replicas.size()));
-    if (inserted) {
-      out.replicas.push_back(std::move(pc));
-      out.replica_weight.push_back(1);
-    } else {
-      ++out.replica_weight[pos->second];
-    }
+    AddReplica(out, std::move(pc), seen);
   }
 
   // 4. The schedule: a chain of stages, each with its own sub-microbatches.
@@ -289,21 +294,7 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     sch.stage_rank.push_back(ps.stages[s].rank);
     sch.stage_microbatches.push_back(static_cast<int>(stage_mb_global[s].size()));
     sch.num_microbatches = std::max(sch.num_microbatches, sch.stage_microbatches.back());
-    if (s == 0) continue;
-    StageEdge e{s - 1, s, {}};
-    if (stage_mb_global[s - 1] != stage_mb_global[s]) {
-      // The consumer's first sub-microbatch of global microbatch k takes all the producer's of k.
-      e.first.push_back(0);
-      const auto& prod = stage_mb_global[s - 1];
-      const auto& cons = stage_mb_global[s];
-      for (size_t j = 0; j < cons.size(); ++j) {
-        const bool first_of_k = j == 0 || cons[j - 1] != cons[j];
-        int end = e.first.back();
-        if (first_of_k) end = static_cast<int>(std::upper_bound(prod.begin(), prod.end(), cons[j]) - prod.begin());
-        e.first.push_back(end);
-      }
-    }
-    sch.edges.push_back(std::move(e));
+    if (s > 0) sch.edges.push_back(WovenEdge(s - 1, s, stage_mb_global[s - 1], stage_mb_global[s]));
   }
   if (!it.rank_orders.empty()) {
     if (static_cast<int>(it.rank_orders.size()) != P) {

@@ -43,6 +43,12 @@ struct LayerOptions {
 PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& cluster, const Plan& plan, const Batch& batch,
                                     const IterationSchedule& it, PlanSimulation base, LayerOptions* options = nullptr);
 
+// The edge between neighbouring stages whose sub-microbatches belong to the
+// global microbatches `producer_mbs` / `consumer_mbs` (non-decreasing): one to
+// one when they are cut alike, else the consumer's first sub-microbatch of
+// global microbatch k takes all the producer's of k and the others none.
+StageEdge WovenEdge(int from, int to, const std::vector<int>& producer_mbs, const std::vector<int>& consumer_mbs);
+
 // Whether a module's tokens come only from images, clips or audio (directly or
 // through projectors): its work splits item by item.
 bool ItemDrivenModule(const Model& model, int module);
@@ -50,6 +56,6 @@ bool ItemDrivenModule(const Model& model, int module);
 // The woven schedule's sub-microbatch counts per module (1 where absent) and,
 // per stage of the plan's template, the global microbatch of each of its
 // sub-microbatches.
-std::vector<std::vector<int>> WovenStageMicrobatches(const Model& model, const Plan& plan, const IterationSchedule& it);
+std::vector<std::vector<int>> WovenStageMicrobatches(const Plan& plan, const IterationSchedule& it);
 
 }  // namespace loom

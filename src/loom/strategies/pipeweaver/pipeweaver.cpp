@@ -74,7 +74,7 @@ Woven BuildWoven(const StrategyContext& ctx, const Plan& plan, const Batch& batc
                  const std::vector<int>& stage_module) {
   Woven w;
   w.sim = BuildPlanSimulation(ctx.model, ctx.cluster, ctx.workload, plan, batch, &it, &w.layers);
-  w.flow = BuildStageFlow(w.sim, 0, stage_module, WovenStageMicrobatches(ctx.model, plan, it),
+  w.flow = BuildStageFlow(w.sim, 0, stage_module, WovenStageMicrobatches(plan, it),
                           static_cast<double>(ctx.cluster.gpu.mem_bytes));
   w.schedule = std::move(it);
   return w;
