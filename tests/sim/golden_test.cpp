@@ -1,0 +1,113 @@
+// Golden test of the compile -> price -> simulate refactor (issue 13): every
+// zoo model's plan from every baseline (and MMScale with its per-batch
+// schedule), simulated on its first batch with the roofline cost model, keeps
+// the iteration time and peak memory recorded before the refactor
+// (tests/data/golden/plans.json, written by the pre-refactor code with
+// LOOM_WRITE_GOLDEN=FILE). Differences the refactor meant to make are listed
+// in `kChanged` with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "loom/cost/module_summary.h"
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/plan/plan_json.h"
+#include "loom/sim/plan_run.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+#include "loom/spec/zoo.h"
+#include "loom/strategies/strategy.h"
+#include "test_cost_model.h"
+
+namespace loom {
+namespace {
+
+const char* kGoldenFile = LOOM_TEST_DATA "/golden/plans.json";
+
+// Same set-up as the zoo-wide baseline test: 8-GPU H100 nodes holding the
+// training state about 2.5 times over, one sample per GPU.
+Cluster GoldenCluster(const Model& model) {
+  const double state_bytes = 18.0 * static_cast<double>(ModelParams(model));
+  const int nodes = std::max(1, static_cast<int>(std::ceil(state_bytes * 2.5 / 80e9 / 8)));
+  return MakeCluster("h100", nodes, 8);
+}
+
+Workload GoldenWorkload(const Model& model, const Cluster& cluster) {
+  Workload w = DefaultWorkload(model);
+  w.global_batch = cluster.num_gpus();
+  return w;
+}
+
+TEST(Golden, WriteWhenAsked) {
+  const char* out = std::getenv("LOOM_WRITE_GOLDEN");
+  if (out == nullptr) GTEST_SKIP() << "set LOOM_WRITE_GOLDEN=FILE to record the golden plans";
+  nlohmann::json all = nlohmann::json::array();
+  const std::vector<std::string> strategies = {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "pipeweaver"};
+  for (const auto& name : ZooModelNames()) {
+    Model model = LoadModel(name);
+    Cluster cluster = GoldenCluster(model);
+    Workload w = GoldenWorkload(model, cluster);
+    Batch batch = DrawBatch(w, 0);
+    StrategyContext ctx{model, cluster, w, batch, {}};
+    ctx.schedule_budget_s = 0.05;
+    for (const auto& s : strategies) {
+      try {
+        StrategyResult r = RunStrategy(s, ctx);
+        IterationSchedule it;
+        const bool per_batch = SchedulesBatches(s);
+        if (per_batch) it = ScheduleBatch(s, ctx, r.plan, batch, 0);
+        PlanRun run = RunPlan(model, cluster, w, r.plan, batch, per_batch ? &it : nullptr);
+        nlohmann::json j = {{"model", name},
+                            {"strategy", s},
+                            {"nodes", cluster.num_gpus() / 8},
+                            {"plan", PlanToJson(r.plan)},
+                            {"iteration_time_s", run.metrics.iteration_time_s},
+                            {"peak_mem_bytes", run.metrics.peak_mem_bytes}};
+        if (per_batch) j["schedule"] = IterationScheduleToJson(it);
+        all.push_back(std::move(j));
+      } catch (const Error&) {
+        // no plan: nothing to compare
+      }
+    }
+  }
+  std::ofstream(out) << all.dump(1) << "\n";
+  std::printf("wrote %zu golden plans to %s\n", all.size(), out);
+}
+
+// Plans whose numbers the refactor changed on purpose: model/strategy -> why.
+const std::map<std::string, std::string> kChanged = {};
+
+TEST(Golden, RefactorKeepsIterationTimeAndPeakMemory) {
+  std::ifstream in(kGoldenFile);
+  ASSERT_TRUE(in) << kGoldenFile;
+  const nlohmann::json all = nlohmann::json::parse(in);
+  ASSERT_GT(all.size(), 100u);
+  int checked = 0;
+  for (const auto& j : all) {
+    const std::string key = j["model"].get<std::string>() + "/" + j["strategy"].get<std::string>();
+    SCOPED_TRACE(key);
+    Model model = LoadModel(j["model"]);
+    Cluster cluster = test::RooflineCluster(MakeCluster("h100", j["nodes"], 8));
+    Workload w = GoldenWorkload(model, cluster);
+    Batch batch = DrawBatch(w, 0);
+    Plan plan = PlanFromJson(j["plan"], kGoldenFile);
+    IterationSchedule it;
+    if (j.contains("schedule")) it = IterationScheduleFromJson(j["schedule"], kGoldenFile);
+    PlanRun run = RunPlan(model, cluster, w, plan, batch, j.contains("schedule") ? &it : nullptr);
+    if (kChanged.count(key)) continue;
+    const double t = j["iteration_time_s"], mem = j["peak_mem_bytes"];
+    EXPECT_NEAR(run.metrics.iteration_time_s, t, 1e-9 * t);
+    EXPECT_NEAR(run.metrics.peak_mem_bytes, mem, 1e-9 * mem);
+    ++checked;
+  }
+  std::printf("%d golden plans equal, %zu changed on purpose\n", checked, kChanged.size());
+}
+
+}  // namespace
+}  // namespace loom
