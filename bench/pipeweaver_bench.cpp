@@ -9,8 +9,8 @@
 #include <numeric>
 
 #include "loom/data/sample_source.h"
-#include "loom/sim/plan_simulation.h"
-#include "loom/sim/woven_simulation.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/sim/price_execution.h"
 #include "loom/strategies/pipeweaver/layer_tuning.h"
 #include "loom/strategies/pipeweaver/partitioner.h"
 #include "loom/strategies/pipeweaver/ranking.h"
@@ -36,15 +36,16 @@ struct VlmLBatch {
     IterationSchedule it;
     for (int k = 0; k < 32; ++k) it.microbatch_samples.push_back({k});
     it.module_sub_microbatches = SubMicrobatchCounts(model, plan, modules, batch, it.microbatch_samples);
-    it.recompute = "none";
-    const PlanSimulation sim = BuildPlanSimulation(model, cluster, workload, plan, batch, &it, &layers);
+    it.recompute = Recompute::kNone;
+    const ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, &it);
+    const ExecutionCosts costs = PriceExecution(exec, model, cluster, batch, &layers);
     std::map<std::string, int> of;
     for (size_t i = 0; i < modules.size(); ++i) {
       for (const auto& n : modules[i].modules) of[n] = static_cast<int>(i);
     }
     std::vector<int> stage_module;
     for (const auto& st : plan.units[0].pipelines[0].stages) stage_module.push_back(of.at(st.layers.front().module));
-    flow = BuildStageFlow(sim, 0, stage_module, WovenStageMicrobatches(plan, it),
+    flow = BuildStageFlow(exec.schedule, costs.replicas[0], stage_module, WovenStageMicrobatches(plan, it),
                           static_cast<double>(cluster.gpu.mem_bytes));
   }
 };

@@ -10,7 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "loom/sim/woven_simulation.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/sim/pipeline_costs.h"
 #include "loom/strategies/pipeweaver/stage_flow.h"
 
 namespace loom {
@@ -27,8 +28,7 @@ inline StageFlow MakeFlow(int P, const std::vector<FlowModule>& modules, int m, 
                           double capacity_bytes = 1e18, double jitter = 0, unsigned seed = 1) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> u(1 - jitter, 1 + jitter);
-  PlanSimulation sim;
-  Schedule& sch = sim.schedule;
+  Schedule sch;
   sch.num_ranks = P;
   sch.dag = true;
   PipelineCosts pc;
@@ -60,8 +60,7 @@ inline StageFlow MakeFlow(int P, const std::vector<FlowModule>& modules, int m, 
     }
   }
   sch.num_microbatches = *std::max_element(sch.stage_microbatches.begin(), sch.stage_microbatches.end());
-  sim.replicas.push_back(std::move(pc));
-  return BuildStageFlow(sim, 0, stage_module, stage_mb_global, capacity_bytes);
+  return BuildStageFlow(sch, pc, stage_module, stage_mb_global, capacity_bytes);
 }
 
 }  // namespace loom

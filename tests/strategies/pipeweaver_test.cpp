@@ -8,7 +8,7 @@
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
 #include "loom/sim/plan_run.h"
-#include "loom/sim/woven_simulation.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -92,10 +92,10 @@ TEST(Pipeweaver, WovenScheduleIsValidCompleteAndNeverSlowerThanStatic) {
     EXPECT_NEAR(woven.metrics.iteration_time_s, rep.final_s, 1e-9);
     EXPECT_TRUE(woven.memory_violations.empty());
     // Same work: every image and token trained exactly once (recomputation excluded).
-    EXPECT_NEAR(woven.sim.model_flops / stat.sim.model_flops, 1.0, 1e-9);
+    EXPECT_NEAR(woven.costs.model_flops / stat.costs.model_flops, 1.0, 1e-9);
     if (rep.schedule.woven()) {
       EXPECT_FALSE(rep.schedule.rank_orders.empty());
-      EXPECT_EQ(woven.sim.schedule.name, "woven");
+      EXPECT_EQ(woven.exec.schedule.name, "woven");
     }
     // JSON round trip.
     const IterationSchedule back = IterationScheduleFromJson(IterationScheduleToJson(rep.schedule), "test");
@@ -140,11 +140,11 @@ TEST(Pipeweaver, BadWovenSchedulesAreErrors) {
   c.rank_orders[1].push_back({true, 0, 0});  // stage 0 runs on rank 0
   expect_error(c, "rank_orders[1][0]");
   IterationSchedule d = it;
-  d.layer_recompute.push_back({0, 0, "nn"});
+  d.layer_recompute.push_back({0, 0, {Recompute::kNone, Recompute::kNone}});
   expect_error(d, "layer_recompute[0]");
   // A complete but deadlocking order is caught by the pipeline validator.
   IterationSchedule e = it;
-  e.recompute = "none";
+  e.recompute = Recompute::kNone;
   const auto stage_mbs = WovenStageMicrobatches(plan, e);
   e.rank_orders.assign(4, {});
   for (int s = static_cast<int>(stage_mbs.size()) - 1; s >= 0; --s) {  // backwards before forwards

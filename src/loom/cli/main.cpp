@@ -78,10 +78,10 @@ std::string ClusterList() {
 // Names of the simulated ranks of a plan run, replica-major (for traces).
 std::vector<std::string> RankNames(const loom::PlanRun& run) {
   std::vector<std::string> names;
-  const int p = run.sim.schedule.num_ranks;
+  const int p = run.exec.schedule.num_ranks;
   for (int i = 0; i < run.result.num_ranks(); ++i) {
-    names.push_back(run.sim.replicas.size() > 1 ? fmt::format("replica {} {}", i / p, run.sim.ranks[i % p].name)
-                                                : run.sim.ranks[i % p].name);
+    names.push_back(run.costs.replicas.size() > 1 ? fmt::format("replica {} {}", i / p, run.exec.ranks[i % p].name)
+                                                : run.exec.ranks[i % p].name);
   }
   return names;
 }
@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
       }
       if (!plan_trace.empty() && cmp.best >= 0) {
         const auto& run = cmp.outcomes[cmp.best].first_run;
-        loom::WriteChromeTrace(plan_trace, loom::ChromeTrace(run.result, run.sim.schedule, RankNames(run)));
+        loom::WriteChromeTrace(plan_trace, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
         std::cout << "Trace of " << cmp.outcomes[cmp.best].name << " written to " << plan_trace << "\n";
       }
       if (plan_export == "megatron") {
@@ -239,7 +239,7 @@ int main(int argc, char** argv) {
       loom::PlanRun run = loom::RunPlan(model, cluster, workload, p, loom::DrawBatch(workload, 0));
       loom::CheckFits(run, sim_plan);
       if (!trace_path.empty()) {
-        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.sim.schedule, RankNames(run)));
+        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
       }
       const auto& m = run.metrics;
       nlohmann::json j = {{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu},

@@ -64,6 +64,7 @@ struct StageEdge {
   int from = 0;
   int to = 0;
   std::vector<int> first;
+  bool operator==(const StageEdge&) const = default;
 };
 
 // Action `index` of `rank` starts only after action `after_index` of
@@ -74,6 +75,7 @@ struct ExtraDep {
   int index = 0;
   int after_rank = 0;
   int after_index = 0;
+  bool operator==(const ExtraDep&) const = default;
 };
 
 struct Schedule {
@@ -96,6 +98,7 @@ struct Schedule {
   int microbatches_of(int stage) const {
     return stage_microbatches.empty() ? num_microbatches : stage_microbatches[stage];
   }
+  bool operator==(const Schedule&) const = default;
   // `edges`, or the default chain when it is empty.
   std::vector<StageEdge> StageEdges() const;
 };

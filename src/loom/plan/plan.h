@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,12 +105,12 @@ struct StageStep {
   bool operator==(const StageStep&) const = default;
 };
 
-// Per-layer recomputation of one (stage, sub-microbatch): one letter per layer
-// of the stage, in order: n (none), s (selective), f (full). PipeWeaver §6.3.
+// Per-layer recomputation of one (stage, sub-microbatch): one choice per layer
+// of the stage, in order (JSON writes them as letters n, s, f). PipeWeaver §6.3.
 struct StageRecompute {
   int stage = 0;
   int microbatch = 0;
-  std::string layers;
+  std::vector<Recompute> layers;
   bool operator==(const StageRecompute&) const = default;
 };
 
@@ -127,11 +128,11 @@ struct IterationSchedule {
   std::map<std::string, std::vector<int>> sub_microbatches;  // unit -> per global microbatch count
   std::map<std::string, std::vector<int>> module_sub_microbatches;  // module -> per global microbatch count
   std::vector<std::vector<StageStep>> rank_orders;        // [pipeline rank] -> compute order; empty: GPipe order
-  std::string recompute;                                  // woven: every layer's (none|selective|full); empty: the unit's
+  std::optional<Recompute> recompute;                     // woven: every layer's; unset: the unit's
   std::vector<StageRecompute> layer_recompute;            // per (stage, sub-microbatch) overrides of that
   // Woven: the single-unit plan runs the per-module sub-microbatches, orders or recomputation above.
   bool woven() const {
-    return !module_sub_microbatches.empty() || !rank_orders.empty() || !recompute.empty() || !layer_recompute.empty();
+    return !module_sub_microbatches.empty() || !rank_orders.empty() || recompute.has_value() || !layer_recompute.empty();
   }
   bool operator==(const IterationSchedule&) const = default;
 };

@@ -97,6 +97,12 @@ std::string RecomputeName(Recompute r) {
   return "none";
 }
 
+char RecomputeLetter(Recompute r) { return r == Recompute::kFull ? 'f' : r == Recompute::kSelective ? 's' : 'n'; }
+
+Recompute RecomputeFromLetter(char x) {
+  return x == 'f' ? Recompute::kFull : x == 's' ? Recompute::kSelective : Recompute::kNone;
+}
+
 Recompute ParseRecompute(const std::string& name, const std::string& field) {
   if (name == "none") return Recompute::kNone;
   if (name == "selective") return Recompute::kSelective;
@@ -276,11 +282,13 @@ json IterationScheduleToJson(const IterationSchedule& s) {
     }
     j["rank_orders"] = std::move(orders);
   }
-  if (!s.recompute.empty()) j["recompute"] = s.recompute;
+  if (s.recompute) j["recompute"] = RecomputeName(*s.recompute);
   if (!s.layer_recompute.empty()) {
     json rec = json::array();
     for (const auto& r : s.layer_recompute) {
-      rec.push_back({{"stage", r.stage}, {"microbatch", r.microbatch}, {"layers", r.layers}});
+      std::string letters;
+      for (Recompute x : r.layers) letters += RecomputeLetter(x);
+      rec.push_back({{"stage", r.stage}, {"microbatch", r.microbatch}, {"layers", letters}});
     }
     j["layer_recompute"] = std::move(rec);
   }
@@ -312,19 +320,23 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
       s.rank_orders.back().push_back(StepFromString(orders[p][i].get<std::string>(), r, f));
     }
   }
-  s.recompute = r.String("recompute");
-  if (!s.recompute.empty() && s.recompute != "none" && s.recompute != "selective" && s.recompute != "full") {
-    r.Fail("recompute", fmt::format("'{}'; valid: none, selective, full", s.recompute));
+  const std::string recompute = r.String("recompute");
+  if (!recompute.empty() && recompute != "none" && recompute != "selective" && recompute != "full") {
+    r.Fail("recompute", fmt::format("'{}'; valid: none, selective, full", recompute));
   }
+  if (!recompute.empty()) s.recompute = ParseRecompute(recompute, "recompute");
   const json& rec = r.Array("layer_recompute", false);
   for (size_t i = 0; i < rec.size(); ++i) {
     Reader rr(rec[i], file, fmt::format("layer_recompute[{}]", i), {"stage", "microbatch", "layers"});
     StageRecompute sr;
     sr.stage = static_cast<int>(rr.Int("stage", 0, true));
     sr.microbatch = static_cast<int>(rr.Int("microbatch", 0, true));
-    sr.layers = rr.String("layers", "", true);
-    if (sr.layers.find_first_not_of("nsf") != std::string::npos) {
-      rr.Fail(rr.Field("layers"), fmt::format("'{}': one letter per layer, n (none), s (selective) or f (full)", sr.layers));
+    const std::string letters = rr.String("layers", "", true);
+    if (letters.find_first_not_of("nsf") != std::string::npos) {
+      rr.Fail(rr.Field("layers"), fmt::format("'{}': one letter per layer, n (none), s (selective) or f (full)", letters));
+    }
+    for (char x : letters) {
+      sr.layers.push_back(RecomputeFromLetter(x));
     }
     s.layer_recompute.push_back(std::move(sr));
   }

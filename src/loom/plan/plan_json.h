@@ -21,6 +21,10 @@ nlohmann::json IterationScheduleToJson(const IterationSchedule& schedule);
 IterationSchedule IterationScheduleFromJson(const nlohmann::json& json, const std::string& file);
 
 std::string RecomputeName(Recompute r);
+// The one-letter form per-layer choices take in JSON: n, s, f.
+char RecomputeLetter(Recompute r);
+// 'n', 's' or 'f' (REQUIRES: one of them).
+Recompute RecomputeFromLetter(char letter);
 // "none" | "selective" | "full"; throws loom::Error naming `field` otherwise.
 Recompute ParseRecompute(const std::string& name, const std::string& field);
 

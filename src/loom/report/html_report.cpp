@@ -121,7 +121,7 @@ std::string BarChart(const Comparison& c) {
 std::string Timeline(const StrategyOutcome& o) {
   const PlanRun& run = o.first_run;
   const SimResult& r = run.result;
-  const Schedule& s = run.sim.schedule;
+  const Schedule& s = run.exec.schedule;
   const int ranks = std::min(r.num_ranks(), 64);
   if (r.intervals.empty() || ranks == 0) return "<p class=note>No timeline recorded.</p>";
   const double T = r.iteration_time_s;
@@ -134,9 +134,9 @@ std::string Timeline(const StrategyOutcome& o) {
   for (int i = 0; i < ranks; ++i) {
     const int y = i * (row_h + comm_h + 4) + 4;
     const int rank = i % p;
-    std::string name = run.sim.ranks[rank].name;
-    const int weight = run.sim.replica_weight[i / p];
-    if (run.sim.replicas.size() > 1) name = fmt::format("replica {} {}", i / p, name);
+    std::string name = run.exec.ranks[rank].name;
+    const int weight = run.costs.replica_weight[i / p];
+    if (run.costs.replicas.size() > 1) name = fmt::format("replica {} {}", i / p, name);
     if (weight > 1) name += fmt::format(" (x{} dp)", weight);
     svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="11">{}</text>)", label_w - 6,
                        y + row_h - 5, Escape(name));

@@ -2,6 +2,8 @@
 // Numeric-looking cells are right-aligned, text left-aligned.
 #pragma once
 
+#include "loom/human_bytes.h"
+
 #include <string>
 #include <vector>
 
@@ -21,7 +23,5 @@ class TextTable {
 
 // "8.03B", "632.0M", "48.2K"
 std::string HumanCount(double n);
-// "12.3 GiB", "512.0 MiB"
-std::string HumanBytes(double bytes);
 
 }  // namespace loom

@@ -11,7 +11,7 @@
 #include "loom/cost/memory.h"
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
-#include "loom/sim/layer_pricing.h"
+#include "loom/cost/layer_pricing.h"
 
 namespace loom {
 

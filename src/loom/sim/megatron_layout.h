@@ -16,7 +16,7 @@
 #include "loom/data/sample.h"
 #include "loom/pipeline/partition.h"
 #include "loom/pipeline/schedule.h"
-#include "loom/sim/layer_pricing.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/sim/pipeline_costs.h"
 #include "loom/sim/simulator.h"
 #include "loom/spec/cluster.h"

@@ -6,7 +6,8 @@
 #include <map>
 
 #include "loom/error.h"
-#include "loom/report/table.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/human_bytes.h"
 
 namespace loom {
 
@@ -40,33 +41,41 @@ std::vector<MemoryPoint> SumCurves(const std::vector<const std::vector<MemoryPoi
 
 PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan, const Batch& batch,
                 const IterationSchedule* it, SimOptions options) {
+  ExecutionPlan exec = CompilePlan(model, c, w, plan, batch, it);
+  ExecutionCosts costs = PriceExecution(exec, model, c, batch);
+  return RunExecution(c, std::move(exec), std::move(costs), options);
+}
+
+PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs, SimOptions options) {
   PlanRun run;
-  run.sim = BuildPlanSimulation(model, c, w, plan, batch, it);
-  Simulator simulator(run.sim.schedule, run.sim.replicas, options);
-  run.sim.schedule = simulator.schedule();  // with the gradient-sync actions it added (intervals index them)
+  run.exec = std::move(exec);
+  run.costs = std::move(costs);
+  Simulator simulator(run.exec.schedule, run.costs.replicas, options);
+  run.exec.schedule = simulator.schedule();  // with the gradient-sync actions it added (intervals index them)
   run.result = simulator.result();
   const SimResult& r = run.result;
-  const PlanSimulation& s = run.sim;
+  const ExecutionPlan& s = run.exec;
+  const ExecutionCosts& k = run.costs;
   const int p = s.schedule.num_ranks;
   const double T = r.iteration_time_s;
   PlanMetrics& m = run.metrics;
   m.iteration_time_s = T;
-  m.mfu = s.model_flops / (T * c.num_gpus() * c.gpu.peak_flops);
+  m.mfu = k.model_flops / (T * c.num_gpus() * c.gpu.peak_flops);
   m.throughput_samples_per_s = static_cast<double>(s.samples) / T;
-  m.throughput_tokens_per_s = s.tokens / T;
+  m.throughput_tokens_per_s = k.tokens / T;
 
   double busy = 0, capacity = 0;
-  if (s.deduplicated) {
-    for (int rep = 0; rep < static_cast<int>(s.replicas.size()); ++rep) {
+  if (s.replicated) {
+    for (int rep = 0; rep < static_cast<int>(k.replicas.size()); ++rep) {
       for (int rank = 0; rank < p; ++rank) {
-        busy += s.replica_weight[rep] * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction;
-        capacity += s.replica_weight[rep] * T;
+        busy += k.replica_weight[rep] * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction;
+        capacity += k.replica_weight[rep] * T;
       }
     }
     // One curve per pipeline rank: the fullest of its replicas.
     for (int rank = 0; rank < p; ++rank) {
       int worst = rank;
-      for (int rep = 1; rep < static_cast<int>(s.replicas.size()); ++rep) {
+      for (int rep = 1; rep < static_cast<int>(k.replicas.size()); ++rep) {
         if (r.peak_mem_bytes[rep * p + rank] > r.peak_mem_bytes[worst]) worst = rep * p + rank;
       }
       run.groups.push_back(s.ranks[rank].group);
@@ -104,8 +113,8 @@ PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const P
     if (run.group_peak_mem_bytes[i] > cap) {
       const int g = run.groups[i];
       run.memory_violations.push_back(
-          fmt::format("GPU group {} (GPUs {}..{}: {}) peaks at {}, {} over the {} of an {}", g, g * plan.group_gpus,
-                      (g + 1) * plan.group_gpus - 1, run.group_names[i], HumanBytes(run.group_peak_mem_bytes[i]),
+          fmt::format("GPU group {} (GPUs {}..{}: {}) peaks at {}, {} over the {} of an {}", g, g * s.group_gpus,
+                      (g + 1) * s.group_gpus - 1, run.group_names[i], HumanBytes(run.group_peak_mem_bytes[i]),
                       HumanBytes(run.group_peak_mem_bytes[i] - cap), HumanBytes(cap), c.gpu.name));
     }
   }

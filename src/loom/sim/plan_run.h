@@ -1,4 +1,5 @@
-// Simulates one iteration of a Plan on one batch and measures it: iteration
+// Compiles a Plan for one batch (plan/compile_plan.h), prices the result
+// (sim/price_execution.h) and simulates it, then measures it: iteration
 // time, MFU, bubbles, memory per GPU group (summed over the units that share a
 // group) and whether every group fits in GPU memory. Metric definitions:
 // docs/metrics.md.
@@ -7,8 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "loom/sim/plan_simulation.h"
+#include "loom/data/sample.h"
+#include "loom/plan/execution_plan.h"
+#include "loom/sim/price_execution.h"
 #include "loom/sim/sim_result.h"
+#include "loom/sim/simulator.h"
+#include "loom/spec/workload.h"
 
 namespace loom {
 
@@ -22,7 +27,8 @@ struct PlanMetrics {
 };
 
 struct PlanRun {
-  PlanSimulation sim;
+  ExecutionPlan exec;    // with the gradient-sync actions the simulator added (intervals index them)
+  ExecutionCosts costs;
   SimResult result;
   PlanMetrics metrics;
   std::vector<int> groups;                               // GPU groups reported (one per memory curve)
@@ -34,8 +40,12 @@ struct PlanRun {
 
 // Throws loom::Error for an invalid plan; memory overflows are returned in
 // memory_violations (searches skip such plans; CheckFits turns them into errors).
+// Prices with the cluster's cost model (Cluster::cost_model).
 PlanRun RunPlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                 const Batch& batch, const IterationSchedule* iteration = nullptr, SimOptions options = {});
+
+// Simulates an already compiled (and priced) plan: what RunPlan does after compiling.
+PlanRun RunExecution(const Cluster& cluster, ExecutionPlan exec, ExecutionCosts costs, SimOptions options = {});
 
 // Throws loom::Error listing every group that does not fit.
 void CheckFits(const PlanRun& run, const std::string& where);

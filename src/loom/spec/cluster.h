@@ -4,12 +4,15 @@
 // all counts > 0, gpus_per_node % nvlink_domain == 0, every bandwidth > 0.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "loom/spec/gpu.h"
 
 namespace loom {
+
+class CostModel;  // cost/cost_model.h
 
 // One hop class: per-GPU, per-direction bandwidth and a fixed latency.
 struct Link {
@@ -29,6 +32,9 @@ struct Cluster {
   Link network;           // across nodes, per GPU: nics * nic bandwidth / gpus_per_node
   int nics_per_node = 1;
   double nic_bytes_per_s = 0;
+  // What prices layers on this cluster's GPUs; null: the GPU's default (a
+  // shipped measured profile, else the roofline). Set by `--profile`.
+  std::shared_ptr<const CostModel> cost_model;
 
   int num_gpus() const { return nodes * gpus_per_node; }
   // The slowest link crossed by a group of `span` consecutive ranks (ranks are

@@ -9,7 +9,7 @@
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
-#include "loom/sim/layer_pricing.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/sim/plan_run.h"
 
 namespace loom {

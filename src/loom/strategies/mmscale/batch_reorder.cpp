@@ -9,7 +9,7 @@
 #include "loom/cost/frozen.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
-#include "loom/sim/layer_pricing.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/sim/plan_run.h"
 #include "loom/strategies/mmscale/inter_reorder.h"
 #include "loom/strategies/mmscale/intra_reorder.h"

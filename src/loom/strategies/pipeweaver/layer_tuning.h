@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "loom/sim/layer_pricing.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/strategies/pipeweaver/interleave.h"
 
 namespace loom {

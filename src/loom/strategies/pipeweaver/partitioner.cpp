@@ -8,9 +8,8 @@
 #include "loom/cost/frozen.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
-#include "loom/sim/layer_pricing.h"
-#include "loom/sim/plan_helpers.h"
-#include "loom/sim/woven_simulation.h"
+#include "loom/cost/layer_pricing.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/strategies/plan_builders.h"
 
 namespace loom {

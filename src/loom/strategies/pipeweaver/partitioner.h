@@ -61,7 +61,7 @@ Plan WovenPlan(const StrategyContext& ctx, const std::vector<ModalityModule>& mo
 
 // Per module of the plan, the per-global-microbatch counts M_i = ceil(N_i / B_i),
 // at most the samples a replica holds of that microbatch, or its images /
-// clips for modules that see only those (sim/woven_simulation.h).
+// clips for modules that see only those (plan/compile_woven.cpp).
 std::map<std::string, std::vector<int>> SubMicrobatchCounts(const Model& model, const Plan& plan,
                                                             const std::vector<ModalityModule>& modules,
                                                             const Batch& batch,

@@ -10,7 +10,9 @@
 #include "loom/data/rng.h"
 #include "loom/error.h"
 #include "loom/sim/plan_run.h"
-#include "loom/sim/woven_simulation.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/plan/plan_json.h"
+#include "loom/sim/price_execution.h"
 #include "loom/strategies/pipeweaver/partitioner.h"
 #include "loom/strategies/plan_builders.h"
 
@@ -65,7 +67,8 @@ std::vector<std::vector<StageStep>> RankOrders(const StageFlow& flow, const Inte
 
 struct Woven {
   IterationSchedule schedule;
-  PlanSimulation sim;
+  ExecutionPlan exec;
+  ExecutionCosts costs;
   LayerOptions layers;
   StageFlow flow;
 };
@@ -73,14 +76,14 @@ struct Woven {
 Woven BuildWoven(const StrategyContext& ctx, const Plan& plan, const Batch& batch, IterationSchedule it,
                  const std::vector<int>& stage_module) {
   Woven w;
-  w.sim = BuildPlanSimulation(ctx.model, ctx.cluster, ctx.workload, plan, batch, &it, &w.layers);
-  w.flow = BuildStageFlow(w.sim, 0, stage_module, WovenStageMicrobatches(plan, it),
+  w.exec = CompilePlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, &it);
+  w.costs = PriceExecution(w.exec, ctx.model, ctx.cluster, batch, &w.layers);
+  w.flow = BuildStageFlow(w.exec.schedule, w.costs.replicas[0], stage_module, WovenStageMicrobatches(plan, it),
                           static_cast<double>(ctx.cluster.gpu.mem_bytes));
   w.schedule = std::move(it);
   return w;
 }
 
-char RecomputeLetter(Recompute r) { return r == Recompute::kFull ? 'f' : r == Recompute::kSelective ? 's' : 'n'; }
 
 }  // namespace
 
@@ -110,17 +113,17 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   // Every layer starts without recomputation: the interleaving pauses forwards
   // to stay within memory and layer tuning adds recomputation where that
   // stalls. Only when even that cannot fit, the plan's recomputation is the start.
-  it.recompute = "none";
+  it.recompute = Recompute::kNone;
   Woven w = BuildWoven(ctx, plan, batch, it, stage_module);
   InterleaveOptions io = options.ranking.interleave;
   std::vector<int> position = DefaultRanking(w.flow);
   Interleaving timeline = Interleaver(w.flow).Run(position, io);
   if (!timeline.fits && unit.recompute != Recompute::kNone) {
-    it.recompute.clear();
+    it.recompute.reset();
     w = BuildWoven(ctx, plan, batch, it, stage_module);
     timeline = Interleaver(w.flow).Run(position, io);
   }
-  const char base_letter = it.recompute.empty() ? RecomputeLetter(unit.recompute) : 'n';
+  const char base_letter = it.recompute ? 'n' : RecomputeLetter(unit.recompute);
   rep.flow_stages = static_cast<int>(w.flow.stages.size());
   rep.groups = w.flow.num_groups();
 
@@ -164,7 +167,11 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
         const FlowStage& st = w.flow.stages[pairs[i]];
         const std::string& letters = cands[i][rep.tuning.choice[i]].layers;
         if (letters != std::string(letters.size(), base_letter)) {
-          tuned.layer_recompute.push_back({st.stage, st.microbatch, letters});
+          std::vector<Recompute> layers;
+          for (char x : letters) {
+            layers.push_back(RecomputeFromLetter(x));
+          }
+          tuned.layer_recompute.push_back({st.stage, st.microbatch, std::move(layers)});
         }
       }
       Woven t = BuildWoven(ctx, plan, batch, tuned, stage_module);

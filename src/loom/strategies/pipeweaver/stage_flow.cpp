@@ -12,10 +12,8 @@ std::vector<double> StageFlow::RankBusy_s() const {
   return busy;
 }
 
-StageFlow BuildStageFlow(const PlanSimulation& sim, int replica, const std::vector<int>& stage_module,
+StageFlow BuildStageFlow(const Schedule& sch, const PipelineCosts& pc, const std::vector<int>& stage_module,
                          const std::vector<std::vector<int>>& stage_mb_global, double gpu_mem_bytes) {
-  const Schedule& sch = sim.schedule;
-  const PipelineCosts& pc = sim.replicas[replica];
   const int S = sch.num_stages();
   StageFlow f;
   f.num_ranks = sch.num_ranks;

@@ -9,7 +9,8 @@
 
 #include <vector>
 
-#include "loom/sim/plan_simulation.h"
+#include "loom/pipeline/schedule.h"
+#include "loom/sim/pipeline_costs.h"
 
 namespace loom {
 
@@ -48,11 +49,11 @@ struct StageFlow {
   std::vector<double> RankBusy_s() const;
 };
 
-// From a woven PlanSimulation (replica `replica`'s costs). `stage_module[s]`
+// From a compiled woven plan's schedule and one replica's costs. `stage_module[s]`
 // is the modality module of template stage s (non-decreasing);
 // `stage_mb_global` as WovenStageMicrobatches returns it. Capacity per rank:
 // `gpu_mem_bytes` minus its static bytes and its largest transient.
-StageFlow BuildStageFlow(const PlanSimulation& sim, int replica, const std::vector<int>& stage_module,
+StageFlow BuildStageFlow(const Schedule& schedule, const PipelineCosts& costs, const std::vector<int>& stage_module,
                          const std::vector<std::vector<int>>& stage_mb_global, double gpu_mem_bytes);
 
 }  // namespace loom

@@ -1,9 +1,9 @@
 // Prices one layer for one microbatch under a parallel configuration: forward,
 // backward-data and backward-weight time on one GPU of its group (TP
 // all-reduces and CP all-gathers on the critical path, recomputation folded into
-// the backward), the activations it keeps, and its useful FLOPs. Shared by every
-// layout that turns a plan into simulator costs (sim/megatron_layout,
-// sim/plan_simulation).
+// the backward), the activations it keeps, and its useful FLOPs. Kernel times
+// come from the cluster's CostModel (cost/cost_model.h). The one stage pricer
+// (sim/price_execution.h) and the strategies' own estimates call it.
 #pragma once
 
 #include "loom/cost/frozen.h"

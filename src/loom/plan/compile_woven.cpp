@@ -1,16 +1,31 @@
-#include "loom/sim/woven_simulation.h"
-
+// Plan shape 5 (PipeWeaver's per-batch pipeline, docs/plan-format.md "Woven
+// schedules"): a plan with one unit and one pipeline template whose iteration
+// schedule cuts each module's share of a global microbatch into its own number
+// of sub-microbatches (PipeWeaver §5 "modality-aware data batching"), orders
+// every rank's forward and backward stages explicitly (§6.2) and chooses
+// recomputation per layer and sub-microbatch (§6.3).
+//
+// The stages form a chain in the template's order; a stage's microbatches are
+// its module's sub-microbatches, numbered in global-microbatch order. Where
+// two neighbouring stages cut a global microbatch differently, the consumer's
+// first sub-microbatch of it waits for all the producer's (and the rank order
+// keeps the later ones behind it). A module's sub-microbatches are contiguous
+// runs of the replica's samples with balanced token counts (min-max
+// partition); for modules that see only images, clips or audio (encoders and
+// their projectors, ItemDrivenModule) the runs are of items, so a sample's
+// images may land in several sub-microbatches. A count above the samples (or
+// items) of a slice is an error.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
-#include "loom/cost/frozen.h"
-#include "loom/cost/memory.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
 #include "loom/pipeline/partition.h"
-#include "loom/sim/plan_helpers.h"
+#include "loom/plan/compile_shapes.h"
+#include "loom/plan/plan_json.h"
 
 namespace loom {
 
@@ -23,22 +38,6 @@ const char* kWovenNeedsOneUnit =
 std::vector<int> CountsOf(const IterationSchedule& it, const std::string& module, int m) {
   auto found = it.module_sub_microbatches.find(module);
   return found == it.module_sub_microbatches.end() ? std::vector<int>(m, 1) : found->second;
-}
-
-Recompute RecomputeOf(char letter) {
-  return letter == 'f' ? Recompute::kFull : letter == 's' ? Recompute::kSelective : Recompute::kNone;
-}
-
-// One sample per image, clip and audio of `s`, each holding only that item
-// (documents kept, text dropped): what an encoder sees of it, item by item.
-std::vector<Sample> SampleItems(const Sample& s) {
-  Sample empty;
-  empty.doc_text_tokens.assign(s.doc_text_tokens.size(), 0);
-  std::vector<Sample> out;
-  for (const auto& im : s.images) (out.emplace_back(empty)).images.push_back(im);
-  for (const auto& v : s.videos) (out.emplace_back(empty)).videos.push_back(v);
-  for (const auto& a : s.audios) (out.emplace_back(empty)).audios.push_back(a);
-  return out;
 }
 
 }  // namespace
@@ -107,20 +106,16 @@ std::vector<std::vector<int>> WovenStageMicrobatches(const Plan& plan, const Ite
   return out;
 }
 
-PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch,
-                                    const IterationSchedule& it, PlanSimulation out, LayerOptions* options) {
+void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, const IterationSchedule& it,
+                  ExecutionPlan& out) {
   const std::vector<std::vector<int>> stage_mb_global = WovenStageMicrobatches(plan, it);
   const Unit& unit = plan.units[0];
   const PipelineSpec& ps = unit.pipelines[0];
   const int D = ps.replicas, P = ps.pp, S = static_cast<int>(ps.stages.size()), m = ps.microbatches;
-  const int g_gpus = plan.group_gpus;
-  const int share = g_gpus / (unit.tp * unit.cp);  // group members that split sequences between them
 
   // 1. Sub-microbatches: modules cut the same way share one split; each is a
   // min-max partition of the replica's slice by the modules' tokens, over
-  // samples, or over images / clips when every module of the split sees only
-  // those (an encoder and its projector): then a sample's items may go to
-  // several sub-microbatches.
+  // samples, or over items when every module of the split sees only those.
   std::map<std::vector<int>, int> split_index;  // counts -> split
   std::vector<std::vector<int>> split_modules;  // split -> module indices
   std::vector<int> split_of_module(model.modules.size(), -1);
@@ -131,22 +126,22 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     split_modules[pos->second].push_back(mi);
     split_of_module[mi] = pos->second;
   }
-  // parts[split][d] -> sub-microbatches (the samples, or pieces of samples, each runs)
-  std::vector<std::vector<std::vector<std::vector<Sample>>>> parts(split_modules.size(),
-                                                                   std::vector<std::vector<std::vector<Sample>>>(D));
+  // parts[split][d] -> sub-microbatches (the pieces each runs)
+  std::vector<std::vector<std::vector<std::vector<SamplePiece>>>> parts(
+      split_modules.size(), std::vector<std::vector<std::vector<SamplePiece>>>(D));
   for (const auto& [counts, x] : split_index) {
     const bool by_item = std::all_of(split_modules[x].begin(), split_modules[x].end(),
                                      [&](int mi) { return ItemDrivenModule(model, mi); });
     for (int k = 0; k < m; ++k) {
       const auto slices = SplitEven(it.microbatch_samples[k], D);
       for (int d = 0; d < D; ++d) {
-        std::vector<Sample> pieces;  // what is cut: whole samples, or one item each
-        if (by_item) {
-          for (int s : slices[d]) {
-            for (Sample& piece : SampleItems(batch.samples[s])) pieces.push_back(std::move(piece));
+        std::vector<SamplePiece> pieces;  // what is cut: whole samples, or one item each
+        for (int s : slices[d]) {
+          if (!by_item) {
+            pieces.push_back({s, -1});
+            continue;
           }
-        } else {
-          for (int s : slices[d]) pieces.push_back(batch.samples[s]);
+          for (int i = 0; i < NumItems(batch.samples[s]); ++i) pieces.push_back({s, i});
         }
         if (counts[k] > std::max<int>(1, static_cast<int>(pieces.size()))) {
           throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: {} sub-microbatches of global "
@@ -159,8 +154,8 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
           continue;
         }
         std::vector<double> weight;
-        for (const Sample& piece : pieces) {
-          const auto t = CountModuleTokens(model, piece);
+        for (const SamplePiece& piece : pieces) {
+          const auto t = CountModuleTokens(model, PieceSample(batch, piece));
           double w = 0;
           for (int mi : split_modules[x]) w += t[mi].tokens;
           weight.push_back(w);
@@ -173,12 +168,14 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     }
   }
 
-  // 2. Per-layer recomputation: the unit's, overridden per (stage, sub-microbatch).
+  // 2. Per-layer recomputation: the schedule's (or the unit's), overridden per (stage, sub-microbatch).
+  Recompute base = unit.recompute;
+  if (it.recompute) base = *it.recompute;
   std::vector<int> stage_layers(S, 0);
   for (int s = 0; s < S; ++s) {
     for (const auto& r : ps.stages[s].layers) stage_layers[s] += r.end - r.begin;
   }
-  std::map<std::pair<int, int>, const std::string*> overrides;
+  std::map<std::pair<int, int>, const std::vector<Recompute>*> overrides;
   for (size_t i = 0; i < it.layer_recompute.size(); ++i) {
     const StageRecompute& r = it.layer_recompute[i];
     if (r.stage < 0 || r.stage >= S) {
@@ -190,98 +187,33 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
                               i, r.stage, mbs - 1, r.microbatch));
     }
     if (static_cast<int>(r.layers.size()) != stage_layers[r.stage]) {
-      throw Error(fmt::format("iteration schedule: layer_recompute[{}]: {} letters for the {} layers of stage {}", i,
+      throw Error(fmt::format("iteration schedule: layer_recompute[{}]: {} choices for the {} layers of stage {}", i,
                               r.layers.size(), stage_layers[r.stage], r.stage));
     }
     overrides[{r.stage, r.microbatch}] = &r.layers;
   }
 
-  Recompute base = unit.recompute;
-  if (!it.recompute.empty()) {
-    if (it.recompute != "none" && it.recompute != "selective" && it.recompute != "full") {
-      throw Error(fmt::format("iteration schedule: recompute: '{}'; valid: none, selective, full", it.recompute));
-    }
-    base = RecomputeOf(it.recompute == "none" ? 'n' : it.recompute[0]);
-  }
-
-  // 3. Price every (replica, stage, sub-microbatch).
-  const auto needs = ComputeBackwardNeeds(model);
-  std::vector<double> module_tokens(model.modules.size(), 0.0);
-  for (int x = 0; x < static_cast<int>(split_modules.size()); ++x) {
-    for (int d = 0; d < D; ++d) {
-      for (const auto& part : parts[x][d]) {
-        const auto t = CountModuleTokens(model, part);
-        for (int mi : split_modules[x]) module_tokens[mi] += t[mi].tokens;
-      }
-    }
-  }
-  out.tokens = *std::max_element(module_tokens.begin(), module_tokens.end());
-  if (options != nullptr) options->at.assign(S, {});
-
-  out.deduplicated = true;
+  // 3. Stages, ranks and every replica's contents.
+  out.replicated = true;
   for (int r = 0; r < P; ++r) {
     out.ranks.push_back({0, 0, 0, r, unit.first_group + r, unit.sm_fraction, fmt::format("{} pp{}", unit.name, r)});
   }
   for (int s = 0; s < S; ++s) {
-    out.stage_labels.push_back(StageLabel(ps.stages[s]));
-    out.stage_unit.push_back(0);
+    out.stages.push_back(StageOf(model, plan, 0, 0, 0, ps.stages[s]));
+    out.stages.back().recompute = base;
   }
-  std::map<std::vector<double>, int> seen;
+  out.replicas.assign(D, std::vector<std::vector<MicrobatchWork>>(S));
   for (int d = 0; d < D; ++d) {
-    PipelineCosts pc;
-    pc.p2p = c.LinkForSpan(2 * g_gpus);
-    pc.stage.assign(S, {});
-    pc.static_bytes.assign(P, 0.0);
-    pc.grad_sync_s.assign(S, 0.0);
     for (int s = 0; s < S; ++s) {
-      const StageSpec& spec = ps.stages[s];
-      const StageParams sp = StageParamsOf(model, unit, spec);
-      pc.static_bytes[spec.rank] += ModelState(sp.trainable, sp.frozen, D * share * unit.cp, unit.zero_stage).total();
-      pc.grad_sync_s[s] = GradSyncTime_s(sp, D, unit, g_gpus, c);
-      const int x = split_of_module[model.FindModule(spec.layers.front().module)];
-      const int mbs = static_cast<int>(stage_mb_global[s].size());
-      if (options != nullptr && d == 0) options->at[s].assign(mbs, {});
-      for (int j = 0; j < mbs; ++j) {
-        const auto tokens = CountModuleTokens(model, parts[x][d][j]);
+      const int x = split_of_module[model.FindModule(ps.stages[s].layers.front().module)];
+      for (int j = 0; j < static_cast<int>(stage_mb_global[s].size()); ++j) {
+        MicrobatchWork mb;
+        mb.pieces = parts[x][d][j];
         auto found = overrides.find({s, j});
-        StageCost sc;
-        int layer = 0, last_module = -1, last_layer = -1;
-        for (const auto& r : spec.layers) {
-          const int mi = model.FindModule(r.module);
-          const Module& mod = model.modules[mi];
-          LayerParallelism par;
-          par.tp = unit.tp;
-          par.cp = unit.cp;
-          par.split = SplitsOverTensorParallel(mod, unit.tp);
-          par.fsdp = unit.zero_stage == 3;
-          par.fsdp_ranks = D * g_gpus / unit.tp;
-          const TokenStats t = ShareOfSequences(tokens[mi], share);
-          for (int li = r.begin; li < r.end; ++li, ++layer) {
-            par.recompute = found == overrides.end() ? base : RecomputeOf((*found->second)[layer]);
-            const LayerTimes lt = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
-            sc.forward_s += lt.forward_s / unit.sm_fraction;
-            sc.backward_data_s += lt.backward_data_s / unit.sm_fraction;
-            sc.backward_weight_s += lt.backward_weight_s / unit.sm_fraction;
-            sc.activation_bytes += lt.activation_bytes;
-            sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
-            out.model_flops += lt.flops * g_gpus;
-            if (options != nullptr && d == 0) {
-              auto& choices = options->at[s][j].emplace_back();
-              for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-                par.recompute = rc;
-                choices[static_cast<int>(rc)] = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
-              }
-            }
-            last_module = mi;
-            last_layer = li;
-          }
-        }
-        sc.send_bytes = kActivationElemBytes * tokens[last_module].tokens / (unit.cp * share) *
-                        OutWidth(model.modules[last_module].layers[last_layer]);
-        pc.stage[s].push_back(sc);
+        if (found != overrides.end()) mb.layer_recompute = *found->second;
+        out.replicas[d][s].push_back(std::move(mb));
       }
     }
-    AddReplica(out, std::move(pc), seen);
   }
 
   // 4. The schedule: a chain of stages, each with its own sub-microbatches.
@@ -327,7 +259,6 @@ PlanSimulation BuildWovenSimulation(const Model& model, const Cluster& c, const 
     }
   }
   AddPointToPoint(sch);
-  return out;
 }
 
 }  // namespace loom

@@ -16,7 +16,7 @@ namespace {
 std::vector<Interval> ComputeIntervals(const PlanRun& run, int rank, ActionKind kind) {
   std::vector<Interval> out;
   for (const Interval& iv : run.result.intervals) {
-    if (iv.rank == rank && run.sim.schedule.ranks[rank][iv.action].kind == kind) out.push_back(iv);
+    if (iv.rank == rank && run.exec.schedule.ranks[rank][iv.action].kind == kind) out.push_back(iv);
   }
   return out;
 }
@@ -36,11 +36,11 @@ TEST(PlanSimulation, DisaggregatedUnitsEqualTheSamePipelineInOneUnit) {
   two.global_batch = one.global_batch;
   PlanRun a = RunPlan(f.model, f.cluster, f.workload, one, f.batch);
   PlanRun b = RunPlan(f.model, f.cluster, f.workload, two, f.batch);
-  EXPECT_TRUE(a.sim.deduplicated);
-  EXPECT_FALSE(b.sim.deduplicated);
-  EXPECT_EQ(ComputeOrder(a.sim.schedule), ComputeOrder(b.sim.schedule));
+  EXPECT_TRUE(a.exec.replicated);
+  EXPECT_FALSE(b.exec.replicated);
+  EXPECT_EQ(ComputeOrder(a.exec.schedule), ComputeOrder(b.exec.schedule));
   EXPECT_DOUBLE_EQ(a.metrics.iteration_time_s, b.metrics.iteration_time_s);
-  EXPECT_NEAR(a.sim.model_flops, b.sim.model_flops, 1e-9 * a.sim.model_flops);
+  EXPECT_NEAR(a.costs.model_flops, b.costs.model_flops, 1e-9 * a.costs.model_flops);
   EXPECT_NEAR(a.metrics.peak_mem_bytes, b.metrics.peak_mem_bytes, 1.0);
 }
 
@@ -50,7 +50,7 @@ TEST(PlanSimulation, BrokersJoinEveryReplicaPairThatSharesSamples) {
   p.units[1].pipelines[0].replicas = 1;  // llm dp 1 reads both encoder replicas
   PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch);
   int cross = 0;
-  for (const auto& e : run.sim.schedule.edges) cross += run.sim.stage_unit[e.from] != run.sim.stage_unit[e.to];
+  for (const auto& e : run.exec.schedule.edges) cross += run.exec.stages[e.from].unit != run.exec.stages[e.to].unit;
   EXPECT_EQ(cross, 2);
   // The llm's first forward waits for both encoder replicas' first forwards.
   const double llm_f0 = ComputeIntervals(run, 2, ActionKind::kForward).front().start_s;
@@ -73,8 +73,8 @@ TEST(PlanSimulation, SmFractionStretchesComputeAndPhasesTakeTurns) {
   // first backward waits for the llm's last backward there.
   for (const PlanRun* r : {&full, &half}) {
     int llm_rank = -1;
-    for (int i = 0; i < static_cast<int>(r->sim.ranks.size()); ++i) {
-      if (r->sim.ranks[i].unit == 1 && r->sim.ranks[i].group == 0) llm_rank = i;
+    for (int i = 0; i < static_cast<int>(r->exec.ranks.size()); ++i) {
+      if (r->exec.ranks[i].unit == 1 && r->exec.ranks[i].group == 0) llm_rank = i;
     }
     ASSERT_GE(llm_rank, 0);
     auto enc_f = ComputeIntervals(*r, 0, ActionKind::kForward);
@@ -98,15 +98,15 @@ TEST(PlanSimulation, HeterogeneousPipelinesSyncLayerWise) {
   test::Fixture f;
   PlanRun run = RunPlan(f.model, f.cluster, f.workload, test::HeterogeneousShape(f), f.batch);
   // Ranks: template 0 (pp 2) ranks 0-1, template 1 (pp 1) replicas on ranks 2 and 3.
-  ASSERT_EQ(run.sim.schedule.num_ranks, 4);
-  EXPECT_EQ(run.sim.samples, 16);
+  ASSERT_EQ(run.exec.schedule.num_ranks, 4);
+  EXPECT_EQ(run.exec.samples, 16);
   double last_backward = 0;
   for (int r = 0; r < 4; ++r) {
     for (auto& iv : ComputeIntervals(run, r, ActionKind::kBackward)) last_backward = std::max(last_backward, iv.end_s);
   }
   // The pp-1 replicas hold every layer, so their sync waits for every pipeline's backward.
   for (const Interval& iv : run.result.intervals) {
-    const Action& a = run.sim.schedule.ranks[iv.rank][iv.action];
+    const Action& a = run.exec.schedule.ranks[iv.rank][iv.action];
     if (a.kind == ActionKind::kCollective && iv.rank >= 2) {
       EXPECT_GE(iv.start_s, last_backward - 1e-12);
     }
@@ -121,16 +121,16 @@ TEST(PlanSimulation, SubMicrobatchesAndDeferral) {
   for (int k = 0; k < 4; ++k) it.microbatch_samples.push_back({4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3});
   it.sub_microbatches["encoder"] = {2, 2, 1, 2};
   PlanRun sub = RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it);
-  EXPECT_EQ(sub.sim.schedule.microbatches_of(0), 7);  // encoder stages run 2 + 2 + 1 + 2
-  EXPECT_EQ(sub.sim.schedule.microbatches_of(2), 4);  // llm stages run 4
-  EXPECT_NO_THROW(ValidateSchedule(sub.sim.schedule));
-  EXPECT_NEAR(sub.sim.model_flops, base.sim.model_flops, 1e-9 * base.sim.model_flops);  // same samples
+  EXPECT_EQ(sub.exec.schedule.microbatches_of(0), 7);  // encoder stages run 2 + 2 + 1 + 2
+  EXPECT_EQ(sub.exec.schedule.microbatches_of(2), 4);  // llm stages run 4
+  EXPECT_NO_THROW(ValidateSchedule(sub.exec.schedule));
+  EXPECT_NEAR(sub.costs.model_flops, base.costs.model_flops, 1e-9 * base.costs.model_flops);  // same samples
   // Deferring two samples of the last microbatch: less work, fewer samples.
   it.microbatch_samples[3] = {12, 13};
   it.deferred = {14, 15};
   PlanRun deferred = RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it);
-  EXPECT_EQ(deferred.sim.samples, 14);
-  EXPECT_LT(deferred.sim.model_flops, base.sim.model_flops);
+  EXPECT_EQ(deferred.exec.samples, 14);
+  EXPECT_LT(deferred.costs.model_flops, base.costs.model_flops);
   // A sample placed twice is rejected.
   it.deferred = {14, 13};
   test::ExpectError([&] { RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it); },

@@ -1,8 +1,9 @@
-#include "loom/sim/layer_pricing.h"
+#include "loom/cost/layer_pricing.h"
 
 #include <algorithm>
 
 #include "loom/cost/collectives.h"
+#include "loom/cost/cost_model.h"
 #include "loom/cost/device_time.h"
 
 namespace loom {
@@ -55,7 +56,6 @@ double OutWidth(const Layer& l) {
 
 LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const BackwardNeeds& needs,
                       const Cluster& c, const LayerParallelism& par) {
-  const Efficiency eff;
   const TokenStats full = par.split ? module_tokens : ShareOfSequences(module_tokens, par.tp);
   const int tp = par.split ? par.tp : 1;
   const TokenStats t = PerCpRank(full, par.cp);
@@ -70,14 +70,15 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     double kv = static_cast<double>(l.kv_heads) * (l.hidden / std::max<int64_t>(l.heads, 1));
     cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * kActivationElemBytes / tp, par.cp, tp, c);
   }
-  out.forward_s = PhaseTime_s(w, Phase::kForward, c.gpu, eff) + tp_s + cp_s;
+  const ComputeTimes kernels = CostModelOf(c).LayerCompute(l, t, tp, w, c.gpu);
+  out.forward_s = kernels.forward_s + tp_s + cp_s;
   out.flops = w.Flops(Phase::kForward);
   if (needs.data) {
-    out.backward_data_s = PhaseTime_s(w, Phase::kBackwardData, c.gpu, eff) + tp_s + cp_s;
+    out.backward_data_s = kernels.backward_data_s + tp_s + cp_s;
     out.flops += w.Flops(Phase::kBackwardData);
   }
   if (needs.weight) {
-    out.backward_weight_s = PhaseTime_s(w, Phase::kBackwardWeight, c.gpu, eff);
+    out.backward_weight_s = kernels.backward_weight_s;
     out.flops += w.Flops(Phase::kBackwardWeight);
   }
   if (needs.data || needs.weight) {
@@ -87,9 +88,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
       out.backward_data_s += out.forward_s;  // re-run the forward inside the backward
       out.transient_bytes = kept_all - out.activation_bytes;
     } else if (par.recompute == Recompute::kSelective) {
-      LayerWork elementwise;
-      elementwise.at(Phase::kForward, OpClass::kElementwise) = w.at(Phase::kForward, OpClass::kElementwise);
-      out.backward_data_s += PhaseTime_s(elementwise, Phase::kForward, c.gpu, eff);
+      out.backward_data_s += kernels.forward_elementwise_s;
       out.transient_bytes = kept_all - out.activation_bytes;
     }
   }

@@ -1,0 +1,63 @@
+// A CostModel says how long one layer's own kernels take on one GPU, phase by
+// phase (communication is priced by collectives.h, on top). Two exist:
+//   - RooflineCostModel: FLOPs and bytes over datasheet peaks scaled by
+//     per-op-class efficiencies (device_time.h); the default for a GPU with
+//     no shipped profile;
+//   - ProfiledCostModel (cost/profile.h): a measured profile of one GPU, which
+//     fits the efficiencies to measured ops and corrects whole layers by
+//     measured layer times; the default for a GPU that ships one (H100).
+// A Cluster carries the model its predictions use (Cluster::cost_model; unset:
+// DefaultCostModel of its GPU). Implementations are immutable after
+// construction and safe to share between threads.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "loom/cost/device_time.h"
+#include "loom/cost/layer_work.h"
+#include "loom/cost/token_stats.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/layer.h"
+
+namespace loom {
+
+// Seconds of each phase of one layer on one GPU, kernels only.
+struct ComputeTimes {
+  double forward_s = 0;
+  double backward_data_s = 0;
+  double backward_weight_s = 0;
+  double forward_elementwise_s = 0;  // the forward's elementwise part (what selective recomputation re-runs)
+};
+
+class CostModel {
+ public:
+  virtual ~CostModel() = default;
+  // "roofline", or "profile h100 (FILE)".
+  virtual std::string name() const = 0;
+  // `work` is EstimateLayerWork(layer, tokens, tp): the layer's FLOPs and
+  // bytes on one GPU for the per-GPU tokens `tokens` (after the TP / CP split).
+  virtual ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
+                                    const GpuSpec& gpu) const = 0;
+};
+
+class RooflineCostModel final : public CostModel {
+ public:
+  explicit RooflineCostModel(Efficiency efficiency = Efficiency(), std::string name = "roofline");
+  std::string name() const override { return name_; }
+  ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
+                            const GpuSpec& gpu) const override;
+  const Efficiency& efficiency() const { return efficiency_; }
+
+ private:
+  Efficiency efficiency_;
+  std::string name_;
+};
+
+// The cost model a cluster's predictions use: its own, or the default for its GPU.
+const CostModel& CostModelOf(const Cluster& cluster);
+// The shipped profile of `gpu` (see cost/shipped_profiles.h), else the roofline
+// with default efficiencies. The same object for the same GPU name.
+std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu);
+
+}  // namespace loom

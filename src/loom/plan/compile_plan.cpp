@@ -1,0 +1,224 @@
+#include "loom/plan/compile_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "loom/error.h"
+#include "loom/plan/compile_shapes.h"
+#include "loom/plan/validate_plan.h"
+
+namespace loom {
+
+namespace {
+
+std::vector<int> Range(int lo, int hi) {
+  std::vector<int> v(hi - lo);
+  std::iota(v.begin(), v.end(), lo);
+  return v;
+}
+
+// Checks that `it` places every sample of the batch exactly once (in a global
+// microbatch or deferred) and that its per-unit counts fit the plan.
+void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
+  if (static_cast<int>(it.microbatch_samples.size()) != m) {
+    throw Error(fmt::format("iteration schedule: {} microbatches, the plan runs {}", it.microbatch_samples.size(), m));
+  }
+  std::vector<int> seen(plan.global_batch, 0);
+  for (const auto& mb : it.microbatch_samples) {
+    for (int s : mb) {
+      if (s < 0 || s >= plan.global_batch) {
+        throw Error(fmt::format("iteration schedule: sample {} is outside the batch of {}", s, plan.global_batch));
+      }
+      ++seen[s];
+    }
+  }
+  for (int s : it.deferred) {
+    if (s < 0 || s >= plan.global_batch) {
+      throw Error(fmt::format("iteration schedule: deferred sample {} is outside the batch", s));
+    }
+    ++seen[s];
+  }
+  for (int s = 0; s < plan.global_batch; ++s) {
+    if (seen[s] != 1) {
+      throw Error(fmt::format("iteration schedule: sample {} is placed {} times; every sample must be in exactly "
+                              "one microbatch or deferred",
+                              s, seen[s]));
+    }
+  }
+  for (const auto& [unit, counts] : it.sub_microbatches) {
+    if (plan.FindUnit(unit) < 0) throw Error(fmt::format("iteration schedule: sub_microbatches: no unit {}", unit));
+    if (static_cast<int>(counts.size()) != m) {
+      throw Error(fmt::format("iteration schedule: sub_microbatches.{}: {} counts for {} microbatches", unit,
+                              counts.size(), m));
+    }
+    for (int n : counts) {
+      if (n < 1) throw Error(fmt::format("iteration schedule: sub_microbatches.{}: counts must be >= 1", unit));
+    }
+  }
+}
+
+}  // namespace
+
+int ExecStage::num_layers() const {
+  int n = 0;
+  for (const auto& r : layers) n += r.end - r.begin;
+  return n;
+}
+
+std::vector<std::vector<int>> SplitEven(const std::vector<int>& items, int parts) {
+  std::vector<std::vector<int>> out(parts);
+  const int64_t n = static_cast<int64_t>(items.size());
+  for (int d = 0; d < parts; ++d) {
+    out[d].assign(items.begin() + d * n / parts, items.begin() + (d + 1) * n / parts);
+  }
+  return out;
+}
+
+std::string StageLabel(const StageSpec& stage) {
+  std::string label;
+  for (const auto& r : stage.layers) {
+    label += fmt::format("{}{}[{}:{}]", label.empty() ? "" : "+", r.module, r.begin, r.end);
+  }
+  return label;
+}
+
+int NumItems(const Sample& s) {
+  return static_cast<int>(s.images.size() + s.videos.size() + s.audios.size());
+}
+
+Sample PieceSample(const Batch& batch, const SamplePiece& piece) {
+  const Sample& s = batch.samples.at(piece.sample);
+  if (piece.item < 0) return s;
+  Sample out;
+  out.doc_text_tokens.assign(s.doc_text_tokens.size(), 0);
+  int i = piece.item;
+  if (i < static_cast<int>(s.images.size())) {
+    out.images.push_back(s.images[i]);
+    return out;
+  }
+  i -= static_cast<int>(s.images.size());
+  if (i < static_cast<int>(s.videos.size())) {
+    out.videos.push_back(s.videos[i]);
+    return out;
+  }
+  i -= static_cast<int>(s.videos.size());
+  out.audios.push_back(s.audios.at(i));
+  return out;
+}
+
+ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replica, const StageSpec& spec) {
+  const Unit& unit = plan.units[u];
+  ExecStage st;
+  st.unit = u;
+  st.pipeline = t;
+  st.replica = replica;
+  st.layers = spec.layers;
+  st.tp = unit.tp;
+  st.cp = unit.cp;
+  st.seq_share = plan.group_gpus / (unit.tp * unit.cp);
+  st.dp = unit.num_replicas();
+  st.zero_stage = unit.zero_stage;
+  st.sm_fraction = unit.sm_fraction;
+  st.recompute = unit.recompute;
+  st.label = StageLabel(spec);
+  return st;
+}
+
+void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan) {
+  std::map<std::pair<int, std::string>, int> index;  // (unit, layers) -> group
+  for (size_t s = 0; s < out.stages.size(); ++s) {
+    ExecStage& st = out.stages[s];
+    auto [pos, inserted] = index.emplace(std::make_pair(st.unit, st.label), static_cast<int>(out.groups.size()));
+    if (inserted) out.groups.push_back({static_cast<int>(out.groups.size()), GroupKind::kDataParallel, {}});
+    st.dp_group = pos->second;
+    auto& members = out.groups[pos->second].gpu_groups;
+    const int group = out.ranks[out.schedule.stage_rank[s]].group;
+    if (out.replicated) {
+      // The ranks are replica 0's; replica j's copy of pipeline rank r sits pp groups further per replica.
+      const int pp = plan.units[st.unit].pipelines[st.pipeline].pp;
+      for (int j = 0; j < st.dp; ++j) members.push_back(group + j * pp);
+    } else {
+      members.push_back(group);
+    }
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+  }
+}
+
+ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
+                          const Batch& batch, const IterationSchedule* it) {
+  ValidatePlan(plan, model, c, w, "plan " + plan.strategy);
+  if (static_cast<int64_t>(batch.samples.size()) != plan.global_batch) {
+    throw Error(fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(),
+                            plan.global_batch));
+  }
+  ExecutionPlan out;
+  out.strategy = plan.strategy;
+  out.group_gpus = plan.group_gpus;
+  out.num_groups = c.num_gpus() / plan.group_gpus;
+  const bool uniform = UniformMicrobatches(plan);
+  const int m = plan.units[0].pipelines[0].microbatches;
+
+  // Samples of every global microbatch: the schedule's placement, or the loader's order.
+  std::vector<std::vector<int>> global_mbs;
+  if (it != nullptr) {
+    if (!uniform) throw Error("iteration schedule: needs a plan whose pipelines all run the same microbatch count");
+    CheckPlacement(plan, *it, m);
+    global_mbs = it->microbatch_samples;
+  } else if (uniform) {
+    const int per = static_cast<int>(plan.global_batch / m);
+    for (int k = 0; k < m; ++k) global_mbs.push_back(Range(k * per, (k + 1) * per));
+  }
+  out.samples = plan.global_batch - (it ? static_cast<int64_t>(it->deferred.size()) : 0);
+
+  if (it != nullptr && it->woven()) {
+    CompileWoven(model, plan, batch, *it, out);
+  } else if (plan.units.size() == 1 && plan.units[0].pipelines.size() == 1) {
+    CompilePipeline(model, plan, it, global_mbs, out);
+  } else {
+    CompileUnits(model, plan, it, global_mbs, out);
+  }
+  AddDataParallelGroups(out, plan);
+  ValidateExecution(out);
+  return out;
+}
+
+void ValidateExecution(const ExecutionPlan& e) {
+  const Schedule& s = e.schedule;
+  if (static_cast<int>(e.stages.size()) != s.num_stages()) {
+    throw Error(fmt::format("execution plan: {} stages described, the schedule has {}", e.stages.size(),
+                            s.num_stages()));
+  }
+  if (static_cast<int>(e.ranks.size()) != s.num_ranks) {
+    throw Error(fmt::format("execution plan: {} ranks described, the schedule has {}", e.ranks.size(), s.num_ranks));
+  }
+  if (e.replicas.empty()) throw Error("execution plan: no replica");
+  for (size_t r = 0; r < e.replicas.size(); ++r) {
+    if (static_cast<int>(e.replicas[r].size()) != s.num_stages()) {
+      throw Error(fmt::format("execution plan: replica {} has contents for {} stages, not {}", r,
+                              e.replicas[r].size(), s.num_stages()));
+    }
+    for (int v = 0; v < s.num_stages(); ++v) {
+      if (static_cast<int>(e.replicas[r][v].size()) != s.microbatches_of(v)) {
+        throw Error(fmt::format("execution plan: replica {} stage {} has {} microbatches, the schedule {}", r, v,
+                                e.replicas[r][v].size(), s.microbatches_of(v)));
+      }
+      for (const auto& mb : e.replicas[r][v]) {
+        if (!mb.layer_recompute.empty() && static_cast<int>(mb.layer_recompute.size()) != e.stages[v].num_layers()) {
+          throw Error(fmt::format("execution plan: stage {}: {} recompute choices for {} layers", v,
+                                  mb.layer_recompute.size(), e.stages[v].num_layers()));
+        }
+      }
+    }
+  }
+  for (size_t v = 0; v < e.stages.size(); ++v) {
+    if (e.stages[v].dp_group < 0 || e.stages[v].dp_group >= static_cast<int>(e.groups.size())) {
+      throw Error(fmt::format("execution plan: stage {} has no data-parallel group", v));
+    }
+  }
+}
+
+}  // namespace loom

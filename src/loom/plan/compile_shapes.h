@@ -1,0 +1,28 @@
+// The per-shape compilers behind CompilePlan (plan/compile_plan.h); internal.
+// Each gets the validated plan and the samples of every global microbatch
+// (`global_mbs`; empty for plans whose templates run different microbatch
+// counts) and fills `out`, whose strategy, group sizes and sample count are set.
+#pragma once
+
+#include <vector>
+
+#include "loom/plan/compile_plan.h"
+
+namespace loom {
+
+// Stage fields every shape fills alike from its unit.
+ExecStage StageOf(const Model& model, const Plan& plan, int unit, int pipeline, int replica, const StageSpec& spec);
+
+void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedule* it,
+                     const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out);
+void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out);
+void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, const IterationSchedule& it,
+                  ExecutionPlan& out);
+
+// Adds the data-parallel groups: stages holding the same layers of a unit in
+// different replicas sync with each other (one group per unit and template stage
+// set; replicated plans: the stage's replicas across the ranks' copies).
+void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan);
+
+}  // namespace loom

@@ -1,0 +1,291 @@
+// Plan shapes 2-4 (MMScale, DistMM, Optimus, Oobleck): several units, or one
+// unit with several pipeline templates. Every replica of every unit becomes
+// its own ranks (one per GPU group and unit) in one schedule over a stage DAG,
+// joined
+//   - inside a replica by the chain of its stages,
+//   - across units by broker edges from each producing replica to the
+//     consuming replicas that share its samples (MMScale §4.1),
+//   - across temporal phases on shared groups by barriers (the later phase's
+//     first forward waits for the earlier phase's last forward, and the
+//     earlier phase's first backward for the later phase's last backward),
+//   - across replicas by layer-wise gradient sync (Oobleck's heterogeneous
+//     templates sync each layer once every copy of it finished).
+// Chained units of one phase run as one 1F1B pipeline: each unit takes its
+// ranks' compute order from a template as deep as the whole chain (MMScale's
+// warm-up counts by position in the whole pipeline).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "loom/pipeline/schedules.h"
+#include "loom/plan/compile_shapes.h"
+#include "loom/plan/validate_plan.h"
+
+namespace loom {
+
+namespace {
+
+std::vector<int> Range(int lo, int hi) {
+  std::vector<int> v(hi - lo);
+  std::iota(v.begin(), v.end(), lo);
+  return v;
+}
+
+// Per unit: its flattened layer list and, per template, the stage of each layer.
+struct UnitLayout {
+  std::vector<std::pair<int, int>> layers;             // (module, layer)
+  std::vector<std::vector<int>> stage_of;              // [template][flat layer] -> template stage
+  std::vector<int> replica_base;                       // [template] -> first flattened replica
+  std::vector<int> submb_count;                        // per global microbatch (uniform plans)
+  std::vector<std::vector<std::vector<int>>> samples;  // [replica][unit microbatch] -> sample indices
+  int microbatches = 0;                                // per replica, after sub-microbatching (uniform plans)
+  int template_of(int replica) const {
+    int t = 0;
+    while (t + 1 < static_cast<int>(replica_base.size()) && replica_base[t + 1] <= replica) ++t;
+    return t;
+  }
+};
+
+UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, const IterationSchedule* it,
+                    const std::vector<std::vector<int>>& global_mbs, bool uniform) {
+  UnitLayout L;
+  for (const auto& name : unit.modules) {
+    const int mi = model.FindModule(name);
+    for (int l = 0; l < static_cast<int>(model.modules[mi].layers.size()); ++l) L.layers.push_back({mi, l});
+  }
+  int base = 0;
+  for (const auto& p : unit.pipelines) {
+    L.replica_base.push_back(base);
+    base += p.replicas;
+    std::vector<int> stage_of;
+    for (int s = 0; s < static_cast<int>(p.stages.size()); ++s) {
+      for (const auto& r : p.stages[s].layers) stage_of.insert(stage_of.end(), r.end - r.begin, s);
+    }
+    L.stage_of.push_back(std::move(stage_of));  // validated: stages hold the layers in order
+  }
+  const int D = unit.num_replicas();
+  L.samples.assign(D, {});
+  if (uniform) {
+    const int m = static_cast<int>(global_mbs.size());
+    std::vector<int> subs(m, 1);
+    if (it != nullptr && it->sub_microbatches.count(unit.name)) subs = it->sub_microbatches.at(unit.name);
+    for (int k = 0; k < m; ++k) {
+      auto slices = SplitEven(global_mbs[k], D);
+      for (int d = 0; d < D; ++d) {
+        for (auto& sub : SplitEven(slices[d], subs[k])) L.samples[d].push_back(std::move(sub));
+      }
+    }
+    L.submb_count = subs;
+    L.microbatches = std::accumulate(subs.begin(), subs.end(), 0);
+  } else {  // one unit, templates with different microbatch counts: replica-major slots
+    int slots = 0;
+    for (const auto& p : unit.pipelines) slots += p.replicas * p.microbatches;
+    const int per = static_cast<int>(plan.global_batch / slots);
+    int next = 0;
+    for (size_t t = 0; t < unit.pipelines.size(); ++t) {
+      for (int j = 0; j < unit.pipelines[t].replicas; ++j) {
+        for (int k = 0; k < unit.pipelines[t].microbatches; ++k, ++next) {
+          L.samples[L.replica_base[t] + j].push_back(Range(next * per, (next + 1) * per));
+        }
+      }
+    }
+  }
+  return L;
+}
+
+}  // namespace
+
+void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out) {
+  const bool uniform = UniformMicrobatches(plan);
+  const int m = plan.units[0].pipelines[0].microbatches;
+  const int num_units = static_cast<int>(plan.units.size());
+  std::vector<UnitLayout> layout;
+  for (const auto& unit : plan.units) layout.push_back(LayoutOf(model, plan, unit, it, global_mbs, uniform));
+
+  // Pipeline depth before and after each unit among same-phase chained units.
+  const auto inputs = UnitInputs(plan, model);
+  auto max_pp = [&](int u) {
+    int p = 0;
+    for (const auto& ps : plan.units[u].pipelines) p = std::max(p, ps.pp);
+    return p;
+  };
+  std::vector<int> before(num_units, 0), after(num_units, 0);
+  for (int u = 0; u < num_units; ++u) {  // units are in execution order of their modules
+    for (int b : inputs[u]) {
+      if (plan.units[b].phase == plan.units[u].phase) before[u] = std::max(before[u], before[b] + max_pp(b));
+    }
+  }
+  for (int u = num_units - 1; u >= 0; --u) {
+    for (int v = 0; v < num_units; ++v) {
+      if (std::find(inputs[v].begin(), inputs[v].end(), u) != inputs[v].end() &&
+          plan.units[v].phase == plan.units[u].phase) {
+        after[u] = std::max(after[u], after[v] + max_pp(v));
+      }
+    }
+  }
+
+  Schedule& sch = out.schedule;
+  sch.name = plan.strategy.empty() ? "plan" : plan.strategy;
+  sch.num_microbatches = 0;
+  out.replicas.assign(1, {});
+  auto& contents = out.replicas[0];
+  // stage_id[u][d][s], rank_id[u][d][r]
+  std::vector<std::vector<std::vector<int>>> stage_id(num_units), rank_id(num_units);
+  std::vector<std::vector<int>> group_ranks(out.num_groups);
+  for (int u = 0; u < num_units; ++u) {
+    const Unit& unit = plan.units[u];
+    const UnitLayout& L = layout[u];
+    const int D = unit.num_replicas();
+    stage_id[u].assign(D, {});
+    rank_id[u].assign(D, {});
+    int group = unit.first_group;
+    for (size_t t = 0; t < unit.pipelines.size(); ++t) {
+      const PipelineSpec& ps = unit.pipelines[t];
+      const int M = uniform ? L.microbatches : ps.microbatches;
+      const int depth = before[u] + ps.pp + after[u];
+      const Schedule tmpl = MakeSchedule(ps.schedule, depth, M, ps.vpp());
+      for (int j = 0; j < ps.replicas; ++j) {
+        const int d = L.replica_base[t] + j;
+        for (int r = 0; r < ps.pp; ++r, ++group) {
+          const int rank = sch.num_ranks++;
+          rank_id[u][d].push_back(rank);
+          group_ranks[group].push_back(rank);
+          out.ranks.push_back({u, static_cast<int>(t), j, r, group, unit.sm_fraction,
+                               fmt::format("{} p{} r{} pp{}", unit.name, t, j, r)});
+          sch.ranks.emplace_back();
+        }
+        for (int s = 0; s < static_cast<int>(ps.stages.size()); ++s) {
+          const int id = sch.num_stages();
+          stage_id[u][d].push_back(id);
+          sch.stage_rank.push_back(rank_id[u][d][ps.stages[s].rank]);
+          sch.stage_microbatches.push_back(M);
+          out.stages.push_back(StageOf(model, plan, u, static_cast<int>(t), d, ps.stages[s]));
+          contents.emplace_back();
+          for (int k = 0; k < M; ++k) {
+            MicrobatchWork mb;
+            for (int x : L.samples[d][k]) mb.pieces.push_back({x, -1});
+            contents.back().push_back(std::move(mb));
+          }
+          if (s > 0) sch.edges.push_back({id - 1, id, {}});
+        }
+        // Compute order: this replica's ranks are ranks before[u] .. of the template.
+        for (int r = 0; r < ps.pp; ++r) {
+          for (const Action& a : tmpl.ranks[before[u] + r]) {
+            if (!a.is_compute()) continue;
+            Action b = a;
+            // Template stage (chunk * depth + before + r) -> this pipeline's stage (chunk * pp + r).
+            const int chunk = a.stage / depth;
+            b.stage = stage_id[u][d][chunk * ps.pp + r];
+            sch.ranks[rank_id[u][d][r]].push_back(b);
+          }
+        }
+      }
+    }
+    sch.num_microbatches = std::max(sch.num_microbatches, uniform ? L.microbatches : m);
+  }
+
+  // Broker edges between units: producing replica d feeds consuming replica e
+  // when their shares of a global microbatch overlap.
+  for (int v = 0; v < num_units; ++v) {
+    for (int u : inputs[v]) {
+      const int Du = plan.units[u].num_replicas(), Dv = plan.units[v].num_replicas();
+      const auto& su = layout[u].submb_count;
+      const auto& sv = layout[v].submb_count;
+      // Consumer microbatch -> producer microbatch ranges: all producer
+      // sub-microbatches of global microbatch k go to the consumer's first one.
+      std::vector<int> first{0};
+      for (int k = 0; k < m; ++k) {
+        const int end = first.back() + su[k];
+        for (int x = 0; x < sv[k]; ++x) first.push_back(end);  // later sub-microbatches take none
+      }
+      // Stages holding the producing module's last layer and the consuming module's first.
+      std::set<std::pair<int, int>> stage_pairs;
+      for (const auto& cname : plan.units[v].modules) {
+        const int cm = model.FindModule(cname);
+        for (int pm : model.modules[cm].inputs) {
+          if (std::find(plan.units[u].modules.begin(), plan.units[u].modules.end(), model.modules[pm].name) ==
+              plan.units[u].modules.end()) {
+            continue;
+          }
+          auto flat_index = [&](int uu, int mi, bool last) {
+            const auto& ls = layout[uu].layers;
+            int idx = -1;
+            for (size_t i = 0; i < ls.size(); ++i) {
+              if (ls[i].first == mi && (idx < 0 || last)) idx = static_cast<int>(i);
+            }
+            return idx;
+          };
+          const int pl = flat_index(u, pm, true), cl = flat_index(v, cm, false);
+          for (int d = 0; d < Du; ++d) {
+            for (int e = 0; e < Dv; ++e) {
+              // Shares [d/Du, (d+1)/Du) and [e/Dv, (e+1)/Dv) overlap.
+              if (static_cast<int64_t>(d) * Dv >= static_cast<int64_t>(e + 1) * Du ||
+                  static_cast<int64_t>(e) * Du >= static_cast<int64_t>(d + 1) * Dv) {
+                continue;
+              }
+              const int ps = layout[u].stage_of[layout[u].template_of(d)][pl];
+              const int cs = layout[v].stage_of[layout[v].template_of(e)][cl];
+              stage_pairs.insert({stage_id[u][d][ps], stage_id[v][e][cs]});
+            }
+          }
+        }
+      }
+      for (auto [from, to] : stage_pairs) sch.edges.push_back({from, to, first});
+    }
+  }
+  sch.dag = true;
+
+  // Layer-wise gradient sync across a unit's replicas (and templates).
+  sch.sync_with.assign(sch.num_stages(), {});
+  for (int u = 0; u < num_units; ++u) {
+    const UnitLayout& L = layout[u];
+    const int D = plan.units[u].num_replicas();
+    if (D < 2) continue;
+    for (int d = 0; d < D; ++d) {
+      for (int e = 0; e < D; ++e) {
+        if (d == e) continue;
+        const int td = L.template_of(d), te = L.template_of(e);
+        std::set<std::pair<int, int>> pairs;
+        for (size_t i = 0; i < L.layers.size(); ++i) pairs.insert({L.stage_of[td][i], L.stage_of[te][i]});
+        for (auto [sd, se] : pairs) sch.sync_with[stage_id[u][d][sd]].push_back(stage_id[u][e][se]);
+      }
+    }
+  }
+  AddPointToPoint(sch);
+
+  // Barriers between temporal phases sharing a group.
+  auto first_of = [&](int rank, bool forward) {
+    const auto& acts = sch.ranks[rank];
+    for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
+      const bool f = acts[i].kind == ActionKind::kForward;
+      const bool b = acts[i].kind == ActionKind::kBackward || acts[i].kind == ActionKind::kBackwardData;
+      if ((forward && f) || (!forward && b)) return i;
+    }
+    return -1;
+  };
+  auto last_of = [&](int rank, bool forward) {
+    const auto& acts = sch.ranks[rank];
+    for (int i = static_cast<int>(acts.size()) - 1; i >= 0; --i) {
+      const bool f = acts[i].kind == ActionKind::kForward;
+      const bool b = acts[i].is_compute() && !f;
+      if ((forward && f) || (!forward && b)) return i;
+    }
+    return -1;
+  };
+  for (int g = 0; g < out.num_groups; ++g) {
+    for (int a : group_ranks[g]) {
+      for (int b : group_ranks[g]) {
+        const Unit& ua = plan.units[out.ranks[a].unit];
+        const Unit& ub = plan.units[out.ranks[b].unit];
+        if (ua.phase >= ub.phase) continue;
+        sch.extra_deps.push_back({b, first_of(b, true), a, last_of(a, true)});
+        sch.extra_deps.push_back({a, first_of(a, false), b, last_of(b, false)});
+      }
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,177 @@
+#include "loom/sim/price_execution.h"
+
+#include <algorithm>
+#include <map>
+
+#include "loom/cost/collectives.h"
+#include "loom/cost/memory.h"
+#include "loom/plan/compile_plan.h"
+
+namespace loom {
+
+namespace {
+
+// CountModuleTokens of a microbatch's pieces, memoized: a pipeline's stages
+// share their microbatches' contents.
+class TokenCache {
+ public:
+  TokenCache(const Model& model, const Batch& batch) : model_(model), batch_(batch) {}
+  const std::vector<TokenStats>& Of(const std::vector<SamplePiece>& pieces) {
+    std::vector<std::pair<int, int>> key;
+    key.reserve(pieces.size());
+    for (const auto& p : pieces) key.push_back({p.sample, p.item});
+    auto found = cache_.find(key);
+    if (found != cache_.end()) return found->second;
+    std::vector<Sample> samples;
+    samples.reserve(pieces.size());
+    for (const auto& p : pieces) samples.push_back(PieceSample(batch_, p));
+    return cache_.emplace(std::move(key), CountModuleTokens(model_, samples)).first->second;
+  }
+
+ private:
+  const Model& model_;
+  const Batch& batch_;
+  std::map<std::vector<std::pair<int, int>>, std::vector<TokenStats>> cache_;
+};
+
+// Adds one replica's costs: a replica whose stage costs equal an earlier one's
+// only raises that one's weight.
+void AddReplica(ExecutionCosts& out, PipelineCosts costs, std::map<std::vector<double>, int>& seen) {
+  std::vector<double> signature;
+  for (const auto& stage : costs.stage) {
+    for (const StageCost& sc : stage) {
+      signature.insert(signature.end(),
+                       {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes, sc.send_bytes});
+    }
+  }
+  auto [pos, inserted] = seen.emplace(std::move(signature), static_cast<int>(out.replicas.size()));
+  if (inserted) {
+    out.replicas.push_back(std::move(costs));
+    out.replica_weight.push_back(1);
+  } else {
+    ++out.replica_weight[pos->second];
+  }
+}
+
+}  // namespace
+
+StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
+  StageParams p;
+  for (const auto& r : stage.layers) {
+    const Module& m = model.modules[model.FindModule(r.module)];
+    const bool split = SplitsOverTensorParallel(m, stage.tp);
+    for (int li = r.begin; li < r.end; ++li) {
+      const Layer& l = m.layers[li];
+      const double params = static_cast<double>(LayerParams(l)) / (split ? stage.tp : 1);
+      (l.frozen ? p.frozen : p.trainable) += params;
+      if (!split && !l.frozen) p.replicated += params;
+    }
+  }
+  return p;
+}
+
+// TP-split weights sync over the D replicas x the group members sharing
+// sequences x CP (TP ranks stride apart), replicated weights over every GPU of
+// the replicas. ZeRO-3 reduce-scatters inside each layer instead (layer_pricing.h).
+double GradSyncTime_s(const StageParams& params, const ExecStage& st, int group_gpus, const Cluster& c) {
+  if (st.zero_stage == 3) return 0;
+  return GroupAllReduceTime_s(2 * (params.trainable - params.replicated), st.dp * st.seq_share * st.cp, st.tp, c) +
+         GroupAllReduceTime_s(2 * params.replicated, st.dp * group_gpus, 1, c);
+}
+
+StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
+                     const std::vector<Recompute>& layer_recompute,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, double* flops,
+                     std::vector<std::array<LayerTimes, 3>>* options) {
+  StageCost sc;
+  int layer = 0, last_module = -1, last_layer = -1;
+  for (const auto& r : st.layers) {
+    const int mi = model.FindModule(r.module);
+    const Module& mod = model.modules[mi];
+    LayerParallelism par;
+    par.tp = st.tp;
+    par.cp = st.cp;
+    par.split = SplitsOverTensorParallel(mod, st.tp);
+    par.fsdp = st.zero_stage == 3;
+    par.fsdp_ranks = st.dp * group_gpus / st.tp;
+    const TokenStats t = ShareOfSequences(tokens[mi], st.seq_share);
+    for (int li = r.begin; li < r.end; ++li, ++layer) {
+      par.recompute = layer_recompute.empty() ? st.recompute : layer_recompute[layer];
+      const LayerTimes lt = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
+      sc.forward_s += lt.forward_s / st.sm_fraction;
+      sc.backward_data_s += lt.backward_data_s / st.sm_fraction;
+      sc.backward_weight_s += lt.backward_weight_s / st.sm_fraction;
+      sc.activation_bytes += lt.activation_bytes;
+      sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
+      if (flops != nullptr) *flops += lt.flops;
+      if (options != nullptr) {
+        auto& choices = options->emplace_back();
+        for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+          par.recompute = rc;
+          choices[static_cast<int>(rc)] = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
+        }
+      }
+      last_module = mi;
+      last_layer = li;
+    }
+  }
+  sc.send_bytes = kActivationElemBytes * tokens[last_module].tokens / (st.cp * st.seq_share) *
+                  OutWidth(model.modules[last_module].layers[last_layer]);
+  return sc;
+}
+
+ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& c, const Batch& batch,
+                              LayerOptions* options) {
+  const Schedule& sch = exec.schedule;
+  const int S = sch.num_stages();
+  const auto needs = ComputeBackwardNeeds(model);
+  TokenCache cache(model, batch);
+  ExecutionCosts out;
+  std::vector<double> module_tokens(model.modules.size(), 0.0);
+  if (options != nullptr) options->at.assign(S, {});
+
+  // Static memory and gradient sync per stage (the same for every replica).
+  std::vector<double> static_bytes(sch.num_ranks, 0.0), grad_sync_s(S, 0.0);
+  for (int s = 0; s < S; ++s) {
+    const ExecStage& st = exec.stages[s];
+    const StageParams sp = StageParamsOf(model, st);
+    static_bytes[sch.stage_rank[s]] += ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp,
+                                                  st.zero_stage).total();
+    grad_sync_s[s] = GradSyncTime_s(sp, st, exec.group_gpus, c);
+  }
+
+  std::map<std::vector<double>, int> seen;
+  for (size_t d = 0; d < exec.replicas.size(); ++d) {
+    PipelineCosts pc;
+    pc.p2p = c.LinkForSpan(2 * exec.group_gpus);
+    pc.static_bytes = static_bytes;
+    pc.grad_sync_s = grad_sync_s;
+    pc.stage.assign(S, {});
+    for (int s = 0; s < S; ++s) {
+      const ExecStage& st = exec.stages[s];
+      const bool want_options = options != nullptr && d == 0;
+      if (want_options) options->at[s].assign(exec.replicas[d][s].size(), {});
+      for (size_t j = 0; j < exec.replicas[d][s].size(); ++j) {
+        const MicrobatchWork& mb = exec.replicas[d][s][j];
+        const auto& tokens = cache.Of(mb.pieces);
+        double flops = 0;
+        pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.group_gpus, &flops,
+                                         want_options ? &options->at[s][j] : nullptr));
+        out.model_flops += flops * exec.group_gpus;
+        for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
+          if (r.begin == 0) module_tokens[model.FindModule(r.module)] += tokens[model.FindModule(r.module)].tokens;
+        }
+      }
+    }
+    if (exec.replicated) {
+      AddReplica(out, std::move(pc), seen);
+    } else {
+      out.replicas.push_back(std::move(pc));
+      out.replica_weight.push_back(1);
+    }
+  }
+  out.tokens = module_tokens.empty() ? 0 : *std::max_element(module_tokens.begin(), module_tokens.end());
+  return out;
+}
+
+}  // namespace loom

@@ -1,0 +1,61 @@
+// Prices an ExecutionPlan under the cluster's CostModel: for every replica, the
+// time and memory of every (stage, microbatch) from the tokens its sample
+// pieces put through the stage's layers, every rank's resident model state,
+// every stage's gradient-sync time. The one place stage prices are made:
+// simulation (sim/plan_run.h) and strategies that predict per-sample stage
+// times (MMScale's reordering) both call it. Pure function of its inputs.
+#pragma once
+
+#include <array>
+#include <vector>
+
+#include "loom/cost/frozen.h"
+#include "loom/cost/layer_pricing.h"
+#include "loom/cost/token_stats.h"
+#include "loom/data/sample.h"
+#include "loom/plan/execution_plan.h"
+#include "loom/sim/pipeline_costs.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+
+namespace loom {
+
+struct ExecutionCosts {
+  // One entry per distinct replica: a `replicated` plan's replicas whose costs
+  // equal an earlier one's only raise its weight; otherwise one entry.
+  std::vector<PipelineCosts> replicas;
+  std::vector<int> replica_weight;  // data-parallel replicas each entry stands for
+  double model_flops = 0;           // useful FLOPs of the iteration, every GPU
+  double tokens = 0;                // the busiest module's tokens this iteration
+};
+
+// Per (stage, microbatch) of replica 0, each layer's price under the three
+// recomputation choices, indexed by Recompute. For PipeWeaver's layer tuning.
+struct LayerOptions {
+  std::vector<std::vector<std::vector<std::array<LayerTimes, 3>>>> at;  // [stage][mb][layer in stage][choice]
+};
+
+// REQUIRES: ValidateExecution(exec) holds and `batch` is the batch it was compiled for.
+ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& cluster,
+                              const Batch& batch, LayerOptions* options = nullptr);
+
+// One stage on one microbatch whose per-module tokens are `tokens`
+// (CountModuleTokens), with per-layer recomputation `layer_recompute` (empty:
+// the stage's). `flops`, when not null, receives the useful FLOPs of one GPU.
+StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage& stage,
+                     const std::vector<TokenStats>& tokens, const std::vector<Recompute>& layer_recompute,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, double* flops = nullptr,
+                     std::vector<std::array<LayerTimes, 3>>* options = nullptr);
+
+// Parameters per GPU of one stage: trainable, frozen, and the trainable ones
+// replicated over the TP group (modules whose heads do not divide).
+struct StageParams {
+  double trainable = 0, frozen = 0, replicated = 0;
+};
+StageParams StageParamsOf(const Model& model, const ExecStage& stage);
+
+// Data-parallel gradient sync of one stage's trainable weights, in bf16, over
+// its unit's replicas.
+double GradSyncTime_s(const StageParams& params, const ExecStage& stage, int group_gpus, const Cluster& cluster);
+
+}  // namespace loom
