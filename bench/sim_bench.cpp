@@ -7,14 +7,17 @@
 
 #include "loom/data/sample_source.h"
 #include "loom/pipeline/schedules.h"
-#include "loom/sim/megatron_layout.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/sim/price_execution.h"
+#include "loom/strategies/baselines/megatron_config.h"
 #include "loom/sim/simulator.h"
 
 namespace loom {
 namespace {
 
 struct VlmXl {
-  MegatronSimulation sim;
+  ExecutionPlan exec;
+  ExecutionCosts costs;
   static const VlmXl& Get() {
     static const VlmXl* x = [] {
       auto* v = new VlmXl;
@@ -28,7 +31,10 @@ struct VlmXl {
       cfg.dp = 128;
       cfg.microbatches = 64;
       cfg.recompute = Recompute::kFull;
-      v->sim = BuildMegatronSimulation(m, c, w, cfg, DrawBatch(w, 0));
+      const Batch batch = DrawBatch(w, 0);
+      StrategyContext ctx{m, c, w, batch, {}};
+      v->exec = CompilePlan(m, c, w, MegatronConfigPlan(ctx, cfg), batch);
+      v->costs = PriceExecution(v->exec, m, c, batch);
       return v;
     }();
     return *x;
@@ -38,12 +44,12 @@ struct VlmXl {
 // Replicas that do identical work: one replica stands for all 128 (spatial reuse).
 void BM_VlmXlIdenticalReplicas(benchmark::State& state) {
   const auto& x = VlmXl::Get();
-  std::vector<PipelineCosts> one = {x.sim.replicas[0]};
+  std::vector<PipelineCosts> one = {x.costs.replicas[0]};
   SimOptions o;
   o.record_intervals = false;
   int64_t events = 0;
   for (auto _ : state) {
-    Simulator s(x.sim.schedule, one, o);
+    Simulator s(x.exec.schedule, one, o);
     events += s.result().events;
     benchmark::DoNotOptimize(s.iteration_time_s());
   }
@@ -59,11 +65,11 @@ void BM_VlmXlDistinctReplicas(benchmark::State& state) {
   o.record_intervals = false;
   int64_t events = 0;
   for (auto _ : state) {
-    Simulator s(x.sim.schedule, x.sim.replicas, o);
+    Simulator s(x.exec.schedule, x.costs.replicas, o);
     events += s.result().events;
     benchmark::DoNotOptimize(s.iteration_time_s());
   }
-  state.counters["replicas"] = static_cast<double>(x.sim.replicas.size());
+  state.counters["replicas"] = static_cast<double>(x.costs.replicas.size());
   state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_VlmXlDistinctReplicas)->Unit(benchmark::kMillisecond);
@@ -75,7 +81,7 @@ void BM_ResimulateIncremental(benchmark::State& state) {
   const auto& x = VlmXl::Get();
   SimOptions o;
   o.record_intervals = false;
-  Simulator s(x.sim.schedule, {x.sim.replicas[0]}, o);
+  Simulator s(x.exec.schedule, {x.costs.replicas[0]}, o);
   const int a = static_cast<int>(state.range(0));
   for (auto _ : state) {
     s.SwapMicrobatches(0, a, a + 1);
@@ -89,7 +95,7 @@ void BM_ResimulateFull(benchmark::State& state) {
   const auto& x = VlmXl::Get();
   SimOptions o;
   o.record_intervals = false;
-  Simulator s(x.sim.schedule, {x.sim.replicas[0]}, o);
+  Simulator s(x.exec.schedule, {x.costs.replicas[0]}, o);
   for (auto _ : state) {
     s.SwapMicrobatches(0, 62, 63);
     s.SimulateFromScratch();

@@ -18,7 +18,7 @@
 #include "loom/strategies/strategy.h"
 #include "loom/report/table.h"
 #include "loom/sim/chrome_trace.h"
-#include "loom/sim/megatron_run.h"
+#include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -257,9 +257,9 @@ int main(int argc, char** argv) {
       loom::Model model = loom::LoadModel(sim_model);
       std::optional<loom::Workload> w = sim_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
-      loom::MegatronRun run = loom::RunMegatron(model, loom::LoadCluster(sim_cluster), workload, cfg);
+      loom::PlanRun run = loom::SimulateConfig(model, loom::LoadCluster(sim_cluster), workload, cfg);
       if (!trace_path.empty()) {
-        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.sim.schedule, run.gpu_names));
+        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
       }
       const auto& m = run.metrics;
       if (sim_json) {
@@ -268,7 +268,9 @@ int main(int argc, char** argv) {
                             {"throughput_samples_per_s", m.throughput_samples_per_s}};
         std::cout << j.dump(2) << "\n";
       } else {
-        std::cout << loom::FormatMegatronRun(run, model, workload, cfg);
+        std::cout << loom::FormatPlanRun(run, model, workload,
+                                         fmt::format("tp {} pp {} dp {} cp {} vpp {}, {} microbatches", cfg.tp,
+                                                     cfg.pp, cfg.dp, cfg.cp, cfg.vpp, cfg.microbatches));
       }
     }
   } catch (const loom::Error& e) {

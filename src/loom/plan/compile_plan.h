@@ -26,6 +26,10 @@ namespace loom {
 ExecutionPlan CompilePlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                           const Batch& batch, const IterationSchedule* iteration = nullptr);
 
+// Stage `spec` of template `pipeline` of unit `unit`, run by the unit's replica
+// `replica`: every field but dp_group (CompilePlan assigns groups).
+ExecStage StageOf(const Model& model, const Plan& plan, int unit, int pipeline, int replica, const StageSpec& spec);
+
 // What microbatch pieces stand for: the whole sample, or one item of it.
 Sample PieceSample(const Batch& batch, const SamplePiece& piece);
 // Images + videos + audios of a sample (the items it can be split into).

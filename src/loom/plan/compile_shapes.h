@@ -10,9 +10,6 @@
 
 namespace loom {
 
-// Stage fields every shape fills alike from its unit.
-ExecStage StageOf(const Model& model, const Plan& plan, int unit, int pipeline, int replica, const StageSpec& spec);
-
 void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedule* it,
                      const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out);
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,

@@ -6,19 +6,15 @@
 
 namespace loom {
 
-std::string FormatMegatronRun(const MegatronRun& run, const Model& model, const Workload& workload,
-                              const ParallelConfig& cfg) {
-  const auto& sim = run.sim;
-  std::string out = fmt::format(
-      "{} on {} GPUs, workload {} (global batch {}): tp {} pp {} dp {} cp {} vpp {}, {} microbatches of {} "
-      "sample(s), {} schedule, {} DP replica(s) simulated\n\n",
-      model.name, sim.num_gpus, workload.name, workload.global_batch, cfg.tp, cfg.pp, cfg.dp, cfg.cp, cfg.vpp,
-      cfg.microbatches, workload.global_batch / (static_cast<int64_t>(cfg.dp) * cfg.microbatches), sim.schedule.name,
-      sim.replicas.size());
+std::string FormatPlanRun(const PlanRun& run, const Model& model, const Workload& workload, const std::string& header) {
+  const Schedule& sch = run.exec.schedule;
+  std::string out = fmt::format("{}, workload {} (global batch {}): {}, {} schedule, {} distinct replica(s) simulated\n\n",
+                                model.name, workload.name, workload.global_batch, header, sch.name,
+                                run.costs.replicas.size());
   TextTable stages({"stage", "rank", "layers", "fwd ms/mb", "bwd ms/mb", "activations/mb", "rank idle",
                     "rank peak mem"});
-  const auto& costs = sim.replicas[0];
-  for (int v = 0; v < sim.schedule.num_stages(); ++v) {
+  const auto& costs = run.costs.replicas[0];
+  for (int v = 0; v < sch.num_stages(); ++v) {
     double f = 0, b = 0, act = 0;
     for (const auto& c : costs.stage[v]) {
       f += c.forward_s;
@@ -26,8 +22,8 @@ std::string FormatMegatronRun(const MegatronRun& run, const Model& model, const 
       act += c.activation_bytes;
     }
     const double m = static_cast<double>(costs.stage[v].size());
-    int rank = sim.schedule.stage_rank[v];
-    stages.AddRow({fmt::format("{}", v), fmt::format("{}", rank), run.stage_labels[v],
+    const int rank = sch.stage_rank[v];
+    stages.AddRow({fmt::format("{}", v), run.exec.ranks[rank].name, run.exec.stages[v].label,
                    fmt::format("{:.2f}", f / m * 1e3), fmt::format("{:.2f}", b / m * 1e3), HumanBytes(act / m),
                    fmt::format("{:.1f}%", 100 * run.result.bubble_ratio_of(rank)),
                    HumanBytes(run.result.peak_mem_bytes[rank])});

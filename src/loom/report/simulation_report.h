@@ -4,11 +4,14 @@
 
 #include <string>
 
-#include "loom/sim/megatron_run.h"
+#include "loom/plan/plan.h"
+#include "loom/sim/plan_run.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
 
 namespace loom {
 
-std::string FormatMegatronRun(const MegatronRun& run, const Model& model, const Workload& workload,
-                              const ParallelConfig& config);
+// `header` says what was simulated ("tp 4 pp 2 dp 1 ...", or the plan file).
+std::string FormatPlanRun(const PlanRun& run, const Model& model, const Workload& workload, const std::string& header);
 
 }  // namespace loom

@@ -9,8 +9,9 @@
 #include "loom/cost/frozen.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
-#include "loom/cost/layer_pricing.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/sim/plan_run.h"
+#include "loom/sim/price_execution.h"
 #include "loom/strategies/mmscale/inter_reorder.h"
 #include "loom/strategies/mmscale/intra_reorder.h"
 
@@ -27,27 +28,16 @@ struct StageTime {
 std::vector<std::vector<StageTime>> SampleStageTimes(const Model& model, const Cluster& c, const Plan& plan, int u,
                                                      const Batch& batch,
                                                      const std::vector<std::vector<BackwardNeeds>>& needs) {
-  const Unit& unit = plan.units[u];
-  const PipelineSpec& ps = unit.pipelines[0];
-  const int share = plan.group_gpus / (unit.tp * unit.cp);
+  const PipelineSpec& ps = plan.units[u].pipelines[0];
+  std::vector<ExecStage> stages;
+  for (const auto& spec : ps.stages) stages.push_back(StageOf(model, plan, u, 0, 0, spec));
   std::vector<std::vector<StageTime>> out(batch.samples.size(), std::vector<StageTime>(ps.stages.size()));
   for (size_t s = 0; s < batch.samples.size(); ++s) {
     const auto tokens = CountModuleTokens(model, batch.samples[s]);
-    for (size_t st = 0; st < ps.stages.size(); ++st) {
-      for (const auto& r : ps.stages[st].layers) {
-        const int mi = model.FindModule(r.module);
-        for (int li = r.begin; li < r.end; ++li) {
-          LayerParallelism par;
-          par.tp = unit.tp;
-          par.cp = unit.cp;
-          par.split = SplitsOverTensorParallel(model.modules[mi], unit.tp);
-          par.recompute = unit.recompute;
-          const LayerTimes t =
-              PriceLayer(model.modules[mi].layers[li], ShareOfSequences(tokens[mi], share), needs[mi][li], c, par);
-          out[s][st].forward_s += t.forward_s / unit.sm_fraction;
-          out[s][st].backward_s += (t.backward_data_s + t.backward_weight_s) / unit.sm_fraction;
-        }
-      }
+    for (size_t st = 0; st < stages.size(); ++st) {
+      const StageCost sc = PriceStage(model, c, stages[st], tokens, {}, needs, plan.group_gpus);
+      out[s][st].forward_s = sc.forward_s;
+      out[s][st].backward_s = sc.backward_data_s + sc.backward_weight_s;
     }
   }
   return out;

@@ -4,7 +4,8 @@
 #include <gtest/gtest.h>
 
 #include "loom/cost/device_time.h"
-#include "loom/sim/megatron_run.h"
+#include "loom/cost/layer_pricing.h"
+#include "loom/strategies/baselines/megatron_config.h"
 #include "loom/spec/zoo.h"
 #include "test_util.h"
 
@@ -22,10 +23,10 @@ TEST(MegatronLayout, UniformTextModelStaysWithinTheOneFOneBBounds) {
   ParallelConfig cfg;
   cfg.pp = 4;
   cfg.microbatches = 8;
-  MegatronRun run = RunMegatron(m, c, w, cfg);
-  ASSERT_EQ(run.sim.replicas.size(), 1u);
+  PlanRun run = SimulateConfig(m, c, w, cfg);
+  ASSERT_EQ(run.costs.replicas.size(), 1u);
   double slowest = 0;
-  for (const auto& st : run.sim.replicas[0].stage) {
+  for (const auto& st : run.costs.replicas[0].stage) {
     slowest = std::max(slowest, st[0].forward_s + st[0].backward_data_s + st[0].backward_weight_s);
   }
   // Lower bound: the slowest stage runs m microbatches; upper bound adds the
@@ -46,8 +47,8 @@ TEST(MegatronLayout, PeakMemoryIsStaticPlusInFlightActivations) {
     cfg.pp = 2;
     cfg.microbatches = 6;
     cfg.schedule = schedule;
-    MegatronRun run = RunMegatron(m, c, w, cfg);
-    const auto& costs = run.sim.replicas[0];
+    PlanRun run = SimulateConfig(m, c, w, cfg);
+    const auto& costs = run.costs.replicas[0];
     double act = costs.stage[0][0].activation_bytes;
     int in_flight = std::string(schedule) == "gpipe" ? 6 : 2;
     EXPECT_NEAR(run.result.peak_mem_bytes[0], costs.static_bytes[0] + in_flight * act, 1.0) << schedule;
@@ -66,11 +67,11 @@ TEST(MegatronLayout, FrozenEncodersKeepNoActivationsAndNoGradients) {
   ParallelConfig cfg;
   cfg.pp = 8;
   cfg.microbatches = 2;
-  MegatronRun run = RunMegatron(m, c, w, cfg);
+  PlanRun run = SimulateConfig(m, c, w, cfg);
   int encoder_only = 0, llm_only = 0;
   for (int v = 0; v < 8; ++v) {
-    const std::string& label = run.stage_labels[v];
-    const StageCost& sc = run.sim.replicas[0].stage[v][0];
+    const std::string& label = run.exec.stages[v].label;
+    const StageCost& sc = run.costs.replicas[0].stage[v][0];
     bool encoders = label.find("projector") == std::string::npos && label.find("llm") == std::string::npos;
     bool llm = label.rfind("llm", 0) == 0 && label.find('+') == std::string::npos;
     if (encoders) {
@@ -78,7 +79,7 @@ TEST(MegatronLayout, FrozenEncodersKeepNoActivationsAndNoGradients) {
       EXPECT_EQ(sc.backward_data_s, 0.0) << label;
       EXPECT_EQ(sc.backward_weight_s, 0.0) << label;
       EXPECT_EQ(sc.activation_bytes, 0.0) << label;
-      EXPECT_EQ(run.sim.replicas[0].grad_sync_s[v], 0.0) << label;
+      EXPECT_EQ(run.costs.replicas[0].grad_sync_s[v], 0.0) << label;
     }
     if (llm) {
       ++llm_only;
@@ -112,7 +113,7 @@ TEST(MegatronLayout, EveryZooModelSimulatesOrSaysItDoesNotFit) {
     cfg.recompute = Recompute::kFull;
     Workload w = SmallWorkloadFor(m);
     try {
-      MegatronRun run = RunMegatron(m, c, w, cfg);
+      PlanRun run = SimulateConfig(m, c, w, cfg);
       EXPECT_GT(run.metrics.mfu, 0.0);
       EXPECT_LT(run.metrics.mfu, 1.0);
       EXPECT_GE(run.metrics.bubble_ratio, 0.0);
@@ -147,7 +148,7 @@ TEST(MegatronLayout, ConfigurationErrorsNameTheFactors) {
   cfg.dp = 1;
   cfg.pp = 2;
   cfg.tp = 16;
-  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:4x8"), w); }, {"tp (16) must divide the 8 GPUs of a node"});
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:4x8"), w); }, {"tp (16) x cp (1) must divide the 8 GPUs of a node"});
   cfg.tp = 8;
   cfg.pp = 1;
   cfg.dp = 1;
