@@ -101,3 +101,44 @@ TEST(PlanCli, BadInputExitsTwo) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Issue 13: `loom plan --json` writes every simulated batch with its schedule,
+// and `loom simulate --plan` replays exactly those batches with exactly those
+// schedules: the same iteration times, bit for bit (the JSON round-trips doubles).
+TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
+  const std::string json = test::WriteTemp("replay.json", "");
+  const std::string common = "--model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16";
+  auto [code, out] = LoomCli("plan " + common + " --iterations 3 --strategy megatron,mmscale,pipeweaver "
+                             "--schedule-budget 0.05 --json " + json);
+  ASSERT_EQ(code, 0) << out;
+  const auto j = nlohmann::json::parse(Slurp(json));
+  for (const auto& s : j["strategies"]) {
+    const std::string name = s["name"];
+    SCOPED_TRACE(name);
+    ASSERT_EQ(s["batches"].size(), 3u);
+    for (const auto& b : s["batches"]) EXPECT_EQ(b.contains("schedule"), name != "megatron");
+    auto [rc, rout] = LoomCli("simulate " + common + " --json --plan " + json + " --strategy " + name);
+    ASSERT_EQ(rc, 0) << rout;
+    const auto r = nlohmann::json::parse(rout);
+    ASSERT_EQ(r["batches"].size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(r["batches"][i]["iteration"], s["batches"][i]["iteration"]);
+      EXPECT_EQ(r["batches"][i]["iteration_time_s"].get<double>(), s["batches"][i]["iteration_time_s"].get<double>());
+    }
+    EXPECT_DOUBLE_EQ(r["iteration_time_s"].get<double>(), s["iteration_time_s"].get<double>());
+  }
+  // A plan replayed on another workload, or a strategy the file lacks, is an error naming it.
+  auto [rc1, out1] = LoomCli("simulate --model vlm-s --cluster h800:2x8 --workload text --global-batch 16 --plan " +
+                             json + " --strategy megatron");
+  EXPECT_EQ(rc1, 2);
+  EXPECT_NE(out1.find("made for workload 'obelics'"), std::string::npos) << out1;
+  auto [rc2, out2] = LoomCli("simulate " + common + " --plan " + json + " --strategy fsdp");
+  EXPECT_EQ(rc2, 2);
+  EXPECT_NE(out2.find("no strategy named 'fsdp'"), std::string::npos) << out2;
+}
+
+}  // namespace
+}  // namespace loom

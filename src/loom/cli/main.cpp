@@ -18,6 +18,7 @@
 #include "loom/strategies/strategy.h"
 #include "loom/report/table.h"
 #include "loom/sim/chrome_trace.h"
+#include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
 #include "loom/spec/cluster.h"
@@ -153,8 +154,11 @@ int main(int argc, char** argv) {
   plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");
   plan->add_option("--export", plan_export, "print launch arguments for a framework: megatron")
       ->check(CLI::IsMember({"megatron"}));
-  std::string sim_plan;
-  simulate->add_option("--plan", sim_plan, "simulate a plan JSON file (from `loom plan --json`) instead of flags");
+  std::string sim_plan, sim_strategy;
+  simulate->add_option("--plan", sim_plan,
+                       "simulate a plan JSON file instead of flags; a `loom plan --json` output replays every batch "
+                       "it was measured on, with its per-batch schedules");
+  simulate->add_option("--strategy", sim_strategy, "with --plan: the strategy whose plan to take (default: the best)");
 
   try {
     app.parse(argc, argv);
@@ -235,21 +239,51 @@ int main(int argc, char** argv) {
       loom::Cluster cluster = loom::LoadCluster(sim_cluster);
       std::optional<loom::Workload> w = sim_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
-      loom::Plan p = loom::LoadPlan(sim_plan);
-      loom::PlanRun run = loom::RunPlan(model, cluster, workload, p, loom::DrawBatch(workload, 0));
-      loom::CheckFits(run, sim_plan);
-      if (!trace_path.empty()) {
-        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
+      loom::PlanFile file = loom::LoadPlanFile(sim_plan, sim_strategy);
+      const loom::Plan& p = file.plan;
+      if (!p.workload.empty() && p.workload != workload.name) {
+        throw loom::Error(fmt::format("{}: the plan was made for workload '{}', not '{}'; pass --workload {}", sim_plan,
+                                      p.workload, workload.name, p.workload));
       }
-      const auto& m = run.metrics;
-      nlohmann::json j = {{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu},
+      if (file.batches.empty()) file.batches.push_back({0, std::nullopt, 0.0});
+      nlohmann::json batches = nlohmann::json::array();
+      std::string lines;
+      double sum_s = 0;
+      loom::PlanRun first;
+      for (size_t b = 0; b < file.batches.size(); ++b) {
+        const loom::RecordedBatch& rb = file.batches[b];
+        loom::SimOptions opt;
+        opt.record_intervals = b == 0;
+        loom::PlanRun run = loom::ReplayBatch(model, cluster, workload, p, loom::DrawBatch(workload, rb.iteration),
+                                              rb.schedule ? &*rb.schedule : nullptr, opt);
+        loom::CheckFits(run, fmt::format("{} batch {}", sim_plan, rb.iteration));
+        const double t = run.metrics.iteration_time_s;
+        sum_s += t;
+        nlohmann::json jb = {{"iteration", rb.iteration}, {"iteration_time_s", t}};
+        if (rb.iteration_time_s > 0) jb["recorded_iteration_time_s"] = rb.iteration_time_s;
+        batches.push_back(std::move(jb));
+        lines += fmt::format("  batch {}{}: {:.3f} s", rb.iteration, rb.schedule ? " (its schedule)" : "", t);
+        if (rb.iteration_time_s > 0) {
+          lines += t == rb.iteration_time_s ? fmt::format(" (recorded {:.3f} s, equal)", rb.iteration_time_s)
+                                            : fmt::format(" (recorded {:.3f} s, DIFFERS)", rb.iteration_time_s);
+        }
+        lines += "\n";
+        if (b == 0) first = std::move(run);
+      }
+      if (!trace_path.empty()) {
+        loom::WriteChromeTrace(trace_path, loom::ChromeTrace(first.result, first.exec.schedule, RankNames(first)));
+      }
+      const auto& m = first.metrics;
+      const double mean_s = sum_s / static_cast<double>(file.batches.size());
+      nlohmann::json j = {{"iteration_time_s", mean_s}, {"mfu", m.mfu},
                           {"bubble_ratio", m.bubble_ratio}, {"peak_mem_bytes", m.peak_mem_bytes},
-                          {"throughput_samples_per_s", m.throughput_samples_per_s}};
+                          {"throughput_samples_per_s", m.throughput_samples_per_s}, {"batches", batches}};
       std::cout << (sim_json ? j.dump(2) + "\n"
-                             : fmt::format("plan {} ({}): {:.3f} s per iteration, MFU {:.1f}%, bubble {:.1f}%, peak "
-                                           "{} per GPU\n",
-                                           sim_plan, p.strategy, m.iteration_time_s, 100 * m.mfu,
-                                           100 * m.bubble_ratio, loom::HumanBytes(m.peak_mem_bytes)));
+                             : fmt::format("plan {} ({}): {:.3f} s per iteration over {} batch(es); batch {}: MFU "
+                                           "{:.1f}%, bubble {:.1f}%, peak {} per GPU\n{}",
+                                           sim_plan, p.strategy, mean_s, file.batches.size(),
+                                           file.batches[0].iteration, 100 * m.mfu, 100 * m.bubble_ratio,
+                                           loom::HumanBytes(m.peak_mem_bytes), lines));
     } else if (app.got_subcommand("simulate")) {
       cfg.recompute = recompute == "full"        ? loom::Recompute::kFull
                       : recompute == "selective" ? loom::Recompute::kSelective

@@ -211,7 +211,9 @@ Plan PlanFromJson(const json& j, const std::string& file) {
   return p;
 }
 
-Plan LoadPlan(const std::string& path) {
+Plan LoadPlan(const std::string& path) { return LoadPlanFile(path).plan; }
+
+PlanFile LoadPlanFile(const std::string& path, const std::string& strategy) {
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("{}: cannot open plan file", path));
   std::stringstream text;
@@ -222,14 +224,40 @@ Plan LoadPlan(const std::string& path) {
   } catch (const json::parse_error& e) {
     throw Error(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
   }
-  // A `loom plan --json` output: take the best strategy's plan.
+  // A `loom plan --json` output: take the named (or the best) strategy's plan and batches.
   if (j.is_object() && j.contains("strategies") && j.contains("best")) {
-    for (const auto& s : j.at("strategies")) {
-      if (s.value("name", "") == j.at("best") && s.contains("plan")) return PlanFromJson(s.at("plan"), path);
+    const std::string want = strategy.empty() && j.at("best").is_string() ? j.at("best").get<std::string>() : strategy;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < j.at("strategies").size(); ++i) {
+      const json& s = j.at("strategies")[i];
+      if (!s.contains("plan")) continue;
+      names.push_back(s.value("name", ""));
+      if (s.value("name", "") != want) continue;
+      PlanFile out;
+      out.plan = PlanFromJson(s.at("plan"), path);
+      if (s.contains("batches")) {
+        const json& bs = s.at("batches");
+        if (!bs.is_array()) throw Error(fmt::format("{}: strategies[{}].batches: must be an array", path, i));
+        for (size_t b = 0; b < bs.size(); ++b) {
+          Reader r(bs[b], path, fmt::format("strategies[{}].batches[{}]", i, b),
+                   {"iteration", "iteration_time_s", "schedule"});
+          RecordedBatch rb;
+          rb.iteration = r.Int("iteration", 0, true);
+          rb.iteration_time_s = r.Number("iteration_time_s", 0);
+          if (bs[b].contains("schedule")) rb.schedule = IterationScheduleFromJson(bs[b].at("schedule"), path);
+          out.batches.push_back(std::move(rb));
+        }
+      }
+      return out;
     }
-    throw Error(fmt::format("{}: best: no strategy named {} with a plan", path, j.at("best").dump()));
+    if (want.empty()) throw Error(fmt::format("{}: best: no strategy found a plan; nothing to simulate", path));
+    throw Error(fmt::format("{}: no strategy named '{}' with a plan; valid: {}", path, want, fmt::join(names, ", ")));
   }
-  return PlanFromJson(j, path);
+  if (!strategy.empty()) {
+    throw Error(fmt::format("{}: --strategy {}: the file holds one bare plan, not a `loom plan --json` output", path,
+                            strategy));
+  }
+  return {PlanFromJson(j, path), {}};
 }
 
 namespace {

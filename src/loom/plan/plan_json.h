@@ -5,7 +5,9 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "loom/plan/plan.h"
 
@@ -16,6 +18,23 @@ Plan PlanFromJson(const nlohmann::json& json, const std::string& file);
 // Reads a plan file (the plan itself, or a `loom plan --json` output, whose best
 // strategy's plan is taken). Throws loom::Error naming the file.
 Plan LoadPlan(const std::string& path);
+
+// One batch a `loom plan` run simulated: its iteration (the batch drawn), the
+// strategy's schedule for it (strategies that schedule batches) and the time
+// the simulator gave it.
+struct RecordedBatch {
+  int64_t iteration = 0;
+  std::optional<IterationSchedule> schedule;
+  double iteration_time_s = 0;
+};
+
+// A plan file: the plan and, for a `loom plan --json` output, the batches it
+// was measured on. `strategy` empty takes the best strategy's entry.
+struct PlanFile {
+  Plan plan;
+  std::vector<RecordedBatch> batches;  // empty for a bare plan
+};
+PlanFile LoadPlanFile(const std::string& path, const std::string& strategy = "");
 
 nlohmann::json IterationScheduleToJson(const IterationSchedule& schedule);
 IterationSchedule IterationScheduleFromJson(const nlohmann::json& json, const std::string& file);

@@ -9,6 +9,7 @@
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
 #include "loom/report/table.h"
+#include "loom/session/training_session.h"
 
 namespace loom {
 
@@ -49,20 +50,15 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     if (o.ok()) {
       if (progress) progress(fmt::format("{}: simulating {} batches", name, iterations));
       double mfu = 0, bubble = 0, samples = 0, tokens = 0;
+      TrainingSession session(ctx, name, o.result.plan);
       for (int i = 0; i < iterations; ++i) {
         SimOptions opt;
         opt.record_intervals = i == 0;
-        PlanRun run;
-        if (SchedulesBatches(name)) {
-          const auto s0 = std::chrono::steady_clock::now();
-          const IterationSchedule it = ScheduleBatch(name, ctx, o.result.plan, batches[i], i);
-          o.batch_schedule_time_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count() /
-                                     iterations;
-          run = RunPlan(model, cluster, workload, o.result.plan, batches[i], &it, opt);
-        } else {
-          run = RunPlan(model, cluster, workload, o.result.plan, batches[i], nullptr, opt);
-        }
+        BatchOutcome step = session.Step(batches[i], i, opt);
+        o.batch_schedule_time_s += step.schedule_time_s / iterations;
+        PlanRun& run = step.run;
         const PlanMetrics& m = run.metrics;
+        o.batches.push_back({i, step.schedule, m.iteration_time_s});
         o.iteration_times_s.push_back(m.iteration_time_s);
         mfu += m.mfu;
         bubble += m.bubble_ratio;
@@ -154,6 +150,13 @@ nlohmann::json ComparisonJson(const Comparison& c) {
                 {"batch_schedule_time_s", o.batch_schedule_time_s},
                 {"memory_violations", o.memory_violations},
                 {"plan", PlanToJson(o.result.plan)}});
+      nlohmann::json batches = nlohmann::json::array();
+      for (const auto& b : o.batches) {
+        nlohmann::json jb = {{"iteration", b.iteration}, {"iteration_time_s", b.iteration_time_s}};
+        if (b.schedule) jb["schedule"] = IterationScheduleToJson(*b.schedule);
+        batches.push_back(std::move(jb));
+      }
+      s["batches"] = std::move(batches);
     }
     strategies.push_back(std::move(s));
   }

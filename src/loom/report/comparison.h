@@ -1,8 +1,8 @@
 // The main job: plan a model on a cluster with several strategies, simulate
 // each plan on the same N sampled batches, and compare (what `loom plan`
 // prints, writes as JSON and renders as HTML). Every strategy plans on the
-// same representative batch (iteration 0) and is measured on iterations
-// 0..N-1.
+// same representative batch (iteration 0) and is trained on iterations
+// 0..N-1 by a TrainingSession (session/training_session.h).
 #pragma once
 
 #include <functional>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/plan/plan_json.h"
 #include "loom/sim/plan_run.h"
 #include "loom/strategies/strategy.h"
 
@@ -22,6 +23,7 @@ struct StrategyOutcome {
   double planning_time_s = 0;
   double batch_schedule_time_s = 0;       // mean per batch, for strategies that schedule each batch
   std::vector<double> iteration_times_s;  // one per simulated batch
+  std::vector<RecordedBatch> batches;     // each batch with its schedule, as --json writes them for replay
   double mean_iteration_time_s = 0;
   double max_iteration_time_s = 0;
   double throughput_samples_per_s = 0;   // mean over batches

@@ -1,0 +1,27 @@
+// The baselines the seed papers compare against (docs/strategies.md).
+#include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/registry.h"
+
+namespace loom {
+namespace {
+
+const StrategyRegistration kMegatron({"megatron",
+                                      "Megatron-LM: one pipeline, encoders first, stages balanced by parameters; "
+                                      "TP/PP/DP/microbatches/1F1B or interleaved/recompute searched",
+                                      0, MegatronStrategy});
+const StrategyRegistration kFsdp({"fsdp", "FSDP / ZeRO-3 data parallelism over every GPU", 10, FsdpStrategy});
+const StrategyRegistration kDistMm({"distmm",
+                                    "DistMM: parallel branches on disjoint whole-GPU sets sized by time, dependent "
+                                    "modules in waves",
+                                    20, DistMmStrategy});
+const StrategyRegistration kOptimus({"optimus",
+                                     "Optimus (coarse-grained): encoders data parallel on the backbone's GPUs, "
+                                     "scheduled around its pipeline",
+                                     30, OptimusStrategy});
+const StrategyRegistration kNnScaler({"nnscaler",
+                                      "nnScaler*: one static 1F1B plan, stages balanced by time on a representative "
+                                      "batch",
+                                      40, NnScalerStrategy});
+
+}  // namespace
+}  // namespace loom

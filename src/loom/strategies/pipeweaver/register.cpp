@@ -1,0 +1,26 @@
+// PipeWeaver (seed 003) and its Table 5 ablation levels.
+#include "loom/strategies/pipeweaver/pipeweaver.h"
+#include "loom/strategies/registry.h"
+
+namespace loom {
+namespace {
+
+const StrategyRegistration kPipeweaver({"pipeweaver",
+                                        "PipeWeaver: modality-aware layout (P x K_i chunks per module), per batch "
+                                        "sub-microbatches, MCTS-ranked dual-queue interleaving and per-layer "
+                                        "recomputation by ILP (CBC)",
+                                        110, PipeweaverStrategy, StatelessScheduler(PipeweaverBatch)});
+const StrategyRegistration kPartition({"pipeweaver-partition",
+                                       "PipeWeaver ablation: the modality-aware layout with its static interleaved "
+                                       "schedule",
+                                       1010, PipeweaverPartitionStrategy, {}, true});
+const StrategyRegistration kInterleave({"pipeweaver-interleave",
+                                        "PipeWeaver ablation: + sub-microbatches and dual-queue interleaving, default "
+                                        "ranking",
+                                        1011, PipeweaverInterleaveStrategy,
+                                        StatelessScheduler(PipeweaverInterleaveBatch), true});
+const StrategyRegistration kRank({"pipeweaver-rank", "PipeWeaver ablation: + MCTS ranking, no layer tuning", 1012,
+                                  PipeweaverRankStrategy, StatelessScheduler(PipeweaverRankBatch), true});
+
+}  // namespace
+}  // namespace loom
