@@ -55,6 +55,19 @@ TEST(Schedules, BadRequestsAreErrors) {
   test::ExpectError([] { MakeSchedule("chimera", 4, 8); }, {"unknown schedule 'chimera'", "zb-h1"});
   test::ExpectError([] { MakeSchedule("1f1b", 4, 8, 2); }, {"needs the interleaved schedule"});
   test::ExpectError([] { MakeSchedule("1f1b", 0, 8); }, {">= 1"});
+  test::ExpectError([] { MakeSchedule(ScheduleKind::kCustom, 4, 8); }, {"rank_orders"});
+}
+
+TEST(Schedules, KindsRoundTripByName) {
+  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1, ScheduleKind::kCustom}) {
+    EXPECT_EQ(ParseScheduleKind(ScheduleKindName(k), "x"), k);
+  }
+  // Stored by value in plan files' golden tests: never renumber.
+  EXPECT_EQ(static_cast<int>(ScheduleKind::kZbH1), 3);
+  EXPECT_EQ(MakeSchedule(ScheduleKind::kZbH1, 4, 8).name, MakeSchedule("zb-h1", 4, 8).name);
+  test::ExpectError([] { ParseScheduleKind("1F1B", "units[0].pipelines[0].schedule"); },
+                    {"units[0].pipelines[0].schedule: unknown schedule '1F1B'", "custom"});
 }
 
 TEST(Validate, DeadlockNamesTheBlockedRankAndAction) {

@@ -71,10 +71,10 @@ TEST(ValidatePlan, LayersCoveredOnceInOrder) {
 TEST(ValidatePlan, SchedulesMustMatchTheShape) {
   test::Fixture f;
   Plan p = test::TemporalShape(f, 1.0);
-  p.units[0].pipelines[0].schedule = "1f1b";  // a phase-0 unit sharing GPUs must run all forwards first
+  p.units[0].pipelines[0].schedule = ScheduleKind::kOneFOneB;  // a phase-0 unit sharing GPUs must run all forwards first
   EXPECT_TRUE(Has(PlanViolations(p, f.model, f.cluster, f.workload), "must use the gpipe schedule"));
   p = test::MegatronShape(f);
-  p.units[0].pipelines[0].schedule = "interleaved";
+  p.units[0].pipelines[0].schedule = ScheduleKind::kInterleaved;
   p.units[0].pipelines[0].microbatches = 3;
   p.global_batch = 16;
   auto v = PlanViolations(p, f.model, f.cluster, f.workload);

@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "loom/pipeline/validate.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/sim/price_execution.h"
 #include "loom/sim/plan_run.h"
 #include "plan/plan_test_util.h"
 #include "test_util.h"
@@ -29,9 +32,9 @@ TEST(PlanSimulation, DisaggregatedUnitsEqualTheSamePipelineInOneUnit) {
   one.units[0].pipelines[0].stages[0].layers = {{"vision", 0, 64}, {"projector", 0, 1}};
   one.units[0].pipelines[0].stages[1].layers = {{"llm", 0, 34}};
   Plan two = EmptyPlan(f.ctx(), "two", 4);
-  two.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 1, 1, 4, "1f1b",
+  two.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 1, 1, 4, ScheduleKind::kOneFOneB,
                                      Recompute::kFull, Balance::kParams));
-  two.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 1, 4, 0, 1, 1, 4, "1f1b", Recompute::kFull,
+  two.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 1, 4, 0, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
                                      Balance::kParams));
   two.global_batch = one.global_batch;
   PlanRun a = RunPlan(f.model, f.cluster, f.workload, one, f.batch);
@@ -145,6 +148,126 @@ TEST(PlanSimulation, MemoryOverflowNamesTheGroup) {
   ASSERT_FALSE(run.memory_violations.empty());
   EXPECT_NE(run.memory_violations[0].find("GPU group 0 (GPUs 0..3"), std::string::npos) << run.memory_violations[0];
   test::ExpectError([&] { CheckFits(run, "plan.json"); }, {"plan.json: does not fit in memory", "over the 80.0 GiB"});
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Every module sees every trained sample exactly once per data-parallel copy
+// of the batch: at the stages holding its first layer, over all replicas, the
+// pieces are each (non-deferred) sample once, or each of its items once when
+// split item by item. Counted independently of how the compiler cut them.
+void ExpectEverySampleOnce(const Model& model, const Batch& batch, const ExecutionPlan& e,
+                           const std::vector<int>& deferred = {}) {
+  for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+    std::map<std::pair<int, int>, int> seen;
+    int stages = 0;
+    for (size_t r = 0; r < e.replicas.size(); ++r) {
+      for (size_t s = 0; s < e.stages.size(); ++s) {
+        for (const auto& range : e.stages[s].layers) {
+          if (range.module != model.modules[mi].name || range.begin != 0) continue;
+          ++stages;
+          for (const auto& mb : e.replicas[r][s]) {
+            for (const auto& p : mb.pieces) ++seen[{p.sample, p.item}];
+          }
+        }
+      }
+    }
+    if (stages == 0) continue;
+    for (int x = 0; x < static_cast<int>(batch.samples.size()); ++x) {
+      const bool is_deferred = std::find(deferred.begin(), deferred.end(), x) != deferred.end();
+      const int whole = seen.count({x, -1}) ? seen[{x, -1}] : 0;
+      int items = 0;
+      for (int i = 0; i < NumItems(batch.samples[x]); ++i) items += seen.count({x, i}) ? seen[{x, i}] : 0;
+      if (is_deferred) {
+        EXPECT_EQ(whole + items, 0) << model.modules[mi].name << " sample " << x;
+      } else if (items > 0) {
+        EXPECT_EQ(whole, 0) << model.modules[mi].name << " sample " << x;
+        EXPECT_EQ(items, NumItems(batch.samples[x])) << model.modules[mi].name << " sample " << x;
+      } else {
+        // One copy per replica of the unit holding the module's first stage (a
+        // flattened plan lists every replica's stages; a replicated one lists
+        // each replica once).
+        EXPECT_EQ(whole, 1) << model.modules[mi].name << " sample " << x;
+      }
+    }
+  }
+}
+
+TEST(ExecutionPlan, EveryShapeCarriesEverySampleOnceAndNamesItsGroups) {
+  test::Fixture f;
+  const std::vector<std::pair<std::string, Plan>> shapes = {
+      {"megatron", test::MegatronShape(f)},
+      {"disaggregated", test::DisaggregatedShape(f)},
+      {"temporal", test::TemporalShape(f, 0.5)},
+      {"heterogeneous", test::HeterogeneousShape(f)}};
+  for (const auto& [name, plan] : shapes) {
+    SCOPED_TRACE(name);
+    const ExecutionPlan e = CompilePlan(f.model, f.cluster, f.workload, plan, f.batch);
+    EXPECT_NO_THROW(ValidateExecution(e));
+    EXPECT_EQ(e.replicated, name == "megatron");
+    ExpectEverySampleOnce(f.model, f.batch, e);
+    // Every stage's data-parallel group holds as many GPU groups as its unit has
+    // replicas, and the stage's own group is a member.
+    for (size_t s = 0; s < e.stages.size(); ++s) {
+      const CommGroup& g = e.groups[e.stages[s].dp_group];
+      EXPECT_EQ(g.kind, GroupKind::kDataParallel);
+      const int own = e.ranks[e.schedule.stage_rank[s]].group;
+      EXPECT_TRUE(std::find(g.gpu_groups.begin(), g.gpu_groups.end(), own) != g.gpu_groups.end());
+      if (name != "heterogeneous") EXPECT_EQ(static_cast<int>(g.gpu_groups.size()), e.stages[s].dp);
+    }
+    // Compiling is deterministic: the same inputs give the same object.
+    EXPECT_TRUE(e == CompilePlan(f.model, f.cluster, f.workload, plan, f.batch));
+  }
+}
+
+TEST(ExecutionPlan, DeferredSamplesAndSubMicrobatchesAreInTheContents) {
+  test::Fixture f;
+  Plan p = test::DisaggregatedShape(f);
+  IterationSchedule it;
+  for (int k = 0; k < 4; ++k) it.microbatch_samples.push_back({4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3});
+  it.microbatch_samples[3] = {12, 13};
+  it.deferred = {14, 15};
+  it.sub_microbatches["encoder"] = {2, 2, 1, 1};
+  const ExecutionPlan e = CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  ExpectEverySampleOnce(f.model, f.batch, e, it.deferred);
+  EXPECT_EQ(e.samples, 14);
+}
+
+TEST(ExecutionPlan, PricingSumsItsLayersOnce) {
+  // A one-stage plan on one GPU: the stage's forward time is the sum of every
+  // layer's PriceLayer forward on the microbatch's tokens, computed here by hand.
+  test::Fixture f;
+  Cluster one = MakeCluster("h800", 1, 1);
+  Workload w = f.workload;
+  w.global_batch = 2;
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{f.model, one, w, batch, {}};
+  const Plan plan = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone,
+                                   Balance::kParams, 1);
+  const ExecutionPlan e = CompilePlan(f.model, one, w, plan, batch);
+  const ExecutionCosts costs = PriceExecution(e, f.model, one, batch);
+  const auto tokens = CountModuleTokens(f.model, batch.samples);
+  const auto needs = ComputeBackwardNeeds(f.model);
+  double forward_s = 0;
+  for (size_t mi = 0; mi < f.model.modules.size(); ++mi) {
+    for (size_t li = 0; li < f.model.modules[mi].layers.size(); ++li) {
+      forward_s += PriceLayer(f.model.modules[mi].layers[li], tokens[mi], needs[mi][li], one, {}).forward_s;
+    }
+  }
+  ASSERT_EQ(costs.replicas.size(), 1u);
+  EXPECT_NEAR(costs.replicas[0].stage[0][0].forward_s, forward_s, 1e-12 * forward_s);
+}
+
+TEST(ExecutionPlan, CustomScheduleNeedsItsRankOrders) {
+  test::Fixture f;
+  Plan p = test::MegatronShape(f);
+  p.units[0].pipelines[0].schedule = ScheduleKind::kCustom;
+  test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch); },
+                    {"custom schedule", "rank_orders"});
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ TEST(MegatronLayout, PeakMemoryIsStaticPlusInFlightActivations) {
   Cluster c = LoadCluster("h100:1x2");
   Workload w = LoadWorkload("text");
   w.global_batch = 6;
-  for (const char* schedule : {"1f1b", "gpipe"}) {
+  for (ScheduleKind schedule : {ScheduleKind::kOneFOneB, ScheduleKind::kGpipe}) {
     ParallelConfig cfg;
     cfg.pp = 2;
     cfg.microbatches = 6;
@@ -50,8 +50,8 @@ TEST(MegatronLayout, PeakMemoryIsStaticPlusInFlightActivations) {
     PlanRun run = SimulateConfig(m, c, w, cfg);
     const auto& costs = run.costs.replicas[0];
     double act = costs.stage[0][0].activation_bytes;
-    int in_flight = std::string(schedule) == "gpipe" ? 6 : 2;
-    EXPECT_NEAR(run.result.peak_mem_bytes[0], costs.static_bytes[0] + in_flight * act, 1.0) << schedule;
+    int in_flight = schedule == ScheduleKind::kGpipe ? 6 : 2;
+    EXPECT_NEAR(run.result.peak_mem_bytes[0], costs.static_bytes[0] + in_flight * act, 1.0) << ScheduleKindName(schedule);
   }
 }
 

@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   simulate->add_option("--cp", cfg.cp, "context parallel degree");
   simulate->add_option("--vpp", cfg.vpp, "virtual pipeline chunks per rank (interleaved)");
   simulate->add_option("--microbatches", cfg.microbatches, "microbatches per replica per iteration");
-  simulate->add_option("--schedule", cfg.schedule, "gpipe | 1f1b | interleaved | zb-h1");
+  std::string sim_schedule = "1f1b";
+  simulate->add_option("--schedule", sim_schedule, "gpipe | 1f1b | interleaved | zb-h1");
   simulate->add_option("--recompute", recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
   simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration");
@@ -285,6 +286,7 @@ int main(int argc, char** argv) {
                                            file.batches[0].iteration, 100 * m.mfu, 100 * m.bubble_ratio,
                                            loom::HumanBytes(m.peak_mem_bytes), lines));
     } else if (app.got_subcommand("simulate")) {
+      cfg.schedule = loom::ParseScheduleKind(sim_schedule, "--schedule");
       cfg.recompute = recompute == "full"        ? loom::Recompute::kFull
                       : recompute == "selective" ? loom::Recompute::kSelective
                                                  : loom::Recompute::kNone;

@@ -23,15 +23,42 @@ Schedule EmptySchedule(const char* name, int ranks, int microbatches, int stages
   return s;
 }
 
-Schedule MakeSchedule(const std::string& name, int ranks, int microbatches, int chunks, bool p2p) {
-  if (name != "interleaved" && chunks != 1) {
-    throw Error(fmt::format("--vpp {} needs the interleaved schedule, not {}", chunks, name));
+std::string ScheduleKindName(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kGpipe: return "gpipe";
+    case ScheduleKind::kOneFOneB: return "1f1b";
+    case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kZbH1: return "zb-h1";
+    case ScheduleKind::kCustom: return "custom";
   }
-  if (name == "gpipe") return MakeGPipe(ranks, microbatches, p2p);
-  if (name == "1f1b") return MakeOneFOneB(ranks, microbatches, p2p);
-  if (name == "interleaved") return MakeInterleaved(ranks, microbatches, chunks, p2p);
-  if (name == "zb-h1") return MakeZbH1(ranks, microbatches, p2p);
-  throw Error(fmt::format("unknown schedule '{}'; valid: gpipe, 1f1b, interleaved, zb-h1", name));
+  return "?";
+}
+
+ScheduleKind ParseScheduleKind(const std::string& name, const std::string& field) {
+  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1, ScheduleKind::kCustom}) {
+    if (name == ScheduleKindName(k)) return k;
+  }
+  throw Error(fmt::format("{}: unknown schedule '{}'; valid: gpipe, 1f1b, interleaved, zb-h1, custom", field, name));
+}
+
+Schedule MakeSchedule(ScheduleKind kind, int ranks, int microbatches, int chunks, bool p2p) {
+  if (kind != ScheduleKind::kInterleaved && chunks != 1) {
+    throw Error(fmt::format("--vpp {} needs the interleaved schedule, not {}", chunks, ScheduleKindName(kind)));
+  }
+  switch (kind) {
+    case ScheduleKind::kGpipe: return MakeGPipe(ranks, microbatches, p2p);
+    case ScheduleKind::kOneFOneB: return MakeOneFOneB(ranks, microbatches, p2p);
+    case ScheduleKind::kInterleaved: return MakeInterleaved(ranks, microbatches, chunks, p2p);
+    case ScheduleKind::kZbH1: return MakeZbH1(ranks, microbatches, p2p);
+    case ScheduleKind::kCustom: break;
+  }
+  throw Error("the custom schedule has no generator: every rank's order comes with each batch (rank_orders)");
+}
+
+Schedule MakeSchedule(const std::string& name, int ranks, int microbatches, int chunks, bool p2p) {
+  if (name == "custom") throw Error("unknown schedule 'custom' for a generator; valid: gpipe, 1f1b, interleaved, zb-h1");
+  return MakeSchedule(ParseScheduleKind(name, "schedule"), ranks, microbatches, chunks, p2p);
 }
 
 }  // namespace loom

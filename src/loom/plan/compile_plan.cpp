@@ -155,6 +155,15 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
     throw Error(fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(),
                             plan.global_batch));
   }
+  for (const auto& u : plan.units) {
+    for (const auto& p : u.pipelines) {
+      if (p.schedule == ScheduleKind::kCustom && (it == nullptr || it->rank_orders.empty())) {
+        throw Error(fmt::format("plan {}: unit {} runs the custom schedule, whose per-rank orders come with each "
+                                "batch (iteration schedule rank_orders); none was given",
+                                plan.strategy, u.name));
+      }
+    }
+  }
   ExecutionPlan out;
   out.strategy = plan.strategy;
   out.group_gpus = plan.group_gpus;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "loom/cost/layer_work.h"
+#include "loom/pipeline/schedules.h"
 
 namespace loom {
 
@@ -47,7 +48,7 @@ struct PipelineSpec {
   int replicas = 1;
   int pp = 1;
   int microbatches = 1;            // per replica per iteration
-  std::string schedule = "1f1b";   // gpipe | 1f1b | interleaved | zb-h1
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
   std::vector<StageSpec> stages;
   int vpp() const { return pp > 0 ? static_cast<int>(stages.size()) / pp : 0; }
   bool operator==(const PipelineSpec&) const = default;

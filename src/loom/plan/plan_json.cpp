@@ -124,7 +124,7 @@ json PlanToJson(const Plan& p) {
       pipelines.push_back({{"replicas", ps.replicas},
                            {"pp", ps.pp},
                            {"microbatches", ps.microbatches},
-                           {"schedule", ps.schedule},
+                           {"schedule", ScheduleKindName(ps.schedule)},
                            {"stages", stages}});
     }
     units.push_back({{"name", u.name},
@@ -184,7 +184,11 @@ Plan PlanFromJson(const json& j, const std::string& file) {
       ps.replicas = static_cast<int>(pr.Int("replicas", 1));
       ps.pp = static_cast<int>(pr.Int("pp", 1));
       ps.microbatches = static_cast<int>(pr.Int("microbatches", 1));
-      ps.schedule = pr.String("schedule", "1f1b");
+      try {
+        ps.schedule = ParseScheduleKind(pr.String("schedule", "1f1b"), pr.Field("schedule"));
+      } catch (const Error& e) {
+        throw Error(fmt::format("{}: {}", pr.file(), e.what()));
+      }
       const json& stages = pr.Array("stages");
       for (size_t s = 0; s < stages.size(); ++s) {
         const std::string sp = fmt::format("{}.stages[{}]", pp, s);

@@ -111,16 +111,12 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
                         p.microbatches));
         continue;
       }
-      static const std::set<std::string> kSchedules = {"gpipe", "1f1b", "interleaved", "zb-h1"};
-      if (!kSchedules.count(p.schedule)) {
-        bad(fmt::format("{}: unknown schedule '{}'; valid: gpipe, 1f1b, interleaved, zb-h1", pn, p.schedule));
-      }
       const int stages = static_cast<int>(p.stages.size());
       if (stages < p.pp || stages % p.pp != 0) {
         bad(fmt::format("{}: {} stages for pp {}; it needs pp x vpp stages", pn, stages, p.pp));
-      } else if (p.vpp() > 1 && p.schedule != "interleaved") {
-        bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(), p.schedule));
-      } else if (p.schedule == "interleaved" && p.microbatches % p.pp != 0) {
+      } else if (p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
+        bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(), ScheduleKindName(p.schedule)));
+      } else if (p.schedule == ScheduleKind::kInterleaved && p.microbatches % p.pp != 0) {
         bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn,
                         p.microbatches, p.pp));
       }
@@ -208,10 +204,10 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
                              ub.first_group < ua.first_group + ua.num_groups();
         if (a != b && overlap && ua.phase < ub.phase) {
           for (const auto& p : ua.pipelines) {
-            if (p.schedule != "gpipe") {
+            if (p.schedule != ScheduleKind::kGpipe) {
               bad(fmt::format("unit {} shares GPUs with the later phase of unit {}; it must use the gpipe schedule "
                               "(all forwards, then all backwards), not {}",
-                              ua.name, ub.name, p.schedule));
+                              ua.name, ub.name, ScheduleKindName(p.schedule)));
             }
           }
         }
@@ -224,10 +220,10 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         if (plan.units[b].phase == ua.phase) {
           for (const Unit* x : {&ua, &plan.units[b]}) {
             for (const auto& p : x->pipelines) {
-              if (p.schedule == "interleaved" || p.schedule == "zb-h1") {
+              if (p.schedule == ScheduleKind::kInterleaved || p.schedule == ScheduleKind::kZbH1) {
                 bad(fmt::format("unit {}: the {} schedule cannot be chained with another unit in the same phase; "
                                 "use 1f1b or gpipe",
-                                x->name, p.schedule));
+                                x->name, ScheduleKindName(p.schedule)));
               }
             }
           }

@@ -250,7 +250,7 @@ std::string UnitsTable(const Plan& p) {
     for (const auto& ps : u.pipelines) {
       pps += (pps.empty() ? "" : " / ") + std::to_string(ps.pp) + (ps.vpp() > 1 ? fmt::format(" (vpp {})", ps.vpp()) : "");
       mbs += (mbs.empty() ? "" : " / ") + std::to_string(ps.microbatches);
-      schedules += (schedules.empty() ? "" : " / ") + ps.schedule;
+      schedules += (schedules.empty() ? "" : " / ") + ScheduleKindName(ps.schedule);
     }
     h += fmt::format("<tr><td class=l>{}</td><td class=l>{}</td><td>{} ({}..{})</td><td>{}</td><td>{}</td><td>{}</td>"
                      "<td>{}</td><td class=l>{}</td><td>{}</td><td>{:.2f}</td></tr>",

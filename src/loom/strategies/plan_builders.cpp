@@ -62,7 +62,7 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
 }
 
 Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
-                    int microbatches, const std::string& schedule, Recompute recompute, Balance balance,
+                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance,
                     int zero_stage) {
   Plan plan = EmptyPlan(ctx, strategy, tp);
   std::vector<std::string> modules;
@@ -77,7 +77,7 @@ Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int
 }
 
 Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
-              int first_group, int tp, int phase, int replicas, int pp, int microbatches, const std::string& schedule,
+              int first_group, int tp, int phase, int replicas, int pp, int microbatches, ScheduleKind schedule,
               Recompute recompute, Balance balance) {
   Unit u;
   u.name = name;
@@ -257,7 +257,8 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
 std::string DescribeUnit(const Unit& u) {
   std::string pipes;
   for (const auto& p : u.pipelines) {
-    std::string sched = p.schedule == "interleaved" ? fmt::format("interleaved(vpp{})", p.vpp()) : p.schedule;
+    std::string sched = p.schedule == ScheduleKind::kInterleaved ? fmt::format("interleaved(vpp{})", p.vpp())
+                                                                  : ScheduleKindName(p.schedule);
     pipes += fmt::format("{}pp{} dp{} m{} {}", pipes.empty() ? "" : " | ", p.pp, p.replicas, p.microbatches, sched);
   }
   std::string extra;

@@ -30,13 +30,13 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
 
 // A one-unit plan with one pipeline template (Megatron-LM's layout).
 Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
-                    int microbatches, const std::string& schedule, Recompute recompute, Balance balance,
+                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance,
                     int zero_stage);
 
 // One unit with one pipeline template of `replicas` x `pp` groups starting at
 // `first_group`, its stages balanced by `balance` at tensor parallel `tp`.
 Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
-              int first_group, int tp, int phase, int replicas, int pp, int microbatches, const std::string& schedule,
+              int first_group, int tp, int phase, int replicas, int pp, int microbatches, ScheduleKind schedule,
               Recompute recompute, Balance balance);
 // An empty plan for the context (names, batch, group size).
 Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int group_gpus);

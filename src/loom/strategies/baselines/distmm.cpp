@@ -94,17 +94,17 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
                   const int bpp = enc == 2 ? pp : 1;
                   if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
                   plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
-                                                enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, "gpipe", r, balance));
+                                                enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, ScheduleKind::kGpipe, r, balance));
                   first += split[b];
                 }
                 const int phase = branches > 0 ? 1 : 0;
                 plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
-                                              has_down ? "gpipe" : "1f1b", r, balance));
+                                              has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
                 if (has_down) {
                   plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
-                                                            1, m, "1f1b", r, balance)
+                                                            1, m, ScheduleKind::kOneFOneB, r, balance)
                                                  : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
-                                                            pp, m, "1f1b", r, balance));
+                                                            pp, m, ScheduleKind::kOneFOneB, r, balance));
                 }
                 return plan;
               });

@@ -16,7 +16,7 @@ StrategyResult FsdpStrategy(const StrategyContext& ctx) {
   if (ctx.workload.global_batch % n == 0) {
     for (int m : Divisors(ctx.workload.global_batch / n)) {
       search.Try([&](Recompute r) {
-        return SingleUnitPlan(ctx, "fsdp", 1, 1, n, 1, m, "1f1b", r, Balance::kParams, 3);
+        return SingleUnitPlan(ctx, "fsdp", 1, 1, n, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 3);
       });
     }
   } else {

@@ -16,12 +16,12 @@ StrategyResult MegatronStrategy(const StrategyContext& ctx) {
   const int layers = ctx.model.num_layers();
   ForEachPipelineGrid(ctx, layers, [&](int tp, int pp, int dp, int m) {
     search.Try([&](Recompute r) {
-      return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, "1f1b", r, Balance::kParams, 1);
+      return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1);
     });
     for (int vpp : {2, 4}) {
       if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
       search.Try([&](Recompute r) {
-        return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, "interleaved", r, Balance::kParams, 1);
+        return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1);
       });
     }
   });

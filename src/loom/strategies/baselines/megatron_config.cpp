@@ -30,8 +30,12 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
     throw Error(fmt::format("pp ({}) x vpp ({}) = {} stages but {} has only {} layers", pp, vpp, pp * vpp, model.name,
                             model.num_layers()));
   }
-  if (vpp > 1 && schedule != "interleaved") {
+  if (vpp > 1 && schedule != ScheduleKind::kInterleaved) {
     throw Error(fmt::format("--vpp {} needs --schedule interleaved", vpp));
+  }
+  if (schedule == ScheduleKind::kCustom) {
+    throw Error("--schedule custom: a custom order comes with a plan's per-batch schedule; valid here: gpipe, 1f1b, "
+                "interleaved, zb-h1");
   }
   sim.Validate();
 }
@@ -44,7 +48,7 @@ Plan MegatronConfigPlan(const StrategyContext& ctx, const ParallelConfig& cfg) {
   plan.group_gpus = cfg.tp * cfg.cp;
   plan.units[0].cp = cfg.cp;
   plan.searched = fmt::format("fixed by flags: tp {} pp {} dp {} cp {} vpp {}, {} microbatches, {}", cfg.tp, cfg.pp,
-                              cfg.dp, cfg.cp, cfg.vpp, cfg.microbatches, cfg.schedule);
+                              cfg.dp, cfg.cp, cfg.vpp, cfg.microbatches, ScheduleKindName(cfg.schedule));
   return plan;
 }
 

@@ -19,7 +19,7 @@ namespace loom {
 struct ParallelConfig {
   int tp = 1, pp = 1, dp = 1, cp = 1, vpp = 1;
   int microbatches = 1;           // per DP replica per iteration
-  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1
+  ScheduleKind schedule = ScheduleKind::kOneFOneB;
   Recompute recompute = Recompute::kNone;
   SimOptions sim;
 

@@ -16,7 +16,7 @@ StrategyResult NnScalerStrategy(const StrategyContext& ctx) {
     const int before = search.feasible();
     for (Balance balance : {Balance::kTime, Balance::kParams}) {
       if (balance == Balance::kParams && search.feasible() > before) break;
-      search.Try([&](Recompute r) { return SingleUnitPlan(ctx, "nnscaler", tp, pp, dp, 1, m, "1f1b", r, balance, 1); });
+      search.Try([&](Recompute r) { return SingleUnitPlan(ctx, "nnscaler", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1); });
     }
   });
   return search.Finish("tp x pp x dp x microbatches x recompute, 1F1B, stages balanced by time on the "

@@ -38,15 +38,15 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
       for (Balance balance : {Balance::kTime, Balance::kParams}) {
         search.Try([&](Recompute r) {
           if (encoders.empty()) {
-            return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, "1f1b", r, balance, 1);
+            return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1);
           }
           Plan plan = EmptyPlan(ctx, "optimus", tp);
           // Phase 0 on every group: all encoder forwards before the backbone's
           // pipeline, all encoder backwards after it.
-          plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, "gpipe", r, balance)
+          plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, ScheduleKind::kGpipe, r, balance)
                                         : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
-                                                   "gpipe", r, balance));
-          plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, "1f1b", r, balance));
+                                                   ScheduleKind::kGpipe, r, balance));
+          plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
           return plan;
         });
       }

@@ -119,7 +119,7 @@ PipelineShape::PipelineShape(int ranks, int l, int vpp) : ranks_(ranks), microba
     throw Error(fmt::format("pipeline shape: ranks {}, microbatches {} and vpp {} must be >= 1", ranks, l, vpp));
   }
   const int stages = ranks * vpp;
-  const Schedule s = MakeSchedule(vpp == 1 ? "1f1b" : "interleaved", ranks, l, vpp, /*p2p=*/false);
+  const Schedule s = MakeSchedule(vpp == 1 ? ScheduleKind::kOneFOneB : ScheduleKind::kInterleaved, ranks, l, vpp, /*p2p=*/false);
   std::vector<int> index(2 * stages * l, -1);
   auto key = [&](bool f, int stage, int pos) { return (pos * stages + stage) * 2 + (f ? 1 : 0); };
   nodes_.reserve(2 * stages * l);

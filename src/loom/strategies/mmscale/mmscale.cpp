@@ -219,7 +219,7 @@ Plan AllocationPlan(const StrategyContext& ctx, const std::string& strategy, con
   for (size_t u = 0; u < units.names.size(); ++u) {
     const UnitChoice& c = a.units[u];
     const int replicas = c.tp * c.dp / g;  // a group of g GPUs holds g / TP data-parallel ranks
-    plan.units.push_back(MakeUnit(ctx, units.names[u], units.modules[u], first, c.tp, 0, replicas, c.pp, m, "1f1b",
+    plan.units.push_back(MakeUnit(ctx, units.names[u], units.modules[u], first, c.tp, 0, replicas, c.pp, m, ScheduleKind::kOneFOneB,
                                   recompute, Balance::kTime));
     first += replicas * c.pp;
   }

@@ -141,7 +141,7 @@ Plan WovenPlan(const StrategyContext& ctx, const std::vector<ModalityModule>& mo
     for (auto& st : StagesFromPartition(ctx.model, layers, cut, pp)) ps.stages.push_back(std::move(st));
     vpp += m.segments;
   }
-  ps.schedule = vpp == 1 ? "1f1b" : "interleaved";
+  ps.schedule = vpp == 1 ? ScheduleKind::kOneFOneB : ScheduleKind::kInterleaved;
   u.pipelines.push_back(std::move(ps));
   plan.units.push_back(std::move(u));
   return plan;
