@@ -79,8 +79,20 @@ Calibration ParseCalibration(const std::string& yaml_text, const std::string& fi
     throw doc.ErrorAt("points", "expected a non-empty list of {op, flops, bytes, time_s}");
   }
   doc.RejectUnknownKeys();
+  cal.points = ParseCalibrationPoints(points, file, "points");
+  cal.efficiency = FitEfficiency(cal.points, gpu);
+  return cal;
+}
+
+std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& points, const std::string& file,
+                                                     const std::string& field) {
+  if (!points.IsSequence() || points.size() == 0) {
+    throw Error(fmt::format("{}: {}: expected a non-empty list of {{op, flops, bytes, time_s}}", Where(points, file),
+                            field));
+  }
+  std::vector<CalibrationPoint> out;
   for (size_t i = 0; i < points.size(); ++i) {
-    YamlMap p(points[i], file, fmt::format("points[{}]", i));
+    YamlMap p(points[i], file, fmt::format("{}[{}]", field, i));
     CalibrationPoint cp;
     std::string op = p.Enum("op", {"gemm", "attention", "elementwise", "conv"});
     cp.op = op == "gemm"        ? OpClass::kGemm
@@ -95,10 +107,9 @@ Calibration ParseCalibration(const std::string& yaml_text, const std::string& fi
       throw p.ErrorAt("flops", "a point needs flops > 0 or bytes > 0");
     }
     p.RejectUnknownKeys();
-    cal.points.push_back(cp);
+    out.push_back(cp);
   }
-  cal.efficiency = FitEfficiency(cal.points, gpu);
-  return cal;
+  return out;
 }
 
 Calibration LoadCalibration(const std::string& path) {

@@ -6,6 +6,8 @@
 // Points are reclassified with the new factors until nothing changes.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <string>
 #include <vector>
 
@@ -37,5 +39,9 @@ Efficiency FitEfficiency(const std::vector<CalibrationPoint>& points, const GpuS
 // line and field on bad input.
 Calibration LoadCalibration(const std::string& path);
 Calibration ParseCalibration(const std::string& yaml_text, const std::string& file);
+// The list of {op, flops, bytes, time_s, label} at `field` of a spec file
+// (calibration `points`, profile `ops`): non-empty, every point valid.
+std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& list, const std::string& file,
+                                                     const std::string& field);
 
 }  // namespace loom

@@ -1,8 +1,5 @@
 #include "loom/cost/cost_model.h"
 
-#include <map>
-#include <mutex>
-
 #include "loom/cost/shipped_profiles.h"
 
 namespace loom {
@@ -24,16 +21,9 @@ ComputeTimes RooflineCostModel::LayerCompute(const Layer&, const TokenStats&, in
 }
 
 std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu) {
-  // Built once per GPU name and never changed: a cache of immutable models.
-  static std::mutex mu;
-  static std::map<std::string, std::shared_ptr<const CostModel>> models;
-  std::lock_guard<std::mutex> lock(mu);
-  auto found = models.find(gpu.name);
-  if (found != models.end()) return found->second;
-  std::shared_ptr<const CostModel> m = ShippedProfileModel(gpu);
-  if (!m) m = std::make_shared<RooflineCostModel>();
-  models.emplace(gpu.name, m);
-  return m;
+  static const std::shared_ptr<const CostModel> roofline = std::make_shared<const RooflineCostModel>();
+  std::shared_ptr<const CostModel> shipped = ShippedProfileModel(gpu);
+  return shipped ? shipped : roofline;
 }
 
 const CostModel& CostModelOf(const Cluster& c) {

@@ -1,4 +1,4 @@
-// The built-in YAML specs, embedded at build time by cmake/embed_zoo.cmake.
+// The built-in YAML specs, embedded at build time by cmake/embed_yaml.cmake.
 #pragma once
 
 #include <vector>

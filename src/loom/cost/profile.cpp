@@ -1,0 +1,193 @@
+#include "loom/cost/profile.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/cost/layer_work.h"
+#include "loom/error.h"
+#include "loom/spec/yaml_reader.h"
+
+namespace loom {
+
+namespace {
+
+Layer LayerOf(const ProfileShape& s) {
+  Layer l;
+  l.kind = LayerKind::kTransformer;
+  l.hidden = s.hidden;
+  l.ffn_hidden = s.ffn_hidden;
+  l.heads = s.heads;
+  l.kv_heads = s.kv_heads;
+  l.gated_mlp = s.gated;
+  l.causal = s.causal;
+  return l;
+}
+
+// What the profile measured: `batch` sequences of `seq` tokens.
+TokenStats TokensOf(int64_t batch, int64_t seq) {
+  TokenStats t;
+  t.tokens = static_cast<double>(batch * seq);
+  t.sum_sq = static_cast<double>(batch) * static_cast<double>(seq) * static_cast<double>(seq);
+  t.sequences = static_cast<double>(batch);
+  return t;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 1.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
+  YamlMap doc(ParseYaml(yaml_text, file), file, "");
+  Profile p;
+  p.file = file;
+  p.gpu = doc.String("gpu");
+  try {
+    FindGpu(p.gpu);
+  } catch (const Error& e) {
+    throw doc.ErrorAt("gpu", e.what());
+  }
+  p.applies_to = {p.gpu};
+  if (auto node = doc.OptionalChild("applies_to")) {
+    if (!node->IsSequence()) throw doc.ErrorAt("applies_to", "expected a list of built-in GPU names");
+    p.applies_to.clear();
+    for (size_t i = 0; i < node->size(); ++i) {
+      const std::string name = (*node)[i].as<std::string>();
+      try {
+        FindGpu(name);
+      } catch (const Error& e) {
+        throw Error(fmt::format("{}: applies_to[{}]: {}", Where((*node)[i], file), i, e.what()));
+      }
+      p.applies_to.push_back(name);
+    }
+  }
+  p.source = doc.String("source", "");
+  p.ops = ParseCalibrationPoints(doc.Child("ops"), file, "ops");
+  YAML::Node layers = doc.Child("layers");
+  if (!layers.IsSequence()) throw doc.ErrorAt("layers", "expected a list of measured transformer layers");
+  doc.RejectUnknownKeys();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    YamlMap m(layers[i], file, fmt::format("layers[{}]", i));
+    ProfileLayerPoint pt;
+    pt.label = m.String("label", "");
+    pt.shape.hidden = m.PositiveInt("hidden");
+    pt.shape.ffn_hidden = m.PositiveInt("ffn_hidden");
+    pt.shape.heads = m.PositiveInt("heads");
+    pt.shape.kv_heads = m.PositiveInt("kv_heads");
+    pt.shape.gated = m.Bool("gated", false);
+    pt.shape.causal = m.Bool("causal", false);
+    pt.tp = static_cast<int>(m.PositiveInt("tp", 1));
+    pt.frozen = m.Bool("frozen", false);
+    pt.batch = m.PositiveInt("batch");
+    pt.seq = m.PositiveInt("seq");
+    pt.forward_s = m.PositiveReal("fwd_s");
+    pt.backward_s = m.PositiveReal("bwd_s");
+    if (pt.shape.heads % pt.tp != 0 || (pt.shape.kv_heads % pt.tp != 0 && pt.tp % pt.shape.kv_heads != 0)) {
+      throw m.ErrorAt("tp", fmt::format("{} does not split {} heads / {} kv heads", pt.tp, pt.shape.heads,
+                                        pt.shape.kv_heads));
+    }
+    m.RejectUnknownKeys();
+    p.layers.push_back(std::move(pt));
+  }
+  return p;
+}
+
+Profile LoadProfile(const std::string& path) { return ParseProfile(ReadTextFile(path), path); }
+
+ProfiledCostModel::ProfiledCostModel(Profile profile)
+    : profile_(std::move(profile)),
+      roofline_(FitEfficiency(profile_.ops, FindGpu(profile_.gpu)), "fitted roofline") {
+  const GpuSpec& gpu = FindGpu(profile_.gpu);
+  std::vector<double> forward, backward;
+  for (const auto& pt : profile_.layers) {
+    const Layer l = LayerOf(pt.shape);
+    Layer as_run = l;
+    as_run.frozen = pt.frozen;
+    const TokenStats t = TokensOf(pt.batch, pt.seq);
+    const ComputeTimes r = roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp), gpu);
+    Anchor a;
+    a.log_tokens = std::log(t.tokens);
+    a.log_seq = std::log(static_cast<double>(pt.seq));
+    a.forward = pt.forward_s / r.forward_s;
+    // A frozen layer's backward is backward-data only (no weight gradients).
+    a.backward = pt.backward_s / (r.backward_data_s + (pt.frozen ? 0.0 : r.backward_weight_s));
+    anchors_[{pt.shape, pt.tp, pt.frozen}].push_back(a);
+    if (!pt.frozen) {
+      forward.push_back(a.forward);
+      backward.push_back(a.backward);
+    }
+  }
+  for (auto& [key, v] : anchors_) {
+    std::sort(v.begin(), v.end(), [](const Anchor& a, const Anchor& b) {
+      return std::tie(a.log_tokens, a.log_seq) < std::tie(b.log_tokens, b.log_seq);
+    });
+  }
+  median_forward_ = Median(forward);
+  median_backward_ = Median(backward);
+}
+
+std::string ProfiledCostModel::name() const { return fmt::format("profile {} ({})", profile_.gpu, profile_.file); }
+
+std::pair<double, double> ProfiledCostModel::Correction(const ProfileShape& shape, int tp, bool frozen,
+                                                        const TokenStats& tokens) const {
+  // The measured series closest to the query: the same shape at the same TP
+  // shard and frozen status, else the same shape at the nearest TP shard
+  // (frozen status first), else the profile-wide median.
+  const std::vector<Anchor>* series = nullptr;
+  int best_cost = 1 << 30;
+  for (const auto& [key, v] : anchors_) {
+    const auto& [s, t, f] = key;
+    if (!(s == shape)) continue;
+    const int cost = std::abs(static_cast<int>(std::log2(t)) - static_cast<int>(std::log2(tp))) * 2 + (f != frozen);
+    if (cost < best_cost) {
+      best_cost = cost;
+      series = &v;
+    }
+  }
+  if (series == nullptr || tokens.tokens <= 0) return {median_forward_, median_backward_};
+  const double x = std::log(tokens.tokens);
+  const double seq = tokens.sequences > 0 ? tokens.sum_sq / tokens.tokens : tokens.tokens;
+  const double log_seq = std::log(std::max(seq, 1.0));
+  // Of the anchors at each measured token count, the one whose sequence length
+  // is closest to the query's (the same tokens in longer sequences do more attention).
+  std::vector<const Anchor*> row;
+  for (size_t i = 0; i < series->size();) {
+    size_t j = i;
+    const Anchor* pick = &(*series)[i];
+    while (j < series->size() && (*series)[j].log_tokens == (*series)[i].log_tokens) {
+      if (std::abs((*series)[j].log_seq - log_seq) < std::abs(pick->log_seq - log_seq)) pick = &(*series)[j];
+      ++j;
+    }
+    row.push_back(pick);
+    i = j;
+  }
+  if (x <= row.front()->log_tokens) return {row.front()->forward, row.front()->backward};
+  if (x >= row.back()->log_tokens) return {row.back()->forward, row.back()->backward};
+  size_t k = 1;
+  while (row[k]->log_tokens < x) ++k;
+  const Anchor& a = *row[k - 1];
+  const Anchor& b = *row[k];
+  const double w = (x - a.log_tokens) / (b.log_tokens - a.log_tokens);
+  return {a.forward + w * (b.forward - a.forward), a.backward + w * (b.backward - a.backward)};
+}
+
+ComputeTimes ProfiledCostModel::LayerCompute(const Layer& layer, const TokenStats& tokens, int tp,
+                                             const LayerWork& work, const GpuSpec& gpu) const {
+  ComputeTimes t = roofline_.LayerCompute(layer, tokens, tp, work, gpu);
+  if (layer.kind != LayerKind::kTransformer || layer.cross_attention) return t;
+  ProfileShape shape{layer.hidden, layer.ffn_hidden, layer.heads, layer.kv_heads, layer.gated_mlp, layer.causal};
+  const auto [forward, backward] = Correction(shape, tp, layer.frozen, tokens);
+  t.forward_s *= forward;
+  t.forward_elementwise_s *= forward;
+  t.backward_data_s *= backward;
+  t.backward_weight_s *= backward;
+  return t;
+}
+
+}  // namespace loom

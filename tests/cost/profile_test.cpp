@@ -1,0 +1,180 @@
+// The measured-profile cost model against measured hardware (issue 13): the
+// shipped H100 profile predicts every whole layer of layers.json within 5%
+// (forward and forward + backward), generalizes to held-out points
+// (leave-one-out), and the llama3-1b training step of steps.json within 15%;
+// the timm ViT-H steps are reported with what explains their error. The
+// measurements are copies of ../shared/measurements/h100 in tests/data/h100.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "loom/cost/layer_work.h"
+#include "loom/cost/profile.h"
+#include "loom/cost/profile_data.h"
+#include "loom/data/sample_source.h"
+#include "loom/sim/plan_run.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/strategies/plan_builders.h"
+#include <fmt/format.h>
+
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+nlohmann::json ReadJson(const std::string& name) {
+  std::ifstream in(std::string(LOOM_TEST_DATA) + "/h100/" + name);
+  return nlohmann::json::parse(in);
+}
+
+Profile ShippedH100() {
+  for (const auto& f : profile_data::Files()) {
+    if (std::string(f.name) == "h100.yaml") return ParseProfile(f.text, "h100.yaml");
+  }
+  ADD_FAILURE() << "no shipped h100 profile";
+  return {};
+}
+
+struct Measured {
+  Layer layer;
+  TokenStats tokens;
+  int tp = 1;
+  double forward_s = 0, forward_backward_s = 0;
+  std::string name;
+};
+
+std::vector<Measured> LayersJson() {
+  std::vector<Measured> out;
+  for (const auto& r : ReadJson("layers.json")) {
+    Measured m;
+    m.layer.kind = LayerKind::kTransformer;
+    m.layer.hidden = r["hidden"];
+    m.layer.ffn_hidden = r["ffn_hidden"];
+    m.layer.heads = r["heads"];
+    m.layer.kv_heads = r["kv_heads"];
+    m.layer.gated_mlp = r["gated"];
+    m.layer.causal = r["causal"];
+    const double b = r["batch"], s = r["seq"];
+    m.tokens.tokens = b * s;
+    m.tokens.sum_sq = b * s * s;
+    m.tokens.sequences = b;
+    m.tp = r["tp_shard"];
+    m.forward_s = r["fwd_s"];
+    m.forward_backward_s = r["fwd_bwd_s"];
+    m.name = fmt::format("{} b{} s{} tp{}", r["layer"].get<std::string>(), b, s, m.tp);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+ComputeTimes Predict(const CostModel& model, const Measured& m) {
+  const GpuSpec& gpu = FindGpu("h100");
+  return model.LayerCompute(m.layer, m.tokens, m.tp, EstimateLayerWork(m.layer, m.tokens, m.tp), gpu);
+}
+
+TEST(H100Profile, PredictsEveryMeasuredLayerWithinFivePercent) {
+  const ProfiledCostModel model(ShippedH100());
+  const RooflineCostModel roofline;
+  const RooflineCostModel fitted(model.fitted_efficiency());
+  std::printf("%-26s %9s %9s %9s %9s | %9s %9s %9s %9s\n", "layer (kernels of one GPU)", "fwd ms", "profile",
+              "fitted", "roofline", "f+b ms", "profile", "fitted", "roofline");
+  for (const Measured& m : LayersJson()) {
+    SCOPED_TRACE(m.name);
+    const ComputeTimes p = Predict(model, m), f = Predict(fitted, m), r = Predict(roofline, m);
+    auto fb = [](const ComputeTimes& t) { return t.forward_s + t.backward_data_s + t.backward_weight_s; };
+    auto pct = [](double x, double y) { return 100.0 * (x / y - 1.0); };
+    std::printf("%-26s %9.3f %+8.1f%% %+8.1f%% %+8.1f%% | %9.3f %+8.1f%% %+8.1f%% %+8.1f%%\n", m.name.c_str(),
+                m.forward_s * 1e3, pct(p.forward_s, m.forward_s), pct(f.forward_s, m.forward_s),
+                pct(r.forward_s, m.forward_s), m.forward_backward_s * 1e3, pct(fb(p), m.forward_backward_s),
+                pct(fb(f), m.forward_backward_s), pct(fb(r), m.forward_backward_s));
+    EXPECT_NEAR(p.forward_s / m.forward_s, 1.0, 0.05);
+    EXPECT_NEAR(fb(p) / m.forward_backward_s, 1.0, 0.05);
+  }
+}
+
+// Generalization: each layers.json point predicted by a profile that never saw
+// it (the other points of its shape, the sweeps and the ops remain).
+TEST(H100Profile, HeldOutLayersStayClose) {
+  const Profile full = ShippedH100();
+  const std::vector<Measured> measured = LayersJson();
+  double worst = 0;
+  for (const Measured& m : measured) {
+    Profile p = full;
+    std::erase_if(p.layers, [&](const ProfileLayerPoint& pt) {
+      return pt.shape.hidden == m.layer.hidden && pt.shape.ffn_hidden == m.layer.ffn_hidden && pt.tp == m.tp &&
+             !pt.frozen && static_cast<double>(pt.batch * pt.seq) == m.tokens.tokens &&
+             static_cast<double>(pt.batch) == m.tokens.sequences;
+    });
+    ASSERT_EQ(p.layers.size() + 1, full.layers.size()) << m.name;
+    const ProfiledCostModel model(std::move(p));
+    const ComputeTimes t = Predict(model, m);
+    const double fb = t.forward_s + t.backward_data_s + t.backward_weight_s;
+    const double err_f = t.forward_s / m.forward_s - 1, err_fb = fb / m.forward_backward_s - 1;
+    std::printf("held out %-26s fwd %+6.1f%%  fwd+bwd %+6.1f%%\n", m.name.c_str(), 100 * err_f, 100 * err_fb);
+    worst = std::max({worst, std::abs(err_f), std::abs(err_fb)});
+  }
+  std::printf("worst held-out error %.1f%%\n", 100 * worst);
+  // The worst is vit-huge at batch 32, which layers.json and token_sweeps.json
+  // measured 20% apart (fwd+bwd 2.33 vs 2.80 ms): the bound is the files' own spread.
+  EXPECT_LT(worst, 0.35);
+}
+
+// steps.json: whole iterations on one GPU, simulated from the model zoo.
+struct Step {
+  double measured_s = 0, predicted_s = 0, predicted_peak_bytes = 0, measured_peak_bytes = 0;
+};
+
+Step SimulateStep(const std::string& model_name, const nlohmann::json& row, Recompute recompute) {
+  const Model model = LoadModel(model_name);
+  Cluster cluster = MakeCluster("h100", 1, 1);
+  Workload w = DefaultWorkload(model);
+  if (w.source.kind != "text") {
+    // timm's ViT step: one 224 px image per sample (LAION pairs packed one per sample).
+    w = LoadWorkload("laion");
+    w.source.pack_tokens = w.source.image_tokens + 77;
+  }
+  const int micro_batch = row["micro_batch"], microbatches = row["microbatches"];
+  w.global_batch = micro_batch * microbatches;
+  w.microbatch_size = micro_batch;
+  if (w.source.kind == "text") w.source.seq_len = row["seq"];
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{model, cluster, w, batch, {}};
+  const Plan plan = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, microbatches, ScheduleKind::kOneFOneB, recompute,
+                                   Balance::kParams, 1);
+  const PlanRun run = RunPlan(model, cluster, w, plan, batch);
+  return {row["iteration_s"], run.metrics.iteration_time_s, run.metrics.peak_mem_bytes,
+          row["peak_allocated_bytes"]};
+}
+
+TEST(H100Profile, PredictsTheLlama1bTrainingStepWithinFifteenPercent) {
+  for (const auto& row : ReadJson("steps.json")) {
+    if (row["model"] != "llama3-1b") continue;
+    const Step s = SimulateStep("llama3-1b", row, Recompute::kNone);
+    std::printf("llama3-1b step: measured %.1f ms, predicted %.1f ms (%+.1f%%); peak memory measured %.1f GiB, "
+                "predicted %.1f GiB\n",
+                s.measured_s * 1e3, s.predicted_s * 1e3, 100 * (s.predicted_s / s.measured_s - 1),
+                s.measured_peak_bytes / (1 << 30), s.predicted_peak_bytes / (1 << 30));
+    EXPECT_NEAR(s.predicted_s / s.measured_s, 1.0, 0.15);
+  }
+}
+
+TEST(H100Profile, ReportsTheTimmVitHugeSteps) {
+  for (const auto& row : ReadJson("steps.json")) {
+    if (row["model"] != "vit-huge") continue;
+    const bool ckpt = row["checkpointing"];
+    const Step s = SimulateStep("vit-huge", row, ckpt ? Recompute::kFull : Recompute::kNone);
+    std::printf("vit-huge (timm, fp32 master + bf16 autocast) step%s: measured %.1f ms, predicted %.1f ms (%+.1f%%)\n",
+                ckpt ? " with checkpointing" : "", s.measured_s * 1e3, s.predicted_s * 1e3,
+                100 * (s.predicted_s / s.measured_s - 1));
+    // Reported, not asserted tightly: see docs/cost-model.md for what explains the gap.
+    EXPECT_GT(s.predicted_s, 0.5 * s.measured_s);
+    EXPECT_LT(s.predicted_s, 1.5 * s.measured_s);
+  }
+}
+
+}  // namespace
+}  // namespace loom
