@@ -142,3 +142,34 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// --profile: the shipped H100 profile is the default on H100 and H800; the
+// roofline and a profile file can be chosen; a profile of another GPU is an error.
+TEST(PlanCli, ProfileFlagChoosesTheCostModel) {
+  const std::string args = "simulate --model llama3-1b --cluster h100:1x1 --workload text --global-batch 8 "
+                           "--seq-len 4096 --microbatches 4 --json";
+  auto time_of = [&](const std::string& extra) {
+    auto [code, out] = LoomCli(args + extra);
+    EXPECT_EQ(code, 0) << out;
+    return code == 0 ? nlohmann::json::parse(out)["iteration_time_s"].get<double>() : 0.0;
+  };
+  const double by_default = time_of(""), roofline = time_of(" --profile roofline");
+  const double file = time_of(std::string(" --profile ") + LOOM_SOURCE_DIR + "/src/loom/cost/profiles/h100.yaml");
+  EXPECT_EQ(by_default, file);      // the default is the shipped profile
+  EXPECT_GT(by_default, roofline);  // measured kernels are slower than the datasheet roofline
+  auto [code, out] = LoomCli("simulate --model llama3-1b --cluster a800:1x1 --workload text --global-batch 8 "
+                             "--microbatches 4 --profile " + std::string(LOOM_SOURCE_DIR) +
+                             "/src/loom/cost/profiles/h100.yaml");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("measured on h100"), std::string::npos) << out;
+  EXPECT_NE(out.find("a800"), std::string::npos) << out;
+  auto [code2, out2] = LoomCli(args + " --profile /nonexistent.yaml");
+  EXPECT_EQ(code2, 2);
+  EXPECT_NE(out2.find("/nonexistent.yaml"), std::string::npos) << out2;
+}
+
+}  // namespace
+}  // namespace loom

@@ -178,3 +178,75 @@ TEST(H100Profile, ReportsTheTimmVitHugeSteps) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+TEST(Profile, BadFilesNameTheFileLineAndField) {
+  const std::string ops = "ops:\n  - {op: gemm, flops: 1e9, bytes: 1e6, time_s: 1e-5}\n";
+  const std::string layer = "  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 4, batch: 1, seq: 128, fwd_s: 1e-4, "
+                            "bwd_s: 2e-4";
+  test::ExpectError([&] { ParseProfile("gpu: tpu9\n" + ops + "layers: []\n", "p.yaml"); },
+                    {"p.yaml:1", "gpu", "h100"});
+  test::ExpectError([&] { ParseProfile("gpu: h100\n" + ops + "layers:\n" + layer + ", tp: 3}\n", "p.yaml"); },
+                    {"p.yaml:5", "layers[0].tp", "does not split 4 heads"});
+  test::ExpectError([&] { ParseProfile("gpu: h100\n" + ops + "layers:\n" + layer + ", speed: 2}\n", "p.yaml"); },
+                    {"p.yaml:5", "speed"});
+  test::ExpectError(
+      [&] {
+        ParseProfile("gpu: h100\n" + ops + "layers:\n  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 4, "
+                     "batch: 1, seq: 128, fwd_s: -1, bwd_s: 2e-4}\n",
+                     "p.yaml");
+      },
+      {"p.yaml:5", "layers[0].fwd_s"});
+  test::ExpectError([&] { ParseProfile("gpu: h100\nops: []\nlayers: []\n", "p.yaml"); }, {"p.yaml", "ops"});
+  test::ExpectError([&] { ParseProfile("gpu: h100\napplies_to: [h100, h999]\n" + ops + "layers: []\n", "p.yaml"); },
+                    {"applies_to[1]", "h999"});
+}
+
+// Between two measured token counts the correction is linear in log(tokens),
+// and beyond them it is held: checked against the two anchors by hand.
+TEST(Profile, CorrectionInterpolatesInLogTokens) {
+  Profile p = ShippedH100();
+  p.layers.clear();
+  ProfileLayerPoint a;
+  a.shape = {2048, 8192, 32, 8, true, true};
+  a.batch = 1;
+  a.seq = 1024;
+  a.forward_s = 1e-3;
+  a.backward_s = 2e-3;
+  ProfileLayerPoint b = a;
+  b.seq = 4096;
+  b.forward_s = 3e-3;
+  b.backward_s = 5e-3;
+  p.layers = {a, b};
+  const ProfiledCostModel model(p);
+  auto tokens = [](double seq) {
+    TokenStats t;
+    t.tokens = seq;
+    t.sum_sq = seq * seq;
+    t.sequences = 1;
+    return t;
+  };
+  const auto ca = model.Correction(a.shape, 1, false, tokens(1024));
+  const auto cb = model.Correction(a.shape, 1, false, tokens(4096));
+  const auto mid = model.Correction(a.shape, 1, false, tokens(2048));  // halfway in log tokens
+  EXPECT_NEAR(mid.first, 0.5 * (ca.first + cb.first), 1e-12);
+  EXPECT_NEAR(mid.second, 0.5 * (ca.second + cb.second), 1e-12);
+  EXPECT_EQ(model.Correction(a.shape, 1, false, tokens(100)), ca);    // held below
+  EXPECT_EQ(model.Correction(a.shape, 1, false, tokens(65536)), cb);  // held above
+  // At an anchor the prediction is the measurement.
+  Layer l;
+  l.hidden = 2048;
+  l.ffn_hidden = 8192;
+  l.heads = 32;
+  l.kv_heads = 8;
+  l.gated_mlp = true;
+  l.causal = true;
+  const ComputeTimes t = model.LayerCompute(l, tokens(4096), 1, EstimateLayerWork(l, tokens(4096), 1), FindGpu("h100"));
+  EXPECT_NEAR(t.forward_s, 3e-3, 1e-12);
+  EXPECT_NEAR(t.backward_data_s + t.backward_weight_s, 5e-3, 1e-12);
+}
+
+}  // namespace
+}  // namespace loom

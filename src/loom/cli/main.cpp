@@ -18,6 +18,7 @@
 #include "loom/strategies/strategy.h"
 #include "loom/report/table.h"
 #include "loom/sim/chrome_trace.h"
+#include "loom/cost/cost_model.h"
 #include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
@@ -87,6 +88,16 @@ std::vector<std::string> RankNames(const loom::PlanRun& run) {
   return names;
 }
 
+constexpr const char* kProfileHelp =
+    "cost model: default (the GPU's shipped measured profile, else the roofline), roofline, or a profile YAML "
+    "file (docs/cost-model.md)";
+
+loom::Cluster LoadClusterWithProfile(const std::string& cluster, const std::string& profile) {
+  loom::Cluster c = loom::LoadCluster(cluster);
+  c.cost_model = loom::SelectCostModel(profile, c.gpu);
+  return c;
+}
+
 void WriteText(const std::string& path, const std::string& text, const char* flag) {
   std::ofstream out(path);
   if (!out) throw loom::Error(fmt::format("{} {}: cannot write the file", flag, path));
@@ -119,6 +130,8 @@ int main(int argc, char** argv) {
   loom::ParallelConfig cfg;
   simulate->add_option("--model", sim_model, "built-in model name or YAML file")->required();
   simulate->add_option("--cluster", sim_cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+  std::string sim_profile = "default", plan_profile = "default";
+  simulate->add_option("--profile", sim_profile, kProfileHelp);
   sim_workload.Add(simulate);
   simulate->add_option("--tp", cfg.tp, "tensor parallel degree");
   simulate->add_option("--pp", cfg.pp, "pipeline parallel degree");
@@ -139,6 +152,7 @@ int main(int argc, char** argv) {
   WorkloadFlags plan_workload;
   plan->add_option("--model", plan_model, "built-in model name or YAML file")->required();
   plan->add_option("--cluster", plan_cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+  plan->add_option("--profile", plan_profile, kProfileHelp);
   plan_workload.Add(plan);
   plan->add_option("--strategy", strategies, "NAME[,NAME...] or all (default all)");
   plan->add_option("--iterations", iterations, "sampled batches to simulate per strategy (default 10)");
@@ -186,7 +200,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("plan")) {
       loom::Model model = loom::LoadModel(plan_model);
-      loom::Cluster cluster = loom::LoadCluster(plan_cluster);
+      loom::Cluster cluster = LoadClusterWithProfile(plan_cluster, plan_profile);
       std::optional<loom::Workload> w = plan_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       std::vector<std::string> names;
@@ -237,7 +251,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("simulate") && !sim_plan.empty()) {
       loom::Model model = loom::LoadModel(sim_model);
-      loom::Cluster cluster = loom::LoadCluster(sim_cluster);
+      loom::Cluster cluster = LoadClusterWithProfile(sim_cluster, sim_profile);
       std::optional<loom::Workload> w = sim_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::PlanFile file = loom::LoadPlanFile(sim_plan, sim_strategy);
@@ -293,7 +307,7 @@ int main(int argc, char** argv) {
       loom::Model model = loom::LoadModel(sim_model);
       std::optional<loom::Workload> w = sim_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
-      loom::PlanRun run = loom::SimulateConfig(model, loom::LoadCluster(sim_cluster), workload, cfg);
+      loom::PlanRun run = loom::SimulateConfig(model, LoadClusterWithProfile(sim_cluster, sim_profile), workload, cfg);
       if (!trace_path.empty()) {
         loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
       }

@@ -1,6 +1,12 @@
 #include "loom/cost/cost_model.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "loom/cost/profile.h"
 #include "loom/cost/shipped_profiles.h"
+#include "loom/error.h"
 
 namespace loom {
 
@@ -24,6 +30,18 @@ std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu) {
   static const std::shared_ptr<const CostModel> roofline = std::make_shared<const RooflineCostModel>();
   std::shared_ptr<const CostModel> shipped = ShippedProfileModel(gpu);
   return shipped ? shipped : roofline;
+}
+
+std::shared_ptr<const CostModel> SelectCostModel(const std::string& value, const GpuSpec& gpu) {
+  if (value == "roofline") return std::make_shared<const RooflineCostModel>();
+  if (value == "default" || value.empty()) return DefaultCostModel(gpu);
+  Profile p = LoadProfile(value);
+  if (std::find(p.applies_to.begin(), p.applies_to.end(), gpu.name) == p.applies_to.end()) {
+    throw Error(fmt::format("{}: the profile was measured on {} (applies to {}), but the cluster's GPUs are {}; "
+                            "profile this GPU or pass --profile roofline",
+                            value, p.gpu, fmt::join(p.applies_to, ", "), gpu.name));
+  }
+  return std::make_shared<const ProfiledCostModel>(std::move(p));
 }
 
 const CostModel& CostModelOf(const Cluster& c) {

@@ -56,6 +56,12 @@ class RooflineCostModel final : public CostModel {
 
 // The cost model a cluster's predictions use: its own, or the default for its GPU.
 const CostModel& CostModelOf(const Cluster& cluster);
+// What `--profile VALUE` selects for a cluster of `gpu`s: "roofline" (default
+// efficiencies), "default" (the GPU's default), or a profile YAML file
+// (cost/profile.h). Throws loom::Error naming the file for a bad file, or when
+// the profile was measured on another GPU (and does not list `gpu` in applies_to).
+std::shared_ptr<const CostModel> SelectCostModel(const std::string& value, const GpuSpec& gpu);
+
 // The shipped profile of `gpu` (see cost/shipped_profiles.h), else the roofline
 // with default efficiencies. The same object for the same GPU name.
 std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu);
