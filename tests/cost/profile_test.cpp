@@ -73,7 +73,8 @@ std::vector<Measured> LayersJson() {
 
 ComputeTimes Predict(const CostModel& model, const Measured& m) {
   const GpuSpec& gpu = FindGpu("h100");
-  return model.LayerCompute(m.layer, m.tokens, m.tp, EstimateLayerWork(m.layer, m.tokens, m.tp), gpu);
+  return model.LayerCompute(m.layer, m.tokens, m.tp, EstimateLayerWork(m.layer, m.tokens, m.tp), gpu,
+                            Precision::kBf16);
 }
 
 TEST(H100Profile, PredictsEveryMeasuredLayerWithinFivePercent) {
@@ -243,7 +244,8 @@ TEST(Profile, CorrectionInterpolatesInLogTokens) {
   l.kv_heads = 8;
   l.gated_mlp = true;
   l.causal = true;
-  const ComputeTimes t = model.LayerCompute(l, tokens(4096), 1, EstimateLayerWork(l, tokens(4096), 1), FindGpu("h100"));
+  const ComputeTimes t = model.LayerCompute(l, tokens(4096), 1, EstimateLayerWork(l, tokens(4096), 1),
+                                            FindGpu("h100"), Precision::kBf16);
   EXPECT_NEAR(t.forward_s, 3e-3, 1e-12);
   EXPECT_NEAR(t.backward_data_s + t.backward_weight_s, 5e-3, 1e-12);
 }

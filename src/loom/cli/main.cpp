@@ -33,6 +33,7 @@ struct WorkloadFlags {
   std::optional<int64_t> global_batch;
   std::optional<uint64_t> seed;
   std::optional<int64_t> seq_len;
+  std::string precision;
 
   void Add(CLI::App* app) {
     app->add_option("--workload", name, "built-in workload or YAML file");
@@ -40,17 +41,23 @@ struct WorkloadFlags {
     app->add_option("--seed", seed, "seed of the sample draw");
     app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")
         ->check(CLI::PositiveNumber);
+    app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
+        ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
   }
   std::optional<loom::Workload> Resolve() const {
     if (name.empty()) {
-      if (global_batch || seed || seq_len) {
-        throw loom::Error("--global-batch, --seed and --seq-len need --workload");
+      if (global_batch || seed || seq_len || !precision.empty()) {
+        throw loom::Error("--global-batch, --seed, --seq-len and --precision need --workload");
       }
       return std::nullopt;
     }
     loom::Workload w = loom::LoadWorkload(name);
     if (global_batch) w.global_batch = *global_batch;
     if (seed) w.seed = *seed;
+    for (loom::Precision p : {loom::Precision::kBf16, loom::Precision::kFp16, loom::Precision::kTf32,
+                              loom::Precision::kFp32}) {
+      if (precision == loom::PrecisionName(p)) w.precision = p;
+    }
     if (seq_len) {
       if (w.source.kind != "text") {
         throw loom::Error(fmt::format("--seq-len applies to the `text` workload, not '{}'", w.name));

@@ -16,7 +16,8 @@ RooflineCostModel::RooflineCostModel(Efficiency efficiency, std::string name)
 }
 
 ComputeTimes RooflineCostModel::LayerCompute(const Layer&, const TokenStats&, int, const LayerWork& w,
-                                             const GpuSpec& gpu) const {
+                                             const GpuSpec& spec, Precision precision) const {
+  const GpuSpec gpu = AtPrecision(spec, precision);
   ComputeTimes t;
   t.forward_s = PhaseTime_s(w, Phase::kForward, gpu, efficiency_);
   t.backward_data_s = PhaseTime_s(w, Phase::kBackwardData, gpu, efficiency_);

@@ -35,10 +35,11 @@ class CostModel {
   virtual ~CostModel() = default;
   // "roofline", or "profile h100 (FILE)".
   virtual std::string name() const = 0;
-  // `work` is EstimateLayerWork(layer, tokens, tp): the layer's FLOPs and
-  // bytes on one GPU for the per-GPU tokens `tokens` (after the TP / CP split).
+  // `work` is EstimateLayerWork(layer, tokens, tp, ElementBytes(precision)):
+  // the layer's FLOPs and bytes on one GPU for the per-GPU tokens `tokens`
+  // (after the TP / CP split), run in `precision` on `gpu`.
   virtual ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
-                                    const GpuSpec& gpu) const = 0;
+                                    const GpuSpec& gpu, Precision precision) const = 0;
 };
 
 class RooflineCostModel final : public CostModel {
@@ -46,7 +47,7 @@ class RooflineCostModel final : public CostModel {
   explicit RooflineCostModel(Efficiency efficiency = Efficiency(), std::string name = "roofline");
   std::string name() const override { return name_; }
   ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
-                            const GpuSpec& gpu) const override;
+                            const GpuSpec& gpu, Precision precision) const override;
   const Efficiency& efficiency() const { return efficiency_; }
 
  private:

@@ -59,7 +59,8 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
   const TokenStats full = par.split ? module_tokens : ShareOfSequences(module_tokens, par.tp);
   const int tp = par.split ? par.tp : 1;
   const TokenStats t = PerCpRank(full, par.cp);
-  const LayerWork w = EstimateLayerWork(l, t, tp, kActivationElemBytes);
+  const double elem = ElementBytes(par.precision);
+  const LayerWork w = EstimateLayerWork(l, t, tp, elem);
   LayerTimes out;
   // Tensor-parallel all-reduces sit on the critical path inside the layer
   // (Megatron-LM without communication overlap): added to compute time.
@@ -68,9 +69,9 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
   double cp_s = 0;
   if (par.cp > 1 && HasAttention(l)) {
     double kv = static_cast<double>(l.kv_heads) * (l.hidden / std::max<int64_t>(l.heads, 1));
-    cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * kActivationElemBytes / tp, par.cp, tp, c);
+    cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * elem / tp, par.cp, tp, c);
   }
-  const ComputeTimes kernels = CostModelOf(c).LayerCompute(l, t, tp, w, c.gpu);
+  const ComputeTimes kernels = CostModelOf(c).LayerCompute(l, t, tp, w, c.gpu, par.precision);
   out.forward_s = kernels.forward_s + tp_s + cp_s;
   out.flops = w.Flops(Phase::kForward);
   if (needs.data) {
@@ -82,8 +83,8 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     out.flops += w.Flops(Phase::kBackwardWeight);
   }
   if (needs.data || needs.weight) {
-    out.activation_bytes = ActivationBytes(l, t, tp, par.recompute, kActivationElemBytes);
-    double kept_all = ActivationBytes(l, t, tp, Recompute::kNone, kActivationElemBytes);
+    out.activation_bytes = ActivationBytes(l, t, tp, par.recompute, elem);
+    double kept_all = ActivationBytes(l, t, tp, Recompute::kNone, elem);
     if (par.recompute == Recompute::kFull) {
       out.backward_data_s += out.forward_s;  // re-run the forward inside the backward
       out.transient_bytes = kept_all - out.activation_bytes;
@@ -96,7 +97,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its
     // forward and again before its backward, and reduce-scatters its gradients;
     // prefetching overlaps them with compute, so a phase takes the longer of the two.
-    const double weight_bytes = kActivationElemBytes * static_cast<double>(LayerParams(l)) / tp;
+    const double weight_bytes = elem * static_cast<double>(LayerParams(l)) / tp;
     const double gather_s = GroupAllGatherTime_s(weight_bytes, par.fsdp_ranks, 1, c);
     out.forward_s = std::max(out.forward_s, gather_s);
     if (needs.weight) {

@@ -14,7 +14,6 @@
 
 namespace loom {
 
-inline constexpr double kActivationElemBytes = 2;  // bf16 / fp16 activations and gradients
 
 struct LayerTimes {
   double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
@@ -28,6 +27,7 @@ struct LayerParallelism {
   Recompute recompute = Recompute::kNone;
   bool fsdp = false;     // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)
   int fsdp_ranks = 1;    // the group the weights are sharded over
+  Precision precision = Precision::kBf16;  // element size of activations and weights, and the peak to use
 };
 
 // Whether a module's attention heads divide by tp; modules that do not are

@@ -3,8 +3,12 @@
 // FP32 main gradient and 12 B of optimizer state (FP32 master weight, Adam m
 // and v). Frozen parameters keep only their 2 B weights. ZeRO stage 1 shards the
 // optimizer state over the data-parallel group, stage 2 also the gradients,
-// stage 3 also the weights. Activation memory is in layer_work.h.
+// stage 3 also the weights. Activation memory is in layer_work.h. In tf32 /
+// fp32 (no mixed precision) weights and gradients take 4 B and the optimizer
+// 8 B (Adam m and v; the weights are the master copy).
 #pragma once
+
+#include "loom/spec/precision.h"
 
 namespace loom {
 
@@ -22,6 +26,7 @@ inline constexpr double kOptimizerBytesPerParam = 12;
 // `trainable_params` and `frozen_params` are those held by one GPU (already
 // divided by TP and PP); dp is the data-parallel group that ZeRO shards over.
 // REQUIRES: dp >= 1, 0 <= zero_stage <= 3.
-ModelStateBytes ModelState(double trainable_params, double frozen_params, int dp, int zero_stage);
+ModelStateBytes ModelState(double trainable_params, double frozen_params, int dp, int zero_stage,
+                           Precision precision = Precision::kBf16);
 
 }  // namespace loom

@@ -110,7 +110,8 @@ ProfiledCostModel::ProfiledCostModel(Profile profile)
     Layer as_run = l;
     as_run.frozen = pt.frozen;
     const TokenStats t = TokensOf(pt.batch, pt.seq);
-    const ComputeTimes r = roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp), gpu);
+    const ComputeTimes r =
+        roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp), gpu, Precision::kBf16);
     Anchor a;
     a.log_tokens = std::log(t.tokens);
     a.log_seq = std::log(static_cast<double>(pt.seq));
@@ -178,9 +179,9 @@ std::pair<double, double> ProfiledCostModel::Correction(const ProfileShape& shap
 }
 
 ComputeTimes ProfiledCostModel::LayerCompute(const Layer& layer, const TokenStats& tokens, int tp,
-                                             const LayerWork& work, const GpuSpec& gpu) const {
-  ComputeTimes t = roofline_.LayerCompute(layer, tokens, tp, work, gpu);
-  if (layer.kind != LayerKind::kTransformer || layer.cross_attention) return t;
+                                             const LayerWork& work, const GpuSpec& gpu, Precision precision) const {
+  ComputeTimes t = roofline_.LayerCompute(layer, tokens, tp, work, gpu, precision);
+  if (layer.kind != LayerKind::kTransformer || layer.cross_attention || !IsMixedPrecision(precision)) return t;
   ProfileShape shape{layer.hidden, layer.ffn_hidden, layer.heads, layer.kv_heads, layer.gated_mlp, layer.causal};
   const auto [forward, backward] = Correction(shape, tp, layer.frozen, tokens);
   t.forward_s *= forward;

@@ -72,8 +72,10 @@ class ProfiledCostModel final : public CostModel {
   explicit ProfiledCostModel(Profile profile);
 
   std::string name() const override;
+  // The profile was measured in bf16: other precisions get the fitted roofline
+  // at their own peak, without the layer corrections.
   ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
-                            const GpuSpec& gpu) const override;
+                            const GpuSpec& gpu, Precision precision) const override;
 
   const Profile& profile() const { return profile_; }
   const Efficiency& fitted_efficiency() const { return roofline_.efficiency(); }

@@ -168,6 +168,7 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
   out.strategy = plan.strategy;
   out.group_gpus = plan.group_gpus;
   out.num_groups = c.num_gpus() / plan.group_gpus;
+  out.precision = w.precision;
   const bool uniform = UniformMicrobatches(plan);
   const int m = plan.units[0].pipelines[0].microbatches;
 

@@ -23,6 +23,7 @@
 #include "loom/cost/layer_work.h"
 #include "loom/pipeline/schedule.h"
 #include "loom/plan/plan.h"
+#include "loom/spec/precision.h"
 
 namespace loom {
 
@@ -98,6 +99,7 @@ struct ExecutionPlan {
   bool replicated = false;
   int group_gpus = 1;
   int num_groups = 0;            // GPU groups of the cluster
+  Precision precision = Precision::kBf16;  // the workload's
   int64_t samples = 0;           // samples trained (deferred ones excluded)
   bool operator==(const ExecutionPlan&) const = default;
 };

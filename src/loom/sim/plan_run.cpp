@@ -60,7 +60,7 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
   const double T = r.iteration_time_s;
   PlanMetrics& m = run.metrics;
   m.iteration_time_s = T;
-  m.mfu = k.model_flops / (T * c.num_gpus() * c.gpu.peak_flops);
+  m.mfu = k.model_flops / (T * c.num_gpus() * PeakFlops(c.gpu, s.precision));
   m.throughput_samples_per_s = static_cast<double>(s.samples) / T;
   m.throughput_tokens_per_s = k.tokens / T;
 

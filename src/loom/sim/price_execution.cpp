@@ -73,15 +73,19 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
 // TP-split weights sync over the D replicas x the group members sharing
 // sequences x CP (TP ranks stride apart), replicated weights over every GPU of
 // the replicas. ZeRO-3 reduce-scatters inside each layer instead (layer_pricing.h).
-double GradSyncTime_s(const StageParams& params, const ExecStage& st, int group_gpus, const Cluster& c) {
+double GradSyncTime_s(const StageParams& params, const ExecStage& st, int group_gpus, Precision precision,
+                      const Cluster& c) {
   if (st.zero_stage == 3) return 0;
-  return GroupAllReduceTime_s(2 * (params.trainable - params.replicated), st.dp * st.seq_share * st.cp, st.tp, c) +
-         GroupAllReduceTime_s(2 * params.replicated, st.dp * group_gpus, 1, c);
+  const double elem = ElementBytes(precision);
+  return GroupAllReduceTime_s(elem * (params.trainable - params.replicated), st.dp * st.seq_share * st.cp, st.tp,
+                              c) +
+         GroupAllReduceTime_s(elem * params.replicated, st.dp * group_gpus, 1, c);
 }
 
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
-                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, double* flops,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, Precision precision,
+                     double* flops,
                      std::vector<std::array<LayerTimes, 3>>* options) {
   StageCost sc;
   int layer = 0, last_module = -1, last_layer = -1;
@@ -94,6 +98,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     par.split = SplitsOverTensorParallel(mod, st.tp);
     par.fsdp = st.zero_stage == 3;
     par.fsdp_ranks = st.dp * group_gpus / st.tp;
+    par.precision = precision;
     const TokenStats t = ShareOfSequences(tokens[mi], st.seq_share);
     for (int li = r.begin; li < r.end; ++li, ++layer) {
       par.recompute = layer_recompute.empty() ? st.recompute : layer_recompute[layer];
@@ -115,7 +120,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       last_layer = li;
     }
   }
-  sc.send_bytes = kActivationElemBytes * tokens[last_module].tokens / (st.cp * st.seq_share) *
+  sc.send_bytes = ElementBytes(precision) * tokens[last_module].tokens / (st.cp * st.seq_share) *
                   OutWidth(model.modules[last_module].layers[last_layer]);
   return sc;
 }
@@ -136,8 +141,8 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     const ExecStage& st = exec.stages[s];
     const StageParams sp = StageParamsOf(model, st);
     static_bytes[sch.stage_rank[s]] += ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp,
-                                                  st.zero_stage).total();
-    grad_sync_s[s] = GradSyncTime_s(sp, st, exec.group_gpus, c);
+                                                  st.zero_stage, exec.precision).total();
+    grad_sync_s[s] = GradSyncTime_s(sp, st, exec.group_gpus, exec.precision, c);
   }
 
   std::map<std::vector<double>, int> seen;
@@ -155,7 +160,8 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         const MicrobatchWork& mb = exec.replicas[d][s][j];
         const auto& tokens = cache.Of(mb.pieces);
         double flops = 0;
-        pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.group_gpus, &flops,
+        pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.group_gpus,
+                                         exec.precision, &flops,
                                          want_options ? &options->at[s][j] : nullptr));
         out.model_flops += flops * exec.group_gpus;
         for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs

@@ -44,7 +44,8 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
 // the stage's). `flops`, when not null, receives the useful FLOPs of one GPU.
 StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage& stage,
                      const std::vector<TokenStats>& tokens, const std::vector<Recompute>& layer_recompute,
-                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, double* flops = nullptr,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, Precision precision,
+                     double* flops = nullptr,
                      std::vector<std::array<LayerTimes, 3>>* options = nullptr);
 
 // Parameters per GPU of one stage: trainable, frozen, and the trainable ones
@@ -54,8 +55,9 @@ struct StageParams {
 };
 StageParams StageParamsOf(const Model& model, const ExecStage& stage);
 
-// Data-parallel gradient sync of one stage's trainable weights, in bf16, over
-// its unit's replicas.
-double GradSyncTime_s(const StageParams& params, const ExecStage& stage, int group_gpus, const Cluster& cluster);
+// Data-parallel gradient sync of one stage's trainable weights over
+// its unit's replicas (16-bit gradients under mixed precision, else 32-bit).
+double GradSyncTime_s(const StageParams& params, const ExecStage& stage, int group_gpus, Precision precision,
+                      const Cluster& cluster);
 
 }  // namespace loom

@@ -1,11 +1,14 @@
 // GpuSpec: the datasheet numbers the roofline cost model needs for one device.
-// Peak is dense (no sparsity) BF16/FP16 tensor-core throughput; bandwidths are
-// bytes per second; NVLink bandwidth is per GPU, per direction.
+// Peaks are dense (no sparsity): BF16/FP16 and TF32 on tensor cores, FP32 on
+// the CUDA cores; bandwidths are bytes per second; NVLink bandwidth is per GPU,
+// per direction.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "loom/spec/precision.h"
 
 namespace loom {
 
@@ -17,7 +20,14 @@ struct GpuSpec {
   int sm_count = 0;
   double nvlink_bytes_per_s = 0;   // per GPU per direction; 0 when the GPU has none
   double pcie_bytes_per_s = 0;     // host link per direction
+  double peak_tf32_flops = 0;      // dense TF32 tensor FLOP/s
+  double peak_fp32_flops = 0;      // FP32 FLOP/s (no tensor cores)
 };
+
+// The peak FLOP/s of `gpu` in `precision`.
+double PeakFlops(const GpuSpec& gpu, Precision precision);
+// `gpu` with peak_flops set to its peak in `precision` (what the roofline divides by).
+GpuSpec AtPrecision(GpuSpec gpu, Precision precision);
 
 // The built-in GPUs (a40, a800, h800, h100, h200), in that order.
 const std::vector<GpuSpec>& BuiltinGpus();

@@ -96,8 +96,10 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
   src.RejectUnknownKeys();
   w.global_batch = doc.PositiveInt("global_batch", w.global_batch);
   w.microbatch_size = doc.PositiveInt("microbatch_size", w.microbatch_size);
-  w.precision = doc.Enum("precision", {"bf16", "fp16"}, "bf16") == "fp16" ? Precision::kFp16
-                                                                         : Precision::kBf16;
+  const std::string precision = doc.Enum("precision", {"bf16", "fp16", "tf32", "fp32"}, "bf16");
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kTf32, Precision::kFp32}) {
+    if (precision == PrecisionName(p)) w.precision = p;
+  }
   w.zero_stage = static_cast<int>(doc.NonNegativeInt("zero_stage", w.zero_stage));
   if (w.zero_stage > 3) {
     throw doc.ErrorAt("zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", w.zero_stage));

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-namespace loom {
+#include "loom/spec/precision.h"
 
-enum class Precision : uint8_t { kBf16, kFp16 };
+namespace loom {
 
 // Parameters of a sample source; which ones matter depends on `kind`
 // (docs/spec-format.md lists them per kind).
