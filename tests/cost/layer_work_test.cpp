@@ -94,6 +94,34 @@ TEST(LayerWork, ActivationMemoryByRecomputePolicy) {
   EXPECT_DOUBLE_EQ(ActivationBytes(l, t, 2, Recompute::kFull), 2 * s * h);
 }
 
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large
+// Transformer Models"), Table 2, per layer in bytes for a GPT layer (MHA,
+// 4h MLP) with s tokens, batch b, hidden h, a heads, TP degree t:
+//   tensor parallel:                        sbh (10 + 24/t + 5as/(ht))
+//   tensor + sequence parallel:             sbh (34/t + 5as/(ht))
+//   full recomputation:                     2sbh (2sbh/t with sequence parallelism)
+// Loom's models train without dropout (two sbh masks gone: 10 -> 8, 34 -> 32)
+// and with flash attention (no 5as^2b scores; fp32 softmax statistics of 4 B
+// per token and head instead).
+TEST(LayerWork, ActivationMemoryMatchesKorthikantiWithFlashAttentionAndNoDropout) {
+  Layer l;
+  l.kind = LayerKind::kTransformer;
+  l.hidden = 2560;
+  l.ffn_hidden = 4 * 2560;
+  l.heads = 32;
+  l.kv_heads = 32;
+  const double s = 2048, b = 4, h = 2560, a = 32;
+  const TokenStats tk{s * b, s * s * b, b, 0, 0};
+  for (int t : {1, 2, 4, 8}) {
+    SCOPED_TRACE(t);
+    const double stats = 4.0 * s * b * a / t;
+    EXPECT_DOUBLE_EQ(ActivationBytes(l, tk, t, Recompute::kNone, 2, false), s * b * h * (8 + 24.0 / t) + stats);
+    EXPECT_DOUBLE_EQ(ActivationBytes(l, tk, t, Recompute::kNone, 2, true), s * b * h * 32.0 / t + stats);
+    EXPECT_DOUBLE_EQ(ActivationBytes(l, tk, t, Recompute::kFull, 2, false), 2 * s * b * h);
+    EXPECT_DOUBLE_EQ(ActivationBytes(l, tk, t, Recompute::kFull, 2, true), 2 * s * b * h / t);
+  }
+}
+
 TEST(DeviceTime, RooflineTakesTheSlowerOfComputeAndMemory) {
   GpuSpec g = FindGpu("h100");
   Efficiency e;

@@ -4,6 +4,7 @@
 // levels in order, and the woven schedule's bad inputs.
 #include <gtest/gtest.h>
 
+#include "loom/cost/layer_pricing.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
@@ -14,6 +15,7 @@
 #include "loom/spec/workload.h"
 #include "loom/strategies/pipeweaver/partitioner.h"
 #include "loom/strategies/pipeweaver/pipeweaver.h"
+#include "test_cost_model.h"
 
 namespace loom {
 namespace {
@@ -156,6 +158,31 @@ TEST(Pipeweaver, BadWovenSchedulesAreErrors) {
     }
   }
   expect_error(e, "rank");
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Issue 13's suspected defect: a module whose heads do not divide by TP is
+// replicated over the TP group and each rank runs 1/tp of the sequences, which
+// PriceLayer already applies; the partitioner divided a second time. Each rank
+// of a tp-2 group running b sequences does what one GPU does with b / 2.
+TEST(Pipeweaver, ReplicatedModulesAreDividedOverTheTpGroupOnce) {
+  const Model model = LoadModel("whisper-encoder");  // 20 heads: split by 4, not by 8
+  ASSERT_FALSE(SplitsOverTensorParallel(model.modules[0], 8));
+  ASSERT_TRUE(SplitsOverTensorParallel(model.modules[0], 4));
+  const Cluster cluster = test::RooflineCluster(MakeCluster("h100", 1, 8));
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 64;
+  const Batch batch = DrawBatch(w, 0);
+  const StrategyContext ctx{model, cluster, w, batch, {}};
+  const ModalityModule m = ModalityModules(model, 1).front();
+  for (int b : {8, 16, 64}) {
+    EXPECT_DOUBLE_EQ(ModuleThroughput(ctx, m, 8, b), ModuleThroughput(ctx, m, 1, b / 8)) << b;
+  }
 }
 
 }  // namespace

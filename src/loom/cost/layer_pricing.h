@@ -28,6 +28,10 @@ struct LayerParallelism {
   bool fsdp = false;     // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)
   int fsdp_ranks = 1;    // the group the weights are sharded over
   Precision precision = Precision::kBf16;  // element size of activations and weights, and the peak to use
+  // Megatron-LM sequence parallelism: norms and dropout-free residual work split
+  // along the sequence over the TP group (activation memory only; the
+  // reduce-scatter + all-gather move what the all-reduce moved).
+  bool sequence_parallel = false;
 };
 
 // Whether a module's attention heads divide by tp; modules that do not are

@@ -235,25 +235,29 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
   return w;
 }
 
-double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute policy, double e) {
+double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute policy, double e,
+                       bool sequence_parallel) {
   const double h = static_cast<double>(l.hidden);
   const double f = static_cast<double>(l.ffn_hidden);
+  // What Megatron keeps whole on every TP rank without sequence parallelism,
+  // and splits along the sequence with it.
+  const double rep = sequence_parallel ? static_cast<double>(tp) : 1.0;
   switch (l.kind) {
     case LayerKind::kTransformer:
     case LayerKind::kConformer: {
       if (policy == Recompute::kFull) {
-        return e * t.tokens * h;  // the layer input only
+        return e * t.tokens * h / rep;  // the layer input only
       }
       double ffns = l.kind == LayerKind::kConformer ? 2 : 1;
       // Replicated: norm inputs and outputs (4h). Split over TP: Q, K, V, the
       // attention output (2h + 2kv), the MLP up output(s) and activation output.
-      double per_token = 4 * h + (2 * h + 2 * KvWidth(l) + ffns * MlpMatrices(l) * f) / tp;
+      double per_token = 4 * h / rep + (2 * h + 2 * KvWidth(l) + ffns * MlpMatrices(l) * f) / tp;
       if (l.kind == LayerKind::kConformer) {
-        per_token += 4 * h + 4 * h / tp;  // extra norms, conv module
+        per_token += 4 * h / rep + 4 * h / tp;  // extra norms, conv module
       }
       double bytes = e * t.tokens * per_token + 4.0 * t.tokens * l.heads / tp;  // + fp32 softmax stats
       if (l.cross_attention) {
-        bytes += e * (t.tokens * (2 * h + 2 * h / tp) + t.context_tokens * 2 * h / tp);
+        bytes += e * (t.tokens * (2 * h / rep + 2 * h / tp) + t.context_tokens * 2 * h / tp);
       }
       if (policy == Recompute::kSelective) {
         bytes -= e * t.tokens * ffns * f / tp;  // the activation output, recomputed from its input
@@ -267,7 +271,7 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
     case LayerKind::kEmbedding:
       return 0;  // token ids only
     case LayerKind::kLmHead:
-      return e * t.tokens * h + (policy == Recompute::kFull ? 0 : 4 * t.tokens * l.vocab / tp);
+      return e * t.tokens * h / rep + (policy == Recompute::kFull ? 0 : 4 * t.tokens * l.vocab / tp);
     case LayerKind::kMlpProjector:
       return policy == Recompute::kFull ? e * t.tokens * static_cast<double>(l.in_dim)
                                         : e * t.tokens * (static_cast<double>(l.in_dim) + 2 * h / tp);

@@ -57,8 +57,13 @@ LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp
                             double bytes_per_elem = 2);
 
 // Bytes of activations one TP rank keeps from this layer's forward until its
-// backward, under `policy`.
+// backward, under `policy`. Korthikanti et al. 2022 (Table 2) with flash
+// attention (no s^2 attention scores; fp32 softmax statistics instead) and no
+// dropout (none of the zoo's models trains with it): per token of a transformer
+// layer, norm inputs and the QKV / MLP inputs (4h) are replicated over the TP
+// group unless `sequence_parallel` splits them too; Q, K, V, the attention
+// output, the MLP up output(s) and activation output split over TP.
 double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Recompute policy,
-                       double bytes_per_elem = 2);
+                       double bytes_per_elem = 2, bool sequence_parallel = false);
 
 }  // namespace loom

@@ -123,6 +123,7 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.zero_stage = unit.zero_stage;
   st.sm_fraction = unit.sm_fraction;
   st.recompute = unit.recompute;
+  st.sequence_parallel = unit.sequence_parallel;
   st.label = StageLabel(spec);
   return st;
 }

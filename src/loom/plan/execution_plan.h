@@ -61,6 +61,7 @@ struct ExecStage {
   int zero_stage = 1;
   double sm_fraction = 1;        // share of each GPU's SMs (Mosaic); compute stretches by 1 / sm_fraction
   Recompute recompute = Recompute::kNone;  // default of its layers
+  bool sequence_parallel = true;           // Megatron sequence parallelism over its TP group
   int dp_group = -1;             // index into ExecutionPlan::groups: the replicas its gradients sync with
   std::string label;             // "vision[0:16]+projector[0:1]"
   int num_layers() const;

@@ -64,6 +64,7 @@ struct Unit {
   double sm_fraction = 1.0;          // share of each GPU's SMs (Mosaic); 1 = the whole GPU
   Recompute recompute = Recompute::kNone;
   int zero_stage = 1;                // 3 = fully sharded (FSDP)
+  bool sequence_parallel = true;     // with tp > 1, Megatron-LM's sequence parallelism (its recommended default)
   std::vector<PipelineSpec> pipelines;
 
   int num_groups() const;            // sum over pipelines of replicas x pp

@@ -136,6 +136,7 @@ json PlanToJson(const Plan& p) {
                      {"sm_fraction", u.sm_fraction},
                      {"recompute", RecomputeName(u.recompute)},
                      {"zero_stage", u.zero_stage},
+                     {"sequence_parallel", u.sequence_parallel},
                      {"pipelines", pipelines}});
   }
   json brokers = json::array();
@@ -161,7 +162,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
     const std::string up = fmt::format("units[{}]", i);
     Reader ur(units[i], file, up,
               {"name", "modules", "first_group", "tp", "cp", "phase", "sm_fraction", "recompute", "zero_stage",
-               "pipelines"});
+               "sequence_parallel", "pipelines"});
     Unit u;
     u.name = ur.String("name", "", true);
     const json& mods = ur.Array("modules");
@@ -176,6 +177,10 @@ Plan PlanFromJson(const json& j, const std::string& file) {
     u.sm_fraction = ur.Number("sm_fraction", 1.0);
     u.recompute = ParseRecompute(ur.String("recompute", "none"), file + ": " + ur.Field("recompute"));
     u.zero_stage = static_cast<int>(ur.Int("zero_stage", 1));
+    if (ur.Has("sequence_parallel")) {
+      if (!units[i].at("sequence_parallel").is_boolean()) ur.Fail(ur.Field("sequence_parallel"), "must be true or false");
+      u.sequence_parallel = units[i].at("sequence_parallel").get<bool>();
+    }
     const json& pipes = ur.Array("pipelines");
     for (size_t k = 0; k < pipes.size(); ++k) {
       const std::string pp = fmt::format("{}.pipelines[{}]", up, k);

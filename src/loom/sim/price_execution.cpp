@@ -99,6 +99,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     par.fsdp = st.zero_stage == 3;
     par.fsdp_ranks = st.dp * group_gpus / st.tp;
     par.precision = precision;
+    par.sequence_parallel = st.sequence_parallel;
     const TokenStats t = ShareOfSequences(tokens[mi], st.seq_share);
     for (int li = r.begin; li < r.end; ++li, ++layer) {
       par.recompute = layer_recompute.empty() ? st.recompute : layer_recompute[layer];

@@ -63,8 +63,10 @@ double Throughput(const StrategyContext& ctx, const ModalityModule& module, int 
     t.cross *= scale;
     LayerParallelism par;
     par.tp = tp;
+    // A module whose heads do not divide by tp is replicated over the TP group:
+    // PriceLayer gives each rank its 1/tp of the sequences (not divided here
+    // again: that divided twice and measured B_i at 1/tp of its size).
     par.split = SplitsOverTensorParallel(ctx.model.modules[mi], tp);
-    if (!par.split) t = ShareOfSequences(t, tp);
     for (size_t li = 0; li < ctx.model.modules[mi].layers.size(); ++li) {
       const LayerTimes lt = PriceLayer(ctx.model.modules[mi].layers[li], t, needs[mi][li], ctx.cluster, par);
       flops += lt.flops;
@@ -75,6 +77,12 @@ double Throughput(const StrategyContext& ctx, const ModalityModule& module, int 
 }
 
 }  // namespace
+
+double ModuleThroughput(const StrategyContext& ctx, const ModalityModule& module, int tp, int b) {
+  const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
+  const double sequences = tokens[ctx.model.FindModule(module.modules.front())].sequences;
+  return sequences > 0 ? Throughput(ctx, module, tp, b, sequences, tokens, ComputeBackwardNeeds(ctx.model)) : 0;
+}
 
 int SubMicrobatchSize(const StrategyContext& ctx, const ModalityModule& module, int tp, double fraction) {
   const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);

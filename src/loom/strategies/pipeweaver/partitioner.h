@@ -38,6 +38,9 @@ std::vector<ModalityModule> ModalityModules(const Model& model, int pp);
 
 // Candidate sub-microbatch sizes: 1, 2, 4, ..., 64.
 std::vector<int> SubMicrobatchSizes();
+// Useful FLOP/s of one GPU running `module` on a microbatch of b sequences of
+// the representative batch's mean shape at tensor parallel `tp`.
+double ModuleThroughput(const StrategyContext& ctx, const ModalityModule& module, int tp, int b);
 // B_i: the smallest candidate size whose throughput (useful FLOPs per second
 // at `tp`, per-sequence shape averaged over the representative batch) reaches
 // `fraction` (0.95) of the best candidate's. 1 when the module sees nothing.
