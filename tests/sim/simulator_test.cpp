@@ -40,6 +40,27 @@ TEST(Simulator, OneFOneBClosedForm) {
   }
 }
 
+// The optimizer step follows each rank's gradient sync: 1F1B's (m + p - 1)(f + b)
+// plus the slowest rank's step when sync is free; with a sync, rank 0 (the last
+// to finish its backward) steps after its buckets.
+TEST(Simulator, OptimizerStepEndsEachRank) {
+  for (int p : {1, 4}) {
+    Schedule s = MakeOneFOneB(p, 8);
+    PipelineCosts c = Uniform(s, 1.0, 1.5, 0.5);
+    c.optimizer_s.assign(p, 0.25);
+    c.optimizer_s[0] = 0.75;
+    EXPECT_DOUBLE_EQ(Simulate(s, c).iteration_time_s, (8 + p - 1) * 3.0 + 0.75) << p;
+    c.grad_sync_s.assign(s.num_stages(), 2.0);
+    SimOptions no_overlap;
+    no_overlap.overlap_grad_sync = false;
+    EXPECT_DOUBLE_EQ(Simulate(s, c, no_overlap).iteration_time_s, (8 + p - 1) * 3.0 + 2.0 + 0.75) << p;
+    SimOptions off;
+    off.optimizer_step = false;
+    c.grad_sync_s.assign(s.num_stages(), 0.0);
+    EXPECT_DOUBLE_EQ(Simulate(s, c, off).iteration_time_s, (8 + p - 1) * 3.0) << p;
+  }
+}
+
 TEST(Simulator, GPipeClosedFormAndPeakActivations) {
   Schedule s = MakeGPipe(4, 8);
   SimResult r = Simulate(s, Uniform(s, 1.0, 2.0, 0.0));

@@ -27,6 +27,10 @@ ComputeTimes RooflineCostModel::LayerCompute(const Layer&, const TokenStats&, in
   return t;
 }
 
+double RooflineCostModel::ElementwiseTime_s(double bytes, const GpuSpec& gpu) const {
+  return OpTime_s({0, bytes}, OpClass::kElementwise, gpu, efficiency_);
+}
+
 std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu) {
   static const std::shared_ptr<const CostModel> roofline = std::make_shared<const RooflineCostModel>();
   std::shared_ptr<const CostModel> shipped = ShippedProfileModel(gpu);

@@ -40,6 +40,8 @@ class CostModel {
   // (after the TP / CP split), run in `precision` on `gpu`.
   virtual ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
                                     const GpuSpec& gpu, Precision precision) const = 0;
+  // A streaming elementwise kernel moving `bytes` through HBM (the optimizer step).
+  virtual double ElementwiseTime_s(double bytes, const GpuSpec& gpu) const = 0;
 };
 
 class RooflineCostModel final : public CostModel {
@@ -48,6 +50,7 @@ class RooflineCostModel final : public CostModel {
   std::string name() const override { return name_; }
   ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
                             const GpuSpec& gpu, Precision precision) const override;
+  double ElementwiseTime_s(double bytes, const GpuSpec& gpu) const override;
   const Efficiency& efficiency() const { return efficiency_; }
 
  private:

@@ -2,6 +2,8 @@
 
 namespace loom {
 
+double OptimizerStepBytesPerParam(Precision precision) { return IsMixedPrecision(precision) ? 30.0 : 28.0; }
+
 ModelStateBytes ModelState(double trainable_params, double frozen_params, int dp, int zero_stage,
                            Precision precision) {
   const bool mixed = IsMixedPrecision(precision);

@@ -23,6 +23,16 @@ inline constexpr double kWeightBytesPerParam = 2;
 inline constexpr double kGradBytesPerParam = 4;
 inline constexpr double kOptimizerBytesPerParam = 12;
 
+// HBM bytes the fused Adam(W) step moves per trainable parameter it updates:
+// mixed precision reads the fp32 main gradient, master weight, m and v and
+// writes master, m, v and the 16-bit weight (16 + 14 B); without mixed
+// precision it reads weight, gradient, m, v and writes weight, m, v (16 + 12 B).
+double OptimizerStepBytesPerParam(Precision precision);
+// Parameters one GPU's optimizer step updates: ZeRO stage >= 1 shards them over dp.
+inline double OptimizerStepParams(double trainable_params, int dp, int zero_stage) {
+  return trainable_params / (zero_stage >= 1 ? dp : 1);
+}
+
 // `trainable_params` and `frozen_params` are those held by one GPU (already
 // divided by TP and PP); dp is the data-parallel group that ZeRO shards over.
 // REQUIRES: dp >= 1, 0 <= zero_stage <= 3.

@@ -77,6 +77,10 @@ class ProfiledCostModel final : public CostModel {
   ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
                             const GpuSpec& gpu, Precision precision) const override;
 
+  // The fitted roofline's elementwise bandwidth (the profile's elementwise ops).
+  double ElementwiseTime_s(double bytes, const GpuSpec& gpu) const override {
+    return roofline_.ElementwiseTime_s(bytes, gpu);
+  }
   const Profile& profile() const { return profile_; }
   const Efficiency& fitted_efficiency() const { return roofline_.efficiency(); }
   // Measured / fitted-roofline of the forward and the backward at `tokens`

@@ -28,6 +28,7 @@ std::string ActionName(const Action& a) {
                          a.microbatch, a.stage, a.peer);
     case ActionKind::kCollective: return fmt::format("grad-sync@{}.{}", a.stage, a.bucket);
     case ActionKind::kWait: return "wait";
+    case ActionKind::kOptimizerStep: return "optimizer";
   }
   return "?";
 }
@@ -144,6 +145,18 @@ void AddGradientSync(Schedule& s, int buckets) {
     Action w;
     w.kind = ActionKind::kWait;
     s.ranks[r].push_back(w);
+  }
+}
+
+}  // namespace loom
+
+namespace loom {
+
+void AddOptimizerStep(Schedule& s) {
+  for (auto& rank : s.ranks) {
+    Action o;
+    o.kind = ActionKind::kOptimizerStep;
+    rank.push_back(o);
   }
 }
 

@@ -30,6 +30,7 @@ enum class ActionKind : uint8_t {
   kRecv = 5,
   kCollective = 6,      // data-parallel gradient sync of one bucket of a stage
   kWait = 7,            // compute stream waits for this rank's collectives
+  kOptimizerStep = 8,   // the optimizer updates this rank's weights (after the wait)
 };
 
 enum class Payload : uint8_t { kActivation = 0, kGradient = 1 };
@@ -121,5 +122,7 @@ void AddPointToPoint(Schedule& s);
 // Appends, per rank and per stage it holds, `buckets` gradient collectives on
 // the communication stream and one final wait on the compute stream.
 void AddGradientSync(Schedule& s, int buckets);
+// Appends one optimizer step per rank on its compute stream (after its wait).
+void AddOptimizerStep(Schedule& s);
 
 }  // namespace loom

@@ -148,7 +148,7 @@ std::string Timeline(const StrategyOutcome& o) {
     const int y = iv.rank * (row_h + comm_h + 4) + 4;
     const char* color = a.kind == ActionKind::kForward        ? kForward
                         : a.kind == ActionKind::kBackwardWeight ? kWeight
-                        : a.is_compute()                        ? kBackward
+                        : a.is_compute() || a.kind == ActionKind::kOptimizerStep ? kBackward
                                                                 : kComm;
     const int yy = iv.stream == 0 ? y : y + row_h + 1;
     const int hh = iv.stream == 0 ? row_h : comm_h;

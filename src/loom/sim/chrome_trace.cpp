@@ -23,6 +23,7 @@ nlohmann::json ChromeTrace(const SimResult& r, const Schedule& s, const std::vec
     const char* cat = a.kind == ActionKind::kForward ? "forward"
                       : a.is_compute()                ? "backward"
                       : a.kind == ActionKind::kSend   ? "p2p"
+                      : a.kind == ActionKind::kOptimizerStep ? "optimizer"
                                                       : "collective";
     events.push_back({{"ph", "X"},
                       {"name", ActionName(a)},

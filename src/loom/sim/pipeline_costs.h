@@ -23,6 +23,7 @@ struct PipelineCosts {
   std::vector<std::vector<StageCost>> stage;  // [virtual stage][microbatch]
   std::vector<double> static_bytes;           // per rank: weights, gradients, optimizer state
   std::vector<double> grad_sync_s;            // per virtual stage: data-parallel sync of its gradients
+  std::vector<double> optimizer_s;            // per rank: its optimizer step; empty: free
   Link p2p;                                   // between neighbouring pipeline ranks
 
   const StageCost& at(int v, int mb) const { return stage[v][mb]; }

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "loom/cost/collectives.h"
+#include "loom/cost/cost_model.h"
 #include "loom/cost/memory.h"
 #include "loom/plan/compile_plan.h"
 
@@ -137,13 +138,22 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
   if (options != nullptr) options->at.assign(S, {});
 
   // Static memory and gradient sync per stage (the same for every replica).
-  std::vector<double> static_bytes(sch.num_ranks, 0.0), grad_sync_s(S, 0.0);
+  std::vector<double> static_bytes(sch.num_ranks, 0.0), grad_sync_s(S, 0.0), step_params(sch.num_ranks, 0.0);
   for (int s = 0; s < S; ++s) {
     const ExecStage& st = exec.stages[s];
     const StageParams sp = StageParamsOf(model, st);
     static_bytes[sch.stage_rank[s]] += ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp,
                                                   st.zero_stage, exec.precision).total();
     grad_sync_s[s] = GradSyncTime_s(sp, st, exec.group_gpus, exec.precision, c);
+    step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, st.dp * st.seq_share * st.cp, st.zero_stage);
+  }
+  // Each rank's fused Adam step streams its (ZeRO-sharded) optimizer state
+  // through HBM; stages sharing a rank at a fraction of its SMs still share its
+  // memory bandwidth, so the step is priced at full bandwidth.
+  std::vector<double> optimizer_s(sch.num_ranks, 0.0);
+  for (int r = 0; r < sch.num_ranks; ++r) {
+    optimizer_s[r] =
+        CostModelOf(c).ElementwiseTime_s(step_params[r] * OptimizerStepBytesPerParam(exec.precision), c.gpu);
   }
 
   std::map<std::vector<double>, int> seen;
@@ -152,6 +162,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     pc.p2p = c.LinkForSpan(2 * exec.group_gpus);
     pc.static_bytes = static_bytes;
     pc.grad_sync_s = grad_sync_s;
+    pc.optimizer_s = optimizer_s;
     pc.stage.assign(S, {});
     for (int s = 0; s < S; ++s) {
       const ExecStage& st = exec.stages[s];

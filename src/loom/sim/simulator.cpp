@@ -28,18 +28,25 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   if (replicas_.empty()) {
     throw Error("simulator: no replica to simulate");
   }
-  bool has_sync = false;
+  bool has_sync = false, has_step = false;
   for (const auto& r : schedule_.ranks) {
-    for (const auto& a : r) has_sync = has_sync || a.kind == ActionKind::kCollective;
+    for (const auto& a : r) {
+      has_sync = has_sync || a.kind == ActionKind::kCollective;
+      has_step = has_step || a.kind == ActionKind::kOptimizerStep;
+    }
   }
   if (!has_sync) {
     AddGradientSync(schedule_, options_.grad_buckets);
+  }
+  if (!has_step && options_.optimizer_step) {
+    AddOptimizerStep(schedule_);
   }
   ValidateSchedule(schedule_);
   for (const auto& rep : replicas_) {
     if (static_cast<int>(rep.stage.size()) != schedule_.num_stages() ||
         static_cast<int>(rep.static_bytes.size()) != schedule_.num_ranks ||
-        static_cast<int>(rep.grad_sync_s.size()) != schedule_.num_stages()) {
+        static_cast<int>(rep.grad_sync_s.size()) != schedule_.num_stages() ||
+        (!rep.optimizer_s.empty() && static_cast<int>(rep.optimizer_s.size()) != schedule_.num_ranks)) {
       throw Error(fmt::format("simulator: costs cover {} stages and {} ranks; the schedule has {} and {}",
                               rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(),
                               schedule_.num_ranks));
@@ -67,6 +74,7 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
     if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
     if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
+    if (a.kind == ActionKind::kOptimizerStep) optimizer_ids_.push_back(id);
   }
   int max_mb = schedule_.num_microbatches;
   for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
@@ -114,6 +122,7 @@ double Simulator::Duration(int rep, int id) const {
       return c.p2p.latency_s + c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
     }
     case ActionKind::kCollective: return c.grad_sync_s[a.stage] / options_.grad_buckets;
+    case ActionKind::kOptimizerStep: return c.optimizer_s.empty() ? 0.0 : c.optimizer_s[r];
     case ActionKind::kRecv:
     case ActionKind::kWait: return 0;
   }
@@ -180,6 +189,12 @@ void Simulator::JoinGradientSync() {
   for (int id : wait_ids_) {
     for (size_t rep = 0; rep < replicas_.size(); ++rep) {
       start_[rep][id] = end_[rep][id] = ReadyTime(static_cast<int>(rep), id);
+    }
+  }
+  for (int id : optimizer_ids_) {  // each follows its rank's wait
+    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+      start_[rep][id] = ReadyTime(static_cast<int>(rep), id);
+      end_[rep][id] = start_[rep][id] + Duration(static_cast<int>(rep), id);
     }
   }
 }
@@ -288,9 +303,11 @@ void Simulator::ComputeMemory() {
         const Action& a = schedule_.ranks[r][i];
         const int id = graph_.offset[r] + i;
         const double s = start_[rep][id], e = end_[rep][id];
-        if (options_.record_intervals && (a.is_compute() || a.on_comm_stream())) {
+        const bool step = a.kind == ActionKind::kOptimizerStep;
+        if (options_.record_intervals && (a.is_compute() || a.on_comm_stream() || step)) {
           result_.intervals.push_back({out, a.on_comm_stream() ? 1 : 0, i, s, e});
         }
+        if (step) result_.busy_s[out] += e - s;
         if (!a.is_compute()) continue;
         result_.busy_s[out] += e - s;
         const StageCost& sc = c.at(a.stage, a.microbatch);

@@ -29,6 +29,7 @@ struct SimOptions {
   bool overlap_grad_sync = true;  // buckets sync during the last backward (Megatron overlap_grad_reduce)
   int grad_buckets = 4;           // gradient buckets per virtual stage
   bool record_intervals = true;   // keep every action's interval (for traces and reports)
+  bool optimizer_step = true;     // end each rank with its optimizer step (PipelineCosts::optimizer_s)
   void Validate() const;          // throws loom::Error naming the field
 };
 
@@ -72,7 +73,7 @@ class Simulator {
   std::vector<int> topo_order_;                // a topological order of action ids
   std::vector<int> topo_index_;
   std::vector<std::vector<int>> users_;        // stream successor and data users of each id
-  std::vector<int> collective_ids_, wait_ids_;
+  std::vector<int> collective_ids_, wait_ids_, optimizer_ids_;
   std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch
 
   // Mutated by runs.
