@@ -219,6 +219,22 @@ TEST(ExecutionPlan, EveryShapeCarriesEverySampleOnceAndNamesItsGroups) {
       EXPECT_TRUE(std::find(g.gpu_groups.begin(), g.gpu_groups.end(), own) != g.gpu_groups.end());
       if (name != "heterogeneous") EXPECT_EQ(static_cast<int>(g.gpu_groups.size()), e.stages[s].dp);
     }
+    // Every rank ends with its stages' gradient buckets (over the stage's
+    // group), then a wait and the optimizer step.
+    for (int r = 0; r < e.schedule.num_ranks; ++r) {
+      const auto& acts = e.schedule.ranks[r];
+      ASSERT_GE(acts.size(), 2u);
+      EXPECT_EQ(acts.back().kind, ActionKind::kOptimizerStep);
+      EXPECT_EQ(acts[acts.size() - 2].kind, ActionKind::kWait);
+      int buckets = 0, stages = 0;
+      for (const Action& a : acts) {
+        if (a.kind != ActionKind::kCollective) continue;
+        ++buckets;
+        EXPECT_EQ(a.group, e.stages[a.stage].dp_group);
+      }
+      for (int v = 0; v < e.schedule.num_stages(); ++v) stages += e.schedule.stage_rank[v] == r;
+      EXPECT_EQ(buckets, stages * kGradientBuckets);
+    }
     // Compiling is deterministic: the same inputs give the same object.
     EXPECT_TRUE(e == CompilePlan(f.model, f.cluster, f.workload, plan, f.batch));
   }

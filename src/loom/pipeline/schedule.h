@@ -48,6 +48,9 @@ struct Action {
   // gradient of), and `microbatch` is the producer's microbatch. -1: the chain
   // neighbour (stage + 1 for activations, stage - 1 for gradients).
   int peer_stage = -1;
+  // collective: the communication group it runs over (an index into the
+  // ExecutionPlan's groups); -1: the data-parallel replicas of its stage.
+  int group = -1;
 
   bool is_compute() const {
     return kind == ActionKind::kForward || kind == ActionKind::kBackward ||

@@ -193,6 +193,15 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
     CompileUnits(model, plan, it, global_mbs, out);
   }
   AddDataParallelGroups(out, plan);
+  // Every rank ends with its stages' gradient buckets on the communication
+  // stream (over each stage's data-parallel group), a wait, and its optimizer step.
+  AddGradientSync(out.schedule, kGradientBuckets);
+  for (auto& rank : out.schedule.ranks) {
+    for (Action& a : rank) {
+      if (a.kind == ActionKind::kCollective) a.group = out.stages[a.stage].dp_group;
+    }
+  }
+  AddOptimizerStep(out.schedule);
   ValidateExecution(out);
   return out;
 }
@@ -228,6 +237,13 @@ void ValidateExecution(const ExecutionPlan& e) {
   for (size_t v = 0; v < e.stages.size(); ++v) {
     if (e.stages[v].dp_group < 0 || e.stages[v].dp_group >= static_cast<int>(e.groups.size())) {
       throw Error(fmt::format("execution plan: stage {} has no data-parallel group", v));
+    }
+  }
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      if (a.kind == ActionKind::kCollective && (a.group < 0 || a.group >= static_cast<int>(e.groups.size()))) {
+        throw Error(fmt::format("execution plan: rank {}: {} names no communication group", r, ActionName(a)));
+      }
     }
   }
 }

@@ -21,6 +21,9 @@
 
 namespace loom {
 
+// Gradient buckets per stage (Megatron-LM's overlapped gradient reduce).
+inline constexpr int kGradientBuckets = 4;
+
 // Throws loom::Error when the plan is invalid (every violation listed) or the
 // iteration schedule does not fit it (naming the field).
 ExecutionPlan CompilePlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,

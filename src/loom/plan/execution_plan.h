@@ -7,13 +7,14 @@
 // prices it under a CostModel).
 //
 // Invariants (CompilePlan establishes them, ValidateExecution checks them):
-//   - `schedule` holds every rank's ordered actions (forward, backward or its
-//     data/weight halves, send/recv with peer rank and stage, and, once the
-//     simulator or runtime adds them, gradient collectives and waits) over the
-//     stage DAG `schedule.edges`;
+//   - `schedule` holds every rank's ordered actions over the stage DAG
+//     `schedule.edges`: forward, backward or its data/weight halves, send/recv
+//     with peer rank and stage, then per stage kGradientBuckets gradient
+//     collectives naming their group (Action::group), a wait, and the
+//     optimizer step. Bytes and seconds are not in it: pricing adds them;
 //   - stages.size() == schedule.num_stages(), ranks.size() == schedule.num_ranks;
 //   - replicas[r][s].size() == schedule.microbatches_of(s) for every replica r;
-//   - every stage's `dp_group` indexes `groups`.
+//   - every stage's `dp_group`, and every collective's group, indexes `groups`.
 #pragma once
 
 #include <cstdint>

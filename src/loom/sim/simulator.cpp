@@ -75,6 +75,10 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
     if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
     if (a.kind == ActionKind::kOptimizerStep) optimizer_ids_.push_back(id);
+    if (a.kind == ActionKind::kCollective) {
+      if (buckets_.empty()) buckets_.assign(schedule_.num_stages(), 0);
+      ++buckets_[a.stage];
+    }
   }
   int max_mb = schedule_.num_microbatches;
   for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
@@ -121,8 +125,8 @@ double Simulator::Duration(int rep, int id) const {
       int producer = a.payload == Payload::kActivation ? a.stage : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
       return c.p2p.latency_s + c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
     }
-    case ActionKind::kCollective: return c.grad_sync_s[a.stage] / options_.grad_buckets;
-    case ActionKind::kOptimizerStep: return c.optimizer_s.empty() ? 0.0 : c.optimizer_s[r];
+    case ActionKind::kCollective: return c.grad_sync_s[a.stage] / buckets_[a.stage];
+    case ActionKind::kOptimizerStep: return c.optimizer_s.empty() || !options_.optimizer_step ? 0.0 : c.optimizer_s[r];
     case ActionKind::kRecv:
     case ActionKind::kWait: return 0;
   }

@@ -27,7 +27,7 @@ namespace loom {
 
 struct SimOptions {
   bool overlap_grad_sync = true;  // buckets sync during the last backward (Megatron overlap_grad_reduce)
-  int grad_buckets = 4;           // gradient buckets per virtual stage
+  int grad_buckets = 4;           // gradient buckets per virtual stage, when the schedule has no collectives yet
   bool record_intervals = true;   // keep every action's interval (for traces and reports)
   bool optimizer_step = true;     // end each rank with its optimizer step (PipelineCosts::optimizer_s)
   void Validate() const;          // throws loom::Error naming the field
@@ -74,6 +74,7 @@ class Simulator {
   std::vector<int> topo_index_;
   std::vector<std::vector<int>> users_;        // stream successor and data users of each id
   std::vector<int> collective_ids_, wait_ids_, optimizer_ids_;
+  std::vector<int> buckets_;                   // per stage: its gradient collectives (on its rank)
   std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch
 
   // Mutated by runs.
