@@ -288,3 +288,53 @@ TEST(ExecutionPlan, CustomScheduleNeedsItsRankOrders) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// The custom schedule takes any stage-to-rank mapping: a V shape (stages 0
+// and 3 on rank 0, 1 and 2 on rank 1) with each batch's per-rank orders, and
+// a stage may run its own tensor-parallel degree inside its group.
+TEST(ExecutionPlan, VShapeWithPerStageTensorParallelism) {
+  test::Fixture f;
+  Plan p = EmptyPlan(f.ctx(), "v-shape", 8);
+  std::vector<std::string> modules;
+  for (const auto& m : f.model.modules) modules.push_back(m.name);
+  Unit u = MakeUnit(f.ctx(), "all", modules, 0, 4, 0, 1, 4, 2, ScheduleKind::kCustom, Recompute::kFull,
+                    Balance::kParams);
+  u.pipelines[0].pp = 2;
+  const int ranks[] = {0, 1, 1, 0};
+  for (int s = 0; s < 4; ++s) u.pipelines[0].stages[s].rank = ranks[s];
+  u.pipelines[0].stages[2].tp = 8;
+  p.units.push_back(u);
+  p.global_batch = 16;
+  IterationSchedule it;
+  it.microbatch_samples = {{0, 1, 2, 3, 4, 5, 6, 7}, {8, 9, 10, 11, 12, 13, 14, 15}};
+  auto steps = [](const char* text) {
+    std::vector<StageStep> out;
+    for (const char* c = text; *c; c += 3) out.push_back({c[0] == 'F', c[1] - '0', c[2] - '0'});
+    return out;
+  };
+  it.rank_orders = {steps("F00F01F30F31B30B31B00B01"), steps("F10F11F20F21B20B21B10B11")};
+  const ExecutionPlan e = CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  EXPECT_EQ(e.schedule.stage_rank, (std::vector<int>{0, 1, 1, 0}));
+  EXPECT_EQ(e.stages[2].tp, 8);
+  EXPECT_EQ(e.stages[2].seq_share, 1);
+  EXPECT_EQ(e.stages[1].tp, 4);
+  EXPECT_EQ(e.stages[1].seq_share, 2);
+  ExpectEverySampleOnce(f.model, f.batch, e);
+  const PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  EXPECT_GT(run.metrics.iteration_time_s, 0);
+  // The same V shape under a generated schedule is rejected, naming the rule.
+  Plan generated = p;
+  generated.units[0].pipelines[0].schedule = ScheduleKind::kGpipe;
+  test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, generated, f.batch); },
+                    {"stage 2 is on rank 1", "v % pp = 0", "custom"});
+  // A stage TP that does not divide the group is rejected.
+  p.units[0].pipelines[0].stages[2].tp = 3;
+  test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &it); },
+                    {"stage 2 has tp 3", "must divide the group's 8 GPUs"});
+}
+
+}  // namespace
+}  // namespace loom

@@ -116,9 +116,9 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.pipeline = t;
   st.replica = replica;
   st.layers = spec.layers;
-  st.tp = unit.tp;
+  st.tp = spec.tp > 0 ? spec.tp : unit.tp;
   st.cp = unit.cp;
-  st.seq_share = plan.group_gpus / (unit.tp * unit.cp);
+  st.seq_share = plan.group_gpus / (st.tp * unit.cp);
   st.dp = unit.num_replicas();
   st.zero_stage = unit.zero_stage;
   st.sm_fraction = unit.sm_fraction;

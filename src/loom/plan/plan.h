@@ -34,10 +34,15 @@ struct LayerRange {
 };
 
 // One virtual stage of a pipeline template: the pipeline rank (0..pp-1) that
-// runs it and the layers it holds, in execution order.
+// runs it, the layers it holds in execution order, and optionally its own
+// tensor-parallel degree (0: the unit's), which must divide the group's GPUs
+// over the unit's CP (the rest of the group shares sequences). Generated
+// schedules put stage v on rank v % pp; the custom schedule takes any mapping
+// (a V shape, a loop), since its per-rank orders come with each batch.
 struct StageSpec {
   int rank = 0;
   std::vector<LayerRange> layers;
+  int tp = 0;
   bool operator==(const StageSpec&) const = default;
 };
 

@@ -119,7 +119,9 @@ json PlanToJson(const Plan& p) {
       for (const StageSpec& st : ps.stages) {
         json layers = json::array();
         for (const LayerRange& r : st.layers) layers.push_back(RangeToJson(r));
-        stages.push_back({{"rank", st.rank}, {"layers", layers}});
+        json js = {{"rank", st.rank}, {"layers", layers}};
+        if (st.tp > 0) js["tp"] = st.tp;
+        stages.push_back(std::move(js));
       }
       pipelines.push_back({{"replicas", ps.replicas},
                            {"pp", ps.pp},
@@ -197,9 +199,10 @@ Plan PlanFromJson(const json& j, const std::string& file) {
       const json& stages = pr.Array("stages");
       for (size_t s = 0; s < stages.size(); ++s) {
         const std::string sp = fmt::format("{}.stages[{}]", pp, s);
-        Reader sr(stages[s], file, sp, {"rank", "layers"});
+        Reader sr(stages[s], file, sp, {"rank", "layers", "tp"});
         StageSpec st;
         st.rank = static_cast<int>(sr.Int("rank", 0, true));
+        st.tp = static_cast<int>(sr.Int("tp", 0));
         const json& layers = sr.Array("layers");
         for (size_t l = 0; l < layers.size(); ++l) {
           Reader lr(layers[l], file, fmt::format("{}.layers[{}]", sp, l), {"module", "begin", "end"});

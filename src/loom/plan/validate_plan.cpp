@@ -112,20 +112,39 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         continue;
       }
       const int stages = static_cast<int>(p.stages.size());
-      if (stages < p.pp || stages % p.pp != 0) {
+      const bool custom = p.schedule == ScheduleKind::kCustom;
+      if (stages < p.pp || (!custom && stages % p.pp != 0)) {
         bad(fmt::format("{}: {} stages for pp {}; it needs pp x vpp stages", pn, stages, p.pp));
-      } else if (p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
+      } else if (!custom && p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
         bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(), ScheduleKindName(p.schedule)));
       } else if (p.schedule == ScheduleKind::kInterleaved && p.microbatches % p.pp != 0) {
         bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn,
                         p.microbatches, p.pp));
       }
+      std::vector<int> per_rank(p.pp, 0);
       for (int s = 0; s < stages; ++s) {
-        if (p.stages[s].rank != s % p.pp) {
-          bad(fmt::format("{}: stage {} is on rank {}; stage v must be on rank v % pp = {}", pn, s, p.stages[s].rank,
-                          s % p.pp));
+        const int r = p.stages[s].rank;
+        if (r < 0 || r >= p.pp) {
+          bad(fmt::format("{}: stage {} is on rank {}; ranks are 0..{}", pn, s, r, p.pp - 1));
+        } else if (p.schedule != ScheduleKind::kCustom && r != s % p.pp) {
+          bad(fmt::format("{}: stage {} is on rank {}; the {} schedule puts stage v on rank v % pp = {} (the custom "
+                          "schedule takes any mapping)",
+                          pn, s, r, ScheduleKindName(p.schedule), s % p.pp));
+        } else {
+          ++per_rank[r];
+        }
+        const int stp = p.stages[s].tp;
+        if (stp < 0 || (stp > 0 && (plan.group_gpus % (stp * u.cp) != 0))) {
+          bad(fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the group's {} "
+                          "GPUs",
+                          pn, s, stp, u.cp, plan.group_gpus));
         }
         if (p.stages[s].layers.empty()) bad(fmt::format("{}: stage {} holds no layer", pn, s));
+      }
+      if (p.schedule == ScheduleKind::kCustom) {
+        for (int r = 0; r < p.pp; ++r) {
+          if (per_rank[r] == 0) bad(fmt::format("{}: rank {} holds no stage", pn, r));
+        }
       }
       std::vector<std::pair<std::string, int>> got;
       for (const auto& st : p.stages) {
