@@ -333,7 +333,45 @@ TEST(ExecutionPlan, VShapeWithPerStageTensorParallelism) {
   // A stage TP that does not divide the group is rejected.
   p.units[0].pipelines[0].stages[2].tp = 3;
   test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &it); },
-                    {"stage 2 has tp 3", "must divide the group's 8 GPUs"});
+                    {"stage 2 has tp 3", "must divide the 8 GPUs of its rank"});
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Oobleck's templates give stages different GPU counts: a pipeline rank may
+// span several GPU groups, and its stage runs on all of them (the extra GPUs
+// share its sequences unless the stage's own TP uses them). With one GPU per
+// group, a 1-GPU rank and a 3-GPU rank: the 3-GPU rank's stage sees a third of
+// the tokens per GPU, and its memory counts on each of its three GPUs.
+TEST(ExecutionPlan, RanksSpanSeveralGroupsForOobleckStages) {
+  test::Fixture f;
+  Cluster four = MakeCluster("h800", 1, 4);
+  Workload w = f.workload;
+  w.global_batch = 12;
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{f.model, four, w, batch, {}};
+  Plan p = SingleUnitPlan(ctx, "oobleck-like", 1, 2, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
+                          Balance::kParams, 1);
+  p.units[0].pipelines[0].rank_groups = {1, 3};
+  const ExecutionPlan e = CompilePlan(f.model, four, w, p, batch);
+  ASSERT_EQ(e.ranks.size(), 2u);
+  EXPECT_EQ(e.ranks[0].group, 0);
+  EXPECT_EQ(e.ranks[0].num_groups, 1);
+  EXPECT_EQ(e.ranks[1].group, 1);
+  EXPECT_EQ(e.ranks[1].num_groups, 3);
+  EXPECT_EQ(e.stages[0].gpus, 1);
+  EXPECT_EQ(e.stages[1].gpus, 3);
+  EXPECT_EQ(e.stages[1].seq_share, 3);
+  const PlanRun run = RunPlan(f.model, four, w, p, batch);
+  ASSERT_EQ(run.groups.size(), 4u);  // every GPU has a memory curve
+  EXPECT_EQ(run.group_peak_mem_bytes[1], run.group_peak_mem_bytes[3]);
+  // A rank span list of the wrong length is rejected.
+  p.units[0].pipelines[0].rank_groups = {4};
+  test::ExpectError([&] { CompilePlan(f.model, four, w, p, batch); }, {"rank_groups has 1 entries", "one per pipeline rank (2)"});
 }
 
 }  // namespace

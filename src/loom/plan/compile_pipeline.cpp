@@ -22,9 +22,7 @@ void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedu
 
   out.replicated = true;
   out.schedule = MakeSchedule(ps.schedule, ps.pp, M, ps.vpp());
-  for (int r = 0; r < ps.pp; ++r) {
-    out.ranks.push_back({0, 0, 0, r, unit.first_group + r, unit.sm_fraction, fmt::format("{} pp{}", unit.name, r)});
-  }
+  out.ranks = TemplateRanks(plan, 0, 0, 0, unit.first_group, unit.name);
   for (int s = 0; s < S; ++s) out.stages.push_back(StageOf(model, plan, 0, 0, 0, ps.stages[s]));
 
   // Replica d takes slice d of every global microbatch, cut into its sub-microbatches.

@@ -118,7 +118,8 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.layers = spec.layers;
   st.tp = spec.tp > 0 ? spec.tp : unit.tp;
   st.cp = unit.cp;
-  st.seq_share = plan.group_gpus / (st.tp * unit.cp);
+  st.gpus = unit.pipelines[t].span(spec.rank) * plan.group_gpus;
+  st.seq_share = st.gpus / (st.tp * unit.cp);
   st.dp = unit.num_replicas();
   st.zero_stage = unit.zero_stage;
   st.sm_fraction = unit.sm_fraction;
@@ -126,6 +127,20 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.sequence_parallel = unit.sequence_parallel;
   st.label = StageLabel(spec);
   return st;
+}
+
+std::vector<ExecRank> TemplateRanks(const Plan& plan, int u, int t, int replica, int first_group,
+                                    const std::string& name) {
+  const Unit& unit = plan.units[u];
+  const PipelineSpec& ps = unit.pipelines[t];
+  std::vector<ExecRank> out;
+  int group = first_group;
+  for (int r = 0; r < ps.pp; ++r) {
+    ExecRank rank{u, t, replica, r, group, ps.span(r), unit.sm_fraction, fmt::format("{} pp{}", name, r)};
+    group += ps.span(r);
+    out.push_back(std::move(rank));
+  }
+  return out;
 }
 
 void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan) {
@@ -138,9 +153,9 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan) {
     auto& members = out.groups[pos->second].gpu_groups;
     const int group = out.ranks[out.schedule.stage_rank[s]].group;
     if (out.replicated) {
-      // The ranks are replica 0's; replica j's copy of pipeline rank r sits pp groups further per replica.
-      const int pp = plan.units[st.unit].pipelines[st.pipeline].pp;
-      for (int j = 0; j < st.dp; ++j) members.push_back(group + j * pp);
+      // The ranks are replica 0's; replica j's copy of a pipeline rank sits one replica's groups further per replica.
+      const int stride = plan.units[st.unit].pipelines[st.pipeline].groups();
+      for (int j = 0; j < st.dp; ++j) members.push_back(group + j * stride);
     } else {
       members.push_back(group);
     }

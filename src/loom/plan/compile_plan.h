@@ -32,6 +32,10 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& cluster, const Work
 // Stage `spec` of template `pipeline` of unit `unit`, run by the unit's replica
 // `replica`: every field but dp_group (CompilePlan assigns groups).
 ExecStage StageOf(const Model& model, const Plan& plan, int unit, int pipeline, int replica, const StageSpec& spec);
+// The ranks of one replica of template `pipeline` of `unit`, starting at GPU
+// group `first_group` (each spans PipelineSpec::span(r) groups).
+std::vector<ExecRank> TemplateRanks(const Plan& plan, int unit, int pipeline, int replica, int first_group,
+                                    const std::string& name);
 
 // What microbatch pieces stand for: the whole sample, or one item of it.
 Sample PieceSample(const Batch& batch, const SamplePiece& piece);

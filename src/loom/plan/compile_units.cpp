@@ -149,12 +149,13 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
       const Schedule tmpl = MakeSchedule(ps.schedule, depth, M, ps.vpp());
       for (int j = 0; j < ps.replicas; ++j) {
         const int d = L.replica_base[t] + j;
-        for (int r = 0; r < ps.pp; ++r, ++group) {
+        for (ExecRank& er : TemplateRanks(plan, u, static_cast<int>(t), j, group,
+                                          fmt::format("{} p{} r{}", unit.name, t, j))) {
           const int rank = sch.num_ranks++;
           rank_id[u][d].push_back(rank);
-          group_ranks[group].push_back(rank);
-          out.ranks.push_back({u, static_cast<int>(t), j, r, group, unit.sm_fraction,
-                               fmt::format("{} p{} r{} pp{}", unit.name, t, j, r)});
+          for (int g = er.group; g < er.group + er.num_groups; ++g) group_ranks[g].push_back(rank);
+          group = er.group + er.num_groups;
+          out.ranks.push_back(std::move(er));
           sch.ranks.emplace_back();
         }
         for (int s = 0; s < static_cast<int>(ps.stages.size()); ++s) {

@@ -195,9 +195,7 @@ void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, cons
 
   // 3. Stages, ranks and every replica's contents.
   out.replicated = true;
-  for (int r = 0; r < P; ++r) {
-    out.ranks.push_back({0, 0, 0, r, unit.first_group + r, unit.sm_fraction, fmt::format("{} pp{}", unit.name, r)});
-  }
+  out.ranks = TemplateRanks(plan, 0, 0, 0, unit.first_group, unit.name);
   for (int s = 0; s < S; ++s) {
     out.stages.push_back(StageOf(model, plan, 0, 0, 0, ps.stages[s]));
     out.stages.back().recompute = base;

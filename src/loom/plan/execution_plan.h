@@ -46,10 +46,11 @@ struct MicrobatchWork {
   bool operator==(const MicrobatchWork&) const = default;
 };
 
-// A virtual stage: the layers it runs and how. One GPU group of `group_gpus`
-// GPUs runs it: `tp` of them split each layer (Megatron tensor parallelism),
-// `cp` split sequences by context, and the remaining `seq_share` members split
-// the microbatch's sequences between them (a module whose heads do not divide
+// A virtual stage: the layers it runs and how. Its rank's `gpus` GPUs (one
+// group, or several for an Oobleck rank spanning groups) run it: `tp` of them
+// split each layer (Megatron tensor parallelism), `cp` split sequences by
+// context, and the remaining `seq_share` members split the microbatch's
+// sequences between them (a module whose heads do not divide
 // by tp is replicated over the TP group). `dp` replicas of its unit hold the
 // same layers: model state is sharded and gradients synced over them.
 struct ExecStage {
@@ -59,6 +60,7 @@ struct ExecStage {
   std::vector<LayerRange> layers;
   int tp = 1, cp = 1, seq_share = 1;
   int dp = 1;
+  int gpus = 1;                  // GPUs that run it: its rank's groups x group_gpus
   int zero_stage = 1;
   double sm_fraction = 1;        // share of each GPU's SMs (Mosaic); compute stretches by 1 / sm_fraction
   Recompute recompute = Recompute::kNone;  // default of its layers
@@ -72,7 +74,8 @@ struct ExecStage {
 // A schedule rank: one GPU group running one replica's pipeline rank of a unit.
 struct ExecRank {
   int unit = 0, pipeline = 0, replica = 0, pp_rank = 0;
-  int group = 0;                 // GPU group: GPUs [group * group_gpus, (group + 1) * group_gpus)
+  int group = 0;                 // first GPU group: GPUs from group * group_gpus
+  int num_groups = 1;            // groups it spans
   double sm_fraction = 1;
   std::string name;              // "llm p0 r1 pp2"
   bool operator==(const ExecRank&) const = default;

@@ -2,9 +2,16 @@
 
 namespace loom {
 
+int PipelineSpec::groups() const {
+  if (rank_groups.empty()) return pp;
+  int n = 0;
+  for (int g : rank_groups) n += g;
+  return n;
+}
+
 int Unit::num_groups() const {
   int n = 0;
-  for (const auto& p : pipelines) n += p.replicas * p.pp;
+  for (const auto& p : pipelines) n += p.replicas * p.groups();
   return n;
 }
 

@@ -55,7 +55,12 @@ struct PipelineSpec {
   int microbatches = 1;            // per replica per iteration
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   std::vector<StageSpec> stages;
+  // GPU groups each pipeline rank spans (Oobleck: stages of different GPU
+  // counts); empty: one each. A rank's stages run on all its GPUs.
+  std::vector<int> rank_groups;
   int vpp() const { return pp > 0 ? static_cast<int>(stages.size()) / pp : 0; }
+  int span(int rank) const { return rank_groups.empty() ? 1 : rank_groups[rank]; }
+  int groups() const;  // of one replica: the sum of the ranks' spans
   bool operator==(const PipelineSpec&) const = default;
 };
 

@@ -123,11 +123,13 @@ json PlanToJson(const Plan& p) {
         if (st.tp > 0) js["tp"] = st.tp;
         stages.push_back(std::move(js));
       }
-      pipelines.push_back({{"replicas", ps.replicas},
-                           {"pp", ps.pp},
-                           {"microbatches", ps.microbatches},
-                           {"schedule", ScheduleKindName(ps.schedule)},
-                           {"stages", stages}});
+      json jp = {{"replicas", ps.replicas},
+                 {"pp", ps.pp},
+                 {"microbatches", ps.microbatches},
+                 {"schedule", ScheduleKindName(ps.schedule)},
+                 {"stages", stages}};
+      if (!ps.rank_groups.empty()) jp["rank_groups"] = ps.rank_groups;
+      pipelines.push_back(std::move(jp));
     }
     units.push_back({{"name", u.name},
                      {"modules", u.modules},
@@ -186,7 +188,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
     const json& pipes = ur.Array("pipelines");
     for (size_t k = 0; k < pipes.size(); ++k) {
       const std::string pp = fmt::format("{}.pipelines[{}]", up, k);
-      Reader pr(pipes[k], file, pp, {"replicas", "pp", "microbatches", "schedule", "stages"});
+      Reader pr(pipes[k], file, pp, {"replicas", "pp", "microbatches", "schedule", "stages", "rank_groups"});
       PipelineSpec ps;
       ps.replicas = static_cast<int>(pr.Int("replicas", 1));
       ps.pp = static_cast<int>(pr.Int("pp", 1));
@@ -196,6 +198,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
       } catch (const Error& e) {
         throw Error(fmt::format("{}: {}", pr.file(), e.what()));
       }
+      ps.rank_groups = pr.Ints("rank_groups", pr.Array("rank_groups", false));
       const json& stages = pr.Array("stages");
       for (size_t s = 0; s < stages.size(); ++s) {
         const std::string sp = fmt::format("{}.stages[{}]", pp, s);

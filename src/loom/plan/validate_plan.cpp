@@ -121,6 +121,15 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn,
                         p.microbatches, p.pp));
       }
+      if (!p.rank_groups.empty()) {
+        if (static_cast<int>(p.rank_groups.size()) != p.pp) {
+          bad(fmt::format("{}: rank_groups has {} entries; it needs one per pipeline rank ({})", pn,
+                          p.rank_groups.size(), p.pp));
+        }
+        for (size_t r = 0; r < p.rank_groups.size(); ++r) {
+          if (p.rank_groups[r] < 1) bad(fmt::format("{}: rank_groups[{}] is {}; it must be >= 1", pn, r, p.rank_groups[r]));
+        }
+      }
       std::vector<int> per_rank(p.pp, 0);
       for (int s = 0; s < stages; ++s) {
         const int r = p.stages[s].rank;
@@ -134,10 +143,12 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
           ++per_rank[r];
         }
         const int stp = p.stages[s].tp;
-        if (stp < 0 || (stp > 0 && (plan.group_gpus % (stp * u.cp) != 0))) {
-          bad(fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the group's {} "
-                          "GPUs",
-                          pn, s, stp, u.cp, plan.group_gpus));
+        const int gpus = (r >= 0 && r < p.pp && static_cast<int>(p.rank_groups.size()) == p.pp ? p.rank_groups[r] : 1) *
+                         plan.group_gpus;
+        if (stp < 0 || (stp > 0 && (gpus % (stp * u.cp) != 0 || stp > plan.group_gpus))) {
+          bad(fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the {} GPUs of "
+                          "its rank, and tp stays inside one group of {} GPUs",
+                          pn, s, stp, u.cp, gpus, plan.group_gpus));
         }
         if (p.stages[s].layers.empty()) bad(fmt::format("{}: stage {} holds no layer", pn, s));
       }

@@ -68,26 +68,32 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
   if (s.replicated) {
     for (int rep = 0; rep < static_cast<int>(k.replicas.size()); ++rep) {
       for (int rank = 0; rank < p; ++rank) {
-        busy += k.replica_weight[rep] * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction;
-        capacity += k.replica_weight[rep] * T;
+        const double span = s.ranks[rank].num_groups;
+        busy += k.replica_weight[rep] * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction * span;
+        capacity += k.replica_weight[rep] * T * span;
       }
     }
-    // One curve per pipeline rank: the fullest of its replicas.
+    // One curve per GPU group of replica 0's ranks: the fullest of the rank's replicas.
     for (int rank = 0; rank < p; ++rank) {
       int worst = rank;
       for (int rep = 1; rep < static_cast<int>(k.replicas.size()); ++rep) {
         if (r.peak_mem_bytes[rep * p + rank] > r.peak_mem_bytes[worst]) worst = rep * p + rank;
       }
-      run.groups.push_back(s.ranks[rank].group);
-      run.group_names.push_back(s.ranks[rank].name);
-      run.group_peak_mem_bytes.push_back(r.peak_mem_bytes[worst]);
-      run.group_memory.push_back(r.memory[worst]);
+      for (int g = s.ranks[rank].group; g < s.ranks[rank].group + s.ranks[rank].num_groups; ++g) {
+        run.groups.push_back(g);
+        run.group_names.push_back(s.ranks[rank].name);
+        run.group_peak_mem_bytes.push_back(r.peak_mem_bytes[worst]);
+        run.group_memory.push_back(r.memory[worst]);
+      }
     }
   } else {
     std::map<int, std::vector<int>> by_group;
     for (int rank = 0; rank < p; ++rank) {
-      by_group[s.ranks[rank].group].push_back(rank);
-      busy += r.busy_s[rank] * s.ranks[rank].sm_fraction;
+      // A rank spanning several groups holds its per-GPU memory on every GPU of each.
+      for (int g = s.ranks[rank].group; g < s.ranks[rank].group + s.ranks[rank].num_groups; ++g) {
+        by_group[g].push_back(rank);
+      }
+      busy += r.busy_s[rank] * s.ranks[rank].sm_fraction * s.ranks[rank].num_groups;
     }
     capacity = T * static_cast<double>(by_group.size());
     for (const auto& [g, ranks] : by_group) {

@@ -74,18 +74,17 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
 // TP-split weights sync over the D replicas x the group members sharing
 // sequences x CP (TP ranks stride apart), replicated weights over every GPU of
 // the replicas. ZeRO-3 reduce-scatters inside each layer instead (layer_pricing.h).
-double GradSyncTime_s(const StageParams& params, const ExecStage& st, int group_gpus, Precision precision,
-                      const Cluster& c) {
+double GradSyncTime_s(const StageParams& params, const ExecStage& st, Precision precision, const Cluster& c) {
   if (st.zero_stage == 3) return 0;
   const double elem = ElementBytes(precision);
   return GroupAllReduceTime_s(elem * (params.trainable - params.replicated), st.dp * st.seq_share * st.cp, st.tp,
                               c) +
-         GroupAllReduceTime_s(elem * params.replicated, st.dp * group_gpus, 1, c);
+         GroupAllReduceTime_s(elem * params.replicated, st.dp * st.gpus, 1, c);
 }
 
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
-                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, Precision precision,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
                      double* flops,
                      std::vector<std::array<LayerTimes, 3>>* options) {
   StageCost sc;
@@ -98,7 +97,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     par.cp = st.cp;
     par.split = SplitsOverTensorParallel(mod, st.tp);
     par.fsdp = st.zero_stage == 3;
-    par.fsdp_ranks = st.dp * group_gpus / st.tp;
+    par.fsdp_ranks = st.dp * st.gpus / st.tp;
     par.precision = precision;
     par.sequence_parallel = st.sequence_parallel;
     const TokenStats t = ShareOfSequences(tokens[mi], st.seq_share);
@@ -144,7 +143,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     const StageParams sp = StageParamsOf(model, st);
     static_bytes[sch.stage_rank[s]] += ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp,
                                                   st.zero_stage, exec.precision).total();
-    grad_sync_s[s] = GradSyncTime_s(sp, st, exec.group_gpus, exec.precision, c);
+    grad_sync_s[s] = GradSyncTime_s(sp, st, exec.precision, c);
     step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, st.dp * st.seq_share * st.cp, st.zero_stage);
   }
   // Each rank's fused Adam step streams its (ZeRO-sharded) optimizer state
@@ -172,10 +171,9 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         const MicrobatchWork& mb = exec.replicas[d][s][j];
         const auto& tokens = cache.Of(mb.pieces);
         double flops = 0;
-        pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.group_gpus,
-                                         exec.precision, &flops,
+        pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
                                          want_options ? &options->at[s][j] : nullptr));
-        out.model_flops += flops * exec.group_gpus;
+        out.model_flops += flops * st.gpus;
         for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
           if (r.begin == 0) module_tokens[model.FindModule(r.module)] += tokens[model.FindModule(r.module)].tokens;
         }

@@ -44,7 +44,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
 // the stage's). `flops`, when not null, receives the useful FLOPs of one GPU.
 StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage& stage,
                      const std::vector<TokenStats>& tokens, const std::vector<Recompute>& layer_recompute,
-                     const std::vector<std::vector<BackwardNeeds>>& needs, int group_gpus, Precision precision,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
                      double* flops = nullptr,
                      std::vector<std::array<LayerTimes, 3>>* options = nullptr);
 
@@ -57,7 +57,6 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage);
 
 // Data-parallel gradient sync of one stage's trainable weights over
 // its unit's replicas (16-bit gradients under mixed precision, else 32-bit).
-double GradSyncTime_s(const StageParams& params, const ExecStage& stage, int group_gpus, Precision precision,
-                      const Cluster& cluster);
+double GradSyncTime_s(const StageParams& params, const ExecStage& stage, Precision precision, const Cluster& cluster);
 
 }  // namespace loom

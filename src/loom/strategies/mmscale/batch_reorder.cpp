@@ -36,7 +36,7 @@ std::vector<std::vector<StageTime>> SampleStageTimes(const Model& model, const C
     const auto tokens = CountModuleTokens(model, batch.samples[s]);
     for (size_t st = 0; st < stages.size(); ++st) {
       // Reordering ranks samples by relative time: the default precision's prices order them.
-      const StageCost sc = PriceStage(model, c, stages[st], tokens, {}, needs, plan.group_gpus, Precision::kBf16);
+      const StageCost sc = PriceStage(model, c, stages[st], tokens, {}, needs, Precision::kBf16);
       out[s][st].forward_s = sc.forward_s;
       out[s][st].backward_s = sc.backward_data_s + sc.backward_weight_s;
     }
