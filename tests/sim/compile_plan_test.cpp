@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
@@ -372,6 +373,64 @@ TEST(ExecutionPlan, RanksSpanSeveralGroupsForOobleckStages) {
   // A rank span list of the wrong length is rejected.
   p.units[0].pipelines[0].rank_groups = {4};
   test::ExpectError([&] { CompilePlan(f.model, four, w, p, batch); }, {"rank_groups has 1 entries", "one per pipeline rank (2)"});
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Entrain's regrouping: the llm unit trains the encoder's samples in
+// microbatches of its own, so its broker edges are many to many. Checked
+// against the contents, independently of the edges: every llm forward starts
+// after the forward of every encoder microbatch that holds one of its samples,
+// and every encoder backward after the backward of every llm microbatch its
+// samples went to.
+TEST(ExecutionPlan, UnitsRegroupSamplesOverManyToManyEdges) {
+  test::Fixture f;
+  const Plan p = test::DisaggregatedShape(f);  // encoder dp 2, llm dp 2, 4 microbatches of 4 samples
+  IterationSchedule it;
+  for (int k = 0; k < 4; ++k) it.microbatch_samples.push_back({4 * k, 4 * k + 1, 4 * k + 2, 4 * k + 3});
+  it.unit_microbatch_samples["llm"] = {{0, 4, 1, 5}, {2, 6, 3, 7}, {8, 12, 9, 13}, {10, 14, 11, 15}};
+  const ExecutionPlan e = CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  ExpectEverySampleOnce(f.model, f.batch, e);
+  bool many_to_many = false;
+  for (const auto& edge : e.schedule.edges) many_to_many = many_to_many || !edge.producers.empty();
+  EXPECT_TRUE(many_to_many);
+  const PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it);
+  // Interval of (stage, microbatch, forward?) from the simulated run.
+  std::map<std::tuple<int, int, bool>, std::pair<double, double>> when;
+  for (const Interval& iv : run.result.intervals) {
+    const Action& a = run.exec.schedule.ranks[iv.rank][iv.action];
+    if (a.is_compute()) when[{a.stage, a.microbatch, a.kind == ActionKind::kForward}] = {iv.start_s, iv.end_s};
+  }
+  const auto& c = e.replicas[0];
+  int checked = 0;
+  for (int to = 0; to < e.schedule.num_stages(); ++to) {
+    if (e.stages[to].unit != 1 || e.stages[to].layers.front().begin != 0) continue;  // llm first stages
+    for (int from = 0; from < e.schedule.num_stages(); ++from) {
+      if (e.stages[from].unit != 0 || e.stages[from].layers.back().module != "projector") continue;
+      for (size_t k = 0; k < c[to].size(); ++k) {
+        for (size_t j = 0; j < c[from].size(); ++j) {
+          bool shared = false;
+          for (const auto& a : c[to][k].pieces) {
+            for (const auto& b : c[from][j].pieces) shared = shared || a.sample == b.sample;
+          }
+          if (!shared) continue;
+          const int kk = static_cast<int>(k), jj = static_cast<int>(j);
+          EXPECT_GE(when.at({to, kk, true}).first, when.at({from, jj, true}).second - 1e-12);
+          EXPECT_GE(when.at({from, jj, false}).first, when.at({to, kk, false}).second - 1e-12);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 16);  // every llm microbatch (2 replicas x 4) takes from two encoder microbatches
+  // A regrouping that loses a sample is rejected.
+  it.unit_microbatch_samples["llm"][3] = {10, 14, 11};
+  test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &it); },
+                    {"unit_microbatch_samples.llm", "exactly once"});
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "loom/pipeline/schedules.h"
 #include "loom/sim/simulator.h"
+#include "test_util.h"
 
 namespace loom {
 namespace {
@@ -200,6 +201,60 @@ TEST(Simulator, IncrementalEqualsFullOnRandomizedSchedules) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// A many-to-many edge (Entrain moves samples between microbatches): producer
+// microbatch 2 feeds both consumers, so the consumers' forwards wait for it and
+// its backward waits for both consumers' backwards. Hand-timed with f = 1, b = 2:
+//   rank 0: F0 0-1, F1 1-2, F2 2-3;            rank 1: F'0 3-4 (needs F0, F2), F'1 4-5,
+//   rank 1: B'1 5-7, B'0 7-9;                   rank 0: B2 9-11 (needs B'0, B'1), B1 11-13, B0 13-15.
+TEST(Simulator, ManyToManyEdgesWaitForEveryPeer) {
+  Schedule s;
+  s.name = "many-to-many";
+  s.num_ranks = 2;
+  s.num_microbatches = 3;
+  s.stage_rank = {0, 1};
+  s.stage_microbatches = {3, 2};
+  s.dag = true;
+  StageEdge e{0, 1, {}};
+  e.producers = {{0, 2}, {1, 2}};
+  s.edges = {e};
+  auto act = [](ActionKind k, int stage, int mb) { return Action{k, stage, mb}; };
+  s.ranks = {{act(ActionKind::kForward, 0, 0), act(ActionKind::kForward, 0, 1), act(ActionKind::kForward, 0, 2),
+              act(ActionKind::kBackward, 0, 2), act(ActionKind::kBackward, 0, 1), act(ActionKind::kBackward, 0, 0)},
+             {act(ActionKind::kForward, 1, 0), act(ActionKind::kForward, 1, 1), act(ActionKind::kBackward, 1, 1),
+              act(ActionKind::kBackward, 1, 0)}};
+  AddPointToPoint(s);
+  // Producer 2 sends its activation twice (one message per consumer) and receives two gradients.
+  int sends_of_2 = 0, grads_to_2 = 0;
+  for (const Action& a : s.ranks[0]) {
+    sends_of_2 += a.kind == ActionKind::kSend && a.microbatch == 2;
+    grads_to_2 += a.kind == ActionKind::kRecv && a.microbatch == 2;
+  }
+  EXPECT_EQ(sends_of_2, 2);
+  EXPECT_EQ(grads_to_2, 2);
+  PipelineCosts c;
+  c.stage = {std::vector<StageCost>(3), std::vector<StageCost>(2)};
+  for (auto& st : c.stage) {
+    for (auto& x : st) {
+      x.forward_s = 1;
+      x.backward_data_s = 2;
+    }
+  }
+  c.static_bytes.assign(2, 0.0);
+  c.grad_sync_s.assign(2, 0.0);
+  c.p2p = {1.0, 0.0};
+  EXPECT_DOUBLE_EQ(Simulate(s, c).iteration_time_s, 15.0);
+  // Every producer microbatch must feed someone: an edge that drops one is rejected.
+  Schedule bad = s;
+  bad.edges[0].producers = {{0}, {2}};
+  test::ExpectError([&] { Simulate(bad, c); }, {"microbatch 1 of stage 0 feeds no consumer"});
 }
 
 }  // namespace

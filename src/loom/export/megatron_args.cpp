@@ -30,6 +30,20 @@ MegatronExport ExportMegatron(const Plan& plan, const Model& model) {
     if (u.tp * u.cp != plan.group_gpus) {
       why.push_back("it shares sequences inside a GPU group instead of splitting every module by TP");
     }
+    for (const auto& p : u.pipelines) {
+      if (!p.rank_groups.empty() && p.groups() != p.pp) {
+        why.push_back("its pipeline ranks span different GPU counts; Megatron-LM gives every stage the same");
+      }
+      if (p.schedule == ScheduleKind::kCustom) {
+        why.push_back("it runs a custom per-batch order; Megatron-LM's schedules are gpipe-like, 1f1b, interleaved");
+      }
+      for (const auto& st : p.stages) {
+        if (st.tp > 0 && st.tp != u.tp) {
+          why.push_back("a stage runs its own tensor-parallel degree; Megatron-LM uses one for every stage");
+          break;
+        }
+      }
+    }
   }
   if (!why.empty()) {
     e.notes = "Megatron-LM cannot express this plan: " + fmt::format("{}", fmt::join(why, "; ")) + ".";

@@ -13,7 +13,8 @@ namespace {
 
 // Compute producer slots per (stage, microbatch).
 enum ComputeSlot { kF, kB, kBd, kW, kNumComputeSlots };
-// Communication slots per (edge, producer microbatch).
+// Communication slots per (edge, message): a producer microbatch, or on a
+// many-to-many edge a (producer, consumer) pair.
 enum CommSlot { kSendAct, kSendGrad, kRecvAct, kRecvGrad, kNumCommSlots };
 
 int ComputeSlotOf(ActionKind k) {
@@ -42,6 +43,7 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   for (int v = 0; v < stages; ++v) stage_off[v + 1] = stage_off[v] + s.microbatches_of(v);
   std::vector<std::vector<int>> in(stages), out(stages);
   std::map<std::pair<int, int>, int> edge_index;
+  std::vector<std::map<std::pair<int, int>, int>> pair_of(num_edges);  // many-to-many: (j, k) -> message
   for (int e = 0; e < num_edges; ++e) {
     const StageEdge& se = edges[e];
     if (se.from < 0 || se.from >= stages || se.to < 0 || se.to >= stages || se.from == se.to) {
@@ -49,17 +51,48 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
                               stages - 1));
     }
     const int mu = s.microbatches_of(se.from), mv = s.microbatches_of(se.to);
-    if (se.first.empty() ? mu != mv
-                         : (static_cast<int>(se.first.size()) != mv + 1 || se.first.front() != 0 ||
-                            se.first.back() != mu || !std::is_sorted(se.first.begin(), se.first.end()))) {
+    bool ok;
+    if (!se.producers.empty()) {
+      ok = se.first.empty() && static_cast<int>(se.producers.size()) == mv;
+      for (int k = 0; ok && k < mv; ++k) {
+        const auto& list = se.producers[k];
+        ok = std::is_sorted(list.begin(), list.end()) && std::adjacent_find(list.begin(), list.end()) == list.end();
+        for (int j : list) {
+          if (j < 0 || j >= mu) {
+            ok = false;
+            break;
+          }
+          pair_of[e].emplace(std::make_pair(j, k), static_cast<int>(pair_of[e].size()));
+        }
+      }
+    } else {
+      ok = se.first.empty() ? mu == mv
+                            : (static_cast<int>(se.first.size()) == mv + 1 && se.first.front() == 0 &&
+                               se.first.back() == mu && std::is_sorted(se.first.begin(), se.first.end()));
+    }
+    if (!ok) {
       throw Error(fmt::format("schedule {}: edge {} -> {} does not map the {} microbatches of stage {} onto the {} "
                               "of stage {}",
                               s.name, se.from, se.to, mu, se.from, mv, se.to));
     }
-    edge_off[e + 1] = edge_off[e] + mu;
+    edge_off[e + 1] = edge_off[e] + (se.producers.empty() ? mu : static_cast<int>(pair_of[e].size()));
     in[se.to].push_back(e);
     out[se.from].push_back(e);
     edge_index[{se.from, se.to}] = e;
+  }
+  // On many-to-many edges a producer microbatch may feed only some consumers'
+  // edges, but it must feed one: else its backward would get no gradient.
+  for (int v = 0; v < stages; ++v) {
+    const bool explicit_out = std::any_of(out[v].begin(), out[v].end(), [&](int e) { return !edges[e].producers.empty(); });
+    if (!explicit_out) continue;
+    for (int j = 0; j < s.microbatches_of(v); ++j) {
+      bool fed = false;
+      for (int e : out[v]) fed = fed || !Consumers(edges[e], j, s.microbatches_of(edges[e].to)).empty();
+      if (!fed) {
+        throw Error(fmt::format("schedule {}: microbatch {} of stage {} feeds no consumer on its many-to-many edges",
+                                s.name, j, v));
+      }
+    }
   }
   g.offset.push_back(0);
   for (int r = 0; r < s.num_ranks; ++r) {
@@ -73,7 +106,14 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   auto at = [&](int slot, int stage, int mb) -> int& {
     return compute[(stage_off[stage] + mb) * kNumComputeSlots + slot];
   };
-  auto at_edge = [&](int slot, int e, int mb) -> int& { return comm[(edge_off[e] + mb) * kNumCommSlots + slot]; };
+  auto at_edge = [&](int slot, int e, int msg) -> int& { return comm[(edge_off[e] + msg) * kNumCommSlots + slot]; };
+  // The message of producer microbatch j to consumer microbatch k on edge e
+  // (-1 when a many-to-many edge has no such pair).
+  auto message = [&](int e, int j, int k) {
+    if (edges[e].producers.empty()) return j;
+    auto it = pair_of[e].find({j, k});
+    return it == pair_of[e].end() ? -1 : it->second;
+  };
   auto describe = [&](int r, int i) {
     return fmt::format("rank {} action {} ({})", r, i, ActionName(s.ranks[r][i]));
   };
@@ -118,7 +158,13 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
         }
         const bool act = a.payload == Payload::kActivation;
         const int slot = a.kind == ActionKind::kSend ? (act ? kSendAct : kSendGrad) : (act ? kRecvAct : kRecvGrad);
-        cell = &at_edge(slot, edge_of(r, i, a), a.microbatch);
+        const int e = edge_of(r, i, a);
+        const int msg = message(e, a.microbatch, a.peer_microbatch);
+        if (msg < 0) {
+          throw Error(fmt::format("{}: producer microbatch {} does not feed consumer microbatch {} on edge {} -> {}",
+                                  describe(r, i), a.microbatch, a.peer_microbatch, edges[e].from, edges[e].to));
+        }
+        cell = &at_edge(slot, e, msg);
       } else {
         continue;
       }
@@ -162,10 +208,9 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
         case ActionKind::kForward:
           for (int e : in[v]) {
             const int u = edges[e].from;
-            auto [lo, hi] = ProducerRange(edges[e], mb);
-            for (int j = lo; j < hi; ++j) {
+            for (int j : Producers(edges[e], mb)) {
               const bool local = s.stage_rank[u] == r;
-              need(local ? at(kF, u, j) : at_edge(kRecvAct, e, j),
+              need(local ? at(kF, u, j) : at_edge(kRecvAct, e, message(e, j, mb)),
                    local ? "forward of the producing stage" : "receive of its input activation");
             }
           }
@@ -176,8 +221,10 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
           for (int e : out[v]) {
             const int w = edges[e].to;
             const bool local = s.stage_rank[w] == r;
-            need(local ? backward_of(w, ConsumerOf(edges[e], mb)) : at_edge(kRecvGrad, e, mb),
-                 local ? "backward of the consuming stage" : "receive of its output gradient");
+            for (int k : Consumers(edges[e], mb, s.microbatches_of(w))) {
+              need(local ? backward_of(w, k) : at_edge(kRecvGrad, e, message(e, mb, k)),
+                   local ? "backward of the consuming stage" : "receive of its output gradient");
+            }
           }
           break;
         case ActionKind::kBackwardWeight:
@@ -188,13 +235,15 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
           if (a.payload == Payload::kActivation) {
             need(at(kF, v, mb), "forward producing the activation");
           } else {
-            need(backward_of(v, ConsumerOf(edges[e], mb)), "backward producing the gradient");
+            need(backward_of(v, edges[e].producers.empty() ? ConsumerOf(edges[e], mb) : a.peer_microbatch),
+                 "backward producing the gradient");
           }
           break;
         }
         case ActionKind::kRecv: {
           const int e = edge_of(r, i, a);
-          need(at_edge(a.payload == Payload::kActivation ? kSendAct : kSendGrad, e, mb), "matching send");
+          need(at_edge(a.payload == Payload::kActivation ? kSendAct : kSendGrad, e, message(e, mb, a.peer_microbatch)),
+               "matching send");
           break;
         }
         case ActionKind::kCollective: {

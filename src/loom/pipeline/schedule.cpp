@@ -70,6 +70,23 @@ int ConsumerOf(const StageEdge& e, int j) {
   return static_cast<int>(std::upper_bound(e.first.begin(), e.first.end(), j) - e.first.begin()) - 1;
 }
 
+std::vector<int> Producers(const StageEdge& e, int k) {
+  if (!e.producers.empty()) return e.producers[k];
+  auto [lo, hi] = ProducerRange(e, k);
+  std::vector<int> out;
+  for (int j = lo; j < hi; ++j) out.push_back(j);
+  return out;
+}
+
+std::vector<int> Consumers(const StageEdge& e, int j, int consumers) {
+  if (e.producers.empty()) return {ConsumerOf(e, j)};
+  std::vector<int> out;
+  for (int k = 0; k < consumers; ++k) {
+    if (std::binary_search(e.producers[k].begin(), e.producers[k].end(), j)) out.push_back(k);
+  }
+  return out;
+}
+
 void AddPointToPoint(Schedule& s) {
   const auto edges = s.StageEdges();
   std::vector<std::vector<int>> in(s.num_stages()), out_edges(s.num_stages());
@@ -87,13 +104,21 @@ void AddPointToPoint(Schedule& s) {
         c.peer_stage = peer_stage;
         return c;
       };
+      // On a many-to-many edge each (producer, consumer) pair is its own
+      // message, named by the consumer's microbatch; elsewhere -1.
+      auto pair_mb = [&](int e, int k) { return edges[e].producers.empty() ? -1 : k; };
+      auto consumers = [&](int e, int j) {
+        return edges[e].producers.empty() ? std::vector<int>{-1}
+                                          : Consumers(edges[e], j, s.microbatches_of(edges[e].to));
+      };
       if (fwd) {  // receive every remote input of this microbatch
         for (int e : in[a.stage]) {
           const int u = edges[e].from;
           if (s.stage_rank[u] == r) continue;
-          auto [lo, hi] = ProducerRange(edges[e], a.microbatch);
-          for (int j = lo; j < hi; ++j) {
-            out.push_back(comm(ActionKind::kRecv, u, j, s.stage_rank[u], Payload::kActivation, a.stage));
+          for (int j : Producers(edges[e], a.microbatch)) {
+            Action c = comm(ActionKind::kRecv, u, j, s.stage_rank[u], Payload::kActivation, a.stage);
+            c.peer_microbatch = pair_mb(e, a.microbatch);
+            out.push_back(c);
           }
         }
       }
@@ -101,7 +126,11 @@ void AddPointToPoint(Schedule& s) {
         for (int e : out_edges[a.stage]) {
           const int v = edges[e].to;
           if (s.stage_rank[v] == r) continue;
-          out.push_back(comm(ActionKind::kRecv, v, a.microbatch, s.stage_rank[v], Payload::kGradient, a.stage));
+          for (int k : consumers(e, a.microbatch)) {
+            Action c = comm(ActionKind::kRecv, v, a.microbatch, s.stage_rank[v], Payload::kGradient, a.stage);
+            c.peer_microbatch = k;
+            out.push_back(c);
+          }
         }
       }
       out.push_back(a);
@@ -109,16 +138,21 @@ void AddPointToPoint(Schedule& s) {
         for (int e : out_edges[a.stage]) {
           const int v = edges[e].to;
           if (s.stage_rank[v] == r) continue;
-          out.push_back(comm(ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[v], Payload::kActivation, v));
+          for (int k : consumers(e, a.microbatch)) {
+            Action c = comm(ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[v], Payload::kActivation, v);
+            c.peer_microbatch = k;
+            out.push_back(c);
+          }
         }
       }
       if (bwd) {  // send the input gradients back to every remote producer
         for (int e : in[a.stage]) {
           const int u = edges[e].from;
           if (s.stage_rank[u] == r) continue;
-          auto [lo, hi] = ProducerRange(edges[e], a.microbatch);
-          for (int j = lo; j < hi; ++j) {
-            out.push_back(comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u));
+          for (int j : Producers(edges[e], a.microbatch)) {
+            Action c = comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u);
+            c.peer_microbatch = pair_mb(e, a.microbatch);
+            out.push_back(c);
           }
         }
       }

@@ -51,6 +51,10 @@ struct Action {
   // collective: the communication group it runs over (an index into the
   // ExecutionPlan's groups); -1: the data-parallel replicas of its stage.
   int group = -1;
+  // send/recv on a many-to-many edge (StageEdge::producers): the consumer's
+  // microbatch of this (producer, consumer) pair; -1 on other edges, where a
+  // producer microbatch has one consumer.
+  int peer_microbatch = -1;
 
   bool is_compute() const {
     return kind == ActionKind::kForward || kind == ActionKind::kBackward ||
@@ -60,14 +64,22 @@ struct Action {
   bool operator==(const Action& o) const = default;
 };
 
-// Stage `to` consumes the output of stage `from`. Consumer microbatch k needs
-// producer microbatches [first[k], first[k+1]); empty `first`: microbatch k
-// needs microbatch k. INVARIANT: first is non-decreasing, starts at 0 and ends
-// at the producer's microbatch count.
+// Stage `to` consumes the output of stage `from`. Three forms:
+//   - one to one (`first` and `producers` empty): microbatch k needs microbatch k;
+//   - ranges: consumer microbatch k needs producer microbatches
+//     [first[k], first[k+1]) (sub-microbatches regrouped; MMScale's brokers);
+//   - many to many: consumer microbatch k needs exactly producers[k], and a
+//     producer microbatch may feed several consumers (Entrain moves samples of
+//     encoder microbatch i into backbone microbatch j); its gradient then comes
+//     from every consumer it fed.
+// INVARIANTS: at most one of first / producers; first is non-decreasing, starts
+// at 0 and ends at the producer's count; producers has one sorted, duplicate-free
+// list per consumer microbatch, and every producer microbatch is in some list.
 struct StageEdge {
   int from = 0;
   int to = 0;
   std::vector<int> first;
+  std::vector<std::vector<int>> producers;
   bool operator==(const StageEdge&) const = default;
 };
 
@@ -108,9 +120,15 @@ struct Schedule {
 };
 
 // Producer microbatches [lo, hi) that consumer microbatch k of edge e needs.
+// REQUIRES: e is not many to many.
 std::pair<int, int> ProducerRange(const StageEdge& e, int k);
 // The consumer microbatch that producer microbatch j of edge e feeds.
+// REQUIRES: e is not many to many.
 int ConsumerOf(const StageEdge& e, int j);
+// Every form: the producer microbatches consumer k needs, and the consumer
+// microbatches producer j feeds (of `consumers` in all), ascending.
+std::vector<int> Producers(const StageEdge& e, int k);
+std::vector<int> Consumers(const StageEdge& e, int j, int consumers);
 
 // "F3@2" (forward of microbatch 3 on stage 2), "B", "Bd", "W", "send-act", ...
 std::string ActionName(const Action& a);

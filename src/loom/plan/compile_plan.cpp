@@ -48,6 +48,29 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
                               s, seen[s]));
     }
   }
+  for (const auto& [unit, mbs] : it.unit_microbatch_samples) {
+    if (plan.FindUnit(unit) < 0) throw Error(fmt::format("iteration schedule: unit_microbatch_samples: no unit {}", unit));
+    if (static_cast<int>(mbs.size()) != m) {
+      throw Error(fmt::format("iteration schedule: unit_microbatch_samples.{}: {} microbatches, the plan runs {}", unit,
+                              mbs.size(), m));
+    }
+    if (it.sub_microbatches.count(unit)) {
+      throw Error(fmt::format("iteration schedule: unit {} has both its own microbatches and sub_microbatches; give "
+                              "one",
+                              unit));
+    }
+    // The unit trains exactly the samples the global microbatches hold.
+    std::vector<int> want, got;
+    for (const auto& mb : it.microbatch_samples) want.insert(want.end(), mb.begin(), mb.end());
+    for (const auto& mb : mbs) got.insert(got.end(), mb.begin(), mb.end());
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    if (got != want) {
+      throw Error(fmt::format("iteration schedule: unit_microbatch_samples.{}: holds {} sample placements; it must "
+                              "place every sample of microbatch_samples ({}) exactly once",
+                              unit, got.size(), want.size()));
+    }
+  }
   for (const auto& [unit, counts] : it.sub_microbatches) {
     if (plan.FindUnit(unit) < 0) throw Error(fmt::format("iteration schedule: sub_microbatches: no unit {}", unit));
     if (static_cast<int>(counts.size()) != m) {

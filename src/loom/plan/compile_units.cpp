@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <map>
 #include <set>
 
 #include "loom/pipeline/schedules.h"
@@ -68,11 +69,15 @@ UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, cons
   const int D = unit.num_replicas();
   L.samples.assign(D, {});
   if (uniform) {
-    const int m = static_cast<int>(global_mbs.size());
+    // The unit's own regrouping of the samples (Entrain), else the global microbatches.
+    const auto& mbs = it != nullptr && it->unit_microbatch_samples.count(unit.name)
+                          ? it->unit_microbatch_samples.at(unit.name)
+                          : global_mbs;
+    const int m = static_cast<int>(mbs.size());
     std::vector<int> subs(m, 1);
     if (it != nullptr && it->sub_microbatches.count(unit.name)) subs = it->sub_microbatches.at(unit.name);
     for (int k = 0; k < m; ++k) {
-      auto slices = SplitEven(global_mbs[k], D);
+      auto slices = SplitEven(mbs[k], D);
       for (int d = 0; d < D; ++d) {
         for (auto& sub : SplitEven(slices[d], subs[k])) L.samples[d].push_back(std::move(sub));
       }
@@ -93,6 +98,53 @@ UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, cons
     }
   }
   return L;
+}
+
+// Flat index of a module's first (or last) layer in a unit's layer list.
+int FlatIndex(const UnitLayout& L, int module, bool last) {
+  int idx = -1;
+  for (size_t i = 0; i < L.layers.size(); ++i) {
+    if (L.layers[i].first == module && (idx < 0 || last)) idx = static_cast<int>(i);
+  }
+  return idx;
+}
+
+// Many-to-many edges from unit u's replicas to unit v's, by shared samples.
+void AddSharedSampleEdges(const Model& model, const Plan& plan, const UnitLayout& Lu, const UnitLayout& Lv, int u,
+                          int v, const std::vector<std::vector<std::vector<int>>>& stage_id, Schedule& sch) {
+  for (const auto& cname : plan.units[v].modules) {
+    const int cm = model.FindModule(cname);
+    for (int pm : model.modules[cm].inputs) {
+      const auto& umods = plan.units[u].modules;
+      if (std::find(umods.begin(), umods.end(), model.modules[pm].name) == umods.end()) continue;
+      const int pl = FlatIndex(Lu, pm, true), cl = FlatIndex(Lv, cm, false);
+      std::set<std::pair<int, int>> added;
+      for (const auto& existing : sch.edges) added.insert({existing.from, existing.to});
+      for (size_t d = 0; d < Lu.samples.size(); ++d) {
+        // sample -> producer microbatch of replica d
+        std::map<int, int> where;
+        for (size_t j = 0; j < Lu.samples[d].size(); ++j) {
+          for (int x : Lu.samples[d][j]) where[x] = static_cast<int>(j);
+        }
+        for (size_t e = 0; e < Lv.samples.size(); ++e) {
+          StageEdge edge;
+          bool any = false;
+          for (const auto& consumer_samples : Lv.samples[e]) {
+            std::set<int> from;
+            for (int x : consumer_samples) {
+              if (auto f = where.find(x); f != where.end()) from.insert(f->second);
+            }
+            any = any || !from.empty();
+            edge.producers.emplace_back(from.begin(), from.end());
+          }
+          if (!any) continue;
+          edge.from = stage_id[u][d][Lu.stage_of[Lu.template_of(static_cast<int>(d))][pl]];
+          edge.to = stage_id[v][e][Lv.stage_of[Lv.template_of(static_cast<int>(e))][cl]];
+          if (added.insert({edge.from, edge.to}).second) sch.edges.push_back(std::move(edge));
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -189,9 +241,19 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   }
 
   // Broker edges between units: producing replica d feeds consuming replica e
-  // when their shares of a global microbatch overlap.
+  // when their shares of a global microbatch overlap. A unit that regroups the
+  // samples into microbatches of its own (Entrain) gets many-to-many edges
+  // instead: consumer microbatch k of replica e waits for every microbatch of
+  // producer replica d that holds one of its samples.
+  auto regroups = [&](int x) {
+    return it != nullptr && it->unit_microbatch_samples.count(plan.units[x].name) > 0;
+  };
   for (int v = 0; v < num_units; ++v) {
     for (int u : inputs[v]) {
+      if (regroups(u) || regroups(v)) {
+        AddSharedSampleEdges(model, plan, layout[u], layout[v], u, v, stage_id, sch);
+        continue;
+      }
       const int Du = plan.units[u].num_replicas(), Dv = plan.units[v].num_replicas();
       const auto& su = layout[u].submb_count;
       const auto& sv = layout[v].submb_count;

@@ -138,6 +138,12 @@ struct IterationSchedule {
   std::vector<std::vector<int>> microbatch_samples;       // [global microbatch] -> sample indices in the batch
   std::vector<int> deferred;                              // sample indices left for the next iteration
   std::map<std::string, std::vector<int>> sub_microbatches;  // unit -> per global microbatch count
+  // unit -> its own [microbatch] -> samples: the unit regroups the trained
+  // samples into microbatches of its own (Entrain moves samples of encoder
+  // microbatch i into backbone microbatch j); its broker edges become many to
+  // many, each consumer microbatch waiting for every producer microbatch it
+  // shares a sample with. Absent units use microbatch_samples.
+  std::map<std::string, std::vector<std::vector<int>>> unit_microbatch_samples;
   std::map<std::string, std::vector<int>> module_sub_microbatches;  // module -> per global microbatch count
   std::vector<std::vector<StageStep>> rank_orders;        // [pipeline rank] -> compute order; empty: GPipe order
   std::optional<Recompute> recompute;                     // woven: every layer's; unset: the unit's

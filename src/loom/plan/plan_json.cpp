@@ -316,6 +316,7 @@ json IterationScheduleToJson(const IterationSchedule& s) {
             {"deferred", s.deferred},
             {"sub_microbatches", s.sub_microbatches}};
   if (!s.module_sub_microbatches.empty()) j["module_sub_microbatches"] = s.module_sub_microbatches;
+  if (!s.unit_microbatch_samples.empty()) j["unit_microbatch_samples"] = s.unit_microbatch_samples;
   if (!s.rank_orders.empty()) {
     json orders = json::array();
     for (const auto& rank : s.rank_orders) {
@@ -341,6 +342,7 @@ json IterationScheduleToJson(const IterationSchedule& s) {
 IterationSchedule IterationScheduleFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
            {"iteration", "microbatch_samples", "deferred", "sub_microbatches", "module_sub_microbatches",
+            "unit_microbatch_samples",
             "rank_orders", "recompute", "layer_recompute"});
   IterationSchedule s;
   s.iteration = r.Int("iteration", 0);
@@ -352,6 +354,18 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
   s.deferred = r.Ints("deferred", r.Array("deferred", false));
   s.sub_microbatches = CountsFromJson(r, "sub_microbatches", "unit");
   s.module_sub_microbatches = CountsFromJson(r, "module_sub_microbatches", "module");
+  if (r.Has("unit_microbatch_samples")) {
+    const json& u = r.Get("unit_microbatch_samples");
+    if (!u.is_object()) r.Fail("unit_microbatch_samples", "must be an object of unit -> [[sample, ...], ...]");
+    for (const auto& [name, mbs] : u.items()) {
+      const std::string f = "unit_microbatch_samples." + name;
+      if (!mbs.is_array()) r.Fail(f, "must be an array of microbatches");
+      for (size_t k = 0; k < mbs.size(); ++k) {
+        if (!mbs[k].is_array()) r.Fail(fmt::format("{}[{}]", f, k), "must be an array of sample indices");
+        s.unit_microbatch_samples[name].push_back(r.Ints(fmt::format("{}[{}]", f, k), mbs[k]));
+      }
+    }
+  }
   const json& orders = r.Array("rank_orders", false);
   for (size_t p = 0; p < orders.size(); ++p) {
     const std::string field = fmt::format("rank_orders[{}]", p);

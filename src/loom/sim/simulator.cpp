@@ -80,6 +80,22 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
       ++buckets_[a.stage];
     }
   }
+  // On a many-to-many edge a producer microbatch's output is split among the
+  // consumers it feeds; each message carries an equal share (the compiler does
+  // not say which samples go where in bytes).
+  send_share_.assign(n, 1.0);
+  const auto edges = schedule_.StageEdges();
+  for (int id = 0; id < n; ++id) {
+    const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
+    if (a.kind != ActionKind::kSend || a.peer_microbatch < 0) continue;
+    const bool act = a.payload == Payload::kActivation;
+    const int from = act ? a.stage : a.peer_stage, to = act ? a.peer_stage : a.stage;
+    for (const StageEdge& e : edges) {
+      if (e.from == from && e.to == to && !e.producers.empty()) {
+        send_share_[id] = 1.0 / static_cast<double>(Consumers(e, a.microbatch, schedule_.microbatches_of(to)).size());
+      }
+    }
+  }
   int max_mb = schedule_.num_microbatches;
   for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
   actions_of_mb_.assign(max_mb, {});
@@ -123,7 +139,7 @@ double Simulator::Duration(int rep, int id) const {
     case ActionKind::kSend: {
       // A gradient sent by stage v is the gradient of its producer's output.
       int producer = a.payload == Payload::kActivation ? a.stage : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
-      return c.p2p.latency_s + c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
+      return c.p2p.latency_s + send_share_[id] * c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
     }
     case ActionKind::kCollective: return c.grad_sync_s[a.stage] / buckets_[a.stage];
     case ActionKind::kOptimizerStep: return c.optimizer_s.empty() || !options_.optimizer_step ? 0.0 : c.optimizer_s[r];

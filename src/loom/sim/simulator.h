@@ -75,6 +75,7 @@ class Simulator {
   std::vector<std::vector<int>> users_;        // stream successor and data users of each id
   std::vector<int> collective_ids_, wait_ids_, optimizer_ids_;
   std::vector<int> buckets_;                   // per stage: its gradient collectives (on its rank)
+  std::vector<double> send_share_;             // per action: share of the producer's output a send carries
   std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch
 
   // Mutated by runs.
