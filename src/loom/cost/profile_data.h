@@ -4,13 +4,11 @@
 
 #include <vector>
 
+#include "loom/embedded_file.h"
+
 namespace loom::profile_data {
 
-struct EmbeddedFile {
-  const char* name;  // file name, e.g. "h100.yaml"
-  const char* text;  // the YAML text
-};
-
+using loom::EmbeddedFile;
 const std::vector<EmbeddedFile>& Files();
 
 }  // namespace loom::profile_data

@@ -14,12 +14,6 @@ namespace loom {
 
 namespace {
 
-std::vector<int> Range(int lo, int hi) {
-  std::vector<int> v(hi - lo);
-  std::iota(v.begin(), v.end(), lo);
-  return v;
-}
-
 // Checks that `it` places every sample of the batch exactly once (in a global
 // microbatch or deferred) and that its per-unit counts fit the plan.
 void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
@@ -84,6 +78,12 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
 }
 
 }  // namespace
+
+std::vector<int> Range(int lo, int hi) {
+  std::vector<int> v(hi - lo);
+  std::iota(v.begin(), v.end(), lo);
+  return v;
+}
 
 int ExecStage::num_layers() const {
   int n = 0;

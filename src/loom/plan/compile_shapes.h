@@ -17,6 +17,9 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
 void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, const IterationSchedule& it,
                   ExecutionPlan& out);
 
+// [lo, hi) as a list: the samples of a contiguous run.
+std::vector<int> Range(int lo, int hi);
+
 // Adds the data-parallel groups: stages holding the same layers of a unit in
 // different replicas sync with each other (one group per unit and template stage
 // set; replicated plans: the stage's replicas across the ranks' copies).

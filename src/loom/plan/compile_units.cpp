@@ -28,12 +28,6 @@ namespace loom {
 
 namespace {
 
-std::vector<int> Range(int lo, int hi) {
-  std::vector<int> v(hi - lo);
-  std::iota(v.begin(), v.end(), lo);
-  return v;
-}
-
 // Per unit: its flattened layer list and, per template, the stage of each layer.
 struct UnitLayout {
   std::vector<std::pair<int, int>> layers;             // (module, layer)

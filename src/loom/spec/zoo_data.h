@@ -3,13 +3,11 @@
 
 #include <vector>
 
+#include "loom/embedded_file.h"
+
 namespace loom::zoo_data {
 
-struct EmbeddedFile {
-  const char* name;  // file name, e.g. "llama3-8b.yaml"
-  const char* text;  // the YAML text
-};
-
+using loom::EmbeddedFile;
 const std::vector<EmbeddedFile>& Files();
 
 }  // namespace loom::zoo_data
