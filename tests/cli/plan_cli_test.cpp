@@ -135,6 +135,10 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
                              json + " --strategy megatron");
   EXPECT_EQ(rc1, 2);
   EXPECT_NE(out1.find("made for workload 'obelics'"), std::string::npos) << out1;
+  auto [rc3, out3] = LoomCli("simulate --model vlm-s --cluster h100:2x8 --workload obelics --global-batch 16 --plan " +
+                             json + " --strategy megatron");
+  EXPECT_EQ(rc3, 2);
+  EXPECT_NE(out3.find("made for cluster 'h800:2x8'"), std::string::npos) << out3;
   auto [rc2, out2] = LoomCli("simulate " + common + " --plan " + json + " --strategy fsdp");
   EXPECT_EQ(rc2, 2);
   EXPECT_NE(out2.find("no strategy named 'fsdp'"), std::string::npos) << out2;

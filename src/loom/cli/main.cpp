@@ -263,6 +263,10 @@ int main(int argc, char** argv) {
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::PlanFile file = loom::LoadPlanFile(sim_plan, sim_strategy);
       const loom::Plan& p = file.plan;
+      if (!p.cluster.empty() && p.cluster != cluster.name) {
+        throw loom::Error(fmt::format("{}: the plan was made for cluster '{}', not '{}'; pass --cluster {}", sim_plan,
+                                      p.cluster, cluster.name, p.cluster));
+      }
       if (!p.workload.empty() && p.workload != workload.name) {
         throw loom::Error(fmt::format("{}: the plan was made for workload '{}', not '{}'; pass --workload {}", sim_plan,
                                       p.workload, workload.name, p.workload));
