@@ -19,6 +19,7 @@
 #include "loom/report/table.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/cost/cost_model.h"
+#include "loom/plan/validate_plan.h"
 #include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
@@ -263,6 +264,7 @@ int main(int argc, char** argv) {
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::PlanFile file = loom::LoadPlanFile(sim_plan, sim_strategy);
       const loom::Plan& p = file.plan;
+      loom::ValidatePlan(p, model, cluster, workload, sim_plan);  // every violation first, when the shape differs
       if (!p.cluster.empty() && p.cluster != cluster.name) {
         throw loom::Error(fmt::format("{}: the plan was made for cluster '{}', not '{}'; pass --cluster {}", sim_plan,
                                       p.cluster, cluster.name, p.cluster));
