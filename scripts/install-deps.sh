@@ -10,6 +10,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   coinor-libcbc-dev
+  libtorch-dev libgloo-dev
 )
 if [ "${1:-}" = "--with-chromium" ]; then
   packages+=(chromium fonts-dejavu-core)

@@ -23,6 +23,9 @@
 #include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
+#ifdef LOOM_HAVE_RUNTIME
+#include "loom/runtime/run.h"
+#endif
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -119,6 +122,26 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   app.add_subcommand("models", "list the built-in model zoo");
+
+  CLI::App* run = app.add_subcommand("run", "run a plan for real on this machine (libtorch + c10d Gloo), one process per rank");
+  std::string run_model, run_cluster, run_plan, run_strategy;
+  WorkloadFlags run_workload;
+  int run_steps = 3, run_kill_rank = -1, run_kill_step = -1;
+  double run_timeout_s = 60, run_lr = 1e-3;
+  bool run_json = false;
+  run->add_option("--model", run_model, "built-in model name or YAML file")->required();
+  run->add_option("--cluster", run_cluster, "the cluster the plan was made for")->required();
+  run->add_option("--plan", run_plan, "plan JSON file (a plan or a `loom plan --json` output)")->required();
+  run->add_option("--strategy", run_strategy, "with a `loom plan --json` file: whose plan (default: the best)");
+  run_workload.Add(run);
+  run->add_option("--steps", run_steps, "training steps")->check(CLI::PositiveNumber);
+  run->add_option("--timeout", run_timeout_s, "seconds a rank may stay silent before the run fails")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--lr", run_lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+  run->add_option("--kill-rank", run_kill_rank, "fault injection: this rank exits at the start of --kill-step")
+      ->group("");
+  run->add_option("--kill-step", run_kill_step, "fault injection step")->group("");
+  run->add_flag("--json", run_json, "print JSON");
   app.add_subcommand("clusters", "list the built-in GPUs and testbeds");
 
   CLI::App* inspect = app.add_subcommand("inspect", "per-module parameters, FLOPs and intensity");
@@ -256,6 +279,38 @@ int main(int argc, char** argv) {
       bool any = false;
       for (const auto& o : cmp.outcomes) any = any || o.ok();
       if (!any) throw loom::Error("no strategy found a plan that fits; see the reasons above");
+    }
+    if (app.got_subcommand("run")) {
+      loom::Model model = loom::LoadModel(run_model);
+      loom::Cluster cluster = loom::LoadCluster(run_cluster);
+      std::optional<loom::Workload> w = run_workload.Resolve();
+      loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
+      loom::Plan p = loom::LoadPlanFile(run_plan, run_strategy).plan;
+#ifdef LOOM_HAVE_RUNTIME
+      loom::RunOptions o;
+      o.steps = run_steps;
+      o.timeout_s = run_timeout_s;
+      o.learning_rate = run_lr;
+      o.kill_rank = run_kill_rank;
+      o.kill_step = run_kill_step;
+      loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o);
+      if (run_json) {
+        nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params}};
+        std::cout << j.dump(2) << "\n";
+      } else {
+        std::cout << fmt::format("ran {} ({}) on {} rank(s), {} step(s)\n", run_plan, p.strategy, r.step_s.size(),
+                                 r.losses.size());
+        for (size_t i = 0; i < r.losses.size(); ++i) {
+          double slowest = 0;
+          for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);
+          std::cout << fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)\n", i, r.losses[i], slowest);
+        }
+      }
+#else
+      (void)p;
+      throw loom::Error("loom run: this build has no runtime (libtorch was not found when it was configured; "
+                        "scripts/install-deps.sh installs libtorch-dev)");
+#endif
     }
     if (app.got_subcommand("simulate") && !sim_plan.empty()) {
       loom::Model model = loom::LoadModel(sim_model);

@@ -1,0 +1,168 @@
+#include "loom/runtime/run.h"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "loom/error.h"
+#include "loom/runtime/worker.h"
+
+namespace loom {
+
+namespace {
+
+int FreePort() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (s < 0 || bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (s >= 0) close(s);
+    throw Error("runtime: cannot find a free TCP port on 127.0.0.1 for the rendezvous store");
+  }
+  const int port = ntohs(a.sin_port);
+  close(s);
+  return port;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int fd = -1;
+  std::string buffer;
+  std::vector<std::string> lines;
+  bool open = true;
+};
+
+}  // namespace
+
+RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                     const RunOptions& options) {
+  if (options.steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", options.steps));
+  if (!(options.timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", options.timeout_s));
+  // Everything the runtime cannot run is an error before any process starts.
+  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, 0);
+  const int world = first.schedule.num_ranks;
+  const int port = options.port > 0 ? options.port : FreePort();
+  std::vector<Child> children(world);
+  for (int r = 0; r < world; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) throw Error(fmt::format("runtime: cannot create a pipe for rank {}", r));
+    const pid_t pid = fork();
+    if (pid < 0) throw Error(fmt::format("runtime: cannot start rank {}: {}", r, std::strerror(errno)));
+    if (pid == 0) {
+      close(fds[0]);
+      for (int q = 0; q < r; ++q) close(children[q].fd);
+      runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, options, r, world, port};
+      _exit(runtime::RunWorker(spec, fds[1]));
+    }
+    close(fds[1]);
+    children[r].pid = pid;
+    children[r].fd = fds[0];
+  }
+  // Read every rank's reports; a rank silent for longer than the timeout fails the run.
+  auto last_heard = std::chrono::steady_clock::now();
+  int open = world;
+  bool timed_out = false;
+  while (open > 0) {
+    std::vector<pollfd> pfds;
+    std::vector<int> who;
+    for (int r = 0; r < world; ++r) {
+      if (children[r].open) {
+        pfds.push_back({children[r].fd, POLLIN, 0});
+        who.push_back(r);
+      }
+    }
+    const int ready = poll(pfds.data(), pfds.size(), 200);
+    if (ready > 0) last_heard = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < pfds.size(); ++i) {
+      if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Child& c = children[who[i]];
+      char buf[4096];
+      const ssize_t n = read(c.fd, buf, sizeof(buf));
+      if (n <= 0) {
+        c.open = false;
+        close(c.fd);
+        --open;
+        continue;
+      }
+      c.buffer.append(buf, n);
+      size_t nl;
+      while ((nl = c.buffer.find('\n')) != std::string::npos) {
+        c.lines.push_back(c.buffer.substr(0, nl));
+        c.buffer.erase(0, nl + 1);
+      }
+    }
+    const double silent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
+    if (silent_s > options.timeout_s + 10) {  // c10d's own timeout fires first; this is the backstop
+      timed_out = true;
+      break;
+    }
+  }
+  std::vector<std::string> failures;
+  for (int r = 0; r < world; ++r) {
+    Child& c = children[r];
+    if (timed_out && c.open) kill(c.pid, SIGKILL);
+    int status = 0;
+    waitpid(c.pid, &status, 0);
+    std::string error;
+    for (const auto& l : c.lines) {
+      if (l.rfind("error ", 0) == 0) error = l.substr(6);
+    }
+    if (timed_out && c.open) {
+      failures.push_back(fmt::format("rank {} (pid {}) was silent for over {:.0f} s and was stopped", r, c.pid,
+                                     options.timeout_s + 10));
+    } else if (WIFSIGNALED(status)) {
+      failures.push_back(fmt::format("rank {} (pid {}) was killed by signal {} ({})", r, c.pid, WTERMSIG(status),
+                                     strsignal(WTERMSIG(status))));
+    } else if (WEXITSTATUS(status) != 0) {
+      failures.push_back(fmt::format("rank {} (pid {}) exited with code {}{}", r, c.pid, WEXITSTATUS(status),
+                                     error.empty() ? "" : ": " + error));
+    }
+  }
+  if (!failures.empty()) {
+    std::string msg = "run failed:";
+    for (const auto& f : failures) msg += "\n  - " + f;
+    throw Error(msg);
+  }
+  RunResult out;
+  out.losses.assign(options.steps, 0.0);
+  out.step_s.assign(world, std::vector<double>(options.steps, 0.0));
+  out.params.assign(world, {});
+  for (int r = 0; r < world; ++r) {
+    for (const auto& l : children[r].lines) {
+      std::istringstream in(l);
+      std::string kind;
+      in >> kind;
+      if (kind == "loss") {
+        int step = 0;
+        double v = 0;
+        in >> step >> v;
+        out.losses.at(step) = v;
+      } else if (kind == "time") {
+        int step = 0;
+        double v = 0;
+        in >> step >> v;
+        out.step_s[r].at(step) = v;
+      } else if (kind == "param") {
+        double s = 0, q = 0;
+        in >> s >> q;
+        out.params[r].push_back(s);
+        out.params[r].push_back(q);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace loom

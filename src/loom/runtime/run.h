@@ -1,0 +1,47 @@
+// Runs a Plan for real on this machine (issue 14, first step): one worker
+// process per rank of the compiled ExecutionPlan, libtorch for tensors and
+// autograd, c10d for communication (Gloo over a TCPStore on 127.0.0.1). Each
+// worker walks its rank's action list: forward and backward of its stages,
+// point-to-point sends and receives of activations and gradients, the wait and
+// the AdamW step. What runs is exactly what the simulator prices.
+//
+// Supported so far: one unit with one pipeline template, one data-parallel
+// replica, TP 1 and every schedule the plan compiles (GPipe, 1F1B,
+// interleaved; ZB-H1's weight pass runs inside its data pass), text models of
+// embedding, transformer and untied LM-head layers, the `text` workload.
+// Anything else is a loom::Error naming what is missing. Built only when
+// libtorch is found (LOOM_HAVE_RUNTIME).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/plan/plan.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+
+namespace loom {
+
+struct RunOptions {
+  int steps = 3;
+  double learning_rate = 1e-3;
+  double timeout_s = 60;   // a rank silent this long fails the run
+  int port = 0;            // TCPStore port; 0 picks a free one
+  int kill_rank = -1;      // tests: this rank exits abruptly at the start of step `kill_step`
+  int kill_step = -1;
+};
+
+struct RunResult {
+  std::vector<double> losses;                 // per step: the global batch's mean loss
+  std::vector<std::vector<double>> step_s;    // [rank][step] wall time of the step
+  std::vector<std::vector<double>> params;    // [rank] per parameter tensor: sum, then sum of squares
+};
+
+// Throws loom::Error for what the runtime cannot run yet, and when a worker
+// fails or goes silent, naming the rank and why.
+RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                     const RunOptions& options);
+
+}  // namespace loom

@@ -1,0 +1,192 @@
+#include "loom/runtime/worker.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/torch_model.h"
+
+namespace loom::runtime {
+
+namespace {
+
+void Report(int fd, const std::string& line) {
+  const std::string text = line + "\n";
+  ssize_t off = 0;
+  while (off < static_cast<ssize_t>(text.size())) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) return;
+    off += n;
+  }
+}
+
+std::vector<int> SamplesOf(const MicrobatchWork& mb) {
+  std::vector<int> out;
+  for (const auto& p : mb.pieces) out.push_back(p.sample);
+  return out;
+}
+
+// A message's tag: unique per (payload, producer stage, consumer stage, producer microbatch).
+int Tag(Payload payload, int from, int to, int mb, int stages, int microbatches) {
+  return ((static_cast<int>(payload) * stages + from) * stages + to) * microbatches + mb;
+}
+
+}  // namespace
+
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
+                                const Plan& plan, int step) {
+  if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) {
+    throw Error("runtime: the plan has several units or pipeline templates; the runtime runs one unit with one "
+                "template so far (Megatron-LM layouts)");
+  }
+  const Unit& u = plan.units[0];
+  if (u.tp != 1 || u.cp != 1 || plan.group_gpus != 1) {
+    throw Error(fmt::format("runtime: tensor / context parallelism (tp {}, cp {}, group of {} GPUs) is not run yet; "
+                            "use tp 1",
+                            u.tp, u.cp, plan.group_gpus));
+  }
+  if (u.pipelines[0].replicas != 1) {
+    throw Error(fmt::format("runtime: {} data-parallel replicas; the runtime runs one so far", u.pipelines[0].replicas));
+  }
+  if (workload.source.kind != "text") {
+    throw Error(fmt::format("runtime: workload '{}' ({} samples); the runtime feeds text samples so far",
+                            workload.name, workload.source.kind));
+  }
+  const Batch batch = DrawBatch(workload, step);
+  ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch);
+  for (const auto& st : exec.stages) CheckRunnable(model, st.layers);
+  return exec;
+}
+
+int RunWorker(const WorkerSpec& spec, int fd) {
+  try {
+    const Model& model = *spec.model;
+    auto pg = MakeGlooGroup(spec.rank, spec.world, spec.port, spec.options.timeout_s);
+    ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, 0);
+    // This rank's stages, built from the same per-layer seeds as any other rank's copy.
+    std::map<int, LayerStack> stages;
+    std::vector<torch::Tensor> params;
+    for (int v = 0; v < exec.schedule.num_stages(); ++v) {
+      if (exec.schedule.stage_rank[v] != spec.rank) continue;
+      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed));
+      for (auto& p : stages.at(v)->parameters()) params.push_back(p);
+    }
+    int64_t vocab = 0;
+    for (const auto& m : model.modules) {
+      for (const auto& l : m.layers) {
+        if (l.kind == LayerKind::kLmHead) vocab = l.vocab;
+      }
+    }
+    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(spec.options.learning_rate));
+    for (int step = 0; step < spec.options.steps; ++step) {
+      if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
+      const auto t0 = std::chrono::steady_clock::now();
+      if (step > 0) exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, step);
+      const Batch batch = DrawBatch(*spec.workload, step);
+      const Schedule& sch = exec.schedule;
+      const int S = sch.num_stages(), M = sch.num_microbatches;
+      const int last = S - 1;
+      std::map<std::pair<int, int>, torch::Tensor> input, output, grad_out;  // (stage, mb)
+      double loss_sum = 0;
+      // Sends in flight (the communication stream): their buffers live until the wait.
+      std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
+      for (const Action& a : sch.ranks[spec.rank]) {
+        const int v = a.stage, k = a.microbatch;
+        switch (a.kind) {
+          case ActionKind::kForward: {
+            torch::Tensor x;
+            if (v == 0) {
+              x = TokenIds(batch, SamplesOf(exec.replicas[0][v][k]), step, vocab, false);
+            } else {
+              auto local = output.find({v - 1, k});  // the producer on this rank (interleaved): cut the graph here too
+              x = local != output.end() ? local->second.detach().requires_grad_(true) : input.at({v, k});
+              input[{v, k}] = x;
+            }
+            torch::Tensor y = stages.at(v)->forward(x);
+            if (v == last) {
+              const auto targets = TokenIds(batch, SamplesOf(exec.replicas[0][v][k]), step, vocab, true);
+              y = torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1})) / M;
+              loss_sum += y.item<double>();
+            }
+            output[{v, k}] = y;
+            break;
+          }
+          case ActionKind::kBackward:
+          case ActionKind::kBackwardData: {
+            // ZB-H1's split: the weight gradient is computed here with the data gradient for now.
+            if (v == last) {
+              output.at({v, k}).backward();
+            } else {
+              auto local = input.find({v + 1, k});
+              const torch::Tensor g = local != input.end() && sch.stage_rank[v + 1] == spec.rank
+                                          ? local->second.grad()
+                                          : grad_out.at({v, k});
+              output.at({v, k}).backward(g);
+            }
+            break;
+          }
+          case ActionKind::kBackwardWeight:
+            break;
+          case ActionKind::kSend: {
+            const bool act = a.payload == Payload::kActivation;
+            const int to = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
+            torch::Tensor t = act ? output.at({v, k}).detach() : input.at({v, k}).grad();
+            const int tag = act ? Tag(a.payload, v, to, k, S, M) : Tag(a.payload, to, v, k, S, M);
+            sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{t.contiguous()});
+            sending.back().first = SendAsync(*pg, sending.back().second, a.peer, tag);
+            break;
+          }
+          case ActionKind::kRecv: {
+            const bool act = a.payload == Payload::kActivation;
+            const int mine = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
+            // Shapes follow from the microbatch: [samples, tokens, hidden] of the producer's last layer.
+            const auto samples = SamplesOf(exec.replicas[0][act ? mine : v][k]);
+            const auto ids = TokenIds(batch, samples, step, vocab, false);
+            const auto& range = exec.stages[act ? v : mine].layers.back();
+            const int64_t hidden =
+                model.modules[model.FindModule(range.module)].layers[range.end - 1].hidden;
+            torch::Tensor t = torch::empty({ids.size(0), ids.size(1), hidden});
+            const int tag = act ? Tag(a.payload, v, mine, k, S, M) : Tag(a.payload, mine, v, k, S, M);
+            Recv(*pg, t, a.peer, tag);
+            if (act) {
+              input[{mine, k}] = t.requires_grad_(true);
+            } else {
+              grad_out[{mine, k}] = t;
+            }
+            break;
+          }
+          case ActionKind::kCollective:  // one replica: nothing to reduce
+            break;
+          case ActionKind::kWait:
+            for (auto& [work, buffers] : sending) work->wait();
+            sending.clear();
+            break;
+          case ActionKind::kOptimizerStep:
+            opt.step();
+            opt.zero_grad();
+            break;
+        }
+      }
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      Report(fd, fmt::format("time {} {:.9g}", step, secs));
+      if (exec.schedule.stage_rank[last] == spec.rank) Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
+    }
+    for (auto& p : params) {
+      Report(fd, fmt::format("param {:.17g} {:.17g}", p.sum().item<double>(), p.pow(2).sum().item<double>()));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    for (char& c : msg) c = c == '\n' ? ' ' : c;
+    Report(fd, "error " + msg);
+    return 3;
+  }
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,32 @@
+// One worker process of RunLocally (runtime/run.h): rank `rank` of `world`
+// walks its action lists for every step and reports through `report_fd`
+// (runtime/run.cpp reads it). No torch in this header.
+#pragma once
+
+#include "loom/plan/execution_plan.h"
+#include "loom/runtime/run.h"
+
+namespace loom::runtime {
+
+struct WorkerSpec {
+  const Model* model = nullptr;
+  const Cluster* cluster = nullptr;
+  const Workload* workload = nullptr;
+  const Plan* plan = nullptr;
+  RunOptions options;
+  int rank = 0;
+  int world = 1;
+  int port = 0;
+};
+
+// Report lines written to report_fd: "loss STEP VALUE", "time STEP SECONDS",
+// "param SUM SUMSQ", "error MESSAGE". Returns the process exit code.
+int RunWorker(const WorkerSpec& spec, int report_fd);
+
+// The ExecutionPlan of step `step`, checked for what the runtime supports
+// (throws loom::Error naming what is missing). Shared by the launcher's check
+// and the workers.
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
+                                const Plan& plan, int step);
+
+}  // namespace loom::runtime
