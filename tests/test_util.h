@@ -3,6 +3,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
 
 #include <filesystem>
 #include <fstream>
@@ -34,5 +38,18 @@ inline void ExpectError(const std::function<void()>& f, const std::vector<std::s
     }
   }
 }
+
+#ifdef LOOM_BINARY
+// Runs the built `loom` with `args`; returns its exit code and stdout + stderr.
+inline std::pair<int, std::string> RunLoom(const std::string& args) {
+  const std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+#endif
 
 }  // namespace loom::test

@@ -13,15 +13,7 @@
 namespace loom {
 namespace {
 
-std::pair<int, std::string> LoomCli(const std::string& args) {
-  std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  int status = pclose(pipe);
-  return {WEXITSTATUS(status), out};
-}
+std::pair<int, std::string> LoomCli(const std::string& args) { return test::RunLoom(args); }
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);

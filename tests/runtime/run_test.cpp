@@ -29,15 +29,7 @@ const std::string kModel = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml
 const std::string kData = "--workload text --global-batch 8 --seq-len 32";
 constexpr int kSteps = 3, kMicrobatches = 4;
 
-std::pair<int, std::string> LoomCli(const std::string& args) {
-  std::string cmd = std::string(LOOM_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  return {WEXITSTATUS(status), out};
-}
+std::pair<int, std::string> LoomCli(const std::string& args) { return test::RunLoom(args); }
 
 struct TinyRun {
   Model model = LoadModel(kModel);
