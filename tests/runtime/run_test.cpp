@@ -1,8 +1,8 @@
 // `loom run` against the single-process reference (issue 14, first step):
 // a 4-layer LLM trained for 3 steps over a 2-rank pipeline (c10d Gloo, one
-// process per rank) under GPipe, 1F1B, interleaved and ZB-H1 ends with the
-// losses and parameters of plain training on the same samples, microbatch by
-// microbatch in one process. A killed rank fails the run naming it, within the
+// process per rank) under GPipe, 1F1B, interleaved and ZB-H1, and with 2
+// data-parallel replicas, ends with the losses and parameters of plain training
+// on the same samples, microbatch by microbatch in one process. A killed rank fails the run naming it, within the
 // timeout; what the runtime cannot run yet is an error naming it.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -20,6 +20,8 @@
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
 #include "loom/strategies/plan_builders.h"
+#include <fmt/format.h>
+
 #include "test_util.h"
 
 namespace loom {
@@ -42,10 +44,11 @@ struct TinyRun {
   }();
 };
 
-std::string PlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1) {
+std::string PlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
+                     int dp = 1, const Cluster* cluster = nullptr) {
   const Batch batch = DrawBatch(s.workload, 0);
-  StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
-  const Plan p = SingleUnitPlan(ctx, "megatron", tp, 2 / tp, 1, vpp, kMicrobatches, kind, Recompute::kNone,
+  StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
+  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp / tp, dp, vpp, kMicrobatches, kind, Recompute::kNone,
                                 Balance::kParams, 1);
   return test::WriteTemp(name, PlanToJson(p).dump());
 }
@@ -104,13 +107,21 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
   struct Case {
     const char* name;
     ScheduleKind kind;
-    int vpp;
+    int vpp, pp, dp;
   };
-  for (const Case& c : {Case{"gpipe", ScheduleKind::kGpipe, 1}, Case{"1f1b", ScheduleKind::kOneFOneB, 1},
-                        Case{"interleaved", ScheduleKind::kInterleaved, 2}, Case{"zb-h1", ScheduleKind::kZbH1, 1}}) {
+  // Pipelines of 2 ranks under every schedule, then data parallelism: 2 replicas of
+  // a 2-rank pipeline (4 processes) and 2 replicas of one rank, each replica taking
+  // one sample of every 2-sample microbatch.
+  for (const Case& c : {Case{"gpipe", ScheduleKind::kGpipe, 1, 2, 1}, Case{"1f1b", ScheduleKind::kOneFOneB, 1, 2, 1},
+                        Case{"interleaved", ScheduleKind::kInterleaved, 2, 2, 1},
+                        Case{"zb-h1", ScheduleKind::kZbH1, 1, 2, 1}, Case{"1f1b-dp2", ScheduleKind::kOneFOneB, 1, 2, 2},
+                        Case{"dp2", ScheduleKind::kOneFOneB, 1, 1, 2}}) {
     SCOPED_TRACE(c.name);
-    const std::string plan = PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json");
-    auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
+    const std::string cluster = fmt::format("h100:1x{}", c.pp * c.dp);
+    const Cluster cl = LoadCluster(cluster);
+    const std::string plan =
+        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", 1, c.pp, c.dp, &cl);
+    auto [code, out] = LoomCli("run --model " + kModel + " --cluster " + cluster + " " + kData + " --plan " + plan +
                                " --steps 3 --timeout 20 --json");
     ASSERT_EQ(code, 0) << out;
     const auto j = nlohmann::json::parse(out);

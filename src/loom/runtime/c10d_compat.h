@@ -4,6 +4,7 @@
 // (CMakeLists.txt defines it). Include only from runtime .cpp files.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -13,18 +14,32 @@
 
 namespace loom::runtime {
 
-// A Gloo process group of `world` ranks rendezvousing through a TCPStore that
-// rank 0 serves on 127.0.0.1:port. Operations time out after `timeout_s`.
-inline c10::intrusive_ptr<c10d::ProcessGroupGloo> MakeGlooGroup(int rank, int world, int port, double timeout_s) {
+using GlooGroup = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
+
+// The rendezvous store: rank 0 serves it on 127.0.0.1:port for `world` ranks.
+inline c10::intrusive_ptr<c10d::Store> MakeStore(int rank, int world, int port, double timeout_s) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
   so.isServer = rank == 0;
   so.numWorkers = world;
   so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+}
+
+// A Gloo group named `name` of `size` members (this process is member `rank`),
+// rendezvousing under its name in `store`. Operations time out after `timeout_s`.
+inline GlooGroup MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank,
+                               int size, double timeout_s) {
   auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), rank, size,
+                                                     opts);
+}
+
+// Sums `t` over the group in place.
+inline void AllReduceSum(c10d::ProcessGroupGloo& pg, at::Tensor& t) {
+  std::vector<at::Tensor> v{t};
+  pg.allreduce(v)->wait();
 }
 
 // The handle of an asynchronous operation (c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x).

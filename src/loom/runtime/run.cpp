@@ -52,7 +52,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   if (!(options.timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", options.timeout_s));
   // Everything the runtime cannot run is an error before any process starts.
   const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, 0);
-  const int world = first.schedule.num_ranks;
+  // One process per pipeline rank of every data-parallel replica.
+  const int replicas = static_cast<int>(first.replicas.size());
+  const int world = first.schedule.num_ranks * replicas;
   const int port = options.port > 0 ? options.port : FreePort();
   std::vector<Child> children(world);
   for (int r = 0; r < world; ++r) {
@@ -137,6 +139,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   }
   RunResult out;
   out.losses.assign(options.steps, 0.0);
+  std::vector<int> reporters(options.steps, 0);
   out.step_s.assign(world, std::vector<double>(options.steps, 0.0));
   out.params.assign(world, {});
   for (int r = 0; r < world; ++r) {
@@ -148,7 +151,8 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         int step = 0;
         double v = 0;
         in >> step >> v;
-        out.losses.at(step) = v;
+        out.losses.at(step) += v;  // each replica's last rank reports its slice's loss
+        ++reporters.at(step);
       } else if (kind == "time") {
         int step = 0;
         double v = 0;
@@ -161,6 +165,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         out.params[r].push_back(q);
       }
     }
+  }
+  for (int s = 0; s < options.steps; ++s) {
+    if (reporters[s] > 0) out.losses[s] /= reporters[s];
   }
   return out;
 }

@@ -5,8 +5,10 @@
 // point-to-point sends and receives of activations and gradients, the wait and
 // the AdamW step. What runs is exactly what the simulator prices.
 //
-// Supported so far: one unit with one pipeline template, one data-parallel
-// replica, TP 1 and every schedule the plan compiles (GPipe, 1F1B,
+// Supported so far: one unit with one pipeline template, any number of
+// data-parallel replicas (one process per pipeline rank of each; gradients
+// averaged over each stage's replicas with Gloo all-reduce), TP 1 and every
+// schedule the plan compiles (GPipe, 1F1B,
 // interleaved; ZB-H1's weight pass runs inside its data pass), text models of
 // embedding, transformer and untied LM-head layers, the `text` workload.
 // Anything else is a loom::Error naming what is missing. Built only when
@@ -36,7 +38,7 @@ struct RunOptions {
 struct RunResult {
   std::vector<double> losses;                 // per step: the global batch's mean loss
   std::vector<std::vector<double>> step_s;    // [rank][step] wall time of the step
-  std::vector<std::vector<double>> params;    // [rank] per parameter tensor: sum, then sum of squares
+  std::vector<std::vector<double>> params;    // [process] per parameter tensor: sum, then sum of squares (replica 0's)
 };
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -26,7 +27,7 @@ void Report(int fd, const std::string& line) {
   }
 }
 
-std::vector<int> SamplesOf(const MicrobatchWork& mb) {
+std::vector<int> SamplesOf(const MicrobatchWork& mb) {  // whole samples only (the text workload)
   std::vector<int> out;
   for (const auto& p : mb.pieces) out.push_back(p.sample);
   return out;
@@ -51,9 +52,6 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                             "use tp 1",
                             u.tp, u.cp, plan.group_gpus));
   }
-  if (u.pipelines[0].replicas != 1) {
-    throw Error(fmt::format("runtime: {} data-parallel replicas; the runtime runs one so far", u.pipelines[0].replicas));
-  }
   if (workload.source.kind != "text") {
     throw Error(fmt::format("runtime: workload '{}' ({} samples); the runtime feeds text samples so far",
                             workload.name, workload.source.kind));
@@ -67,13 +65,20 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
 int RunWorker(const WorkerSpec& spec, int fd) {
   try {
     const Model& model = *spec.model;
-    auto pg = MakeGlooGroup(spec.rank, spec.world, spec.port, spec.options.timeout_s);
     ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, 0);
+    // Process g runs pipeline rank g % P of data-parallel replica g / P (Megatron's order: PP inside DP).
+    const int P = exec.schedule.num_ranks, D = static_cast<int>(exec.replicas.size());
+    const int me = spec.rank % P, replica = spec.rank / P;
+    auto store = MakeStore(spec.rank, spec.world, spec.port, spec.options.timeout_s);
+    auto pg = MakeGlooGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s);
+    // This pipeline rank's copies in every replica: they hold the same stages and sync their gradients.
+    GlooGroup dp;
+    if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}", me), replica, D, spec.options.timeout_s);
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
     std::map<int, LayerStack> stages;
     std::vector<torch::Tensor> params;
     for (int v = 0; v < exec.schedule.num_stages(); ++v) {
-      if (exec.schedule.stage_rank[v] != spec.rank) continue;
+      if (exec.schedule.stage_rank[v] != me) continue;
       stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed));
       for (auto& p : stages.at(v)->parameters()) params.push_back(p);
     }
@@ -86,6 +91,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     torch::optim::AdamW opt(params, torch::optim::AdamWOptions(spec.options.learning_rate));
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
+      std::set<int> synced;  // stages whose gradients this step's collectives reduced
       const auto t0 = std::chrono::steady_clock::now();
       if (step > 0) exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, step);
       const Batch batch = DrawBatch(*spec.workload, step);
@@ -96,13 +102,13 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       double loss_sum = 0;
       // Sends in flight (the communication stream): their buffers live until the wait.
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
-      for (const Action& a : sch.ranks[spec.rank]) {
+      for (const Action& a : sch.ranks[me]) {
         const int v = a.stage, k = a.microbatch;
         switch (a.kind) {
           case ActionKind::kForward: {
             torch::Tensor x;
             if (v == 0) {
-              x = TokenIds(batch, SamplesOf(exec.replicas[0][v][k]), step, vocab, false);
+              x = TokenIds(batch, SamplesOf(exec.replicas[replica][v][k]), step, vocab, false);
             } else {
               auto local = output.find({v - 1, k});  // the producer on this rank (interleaved): cut the graph here too
               x = local != output.end() ? local->second.detach().requires_grad_(true) : input.at({v, k});
@@ -110,7 +116,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             }
             torch::Tensor y = stages.at(v)->forward(x);
             if (v == last) {
-              const auto targets = TokenIds(batch, SamplesOf(exec.replicas[0][v][k]), step, vocab, true);
+              const auto targets = TokenIds(batch, SamplesOf(exec.replicas[replica][v][k]), step, vocab, true);
               y = torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1})) / M;
               loss_sum += y.item<double>();
             }
@@ -124,7 +130,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
               output.at({v, k}).backward();
             } else {
               auto local = input.find({v + 1, k});
-              const torch::Tensor g = local != input.end() && sch.stage_rank[v + 1] == spec.rank
+              const torch::Tensor g = local != input.end() && sch.stage_rank[v + 1] == me
                                           ? local->second.grad()
                                           : grad_out.at({v, k});
               output.at({v, k}).backward(g);
@@ -139,21 +145,21 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             torch::Tensor t = act ? output.at({v, k}).detach() : input.at({v, k}).grad();
             const int tag = act ? Tag(a.payload, v, to, k, S, M) : Tag(a.payload, to, v, k, S, M);
             sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{t.contiguous()});
-            sending.back().first = SendAsync(*pg, sending.back().second, a.peer, tag);
+            sending.back().first = SendAsync(*pg, sending.back().second, replica * P + a.peer, tag);
             break;
           }
           case ActionKind::kRecv: {
             const bool act = a.payload == Payload::kActivation;
             const int mine = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
             // Shapes follow from the microbatch: [samples, tokens, hidden] of the producer's last layer.
-            const auto samples = SamplesOf(exec.replicas[0][act ? mine : v][k]);
+            const auto samples = SamplesOf(exec.replicas[replica][act ? mine : v][k]);
             const auto ids = TokenIds(batch, samples, step, vocab, false);
             const auto& range = exec.stages[act ? v : mine].layers.back();
             const int64_t hidden =
                 model.modules[model.FindModule(range.module)].layers[range.end - 1].hidden;
             torch::Tensor t = torch::empty({ids.size(0), ids.size(1), hidden});
             const int tag = act ? Tag(a.payload, v, mine, k, S, M) : Tag(a.payload, mine, v, k, S, M);
-            Recv(*pg, t, a.peer, tag);
+            Recv(*pg, t, replica * P + a.peer, tag);
             if (act) {
               input[{mine, k}] = t.requires_grad_(true);
             } else {
@@ -161,8 +167,33 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             }
             break;
           }
-          case ActionKind::kCollective:  // one replica: nothing to reduce
+          case ActionKind::kCollective: {
+            // The stage's gradients averaged over its data-parallel group: each
+            // replica's loss is its slice's mean over M microbatches, and the
+            // slices are equal, so the mean of replicas is the global batch's.
+            // One all-reduce per stage, at its first bucket (the buckets are the
+            // simulator's overlap model; here they run back to back anyway).
+            if (D < 2 || !synced.insert(v).second) break;
+            std::vector<torch::Tensor> grads;
+            for (auto& p : stages.at(v)->parameters()) {
+              grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+            }
+            torch::Tensor flat = torch::cat([&] {
+              std::vector<torch::Tensor> views;
+              for (auto& g : grads) views.push_back(g.reshape({-1}));
+              return views;
+            }());
+            AllReduceSum(*dp, flat);
+            flat.div_(D);
+            int64_t off = 0;
+            for (auto& p : stages.at(v)->parameters()) {
+              const int64_t n = p.numel();
+              if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+              p.mutable_grad().copy_(flat.slice(0, off, off + n).view_as(p));
+              off += n;
+            }
             break;
+          }
           case ActionKind::kWait:
             for (auto& [work, buffers] : sending) work->wait();
             sending.clear();
@@ -175,9 +206,10 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Report(fd, fmt::format("time {} {:.9g}", step, secs));
-      if (exec.schedule.stage_rank[last] == spec.rank) Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
+      if (exec.schedule.stage_rank[last] == me) Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
     }
     for (auto& p : params) {
+      if (replica != 0) break;  // every replica holds the same weights after the sync
       Report(fd, fmt::format("param {:.17g} {:.17g}", p.sum().item<double>(), p.pow(2).sum().item<double>()));
     }
     return 0;
