@@ -33,8 +33,11 @@ constexpr int kSteps = 3, kMicrobatches = 4;
 
 std::pair<int, std::string> LoomCli(const std::string& args) { return test::RunLoom(args); }
 
+const std::string kFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm-frozen.yaml";
+
 struct TinyRun {
-  Model model = LoadModel(kModel);
+  explicit TinyRun(const std::string& path = kModel) : model(LoadModel(path)) {}
+  Model model;
   Cluster cluster = MakeCluster("h100", 1, 2);
   Workload workload = [] {
     Workload w = LoadWorkload("text");
@@ -45,10 +48,10 @@ struct TinyRun {
 };
 
 std::string PlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
-                     int dp = 1, const Cluster* cluster = nullptr) {
+                     int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone) {
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
-  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp / tp, dp, vpp, kMicrobatches, kind, Recompute::kNone,
+  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp / tp, dp, vpp, kMicrobatches, kind, recompute,
                                 Balance::kParams, 1);
   return test::WriteTemp(name, PlanToJson(p).dump());
 }
@@ -101,13 +104,15 @@ void ExpectClose(double got, double want, const std::string& what) {
 }
 
 TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
-  const TinyRun s;
-  const Reference ref = TrainInOneProcess(s);
+  const TinyRun plain, frozen(kFrozen);
+  const Reference ref = TrainInOneProcess(plain), frozen_ref = TrainInOneProcess(frozen);
   EXPECT_LT(ref.losses.back(), ref.losses.front());  // the synthetic task is learnable
   struct Case {
     const char* name;
     ScheduleKind kind;
     int vpp, pp, dp;
+    Recompute recompute = Recompute::kNone;
+    bool frozen = false;
   };
   // Pipelines of 2 ranks under every schedule, then data parallelism: 2 replicas of
   // a 2-rank pipeline (4 processes) and 2 replicas of one rank, each replica taking
@@ -115,18 +120,25 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
   for (const Case& c : {Case{"gpipe", ScheduleKind::kGpipe, 1, 2, 1}, Case{"1f1b", ScheduleKind::kOneFOneB, 1, 2, 1},
                         Case{"interleaved", ScheduleKind::kInterleaved, 2, 2, 1},
                         Case{"zb-h1", ScheduleKind::kZbH1, 1, 2, 1}, Case{"1f1b-dp2", ScheduleKind::kOneFOneB, 1, 2, 2},
-                        Case{"dp2", ScheduleKind::kOneFOneB, 1, 1, 2}}) {
+                        Case{"dp2", ScheduleKind::kOneFOneB, 1, 1, 2},
+                        Case{"1f1b-recompute", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kFull},
+                        Case{"interleaved-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull},
+                        Case{"1f1b-frozen", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kNone, true},
+                        Case{"gpipe-frozen-dp2", ScheduleKind::kGpipe, 1, 2, 2, Recompute::kNone, true}}) {
     SCOPED_TRACE(c.name);
+    const TinyRun& s = c.frozen ? frozen : plain;
+    const Reference& r = c.frozen ? frozen_ref : ref;
+    const std::string model = c.frozen ? kFrozen : kModel;
     const std::string cluster = fmt::format("h100:1x{}", c.pp * c.dp);
     const Cluster cl = LoadCluster(cluster);
     const std::string plan =
-        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", 1, c.pp, c.dp, &cl);
-    auto [code, out] = LoomCli("run --model " + kModel + " --cluster " + cluster + " " + kData + " --plan " + plan +
+        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", 1, c.pp, c.dp, &cl, c.recompute);
+    auto [code, out] = LoomCli("run --model " + model + " --cluster " + cluster + " " + kData + " --plan " + plan +
                                " --steps 3 --timeout 20 --json");
     ASSERT_EQ(code, 0) << out;
     const auto j = nlohmann::json::parse(out);
     ASSERT_EQ(j["losses"].size(), static_cast<size_t>(kSteps));
-    for (int i = 0; i < kSteps; ++i) ExpectClose(j["losses"][i].get<double>(), ref.losses[i], "loss");
+    for (int i = 0; i < kSteps; ++i) ExpectClose(j["losses"][i].get<double>(), r.losses[i], "loss");
     std::vector<double> sums, squares;
     for (const auto& rank : j["params"]) {
       for (size_t i = 0; i < rank.size(); i += 2) {
@@ -136,10 +148,10 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
     }
     std::sort(sums.begin(), sums.end());
     std::sort(squares.begin(), squares.end());
-    ASSERT_EQ(sums.size(), ref.sums.size());
+    ASSERT_EQ(sums.size(), r.sums.size());
     for (size_t i = 0; i < sums.size(); ++i) {
-      ExpectClose(sums[i], ref.sums[i], "parameter sum");
-      ExpectClose(squares[i], ref.squares[i], "parameter sum of squares");
+      ExpectClose(sums[i], r.sums[i], "parameter sum");
+      ExpectClose(squares[i], r.squares[i], "parameter sum of squares");
     }
   }
 }

@@ -126,6 +126,10 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
       } else {
         layer = register_module(name, Block(l));
       }
+      // Frozen layers (Cornstarch): no weight gradients and no optimizer state.
+      if (l.frozen) {
+        for (auto& p : layer->parameters()) p.set_requires_grad(false);
+      }
       layers_.push_back(std::move(layer));
       kinds_.push_back(kind);
     }

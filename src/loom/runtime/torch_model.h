@@ -8,7 +8,8 @@
 //                 causal or bidirectional mask, then a gated (SiLU) or plain
 //                 (GELU) MLP, both residual; no biases (like the zoo's LLMs)
 //   lm_head       untied [n, s, h] -> logits [n, s, vocab]
-// Every layer's initial weights are drawn from its own seed (the model's seed,
+// Frozen layers' parameters do not require gradients. Every layer's initial
+// weights are drawn from its own seed (the model's seed,
 // its module and layer index), so a stage built on any rank starts from the
 // weights the single-process reference starts from.
 #pragma once

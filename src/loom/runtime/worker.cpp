@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <set>
@@ -36,6 +37,13 @@ std::vector<int> SamplesOf(const MicrobatchWork& mb) {  // whole samples only (t
 // A message's tag: unique per (payload, producer stage, consumer stage, producer microbatch).
 int Tag(Payload payload, int from, int to, int mb, int stages, int microbatches) {
   return ((static_cast<int>(payload) * stages + from) * stages + to) * microbatches + mb;
+}
+
+// Whether microbatch k of stage v (in replica r) recomputes any layer fully.
+bool RecomputesFully(const ExecutionPlan& e, int r, int v, int k) {
+  const auto& per_layer = e.replicas[r][v][k].layer_recompute;
+  if (per_layer.empty()) return e.stages[v].recompute == Recompute::kFull;
+  return std::find(per_layer.begin(), per_layer.end(), Recompute::kFull) != per_layer.end();
 }
 
 }  // namespace
@@ -76,11 +84,14 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}", me), replica, D, spec.options.timeout_s);
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
     std::map<int, LayerStack> stages;
-    std::vector<torch::Tensor> params;
+    std::vector<torch::Tensor> params, all_params;
     for (int v = 0; v < exec.schedule.num_stages(); ++v) {
       if (exec.schedule.stage_rank[v] != me) continue;
       stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed));
-      for (auto& p : stages.at(v)->parameters()) params.push_back(p);
+      for (auto& p : stages.at(v)->parameters()) {
+        all_params.push_back(p);
+        if (p.requires_grad()) params.push_back(p);  // frozen layers get no optimizer state
+      }
     }
     int64_t vocab = 0;
     for (const auto& m : model.modules) {
@@ -88,7 +99,11 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         if (l.kind == LayerKind::kLmHead) vocab = l.vocab;
       }
     }
-    torch::optim::AdamW opt(params, torch::optim::AdamWOptions(spec.options.learning_rate));
+    // A rank whose layers are all frozen has nothing to update.
+    std::unique_ptr<torch::optim::AdamW> opt;
+    if (!params.empty()) {
+      opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(spec.options.learning_rate));
+    }
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
       std::set<int> synced;  // stages whose gradients this step's collectives reduced
@@ -98,7 +113,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       const Schedule& sch = exec.schedule;
       const int S = sch.num_stages(), M = sch.num_microbatches;
       const int last = S - 1;
-      std::map<std::pair<int, int>, torch::Tensor> input, output, grad_out;  // (stage, mb)
+      std::map<std::pair<int, int>, torch::Tensor> input, output, grad_out, recomputed;  // (stage, mb)
       double loss_sum = 0;
       // Sends in flight (the communication stream): their buffers live until the wait.
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
@@ -114,7 +129,20 @@ int RunWorker(const WorkerSpec& spec, int fd) {
               x = local != output.end() ? local->second.detach().requires_grad_(true) : input.at({v, k});
               input[{v, k}] = x;
             }
-            torch::Tensor y = stages.at(v)->forward(x);
+            // Full recomputation (activation checkpointing): keep only the
+            // stage's input; the backward re-runs the forward. Decided per stage
+            // from its layers' choices for this microbatch (any `full` layer
+            // recomputes the stage: the same numbers, more memory than Loom's
+            // per-layer model assumes).
+            const bool recompute = RecomputesFully(exec, replica, v, k);
+            torch::Tensor y;
+            if (recompute && v != last) {
+              torch::NoGradGuard no_grad;
+              y = stages.at(v)->forward(x);
+              recomputed[{v, k}] = x;
+            } else {
+              y = stages.at(v)->forward(x);
+            }
             if (v == last) {
               const auto targets = TokenIds(batch, SamplesOf(exec.replicas[replica][v][k]), step, vocab, true);
               y = torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1})) / M;
@@ -126,14 +154,20 @@ int RunWorker(const WorkerSpec& spec, int fd) {
           case ActionKind::kBackward:
           case ActionKind::kBackwardData: {
             // ZB-H1's split: the weight gradient is computed here with the data gradient for now.
+            if (auto again = recomputed.find({v, k}); again != recomputed.end()) {
+              output[{v, k}] = stages.at(v)->forward(again->second);  // the recomputation
+              recomputed.erase(again);
+            }
+            torch::Tensor& y = output.at({v, k});
+            if (!y.requires_grad()) break;  // frozen layers fed by nothing trainable: no backward at all
             if (v == last) {
-              output.at({v, k}).backward();
+              y.backward();
             } else {
               auto local = input.find({v + 1, k});
               const torch::Tensor g = local != input.end() && sch.stage_rank[v + 1] == me
                                           ? local->second.grad()
                                           : grad_out.at({v, k});
-              output.at({v, k}).backward(g);
+              y.backward(g);
             }
             break;
           }
@@ -143,6 +177,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             const bool act = a.payload == Payload::kActivation;
             const int to = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
             torch::Tensor t = act ? output.at({v, k}).detach() : input.at({v, k}).grad();
+            if (!t.defined()) t = torch::zeros_like(input.at({v, k}));  // nothing trainable upstream needs it
             const int tag = act ? Tag(a.payload, v, to, k, S, M) : Tag(a.payload, to, v, k, S, M);
             sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{t.contiguous()});
             sending.back().first = SendAsync(*pg, sending.back().second, replica * P + a.peer, tag);
@@ -199,8 +234,10 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             sending.clear();
             break;
           case ActionKind::kOptimizerStep:
-            opt.step();
-            opt.zero_grad();
+            if (opt) {
+              opt->step();
+              opt->zero_grad();
+            }
             break;
         }
       }
@@ -208,7 +245,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       Report(fd, fmt::format("time {} {:.9g}", step, secs));
       if (exec.schedule.stage_rank[last] == me) Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
     }
-    for (auto& p : params) {
+    for (auto& p : all_params) {  // frozen ones too: they must come back unchanged
       if (replica != 0) break;  // every replica holds the same weights after the sync
       Report(fd, fmt::format("param {:.17g} {:.17g}", p.sum().item<double>(), p.pow(2).sum().item<double>()));
     }
