@@ -1,7 +1,8 @@
 // `loom run` against the single-process reference (issue 14, first step):
 // a 4-layer LLM trained for 3 steps over a 2-rank pipeline (c10d Gloo, one
-// process per rank) under GPipe, 1F1B, interleaved and ZB-H1, and with 2
-// data-parallel replicas, ends with the losses and parameters of plain training
+// process per rank) under GPipe, 1F1B, interleaved and ZB-H1, with 2
+// data-parallel replicas, tensor parallelism 2, recomputation and frozen
+// layers, ends with the losses and parameters of plain training
 // on the same samples, microbatch by microbatch in one process. A killed rank fails the run naming it, within the
 // timeout; what the runtime cannot run yet is an error naming it.
 #include <gtest/gtest.h>
@@ -51,7 +52,7 @@ std::string PlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::st
                      int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone) {
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
-  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp / tp, dp, vpp, kMicrobatches, kind, recompute,
+  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute,
                                 Balance::kParams, 1);
   return test::WriteTemp(name, PlanToJson(p).dump());
 }
@@ -113,6 +114,7 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
     int vpp, pp, dp;
     Recompute recompute = Recompute::kNone;
     bool frozen = false;
+    int tp = 1;
   };
   // Pipelines of 2 ranks under every schedule, then data parallelism: 2 replicas of
   // a 2-rank pipeline (4 processes) and 2 replicas of one rank, each replica taking
@@ -124,15 +126,19 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
                         Case{"1f1b-recompute", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kFull},
                         Case{"interleaved-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull},
                         Case{"1f1b-frozen", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kNone, true},
-                        Case{"gpipe-frozen-dp2", ScheduleKind::kGpipe, 1, 2, 2, Recompute::kNone, true}}) {
+                        Case{"gpipe-frozen-dp2", ScheduleKind::kGpipe, 1, 2, 2, Recompute::kNone, true},
+                        Case{"1f1b-tp2", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kNone, false, 2},
+                        Case{"tp2-dp2", ScheduleKind::kOneFOneB, 1, 1, 2, Recompute::kNone, false, 2},
+                        Case{"interleaved-tp2-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull, false,
+                             2}}) {
     SCOPED_TRACE(c.name);
     const TinyRun& s = c.frozen ? frozen : plain;
     const Reference& r = c.frozen ? frozen_ref : ref;
     const std::string model = c.frozen ? kFrozen : kModel;
-    const std::string cluster = fmt::format("h100:1x{}", c.pp * c.dp);
+    const std::string cluster = fmt::format("h100:1x{}", c.tp * c.pp * c.dp);
     const Cluster cl = LoadCluster(cluster);
     const std::string plan =
-        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", 1, c.pp, c.dp, &cl, c.recompute);
+        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp, c.dp, &cl, c.recompute);
     auto [code, out] = LoomCli("run --model " + model + " --cluster " + cluster + " " + kData + " --plan " + plan +
                                " --steps 3 --timeout 20 --json");
     ASSERT_EQ(code, 0) << out;
@@ -158,7 +164,7 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
 
 TEST(Runtime, AKilledRankFailsTheRunNamingItWithinTheTimeout) {
   const TinyRun s;
-  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-kill.json");
+  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-kill.json", 1, 2);
   const auto t0 = std::chrono::steady_clock::now();
   auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
                              " --steps 3 --timeout 10 --kill-rank 1 --kill-step 1");
@@ -172,10 +178,17 @@ TEST(Runtime, AKilledRankFailsTheRunNamingItWithinTheTimeout) {
 
 TEST(Runtime, WhatItCannotRunYetIsAnError) {
   const TinyRun s;
-  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-tp.json", 2);
+  // Sequence sharing inside a group (a group of 2 GPUs at TP 1).
+  const Cluster two = LoadCluster("h100:1x2");
+  const Batch batch = DrawBatch(s.workload, 0);
+  StrategyContext ctx{s.model, two, s.workload, batch, {}};
+  Plan shared = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, kMicrobatches, ScheduleKind::kOneFOneB, Recompute::kNone,
+                               Balance::kParams, 1);
+  shared.group_gpus = 2;
+  const std::string plan = test::WriteTemp("run-shared.json", PlanToJson(shared).dump());
   auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("tensor / context parallelism"), std::string::npos) << out;
+  EXPECT_NE(out.find("sequence sharing in a group"), std::string::npos) << out;
   auto [code2, out2] = LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
                                plan);
   EXPECT_EQ(code2, 2) << out2;

@@ -54,7 +54,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, 0);
   // One process per pipeline rank of every data-parallel replica.
   const int replicas = static_cast<int>(first.replicas.size());
-  const int world = first.schedule.num_ranks * replicas;
+  const int world = first.schedule.num_ranks * replicas * plan.units[0].tp;
   const int port = options.port > 0 ? options.port : FreePort();
   std::vector<Child> children(world);
   for (int r = 0; r < world; ++r) {

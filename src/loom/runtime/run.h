@@ -6,9 +6,9 @@
 // the AdamW step. What runs is exactly what the simulator prices.
 //
 // Supported so far: one unit with one pipeline template, any number of
-// data-parallel replicas (one process per pipeline rank of each; gradients
-// averaged over each stage's replicas with Gloo all-reduce), TP 1 and every
-// schedule the plan compiles (GPipe, 1F1B,
+// data-parallel replicas (gradients averaged over each stage's replicas with
+// Gloo all-reduce), Megatron tensor parallelism (groups of tp GPUs, cp 1), one
+// process per GPU, every schedule the plan compiles (GPipe, 1F1B,
 // interleaved; ZB-H1's weight pass runs inside its data pass), text models of
 // embedding, transformer and untied LM-head layers, the `text` workload.
 // Anything else is a loom::Error naming what is missing. Built only when

@@ -30,23 +30,74 @@ torch::nn::Linear NoBias(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
 }
 
+// Megatron's f and g operators: f is the identity forward and sums the input
+// gradient over the TP group backward; g sums the forward and is the identity
+// backward. The process's TP group is set once per worker (one per process).
+std::function<void(torch::Tensor&)>* g_tp_all_reduce = nullptr;
+
+struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) { return x.view_as(x); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list g) {
+    torch::Tensor sum = g[0].contiguous().clone();
+    (*g_tp_all_reduce)(sum);
+    return {sum};
+  }
+};
+
+struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) {
+    torch::Tensor sum = x.contiguous().clone();
+    (*g_tp_all_reduce)(sum);
+    return sum;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list g) {
+    return {g[0]};
+  }
+};
+
+// Keeps rows (dim 0, column parallel) or columns (dim 1, row parallel) [lo, hi) of a linear's weight.
+void Shard(torch::nn::Linear& lin, int dim, int64_t lo, int64_t hi) {
+  torch::NoGradGuard no_grad;
+  lin->weight.set_data(lin->weight.slice(dim, lo, hi).clone());
+}
+
 struct BlockImpl : torch::nn::Module {
-  explicit BlockImpl(const Layer& l)
-      : heads(l.heads), kv_heads(l.kv_heads > 0 ? l.kv_heads : l.heads), head_dim(l.hidden / l.heads),
-        causal(l.causal), gated(l.gated_mlp) {
+  BlockImpl(const Layer& l, const TensorParallel& tp)
+      : heads(l.heads / tp.size), kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp.size),
+        head_dim(l.hidden / l.heads), causal(l.causal), gated(l.gated_mlp), tp_size(tp.size) {
+    // Built whole (the seeded initial weights of the single-process model), then sharded.
+    const int64_t all_heads = l.heads, all_kv = l.kv_heads > 0 ? l.kv_heads : l.heads;
     norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({l.hidden})));
-    q = register_module("q", NoBias(l.hidden, heads * head_dim));
-    k = register_module("k", NoBias(l.hidden, kv_heads * head_dim));
-    v = register_module("v", NoBias(l.hidden, kv_heads * head_dim));
-    o = register_module("o", NoBias(heads * head_dim, l.hidden));
+    q = register_module("q", NoBias(l.hidden, all_heads * head_dim));
+    k = register_module("k", NoBias(l.hidden, all_kv * head_dim));
+    v = register_module("v", NoBias(l.hidden, all_kv * head_dim));
+    o = register_module("o", NoBias(all_heads * head_dim, l.hidden));
     norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({l.hidden})));
     up = register_module("up", NoBias(l.hidden, l.ffn_hidden));
     if (gated) gate = register_module("gate", NoBias(l.hidden, l.ffn_hidden));
     down = register_module("down", NoBias(l.ffn_hidden, l.hidden));
+    if (tp.size > 1) {
+      const int64_t t = tp.rank, f = l.ffn_hidden / tp.size;
+      Shard(q, 0, t * heads * head_dim, (t + 1) * heads * head_dim);
+      Shard(k, 0, t * kv_heads * head_dim, (t + 1) * kv_heads * head_dim);
+      Shard(v, 0, t * kv_heads * head_dim, (t + 1) * kv_heads * head_dim);
+      Shard(o, 1, t * heads * head_dim, (t + 1) * heads * head_dim);
+      Shard(up, 0, t * f, (t + 1) * f);
+      if (gated) Shard(gate, 0, t * f, (t + 1) * f);
+      Shard(down, 1, t * f, (t + 1) * f);
+    }
+  }
+  torch::Tensor ToShards(const torch::Tensor& x) const {
+    return tp_size > 1 ? CopyToTensorParallel::apply(x) : x;
+  }
+  torch::Tensor FromShards(const torch::Tensor& x) const {
+    return tp_size > 1 ? ReduceFromTensorParallel::apply(x) : x;
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t n = x.size(0), s = x.size(1);
-    auto h = norm1->forward(x);
+    auto h = ToShards(norm1->forward(x));
     auto split = [&](const torch::Tensor& t, int64_t groups) { return t.view({n, s, groups, head_dim}).transpose(1, 2); };
     auto Q = split(q->forward(h), heads);
     auto K = split(k->forward(h), kv_heads);
@@ -61,13 +112,14 @@ struct BlockImpl : torch::nn::Module {
       scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     }
     auto attn = torch::matmul(torch::softmax(scores, -1), V).transpose(1, 2).reshape({n, s, heads * head_dim});
-    auto y = x + o->forward(attn);
-    auto m = norm2->forward(y);
+    auto y = x + FromShards(o->forward(attn));
+    auto m = ToShards(norm2->forward(y));
     auto inner = gated ? torch::silu(gate->forward(m)) * up->forward(m) : torch::gelu(up->forward(m));
-    return y + down->forward(inner);
+    return y + FromShards(down->forward(inner));
   }
   int64_t heads, kv_heads, head_dim;
   bool causal, gated;
+  int tp_size;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, up{nullptr}, gate{nullptr}, down{nullptr};
 };
@@ -107,8 +159,14 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
   }
 }
 
-LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>& ranges, uint64_t seed) {
+LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>& ranges, uint64_t seed,
+                               const TensorParallel& tp) {
   CheckRunnable(model, ranges);
+  if (tp.size > 1) {
+    static std::function<void(torch::Tensor&)> reduce;  // the worker process's one TP group
+    reduce = tp.all_reduce;
+    g_tp_all_reduce = &reduce;
+  }
   for (const auto& r : ranges) {
     const int mi = model.FindModule(r.module);
     for (int li = r.begin; li < r.end; ++li) {
@@ -124,7 +182,12 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
         layer = register_module(name, Head(l));
         kind = kHead;
       } else {
-        layer = register_module(name, Block(l));
+        if (l.heads % tp.size != 0 || (l.kv_heads > 0 ? l.kv_heads : l.heads) % tp.size != 0 ||
+            l.ffn_hidden % tp.size != 0) {
+          throw Error(fmt::format("runtime: {} layer {}: {} heads, {} kv heads and ffn {} must divide by tp {}",
+                                  r.module, li, l.heads, l.kv_heads, l.ffn_hidden, tp.size));
+        }
+        layer = register_module(name, Block(l, tp));
       }
       // Frozen layers (Cornstarch): no weight gradients and no optimizer state.
       if (l.frozen) {

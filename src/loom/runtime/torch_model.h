@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "loom/data/sample.h"
@@ -25,9 +26,22 @@
 
 namespace loom::runtime {
 
+// Megatron tensor parallelism inside a transformer layer: this process is
+// shard `rank` of `size`. Q/K/V and the MLP's up/gate projections are split by
+// output (column parallel), the attention output and down projections by input
+// (row parallel); `all_reduce` sums a tensor over the TP group (the forward
+// after each row-parallel projection, the backward of each block input).
+// Embeddings, norms and the LM head are replicated. size 1: no TP.
+struct TensorParallel {
+  int rank = 0;
+  int size = 1;
+  std::function<void(torch::Tensor&)> all_reduce;
+};
+
 class LayerStackImpl : public torch::nn::Module {
  public:
-  LayerStackImpl(const Model& model, const std::vector<LayerRange>& layers, uint64_t seed);
+  LayerStackImpl(const Model& model, const std::vector<LayerRange>& layers, uint64_t seed,
+                 const TensorParallel& tp = {});
   torch::Tensor forward(torch::Tensor x);
 
  private:

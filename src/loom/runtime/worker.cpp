@@ -10,6 +10,7 @@
 
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/c10d_compat.h"
 #include "loom/runtime/torch_model.h"
@@ -55,10 +56,17 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                 "template so far (Megatron-LM layouts)");
   }
   const Unit& u = plan.units[0];
-  if (u.tp != 1 || u.cp != 1 || plan.group_gpus != 1) {
-    throw Error(fmt::format("runtime: tensor / context parallelism (tp {}, cp {}, group of {} GPUs) is not run yet; "
-                            "use tp 1",
+  if (u.cp != 1 || plan.group_gpus != u.tp) {
+    throw Error(fmt::format("runtime: context parallelism or sequence sharing in a group (tp {}, cp {}, group of {} "
+                            "GPUs) is not run yet; use cp 1 and groups of tp GPUs",
                             u.tp, u.cp, plan.group_gpus));
+  }
+  for (const auto& name : u.modules) {
+    if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
+      throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); replicating it "
+                              "inside the TP group is not run yet",
+                              name, u.tp));
+    }
   }
   if (workload.source.kind != "text") {
     throw Error(fmt::format("runtime: workload '{}' ({} samples); the runtime feeds text samples so far",
@@ -74,22 +82,29 @@ int RunWorker(const WorkerSpec& spec, int fd) {
   try {
     const Model& model = *spec.model;
     ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, 0);
-    // Process g runs pipeline rank g % P of data-parallel replica g / P (Megatron's order: PP inside DP).
+    // Process g runs TP shard g % T of pipeline rank (g / T) % P of data-parallel
+    // replica g / (T P) (Megatron's order: TP fastest, then PP, then DP).
     const int P = exec.schedule.num_ranks, D = static_cast<int>(exec.replicas.size());
-    const int me = spec.rank % P, replica = spec.rank / P;
+    const int T = spec.plan->units[0].tp;
+    const int shard = spec.rank % T, me = (spec.rank / T) % P, replica = spec.rank / (T * P);
+    auto global_of = [&](int pp_rank) { return (replica * P + pp_rank) * T + shard; };
     auto store = MakeStore(spec.rank, spec.world, spec.port, spec.options.timeout_s);
     auto pg = MakeGlooGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s);
-    // This pipeline rank's copies in every replica: they hold the same stages and sync their gradients.
-    GlooGroup dp;
-    if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}", me), replica, D, spec.options.timeout_s);
+    // This shard's copies in every replica: they hold the same weights and sync their gradients.
+    GlooGroup dp, tp;
+    if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}.{}", me, shard), replica, D, spec.options.timeout_s);
+    TensorParallel tensor_parallel;
+    if (T > 1) {
+      tp = MakeGlooGroup(store, fmt::format("tp{}.{}", replica, me), shard, T, spec.options.timeout_s);
+      tensor_parallel = {shard, T, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
+    }
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
     std::map<int, LayerStack> stages;
-    std::vector<torch::Tensor> params, all_params;
+    std::vector<torch::Tensor> params;
     for (int v = 0; v < exec.schedule.num_stages(); ++v) {
       if (exec.schedule.stage_rank[v] != me) continue;
-      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed));
+      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel));
       for (auto& p : stages.at(v)->parameters()) {
-        all_params.push_back(p);
         if (p.requires_grad()) params.push_back(p);  // frozen layers get no optimizer state
       }
     }
@@ -180,7 +195,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             if (!t.defined()) t = torch::zeros_like(input.at({v, k}));  // nothing trainable upstream needs it
             const int tag = act ? Tag(a.payload, v, to, k, S, M) : Tag(a.payload, to, v, k, S, M);
             sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{t.contiguous()});
-            sending.back().first = SendAsync(*pg, sending.back().second, replica * P + a.peer, tag);
+            sending.back().first = SendAsync(*pg, sending.back().second, global_of(a.peer), tag);
             break;
           }
           case ActionKind::kRecv: {
@@ -194,7 +209,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                 model.modules[model.FindModule(range.module)].layers[range.end - 1].hidden;
             torch::Tensor t = torch::empty({ids.size(0), ids.size(1), hidden});
             const int tag = act ? Tag(a.payload, v, mine, k, S, M) : Tag(a.payload, mine, v, k, S, M);
-            Recv(*pg, t, replica * P + a.peer, tag);
+            Recv(*pg, t, global_of(a.peer), tag);
             if (act) {
               input[{mine, k}] = t.requires_grad_(true);
             } else {
@@ -243,11 +258,28 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Report(fd, fmt::format("time {} {:.9g}", step, secs));
-      if (exec.schedule.stage_rank[last] == me) Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
+      if (exec.schedule.stage_rank[last] == me && shard == 0) {  // TP shards compute the same loss
+        Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
+      }
     }
-    for (auto& p : all_params) {  // frozen ones too: they must come back unchanged
-      if (replica != 0) break;  // every replica holds the same weights after the sync
-      Report(fd, fmt::format("param {:.17g} {:.17g}", p.sum().item<double>(), p.pow(2).sum().item<double>()));
+    // Replica 0's weights (every replica holds the same after the sync), frozen
+    // ones too (they must come back unchanged); a sharded weight's statistics are
+    // summed over its TP shards, so they describe the whole tensor.
+    for (const auto& [v, stack] : stages) {
+      for (const auto& item : stack->named_parameters()) {
+        torch::Tensor stats = torch::tensor({item.value().sum().item<double>(), item.value().pow(2).sum().item<double>()},
+                                            torch::kDouble);
+        const std::string& name = item.key();
+        const bool sharded = T > 1 && (name.find(".q.") != std::string::npos || name.find(".k.") != std::string::npos ||
+                                       name.find(".v.") != std::string::npos || name.find(".o.") != std::string::npos ||
+                                       name.find(".up.") != std::string::npos ||
+                                       name.find(".gate.") != std::string::npos ||
+                                       name.find(".down.") != std::string::npos);
+        if (sharded) AllReduceSum(*tp, stats);
+        if (replica == 0 && shard == 0) {
+          Report(fd, fmt::format("param {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>()));
+        }
+      }
     }
     return 0;
   } catch (const std::exception& e) {
