@@ -12,6 +12,8 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "loom/data/sample_source.h"
@@ -192,6 +194,46 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   auto [code2, out2] = LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
                                plan);
   EXPECT_EQ(code2, 2) << out2;
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// The run's trace is in the simulator's format: every compute action of the
+// last step of every rank appears once, on the compute track, in order.
+TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
+  const TinyRun s;
+  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-trace.json", 1, 2);
+  const std::string trace = test::WriteTemp("run.trace.json", "");
+  auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
+                             " --steps 2 --compare --json --trace " + trace + " --profile roofline");
+  ASSERT_EQ(code, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_GT(j["simulated_iteration_time_s"].get<double>(), 0);
+  EXPECT_GT(j["measured_iteration_time_s"].get<double>(), 0);
+  ASSERT_EQ(j["measured_busy_s"].size(), 2u);
+  std::ifstream in(trace);
+  const auto t = nlohmann::json::parse(in);
+  std::map<int, std::vector<std::string>> compute;  // pid -> compute action names in order of start
+  std::map<int, double> last_start;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] != "X" || e["tid"] != 0) continue;
+    const int pid = e["pid"];
+    EXPECT_GE(e["ts"].get<double>(), last_start[pid]);
+    last_start[pid] = e["ts"].get<double>();
+    compute[pid].push_back(e["name"]);
+  }
+  // 4 microbatches, one stage per rank: 4 forwards, 4 backwards, then the optimizer step.
+  for (int pid : {0, 1}) {
+    ASSERT_EQ(compute[pid].size(), 9u) << pid;
+    EXPECT_EQ(std::count_if(compute[pid].begin(), compute[pid].end(),
+                            [](const std::string& n) { return n[0] == 'F'; }),
+              4);
+    EXPECT_EQ(compute[pid].back(), "optimizer");
+  }
 }
 
 }  // namespace

@@ -128,7 +128,8 @@ int main(int argc, char** argv) {
   WorkloadFlags run_workload;
   int run_steps = 3, run_kill_rank = -1, run_kill_step = -1;
   double run_timeout_s = 60, run_lr = 1e-3;
-  bool run_json = false;
+  bool run_json = false, run_compare = false;
+  std::string run_trace, run_profile = "default";
   run->add_option("--model", run_model, "built-in model name or YAML file")->required();
   run->add_option("--cluster", run_cluster, "the cluster the plan was made for")->required();
   run->add_option("--plan", run_plan, "plan JSON file (a plan or a `loom plan --json` output)")->required();
@@ -142,6 +143,9 @@ int main(int argc, char** argv) {
       ->group("");
   run->add_option("--kill-step", run_kill_step, "fault injection step")->group("");
   run->add_flag("--json", run_json, "print JSON");
+  run->add_option("--trace", run_trace, "write a Chrome trace (Perfetto) of the last step as it ran");
+  run->add_flag("--compare", run_compare, "print the simulator's prediction of the last step beside what ran");
+  run->add_option("--profile", run_profile, "cost model for --compare (default|roofline|FILE)");
   app.add_subcommand("clusters", "list the built-in GPUs and testbeds");
 
   CLI::App* inspect = app.add_subcommand("inspect", "per-module parameters, FLOPs and intensity");
@@ -294,8 +298,29 @@ int main(int argc, char** argv) {
       o.kill_rank = run_kill_rank;
       o.kill_step = run_kill_step;
       loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o);
+      const int last = run_steps - 1;
+      const loom::Batch last_batch = loom::DrawBatch(workload, last);
+      loom::PlanRun simulated;
+      if (!run_trace.empty() || run_compare) {
+        cluster.cost_model = loom::SelectCostModel(run_profile, cluster.gpu);
+        simulated = loom::RunPlan(model, cluster, workload, p, last_batch);  // the last step's plan, as compiled
+      }
+      if (!run_trace.empty()) {
+        const int P = simulated.exec.schedule.num_ranks;
+        std::vector<std::string> names;
+        for (int i = 0; i < r.measured.num_ranks(); ++i) {
+          names.push_back(fmt::format("replica {} {} (measured)", i / P, simulated.exec.ranks[i % P].name));
+        }
+        loom::WriteChromeTrace(run_trace, loom::ChromeTrace(r.measured, simulated.exec.schedule, names));
+      }
       if (run_json) {
-        nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params}};
+        nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},
+                            {"measured_busy_s", r.measured.busy_s},
+                            {"measured_iteration_time_s", r.measured.iteration_time_s}};
+        if (run_compare) {
+          j["simulated_iteration_time_s"] = simulated.metrics.iteration_time_s;
+          j["simulated_busy_s"] = simulated.result.busy_s;
+        }
         std::cout << j.dump(2) << "\n";
       } else {
         std::cout << fmt::format("ran {} ({}) on {} rank(s), {} step(s)\n", run_plan, p.strategy, r.step_s.size(),
@@ -304,6 +329,22 @@ int main(int argc, char** argv) {
           double slowest = 0;
           for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);
           std::cout << fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)\n", i, r.losses[i], slowest);
+        }
+        if (run_compare) {
+          // The simulator's ranks stand for every replica with the same costs
+          // (the first replica's row); the run's are one per replica.
+          const int P = simulated.exec.schedule.num_ranks;
+          loom::TextTable t({"rank", "simulated busy", "measured busy", "measured / simulated"});
+          for (int i = 0; i < r.measured.num_ranks(); ++i) {
+            const double sim_busy = simulated.result.busy_s[i % static_cast<int>(simulated.result.busy_s.size())];
+            t.AddRow({fmt::format("replica {} {}", i / P, simulated.exec.ranks[i % P].name),
+                      fmt::format("{:.4f} s", sim_busy), fmt::format("{:.4f} s", r.measured.busy_s[i]),
+                      fmt::format("{:.2f}x", r.measured.busy_s[i] / sim_busy)});
+          }
+          std::cout << fmt::format("\nlast step: simulated {:.4f} s ({}), measured {:.4f} s\n",
+                                   simulated.metrics.iteration_time_s,
+                                   loom::CostModelOf(cluster).name(), r.measured.iteration_time_s)
+                    << t.Render();
         }
       }
 #else

@@ -54,7 +54,8 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, 0);
   // One process per pipeline rank of every data-parallel replica.
   const int replicas = static_cast<int>(first.replicas.size());
-  const int world = first.schedule.num_ranks * replicas * plan.units[0].tp;
+  const int tp = plan.units[0].tp;
+  const int world = first.schedule.num_ranks * replicas * tp;
   const int port = options.port > 0 ? options.port : FreePort();
   std::vector<Child> children(world);
   for (int r = 0; r < world; ++r) {
@@ -142,6 +143,10 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   std::vector<int> reporters(options.steps, 0);
   out.step_s.assign(world, std::vector<double>(options.steps, 0.0));
   out.params.assign(world, {});
+  const int P = first.schedule.num_ranks;
+  out.measured.busy_s.assign(P * replicas, 0.0);
+  out.measured.peak_mem_bytes.assign(P * replicas, 0.0);
+  out.measured.memory.assign(P * replicas, {});
   for (int r = 0; r < world; ++r) {
     for (const auto& l : children[r].lines) {
       std::istringstream in(l);
@@ -158,6 +163,12 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         double v = 0;
         in >> step >> v;
         out.step_s[r].at(step) = v;
+      } else if (kind == "iv") {
+        Interval iv;
+        iv.rank = r / tp;  // replica * P + pipeline rank
+        in >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;
+        out.measured.intervals.push_back(iv);
+        if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
       } else if (kind == "param") {
         double s = 0, q = 0;
         in >> s >> q;
@@ -169,6 +180,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   for (int s = 0; s < options.steps; ++s) {
     if (reporters[s] > 0) out.losses[s] /= reporters[s];
   }
+  for (const auto& rank : out.step_s) out.measured.iteration_time_s = std::max(out.measured.iteration_time_s, rank.back());
   return out;
 }
 

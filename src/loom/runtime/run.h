@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "loom/plan/plan.h"
+#include "loom/sim/sim_result.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -39,6 +40,12 @@ struct RunResult {
   std::vector<double> losses;                 // per step: the global batch's mean loss
   std::vector<std::vector<double>> step_s;    // [rank][step] wall time of the step
   std::vector<std::vector<double>> params;    // [process] per parameter tensor: sum, then sum of squares (replica 0's)
+  // What ran in the last step, in the simulator's terms (so sim/chrome_trace
+  // writes it and it opens beside a simulated trace): one simulated rank per
+  // pipeline rank of each replica (TP shard 0), replica-major; intervals index
+  // the last step's ExecutionPlan actions, times from the step's start; busy_s
+  // sums each rank's compute actions; iteration_time_s is the slowest rank's step.
+  SimResult measured;
 };
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker

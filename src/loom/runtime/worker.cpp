@@ -132,8 +132,11 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       double loss_sum = 0;
       // Sends in flight (the communication stream): their buffers live until the wait.
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
-      for (const Action& a : sch.ranks[me]) {
+      const bool last_step = step + 1 == spec.options.steps;
+      for (size_t index = 0; index < sch.ranks[me].size(); ++index) {
+        const Action& a = sch.ranks[me][index];
         const int v = a.stage, k = a.microbatch;
+        const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         switch (a.kind) {
           case ActionKind::kForward: {
             torch::Tensor x;
@@ -254,6 +257,13 @@ int RunWorker(const WorkerSpec& spec, int fd) {
               opt->zero_grad();
             }
             break;
+        }
+        // What ran, for the trace: the simulator's recorded kinds (compute, the
+        // communication stream, the optimizer step; sends are asynchronous: their issue).
+        if (last_step && shard == 0 &&
+            (a.is_compute() || a.on_comm_stream() || a.kind == ActionKind::kOptimizerStep)) {
+          const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          Report(fd, fmt::format("iv {} {} {:.9g} {:.9g}", a.on_comm_stream() ? 1 : 0, index, began_s, ended_s));
         }
       }
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
