@@ -215,6 +215,9 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
   EXPECT_GT(j["simulated_iteration_time_s"].get<double>(), 0);
   EXPECT_GT(j["measured_iteration_time_s"].get<double>(), 0);
   ASSERT_EQ(j["measured_busy_s"].size(), 2u);
+  // Each process reports its peak resident memory: libtorch alone takes tens of MiB.
+  ASSERT_EQ(j["peak_rss_bytes"].size(), 2u);
+  for (const auto& b : j["peak_rss_bytes"]) EXPECT_GT(b.get<double>(), 16.0 * (1 << 20));
   std::ifstream in(trace);
   const auto t = nlohmann::json::parse(in);
   std::map<int, std::vector<std::string>> compute;  // pid -> compute action names in order of start

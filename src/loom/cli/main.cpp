@@ -316,15 +316,18 @@ int main(int argc, char** argv) {
       if (run_json) {
         nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},
                             {"measured_busy_s", r.measured.busy_s},
-                            {"measured_iteration_time_s", r.measured.iteration_time_s}};
+                            {"measured_iteration_time_s", r.measured.iteration_time_s},
+                            {"peak_rss_bytes", r.peak_rss_bytes}};
         if (run_compare) {
           j["simulated_iteration_time_s"] = simulated.metrics.iteration_time_s;
           j["simulated_busy_s"] = simulated.result.busy_s;
         }
         std::cout << j.dump(2) << "\n";
       } else {
-        std::cout << fmt::format("ran {} ({}) on {} rank(s), {} step(s)\n", run_plan, p.strategy, r.step_s.size(),
-                                 r.losses.size());
+        double peak = 0;
+        for (double b : r.peak_rss_bytes) peak = std::max(peak, b);
+        std::cout << fmt::format("ran {} ({}) on {} process(es), {} step(s); peak resident memory {} per process\n",
+                                 run_plan, p.strategy, r.step_s.size(), r.losses.size(), loom::HumanBytes(peak));
         for (size_t i = 0; i < r.losses.size(); ++i) {
           double slowest = 0;
           for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);

@@ -143,6 +143,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   std::vector<int> reporters(options.steps, 0);
   out.step_s.assign(world, std::vector<double>(options.steps, 0.0));
   out.params.assign(world, {});
+  out.peak_rss_bytes.assign(world, 0.0);
   const int P = first.schedule.num_ranks;
   out.measured.busy_s.assign(P * replicas, 0.0);
   out.measured.peak_mem_bytes.assign(P * replicas, 0.0);
@@ -163,6 +164,11 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         double v = 0;
         in >> step >> v;
         out.step_s[r].at(step) = v;
+      } else if (kind == "mem") {
+        double bytes = 0;
+        in >> bytes;
+        out.peak_rss_bytes[r] = bytes;
+        if (r % tp == 0) out.measured.peak_mem_bytes[r / tp] = bytes;
       } else if (kind == "iv") {
         Interval iv;
         iv.rank = r / tp;  // replica * P + pipeline rank

@@ -46,6 +46,7 @@ struct RunResult {
   // the last step's ExecutionPlan actions, times from the step's start; busy_s
   // sums each rank's compute actions; iteration_time_s is the slowest rank's step.
   SimResult measured;
+  std::vector<double> peak_rss_bytes;         // [process] peak resident memory (CPU)
 };
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker

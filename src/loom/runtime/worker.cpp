@@ -1,6 +1,7 @@
 #include "loom/runtime/worker.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -272,6 +273,11 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
       }
     }
+    // Peak resident memory of this process (CPU: the allocator's high-water mark
+    // is the RSS peak; ru_maxrss is in KiB on Linux).
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    Report(fd, fmt::format("mem {}", static_cast<double>(usage.ru_maxrss) * 1024.0));
     // Replica 0's weights (every replica holds the same after the sync), frozen
     // ones too (they must come back unchanged); a sharded weight's statistics are
     // summed over its TP shards, so they describe the whole tensor.
