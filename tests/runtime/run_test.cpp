@@ -7,6 +7,7 @@
 // timeout; what the runtime cannot run yet is an error naming it.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -237,6 +238,41 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
               4);
     EXPECT_EQ(compute[pid].back(), "optimizer");
   }
+}
+
+}  // namespace
+}  // namespace loom
+
+namespace loom {
+namespace {
+
+// Two "machines" (two `loom run` launchers on this one, joined through the
+// store on --master, torchrun-style) train the same as one launcher: node 1
+// holds the last pipeline stage and reports the same losses, bit for bit.
+TEST(Runtime, TwoNodesRunTheSamePlanAsOne) {
+  const TinyRun s;
+  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-nodes.json", 1, 2);
+  const std::string args = "run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
+                           " --steps 3 --timeout 20 --json";
+  auto [code, one] = LoomCli(args);
+  ASSERT_EQ(code, 0) << one;
+  const int port = 29000 + static_cast<int>(getpid() % 2000);
+  const std::string nodes = fmt::format(" --nnodes 2 --master 127.0.0.1:{} --host 127.0.0.1", port);
+  FILE* node0 = popen((std::string(LOOM_BINARY) + " " + args + nodes + " --node-rank 0 2>&1").c_str(), "r");
+  auto [code1, out1] = LoomCli(args + nodes + " --node-rank 1");
+  std::string out0;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), node0)) out0.append(buf.data(), n);
+  const int status0 = pclose(node0);
+  ASSERT_EQ(WEXITSTATUS(status0), 0) << out0;
+  ASSERT_EQ(code1, 0) << out1;
+  const auto j1 = nlohmann::json::parse(out1), j = nlohmann::json::parse(one);
+  for (int i = 0; i < kSteps; ++i) EXPECT_EQ(j1["losses"][i].get<double>(), j["losses"][i].get<double>());
+  EXPECT_TRUE(nlohmann::json::parse(out0)["losses"][0].is_null());  // node 0 holds no last stage
+  // A node rank outside the run is an error naming it.
+  auto [code2, out2] = LoomCli(args + " --nnodes 2 --node-rank 2 --master 127.0.0.1:1");
+  EXPECT_EQ(code2, 2) << out2;
+  EXPECT_NE(out2.find("--node-rank 2"), std::string::npos) << out2;
 }
 
 }  // namespace

@@ -143,6 +143,12 @@ int main(int argc, char** argv) {
       ->group("");
   run->add_option("--kill-step", run_kill_step, "fault injection step")->group("");
   run->add_flag("--json", run_json, "print JSON");
+  int run_nnodes = 0, run_node_rank = -1;
+  std::string run_master, run_host;
+  run->add_option("--nnodes", run_nnodes, "machines in the run (default: NNODES, else 1)");
+  run->add_option("--node-rank", run_node_rank, "this machine's index (default: NODE_RANK, else 0)");
+  run->add_option("--master", run_master, "ADDR:PORT of node 0's store (default: MASTER_ADDR:MASTER_PORT)");
+  run->add_option("--host", run_host, "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
   run->add_option("--trace", run_trace, "write a Chrome trace (Perfetto) of the last step as it ran");
   run->add_flag("--compare", run_compare, "print the simulator's prediction of the last step beside what ran");
   run->add_option("--profile", run_profile, "cost model for --compare (default|roofline|FILE)");
@@ -297,6 +303,38 @@ int main(int argc, char** argv) {
       o.learning_rate = run_lr;
       o.kill_rank = run_kill_rank;
       o.kill_step = run_kill_step;
+      // Several machines, torchrun-style: flags, else the environment.
+      auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+      auto parse_int = [](const std::string& text, const char* what) {
+        try {
+          size_t used = 0;
+          const int v = std::stoi(text, &used);
+          if (used != text.size()) throw std::invalid_argument(text);
+          return v;
+        } catch (const std::exception&) {
+          throw loom::Error(fmt::format("{}: '{}' is not an integer", what, text));
+        }
+      };
+      o.nnodes = run_nnodes > 0 ? run_nnodes : (env("NNODES").empty() ? 1 : parse_int(env("NNODES"), "NNODES"));
+      o.node_rank = run_node_rank >= 0 ? run_node_rank
+                                       : (env("NODE_RANK").empty() ? 0 : parse_int(env("NODE_RANK"), "NODE_RANK"));
+      std::string master = run_master;
+      if (master.empty() && !env("MASTER_ADDR").empty()) master = env("MASTER_ADDR") + ":" + env("MASTER_PORT");
+      if (!master.empty()) {
+        const auto colon = master.rfind(':');
+        if (colon == std::string::npos || colon == 0 || colon + 1 == master.size()) {
+          throw loom::Error(fmt::format("--master: '{}'; valid: ADDR:PORT, e.g. 10.0.0.1:29500", master));
+        }
+        o.master_addr = master.substr(0, colon);
+        o.port = parse_int(master.substr(colon + 1), "--master port");
+      }
+      if (!run_host.empty()) {
+        o.host = run_host;
+      } else if (o.nnodes > 1) {
+        char name[256] = {0};
+        gethostname(name, sizeof(name) - 1);
+        o.host = name;
+      }
       loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o);
       const int last = run_steps - 1;
       const loom::Batch last_batch = loom::DrawBatch(workload, last);

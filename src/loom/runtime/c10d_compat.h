@@ -16,22 +16,23 @@ namespace loom::runtime {
 
 using GlooGroup = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
 
-// The rendezvous store: rank 0 serves it on 127.0.0.1:port for `world` ranks.
-inline c10::intrusive_ptr<c10d::Store> MakeStore(int rank, int world, int port, double timeout_s) {
+// The rendezvous store: rank 0 serves it on master:port for `world` ranks.
+inline c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
+                                                 double timeout_s) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
   so.isServer = rank == 0;
   so.numWorkers = world;
   so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+  return c10::make_intrusive<c10d::TCPStore>(master, so);
 }
 
 // A Gloo group named `name` of `size` members (this process is member `rank`),
 // rendezvousing under its name in `store`. Operations time out after `timeout_s`.
 inline GlooGroup MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank,
-                               int size, double timeout_s) {
+                               int size, double timeout_s, const std::string& host) {
   auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
   return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), rank, size,
                                                      opts);
 }

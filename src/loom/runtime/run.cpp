@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -56,16 +57,28 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   const int replicas = static_cast<int>(first.replicas.size());
   const int tp = plan.units[0].tp;
   const int world = first.schedule.num_ranks * replicas * tp;
+  if (options.nnodes < 1 || options.node_rank < 0 || options.node_rank >= options.nnodes) {
+    throw Error(fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", options.node_rank,
+                            options.nnodes));
+  }
+  if (world % options.nnodes != 0) {
+    throw Error(fmt::format("the plan runs {} processes, which do not split over {} nodes", world, options.nnodes));
+  }
+  if (options.nnodes > 1 && options.port <= 0) {
+    throw Error("a run over several nodes needs the store's address on every node: --master ADDR:PORT (or "
+                "MASTER_ADDR and MASTER_PORT)");
+  }
   const int port = options.port > 0 ? options.port : FreePort();
+  const int per_node = world / options.nnodes, first_rank = options.node_rank * per_node;
   std::vector<Child> children(world);
-  for (int r = 0; r < world; ++r) {
+  for (int r = first_rank; r < first_rank + per_node; ++r) {
     int fds[2];
     if (pipe(fds) != 0) throw Error(fmt::format("runtime: cannot create a pipe for rank {}", r));
     const pid_t pid = fork();
     if (pid < 0) throw Error(fmt::format("runtime: cannot start rank {}: {}", r, std::strerror(errno)));
     if (pid == 0) {
       close(fds[0]);
-      for (int q = 0; q < r; ++q) close(children[q].fd);
+      for (int q = first_rank; q < r; ++q) close(children[q].fd);
       runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, options, r, world, port};
       _exit(runtime::RunWorker(spec, fds[1]));
     }
@@ -74,8 +87,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     children[r].fd = fds[0];
   }
   // Read every rank's reports; a rank silent for longer than the timeout fails the run.
+  for (int r = 0; r < world; ++r) children[r].open = r >= first_rank && r < first_rank + per_node;
   auto last_heard = std::chrono::steady_clock::now();
-  int open = world;
+  int open = per_node;
   bool timed_out = false;
   while (open > 0) {
     std::vector<pollfd> pfds;
@@ -113,7 +127,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   std::vector<std::string> failures;
-  for (int r = 0; r < world; ++r) {
+  for (int r = first_rank; r < first_rank + per_node; ++r) {
     Child& c = children[r];
     if (timed_out && c.open) kill(c.pid, SIGKILL);
     int status = 0;
@@ -184,7 +198,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   for (int s = 0; s < options.steps; ++s) {
-    if (reporters[s] > 0) out.losses[s] /= reporters[s];
+    out.losses[s] = reporters[s] > 0 ? out.losses[s] / reporters[s] : std::nan("");
   }
   for (const auto& rank : out.step_s) out.measured.iteration_time_s = std::max(out.measured.iteration_time_s, rank.back());
   return out;

@@ -34,8 +34,19 @@ struct RunOptions {
   int port = 0;            // TCPStore port; 0 picks a free one
   int kill_rank = -1;      // tests: this rank exits abruptly at the start of step `kill_step`
   int kill_step = -1;
+  // Several machines, the way torchrun joins them: every node runs `loom run`
+  // with the same plan and its own node_rank; processes are numbered node by
+  // node; process 0 (on node 0) serves the store on master_addr:port; each
+  // process's Gloo device binds to `host` (this node's address).
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::string host = "127.0.0.1";
 };
 
+// A multi-node run's launcher sees only its own node's processes: what they
+// report (losses come from the node holding the last pipeline stage; other
+// nodes' `losses` are NaN).
 struct RunResult {
   std::vector<double> losses;                 // per step: the global batch's mean loss
   std::vector<std::vector<double>> step_s;    // [rank][step] wall time of the step

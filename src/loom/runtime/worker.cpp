@@ -89,14 +89,15 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     const int T = spec.plan->units[0].tp;
     const int shard = spec.rank % T, me = (spec.rank / T) % P, replica = spec.rank / (T * P);
     auto global_of = [&](int pp_rank) { return (replica * P + pp_rank) * T + shard; };
-    auto store = MakeStore(spec.rank, spec.world, spec.port, spec.options.timeout_s);
-    auto pg = MakeGlooGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s);
+    const std::string& host = spec.options.host;
+    auto store = MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, spec.options.timeout_s);
+    auto pg = MakeGlooGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s, host);
     // This shard's copies in every replica: they hold the same weights and sync their gradients.
     GlooGroup dp, tp;
-    if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}.{}", me, shard), replica, D, spec.options.timeout_s);
+    if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}.{}", me, shard), replica, D, spec.options.timeout_s, host);
     TensorParallel tensor_parallel;
     if (T > 1) {
-      tp = MakeGlooGroup(store, fmt::format("tp{}.{}", replica, me), shard, T, spec.options.timeout_s);
+      tp = MakeGlooGroup(store, fmt::format("tp{}.{}", replica, me), shard, T, spec.options.timeout_s, host);
       tensor_parallel = {shard, T, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
     }
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
