@@ -1,0 +1,93 @@
+// Runtime overhead (issue 14's speed goal: under 2%): one training step of a
+// one-rank plan run by `loom run` (the worker walking the ExecutionPlan's
+// actions, with its Gloo process group) against the same layers trained in a
+// bare libtorch loop in this process, same machine, same run. The runtime's
+// time is its workers' own step time (process start-up excluded), the mean of
+// steps 2..N; both use the same model, batch and microbatches.
+//   build/loom_runtime_bench
+#include <benchmark/benchmark.h>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "loom/data/sample_source.h"
+#include "loom/plan/plan_json.h"
+#include "loom/runtime/torch_model.h"
+#include "loom/spec/cluster.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+namespace {
+
+const std::string kModel = std::string(LOOM_BENCH_DATA) + "/runtime/tiny-llm.yaml";
+constexpr int kMicrobatches = 4, kSteps = 6;
+
+Workload BenchWorkload() {
+  Workload w = LoadWorkload("text");
+  w.global_batch = 16;
+  w.source.seq_len = 256;
+  return w;
+}
+
+// `loom run` on a one-rank plan; the iteration time is the workers' mean step time.
+void BM_RuntimeStep(benchmark::State& state) {
+  const Model model = LoadModel(kModel);
+  const Cluster cluster = MakeCluster("h100", 1, 1);
+  const Workload w = BenchWorkload();
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{model, cluster, w, batch, {}};
+  const Plan plan = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, kMicrobatches, ScheduleKind::kOneFOneB,
+                                   Recompute::kNone, Balance::kParams, 1);
+  const std::string path = "/tmp/loom_runtime_bench_plan.json";
+  if (FILE* f = std::fopen(path.c_str(), "w")) {
+    std::fputs(PlanToJson(plan).dump().c_str(), f);
+    std::fclose(f);
+  }
+  const std::string cmd = std::string(LOOM_BINARY) + " run --model " + kModel +
+                          " --cluster h100:1x1 --workload text --global-batch 16 --seq-len 256 --plan " + path +
+                          " --steps " + std::to_string(kSteps) + " --json 2>&1";
+  for (auto _ : state) {
+    FILE* pipe = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+    pclose(pipe);
+    const auto j = nlohmann::json::parse(out);
+    double sum = 0;
+    for (int s = 1; s < kSteps; ++s) sum += j["step_s"][0][s].get<double>();
+    state.SetIterationTime(sum / (kSteps - 1));
+  }
+}
+BENCHMARK(BM_RuntimeStep)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// The same step in a bare libtorch loop: forward, loss, backward per microbatch, AdamW.
+void BM_BareLibtorchStep(benchmark::State& state) {
+  const Model model = LoadModel(kModel);
+  const Workload w = BenchWorkload();
+  std::vector<LayerRange> all{{"llm", 0, static_cast<int>(model.modules[0].layers.size())}};
+  runtime::LayerStack stack(model, all, w.seed);
+  torch::optim::AdamW opt(stack->parameters(), torch::optim::AdamWOptions(1e-3));
+  const Batch batch = DrawBatch(w, 0);
+  const int per = static_cast<int>(batch.samples.size()) / kMicrobatches;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int k = 0; k < kMicrobatches; ++k) {
+      std::vector<int> samples;
+      for (int x = k * per; x < (k + 1) * per; ++x) samples.push_back(x);
+      auto logits = stack->forward(runtime::TokenIds(batch, samples, 0, 128, false));
+      auto loss = torch::nn::functional::cross_entropy(
+                      logits.reshape({-1, 128}), runtime::TokenIds(batch, samples, 0, 128, true).reshape({-1})) /
+                  kMicrobatches;
+      loss.backward();
+    }
+    opt.step();
+    opt.zero_grad();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+BENCHMARK(BM_BareLibtorchStep)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+}  // namespace
+}  // namespace loom
