@@ -190,10 +190,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         out.measured.intervals.push_back(iv);
         if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
       } else if (kind == "param") {
-        double s = 0, q = 0;
-        in >> s >> q;
-        out.params[r].push_back(s);
-        out.params[r].push_back(q);
+        double s = 0, q = 0, a = 0;
+        in >> s >> q >> a;
+        out.params[r].insert(out.params[r].end(), {s, q, a});
       }
     }
   }

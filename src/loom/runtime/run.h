@@ -50,7 +50,7 @@ struct RunOptions {
 struct RunResult {
   std::vector<double> losses;                 // per step: the global batch's mean loss
   std::vector<std::vector<double>> step_s;    // [rank][step] wall time of the step
-  std::vector<std::vector<double>> params;    // [process] per parameter tensor: sum, then sum of squares (replica 0's)
+  std::vector<std::vector<double>> params;    // [process] per parameter tensor: sum, sum of squares, sum of |w| (replica 0's)
   // What ran in the last step, in the simulator's terms (so sim/chrome_trace
   // writes it and it opens beside a simulated trace): one simulated rank per
   // pipeline rank of each replica (TP shard 0), replica-major; intervals index

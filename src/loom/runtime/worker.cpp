@@ -284,8 +284,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // summed over its TP shards, so they describe the whole tensor.
     for (const auto& [v, stack] : stages) {
       for (const auto& item : stack->named_parameters()) {
-        torch::Tensor stats = torch::tensor({item.value().sum().item<double>(), item.value().pow(2).sum().item<double>()},
-                                            torch::kDouble);
+        const torch::Tensor& w = item.value();
+        torch::Tensor stats = torch::tensor(
+            {w.sum().item<double>(), w.pow(2).sum().item<double>(), w.abs().sum().item<double>()}, torch::kDouble);
         const std::string& name = item.key();
         const bool sharded = T > 1 && (name.find(".q.") != std::string::npos || name.find(".k.") != std::string::npos ||
                                        name.find(".v.") != std::string::npos || name.find(".o.") != std::string::npos ||
@@ -294,7 +295,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                                        name.find(".down.") != std::string::npos);
         if (sharded) AllReduceSum(*tp, stats);
         if (replica == 0 && shard == 0) {
-          Report(fd, fmt::format("param {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>()));
+          Report(fd, fmt::format("param {:.17g} {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>(),
+                                 stats[2].item<double>()));
         }
       }
     }
