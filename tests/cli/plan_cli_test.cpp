@@ -91,11 +91,6 @@ TEST(PlanCli, BadInputExitsTwo) {
   EXPECT_NE(o5.find("do not fit in memory"), std::string::npos) << o5;
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // Issue 13: `loom plan --json` writes every simulated batch with its schedule,
 // and `loom simulate --plan` replays exactly those batches with exactly those
@@ -136,11 +131,6 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
   EXPECT_NE(out2.find("no strategy named 'fsdp'"), std::string::npos) << out2;
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // --profile: the shipped H100 profile is the default on H100 and H800; the
 // roofline and a profile file can be chosen; a profile of another GPU is an error.

@@ -177,11 +177,6 @@ TEST(H100Profile, ReportsTheTimmVitHugeSteps) {
   }
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 TEST(Profile, BadFilesNameTheFileLineAndField) {
   const std::string ops = "ops:\n  - {op: gemm, flops: 1e9, bytes: 1e6, time_s: 1e-5}\n";

@@ -206,11 +206,6 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   EXPECT_EQ(code2, 2) << out2;
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // The run's trace is in the simulator's format: every compute action of the
 // last step of every rank appears once, on the compute track, in order.
@@ -249,11 +244,6 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
   }
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // Two "machines" (two `loom run` launchers on this one, joined through the
 // store on --master, torchrun-style) train the same as one launcher: node 1

@@ -151,11 +151,6 @@ TEST(PlanSimulation, MemoryOverflowNamesTheGroup) {
   test::ExpectError([&] { CheckFits(run, "plan.json"); }, {"plan.json: does not fit in memory", "over the 80.0 GiB"});
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // Every module sees every trained sample exactly once per data-parallel copy
 // of the batch: at the stages holding its first layer, over all replicas, the
@@ -287,11 +282,6 @@ TEST(ExecutionPlan, CustomScheduleNeedsItsRankOrders) {
                     {"custom schedule", "rank_orders"});
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // The custom schedule takes any stage-to-rank mapping: a V shape (stages 0
 // and 3 on rank 0, 1 and 2 on rank 1) with each batch's per-rank orders, and
@@ -337,11 +327,6 @@ TEST(ExecutionPlan, VShapeWithPerStageTensorParallelism) {
                     {"stage 2 has tp 3", "must divide the 8 GPUs of its rank"});
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // Oobleck's templates give stages different GPU counts: a pipeline rank may
 // span several GPU groups, and its stage runs on all of them (the extra GPUs
@@ -375,11 +360,6 @@ TEST(ExecutionPlan, RanksSpanSeveralGroupsForOobleckStages) {
   test::ExpectError([&] { CompilePlan(f.model, four, w, p, batch); }, {"rank_groups has 1 entries", "one per pipeline rank (2)"});
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // Entrain's regrouping: the llm unit trains the encoder's samples in
 // microbatches of its own, so its broker edges are many to many. Checked

@@ -203,11 +203,6 @@ TEST(Simulator, IncrementalEqualsFullOnRandomizedSchedules) {
   }
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // A many-to-many edge (Entrain moves samples between microbatches): producer
 // microbatch 2 feeds both consumers, so the consumers' forwards wait for it and

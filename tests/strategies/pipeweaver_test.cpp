@@ -160,11 +160,6 @@ TEST(Pipeweaver, BadWovenSchedulesAreErrors) {
   expect_error(e, "rank");
 }
 
-}  // namespace
-}  // namespace loom
-
-namespace loom {
-namespace {
 
 // Issue 13's suspected defect: a module whose heads do not divide by TP is
 // replicated over the TP group and each rank runs 1/tp of the sequences, which
