@@ -13,6 +13,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/runtime/worker.h"
 
@@ -52,7 +53,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   if (options.steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", options.steps));
   if (!(options.timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", options.timeout_s));
   // Everything the runtime cannot run is an error before any process starts.
-  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, 0);
+  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0));
   // One process per pipeline rank of every data-parallel replica.
   const int replicas = static_cast<int>(first.replicas.size());
   const int tp = plan.units[0].tp;

@@ -51,7 +51,7 @@ bool RecomputesFully(const ExecutionPlan& e, int r, int v, int k) {
 }  // namespace
 
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, int step) {
+                                const Plan& plan, const Batch& batch) {
   if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) {
     throw Error("runtime: the plan has several units or pipeline templates; the runtime runs one unit with one "
                 "template so far (Megatron-LM layouts)");
@@ -73,7 +73,6 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     throw Error(fmt::format("runtime: workload '{}' ({} samples); the runtime feeds text samples so far",
                             workload.name, workload.source.kind));
   }
-  const Batch batch = DrawBatch(workload, step);
   ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch);
   for (const auto& st : exec.stages) CheckRunnable(model, st.layers);
   return exec;
@@ -82,7 +81,8 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
 int RunWorker(const WorkerSpec& spec, int fd) {
   try {
     const Model& model = *spec.model;
-    ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, 0);
+    Batch batch = DrawBatch(*spec.workload, 0);
+    ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
     // Process g runs TP shard g % T of pipeline rank (g / T) % P of data-parallel
     // replica g / (T P) (Megatron's order: TP fastest, then PP, then DP).
     const int P = exec.schedule.num_ranks, D = static_cast<int>(exec.replicas.size());
@@ -124,9 +124,13 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
       std::set<int> synced;  // stages whose gradients this step's collectives reduced
+      // Drawing and compiling the step's batch is the loader's and planner's work:
+      // done once, before the step's clock starts.
+      if (step > 0) {
+        batch = DrawBatch(*spec.workload, step);
+        exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
+      }
       const auto t0 = std::chrono::steady_clock::now();
-      if (step > 0) exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, step);
-      const Batch batch = DrawBatch(*spec.workload, step);
       const Schedule& sch = exec.schedule;
       const int S = sch.num_stages(), M = sch.num_microbatches;
       const int last = S - 1;
@@ -206,13 +210,16 @@ int RunWorker(const WorkerSpec& spec, int fd) {
           case ActionKind::kRecv: {
             const bool act = a.payload == Payload::kActivation;
             const int mine = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
-            // Shapes follow from the microbatch: [samples, tokens, hidden] of the producer's last layer.
-            const auto samples = SamplesOf(exec.replicas[replica][act ? mine : v][k]);
-            const auto ids = TokenIds(batch, samples, step, vocab, false);
+            // Shapes follow from the microbatch: [samples, tokens, hidden] of the
+            // producer's last layer (the samples have equal lengths: TokenIds checked
+            // them at the first stage's forward).
+            const auto& pieces = exec.replicas[replica][act ? mine : v][k].pieces;
+            int64_t seq = 0;
+            for (int64_t tokens : batch.samples[pieces.front().sample].doc_text_tokens) seq += tokens;
             const auto& range = exec.stages[act ? v : mine].layers.back();
             const int64_t hidden =
                 model.modules[model.FindModule(range.module)].layers[range.end - 1].hidden;
-            torch::Tensor t = torch::empty({ids.size(0), ids.size(1), hidden});
+            torch::Tensor t = torch::empty({static_cast<int64_t>(pieces.size()), seq, hidden});
             const int tag = act ? Tag(a.payload, v, mine, k, S, M) : Tag(a.payload, mine, v, k, S, M);
             Recv(*pg, t, global_of(a.peer), tag);
             if (act) {

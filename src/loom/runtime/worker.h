@@ -23,10 +23,9 @@ struct WorkerSpec {
 // "param SUM SUMSQ", "error MESSAGE". Returns the process exit code.
 int RunWorker(const WorkerSpec& spec, int report_fd);
 
-// The ExecutionPlan of step `step`, checked for what the runtime supports
-// (throws loom::Error naming what is missing). Shared by the launcher's check
-// and the workers.
+// The ExecutionPlan of `batch`, checked for what the runtime supports (throws
+// loom::Error naming what is missing). Shared by the launcher's check and the workers.
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, int step);
+                                const Plan& plan, const Batch& batch);
 
 }  // namespace loom::runtime

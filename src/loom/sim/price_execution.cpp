@@ -175,7 +175,9 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
                                          want_options ? &options->at[s][j] : nullptr));
         out.model_flops += flops * st.gpus;
         for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
-          if (r.begin == 0) module_tokens[model.FindModule(r.module)] += tokens[model.FindModule(r.module)].tokens;
+          if (r.begin != 0) continue;
+          const int mi = model.FindModule(r.module);
+          module_tokens[mi] += tokens[mi].tokens;
         }
       }
     }
