@@ -70,16 +70,19 @@ void BM_BareLibtorchStep(benchmark::State& state) {
   runtime::LayerStack stack(model, all, w.seed);
   torch::optim::AdamW opt(stack->parameters(), torch::optim::AdamWOptions(1e-3));
   const Batch batch = DrawBatch(w, 0);
-  const int per = static_cast<int>(batch.samples.size()) / kMicrobatches;
+  const int G = static_cast<int>(batch.samples.size()), per = G / kMicrobatches;
+  std::vector<runtime::MicrobatchPacking> packings;
+  for (int k = 0; k < kMicrobatches; ++k) {
+    std::vector<int> samples;
+    for (int x = k * per; x < (k + 1) * per; ++x) samples.push_back(x);
+    packings.push_back(runtime::PackMicrobatch(model, batch, samples));
+  }
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int k = 0; k < kMicrobatches; ++k) {
-      std::vector<int> samples;
-      for (int x = k * per; x < (k + 1) * per; ++x) samples.push_back(x);
-      auto logits = stack->forward(runtime::TokenIds(batch, samples, 0, 128, false));
-      auto loss = torch::nn::functional::cross_entropy(
-                      logits.reshape({-1, 128}), runtime::TokenIds(batch, samples, 0, 128, true).reshape({-1})) /
-                  kMicrobatches;
+      const runtime::MicrobatchInput mb{&packings[k], 0, G};
+      auto out = stack->forward({}, mb);
+      auto loss = runtime::TextLoss(out.at(0), mb, runtime::BatchTextTokens(batch));
       loss.backward();
     }
     opt.step();

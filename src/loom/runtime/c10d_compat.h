@@ -43,6 +43,9 @@ inline void AllReduceSum(c10d::ProcessGroupGloo& pg, at::Tensor& t) {
   pg.allreduce(v)->wait();
 }
 
+// Starts summing `t` over the group in place; done when the handle's wait returns.
+inline auto AllReduceAsync(c10d::ProcessGroupGloo& pg, std::vector<at::Tensor>& t) { return pg.allreduce(t); }
+
 // The handle of an asynchronous operation (c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x).
 using WorkHandle = decltype(std::declval<c10d::ProcessGroupGloo&>().send(std::declval<std::vector<at::Tensor>&>(), 0, 0));
 

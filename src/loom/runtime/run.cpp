@@ -172,7 +172,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         int step = 0;
         double v = 0;
         in >> step >> v;
-        out.losses.at(step) += v;  // each replica's last rank reports its slice's loss
+        out.losses.at(step) += v;  // each replica's last rank reports its share of the batch's mean loss
         ++reporters.at(step);
       } else if (kind == "time") {
         int step = 0;
@@ -198,7 +198,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   for (int s = 0; s < options.steps; ++s) {
-    out.losses[s] = reporters[s] > 0 ? out.losses[s] / reporters[s] : std::nan("");
+    if (reporters[s] == 0) out.losses[s] = std::nan("");
   }
   for (const auto& rank : out.step_s) out.measured.iteration_time_s = std::max(out.measured.iteration_time_s, rank.back());
   return out;

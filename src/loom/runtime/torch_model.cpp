@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "loom/error.h"
 
@@ -10,149 +11,401 @@ namespace loom::runtime {
 
 namespace {
 
-enum Kind { kEmbed, kBlock, kHead };
-
-struct EmbedImpl : torch::nn::Module {
-  explicit EmbedImpl(const Layer& l) { table = register_module("table", torch::nn::Embedding(l.vocab, l.hidden)); }
-  torch::Tensor forward(const torch::Tensor& ids) { return table->forward(ids); }
-  torch::nn::Embedding table{nullptr};
-};
-
-struct HeadImpl : torch::nn::Module {
-  explicit HeadImpl(const Layer& l) {
-    proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(l.hidden, l.vocab).bias(false)));
-  }
-  torch::Tensor forward(const torch::Tensor& x) { return proj->forward(x); }
-  torch::nn::Linear proj{nullptr};
-};
-
-torch::nn::Linear NoBias(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+// Pointers travel through autograd contexts as integers (their saved_data
+// holds IValues); the objects they name outlive every graph built from them.
+template <typename T>
+int64_t AsInt(T* p) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
+}
+template <typename T>
+T* FromInt(int64_t v) {
+  return reinterpret_cast<T*>(static_cast<intptr_t>(v));
 }
 
 // Megatron's f and g operators: f is the identity forward and sums the input
 // gradient over the TP group backward; g sums the forward and is the identity
-// backward. The process's TP group is set once per worker (one per process).
-std::function<void(torch::Tensor&)>* g_tp_all_reduce = nullptr;
-
+// backward.
 struct CopyToTensorParallel : torch::autograd::Function<CopyToTensorParallel> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) { return x.view_as(x); }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
     torch::Tensor sum = g[0].contiguous().clone();
-    (*g_tp_all_reduce)(sum);
-    return {sum};
+    FromInt<TensorParallel>(ctx->saved_data["tp"].toInt())->all_reduce(sum);
+    return {sum, torch::Tensor()};
   }
 };
 
 struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorParallel> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x) {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, torch::Tensor x, int64_t tp) {
     torch::Tensor sum = x.contiguous().clone();
-    (*g_tp_all_reduce)(sum);
+    FromInt<TensorParallel>(tp)->all_reduce(sum);
     return sum;
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list g) {
-    return {g[0]};
+    return {g[0], torch::Tensor()};
   }
 };
 
-// Keeps rows (dim 0, column parallel) or columns (dim 1, row parallel) [lo, hi) of a linear's weight.
-void Shard(torch::nn::Linear& lin, int dim, int64_t lo, int64_t hi) {
-  torch::NoGradGuard no_grad;
-  lin->weight.set_data(lin->weight.slice(dim, lo, hi).clone());
+// x W^T whose weight gradient can wait for the W pass (WeightGradDeferral).
+struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w,
+                               int64_t deferral, int64_t weight_slot) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["deferral"] = deferral;
+    ctx->saved_data["slot"] = weight_slot;
+    return torch::matmul(x, w.t());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w = saved[1], &g = grads[0];
+    torch::Tensor grad_x = ctx->needs_input_grad(0) ? torch::matmul(g, w) : torch::Tensor();
+    torch::Tensor grad_w;
+    if (ctx->needs_input_grad(1)) {
+      auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
+      if (deferral->active) {
+        deferral->pending.push_back({*FromInt<torch::Tensor>(ctx->saved_data["slot"].toInt()), x, g});
+      } else {
+        grad_w = g.reshape({-1, g.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
+      }
+    }
+    return {grad_x, grad_w, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+// A linear layer (torch's default initialisation) whose matmul can defer its weight gradient.
+struct DenseImpl : torch::nn::Module {
+  DenseImpl(int64_t in, int64_t out, bool bias, WeightGradDeferral* deferral) : deferral(deferral) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    weight = register_parameter("weight", torch::empty({out, in}).uniform_(-bound, bound));
+    if (bias) this->bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    torch::Tensor y = DeferrableMatmul::apply(x, weight, AsInt(deferral), AsInt(&weight));
+    return bias.defined() ? y + bias : y;
+  }
+  // Keeps rows (dim 0: column parallel) or columns (dim 1: row parallel) [lo, hi).
+  void Shard(int dim, int64_t lo, int64_t hi) {
+    torch::NoGradGuard no_grad;
+    weight.set_data(weight.slice(dim, lo, hi).clone());
+  }
+  torch::Tensor weight, bias;
+  WeightGradDeferral* deferral;
+};
+TORCH_MODULE(Dense);
+
+// Softmax attention inside each packed sequence: q [1, T, heads, d], k and v
+// [1, T, heads, d] (GQA already expanded). Equal lengths batch as one matmul.
+torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const std::vector<int64_t>& lengths, bool causal) {
+  const int64_t heads = q.size(2), d = q.size(3), T = q.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto one = [&](const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V) {
+    // [n, L, heads, d] -> [n, L, heads, d]
+    const int64_t L = Q.size(1);
+    auto scores = torch::matmul(Q.transpose(1, 2), K.transpose(1, 2).transpose(-2, -1)) * scale;
+    if (causal) {
+      auto mask = torch::ones({L, L}, torch::kBool).triu(1);
+      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    }
+    return torch::matmul(torch::softmax(scores, -1), V.transpose(1, 2)).transpose(1, 2);
+  };
+  const bool equal = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == lengths[0]; });
+  if (equal) {
+    const int64_t n = static_cast<int64_t>(lengths.size()), L = lengths[0];
+    auto shape = std::vector<int64_t>{n, L, heads, d};
+    return one(q.reshape(shape), k.reshape(shape), v.reshape(shape)).reshape({1, T, heads, d});
+  }
+  std::vector<torch::Tensor> parts;
+  int64_t off = 0;
+  for (int64_t L : lengths) {
+    parts.push_back(one(q.slice(1, off, off + L), k.slice(1, off, off + L), v.slice(1, off, off + L)));
+    off += L;
+  }
+  return torch::cat(parts, 1);
 }
 
+struct BlockImpl;
+torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const std::vector<int64_t>& lengths, bool selective);
+bool IsCausal(const BlockImpl& block);
+
+// Activation checkpointing (the reentrant scheme of PyTorch's
+// torch.utils.checkpoint): the forward runs without a graph and keeps only its
+// input; the backward runs it again with one and back-propagates through it.
+// What it recomputes: a whole transformer layer (`core` false: x is the
+// layer's input), or its attention core (`core` true: x is Q, K and V
+// stacked). The block outlives the graph; the lengths travel in the context.
+struct Checkpoint : torch::autograd::Function<Checkpoint> {
+  static torch::Tensor Run(int64_t block, const torch::Tensor& x, const std::vector<int64_t>& lengths, bool core) {
+    BlockImpl& b = *FromInt<BlockImpl>(block);
+    if (!core) return RunBlock(b, x, lengths, false);
+    auto qkv = x.chunk(3, 0);
+    return Attend(qkv[0], qkv[1], qkv[2], lengths, IsCausal(b));
+  }
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t block,
+                               std::vector<int64_t> lengths, bool core) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["block"] = block;
+    ctx->saved_data["lengths"] = lengths;
+    ctx->saved_data["core"] = core;
+    torch::NoGradGuard no_grad;
+    return Run(block, x, lengths, core);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    torch::Tensor x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode enable(true);
+      y = Run(ctx->saved_data["block"].toInt(), x, ctx->saved_data["lengths"].toIntVector(),
+              ctx->saved_data["core"].toBool());
+    }
+    torch::autograd::backward({y}, {g[0]});
+    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(const Layer& l, const TensorParallel& tp)
-      : heads(l.heads / tp.size), kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp.size),
-        head_dim(l.hidden / l.heads), causal(l.causal), gated(l.gated_mlp), tp_size(tp.size) {
+  BlockImpl(const Layer& l, TensorParallel* tp, WeightGradDeferral* deferral)
+      : heads(l.heads / tp->size), kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp->size),
+        head_dim(l.hidden / l.heads), causal(l.causal), gated(l.gated_mlp), tp(tp) {
     // Built whole (the seeded initial weights of the single-process model), then sharded.
     const int64_t all_heads = l.heads, all_kv = l.kv_heads > 0 ? l.kv_heads : l.heads;
+    auto dense = [&](const char* name, int64_t in, int64_t out) {
+      return register_module(name, Dense(in, out, false, deferral));
+    };
     norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({l.hidden})));
-    q = register_module("q", NoBias(l.hidden, all_heads * head_dim));
-    k = register_module("k", NoBias(l.hidden, all_kv * head_dim));
-    v = register_module("v", NoBias(l.hidden, all_kv * head_dim));
-    o = register_module("o", NoBias(all_heads * head_dim, l.hidden));
+    q = dense("q", l.hidden, all_heads * head_dim);
+    k = dense("k", l.hidden, all_kv * head_dim);
+    v = dense("v", l.hidden, all_kv * head_dim);
+    o = dense("o", all_heads * head_dim, l.hidden);
     norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({l.hidden})));
-    up = register_module("up", NoBias(l.hidden, l.ffn_hidden));
-    if (gated) gate = register_module("gate", NoBias(l.hidden, l.ffn_hidden));
-    down = register_module("down", NoBias(l.ffn_hidden, l.hidden));
-    if (tp.size > 1) {
-      const int64_t t = tp.rank, f = l.ffn_hidden / tp.size;
-      Shard(q, 0, t * heads * head_dim, (t + 1) * heads * head_dim);
-      Shard(k, 0, t * kv_heads * head_dim, (t + 1) * kv_heads * head_dim);
-      Shard(v, 0, t * kv_heads * head_dim, (t + 1) * kv_heads * head_dim);
-      Shard(o, 1, t * heads * head_dim, (t + 1) * heads * head_dim);
-      Shard(up, 0, t * f, (t + 1) * f);
-      if (gated) Shard(gate, 0, t * f, (t + 1) * f);
-      Shard(down, 1, t * f, (t + 1) * f);
+    up = dense("up", l.hidden, l.ffn_hidden);
+    if (gated) gate = dense("gate", l.hidden, l.ffn_hidden);
+    down = dense("down", l.ffn_hidden, l.hidden);
+    if (tp->size > 1) {
+      const int64_t t = tp->rank, f = l.ffn_hidden / tp->size;
+      q->Shard(0, t * heads * head_dim, (t + 1) * heads * head_dim);
+      k->Shard(0, t * kv_heads * head_dim, (t + 1) * kv_heads * head_dim);
+      v->Shard(0, t * kv_heads * head_dim, (t + 1) * kv_heads * head_dim);
+      o->Shard(1, t * heads * head_dim, (t + 1) * heads * head_dim);
+      up->Shard(0, t * f, (t + 1) * f);
+      if (gated) gate->Shard(0, t * f, (t + 1) * f);
+      down->Shard(1, t * f, (t + 1) * f);
     }
   }
   torch::Tensor ToShards(const torch::Tensor& x) const {
-    return tp_size > 1 ? CopyToTensorParallel::apply(x) : x;
+    return tp->size > 1 ? CopyToTensorParallel::apply(x, AsInt(tp)) : x;
   }
   torch::Tensor FromShards(const torch::Tensor& x) const {
-    return tp_size > 1 ? ReduceFromTensorParallel::apply(x) : x;
+    return tp->size > 1 ? ReduceFromTensorParallel::apply(x, AsInt(tp)) : x;
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t n = x.size(0), s = x.size(1);
+  // x [1, T, hidden]; `lengths` the packed sequences. Selective recomputation
+  // (Megatron's) checkpoints the attention core, full recomputation the layer.
+  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& lengths, Recompute recompute) {
+    if (recompute == Recompute::kFull) return Checkpoint::apply(x, AsInt(this), lengths, false);
+    return Run(x, lengths, recompute == Recompute::kSelective);
+  }
+  torch::Tensor Run(const torch::Tensor& x, const std::vector<int64_t>& lengths, bool selective) {
+    const int64_t T = x.size(1);
     auto h = ToShards(norm1->forward(x));
-    auto split = [&](const torch::Tensor& t, int64_t groups) { return t.view({n, s, groups, head_dim}).transpose(1, 2); };
-    auto Q = split(q->forward(h), heads);
-    auto K = split(k->forward(h), kv_heads);
-    auto V = split(v->forward(h), kv_heads);
+    auto Q = q->forward(h).view({1, T, heads, head_dim});
+    auto K = k->forward(h).view({1, T, kv_heads, head_dim});
+    auto V = v->forward(h).view({1, T, kv_heads, head_dim});
     if (kv_heads != heads) {  // grouped-query attention: each K/V head serves heads / kv_heads query heads
-      K = K.repeat_interleave(heads / kv_heads, 1);
-      V = V.repeat_interleave(heads / kv_heads, 1);
+      K = K.repeat_interleave(heads / kv_heads, 2);
+      V = V.repeat_interleave(heads / kv_heads, 2);
     }
-    auto scores = torch::matmul(Q, K.transpose(-2, -1)) / std::sqrt(static_cast<double>(head_dim));
-    if (causal) {
-      auto mask = torch::ones({s, s}, torch::kBool).triu(1);
-      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    torch::Tensor attn;
+    if (selective) {
+      attn = Checkpoint::apply(torch::cat({Q, K, V}, 0), AsInt(this), lengths, true);
+    } else {
+      attn = Attend(Q, K, V, lengths, causal);
     }
-    auto attn = torch::matmul(torch::softmax(scores, -1), V).transpose(1, 2).reshape({n, s, heads * head_dim});
-    auto y = x + FromShards(o->forward(attn));
+    auto y = x + FromShards(o->forward(attn.reshape({1, T, heads * head_dim})));
     auto m = ToShards(norm2->forward(y));
     auto inner = gated ? torch::silu(gate->forward(m)) * up->forward(m) : torch::gelu(up->forward(m));
     return y + FromShards(down->forward(inner));
   }
   int64_t heads, kv_heads, head_dim;
   bool causal, gated;
-  int tp_size;
+  TensorParallel* tp;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
-  torch::nn::Linear q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, up{nullptr}, gate{nullptr}, down{nullptr};
+  Dense q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, up{nullptr}, gate{nullptr}, down{nullptr};
 };
-
-TORCH_MODULE(Embed);
-TORCH_MODULE(Head);
 TORCH_MODULE(Block);
+
+torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const std::vector<int64_t>& lengths, bool selective) {
+  return block.Run(x, lengths, selective);
+}
+bool IsCausal(const BlockImpl& block) { return block.causal; }
+
+struct ProjectorImpl : torch::nn::Module {
+  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral) {
+    fc1 = register_module("fc1", Dense(l.in_dim, l.hidden, true, deferral));
+    fc2 = register_module("fc2", Dense(l.hidden, l.out_dim, true, deferral));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(torch::gelu(fc1->forward(x))); }
+  Dense fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(Projector);
+
+// The token ids of text positions [begin, begin + n) of sample x's document d
+// (`shift` 1: the next-token targets).
+torch::Tensor TextIds(int x, int d, int64_t begin, int64_t n, const MicrobatchInput& mb, int64_t vocab, int shift) {
+  const int64_t offset = 13 * (mb.iteration * mb.batch_samples + x) + 29 * d;
+  return (torch::arange(begin + shift, begin + shift + n, torch::kLong) * 7 + offset).remainder(vocab);
+}
+
+// The first layer of a module: its own data (text ids or pixels) embedded and
+// spliced with its input modules' tokens in packing order, plus learned positions.
+struct EmbedImpl : torch::nn::Module {
+  EmbedImpl(const loom::Module& m, int module, const Layer& l, WeightGradDeferral* deferral)
+      : module(module), vocab(l.vocab), image(l.kind == LayerKind::kPatchEmbed) {
+    if (image) {
+      patch_values = l.in_channels * l.kernel * l.kernel;
+      proj = register_module("proj", Dense(patch_values, l.hidden, true, deferral));
+      if (m.tokens.extra_tokens > 0) {
+        extra = register_parameter("extra", torch::randn({m.tokens.extra_tokens, l.hidden}) * 0.02);
+      }
+    } else {
+      table = register_parameter("table", torch::randn({l.vocab, l.hidden}));
+    }
+    if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.hidden}) * 0.02);
+  }
+  // Sample x's image i: deterministic synthetic patch values in [-1, 1].
+  torch::Tensor Pixels(int x, int i, int64_t patches, const MicrobatchInput& mb) const {
+    const double phase = 1.3 * static_cast<double>(13 * (mb.iteration * mb.batch_samples + x) + 7 * i);
+    return torch::sin(torch::arange(patches * patch_values, torch::kFloat) * 0.37 + phase).view({patches, patch_values});
+  }
+  torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
+    std::vector<torch::Tensor> seqs;
+    for (const auto& s : mb.packing->modules[module]) {
+      std::vector<torch::Tensor> parts;
+      for (const Part& p : s.parts) {
+        if (p.source >= 0) {
+          parts.push_back(in.at(p.source)[0].slice(0, p.offset, p.offset + p.tokens));
+        } else if (image) {
+          const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
+          if (n_extra > 0) parts.push_back(extra);
+          parts.push_back(proj->forward(Pixels(s.sample, s.image, p.tokens - n_extra, mb)));
+        } else {
+          parts.push_back(torch::embedding(table, TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 0)));
+        }
+      }
+      torch::Tensor seq = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
+      if (positions.defined()) {
+        if (s.tokens > positions.size(0)) {
+          throw Error(fmt::format("runtime: a sequence of {} tokens exceeds the {} learned positions", s.tokens,
+                                  positions.size(0)));
+        }
+        seq = seq + positions.slice(0, 0, s.tokens);
+      }
+      seqs.push_back(seq);
+    }
+    return torch::cat(seqs, 0).unsqueeze(0);
+  }
+  int module;
+  int64_t vocab, patch_values = 0;
+  bool image;
+  Dense proj{nullptr};
+  torch::Tensor table, extra, positions;
+};
+TORCH_MODULE(Embed);
+
+// A module whose first layer is not an embedding (a projector): its inputs' tokens spliced in packing order.
+torch::Tensor Splice(const ModuleTensors& in, const MicrobatchInput& mb, int module) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& s : mb.packing->modules[module]) {
+    for (const Part& p : s.parts) parts.push_back(in.at(p.source)[0].slice(0, p.offset, p.offset + p.tokens));
+  }
+  return torch::cat(parts, 0).unsqueeze(0);
+}
+
+struct HeadImpl : torch::nn::Module {
+  // tied_table: the embedding's matrix in this stack (the gradients of both
+  // uses add up in it), or null with `tied`: a copy of it drawn from the
+  // embedding's seed, kept equal to it by summing the two gradients before
+  // each optimizer step (Megatron's tied word embeddings across stages).
+  HeadImpl(const Layer& l, WeightGradDeferral* deferral, torch::Tensor* tied_table, uint64_t embedding_seed)
+      : deferral(deferral) {
+    if (tied_table) {
+      weight_slot = tied_table;
+    } else if (l.tied) {
+      torch::manual_seed(embedding_seed);
+      copy = register_parameter("tied_table", torch::randn({l.vocab, l.hidden}));  // EmbedImpl's first draw
+      weight_slot = &copy;
+    } else {
+      proj = register_module("proj", Dense(l.hidden, l.vocab, false, deferral));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (proj) return proj->forward(x);
+    return DeferrableMatmul::apply(x, *weight_slot, AsInt(deferral), AsInt(weight_slot));
+  }
+  WeightGradDeferral* deferral;
+  torch::Tensor* weight_slot = nullptr;
+  torch::Tensor copy;
+  Dense proj{nullptr};
+};
+TORCH_MODULE(Head);
+
+enum Kind { kEmbed, kBlock, kProjector, kHead };
 
 }  // namespace
 
+void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : pending) {
+    torch::Tensor gw =
+        p.grad_output.reshape({-1, p.grad_output.size(-1)}).t().mm(p.input.reshape({-1, p.input.size(-1)}));
+    if (p.weight.grad().defined()) {
+      p.weight.mutable_grad().add_(gw);
+    } else {
+      p.weight.mutable_grad() = gw;
+    }
+  }
+  pending.clear();
+}
+
 void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
   for (const auto& r : layers) {
-    const Module& m = model.modules[model.FindModule(r.module)];
+    const loom::Module& m = model.modules[model.FindModule(r.module)];
     for (int li = r.begin; li < r.end; ++li) {
       const Layer& l = m.layers[li];
       const std::string where = fmt::format("{} layer {} ({})", r.module, li, LayerKindName(l.kind));
+      auto first_only = [&] {
+        if (li != 0) throw Error(fmt::format("runtime: {}: an embedding must be its module's first layer", where));
+      };
       switch (l.kind) {
         case LayerKind::kEmbedding:
-          if (l.positions > 0) throw Error(fmt::format("runtime: {}: learned positions are not built yet", where));
+          first_only();
+          break;
+        case LayerKind::kPatchEmbed:
+          first_only();
+          if (m.tokens.source != TokenSource::kImage || l.dims != 2 || l.temporal_patch != 1) {
+            throw Error(fmt::format("runtime: {}: patch embedding of images only (2-d patches)", where));
+          }
           break;
         case LayerKind::kTransformer:
           if (l.cross_attention) throw Error(fmt::format("runtime: {}: cross-attention is not built yet", where));
           break;
+        case LayerKind::kMlpProjector: break;
         case LayerKind::kLmHead:
-          if (l.tied) {
-            throw Error(fmt::format("runtime: {}: a tied LM head (weights shared with the embedding, possibly on "
-                                    "another rank) is not built yet; untie it in the model spec",
+          if (l.tied && (m.layers[0].kind != LayerKind::kEmbedding || m.layers[0].vocab != l.vocab ||
+                         m.layers[0].hidden != l.hidden)) {
+            throw Error(fmt::format("runtime: {}: a tied LM head needs its module's first layer to be an embedding "
+                                    "of the same vocab and hidden",
                                     where));
           }
           break;
         default:
-          throw Error(fmt::format("runtime: {}: the runtime cannot build this layer kind yet; it builds embedding, "
-                                  "transformer and lm_head",
+          throw Error(fmt::format("runtime: {}: the runtime cannot build this layer kind yet; it builds "
+                                  "patch_embed, embedding, transformer, mlp_projector and lm_head",
                                   where));
       }
     }
@@ -160,34 +413,51 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
 }
 
 LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>& ranges, uint64_t seed,
-                               const TensorParallel& tp) {
+                               const TensorParallel& tp)
+    : model_(&model), ranges_(ranges), deferral_(std::make_shared<WeightGradDeferral>()),
+      tp_(std::make_shared<TensorParallel>(tp)) {
   CheckRunnable(model, ranges);
-  if (tp.size > 1) {
-    static std::function<void(torch::Tensor&)> reduce;  // the worker process's one TP group
-    reduce = tp.all_reduce;
-    g_tp_all_reduce = &reduce;
-  }
+  torch::Tensor* table = nullptr;  // this stack's embedding matrix (a tied head's weights)
   for (const auto& r : ranges) {
     const int mi = model.FindModule(r.module);
+    const loom::Module& m = model.modules[mi];
     for (int li = r.begin; li < r.end; ++li) {
-      const Layer& l = model.modules[mi].layers[li];
-      torch::manual_seed(seed * 1000003 + static_cast<uint64_t>(mi) * 10007 + static_cast<uint64_t>(li));
+      const Layer& l = m.layers[li];
+      auto layer_seed = [&](int index) {
+        return seed * 1000003 + static_cast<uint64_t>(mi) * 10007 + static_cast<uint64_t>(index);
+      };
+      torch::manual_seed(layer_seed(li));
       const std::string name = fmt::format("{}_{}", r.module, li);
       std::shared_ptr<torch::nn::Module> layer;
       int kind = kBlock;
-      if (l.kind == LayerKind::kEmbedding) {
-        layer = register_module(name, Embed(l));
-        kind = kEmbed;
-      } else if (l.kind == LayerKind::kLmHead) {
-        layer = register_module(name, Head(l));
-        kind = kHead;
-      } else {
-        if (l.heads % tp.size != 0 || (l.kv_heads > 0 ? l.kv_heads : l.heads) % tp.size != 0 ||
-            l.ffn_hidden % tp.size != 0) {
-          throw Error(fmt::format("runtime: {} layer {}: {} heads, {} kv heads and ffn {} must divide by tp {}",
-                                  r.module, li, l.heads, l.kv_heads, l.ffn_hidden, tp.size));
+      switch (l.kind) {
+        case LayerKind::kEmbedding:
+        case LayerKind::kPatchEmbed: {
+          auto e = register_module(name, Embed(m, mi, l, deferral_.get()));
+          if (l.kind == LayerKind::kEmbedding) table_ = table = &e->table;
+          layer = e;
+          kind = kEmbed;
+          break;
         }
-        layer = register_module(name, Block(l, tp));
+        case LayerKind::kLmHead: {
+          auto h = register_module(name, Head(l, deferral_.get(), l.tied ? table : nullptr, layer_seed(0)));
+          if (h->copy.defined()) tied_copy_ = h->copy;
+          layer = h;
+          kind = kHead;
+          break;
+        }
+        case LayerKind::kMlpProjector:
+          layer = register_module(name, Projector(l, deferral_.get()));
+          kind = kProjector;
+          break;
+        default:
+          if (l.heads % tp.size != 0 || (l.kv_heads > 0 ? l.kv_heads : l.heads) % tp.size != 0 ||
+              l.ffn_hidden % tp.size != 0) {
+            throw Error(fmt::format("runtime: {} layer {}: {} heads, {} kv heads and ffn {} must divide by tp {}",
+                                    r.module, li, l.heads, l.kv_heads, l.ffn_hidden, tp.size));
+          }
+          layer = register_module(name, Block(l, tp_.get(), deferral_.get()));
+          break;
       }
       // Frozen layers (Cornstarch): no weight gradients and no optimizer state.
       if (l.frozen) {
@@ -199,36 +469,59 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
   }
 }
 
-torch::Tensor LayerStackImpl::forward(torch::Tensor x) {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    switch (kinds_[i]) {
-      case kEmbed: x = std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(x); break;
-      case kHead: x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x); break;
-      default: x = std::static_pointer_cast<BlockImpl>(layers_[i])->forward(x); break;
+ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput& mb,
+                                      const std::vector<Recompute>& recompute) {
+  size_t i = 0;
+  for (const auto& r : ranges_) {
+    const int mi = model_->FindModule(r.module);
+    const std::vector<int64_t> lengths = mb.packing->Lengths(mi);
+    torch::Tensor x;
+    if (r.begin != 0) {
+      x = live.at(mi);
+    } else if (kinds_[i] != kEmbed) {
+      x = Splice(live, mb, mi);
     }
+    for (int li = r.begin; li < r.end; ++li, ++i) {
+      switch (kinds_[i]) {
+        case kEmbed: x = std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb); break;
+        case kHead: x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x); break;
+        case kProjector: x = std::static_pointer_cast<ProjectorImpl>(layers_[i])->forward(x); break;
+        default:
+          x = std::static_pointer_cast<BlockImpl>(layers_[i])
+                  ->forward(x, lengths, recompute.empty() ? Recompute::kNone : recompute.at(i));
+          break;
+      }
+    }
+    live[mi] = x;
   }
-  return x;
+  return live;
 }
 
-torch::Tensor TokenIds(const Batch& batch, const std::vector<int>& samples, int64_t iteration, int64_t vocab,
-                       bool targets) {
-  if (samples.empty()) throw Error("runtime: a microbatch without samples");
-  const int64_t G = static_cast<int64_t>(batch.samples.size());
-  int64_t seq = -1;
-  std::vector<int64_t> ids;
-  for (int x : samples) {
-    int64_t len = 0;
-    for (int64_t t : batch.samples[x].doc_text_tokens) len += t;
-    if (seq >= 0 && len != seq) {
-      throw Error(fmt::format("runtime: samples of {} and {} text tokens in one microbatch; the runtime needs "
-                              "equal lengths (the text workload)",
-                              seq, len));
-    }
-    seq = len;
-    const int64_t offset = 13 * (iteration * G + x);
-    for (int64_t p = 0; p < len; ++p) ids.push_back((7 * (p + (targets ? 1 : 0)) + offset) % vocab);
+bool LayerStackImpl::IsSharded(const std::string& name) const {
+  if (tp_->size < 2) return false;
+  for (const char* part : {".q.", ".k.", ".v.", ".o.", ".up.", ".gate.", ".down."}) {
+    if (name.find(part) != std::string::npos) return true;
   }
-  return torch::tensor(ids, torch::kLong).view({static_cast<int64_t>(samples.size()), seq});
+  return false;
+}
+
+torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInput& mb, int64_t vocab) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& s : packing.modules.back()) {
+    for (const Part& p : s.parts) {
+      parts.push_back(p.source >= 0 ? torch::full({p.tokens}, -100, torch::kLong)
+                                    : TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1));
+    }
+  }
+  return torch::cat(parts, 0);
+}
+
+torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens) {
+  const int64_t vocab = logits.size(-1);
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits.reshape({-1, vocab}), TextTargets(*mb.packing, mb, vocab),
+                          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
+         static_cast<double>(batch_text_tokens);
 }
 
 }  // namespace loom::runtime

@@ -1,27 +1,37 @@
-// libtorch modules for Loom's layers and the synthetic text data the runtime
-// trains on. Only runtime translation units (and the runtime tests) include
+// libtorch modules for Loom's layers and the synthetic data the runtime trains
+// on. Only runtime translation units (and the runtime tests and bench) include
 // this header: it pulls in torch/torch.h, which is slow to compile.
 //
 // Layers (what the runtime can build; others are a loom::Error naming them):
-//   embedding     token ids [n, s] -> [n, s, h]
-//   transformer   pre-norm (LayerNorm) attention with grouped-query heads and a
-//                 causal or bidirectional mask, then a gated (SiLU) or plain
-//                 (GELU) MLP, both residual; no biases (like the zoo's LLMs)
-//   lm_head       untied [n, s, h] -> logits [n, s, vocab]
+//   patch_embed   an image's patches (in_channels x patch^2 values each) ->
+//                 linear to hidden, the module's extra tokens (CLS) first,
+//                 plus learned positions
+//   embedding     token ids -> hidden (+ learned positions); in a text+inputs
+//                 module it also splices the input modules' tokens in front
+//                 of each document's text (runtime/packing.h)
+//   transformer   pre-norm (LayerNorm) attention with grouped-query heads, a
+//                 causal or bidirectional mask inside each packed sequence,
+//                 then a gated (SiLU) or plain (GELU) MLP, both residual; no biases
+//   mlp_projector linear, GELU, linear (with biases)
+//   lm_head       hidden -> logits; tied: the embedding's matrix (in another
+//                 stage: a copy whose gradient the worker sums with it)
+// Activations are packed: [1, tokens, width] per module (runtime/packing.h).
 // Frozen layers' parameters do not require gradients. Every layer's initial
-// weights are drawn from its own seed (the model's seed,
-// its module and layer index), so a stage built on any rank starts from the
-// weights the single-process reference starts from.
+// weights are drawn from its own seed (the model's seed, its module and layer
+// index), so a stage built on any rank starts from the weights the
+// single-process reference starts from.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <vector>
 
-#include "loom/data/sample.h"
 #include "loom/plan/plan.h"
+#include "loom/runtime/packing.h"
 #include "loom/spec/model.h"
 
 namespace loom::runtime {
@@ -31,32 +41,80 @@ namespace loom::runtime {
 // output (column parallel), the attention output and down projections by input
 // (row parallel); `all_reduce` sums a tensor over the TP group (the forward
 // after each row-parallel projection, the backward of each block input).
-// Embeddings, norms and the LM head are replicated. size 1: no TP.
+// Embeddings, norms, projectors and the LM head are replicated. size 1: no TP.
 struct TensorParallel {
   int rank = 0;
   int size = 1;
   std::function<void(torch::Tensor&)> all_reduce;
 };
 
+// Zero-bubble's split backward (ZB-H1, PipeWeaver): while `active`, the
+// backward of every linear layer computes its input gradient only and queues
+// what its weight gradient needs; ApplyWeightGradients computes those later
+// (the W pass). Norm, embedding and position weights take their gradients in
+// the input pass (they are small). Owned by one LayerStack.
+struct WeightGradDeferral {
+  struct Pending {
+    torch::Tensor weight, input, grad_output;
+  };
+  bool active = false;
+  std::vector<Pending> pending;
+};
+// weight.grad += grad_output^T input for each queued linear, in queue order.
+void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending);
+
+// What a stage's forward reads besides its input tensors: the microbatch's
+// packing and what seeds its synthetic data.
+struct MicrobatchInput {
+  const MicrobatchPacking* packing = nullptr;
+  int64_t iteration = 0;
+  int64_t batch_samples = 1;  // samples in the global batch (the data seeds)
+};
+
+// Per module index, its packed activation [1, tokens, width] (runtime/packing.h).
+using ModuleTensors = std::map<int, torch::Tensor>;
+
 class LayerStackImpl : public torch::nn::Module {
  public:
   LayerStackImpl(const Model& model, const std::vector<LayerRange>& layers, uint64_t seed,
                  const TensorParallel& tp = {});
-  torch::Tensor forward(torch::Tensor x);
+  // Runs the stack's layers on `in` (the tensors crossing into the stage;
+  // empty for the first) and returns, per module touched, its tensor after
+  // the stack's last layer of it, plus the inputs passed through unchanged.
+  // `recompute`: per layer of the stack, its activation checkpointing (empty: none).
+  ModuleTensors forward(ModuleTensors in, const MicrobatchInput& mb, const std::vector<Recompute>& recompute = {});
+  WeightGradDeferral& deferral() { return *deferral_; }
+  // The parameters TP splits (their statistics are summed over shards).
+  bool IsSharded(const std::string& parameter_name) const;
+  // Tied word embeddings across stages: the embedding matrix of a stack whose
+  // module's head lies elsewhere, and a tied head's copy of it (undefined if none).
+  torch::Tensor EmbeddingTable() const { return table_ ? *table_ : torch::Tensor(); }
+  torch::Tensor TiedHeadCopy() const { return tied_copy_; }
 
  private:
-  std::vector<std::shared_ptr<torch::nn::Module>> layers_;
+  const Model* model_;
+  std::vector<LayerRange> ranges_;
+  std::vector<std::shared_ptr<torch::nn::Module>> layers_;  // in range order
   std::vector<int> kinds_;
+  std::shared_ptr<WeightGradDeferral> deferral_;
+  std::shared_ptr<TensorParallel> tp_;
+  torch::Tensor* table_ = nullptr;
+  torch::Tensor tied_copy_;
 };
 TORCH_MODULE(LayerStack);
 
 // Throws loom::Error naming the first layer kind (or feature) the runtime cannot build.
 void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers);
 
-// Synthetic next-token data: sample x of iteration i is the arithmetic sequence
-// t_p = (7 p + 13 (i G + x)) mod vocab over its text tokens; the target of each
-// position is the next term. Learnable, deterministic, the same on every rank.
-torch::Tensor TokenIds(const Batch& batch, const std::vector<int>& samples, int64_t iteration, int64_t vocab,
-                       bool targets);
+// The loss module's next-token targets over its packed tokens: the text
+// sequence of sample x's document d at iteration i is the arithmetic sequence
+// t_p = (7 p + 13 (i G + x) + 29 d) mod vocab and each position targets the
+// next term; tokens spliced in from other modules (images) target nothing (-100).
+torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInput& mb, int64_t vocab);
+
+// Sum of the microbatch's per-token cross-entropy over `batch_text_tokens`
+// (runtime/packing.h BatchTextTokens): summed over all microbatches and
+// replicas, the mean next-token loss of the global batch.
+torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens);
 
 }  // namespace loom::runtime

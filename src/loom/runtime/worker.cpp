@@ -14,6 +14,7 @@
 #include "loom/cost/layer_pricing.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/packing.h"
 #include "loom/runtime/torch_model.h"
 
 namespace loom::runtime {
@@ -30,7 +31,7 @@ void Report(int fd, const std::string& line) {
   }
 }
 
-std::vector<int> SamplesOf(const MicrobatchWork& mb) {  // whole samples only (the text workload)
+std::vector<int> SamplesOf(const MicrobatchWork& mb) {  // whole samples (CompileForRuntime checked)
   std::vector<int> out;
   for (const auto& p : mb.pieces) out.push_back(p.sample);
   return out;
@@ -41,11 +42,44 @@ int Tag(Payload payload, int from, int to, int mb, int stages, int microbatches)
   return ((static_cast<int>(payload) * stages + from) * stages + to) * microbatches + mb;
 }
 
-// Whether microbatch k of stage v (in replica r) recomputes any layer fully.
-bool RecomputesFully(const ExecutionPlan& e, int r, int v, int k) {
+// Per layer of stage v, the recomputation microbatch k of replica r runs with.
+std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int k) {
   const auto& per_layer = e.replicas[r][v][k].layer_recompute;
-  if (per_layer.empty()) return e.stages[v].recompute == Recompute::kFull;
-  return std::find(per_layer.begin(), per_layer.end(), Recompute::kFull) != per_layer.end();
+  if (!per_layer.empty()) return per_layer;
+  return std::vector<Recompute>(e.stages[v].num_layers(), e.stages[v].recompute);
+}
+
+// One flat buffer of the tensors' values (a message or a bucket).
+torch::Tensor Flatten(const std::vector<torch::Tensor>& parts) {
+  std::vector<torch::Tensor> flat;
+  for (const auto& t : parts) flat.push_back(t.reshape({-1}));
+  return torch::cat(flat);
+}
+
+// `flat` cut into views shaped like `like`.
+std::vector<torch::Tensor> SplitLike(const torch::Tensor& flat, const std::vector<torch::Tensor>& like) {
+  std::vector<torch::Tensor> out;
+  int64_t off = 0;
+  for (const auto& t : like) {
+    out.push_back(flat.slice(0, off, off + t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+  return out;
+}
+
+// The stage's trainable parameters cut into `count` buckets of about equal
+// size, last parameters first (their gradients are ready first in the backward).
+std::vector<std::vector<torch::Tensor>> Buckets(const std::vector<torch::Tensor>& params, int count) {
+  int64_t total = 0;
+  for (const auto& p : params) total += p.numel();
+  std::vector<std::vector<torch::Tensor>> out(count);
+  int64_t seen = 0;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const int b = std::min<int64_t>(count - 1, seen * count / std::max<int64_t>(1, total));
+    out[b].push_back(*it);
+    seen += it->numel();
+  }
+  return out;
 }
 
 }  // namespace
@@ -69,12 +103,21 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                               name, u.tp));
     }
   }
-  if (workload.source.kind != "text") {
-    throw Error(fmt::format("runtime: workload '{}' ({} samples); the runtime feeds text samples so far",
-                            workload.name, workload.source.kind));
-  }
   ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch);
   for (const auto& st : exec.stages) CheckRunnable(model, st.layers);
+  for (const auto& stages : exec.replicas) {
+    for (const auto& mbs : stages) {
+      for (const auto& mb : mbs) {
+        for (const auto& piece : mb.pieces) {
+          if (piece.item >= 0) {
+            throw Error("runtime: microbatches that carry single images of a sample (PipeWeaver's encoder "
+                        "sub-microbatches) are not run yet");
+          }
+        }
+      }
+    }
+  }
+  PackMicrobatch(model, batch, {0});  // the workload's inputs are ones the runtime can pack
   return exec;
 }
 
@@ -102,18 +145,44 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     }
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
     std::map<int, LayerStack> stages;
+    std::map<int, std::vector<std::vector<torch::Tensor>>> buckets;  // stage -> its gradient buckets
     std::vector<torch::Tensor> params;
     for (int v = 0; v < exec.schedule.num_stages(); ++v) {
       if (exec.schedule.stage_rank[v] != me) continue;
       stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel));
+      std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
       for (auto& p : stages.at(v)->parameters()) {
-        if (p.requires_grad()) params.push_back(p);  // frozen layers get no optimizer state
+        if (p.requires_grad()) trainable.push_back(p);
       }
+      params.insert(params.end(), trainable.begin(), trainable.end());
+      buckets[v] = Buckets(trainable, kGradientBuckets);
     }
-    int64_t vocab = 0;
-    for (const auto& m : model.modules) {
-      for (const auto& l : m.layers) {
-        if (l.kind == LayerKind::kLmHead) vocab = l.vocab;
+    const int loss_module = static_cast<int>(model.modules.size()) - 1;
+    // Megatron's tied word embeddings: when the loss module's embedding and
+    // tied head are in different stages, each holds the matrix and their
+    // gradients are summed before every optimizer step (on this rank if it
+    // holds both, else over the pair of ranks).
+    std::vector<torch::Tensor> tied;
+    GlooGroup tie;
+    {
+      const Module& lm = model.modules[loss_module];
+      int embedding_stage = -1, head_stage = -1;
+      for (int v = 0; v < exec.schedule.num_stages(); ++v) {
+        for (const auto& r : exec.stages[v].layers) {
+          if (r.module != lm.name) continue;
+          if (r.begin == 0) embedding_stage = v;
+          if (r.end == static_cast<int>(lm.layers.size())) head_stage = v;
+        }
+      }
+      if (lm.layers.back().kind == LayerKind::kLmHead && lm.layers.back().tied && embedding_stage != head_stage &&
+          !lm.layers[0].frozen) {
+        const int re = exec.schedule.stage_rank[embedding_stage], rh = exec.schedule.stage_rank[head_stage];
+        if (re == me) tied.push_back(stages.at(embedding_stage)->EmbeddingTable());
+        if (rh == me) tied.push_back(stages.at(head_stage)->TiedHeadCopy());
+        if (re != rh && (re == me || rh == me)) {
+          tie = MakeGlooGroup(store, fmt::format("tie{}.{}", replica, shard), me == re ? 0 : 1, 2,
+                              spec.options.timeout_s, host);
+        }
       }
     }
     // A rank whose layers are all frozen has nothing to update.
@@ -123,21 +192,37 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     }
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
-      std::set<int> synced;  // stages whose gradients this step's collectives reduced
       // Drawing and compiling the step's batch is the loader's and planner's work:
       // done once, before the step's clock starts.
       if (step > 0) {
         batch = DrawBatch(*spec.workload, step);
         exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
       }
-      const auto t0 = std::chrono::steady_clock::now();
       const Schedule& sch = exec.schedule;
       const int S = sch.num_stages(), M = sch.num_microbatches;
       const int last = S - 1;
-      std::map<std::pair<int, int>, torch::Tensor> input, output, grad_out, recomputed;  // (stage, mb)
+      const int64_t batch_text_tokens = BatchTextTokens(batch);
+      std::map<std::pair<int, int>, MicrobatchPacking> packings;  // (stage, mb)
+      for (int v = 0; v < S; ++v) {
+        for (int k = 0; k < M; ++k) {
+          packings.emplace(std::make_pair(v, k), PackMicrobatch(model, batch, SamplesOf(exec.replicas[replica][v][k])));
+        }
+      }
+      auto input_of = [&](int v, int k) {
+        return MicrobatchInput{&packings.at({v, k}), step, static_cast<int64_t>(batch.samples.size())};
+      };
+      const auto t0 = std::chrono::steady_clock::now();
+      // Per (stage, mb): the tensors that entered the stage and those it hands
+      // on (the loss, on the last), in CrossingAfter order; received gradients
+      // (flat); weight gradients the W pass still owes.
+      std::map<std::pair<int, int>, std::vector<torch::Tensor>> input, output;
+      std::map<std::pair<int, int>, torch::Tensor> grad_out;
+      std::map<std::pair<int, int>, std::vector<WeightGradDeferral::Pending>> deferred;
       double loss_sum = 0;
-      // Sends in flight (the communication stream): their buffers live until the wait.
+      // Sends and gradient all-reduces in flight (the communication stream):
+      // their buffers live until the wait.
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
+      std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
       const bool last_step = step + 1 == spec.options.steps;
       for (size_t index = 0; index < sch.ranks[me].size(); ++index) {
         const Action& a = sch.ranks[me][index];
@@ -145,122 +230,147 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         switch (a.kind) {
           case ActionKind::kForward: {
-            torch::Tensor x;
-            if (v == 0) {
-              x = TokenIds(batch, SamplesOf(exec.replicas[replica][v][k]), step, vocab, false);
-            } else {
-              auto local = output.find({v - 1, k});  // the producer on this rank (interleaved): cut the graph here too
-              x = local != output.end() ? local->second.detach().requires_grad_(true) : input.at({v, k});
-              input[{v, k}] = x;
+            ModuleTensors in;
+            if (v > 0) {
+              const auto crossing = CrossingAfter(model, exec.stages[v - 1].layers.back());
+              // The producer on this rank (interleaved): cut the graph here too.
+              if (sch.stage_rank[v - 1] == me) {
+                std::vector<torch::Tensor> cut;
+                for (const auto& t : output.at({v - 1, k})) cut.push_back(t.detach().requires_grad_(true));
+                input[{v, k}] = cut;
+              }
+              const auto& received = input.at({v, k});
+              for (size_t i = 0; i < crossing.size(); ++i) in[crossing[i].module] = received[i];
             }
-            // Full recomputation (activation checkpointing): keep only the
-            // stage's input; the backward re-runs the forward. Decided per stage
-            // from its layers' choices for this microbatch (any `full` layer
-            // recomputes the stage: the same numbers, more memory than Loom's
-            // per-layer model assumes).
-            const bool recompute = RecomputesFully(exec, replica, v, k);
-            torch::Tensor y;
-            if (recompute && v != last) {
-              torch::NoGradGuard no_grad;
-              y = stages.at(v)->forward(x);
-              recomputed[{v, k}] = x;
-            } else {
-              y = stages.at(v)->forward(x);
-            }
+            const MicrobatchInput mb = input_of(v, k);
+            ModuleTensors out = stages.at(v)->forward(in, mb, LayerRecompute(exec, replica, v, k));
+            std::vector<torch::Tensor>& handed = output[{v, k}];
             if (v == last) {
-              const auto targets = TokenIds(batch, SamplesOf(exec.replicas[replica][v][k]), step, vocab, true);
-              y = torch::nn::functional::cross_entropy(y.reshape({-1, y.size(-1)}), targets.reshape({-1})) / M;
-              loss_sum += y.item<double>();
+              torch::Tensor loss = TextLoss(out.at(loss_module), mb, batch_text_tokens);
+              loss_sum += loss.item<double>();
+              handed.push_back(loss);
+            } else {
+              for (const auto& c : CrossingAfter(model, exec.stages[v].layers.back())) handed.push_back(out.at(c.module));
             }
-            output[{v, k}] = y;
             break;
           }
           case ActionKind::kBackward:
           case ActionKind::kBackwardData: {
-            // ZB-H1's split: the weight gradient is computed here with the data gradient for now.
-            if (auto again = recomputed.find({v, k}); again != recomputed.end()) {
-              output[{v, k}] = stages.at(v)->forward(again->second);  // the recomputation
-              recomputed.erase(again);
-            }
-            torch::Tensor& y = output.at({v, k});
-            if (!y.requires_grad()) break;  // frozen layers fed by nothing trainable: no backward at all
+            std::vector<torch::Tensor> outs, grads;
+            const auto& handed = output.at({v, k});
             if (v == last) {
-              y.backward();
+              outs = handed;
+              grads.push_back(torch::ones_like(handed[0]));
             } else {
-              auto local = input.find({v + 1, k});
-              const torch::Tensor g = local != input.end() && sch.stage_rank[v + 1] == me
-                                          ? local->second.grad()
-                                          : grad_out.at({v, k});
-              y.backward(g);
+              std::vector<torch::Tensor> g;
+              if (sch.stage_rank[v + 1] == me) {
+                for (const auto& t : input.at({v + 1, k})) g.push_back(t.grad());
+              } else {
+                g = SplitLike(grad_out.at({v, k}), handed);
+              }
+              for (size_t i = 0; i < handed.size(); ++i) {
+                if (handed[i].requires_grad() && g[i].defined()) {
+                  outs.push_back(handed[i]);
+                  grads.push_back(g[i]);
+                }
+              }
             }
+            if (outs.empty()) break;  // frozen layers fed by nothing trainable: no backward at all
+            WeightGradDeferral& deferral = stages.at(v)->deferral();
+            deferral.active = a.kind == ActionKind::kBackwardData;  // ZB: weight gradients wait for W
+            torch::autograd::backward(outs, grads);
+            deferral.active = false;
+            if (!deferral.pending.empty()) deferred[{v, k}] = std::move(deferral.pending);
+            deferral.pending.clear();
+            output.erase({v, k});  // the graph is spent
             break;
           }
           case ActionKind::kBackwardWeight:
+            if (auto d = deferred.find({v, k}); d != deferred.end()) {
+              ApplyWeightGradients(d->second);
+              deferred.erase(d);
+            }
             break;
           case ActionKind::kSend: {
             const bool act = a.payload == Payload::kActivation;
             const int to = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
-            torch::Tensor t = act ? output.at({v, k}).detach() : input.at({v, k}).grad();
-            if (!t.defined()) t = torch::zeros_like(input.at({v, k}));  // nothing trainable upstream needs it
+            std::vector<torch::Tensor> parts;
+            if (act) {
+              for (const auto& t : output.at({v, k})) parts.push_back(t.detach());
+            } else {
+              for (const auto& t : input.at({v, k})) {
+                parts.push_back(t.grad().defined() ? t.grad() : torch::zeros_like(t));  // nothing trainable upstream
+              }
+            }
             const int tag = act ? Tag(a.payload, v, to, k, S, M) : Tag(a.payload, to, v, k, S, M);
-            sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{t.contiguous()});
+            sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(parts)});
             sending.back().first = SendAsync(*pg, sending.back().second, global_of(a.peer), tag);
             break;
           }
           case ActionKind::kRecv: {
             const bool act = a.payload == Payload::kActivation;
             const int mine = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
-            // Shapes follow from the microbatch: [samples, tokens, hidden] of the
-            // producer's last layer (the samples have equal lengths: TokenIds checked
-            // them at the first stage's forward).
-            const auto& pieces = exec.replicas[replica][act ? mine : v][k].pieces;
-            int64_t seq = 0;
-            for (int64_t tokens : batch.samples[pieces.front().sample].doc_text_tokens) seq += tokens;
-            const auto& range = exec.stages[act ? v : mine].layers.back();
-            const int64_t hidden =
-                model.modules[model.FindModule(range.module)].layers[range.end - 1].hidden;
-            torch::Tensor t = torch::empty({static_cast<int64_t>(pieces.size()), seq, hidden});
             const int tag = act ? Tag(a.payload, v, mine, k, S, M) : Tag(a.payload, mine, v, k, S, M);
-            Recv(*pg, t, global_of(a.peer), tag);
             if (act) {
-              input[{mine, k}] = t.requires_grad_(true);
+              // Shapes follow from the microbatch's packing: the modules crossing
+              // the boundary after the producer's last layer.
+              std::vector<torch::Tensor> shapes;
+              const MicrobatchPacking& packing = packings.at({v, k});
+              for (const auto& c : CrossingAfter(model, exec.stages[v].layers.back())) {
+                shapes.push_back(torch::empty({1, packing.Tokens(c.module), c.width}));
+              }
+              torch::Tensor flat = Flatten(shapes);
+              Recv(*pg, flat, global_of(a.peer), tag);
+              std::vector<torch::Tensor> received;
+              for (auto& t : SplitLike(flat, shapes)) received.push_back(t.clone().requires_grad_(true));
+              input[{mine, k}] = received;
             } else {
-              grad_out[{mine, k}] = t;
+              int64_t numel = 0;
+              for (const auto& t : output.at({mine, k})) numel += t.numel();
+              torch::Tensor flat = torch::empty({numel});
+              Recv(*pg, flat, global_of(a.peer), tag);
+              grad_out[{mine, k}] = flat;
             }
             break;
           }
           case ActionKind::kCollective: {
-            // The stage's gradients averaged over its data-parallel group: each
-            // replica's loss is its slice's mean over M microbatches, and the
-            // slices are equal, so the mean of replicas is the global batch's.
-            // One all-reduce per stage, at its first bucket (the buckets are the
-            // simulator's overlap model; here they run back to back anyway).
-            if (D < 2 || !synced.insert(v).second) break;
+            // One bucket of the stage's gradients summed over its data-parallel
+            // group (each replica's loss is its share of the global batch's
+            // mean, so the sum is the global gradient); asynchronous, finished
+            // at the wait.
+            if (D < 2) break;
+            const auto& bucket = buckets.at(v).at(a.bucket);
+            if (bucket.empty()) break;
             std::vector<torch::Tensor> grads;
-            for (auto& p : stages.at(v)->parameters()) {
-              grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
-            }
-            torch::Tensor flat = torch::cat([&] {
-              std::vector<torch::Tensor> views;
-              for (auto& g : grads) views.push_back(g.reshape({-1}));
-              return views;
-            }());
-            AllReduceSum(*dp, flat);
-            flat.div_(D);
-            int64_t off = 0;
-            for (auto& p : stages.at(v)->parameters()) {
-              const int64_t n = p.numel();
-              if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-              p.mutable_grad().copy_(flat.slice(0, off, off + n).view_as(p));
-              off += n;
-            }
+            for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+            reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(grads)}, v, a.bucket);
+            std::get<0>(reducing.back()) = AllReduceAsync(*dp, std::get<1>(reducing.back()));
             break;
           }
           case ActionKind::kWait:
             for (auto& [work, buffers] : sending) work->wait();
             sending.clear();
+            for (auto& [work, flat, stage, b] : reducing) {
+              work->wait();
+              auto& bucket = buckets.at(stage).at(b);
+              const auto parts = SplitLike(flat[0], bucket);
+              for (size_t i = 0; i < bucket.size(); ++i) {
+                if (!bucket[i].grad().defined()) bucket[i].mutable_grad() = torch::zeros_like(bucket[i]);
+                bucket[i].mutable_grad().copy_(parts[i]);
+              }
+            }
+            reducing.clear();
             break;
           case ActionKind::kOptimizerStep:
+            if (!tied.empty()) {
+              torch::NoGradGuard no_grad;
+              torch::Tensor sum = torch::zeros_like(tied[0]);
+              for (const auto& t : tied) {
+                if (t.grad().defined()) sum += t.grad();
+              }
+              if (tie) AllReduceSum(*tie, sum);
+              for (auto& t : tied) t.mutable_grad() = sum.clone();
+            }
             if (opt) {
               opt->step();
               opt->zero_grad();
@@ -295,12 +405,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         torch::Tensor stats = torch::tensor(
             {w.sum().item<double>(), w.pow(2).sum().item<double>(), w.abs().sum().item<double>()}, torch::kDouble);
         const std::string& name = item.key();
-        const bool sharded = T > 1 && (name.find(".q.") != std::string::npos || name.find(".k.") != std::string::npos ||
-                                       name.find(".v.") != std::string::npos || name.find(".o.") != std::string::npos ||
-                                       name.find(".up.") != std::string::npos ||
-                                       name.find(".gate.") != std::string::npos ||
-                                       name.find(".down.") != std::string::npos);
-        if (sharded) AllReduceSum(*tp, stats);
+        if (name.size() >= 10 && name.compare(name.size() - 10, 10, "tied_table") == 0) continue;  // a copy
+        if (stack->IsSharded(name)) AllReduceSum(*tp, stats);
         if (replica == 0 && shard == 0) {
           Report(fd, fmt::format("param {:.17g} {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>(),
                                  stats[2].item<double>()));

@@ -1,0 +1,152 @@
+#include "loom/runtime/packing.h"
+
+#include <fmt/format.h>
+
+#include "loom/cost/token_stats.h"
+#include "loom/error.h"
+
+namespace loom::runtime {
+
+int64_t MicrobatchPacking::Tokens(int module) const {
+  int64_t n = 0;
+  for (const auto& s : modules[module]) n += s.tokens;
+  return n;
+}
+
+std::vector<int64_t> MicrobatchPacking::Lengths(int module) const {
+  std::vector<int64_t> out;
+  for (const auto& s : modules[module]) out.push_back(s.tokens);
+  return out;
+}
+
+int64_t MicrobatchPacking::TextTokens() const {
+  int64_t n = 0;
+  for (const auto& s : modules.back()) {
+    for (const auto& p : s.parts) n += p.source < 0 ? p.tokens : 0;
+  }
+  return n;
+}
+
+int64_t BatchTextTokens(const Batch& batch) {
+  int64_t n = 0;
+  for (const auto& s : batch.samples) n += s.text_tokens;
+  return n;
+}
+
+namespace {
+
+void CheckPackable(const Module& m) {
+  const TokenRule& r = m.tokens;
+  auto fail = [&](const std::string& what) {
+    throw Error(fmt::format("runtime: module {}: {} is not run yet", m.name, what));
+  };
+  switch (r.source) {
+    case TokenSource::kVideo: fail("video input"); break;
+    case TokenSource::kAudio: fail("audio input"); break;
+    case TokenSource::kImage:
+      if (r.merge != 1 || r.tokens_per_image > 0 || r.out_tokens_per_image > 0) {
+        fail("an image rule with merged, fixed or pooled tokens (merge, tokens_per_image, out_tokens_per_image)");
+      }
+      break;
+    case TokenSource::kInputs:
+    case TokenSource::kTextAndInputs:
+      if (r.downsample != 1) fail(fmt::format("token downsampling by {}", r.downsample));
+      break;
+    case TokenSource::kText: break;
+  }
+}
+
+}  // namespace
+
+MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<int>& samples) {
+  if (samples.empty()) throw Error("runtime: a microbatch without samples");
+  MicrobatchPacking out;
+  out.modules.resize(model.modules.size());
+  for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+    const Module& m = model.modules[mi];
+    CheckPackable(m);
+    auto& seqs = out.modules[mi];
+    // Where each input module's sequences of (sample, doc) start in its packed output.
+    auto inputs_of = [&](int sample, int doc, bool whole_sample) {
+      std::vector<Part> parts;
+      for (int p : m.inputs) {
+        int64_t offset = 0;
+        for (const auto& s : out.modules[p]) {
+          if (s.sample == sample && (whole_sample || s.doc == doc)) parts.push_back({p, offset, s.tokens});
+          offset += s.tokens;
+        }
+      }
+      return parts;
+    };
+    for (int x : samples) {
+      const Sample& sample = batch.samples.at(x);
+      switch (m.tokens.source) {
+        case TokenSource::kText:
+          for (int d = 0; d < sample.num_docs(); ++d) {
+            const int64_t t = sample.doc_text_tokens[d];
+            if (t > 0) seqs.push_back({x, d, -1, t, {{-1, 0, t}}});
+          }
+          break;
+        case TokenSource::kImage:
+          for (size_t i = 0; i < sample.images.size(); ++i) {
+            const auto& im = sample.images[i];
+            const int64_t t = ImageTokens(m.tokens, im.width_px, im.height_px);
+            seqs.push_back({x, im.doc, static_cast<int>(i), t, {{-1, 0, t}}});
+          }
+          break;
+        case TokenSource::kInputs:
+          for (const Part& part : inputs_of(x, 0, true)) {
+            int64_t offset = 0, image = -1, doc = 0;
+            for (const auto& s : out.modules[part.source]) {  // the input sequence this part is
+              if (offset == part.offset) {
+                image = s.image;
+                doc = s.doc;
+              }
+              offset += s.tokens;
+            }
+            seqs.push_back({x, static_cast<int>(doc), static_cast<int>(image), part.tokens, {part}});
+          }
+          break;
+        case TokenSource::kTextAndInputs:
+          for (int d = 0; d < sample.num_docs(); ++d) {
+            PackedSequence s{x, d, -1, 0, inputs_of(x, d, false)};
+            const int64_t text = sample.doc_text_tokens[d];
+            if (text > 0) s.parts.push_back({-1, 0, text});
+            for (const auto& p : s.parts) s.tokens += p.tokens;
+            if (s.tokens > 0) seqs.push_back(std::move(s));
+          }
+          break;
+        default: break;  // CheckPackable threw
+      }
+    }
+  }
+  return out;
+}
+
+int64_t OutputWidth(const Model& model, int module, int layer) {
+  const Layer& l = model.modules[module].layers[layer];
+  switch (l.kind) {
+    case LayerKind::kMlpProjector: return l.out_dim;
+    case LayerKind::kLmHead: return l.vocab;
+    default: return l.hidden;
+  }
+}
+
+std::vector<BoundaryTensor> CrossingAfter(const Model& model, const LayerRange& last) {
+  const int current = model.FindModule(last.module);
+  const bool finished = last.end == static_cast<int>(model.modules[current].layers.size());
+  std::vector<BoundaryTensor> out;
+  for (int j = 0; j <= current; ++j) {
+    bool crosses = j == current && !finished;
+    for (size_t i = current + 1; i < model.modules.size() && !crosses; ++i) {
+      for (int p : model.modules[i].inputs) crosses = crosses || p == j;
+    }
+    if (crosses) {
+      const int end = j == current ? last.end : static_cast<int>(model.modules[j].layers.size());
+      out.push_back({j, OutputWidth(model, j, end - 1)});
+    }
+  }
+  return out;
+}
+
+}  // namespace loom::runtime

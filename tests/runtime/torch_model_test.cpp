@@ -1,0 +1,128 @@
+// The runtime's model pieces in one process: packing worked out by hand,
+// what crosses a stage boundary, the zero-bubble split of the backward, and
+// recomputation, each against plain autograd on the same layers.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "loom/error.h"
+#include "loom/runtime/packing.h"
+#include "loom/runtime/torch_model.h"
+#include "loom/spec/model.h"
+
+namespace loom {
+namespace {
+
+const std::string kVlm = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml";
+const std::string kVlm2 = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm2.yaml";
+
+// One sample: document 0 has 5 text tokens and two 32 px images, document 1
+// has 3 text tokens and one image; a second sample is one 4-token document.
+Batch HandBatch() {
+  Batch b;
+  Sample s;
+  s.AddDoc(5);
+  s.AddDoc(3);
+  s.images = {{32, 32, 0}, {32, 32, 0}, {32, 32, 1}};
+  Sample t;
+  t.AddDoc(4);
+  b.samples = {s, t};
+  return b;
+}
+
+TEST(RuntimePacking, FollowsTheTokenRulesByHand) {
+  const Model m = LoadModel(kVlm);
+  const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, HandBatch(), {0, 1});
+  // Vision: one sequence per image, (32/8)^2 patches + CLS = 17 tokens.
+  EXPECT_EQ(p.Lengths(0), (std::vector<int64_t>{17, 17, 17}));
+  EXPECT_EQ(p.Lengths(1), (std::vector<int64_t>{17, 17, 17}));  // the projector keeps them
+  // LLM: per document, its images' tokens then its text.
+  EXPECT_EQ(p.Lengths(2), (std::vector<int64_t>{17 + 17 + 5, 17 + 3, 4}));
+  const auto& doc1 = p.modules[2][1];
+  ASSERT_EQ(doc1.parts.size(), 2u);
+  EXPECT_EQ(doc1.parts[0].source, 1);
+  EXPECT_EQ(doc1.parts[0].offset, 34);  // the third image in the projector's packed output
+  EXPECT_EQ(doc1.parts[1].source, -1);
+  EXPECT_EQ(p.TextTokens(), 5 + 3 + 4);
+  EXPECT_EQ(runtime::BatchTextTokens(HandBatch()), 12);
+}
+
+TEST(RuntimePacking, BoundariesCarryWhatLaterModulesRead) {
+  const Model m = LoadModel(kVlm2);  // vision, coarse, projector, coarse_projector, llm
+  auto modules = [&](const LayerRange& r) {
+    std::vector<int> out;
+    for (const auto& t : runtime::CrossingAfter(m, r)) out.push_back(t.module);
+    return out;
+  };
+  EXPECT_EQ(modules({"vision", 0, 2}), (std::vector<int>{0}));             // inside the first encoder
+  EXPECT_EQ(modules({"vision", 0, 3}), (std::vector<int>{0}));             // finished: the projector reads it
+  EXPECT_EQ(modules({"coarse", 0, 1}), (std::vector<int>{0, 1}));          // both encoders' tokens ride along
+  EXPECT_EQ(modules({"projector", 0, 1}), (std::vector<int>{1, 2}));
+  EXPECT_EQ(modules({"coarse_projector", 0, 1}), (std::vector<int>{2, 3}));
+  EXPECT_EQ(modules({"llm", 0, 3}), (std::vector<int>{4}));
+  EXPECT_EQ(runtime::CrossingAfter(m, {"coarse_projector", 0, 1})[1].width, 64);
+}
+
+// Loss and all parameter gradients of tiny-vlm on the hand batch, with each
+// layer's recomputation and the backward split or not.
+struct Grads {
+  double loss = 0;
+  std::vector<torch::Tensor> grads;
+};
+
+Grads Train(Recompute recompute, bool split) {
+  const Model m = LoadModel(kVlm);
+  std::vector<LayerRange> all;
+  for (const auto& mod : m.modules) all.push_back({mod.name, 0, static_cast<int>(mod.layers.size())});
+  runtime::LayerStack stack(m, all, 7);
+  const Batch batch = HandBatch();
+  const runtime::MicrobatchPacking packing = runtime::PackMicrobatch(m, batch, {0, 1});
+  const runtime::MicrobatchInput mb{&packing, 0, 2};
+  int layers = 0;
+  for (const auto& mod : m.modules) layers += static_cast<int>(mod.layers.size());
+  auto out = stack->forward({}, mb, std::vector<Recompute>(layers, recompute));
+  auto loss = runtime::TextLoss(out.at(2), mb, runtime::BatchTextTokens(batch));
+  stack->deferral().active = split;
+  loss.backward();
+  stack->deferral().active = false;
+  Grads g;
+  g.loss = loss.item<double>();
+  if (split) {
+    // Only the linear layers' weights wait; their gradients are not there yet.
+    EXPECT_FALSE(stack->deferral().pending.empty());
+    int undefined = 0;
+    for (const auto& p : stack->parameters()) undefined += p.grad().defined() ? 0 : 1;
+    std::set<const void*> waiting;  // a weight used several times (per image) waits once per use
+    for (const auto& w : stack->deferral().pending) waiting.insert(w.weight.unsafeGetTensorImpl());
+    EXPECT_EQ(undefined, static_cast<int>(waiting.size()));
+    runtime::ApplyWeightGradients(stack->deferral().pending);
+  }
+  for (const auto& p : stack->parameters()) g.grads.push_back(p.grad().clone());
+  return g;
+}
+
+TEST(RuntimeModel, SplitBackwardAndRecomputationGiveAutogradsGradients) {
+  const Grads plain = Train(Recompute::kNone, false);
+  EXPECT_GT(plain.loss, 0);
+  for (auto [recompute, split] : {std::pair{Recompute::kNone, true}, std::pair{Recompute::kSelective, false},
+                                  std::pair{Recompute::kFull, false}, std::pair{Recompute::kFull, true}}) {
+    SCOPED_TRACE(testing::Message() << "recompute " << static_cast<int>(recompute) << " split " << split);
+    const Grads g = Train(recompute, split);
+    EXPECT_DOUBLE_EQ(g.loss, plain.loss);
+    ASSERT_EQ(g.grads.size(), plain.grads.size());
+    for (size_t i = 0; i < g.grads.size(); ++i) {
+      ASSERT_TRUE(g.grads[i].defined()) << i;
+      EXPECT_TRUE(torch::allclose(g.grads[i], plain.grads[i], 1e-4, 1e-6)) << i;
+    }
+  }
+}
+
+TEST(RuntimeModel, InputsItCannotPackAreErrors) {
+  Model m = LoadModel(kVlm);
+  m.modules[0].tokens.merge = 2;
+  EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), {0}), Error);
+  EXPECT_THROW(runtime::PackMicrobatch(LoadModel(kVlm), HandBatch(), {}), Error);
+}
+
+}  // namespace
+}  // namespace loom
