@@ -245,5 +245,48 @@ TEST(Profile, CorrectionInterpolatesInLogTokens) {
   EXPECT_NEAR(t.backward_data_s + t.backward_weight_s, 5e-3, 1e-12);
 }
 
+// What `loom profile` writes reads back as the same profile; a profile
+// measured in fp32 (the CPU runtime) corrects fp32 layers to its measurements
+// and leaves 16-bit ones to the fitted roofline (and the reverse for bf16).
+TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
+  Profile p = ShippedH100();
+  p.layers.resize(2);
+  p.applies_to.clear();
+  p.precision = Precision::kFp32;
+  p.source = "test";
+  const Profile back = ParseProfile(ProfileToYaml(p), "written.yaml");
+  EXPECT_EQ(back.gpu, p.gpu);
+  EXPECT_TRUE(back.applies_to.empty());
+  EXPECT_EQ(back.precision, Precision::kFp32);
+  ASSERT_EQ(back.ops.size(), p.ops.size());
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    EXPECT_EQ(back.ops[i].op, p.ops[i].op);
+    EXPECT_DOUBLE_EQ(back.ops[i].flops, p.ops[i].flops);
+    EXPECT_NEAR(back.ops[i].time_s, p.ops[i].time_s, 1e-8 * p.ops[i].time_s);
+  }
+  ASSERT_EQ(back.layers.size(), 2u);
+  EXPECT_EQ(back.layers[1].shape, p.layers[1].shape);
+  EXPECT_EQ(back.layers[1].seq, p.layers[1].seq);
+  const ProfiledCostModel model(back);
+  const ProfileLayerPoint& pt = back.layers[0];
+  Layer l;
+  l.hidden = pt.shape.hidden;
+  l.ffn_hidden = pt.shape.ffn_hidden;
+  l.heads = pt.shape.heads;
+  l.kv_heads = pt.shape.kv_heads;
+  l.gated_mlp = pt.shape.gated;
+  l.causal = pt.shape.causal;
+  TokenStats t;
+  t.tokens = static_cast<double>(pt.batch * pt.seq);
+  t.sum_sq = static_cast<double>(pt.batch * pt.seq * pt.seq);
+  t.sequences = static_cast<double>(pt.batch);
+  const ComputeTimes fp32 = model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"),
+                                               Precision::kFp32);
+  EXPECT_NEAR(fp32.forward_s, pt.forward_s, 1e-9 * pt.forward_s);  // at its anchor: the measurement
+  const ComputeTimes bf16 = model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"),
+                                               Precision::kBf16);
+  EXPECT_GT(std::abs(bf16.forward_s - pt.forward_s), 1e-3 * pt.forward_s);  // not corrected: another precision
+}
+
 }  // namespace
 }  // namespace loom

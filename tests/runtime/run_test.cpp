@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "loom/cost/profile.h"
 #include "loom/data/sample_source.h"
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/torch_model.h"
@@ -311,6 +312,29 @@ TEST(Runtime, TwoNodesRunTheSamePlanAsOne) {
   auto [code2, out2] = LoomCli(args + " --nnodes 2 --node-rank 2 --master 127.0.0.1:1");
   EXPECT_EQ(code2, 2) << out2;
   EXPECT_NE(out2.find("--node-rank 2"), std::string::npos) << out2;
+}
+
+// `loom profile` closes the loop: with the profile it writes of this machine,
+// the simulator's prediction of a run (given as Megatron flags, no plan file)
+// lands near what the run measures; the H100's shipped profile is three orders
+// of magnitude faster than a CPU core, so this fails if the profile is not used.
+TEST(Runtime, ItsOwnProfilePredictsTheRun) {
+  const std::string profile = test::WriteTemp("cpu-profile.yaml", "");
+  auto [code, out] = LoomCli("profile --model " + kModel + " --tokens 32,64 --repeats 3 --out " + profile);
+  ASSERT_EQ(code, 0) << out;
+  const Profile p = LoadProfile(profile);
+  EXPECT_EQ(p.precision, Precision::kFp32);
+  EXPECT_EQ(p.layers.size(), 3u);  // one shape at (1, 32), (2, 32), (1, 64)
+  auto [code2, out2] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData +
+                               " --pp 2 --microbatches 4 --steps 3 --threads 1 --compare --json --profile " + profile);
+  ASSERT_EQ(code2, 0) << out2;
+  const auto j = nlohmann::json::parse(out2);
+  const double ratio = j["measured_iteration_time_s"].get<double>() / j["simulated_iteration_time_s"].get<double>();
+  EXPECT_GT(ratio, 1.0 / 3) << out2;
+  EXPECT_LT(ratio, 3.0) << out2;
+  auto [code3, out3] = LoomCli("profile --model " + kModel + " --tokens 64,0");
+  EXPECT_EQ(code3, 2) << out3;
+  EXPECT_NE(out3.find("--tokens: 0"), std::string::npos) << out3;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <unistd.h>
 
 #include "loom/data/sample_source.h"
@@ -23,6 +24,7 @@
 #include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
+#include "loom/runtime/profiler.h"
 #ifdef LOOM_HAVE_RUNTIME
 #include "loom/runtime/run.h"
 #endif
@@ -132,7 +134,8 @@ int main(int argc, char** argv) {
   std::string run_trace, run_profile = "default";
   run->add_option("--model", run_model, "built-in model name or YAML file")->required();
   run->add_option("--cluster", run_cluster, "the cluster the plan was made for")->required();
-  run->add_option("--plan", run_plan, "plan JSON file (a plan or a `loom plan --json` output)")->required();
+  run->add_option("--plan", run_plan, "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
+                                      "Megatron flags below describe");
   run->add_option("--strategy", run_strategy, "with a `loom plan --json` file: whose plan (default: the best)");
   run_workload.Add(run);
   run->add_option("--steps", run_steps, "training steps")->check(CLI::PositiveNumber);
@@ -152,7 +155,38 @@ int main(int argc, char** argv) {
   run->add_option("--trace", run_trace, "write a Chrome trace (Perfetto) of the last step as it ran");
   run->add_flag("--compare", run_compare, "print the simulator's prediction of the last step beside what ran");
   run->add_option("--profile", run_profile, "cost model for --compare (default|roofline|FILE)");
+  // Without --plan: a Megatron-LM layout, as `loom simulate` takes it.
+  loom::ParallelConfig run_cfg;
+  std::string run_schedule = "1f1b", run_recompute = "none";
+  run->add_option("--tp", run_cfg.tp, "without --plan: tensor parallel degree")->check(CLI::PositiveNumber);
+  run->add_option("--pp", run_cfg.pp, "without --plan: pipeline parallel degree")->check(CLI::PositiveNumber);
+  run->add_option("--dp", run_cfg.dp, "without --plan: data parallel degree")->check(CLI::PositiveNumber);
+  run->add_option("--vpp", run_cfg.vpp, "without --plan: virtual stages per rank (interleaved)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--microbatches", run_cfg.microbatches, "without --plan: microbatches per replica")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--schedule", run_schedule, "without --plan: gpipe | 1f1b | interleaved | zb-h1");
+  run->add_option("--recompute", run_recompute, "without --plan: none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  int run_threads = 0;
+  run->add_option("--threads", run_threads, "intra-op threads per rank (default: cores / local ranks, at least 1)")
+      ->check(CLI::PositiveNumber);
   app.add_subcommand("clusters", "list the built-in GPUs and testbeds");
+
+  CLI::App* prof = app.add_subcommand("profile", "measure the runtime's layers and kernels on this machine and "
+                                                 "write a profile the simulator reads (--profile FILE)");
+  std::string prof_model, prof_out;
+  std::string prof_tokens = "64,256,1024";
+  loom::runtime::ProfilerOptions prof_options;
+  prof->add_option("--model", prof_model, "built-in model name or YAML file: its layer shapes are measured")
+      ->required();
+  prof->add_option("--device", prof_options.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  prof->add_option("--gpu", prof_options.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
+  prof->add_option("--threads", prof_options.threads, "intra-op threads (the runtime's per rank)")
+      ->check(CLI::PositiveNumber);
+  prof->add_option("--tokens", prof_tokens, "token counts to measure, comma-separated");
+  prof->add_option("--repeats", prof_options.repeats, "timed runs per point (median)")->check(CLI::PositiveNumber);
+  prof->add_option("--out", prof_out, "write the profile here (default: standard output)");
 
   CLI::App* inspect = app.add_subcommand("inspect", "per-module parameters, FLOPs and intensity");
   std::string model_name;
@@ -290,12 +324,56 @@ int main(int argc, char** argv) {
       for (const auto& o : cmp.outcomes) any = any || o.ok();
       if (!any) throw loom::Error("no strategy found a plan that fits; see the reasons above");
     }
+    if (app.got_subcommand("profile")) {
+      const loom::Model model = loom::LoadModel(prof_model);
+      prof_options.tokens.clear();
+      std::stringstream list(prof_tokens);
+      for (std::string item; std::getline(list, item, ',');) {
+        try {
+          size_t used = 0;
+          prof_options.tokens.push_back(std::stoll(item, &used));
+          if (used != item.size()) throw std::invalid_argument(item);
+        } catch (const std::exception&) {
+          throw loom::Error(fmt::format("--tokens: '{}' is not an integer; valid: e.g. 64,256,1024", item));
+        }
+      }
+#ifdef LOOM_HAVE_RUNTIME
+      const loom::Profile profile = loom::runtime::MeasureProfile(model, prof_options);
+      const std::string yaml = loom::ProfileToYaml(profile);
+      if (prof_out.empty()) {
+        std::cout << yaml;
+      } else {
+        std::ofstream out(prof_out);
+        out << "# Written by `loom profile --model " << prof_model << " --device " << prof_options.device
+            << " --threads " << prof_options.threads << " --tokens " << prof_tokens << "`\n" << yaml;
+        if (!out) throw loom::Error(fmt::format("--out {}: cannot write", prof_out));
+        std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", prof_out, profile.layers.size(),
+                                 profile.ops.size());
+      }
+#else
+      throw loom::Error("loom profile: this build has no runtime (libtorch was not found when it was configured; "
+                        "scripts/install-deps.sh installs libtorch-dev)");
+#endif
+    }
     if (app.got_subcommand("run")) {
       loom::Model model = loom::LoadModel(run_model);
       loom::Cluster cluster = loom::LoadCluster(run_cluster);
       std::optional<loom::Workload> w = run_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
-      loom::Plan p = loom::LoadPlanFile(run_plan, run_strategy).plan;
+      loom::Plan p;
+      if (!run_plan.empty()) {
+        p = loom::LoadPlanFile(run_plan, run_strategy).plan;
+      } else {
+        run_cfg.schedule = loom::ParseScheduleKind(run_schedule, "--schedule");
+        run_cfg.recompute = run_recompute == "full"        ? loom::Recompute::kFull
+                            : run_recompute == "selective" ? loom::Recompute::kSelective
+                                                           : loom::Recompute::kNone;
+        run_cfg.Validate(model, cluster, workload);
+        const loom::Batch first = loom::DrawBatch(workload, 0);
+        p = loom::MegatronConfigPlan(loom::StrategyContext{model, cluster, workload, first, {}}, run_cfg);
+        run_plan = fmt::format("tp {} pp {} dp {} vpp {} {}", run_cfg.tp, run_cfg.pp, run_cfg.dp, run_cfg.vpp,
+                               run_schedule);
+      }
 #ifdef LOOM_HAVE_RUNTIME
       loom::RunOptions o;
       o.steps = run_steps;
@@ -303,6 +381,7 @@ int main(int argc, char** argv) {
       o.learning_rate = run_lr;
       o.kill_rank = run_kill_rank;
       o.kill_step = run_kill_step;
+      o.threads_per_rank = run_threads;
       // Several machines, torchrun-style: flags, else the environment.
       auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
       auto parse_int = [](const std::string& text, const char* what) {
@@ -341,7 +420,10 @@ int main(int argc, char** argv) {
       loom::PlanRun simulated;
       if (!run_trace.empty() || run_compare) {
         cluster.cost_model = loom::SelectCostModel(run_profile, cluster.gpu);
-        simulated = loom::RunPlan(model, cluster, workload, p, last_batch);  // the last step's plan, as compiled
+        // The runtime computes in fp32 (on the CPU): so does the prediction.
+        loom::Workload as_run = workload;
+        as_run.precision = loom::Precision::kFp32;
+        simulated = loom::RunPlan(model, cluster, as_run, p, last_batch);  // the last step's plan, as compiled
       }
       if (!run_trace.empty()) {
         const int P = simulated.exec.schedule.num_ranks;

@@ -41,7 +41,7 @@ std::shared_ptr<const CostModel> SelectCostModel(const std::string& value, const
   if (value == "roofline") return std::make_shared<const RooflineCostModel>();
   if (value == "default" || value.empty()) return DefaultCostModel(gpu);
   Profile p = LoadProfile(value);
-  if (std::find(p.applies_to.begin(), p.applies_to.end(), gpu.name) == p.applies_to.end()) {
+  if (p.gpu != gpu.name && std::find(p.applies_to.begin(), p.applies_to.end(), gpu.name) == p.applies_to.end()) {
     throw Error(fmt::format("{}: the profile was measured on {} (applies to {}), but the cluster's GPUs are {}; "
                             "profile this GPU or pass --profile roofline",
                             value, p.gpu, fmt::join(p.applies_to, ", "), gpu.name));

@@ -68,6 +68,10 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     }
   }
   p.source = doc.String("source", "");
+  const std::string precision = doc.Enum("precision", {"bf16", "fp16", "tf32", "fp32"}, "bf16");
+  for (Precision q : {Precision::kBf16, Precision::kFp16, Precision::kTf32, Precision::kFp32}) {
+    if (PrecisionName(q) == precision) p.precision = q;
+  }
   p.ops = ParseCalibrationPoints(doc.Child("ops"), file, "ops");
   YAML::Node layers = doc.Child("layers");
   if (!layers.IsSequence()) throw doc.ErrorAt("layers", "expected a list of measured transformer layers");
@@ -100,9 +104,30 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
 
 Profile LoadProfile(const std::string& path) { return ParseProfile(ReadTextFile(path), path); }
 
+std::string ProfileToYaml(const Profile& p) {
+  std::string out = fmt::format("gpu: {}\napplies_to: [", p.gpu);
+  for (size_t i = 0; i < p.applies_to.size(); ++i) out += (i ? ", " : "") + p.applies_to[i];
+  out += fmt::format("]\nsource: \"{}\"\nprecision: {}\nops:\n", p.source, PrecisionName(p.precision));
+  static const char* kOps[] = {"gemm", "attention", "elementwise", "conv"};
+  for (const auto& o : p.ops) {
+    out += fmt::format("  - {{op: {}, flops: {:.17g}, bytes: {:.17g}, time_s: {:.9g}}}\n", kOps[static_cast<int>(o.op)],
+                       o.flops, o.bytes, o.time_s);
+  }
+  out += "layers:\n";
+  for (const auto& l : p.layers) {
+    out += fmt::format(
+        "  - {{label: {}, hidden: {}, ffn_hidden: {}, heads: {}, kv_heads: {}, gated: {}, causal: {}, tp: {}, "
+        "frozen: {}, batch: {}, seq: {}, fwd_s: {:.9g}, bwd_s: {:.9g}}}\n",
+        l.label, l.shape.hidden, l.shape.ffn_hidden, l.shape.heads, l.shape.kv_heads, l.shape.gated, l.shape.causal,
+        l.tp, l.frozen, l.batch, l.seq, l.forward_s, l.backward_s);
+  }
+  return out;
+}
+
 ProfiledCostModel::ProfiledCostModel(Profile profile)
     : profile_(std::move(profile)),
-      roofline_(FitEfficiency(profile_.ops, FindGpu(profile_.gpu)), "fitted roofline") {
+      roofline_(FitEfficiency(profile_.ops, AtPrecision(FindGpu(profile_.gpu), profile_.precision)),
+                "fitted roofline") {
   const GpuSpec& gpu = FindGpu(profile_.gpu);
   std::vector<double> forward, backward;
   for (const auto& pt : profile_.layers) {
@@ -111,7 +136,7 @@ ProfiledCostModel::ProfiledCostModel(Profile profile)
     as_run.frozen = pt.frozen;
     const TokenStats t = TokensOf(pt.batch, pt.seq);
     const ComputeTimes r =
-        roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp), gpu, Precision::kBf16);
+        roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp), gpu, profile_.precision);
     Anchor a;
     a.log_tokens = std::log(t.tokens);
     a.log_seq = std::log(static_cast<double>(pt.seq));
@@ -181,7 +206,9 @@ std::pair<double, double> ProfiledCostModel::Correction(const ProfileShape& shap
 ComputeTimes ProfiledCostModel::LayerCompute(const Layer& layer, const TokenStats& tokens, int tp,
                                              const LayerWork& work, const GpuSpec& gpu, Precision precision) const {
   ComputeTimes t = roofline_.LayerCompute(layer, tokens, tp, work, gpu, precision);
-  if (layer.kind != LayerKind::kTransformer || layer.cross_attention || !IsMixedPrecision(precision)) return t;
+  const bool measured_precision =
+      precision == profile_.precision || (IsMixedPrecision(precision) && IsMixedPrecision(profile_.precision));
+  if (layer.kind != LayerKind::kTransformer || layer.cross_attention || !measured_precision) return t;
   ProfileShape shape{layer.hidden, layer.ffn_hidden, layer.heads, layer.kv_heads, layer.gated_mlp, layer.causal};
   const auto [forward, backward] = Correction(shape, tp, layer.frozen, tokens);
   t.forward_s *= forward;

@@ -56,6 +56,7 @@ struct Profile {
   std::string gpu;                       // built-in GPU it was measured on
   std::vector<std::string> applies_to;   // GPUs that get it by default (gpu and those with the same SMs and HBM)
   std::string source;                    // what measured it
+  Precision precision = Precision::kBf16;  // what its ops and layers ran in (`loom profile` on a CPU: fp32)
   std::vector<CalibrationPoint> ops;
   std::vector<ProfileLayerPoint> layers;
 };
@@ -64,6 +65,8 @@ struct Profile {
 // zero or negative sizes and times, unknown keys).
 Profile ParseProfile(const std::string& yaml_text, const std::string& file);
 Profile LoadProfile(const std::string& path);
+// The profile as YAML that ParseProfile reads back (what `loom profile` writes).
+std::string ProfileToYaml(const Profile& profile);
 
 class ProfiledCostModel final : public CostModel {
  public:
@@ -72,8 +75,9 @@ class ProfiledCostModel final : public CostModel {
   explicit ProfiledCostModel(Profile profile);
 
   std::string name() const override;
-  // The profile was measured in bf16: other precisions get the fitted roofline
-  // at their own peak, without the layer corrections.
+  // The layer corrections apply in the profile's precision (bf16 and fp16
+  // stand for each other: both are 16-bit mixed precision); other precisions
+  // get the fitted roofline at their own peak.
   ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
                             const GpuSpec& gpu, Precision precision) const override;
 

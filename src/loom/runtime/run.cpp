@@ -71,6 +71,11 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   }
   const int port = options.port > 0 ? options.port : FreePort();
   const int per_node = world / options.nnodes, first_rank = options.node_rank * per_node;
+  RunOptions worker_options = options;
+  if (worker_options.threads_per_rank <= 0) {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    worker_options.threads_per_rank = std::max(1, static_cast<int>(cores > 0 ? cores : 1) / per_node);
+  }
   std::vector<Child> children(world);
   for (int r = first_rank; r < first_rank + per_node; ++r) {
     int fds[2];
@@ -80,7 +85,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     if (pid == 0) {
       close(fds[0]);
       for (int q = first_rank; q < r; ++q) close(children[q].fd);
-      runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, options, r, world, port};
+      runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, worker_options, r, world, port};
       _exit(runtime::RunWorker(spec, fds[1]));
     }
     close(fds[1]);

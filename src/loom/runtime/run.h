@@ -34,6 +34,9 @@ struct RunOptions {
   int port = 0;            // TCPStore port; 0 picks a free one
   int kill_rank = -1;      // tests: this rank exits abruptly at the start of step `kill_step`
   int kill_step = -1;
+  // Intra-op threads of each rank's libtorch (0: this machine's cores over
+  // its local ranks, at least 1), as `loom profile --threads` measures them.
+  int threads_per_rank = 0;
   // Several machines, the way torchrun joins them: every node runs `loom run`
   // with the same plan and its own node_rank; processes are numbered node by
   // node; process 0 (on node 0) serves the store on master_addr:port; each

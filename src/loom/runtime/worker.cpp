@@ -124,6 +124,7 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
 int RunWorker(const WorkerSpec& spec, int fd) {
   try {
     const Model& model = *spec.model;
+    torch::set_num_threads(std::max(1, spec.options.threads_per_rank));
     Batch batch = DrawBatch(*spec.workload, 0);
     ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
     // Process g runs TP shard g % T of pipeline rank (g / T) % P of data-parallel

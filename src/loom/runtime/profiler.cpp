@@ -1,0 +1,181 @@
+#include "loom/runtime/profiler.h"
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <tuple>
+
+#include "loom/error.h"
+#include "loom/runtime/torch_model.h"
+
+namespace loom::runtime {
+
+namespace {
+
+struct Timer {
+  torch::Device device;
+  int repeats;
+  // Median seconds of `fn` over `repeats` runs after one warm-up.
+  template <typename Fn>
+  double Median(Fn&& fn) const {
+    std::vector<double> t;
+    for (int i = 0; i <= repeats; ++i) {
+      if (device.is_cuda()) torch::cuda::synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      fn();
+      if (device.is_cuda()) torch::cuda::synchronize();
+      if (i > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }
+};
+
+std::string CpuName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+// The packing of `batch` sequences of `seq` tokens for module `module` (what a
+// single layer reads: its lengths).
+MicrobatchPacking Sequences(const Model& model, int module, int64_t batch, int64_t seq) {
+  MicrobatchPacking p;
+  p.modules.resize(model.modules.size());
+  for (int64_t b = 0; b < batch; ++b) p.modules[module].push_back({0, 0, -1, seq, {{-1, 0, seq}}});
+  return p;
+}
+
+ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch, int64_t seq, const Timer& timer) {
+  const int64_t tokens = batch * seq;
+  const Layer& l = model.modules[mi].layers[li];
+  LayerStack stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1);
+  stack->to(timer.device);
+  const MicrobatchPacking packing = Sequences(model, mi, batch, seq);
+  const MicrobatchInput mb{&packing, 0, 1};
+  const auto opts = torch::TensorOptions().device(timer.device);
+  const torch::Tensor x = torch::randn({1, tokens, l.hidden}, opts).requires_grad_(true);
+  const torch::Tensor g = torch::randn({1, tokens, l.hidden}, opts);
+  ProfileLayerPoint pt;
+  pt.label = fmt::format("{} layer {}", model.modules[mi].name, li);
+  pt.shape = {l.hidden, l.ffn_hidden, l.heads, l.kv_heads > 0 ? l.kv_heads : l.heads, l.gated_mlp, l.causal};
+  pt.frozen = l.frozen;
+  pt.batch = batch;
+  pt.seq = seq;
+  pt.forward_s = timer.Median([&] {
+    torch::NoGradGuard no_grad;
+    stack->forward({{mi, x}}, mb);
+  });
+  // The backward alone: a fresh forward before each timed backward.
+  std::vector<double> backward;
+  for (int i = 0; i <= timer.repeats; ++i) {
+    torch::Tensor y = stack->forward({{mi, x}}, mb).at(mi);
+    if (timer.device.is_cuda()) torch::cuda::synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    y.backward(g);
+    if (timer.device.is_cuda()) torch::cuda::synchronize();
+    if (i > 0) backward.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    stack->zero_grad();
+    x.mutable_grad() = torch::Tensor();
+  }
+  std::sort(backward.begin(), backward.end());
+  pt.backward_s = backward[backward.size() / 2];
+  return pt;
+}
+
+}  // namespace
+
+Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
+  if (o.tokens.empty()) throw Error("loom profile: --tokens: give at least one token count");
+  for (int64_t t : o.tokens) {
+    if (t <= 0) throw Error(fmt::format("loom profile: --tokens: {} is not a positive token count", t));
+  }
+  if (o.threads <= 0) throw Error(fmt::format("loom profile: --threads {}: must be positive", o.threads));
+  if (o.device != "cpu" && o.device != "cuda") {
+    throw Error(fmt::format("loom profile: --device {}; valid: cpu, cuda", o.device));
+  }
+  if (o.device == "cuda" && !torch::cuda::is_available()) {
+    throw Error("loom profile: --device cuda, but this libtorch sees no CUDA device (scripts/build-cuda.sh builds "
+                "against a CUDA libtorch)");
+  }
+  FindGpu(o.gpu);  // the datasheet must exist
+  torch::set_num_threads(o.threads);
+  const Timer timer{o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
+  const auto opts = torch::TensorOptions().device(timer.device);
+  const bool cuda = timer.device.is_cuda();
+  Profile p;
+  p.gpu = o.gpu;
+  p.applies_to = {};  // never a GPU's default: it describes this machine
+  p.precision = Precision::kFp32;
+  p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), fp32, medians of {}", o.device,
+                         TORCH_VERSION, cuda ? "CUDA" : CpuName(), o.threads, o.repeats);
+  // Layers: each distinct transformer shape once (frozen and trainable apart).
+  std::set<std::tuple<ProfileShape, bool>> seen;
+  std::set<std::pair<int64_t, int64_t>> linears;  // (in, out) of every matrix product
+  std::set<std::pair<int64_t, int64_t>> heads;    // (heads, head_dim) of every attention core
+  for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+    const auto& layers = model.modules[mi].layers;
+    for (size_t li = 0; li < layers.size(); ++li) {
+      const Layer& l = layers[li];
+      switch (l.kind) {
+        case LayerKind::kTransformer: {
+          const int64_t kv = l.kv_heads > 0 ? l.kv_heads : l.heads, d = l.hidden / l.heads;
+          linears.insert({{l.hidden, l.heads * d}, {l.hidden, kv * d}, {l.heads * d, l.hidden},
+                          {l.hidden, l.ffn_hidden}, {l.ffn_hidden, l.hidden}});
+          heads.insert({l.heads, d});
+          const ProfileShape shape{l.hidden, l.ffn_hidden, l.heads, kv, l.gated_mlp, l.causal};
+          if (!seen.insert({shape, l.frozen}).second) break;
+          // Every token count in sequences of every shorter measured length
+          // (attention grows with the length, the rest with the tokens).
+          for (int64_t t : o.tokens) {
+            for (int64_t seq : o.tokens) {
+              if (seq > t || t % seq != 0) continue;
+              p.layers.push_back(MeasureLayer(model, static_cast<int>(mi), static_cast<int>(li), t / seq, seq, timer));
+            }
+          }
+          break;
+        }
+        case LayerKind::kMlpProjector: linears.insert({{l.in_dim, l.hidden}, {l.hidden, l.out_dim}}); break;
+        case LayerKind::kLmHead: linears.insert({l.hidden, l.vocab}); break;
+        default: break;
+      }
+    }
+  }
+  // Kernels: 4-byte elements throughout.
+  for (int64_t s : o.tokens) {
+    const double S = static_cast<double>(s);
+    for (const auto& [in, out] : linears) {
+      const torch::Tensor a = torch::randn({s, in}, opts), b = torch::randn({in, out}, opts);
+      const double t = timer.Median([&] { torch::mm(a, b); });
+      p.ops.push_back({OpClass::kGemm, 2.0 * S * static_cast<double>(in * out),
+                       4.0 * (S * static_cast<double>(in + out) + static_cast<double>(in * out)), t});
+    }
+    for (const auto& [h, d] : heads) {
+      const torch::Tensor q = torch::randn({1, h, s, d}, opts), k = torch::randn({1, h, s, d}, opts),
+                          v = torch::randn({1, h, s, d}, opts);
+      const double t = timer.Median([&] { torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)), -1), v); });
+      const double H = static_cast<double>(h), D = static_cast<double>(d);
+      // Unfused: the scores are written, read by the softmax, written and read again.
+      p.ops.push_back({OpClass::kAttention, 4.0 * S * S * D * H, 4.0 * (4.0 * S * D * H + 4.0 * H * S * S), t});
+    }
+    for (const auto& [in, out] : linears) {
+      if (in > out) continue;  // the widest activations: the MLP's inner width
+      const torch::Tensor a = torch::randn({s, out}, opts);
+      const double t = timer.Median([&] { torch::gelu(a); });
+      p.ops.push_back({OpClass::kElementwise, S * static_cast<double>(out), 8.0 * S * static_cast<double>(out), t});
+    }
+  }
+  return p;
+}
+
+}  // namespace loom::runtime

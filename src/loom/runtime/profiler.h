@@ -1,0 +1,39 @@
+// `loom profile`: measures the runtime's own layers and kernels on this
+// machine and returns them as a cost/profile.h Profile, so that the simulator,
+// given that profile, predicts what `loom run` measures here (Entrain's
+// macroscopic profiling: whole layers at a few token counts, not every kernel).
+//
+// Measured, with `threads` intra-op threads (the runtime gives each rank the
+// same), median of `repeats` runs after one warm-up:
+//   layers  every distinct transformer shape of the model, one packed
+//           sequence of each token count: forward, and backward (input and
+//           weight gradients; frozen layers input only), as the runtime's
+//           LayerStack runs them;
+//   ops     the matrix products of every linear layer of the model, the
+//           attention core per head shape, and elementwise work, at the same
+//           token counts: the points the roofline's efficiencies are fitted to.
+// The profile is fitted against `gpu`'s datasheet at the precision it ran in
+// (fp32): the efficiencies then stand for this device, whatever it is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/cost/profile.h"
+#include "loom/spec/model.h"
+
+namespace loom::runtime {
+
+struct ProfilerOptions {
+  std::string device = "cpu";  // cpu | cuda
+  std::string gpu = "h100";    // the datasheet the profile is fitted against (the cluster's GPU)
+  int threads = 1;
+  std::vector<int64_t> tokens = {64, 256, 1024};
+  int repeats = 5;
+};
+
+// Throws loom::Error for a device this build cannot use or empty token counts.
+Profile MeasureProfile(const Model& model, const ProfilerOptions& options);
+
+}  // namespace loom::runtime
