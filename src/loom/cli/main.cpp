@@ -18,6 +18,7 @@
 #include "loom/report/inspect.h"
 #include "loom/strategies/strategy.h"
 #include "loom/report/table.h"
+#include "loom/report/timeline_svg.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/cost/cost_model.h"
 #include "loom/plan/validate_plan.h"
@@ -153,6 +154,9 @@ int main(int argc, char** argv) {
   run->add_option("--master", run_master, "ADDR:PORT of node 0's store (default: MASTER_ADDR:MASTER_PORT)");
   run->add_option("--host", run_host, "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
   run->add_option("--trace", run_trace, "write a Chrome trace (Perfetto) of the last step as it ran");
+  std::string run_timeline;
+  run->add_option("--timeline", run_timeline,
+                  "write an SVG of the last step as predicted (top) and as it ran (bottom), on one time axis");
   run->add_flag("--compare", run_compare, "print the simulator's prediction of the last step beside what ran");
   run->add_option("--profile", run_profile, "cost model for --compare (default|roofline|FILE)");
   // Without --plan: a Megatron-LM layout, as `loom simulate` takes it.
@@ -418,7 +422,7 @@ int main(int argc, char** argv) {
       const int last = run_steps - 1;
       const loom::Batch last_batch = loom::DrawBatch(workload, last);
       loom::PlanRun simulated;
-      if (!run_trace.empty() || run_compare) {
+      if (!run_trace.empty() || run_compare || !run_timeline.empty()) {
         cluster.cost_model = loom::SelectCostModel(run_profile, cluster.gpu);
         // The runtime computes in fp32 (on the CPU): so does the prediction.
         loom::Workload as_run = workload;
@@ -432,6 +436,24 @@ int main(int argc, char** argv) {
           names.push_back(fmt::format("replica {} {} (measured)", i / P, simulated.exec.ranks[i % P].name));
         }
         loom::WriteChromeTrace(run_trace, loom::ChromeTrace(r.measured, simulated.exec.schedule, names));
+      }
+      if (!run_timeline.empty()) {
+        const int P = simulated.exec.schedule.num_ranks;
+        std::vector<std::string> sim_names, run_names;
+        for (int i = 0; i < simulated.result.num_ranks(); ++i) sim_names.push_back(simulated.exec.ranks[i % P].name);
+        for (int i = 0; i < r.measured.num_ranks(); ++i) {
+          run_names.push_back(fmt::format("replica {} {}", i / P, simulated.exec.ranks[i % P].name));
+        }
+        const std::string svg = loom::StackedTimelinesSvg(
+            {{fmt::format("simulated: {:.4f} s ({})", simulated.metrics.iteration_time_s,
+                          loom::CostModelOf(cluster).name()),
+              &simulated.result, &simulated.exec.schedule, sim_names},
+             {fmt::format("measured by loom run: {:.4f} s (last of {} steps)", r.measured.iteration_time_s,
+                          run_steps),
+              &r.measured, &simulated.exec.schedule, run_names}});
+        std::ofstream out(run_timeline);
+        out << svg;
+        if (!out) throw loom::Error(fmt::format("--timeline {}: cannot write", run_timeline));
       }
       if (run_json) {
         nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},

@@ -7,24 +7,12 @@
 
 #include "loom/error.h"
 #include "loom/report/table.h"
+#include "loom/report/timeline_svg.h"
 
 namespace loom {
 
 namespace {
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 const char* kStyle = R"(
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;max-width:1400px}
@@ -37,10 +25,6 @@ svg text{font-family:inherit} .note{font-size:12px;color:#5a6275}
 )";
 
 // Colours per action class.
-const char* kForward = "#4c78a8";
-const char* kBackward = "#f58518";
-const char* kWeight = "#e4a73b";
-const char* kComm = "#8e6bbf";
 
 // One line per strategy over the simulated batches (PipeWeaver Fig. 9b's
 // dynamic workload shows how each reacts as the data drifts).
@@ -73,8 +57,8 @@ std::string IterationChart(const Comparison& c) {
       points += fmt::format("{:.1f},{:.1f} ", x(static_cast<int>(i)), y(o.iteration_times_s[i]));
     }
     svg += fmt::format("<polyline fill='none' stroke='{}' stroke-width='2' points='{}'><title>{}</title></polyline>",
-                       color, points, Escape(o.name));
-    legend += fmt::format("<span><i class=sw style='background:{}'></i>{}</span>", color, Escape(o.name));
+                       color, points, EscapeXml(o.name));
+    legend += fmt::format("<span><i class=sw style='background:{}'></i>{}</span>", color, EscapeXml(o.name));
   }
   return legend + "</div>" + svg + "</svg>";
 }
@@ -95,12 +79,12 @@ std::string BarChart(const Comparison& c) {
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
     svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="13">{}</text>)", label_w - 8,
-                       y + bar_h - 6, Escape(o.name));
+                       y + bar_h - 6, EscapeXml(o.name));
     if (o.ok()) {
       const double w = width * o.mean_iteration_time_s / max_t;
       const double wmax = width * o.max_iteration_time_s / max_t;
       svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: mean {:.3f} s, max {:.3f} s</title></rect>)",
-                         label_w, y, w, bar_h, i == c.best ? "#54a24b" : "#4c78a8", Escape(o.name),
+                         label_w, y, w, bar_h, i == c.best ? "#54a24b" : "#4c78a8", EscapeXml(o.name),
                          o.mean_iteration_time_s, o.max_iteration_time_s);
       svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#333" stroke-width="2"/>)",
                          label_w + wmax, label_w + wmax, y + 3, y + bar_h - 3);
@@ -125,51 +109,23 @@ std::string Timeline(const StrategyOutcome& o) {
   const int ranks = std::min(r.num_ranks(), 64);
   if (r.intervals.empty() || ranks == 0) return "<p class=note>No timeline recorded.</p>";
   const double T = r.iteration_time_s;
-  const int label_w = 230, width = 1000, row_h = 18, comm_h = 5;
-  const int height = ranks * (row_h + comm_h + 4) + 34;
-  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
-                                label_w + width + 10, height);
-  auto x_of = [&](double t) { return label_w + width * t / T; };
   const int p = s.num_ranks;
+  std::vector<std::string> names;
   for (int i = 0; i < ranks; ++i) {
-    const int y = i * (row_h + comm_h + 4) + 4;
-    const int rank = i % p;
-    std::string name = run.exec.ranks[rank].name;
+    std::string name = run.exec.ranks[i % p].name;
     const int weight = run.costs.replica_weight[i / p];
     if (run.costs.replicas.size() > 1) name = fmt::format("replica {} {}", i / p, name);
     if (weight > 1) name += fmt::format(" (x{} dp)", weight);
-    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="11">{}</text>)", label_w - 6,
-                       y + row_h - 5, Escape(name));
-    svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="#eceef3"/>)", label_w, y, width, row_h);
+    names.push_back(name);
   }
-  for (const Interval& iv : r.intervals) {
-    if (iv.rank >= ranks || iv.end_s <= iv.start_s) continue;
-    const Action& a = s.ranks[iv.rank % p][iv.action];
-    const int y = iv.rank * (row_h + comm_h + 4) + 4;
-    const char* color = a.kind == ActionKind::kForward        ? kForward
-                        : a.kind == ActionKind::kBackwardWeight ? kWeight
-                        : a.is_compute() || a.kind == ActionKind::kOptimizerStep ? kBackward
-                                                                : kComm;
-    const int yy = iv.stream == 0 ? y : y + row_h + 1;
-    const int hh = iv.stream == 0 ? row_h : comm_h;
-    svg += fmt::format(R"(<rect x="{:.2f}" y="{}" width="{:.2f}" height="{}" fill="{}" stroke="#fff" stroke-width="0.3"><title>{} {:.1f}-{:.1f} ms</title></rect>)",
-                       x_of(iv.start_s), yy, std::max(0.3, x_of(iv.end_s) - x_of(iv.start_s)), hh, color,
-                       Escape(ActionName(a)), 1e3 * iv.start_s, 1e3 * iv.end_s);
-  }
-  const int axis_y = ranks * (row_h + comm_h + 4) + 16;
-  for (int k = 0; k <= 5; ++k) {
-    const double t = T * k / 5;
-    svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="11" text-anchor="middle" fill="#555">{:.2f} s</text>)",
-                       x_of(t), axis_y, t);
-  }
-  svg += "</svg>";
+  const std::string svg = TimelineSvg(r, s, names, T);
   std::string more;
   if (r.num_ranks() > ranks) more = fmt::format(" (first {} of {} simulated ranks)", ranks, r.num_ranks());
   return fmt::format("<p class=note>{}: {:.3f} s, bubble {:.1f}%{}. One row per simulated rank (a GPU group of one "
                      "unit); grey is idle; the thin lane under each row is its communication stream. Rows of units "
                      "that share GPUs in different phases take turns on the same GPUs (the bubble counts the GPU as "
                      "busy when either is).</p>",
-                     Escape(o.name), T, 100 * run.metrics.bubble_ratio, more) +
+                     EscapeXml(o.name), T, 100 * run.metrics.bubble_ratio, more) +
          svg;
 }
 
@@ -199,9 +155,9 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
     }
     pts += fmt::format("{:.1f},{:.1f}", X(T), Y(prev));
     svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"><title>{}</title></polyline>)",
-                       pts, palette[i % 8], Escape(run.group_names[i]));
+                       pts, palette[i % 8], EscapeXml(run.group_names[i]));
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (peak {})</text>)", left + width + 6,
-                       40 + 16 * i, palette[i % 8], Escape(run.group_names[i].substr(0, 34)),
+                       40 + 16 * i, palette[i % 8], EscapeXml(run.group_names[i].substr(0, 34)),
                        HumanBytes(run.group_peak_mem_bytes[i]));
   }
   for (int k = 0; k <= 4; ++k) {
@@ -220,15 +176,15 @@ std::string Table(const Comparison& c) {
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
     if (!o.ok()) {
-      h += fmt::format("<tr><td class=l>{}</td><td class=l colspan=10>no plan fits: {}</td></tr>", Escape(o.name),
-                       Escape(o.error));
+      h += fmt::format("<tr><td class=l>{}</td><td class=l colspan=10>no plan fits: {}</td></tr>", EscapeXml(o.name),
+                       EscapeXml(o.error));
       continue;
     }
     const double s = c.SpeedupOverMegatron(i);
     h += fmt::format(
         "<tr{}><td class=l>{}{}</td><td class=l>{}</td><td>{:.3f} s</td><td>{:.3f} s</td><td>{:.2f}</td><td>{}</td>"
         "<td>{:.1f}%</td><td>{:.1f}%</td><td>{}</td><td>{:.2f} s</td><td>{}</td></tr>",
-        i == c.best ? " class=best" : "", Escape(o.name), i == c.best ? " ★" : "", Escape(o.result.config),
+        i == c.best ? " class=best" : "", EscapeXml(o.name), i == c.best ? " ★" : "", EscapeXml(o.result.config),
         o.mean_iteration_time_s, o.max_iteration_time_s, o.throughput_samples_per_s, HumanCount(o.throughput_tokens_per_s),
         100 * o.mfu, 100 * o.bubble_ratio, HumanBytes(o.peak_mem_bytes), o.planning_time_s,
         s > 0 ? fmt::format("{:.2f}x", s) : "-");
@@ -254,15 +210,15 @@ std::string UnitsTable(const Plan& p) {
     }
     h += fmt::format("<tr><td class=l>{}</td><td class=l>{}</td><td>{} ({}..{})</td><td>{}</td><td>{}</td><td>{}</td>"
                      "<td>{}</td><td class=l>{}</td><td>{}</td><td>{:.2f}</td></tr>",
-                     Escape(u.name), Escape(modules), gpus, first_gpu, first_gpu + gpus - 1, u.tp,
-                     u.num_replicas() * p.group_gpus / (u.tp * u.cp), pps, mbs, Escape(schedules), u.phase,
+                     EscapeXml(u.name), EscapeXml(modules), gpus, first_gpu, first_gpu + gpus - 1, u.tp,
+                     u.num_replicas() * p.group_gpus / (u.tp * u.cp), pps, mbs, EscapeXml(schedules), u.phase,
                      u.sm_fraction);
   }
   h += "</table>";
   if (!p.brokers.empty()) {
     h += "<p>Brokers: ";
     for (size_t i = 0; i < p.brokers.size(); ++i) {
-      h += fmt::format("{}{} &rarr; {} &times;{}", i ? ", " : "", Escape(p.brokers[i].from), Escape(p.brokers[i].to),
+      h += fmt::format("{}{} &rarr; {} &times;{}", i ? ", " : "", EscapeXml(p.brokers[i].from), EscapeXml(p.brokers[i].to),
                        p.brokers[i].count);
     }
     h += "</p>";
@@ -273,17 +229,17 @@ std::string UnitsTable(const Plan& p) {
 }  // namespace
 
 std::string HtmlReport(const Comparison& c) {
-  std::string html = "<!doctype html><html><head><meta charset=utf-8><title>Loom plan: " + Escape(c.model) +
+  std::string html = "<!doctype html><html><head><meta charset=utf-8><title>Loom plan: " + EscapeXml(c.model) +
                      "</title><style>" + kStyle + "</style></head><body>";
   html += fmt::format("<h1>Loom plan: {} on {}</h1><p class=sub>{} GPUs, workload {}, global batch {}, {} simulated "
                       "batches per strategy</p>",
-                      Escape(c.model), Escape(c.cluster), c.num_gpus, Escape(c.workload), c.global_batch,
+                      EscapeXml(c.model), EscapeXml(c.cluster), c.num_gpus, EscapeXml(c.workload), c.global_batch,
                       c.iterations);
   if (c.best >= 0) {
     const auto& b = c.outcomes[c.best];
     const double s = c.SpeedupOverMegatron(c.best);
-    html += fmt::format("<p><b>Best: {}</b> ({}), {:.3f} s per iteration{}.</p>", Escape(b.name),
-                        Escape(b.result.config), b.mean_iteration_time_s,
+    html += fmt::format("<p><b>Best: {}</b> ({}), {:.3f} s per iteration{}.</p>", EscapeXml(b.name),
+                        EscapeXml(b.result.config), b.mean_iteration_time_s,
                         s > 0 && c.best != c.megatron ? fmt::format(", {:.2f}x faster than megatron", s) : "");
   }
   html += "<h2>Strategies</h2>" + Table(c);
@@ -294,23 +250,23 @@ std::string HtmlReport(const Comparison& c) {
       "<span><i class=sw style='background:{}'></i>backward</span><span><i class=sw style='background:{}'></i>weight "
       "gradient</span><span><i class=sw style='background:{}'></i>send / gradient sync</span><span><i class=sw "
       "style='background:#eceef3'></i>idle</span></div>",
-      kForward, kBackward, kWeight, kComm);
+      kTimelineForward, kTimelineBackward, kTimelineWeight, kTimelineComm);
   std::vector<int> shown;
   if (c.best >= 0) shown.push_back(c.best);
   if (c.megatron >= 0 && c.megatron != c.best && c.outcomes[c.megatron].ok()) shown.push_back(c.megatron);
-  for (int i : shown) html += "<h3>" + Escape(c.outcomes[i].name) + "</h3>" + Timeline(c.outcomes[i]);
+  for (int i : shown) html += "<h3>" + EscapeXml(c.outcomes[i].name) + "</h3>" + Timeline(c.outcomes[i]);
   html += "<h2>Memory per GPU</h2>";
   for (int i : shown) {
-    html += "<h3>" + Escape(c.outcomes[i].name) + "</h3>" + MemoryChart(c.outcomes[i], c.gpu_mem_bytes);
+    html += "<h3>" + EscapeXml(c.outcomes[i].name) + "</h3>" + MemoryChart(c.outcomes[i], c.gpu_mem_bytes);
   }
   html += "<h2>Units and brokers</h2><p class=sub>DP counts data-parallel ranks (replicas x GPUs per group / TP).</p>";
   for (const auto& o : c.outcomes) {
-    if (o.ok()) html += "<h3>" + Escape(o.name) + "</h3>" + UnitsTable(o.result.plan);
+    if (o.ok()) html += "<h3>" + EscapeXml(o.name) + "</h3>" + UnitsTable(o.result.plan);
   }
   html += "<h2>What each strategy searched</h2><ul>";
   for (const auto& o : c.outcomes) {
-    html += fmt::format("<li><b>{}</b>: {}</li>", Escape(o.name),
-                        Escape(o.ok() ? o.result.plan.searched : "no plan: " + o.error));
+    html += fmt::format("<li><b>{}</b>: {}</li>", EscapeXml(o.name),
+                        EscapeXml(o.ok() ? o.result.plan.searched : "no plan: " + o.error));
   }
   html += "</ul><p class=note>Generated by Loom. Times are simulated (docs/simulator.md); metrics are defined in "
           "docs/metrics.md.</p></body></html>\n";
