@@ -259,6 +259,12 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   auto [code2, out2] = LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
                                plan);
   EXPECT_EQ(code2, 2) << out2;
+  // CUDA on a machine without a GPU: refused before any process starts.
+  if (access("/dev/nvidia0", F_OK) != 0) {
+    auto [code3, out3] = LoomCli("run --model " + kModel + " --cluster h100:1x1 " + kData + " --device cuda");
+    EXPECT_EQ(code3, 2) << out3;
+    EXPECT_NE(out3.find("no GPU"), std::string::npos) << out3;
+  }
 }
 
 

@@ -172,6 +172,9 @@ int main(int argc, char** argv) {
   run->add_option("--schedule", run_schedule, "without --plan: gpipe | 1f1b | interleaved | zb-h1");
   run->add_option("--recompute", run_recompute, "without --plan: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
+  std::string run_device = "cpu";
+  run->add_option("--device", run_device, "cpu (Gloo) | cuda (one GPU per process, NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   int run_threads = 0;
   run->add_option("--threads", run_threads, "intra-op threads per rank (default: cores / local ranks, at least 1)")
       ->check(CLI::PositiveNumber);
@@ -386,6 +389,7 @@ int main(int argc, char** argv) {
       o.kill_rank = run_kill_rank;
       o.kill_step = run_kill_step;
       o.threads_per_rank = run_threads;
+      o.device = run_device;
       // Several machines, torchrun-style: flags, else the environment.
       auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
       auto parse_int = [](const std::string& text, const char* what) {

@@ -1,20 +1,41 @@
 // The c10d calls the runtime makes, in one place: c10d's C++ API moved between
-// libtorch 1.13 (Debian 12's libtorch-dev) and 2.x (PyTorch 2.11 on GPU
-// machines). Debian's headers guard ProcessGroupGloo behind USE_C10D_GLOO
-// (CMakeLists.txt defines it). Include only from runtime .cpp files.
+// libtorch 1.13 (Debian 12's libtorch-dev: groups derive from
+// c10d::ProcessGroup) and 2.x (PyTorch 2.11 on GPU machines: they derive from
+// c10d::Backend). The headers guard Gloo and NCCL behind USE_C10D_GLOO and
+// USE_C10D_NCCL (CMakeLists.txt defines them). Include only from runtime .cpp files.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#ifdef LOOM_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
 namespace loom::runtime {
 
-using GlooGroup = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
+#if TORCH_VERSION_MAJOR >= 2
+using GroupBase = c10d::Backend;
+#else
+using GroupBase = c10d::ProcessGroup;
+#endif
+using Group = c10::intrusive_ptr<GroupBase>;
 
 // The rendezvous store: rank 0 serves it on master:port for `world` ranks.
 inline c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
@@ -27,37 +48,62 @@ inline c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int 
   return c10::make_intrusive<c10d::TCPStore>(master, so);
 }
 
-// A Gloo group named `name` of `size` members (this process is member `rank`),
-// rendezvousing under its name in `store`. Operations time out after `timeout_s`.
-inline GlooGroup MakeGlooGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank,
-                               int size, double timeout_s, const std::string& host) {
-  auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+// A group named `name` of `size` members (this process is member `rank`),
+// rendezvousing under its name in `store`: NCCL for CUDA tensors, else Gloo
+// (bound to `host`). Operations time out after `timeout_s`.
+inline Group MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
+                       double timeout_s, const std::string& host, bool cuda) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  if (cuda) {
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, opts);
+#else
+    throw std::runtime_error("this libtorch has no NCCL: CUDA tensors cannot be communicated");
+#endif
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(name, store), rank, size,
-                                                     opts);
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
 }
 
 // Sums `t` over the group in place.
-inline void AllReduceSum(c10d::ProcessGroupGloo& pg, at::Tensor& t) {
+inline void AllReduceSum(GroupBase& pg, at::Tensor& t) {
   std::vector<at::Tensor> v{t};
   pg.allreduce(v)->wait();
 }
 
 // Starts summing `t` over the group in place; done when the handle's wait returns.
-inline auto AllReduceAsync(c10d::ProcessGroupGloo& pg, std::vector<at::Tensor>& t) { return pg.allreduce(t); }
+inline auto AllReduceAsync(GroupBase& pg, std::vector<at::Tensor>& t) { return pg.allreduce(t); }
 
 // The handle of an asynchronous operation (c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x).
-using WorkHandle = decltype(std::declval<c10d::ProcessGroupGloo&>().send(std::declval<std::vector<at::Tensor>&>(), 0, 0));
+using WorkHandle = decltype(std::declval<GroupBase&>().send(std::declval<std::vector<at::Tensor>&>(), 0, 0));
 
 // Starts sending `t` (kept alive by the returned handle's caller until it completes):
-// sends run beside compute, like the simulator's communication stream.
-inline WorkHandle SendAsync(c10d::ProcessGroupGloo& pg, std::vector<at::Tensor>& t, int peer, int tag) {
+// sends run beside compute, like the simulator's communication stream. Gloo
+// matches messages by tag; NCCL by their order between the two ranks (the
+// schedule's per-pair order, which its sends and receives share).
+inline WorkHandle SendAsync(GroupBase& pg, std::vector<at::Tensor>& t, int peer, int tag) {
   return pg.send(t, peer, tag);
 }
 
-inline void Recv(c10d::ProcessGroupGloo& pg, at::Tensor& t, int peer, int tag) {
+inline void Recv(GroupBase& pg, at::Tensor& t, int peer, int tag) {
   std::vector<at::Tensor> v{t};
   pg.recv(v, peer, tag)->wait();
+}
+
+// The CUDA caching allocator's peak of allocated bytes on `device` (-1 without CUDA).
+// Index 0 of the statistics is the aggregate pool in every version.
+inline double CudaPeakAllocatedBytes(int device) {
+#ifdef LOOM_HAVE_CUDA
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  return static_cast<double>(stats.allocated_bytes[0].peak);
+#else
+  (void)device;
+  return -1;
+#endif
 }
 
 }  // namespace loom::runtime

@@ -72,6 +72,22 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   const int port = options.port > 0 ? options.port : FreePort();
   const int per_node = world / options.nnodes, first_rank = options.node_rank * per_node;
   RunOptions worker_options = options;
+  worker_options.local_processes = per_node;
+  if (options.device != "cpu" && options.device != "cuda") {
+    throw Error(fmt::format("--device {}; valid: cpu, cuda", options.device));
+  }
+  if (options.device == "cuda") {
+    // Counted without CUDA in this process (workers fork from it): the driver's device nodes.
+    int gpus = 0;
+    while (access(fmt::format("/dev/nvidia{}", gpus).c_str(), F_OK) == 0) ++gpus;
+    if (gpus == 0) throw Error("--device cuda: this machine has no GPU (/dev/nvidia0 is absent)");
+    if (gpus < per_node) {
+      throw Error(fmt::format("--device cuda: the plan runs {} processes on this node but it has {} GPU(s); NCCL "
+                              "cannot share a GPU between ranks (ncclInvalidUsage): use a plan of at most {} "
+                              "GPU(s) per node",
+                              per_node, gpus, gpus));
+    }
+  }
   if (worker_options.threads_per_rank <= 0) {
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     worker_options.threads_per_rank = std::max(1, static_cast<int>(cores > 0 ? cores : 1) / per_node);

@@ -37,6 +37,10 @@ struct RunOptions {
   // Intra-op threads of each rank's libtorch (0: this machine's cores over
   // its local ranks, at least 1), as `loom profile --threads` measures them.
   int threads_per_rank = 0;
+  // "cpu": host tensors and Gloo; "cuda": one GPU per process of this node
+  // (NCCL cannot share a GPU between ranks) and NCCL groups.
+  std::string device = "cpu";
+  int local_processes = 1;  // set by the launcher: processes on this node
   // Several machines, the way torchrun joins them: every node runs `loom run`
   // with the same plan and its own node_rank; processes are numbered node by
   // node; process 0 (on node 0) serves the store on master_addr:port; each

@@ -109,7 +109,7 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
     const int64_t L = Q.size(1);
     auto scores = torch::matmul(Q.transpose(1, 2), K.transpose(1, 2).transpose(-2, -1)) * scale;
     if (causal) {
-      auto mask = torch::ones({L, L}, torch::kBool).triu(1);
+      auto mask = torch::ones({L, L}, Q.options().dtype(torch::kBool)).triu(1);
       scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     }
     return torch::matmul(torch::softmax(scores, -1), V.transpose(1, 2)).transpose(1, 2);
@@ -138,9 +138,9 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
       return torch::zeros({n * L, heads, d}, t.options()).index_copy(0, index, t[0]).view({n, L, heads, d});
     };
     auto scores = torch::matmul(pad(q).transpose(1, 2), pad(k).transpose(1, 2).transpose(-2, -1)) * scale;
-    torch::Tensor masked = torch::arange(L, torch::kLong).view({1, L}) >=
-                           torch::tensor(lengths, torch::kLong).view({n, 1});  // [n, L] keys past the end
-    masked = masked.view({n, 1, 1, L});
+    torch::Tensor masked = (torch::arange(L, torch::kLong).view({1, L}) >=
+                            torch::tensor(lengths, torch::kLong).view({n, 1}))  // [n, L] keys past the end
+                               .view({n, 1, 1, L});
     if (causal) masked = masked | torch::ones({L, L}, torch::kBool).triu(1).view({1, 1, L, L});
     scores = scores.masked_fill(masked.to(q.device()), -std::numeric_limits<float>::infinity());
     auto out = torch::matmul(torch::softmax(scores, -1), pad(v).transpose(1, 2)).transpose(1, 2);
@@ -284,7 +284,9 @@ TORCH_MODULE(Projector);
 // (`shift` 1: the next-token targets).
 torch::Tensor TextIds(int x, int d, int64_t begin, int64_t n, const MicrobatchInput& mb, int64_t vocab, int shift) {
   const int64_t offset = 13 * (mb.iteration * mb.batch_samples + x) + 29 * d;
-  return (torch::arange(begin + shift, begin + shift + n, torch::kLong) * 7 + offset).remainder(vocab);
+  return (torch::arange(begin + shift, begin + shift + n, torch::TensorOptions(torch::kLong).device(mb.device)) * 7 +
+          offset)
+      .remainder(vocab);
 }
 
 // The first layer of a module: its own data (text ids or pixels) embedded and
@@ -306,7 +308,9 @@ struct EmbedImpl : torch::nn::Module {
   // Sample x's image i: deterministic synthetic patch values in [-1, 1].
   torch::Tensor Pixels(int x, int i, int64_t patches, const MicrobatchInput& mb) const {
     const double phase = 1.3 * static_cast<double>(13 * (mb.iteration * mb.batch_samples + x) + 7 * i);
-    return torch::sin(torch::arange(patches * patch_values, torch::kFloat) * 0.37 + phase).view({patches, patch_values});
+    return torch::sin(torch::arange(patches * patch_values, torch::TensorOptions(torch::kFloat).device(mb.device)) * 0.37 +
+                      phase)
+        .view({patches, patch_values});
   }
   torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
     std::vector<torch::Tensor> seqs;
@@ -535,7 +539,7 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
   std::vector<torch::Tensor> parts;
   for (const auto& s : packing.modules.back()) {
     for (const Part& p : s.parts) {
-      parts.push_back(p.source >= 0 ? torch::full({p.tokens}, -100, torch::kLong)
+      parts.push_back(p.source >= 0 ? torch::full({p.tokens}, -100, torch::TensorOptions(torch::kLong).device(mb.device))
                                     : TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1));
     }
   }

@@ -69,6 +69,7 @@ struct MicrobatchInput {
   const MicrobatchPacking* packing = nullptr;
   int64_t iteration = 0;
   int64_t batch_samples = 1;  // samples in the global batch (the data seeds)
+  torch::Device device = torch::kCPU;  // where the data is made
 };
 
 // Per module index, its packed activation [1, tokens, width] (runtime/packing.h).

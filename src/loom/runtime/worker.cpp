@@ -135,13 +135,18 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     auto global_of = [&](int pp_rank) { return (replica * P + pp_rank) * T + shard; };
     const std::string& host = spec.options.host;
     auto store = MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, spec.options.timeout_s);
-    auto pg = MakeGlooGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s, host);
+    // CUDA: one GPU per process of this node, NCCL groups; else host tensors and Gloo.
+    const bool cuda = spec.options.device == "cuda";
+    const torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
+                                                                        spec.rank % spec.options.local_processes))
+                                      : torch::Device(torch::kCPU);
+    auto pg = MakeGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s, host, cuda);
     // This shard's copies in every replica: they hold the same weights and sync their gradients.
-    GlooGroup dp, tp;
-    if (D > 1) dp = MakeGlooGroup(store, fmt::format("dp{}.{}", me, shard), replica, D, spec.options.timeout_s, host);
+    Group dp, tp;
+    if (D > 1) dp = MakeGroup(store, fmt::format("dp{}.{}", me, shard), replica, D, spec.options.timeout_s, host, cuda);
     TensorParallel tensor_parallel;
     if (T > 1) {
-      tp = MakeGlooGroup(store, fmt::format("tp{}.{}", replica, me), shard, T, spec.options.timeout_s, host);
+      tp = MakeGroup(store, fmt::format("tp{}.{}", replica, me), shard, T, spec.options.timeout_s, host, cuda);
       tensor_parallel = {shard, T, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
     }
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
@@ -151,6 +156,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     for (int v = 0; v < exec.schedule.num_stages(); ++v) {
       if (exec.schedule.stage_rank[v] != me) continue;
       stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel));
+      stages.at(v)->to(device);
       std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
       for (auto& p : stages.at(v)->parameters()) {
         if (p.requires_grad()) trainable.push_back(p);
@@ -164,7 +170,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // gradients are summed before every optimizer step (on this rank if it
     // holds both, else over the pair of ranks).
     std::vector<torch::Tensor> tied;
-    GlooGroup tie;
+    Group tie;
     {
       const Module& lm = model.modules[loss_module];
       int embedding_stage = -1, head_stage = -1;
@@ -181,8 +187,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         if (re == me) tied.push_back(stages.at(embedding_stage)->EmbeddingTable());
         if (rh == me) tied.push_back(stages.at(head_stage)->TiedHeadCopy());
         if (re != rh && (re == me || rh == me)) {
-          tie = MakeGlooGroup(store, fmt::format("tie{}.{}", replica, shard), me == re ? 0 : 1, 2,
-                              spec.options.timeout_s, host);
+          tie = MakeGroup(store, fmt::format("tie{}.{}", replica, shard), me == re ? 0 : 1, 2,
+                          spec.options.timeout_s, host, cuda);
         }
       }
     }
@@ -210,7 +216,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         }
       }
       auto input_of = [&](int v, int k) {
-        return MicrobatchInput{&packings.at({v, k}), step, static_cast<int64_t>(batch.samples.size())};
+        return MicrobatchInput{&packings.at({v, k}), step, static_cast<int64_t>(batch.samples.size()), device};
       };
       const auto t0 = std::chrono::steady_clock::now();
       // Per (stage, mb): the tensors that entered the stage and those it hands
@@ -318,7 +324,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
               std::vector<torch::Tensor> shapes;
               const MicrobatchPacking& packing = packings.at({v, k});
               for (const auto& c : CrossingAfter(model, exec.stages[v].layers.back())) {
-                shapes.push_back(torch::empty({1, packing.Tokens(c.module), c.width}));
+                shapes.push_back(torch::empty({1, packing.Tokens(c.module), c.width}, device));
               }
               torch::Tensor flat = Flatten(shapes);
               Recv(*pg, flat, global_of(a.peer), tag);
@@ -328,7 +334,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             } else {
               int64_t numel = 0;
               for (const auto& t : output.at({mine, k})) numel += t.numel();
-              torch::Tensor flat = torch::empty({numel});
+              torch::Tensor flat = torch::empty({numel}, device);
               Recv(*pg, flat, global_of(a.peer), tag);
               grad_out[{mine, k}] = flat;
             }
@@ -396,7 +402,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // is the RSS peak; ru_maxrss is in KiB on Linux).
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);
-    Report(fd, fmt::format("mem {}", static_cast<double>(usage.ru_maxrss) * 1024.0));
+    // On a GPU: the caching allocator's peak of allocated bytes instead.
+    Report(fd, fmt::format("mem {}", cuda ? CudaPeakAllocatedBytes(device.index())
+                                          : static_cast<double>(usage.ru_maxrss) * 1024.0));
     // Replica 0's weights (every replica holds the same after the sync), frozen
     // ones too (they must come back unchanged); a sharded weight's statistics are
     // summed over its TP shards, so they describe the whole tensor.

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds `loom` with its CUDA runtime on a GPU machine: PyTorch's libtorch
+# (with CUDA, NCCL and Gloo; found through `python3 -c "import torch; ..."`),
+# cmake and ninja, and no package registry: the other libraries come from
+# scripts/pack-gpu-deps.sh, run on a Debian 12 machine and carried here
+# (docs/runtime.md, "On a GPU"). Tests are not built (GoogleTest is not there).
+#   scripts/build-cuda.sh [build-dir]      then: build-cuda/loom run --device cuda ...
+set -euo pipefail
+BUILD=${1:-build-cuda}
+DEPS=${LOOM_GPU_DEPS:-$PWD/third_party/gpu-deps}
+if [ ! -d "$DEPS/lib/cmake" ]; then
+  echo "build-cuda: $DEPS is missing: run scripts/pack-gpu-deps.sh on a Debian 12 machine and bring the folder" >&2
+  exit 2
+fi
+TORCH_PREFIX=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")
+echo "libtorch: $TORCH_PREFIX; packed libraries: $DEPS"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DLOOM_TESTS=OFF -DLOOM_TORCH_CMAKE=ON -DLOOM_FMT_HEADER_ONLY=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS" \
+  -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/lib" -DCMAKE_BUILD_RPATH="$DEPS/lib"
+cmake --build "$BUILD" -j "$(nproc)" --target loom
+"$BUILD/loom" run --help | head -1
