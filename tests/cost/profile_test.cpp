@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/cost/layer_work.h"
+#include "loom/cost/collectives.h"
 #include "loom/cost/profile.h"
 #include "loom/cost/profile_data.h"
 #include "loom/data/sample_source.h"
@@ -286,6 +287,30 @@ TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
   const ComputeTimes bf16 = model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"),
                                                Precision::kBf16);
   EXPECT_GT(std::abs(bf16.forward_s - pt.forward_s), 1e-3 * pt.forward_s);  // not corrected: another precision
+}
+
+// A profile's measured link (`loom profile`: two processes of one machine)
+// becomes every link of a cluster priced by it; a bad link is an error naming it.
+TEST(Profile, AMeasuredLinkPricesEveryMessage) {
+  Profile p = ShippedH100();
+  p.applies_to.clear();
+  p.link = {2e9, 5e-5};
+  const std::string path = test::WriteTemp("linked-profile.yaml", ProfileToYaml(p));
+  Cluster c = MakeCluster("h100", 2, 8);
+  ApplyCostModel(c, path);
+  for (const Link* l : {&c.nvlink, &c.pcie, &c.network}) {
+    EXPECT_DOUBLE_EQ(l->bytes_per_s, 2e9);
+    EXPECT_DOUBLE_EQ(l->latency_s, 5e-5);
+  }
+  EXPECT_DOUBLE_EQ(P2PTime_s(1e6, c.nvlink), 5e-5 + 1e6 / 2e9);
+  Cluster untouched = MakeCluster("h100", 2, 8);
+  const double nvlink = untouched.nvlink.bytes_per_s;
+  ApplyCostModel(untouched, "default");
+  EXPECT_EQ(untouched.nvlink.bytes_per_s, nvlink);
+  const std::string ops = "ops:\n  - {op: gemm, flops: 1e9, bytes: 1e6, time_s: 1e-5}\n";
+  test::ExpectError(
+      [&] { ParseProfile("gpu: h100\n" + ops + "link: {bytes_per_s: 0, latency_s: 1e-5}\nlayers: []\n", "p.yaml"); },
+      {"p.yaml", "link.bytes_per_s"});
 }
 
 }  // namespace

@@ -368,6 +368,9 @@ TEST(Runtime, ItsOwnProfilePredictsTheRun) {
   const Profile p = LoadProfile(profile);
   EXPECT_EQ(p.precision, Precision::kFp32);
   EXPECT_EQ(p.layers.size(), 3u);  // one shape at (1, 32), (2, 32), (1, 64)
+  // Gloo over loopback TCP: slower than any GPU link, faster than a floppy disk.
+  EXPECT_GT(p.link.bytes_per_s, 1e7);
+  EXPECT_LT(p.link.bytes_per_s, 1e12);
   auto [code2, out2] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData +
                                " --pp 2 --microbatches 4 --steps 3 --threads 1 --compare --json --profile " + profile);
   ASSERT_EQ(code2, 0) << out2;

@@ -108,7 +108,7 @@ constexpr const char* kProfileHelp =
 
 loom::Cluster LoadClusterWithProfile(const std::string& cluster, const std::string& profile) {
   loom::Cluster c = loom::LoadCluster(cluster);
-  c.cost_model = loom::SelectCostModel(profile, c.gpu);
+  loom::ApplyCostModel(c, profile);
   return c;
 }
 
@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
       const loom::Batch last_batch = loom::DrawBatch(workload, last);
       loom::PlanRun simulated;
       if (!run_trace.empty() || run_compare || !run_timeline.empty()) {
-        cluster.cost_model = loom::SelectCostModel(run_profile, cluster.gpu);
+        loom::ApplyCostModel(cluster, run_profile);
         // The runtime computes in fp32 (on the CPU): so does the prediction.
         loom::Workload as_run = workload;
         as_run.precision = loom::Precision::kFp32;

@@ -37,16 +37,34 @@ std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu) {
   return shipped ? shipped : roofline;
 }
 
-std::shared_ptr<const CostModel> SelectCostModel(const std::string& value, const GpuSpec& gpu) {
-  if (value == "roofline") return std::make_shared<const RooflineCostModel>();
-  if (value == "default" || value.empty()) return DefaultCostModel(gpu);
+namespace {
+
+Profile LoadProfileFor(const std::string& value, const GpuSpec& gpu) {
   Profile p = LoadProfile(value);
   if (p.gpu != gpu.name && std::find(p.applies_to.begin(), p.applies_to.end(), gpu.name) == p.applies_to.end()) {
     throw Error(fmt::format("{}: the profile was measured on {} (applies to {}), but the cluster's GPUs are {}; "
                             "profile this GPU or pass --profile roofline",
                             value, p.gpu, fmt::join(p.applies_to, ", "), gpu.name));
   }
-  return std::make_shared<const ProfiledCostModel>(std::move(p));
+  return p;
+}
+
+}  // namespace
+
+std::shared_ptr<const CostModel> SelectCostModel(const std::string& value, const GpuSpec& gpu) {
+  if (value == "roofline") return std::make_shared<const RooflineCostModel>();
+  if (value == "default" || value.empty()) return DefaultCostModel(gpu);
+  return std::make_shared<const ProfiledCostModel>(LoadProfileFor(value, gpu));
+}
+
+void ApplyCostModel(Cluster& cluster, const std::string& value) {
+  if (value == "roofline" || value == "default" || value.empty()) {
+    cluster.cost_model = SelectCostModel(value, cluster.gpu);
+    return;
+  }
+  Profile p = LoadProfileFor(value, cluster.gpu);
+  if (p.link.bytes_per_s > 0) cluster.nvlink = cluster.pcie = cluster.network = p.link;
+  cluster.cost_model = std::make_shared<const ProfiledCostModel>(std::move(p));
 }
 
 const CostModel& CostModelOf(const Cluster& c) {

@@ -65,6 +65,10 @@ const CostModel& CostModelOf(const Cluster& cluster);
 // (cost/profile.h). Throws loom::Error naming the file for a bad file, or when
 // the profile was measured on another GPU (and does not list `gpu` in applies_to).
 std::shared_ptr<const CostModel> SelectCostModel(const std::string& value, const GpuSpec& gpu);
+// Sets `cluster`'s cost model to what `value` selects; a profile that measured
+// a link (`loom profile`: two processes of one machine) also becomes every
+// link of the cluster, so messages are priced as that machine sends them.
+void ApplyCostModel(Cluster& cluster, const std::string& value);
 
 // The shipped profile of `gpu` (see cost/shipped_profiles.h), else the roofline
 // with default efficiencies. The same object for the same GPU name.

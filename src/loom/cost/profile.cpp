@@ -73,6 +73,12 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     if (PrecisionName(q) == precision) p.precision = q;
   }
   p.ops = ParseCalibrationPoints(doc.Child("ops"), file, "ops");
+  if (auto node = doc.OptionalChild("link")) {
+    YamlMap link(*node, file, "link");
+    p.link.bytes_per_s = link.PositiveReal("bytes_per_s");
+    p.link.latency_s = link.NonNegativeReal("latency_s", 0);
+    link.RejectUnknownKeys();
+  }
   YAML::Node layers = doc.Child("layers");
   if (!layers.IsSequence()) throw doc.ErrorAt("layers", "expected a list of measured transformer layers");
   doc.RejectUnknownKeys();
@@ -112,6 +118,9 @@ std::string ProfileToYaml(const Profile& p) {
   for (const auto& o : p.ops) {
     out += fmt::format("  - {{op: {}, flops: {:.17g}, bytes: {:.17g}, time_s: {:.9g}}}\n", kOps[static_cast<int>(o.op)],
                        o.flops, o.bytes, o.time_s);
+  }
+  if (p.link.bytes_per_s > 0) {
+    out += fmt::format("link: {{bytes_per_s: {:.9g}, latency_s: {:.9g}}}\n", p.link.bytes_per_s, p.link.latency_s);
   }
   out += "layers:\n";
   for (const auto& l : p.layers) {

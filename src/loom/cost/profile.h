@@ -29,6 +29,7 @@
 
 #include "loom/cost/calibration.h"
 #include "loom/cost/cost_model.h"
+#include "loom/spec/cluster.h"
 
 namespace loom {
 
@@ -59,6 +60,11 @@ struct Profile {
   Precision precision = Precision::kBf16;  // what its ops and layers ran in (`loom profile` on a CPU: fp32)
   std::vector<CalibrationPoint> ops;
   std::vector<ProfileLayerPoint> layers;
+  // `loom profile`: the link between two processes of the measured machine
+  // (Gloo over loopback TCP on a CPU), fitted as latency + bytes / bandwidth to
+  // point-to-point messages; bytes_per_s 0: none measured. A cluster priced by
+  // the profile sends every message over it (ApplyCostModel).
+  Link link;
 };
 
 // Throws loom::Error naming file, line and field on bad input (unknown GPU,

@@ -6,10 +6,18 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <csignal>
 #include <set>
+#include <sstream>
 #include <tuple>
 
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "loom/error.h"
+#include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/run.h"
 #include "loom/runtime/torch_model.h"
 
 namespace loom::runtime {
@@ -93,6 +101,101 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
   return pt;
 }
 
+// Messages of these sizes bounce between two processes of this machine (Gloo
+// over loopback TCP, as `loom run` sends them); process 0 writes the median
+// one-way time of each, "BYTES SECONDS" per line, to `fd`.
+constexpr int64_t kLinkBytes[] = {4 << 10, 64 << 10, 1 << 20, 8 << 20};
+
+int BounceMessages(int rank, int port, int repeats, int fd) {
+  try {
+    auto store = MakeStore("127.0.0.1", rank, 2, port, 30);
+    auto pg = MakeGroup(store, "link", rank, 2, 30, "127.0.0.1", false);
+    std::string out;
+    for (int64_t bytes : kLinkBytes) {
+      std::vector<at::Tensor> t{torch::zeros({bytes / 4})};
+      std::vector<double> one_way;
+      for (int i = 0; i <= repeats; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (rank == 0) {
+          pg->send(t, 1, 0)->wait();
+          pg->recv(t, 1, 0)->wait();
+        } else {
+          pg->recv(t, 0, 0)->wait();
+          pg->send(t, 0, 0)->wait();
+        }
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (i > 0) one_way.push_back(s / 2);
+      }
+      std::sort(one_way.begin(), one_way.end());
+      out += fmt::format("{} {:.9g}\n", bytes, one_way[one_way.size() / 2]);
+    }
+    if (rank == 0 && write(fd, out.data(), out.size()) != static_cast<ssize_t>(out.size())) return 4;
+    return 0;
+  } catch (const std::exception& e) {
+    const std::string msg = fmt::format("error {}\n", e.what());
+    if (write(fd, msg.data(), msg.size()) < 0) return 3;
+    return 3;
+  }
+}
+
+// The link between two processes of this machine: latency + bytes / bandwidth,
+// fitted by least squares to the messages' one-way times. Forked before this
+// process uses torch (children of a process that did inherit its thread pools).
+Link MeasureLink(int repeats) {
+  const int port = FreePort();
+  int fds[2];
+  if (pipe(fds) != 0) throw Error("loom profile: cannot create a pipe to measure the link");
+  pid_t pids[2];
+  for (int r = 0; r < 2; ++r) {
+    pids[r] = fork();
+    if (pids[r] < 0) throw Error("loom profile: cannot start a process to measure the link");
+    if (pids[r] == 0) {
+      close(fds[0]);
+      _exit(BounceMessages(r, port, repeats, fds[1]));
+    }
+  }
+  close(fds[1]);
+  std::string text;
+  char buf[512];
+  pollfd pfd{fds[0], POLLIN, 0};
+  while (poll(&pfd, 1, 120000) > 0) {
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int failed = 0;
+  for (pid_t pid : pids) {
+    kill(pid, SIGKILL);  // no-op when it has exited; a stalled one is stopped
+    int status = 0;
+    waitpid(pid, &status, 0);
+    failed += WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+  }
+  std::vector<std::pair<double, double>> points;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    double bytes = 0, s = 0;
+    if (std::istringstream(line) >> bytes >> s) points.push_back({bytes, s});
+  }
+  if (failed > 0 || points.size() != std::size(kLinkBytes)) {
+    throw Error(fmt::format("loom profile: measuring the link between two processes failed: {}", text));
+  }
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : points) {
+    mx += x / points.size();
+    my += y / points.size();
+  }
+  double sxy = 0, sxx = 0;
+  for (const auto& [x, y] : points) {
+    sxy += (x - mx) * (y - my);
+    sxx += (x - mx) * (x - mx);
+  }
+  const double per_byte_s = sxy / sxx;
+  if (per_byte_s <= 0) throw Error("loom profile: the link's times do not grow with the message size; measure again");
+  // A negative intercept is the fit's noise around a latency too small to resolve: none.
+  return Link{1.0 / per_byte_s, std::max(0.0, my - per_byte_s * mx)};
+}
+
 }  // namespace
 
 Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
@@ -109,6 +212,7 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
                 "against a CUDA libtorch)");
   }
   FindGpu(o.gpu);  // the datasheet must exist
+  const Link link = MeasureLink(o.repeats);  // first: it forks
   torch::set_num_threads(o.threads);
   const Timer timer{o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
   const auto opts = torch::TensorOptions().device(timer.device);
@@ -117,6 +221,7 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   p.gpu = o.gpu;
   p.applies_to = {};  // never a GPU's default: it describes this machine
   p.precision = Precision::kFp32;
+  p.link = link;
   p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), fp32, medians of {}", o.device,
                          TORCH_VERSION, cuda ? "CUDA" : CpuName(), o.threads, o.repeats);
   // Layers: each distinct transformer shape once (frozen and trainable apart).

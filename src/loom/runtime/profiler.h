@@ -11,7 +11,11 @@
 //           LayerStack runs them;
 //   ops     the matrix products of every linear layer of the model, the
 //           attention core per head shape, and elementwise work, at the same
-//           token counts: the points the roofline's efficiencies are fitted to.
+//           token counts: the points the roofline's efficiencies are fitted to;
+//   link    messages of 4 KiB to 8 MiB bouncing between two processes of this
+//           machine (Gloo over loopback TCP, as `loom run` sends them), fitted
+//           as latency + bytes / bandwidth: every link of a cluster priced by
+//           the profile (cost/cost_model.h ApplyCostModel).
 // The profile is fitted against `gpu`'s datasheet at the precision it ran in
 // (fp32): the efficiencies then stand for this device, whatever it is.
 #pragma once

@@ -19,8 +19,6 @@
 
 namespace loom {
 
-namespace {
-
 int FreePort() {
   const int s = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -37,6 +35,8 @@ int FreePort() {
   close(s);
   return port;
 }
+
+namespace {
 
 struct Child {
   pid_t pid = -1;

@@ -51,6 +51,9 @@ struct RunOptions {
   std::string host = "127.0.0.1";
 };
 
+// A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous store).
+int FreePort();
+
 // A multi-node run's launcher sees only its own node's processes: what they
 // report (losses come from the node holding the last pipeline stage; other
 // nodes' `losses` are NaN).
