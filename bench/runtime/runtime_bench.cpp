@@ -3,7 +3,8 @@
 // actions, with its Gloo process group) against the same layers trained in a
 // bare libtorch loop in this process, same machine, same run. The runtime's
 // time is its workers' own step time (process start-up excluded), the mean of
-// steps 2..N; both use the same model, batch and microbatches.
+// steps 2..N; both use the same model, batch and microbatches, and one
+// intra-op thread (`loom run`'s default per rank).
 //   build/loom_runtime_bench
 #include <benchmark/benchmark.h>
 
@@ -47,7 +48,7 @@ void BM_RuntimeStep(benchmark::State& state) {
   }
   const std::string cmd = std::string(LOOM_BINARY) + " run --model " + kModel +
                           " --cluster h100:1x1 --workload text --global-batch 16 --seq-len 256 --plan " + path +
-                          " --steps " + std::to_string(kSteps) + " --json 2>&1";
+                          " --steps " + std::to_string(kSteps) + " --threads 1 --json 2>&1";
   for (auto _ : state) {
     FILE* pipe = popen(cmd.c_str(), "r");
     std::string out;
@@ -67,6 +68,7 @@ void BM_BareLibtorchStep(benchmark::State& state) {
   const Model model = LoadModel(kModel);
   const Workload w = BenchWorkload();
   std::vector<LayerRange> all{{"llm", 0, static_cast<int>(model.modules[0].layers.size())}};
+  torch::set_num_threads(1);  // as each `loom run` rank above
   runtime::LayerStack stack(model, all, w.seed);
   torch::optim::AdamW opt(stack->parameters(), torch::optim::AdamWOptions(1e-3));
   const Batch batch = DrawBatch(w, 0);

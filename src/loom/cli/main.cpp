@@ -175,8 +175,8 @@ int main(int argc, char** argv) {
   std::string run_device = "cpu";
   run->add_option("--device", run_device, "cpu (Gloo) | cuda (one GPU per process, NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  int run_threads = 0;
-  run->add_option("--threads", run_threads, "intra-op threads per rank (default: cores / local ranks, at least 1)")
+  int run_threads = 1;
+  run->add_option("--threads", run_threads, "intra-op threads per rank (default 1)")
       ->check(CLI::PositiveNumber);
   app.add_subcommand("clusters", "list the built-in GPUs and testbeds");
 

@@ -89,8 +89,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   if (worker_options.threads_per_rank <= 0) {
-    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    worker_options.threads_per_rank = std::max(1, static_cast<int>(cores > 0 ? cores : 1) / per_node);
+    throw Error(fmt::format("--threads {}: must be positive", worker_options.threads_per_rank));
   }
   std::vector<Child> children(world);
   for (int r = first_rank; r < first_rank + per_node; ++r) {

@@ -34,9 +34,10 @@ struct RunOptions {
   int port = 0;            // TCPStore port; 0 picks a free one
   int kill_rank = -1;      // tests: this rank exits abruptly at the start of step `kill_step`
   int kill_step = -1;
-  // Intra-op threads of each rank's libtorch (0: this machine's cores over
-  // its local ranks, at least 1), as `loom profile --threads` measures them.
-  int threads_per_rank = 0;
+  // Intra-op threads of each rank's libtorch, as `loom profile --threads`
+  // measures them. 1 by default: on the 2-core VM a forked worker at 2 threads
+  // ran a step 2.4-4.8x slower than at 1 (docs/runtime.md).
+  int threads_per_rank = 1;
   // "cpu": host tensors and Gloo; "cuda": one GPU per process of this node
   // (NCCL cannot share a GPU between ranks) and NCCL groups.
   std::string device = "cpu";
