@@ -103,5 +103,31 @@ TEST(Validate, MissingOrMisplacedActionsAreNamed) {
   test::ExpectError([&] { ValidateSchedule(dup); }, {"duplicate"});
 }
 
+// NCCL pairs messages between two ranks by order: every built-in schedule's
+// sends and receives between each pair come in the same order, and a schedule
+// with two receives swapped is caught, naming both messages.
+TEST(Schedules, EveryPairSendsAndReceivesInOneOrder) {
+  for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
+    for (int ranks : {2, 4}) {
+      for (int microbatches : {ranks, 2 * ranks + 1}) {
+        EXPECT_EQ(MessageOrderMismatch(MakeSchedule(name, ranks, microbatches)), "") << name << " " << ranks;
+      }
+    }
+  }
+  for (int ranks : {2, 4}) {
+    EXPECT_EQ(MessageOrderMismatch(MakeSchedule("interleaved", ranks, 2 * ranks, 2)), "") << ranks;
+  }
+  Schedule s = MakeSchedule("1f1b", 2, 4);
+  std::vector<size_t> recvs;
+  for (size_t i = 0; i < s.ranks[1].size(); ++i) {
+    if (s.ranks[1][i].kind == ActionKind::kRecv) recvs.push_back(i);
+  }
+  ASSERT_GE(recvs.size(), 2u);
+  std::swap(s.ranks[1][recvs[0]], s.ranks[1][recvs[1]]);
+  const std::string why = MessageOrderMismatch(s);
+  EXPECT_NE(why.find("rank 0 sends"), std::string::npos) << why;
+  EXPECT_NE(why.find("to rank 1"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace loom

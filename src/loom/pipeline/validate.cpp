@@ -134,4 +134,32 @@ void ValidateSchedule(const Schedule& s) {
   throw Error(fmt::format("schedule {} deadlocks", s.name));
 }
 
+std::string MessageOrderMismatch(const Schedule& s) {
+  // A message is (payload, sending stage, receiving stage, microbatch), the
+  // receiving stage resolved as the runtime's tags resolve it.
+  using Message = std::tuple<int, int, int, int>;
+  auto message = [](const Action& a) {
+    const bool act = a.payload == Payload::kActivation;
+    const int to = a.peer_stage >= 0 ? a.peer_stage : (act ? a.stage + 1 : a.stage - 1);
+    return Message{static_cast<int>(a.payload), a.stage, to, a.microbatch};
+  };
+  std::map<std::pair<int, int>, std::vector<std::pair<Message, std::string>>> sent, received;  // (from, to)
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      if (a.kind == ActionKind::kSend) sent[{r, a.peer}].push_back({message(a), ActionName(a)});
+      if (a.kind == ActionKind::kRecv) received[{a.peer, r}].push_back({message(a), ActionName(a)});
+    }
+  }
+  for (const auto& [pair, sends] : sent) {
+    const auto& recvs = received[pair];
+    for (size_t i = 0; i < std::min(sends.size(), recvs.size()); ++i) {
+      if (sends[i].first != recvs[i].first) {
+        return fmt::format("rank {} sends {} as its message {} to rank {}, which receives {} there", pair.first,
+                           sends[i].second, i, pair.second, recvs[i].second);
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace loom

@@ -12,4 +12,10 @@ namespace loom {
 // for a deadlock, the blocked action and what it waits for.
 void ValidateSchedule(const Schedule& s);
 
+// NCCL pairs point-to-point messages between two ranks by order, not by tag
+// (Gloo matches tags): the k-th send from rank A to rank B meets the k-th
+// receive on B from A. Returns the first pair of ranks whose send and receive
+// orders differ, naming both messages, or "" when every pair agrees.
+std::string MessageOrderMismatch(const Schedule& s);
+
 }  // namespace loom

@@ -15,6 +15,7 @@
 
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
+#include "loom/pipeline/validate.h"
 #include "loom/runtime/worker.h"
 
 namespace loom {
@@ -77,6 +78,11 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     throw Error(fmt::format("--device {}; valid: cpu, cuda", options.device));
   }
   if (options.device == "cuda") {
+    // NCCL pairs messages by order, not by tag.
+    if (const std::string why = MessageOrderMismatch(first.schedule); !why.empty()) {
+      throw Error("--device cuda: the plan's messages between two ranks are not received in the order they are "
+                  "sent, which NCCL needs: " + why);
+    }
     // Counted without CUDA in this process (workers fork from it): the driver's device nodes.
     int gpus = 0;
     while (access(fmt::format("/dev/nvidia{}", gpus).c_str(), F_OK) == 0) ++gpus;

@@ -12,6 +12,7 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/cost/layer_pricing.h"
+#include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/c10d_compat.h"
 #include "loom/runtime/packing.h"
@@ -204,6 +205,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       if (step > 0) {
         batch = DrawBatch(*spec.workload, step);
         exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
+        if (const std::string why = MessageOrderMismatch(exec.schedule); cuda && !why.empty()) {
+          throw Error(fmt::format("step {}: NCCL needs messages received in the order they are sent: {}", step, why));
+        }
       }
       const Schedule& sch = exec.schedule;
       const int S = sch.num_stages(), M = sch.num_microbatches;
