@@ -66,11 +66,12 @@ struct TinyRun {
 };
 
 std::string PlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
-                     int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone) {
+                     int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone,
+                     int zero_stage = 1) {
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
   const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute,
-                                Balance::kParams, 1);
+                                Balance::kParams, zero_stage);
   return test::WriteTemp(name, PlanToJson(p).dump());
 }
 
@@ -167,6 +168,7 @@ struct Case {
   int vpp, pp, dp;
   Recompute recompute = Recompute::kNone;
   int tp = 1;
+  int zero_stage = 1;
 };
 
 // `loom run` of each case's plan ends with the reference's losses and parameters.
@@ -178,7 +180,8 @@ void ExpectRunsLikeTheReference(const TinyRun& s, const std::vector<Case>& cases
     const std::string cluster = fmt::format("h100:1x{}", c.tp * c.pp * c.dp);
     const Cluster cl = LoadCluster(cluster);
     const std::string plan =
-        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp, c.dp, &cl, c.recompute);
+        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp, c.dp, &cl, c.recompute,
+                 c.zero_stage);
     auto [code, out] = LoomCli("run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args +
                                " --plan " + plan + " --steps 3 --timeout 20 --json");
     ASSERT_EQ(code, 0) << out;
@@ -207,7 +210,10 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
                   Case{"interleaved-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull},
                   Case{"1f1b-tp2", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kNone, 2},
                   Case{"tp2-dp2", ScheduleKind::kOneFOneB, 1, 1, 2, Recompute::kNone, 2},
-                  Case{"interleaved-tp2-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull, 2}});
+                  Case{"interleaved-tp2-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull, 2},
+                  // Data parallelism above shards the optimizer (ZeRO-1, Megatron's
+                  // distributed optimizer); at ZeRO 0 every replica steps every weight.
+                  Case{"1f1b-dp2-zero0", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 0}});
   ExpectRunsLikeTheReference(TinyRun(kFrozen), {Case{"1f1b-frozen", ScheduleKind::kOneFOneB, 1, 2, 1},
                                                 Case{"gpipe-frozen-dp2", ScheduleKind::kGpipe, 1, 2, 2}});
 }

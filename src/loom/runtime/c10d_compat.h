@@ -75,6 +75,15 @@ inline void AllReduceSum(GroupBase& pg, at::Tensor& t) {
   pg.allreduce(v)->wait();
 }
 
+// Every member's `t` (equal shapes), in member order.
+inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t) {
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int i = 0; i < pg.getSize(); ++i) out[0].push_back(at::empty_like(t));
+  std::vector<at::Tensor> in{t};
+  pg.allgather(out, in)->wait();
+  return out[0];
+}
+
 // Starts summing `t` over the group in place; done when the handle's wait returns.
 inline auto AllReduceAsync(GroupBase& pg, std::vector<at::Tensor>& t) { return pg.allreduce(t); }
 

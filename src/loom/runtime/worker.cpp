@@ -50,6 +50,15 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
   return std::vector<Recompute>(e.stages[v].num_layers(), e.stages[v].recompute);
 }
 
+// ZeRO-1: this replica's slice [lo, hi) of a gradient bucket's flat
+// parameters (chunks of `chunk` elements per replica, the last one short),
+// with the AdamW state of only that slice.
+struct ShardedBucket {
+  int stage = 0, bucket = 0;
+  int64_t total = 0, chunk = 0, lo = 0, hi = 0;
+  torch::Tensor master;
+};
+
 // One flat buffer of the tensors' values (a message or a bucket).
 torch::Tensor Flatten(const std::vector<torch::Tensor>& parts) {
   std::vector<torch::Tensor> flat;
@@ -193,10 +202,47 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         }
       }
     }
+    // ZeRO-1 (the plan's zero_stage >= 1 with data parallelism): each replica
+    // keeps AdamW state for its 1/D slice of every gradient bucket only,
+    // steps that slice and all-gathers the updated weights. AdamW is
+    // elementwise, so this is the replicated update, computed once. Stages
+    // holding a tied embedding keep the replicated optimizer (their gradient
+    // is summed with the other copy's at the step, after the buckets).
+    std::vector<ShardedBucket> shards;
+    std::set<int> sharded;
+    for (const auto& [v, stage_buckets] : buckets) {
+      bool holds_tied = false;
+      for (const auto& t : tied) {
+        for (const auto& p : stages.at(v)->parameters()) holds_tied = holds_tied || p.is_same(t);
+      }
+      if (D < 2 || exec.stages[v].zero_stage < 1 || holds_tied) continue;
+      sharded.insert(v);
+      for (size_t b = 0; b < stage_buckets.size(); ++b) {
+        if (stage_buckets[b].empty()) continue;
+        ShardedBucket sb{v, static_cast<int>(b)};
+        for (const auto& p : stage_buckets[b]) sb.total += p.numel();
+        sb.chunk = (sb.total + D - 1) / D;
+        sb.lo = std::min(sb.total, replica * sb.chunk);
+        sb.hi = std::min(sb.total, sb.lo + sb.chunk);
+        torch::NoGradGuard no_grad;
+        sb.master = Flatten(stage_buckets[b]).slice(0, sb.lo, sb.hi).clone().requires_grad_(true);
+        shards.push_back(std::move(sb));
+      }
+    }
+    std::vector<torch::Tensor> replicated, masters;
+    for (const auto& [v, stage_buckets] : buckets) {
+      if (sharded.count(v)) continue;
+      for (const auto& bucket : stage_buckets) replicated.insert(replicated.end(), bucket.begin(), bucket.end());
+    }
+    for (const auto& sb : shards) masters.push_back(sb.master);
     // A rank whose layers are all frozen has nothing to update.
-    std::unique_ptr<torch::optim::AdamW> opt;
-    if (!params.empty()) {
-      opt = std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(spec.options.learning_rate));
+    std::unique_ptr<torch::optim::AdamW> opt, opt_shards;
+    if (!replicated.empty()) {
+      opt = std::make_unique<torch::optim::AdamW>(replicated, torch::optim::AdamWOptions(spec.options.learning_rate));
+    }
+    if (!masters.empty()) {
+      opt_shards =
+          std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(spec.options.learning_rate));
     }
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
@@ -364,6 +410,12 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             for (auto& [work, flat, stage, b] : reducing) {
               work->wait();
               auto& bucket = buckets.at(stage).at(b);
+              if (sharded.count(stage)) {  // ZeRO-1: only this replica's slice is stepped here
+                for (auto& sb : shards) {
+                  if (sb.stage == stage && sb.bucket == b) sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi).clone();
+                }
+                continue;
+              }
               const auto parts = SplitLike(flat[0], bucket);
               for (size_t i = 0; i < bucket.size(); ++i) {
                 if (!bucket[i].grad().defined()) bucket[i].mutable_grad() = torch::zeros_like(bucket[i]);
@@ -385,6 +437,24 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             if (opt) {
               opt->step();
               opt->zero_grad();
+            }
+            if (opt_shards) {
+              opt_shards->step();
+              opt_shards->zero_grad();
+              torch::NoGradGuard no_grad;
+              for (const auto& sb : shards) {
+                torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
+                mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
+                const torch::Tensor all = torch::cat(AllGather(*dp, mine)).slice(0, 0, sb.total);
+                auto& bucket = buckets.at(sb.stage).at(sb.bucket);
+                const auto parts = SplitLike(all, bucket);
+                for (size_t i = 0; i < bucket.size(); ++i) bucket[i].copy_(parts[i]);
+              }
+              for (int v : sharded) {
+                for (auto& bucket : buckets.at(v)) {
+                  for (auto& p : bucket) p.mutable_grad() = torch::Tensor();
+                }
+              }
             }
             break;
         }
