@@ -32,7 +32,7 @@ Batch HandBatch() {
 
 TEST(RuntimePacking, FollowsTheTokenRulesByHand) {
   const Model m = LoadModel(kVlm);
-  const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, HandBatch(), {0, 1});
+  const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, HandBatch(), std::vector<int>{0, 1});
   // Vision: one sequence per image, (32/8)^2 patches + CLS = 17 tokens.
   EXPECT_EQ(p.Lengths(0), (std::vector<int64_t>{17, 17, 17}));
   EXPECT_EQ(p.Lengths(1), (std::vector<int64_t>{17, 17, 17}));  // the projector keeps them
@@ -45,6 +45,24 @@ TEST(RuntimePacking, FollowsTheTokenRulesByHand) {
   EXPECT_EQ(doc1.parts[1].source, -1);
   EXPECT_EQ(p.TextTokens(), 5 + 3 + 4);
   EXPECT_EQ(runtime::BatchTextTokens(HandBatch()), 12);
+}
+
+// PipeWeaver's encoder sub-microbatches carry single images: the third image
+// of sample 0, then its first. The encoder and projector see those two, in
+// that order; the LLM sees nothing of them.
+TEST(RuntimePacking, SingleImagePiecesReachOnlyTheImageModules) {
+  const Model m = LoadModel(kVlm);
+  const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, HandBatch(), std::vector<SamplePiece>{{0, 2}, {0, 0}});
+  ASSERT_EQ(p.modules[0].size(), 2u);
+  EXPECT_EQ(p.modules[0][0].image, 2);
+  EXPECT_EQ(p.modules[0][0].doc, 1);
+  EXPECT_EQ(p.modules[0][1].image, 0);
+  ASSERT_EQ(p.modules[1].size(), 2u);
+  EXPECT_EQ(p.modules[1][0].parts[0].offset, 0);  // no image is taken twice
+  EXPECT_EQ(p.modules[1][1].parts[0].offset, 17);
+  EXPECT_EQ(p.modules[1][1].image, 0);
+  EXPECT_TRUE(p.modules[2].empty());
+  EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), std::vector<SamplePiece>{{1, 0}}), Error);  // no image
 }
 
 TEST(RuntimePacking, BoundariesCarryWhatLaterModulesRead) {
@@ -76,7 +94,7 @@ Grads Train(Recompute recompute, bool split) {
   for (const auto& mod : m.modules) all.push_back({mod.name, 0, static_cast<int>(mod.layers.size())});
   runtime::LayerStack stack(m, all, 7);
   const Batch batch = HandBatch();
-  const runtime::MicrobatchPacking packing = runtime::PackMicrobatch(m, batch, {0, 1});
+  const runtime::MicrobatchPacking packing = runtime::PackMicrobatch(m, batch, std::vector<int>{0, 1});
   const runtime::MicrobatchInput mb{&packing, 0, 2};
   int layers = 0;
   for (const auto& mod : m.modules) layers += static_cast<int>(mod.layers.size());
@@ -120,8 +138,8 @@ TEST(RuntimeModel, SplitBackwardAndRecomputationGiveAutogradsGradients) {
 TEST(RuntimeModel, InputsItCannotPackAreErrors) {
   Model m = LoadModel(kVlm);
   m.modules[0].tokens.merge = 2;
-  EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), {0}), Error);
-  EXPECT_THROW(runtime::PackMicrobatch(LoadModel(kVlm), HandBatch(), {}), Error);
+  EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), std::vector<int>{0}), Error);
+  EXPECT_THROW(runtime::PackMicrobatch(LoadModel(kVlm), HandBatch(), std::vector<int>{}), Error);
 }
 
 }  // namespace

@@ -59,29 +59,43 @@ void CheckPackable(const Module& m) {
 }  // namespace
 
 MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<int>& samples) {
-  if (samples.empty()) throw Error("runtime: a microbatch without samples");
+  std::vector<SamplePiece> pieces;
+  for (int x : samples) pieces.push_back({x, -1});
+  return PackMicrobatch(model, batch, pieces);
+}
+
+MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces) {
+  if (pieces.empty()) throw Error("runtime: a microbatch without samples");
   MicrobatchPacking out;
   out.modules.resize(model.modules.size());
   for (size_t mi = 0; mi < model.modules.size(); ++mi) {
     const Module& m = model.modules[mi];
     CheckPackable(m);
     auto& seqs = out.modules[mi];
-    // Where each input module's sequences of (sample, doc) start in its packed output.
-    auto inputs_of = [&](int sample, int doc, bool whole_sample) {
+    // Where each input module's sequences of the piece (and document) start in its packed output.
+    auto inputs_of = [&](const SamplePiece& piece, int doc, bool whole_sample) {
       std::vector<Part> parts;
       for (int p : m.inputs) {
         int64_t offset = 0;
         for (const auto& s : out.modules[p]) {
-          if (s.sample == sample && (whole_sample || s.doc == doc)) parts.push_back({p, offset, s.tokens});
+          if (s.sample == piece.sample && (piece.item < 0 || s.image == piece.item) && (whole_sample || s.doc == doc)) {
+            parts.push_back({p, offset, s.tokens});
+          }
           offset += s.tokens;
         }
       }
       return parts;
     };
-    for (int x : samples) {
+    for (const SamplePiece& piece : pieces) {
+      const int x = piece.sample;
       const Sample& sample = batch.samples.at(x);
+      if (piece.item >= static_cast<int>(sample.images.size())) {
+        throw Error(fmt::format("runtime: sample {} has {} images, not an item {}: only image items are run",
+                                x, sample.images.size(), piece.item));
+      }
       switch (m.tokens.source) {
         case TokenSource::kText:
+          if (piece.item >= 0) break;  // a single image carries no text
           for (int d = 0; d < sample.num_docs(); ++d) {
             const int64_t t = sample.doc_text_tokens[d];
             if (t > 0) seqs.push_back({x, d, -1, t, {{-1, 0, t}}});
@@ -89,13 +103,14 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
           break;
         case TokenSource::kImage:
           for (size_t i = 0; i < sample.images.size(); ++i) {
+            if (piece.item >= 0 && static_cast<int>(i) != piece.item) continue;
             const auto& im = sample.images[i];
             const int64_t t = ImageTokens(m.tokens, im.width_px, im.height_px);
             seqs.push_back({x, im.doc, static_cast<int>(i), t, {{-1, 0, t}}});
           }
           break;
         case TokenSource::kInputs:
-          for (const Part& part : inputs_of(x, 0, true)) {
+          for (const Part& part : inputs_of(piece, 0, true)) {
             int64_t offset = 0, image = -1, doc = 0;
             for (const auto& s : out.modules[part.source]) {  // the input sequence this part is
               if (offset == part.offset) {
@@ -108,8 +123,9 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
           }
           break;
         case TokenSource::kTextAndInputs:
+          if (piece.item >= 0) break;  // its documents' text is not in a single image
           for (int d = 0; d < sample.num_docs(); ++d) {
-            PackedSequence s{x, d, -1, 0, inputs_of(x, d, false)};
+            PackedSequence s{x, d, -1, 0, inputs_of(piece, d, false)};
             const int64_t text = sample.doc_text_tokens[d];
             if (text > 0) s.parts.push_back({-1, 0, text});
             for (const auto& p : s.parts) s.tokens += p.tokens;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "loom/data/sample.h"
+#include "loom/plan/execution_plan.h"
 #include "loom/plan/plan.h"
 #include "loom/spec/model.h"
 
@@ -51,6 +52,11 @@ struct MicrobatchPacking {
 // Throws loom::Error if a module's token rule is one the runtime cannot pack
 // (video, audio, merged or pooled image tokens, projector downsampling).
 MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<int>& samples);
+// The same for sample pieces (plan/execution_plan.h): a whole sample, or one
+// image of it (PipeWeaver's encoder sub-microbatches), which only the modules
+// that see images and their projectors see; modules of text get no sequences
+// from it. Pieces pack in the order given.
+MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces);
 
 // Text tokens of the whole batch: the loss is the sum of per-token losses over
 // the batch divided by this, so it does not depend on how samples are grouped

@@ -32,11 +32,6 @@ void Report(int fd, const std::string& line) {
   }
 }
 
-std::vector<int> SamplesOf(const MicrobatchWork& mb) {  // whole samples (CompileForRuntime checked)
-  std::vector<int> out;
-  for (const auto& p : mb.pieces) out.push_back(p.sample);
-  return out;
-}
 
 // A message's tag: unique per (payload, producer stage, consumer stage, producer microbatch).
 int Tag(Payload payload, int from, int to, int mb, int stages, int microbatches) {
@@ -127,7 +122,7 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
       }
     }
   }
-  PackMicrobatch(model, batch, {0});  // the workload's inputs are ones the runtime can pack
+  PackMicrobatch(model, batch, std::vector<int>{0});  // the workload's inputs are ones the runtime can pack
   return exec;
 }
 
@@ -262,7 +257,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       std::map<std::pair<int, int>, MicrobatchPacking> packings;  // (stage, mb)
       for (int v = 0; v < S; ++v) {
         for (int k = 0; k < M; ++k) {
-          packings.emplace(std::make_pair(v, k), PackMicrobatch(model, batch, SamplesOf(exec.replicas[replica][v][k])));
+          packings.emplace(std::make_pair(v, k), PackMicrobatch(model, batch, exec.replicas[replica][v][k].pieces));
         }
       }
       auto input_of = [&](int v, int k) {
