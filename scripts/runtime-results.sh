@@ -7,15 +7,19 @@ set -euo pipefail
 B=${1:-build}
 D=tests/data/runtime
 T=$(mktemp -d)
-"$B/loom" profile --model $D/tiny-llm.yaml --tokens 64,256,1024 --repeats 7 --out "$T/llm.yaml" 2>/dev/null
-"$B/loom" profile --model $D/tiny-vlm.yaml --tokens 16,64,256,1024 --repeats 7 --out "$T/vlm.yaml" 2>/dev/null
-LLM="--model $D/tiny-llm.yaml --workload text --global-batch 16 --seq-len 256 --profile $T/llm.yaml"
-VLM="--model $D/tiny-vlm.yaml --workload $D/tiny-laion.yaml --global-batch 16 --profile $T/vlm.yaml"
+# Each rank count gets a profile measured with that many processes side by
+# side (--concurrent): the ranks share the machine's cores.
+for n in 1 2; do
+  "$B/loom" profile --model $D/tiny-llm.yaml --tokens 64,256,1024 --repeats 7 --concurrent $n --out "$T/llm$n.yaml" 2>/dev/null
+  "$B/loom" profile --model $D/tiny-vlm.yaml --tokens 16,64,256,1024 --repeats 7 --concurrent $n --out "$T/vlm$n.yaml" 2>/dev/null
+done
+LLM="--model $D/tiny-llm.yaml --workload text --global-batch 16 --seq-len 256 --profile $T/llm"
+VLM="--model $D/tiny-vlm.yaml --workload $D/tiny-laion.yaml --global-batch 16 --profile $T/vlm"
 echo "| model | ranks | layout | simulated s | measured s | measured / simulated |"
 echo "|---|---|---|---|---|---|"
 row() {  # model-args gpus layout-flags
   local out
-  out=$("$B/loom" run $1 --cluster "h100:1x$2" $3 --microbatches 4 --steps 4 --threads 1 --compare --json)
+  out=$("$B/loom" run $1$2.yaml --cluster "h100:1x$2" $3 --microbatches 4 --steps 4 --threads 1 --compare --json)
   python3 -c '
 import json, sys
 j = json.loads(sys.argv[1]); s = j["simulated_iteration_time_s"]; m = j["measured_iteration_time_s"]

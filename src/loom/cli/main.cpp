@@ -193,6 +193,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   prof->add_option("--tokens", prof_tokens, "token counts to measure, comma-separated");
   prof->add_option("--repeats", prof_options.repeats, "timed runs per point (median)")->check(CLI::PositiveNumber);
+  prof->add_option("--concurrent", prof_options.concurrent,
+                   "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its cores)")
+      ->check(CLI::PositiveNumber);
   prof->add_option("--out", prof_out, "write the profile here (default: standard output)");
 
   CLI::App* inspect = app.add_subcommand("inspect", "per-module parameters, FLOPs and intensity");

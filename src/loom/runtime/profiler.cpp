@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -198,12 +199,20 @@ Link MeasureLink(int repeats) {
 
 }  // namespace
 
+// The layers and kernels into `p` (the measurement `loom profile` repeats in
+// its side-by-side processes).
+void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o);
+
 Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   if (o.tokens.empty()) throw Error("loom profile: --tokens: give at least one token count");
   for (int64_t t : o.tokens) {
     if (t <= 0) throw Error(fmt::format("loom profile: --tokens: {} is not a positive token count", t));
   }
   if (o.threads <= 0) throw Error(fmt::format("loom profile: --threads {}: must be positive", o.threads));
+  if (o.concurrent <= 0) throw Error(fmt::format("loom profile: --concurrent {}: must be positive", o.concurrent));
+  if (o.concurrent > 1 && o.device == "cuda") {
+    throw Error("loom profile: --concurrent is for ranks sharing CPU cores; each CUDA rank has its own GPU");
+  }
   if (o.device != "cpu" && o.device != "cuda") {
     throw Error(fmt::format("loom profile: --device {}; valid: cpu, cuda", o.device));
   }
@@ -213,17 +222,51 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   }
   FindGpu(o.gpu);  // the datasheet must exist
   const Link link = MeasureLink(o.repeats);  // first: it forks
-  torch::set_num_threads(o.threads);
-  const Timer timer{o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
-  const auto opts = torch::TensorOptions().device(timer.device);
-  const bool cuda = timer.device.is_cuda();
+  // Ranks that share this machine's cores: measured beside copies of the
+  // same measurement (forked before this process uses torch; they die with it).
+  std::vector<pid_t> load;
+  struct Reap {
+    std::vector<pid_t>* pids;
+    ~Reap() {
+      for (pid_t pid : *pids) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reap{&load};
+  for (int i = 1; i < o.concurrent; ++i) {
+    const pid_t pid = fork();
+    if (pid < 0) throw Error("loom profile: cannot start a process to measure beside");
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      try {
+        for (;;) {
+          Profile scratch;
+          MeasureInto(scratch, model, o);
+        }
+      } catch (...) {
+      }
+      _exit(0);
+    }
+    load.push_back(pid);
+  }
   Profile p;
   p.gpu = o.gpu;
   p.applies_to = {};  // never a GPU's default: it describes this machine
   p.precision = Precision::kFp32;
   p.link = link;
-  p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), fp32, medians of {}", o.device,
-                         TORCH_VERSION, cuda ? "CUDA" : CpuName(), o.threads, o.repeats);
+  p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
+                         "medians of {}",
+                         o.device, TORCH_VERSION, o.device == "cuda" ? "CUDA" : CpuName(), o.threads, o.concurrent,
+                         o.repeats);
+  MeasureInto(p, model, o);
+  return p;
+}
+
+void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
+  torch::set_num_threads(o.threads);
+  const Timer timer{o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
+  const auto opts = torch::TensorOptions().device(timer.device);
   // Layers: each distinct transformer shape once (frozen and trainable apart).
   std::set<std::tuple<ProfileShape, bool>> seen;
   std::set<std::pair<int64_t, int64_t>> linears;  // (in, out) of every matrix product
@@ -280,7 +323,6 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
       p.ops.push_back({OpClass::kElementwise, S * static_cast<double>(out), 8.0 * S * static_cast<double>(out), t});
     }
   }
-  return p;
 }
 
 }  // namespace loom::runtime

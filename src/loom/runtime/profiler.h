@@ -35,6 +35,10 @@ struct ProfilerOptions {
   int threads = 1;
   std::vector<int64_t> tokens = {64, 256, 1024};
   int repeats = 5;
+  // Processes measuring side by side: the plan's ranks per machine share its
+  // cores (on the 2-vCPU VM two single-thread processes run a layer 1.4-2.3x
+  // slower than one alone), so profile with as many as the plan will run.
+  int concurrent = 1;
 };
 
 // Throws loom::Error for a device this build cannot use or empty token counts.
