@@ -369,10 +369,12 @@ TEST(Runtime, TwoNodesRunTheSamePlanAsOne) {
 // core, so this fails if the run's profile is not the one used.
 TEST(Runtime, ItsOwnProfilePredictsTheRun) {
   const std::string profile = test::WriteTemp("cpu-profile.yaml", "");
-  auto [code, out] = LoomCli("profile --model " + kModel + " --tokens 32,64 --repeats 3 --out " + profile);
+  // Measured beside a second copy: the run's two ranks share the machine's cores.
+  auto [code, out] = LoomCli("profile --model " + kModel + " --tokens 32,64 --repeats 3 --concurrent 2 --out " + profile);
   ASSERT_EQ(code, 0) << out;
   const Profile p = LoadProfile(profile);
   EXPECT_EQ(p.precision, Precision::kFp32);
+  EXPECT_NE(p.source.find("2 process(es) side by side"), std::string::npos) << p.source;
   EXPECT_EQ(p.layers.size(), 3u);  // one shape at (1, 32), (2, 32), (1, 64)
   // Gloo over loopback TCP: slower than any GPU link, faster than a floppy disk.
   EXPECT_GT(p.link.bytes_per_s, 1e7);
