@@ -270,17 +270,8 @@ TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
   EXPECT_EQ(back.layers[1].seq, p.layers[1].seq);
   const ProfiledCostModel model(back);
   const ProfileLayerPoint& pt = back.layers[0];
-  Layer l;
-  l.hidden = pt.shape.hidden;
-  l.ffn_hidden = pt.shape.ffn_hidden;
-  l.heads = pt.shape.heads;
-  l.kv_heads = pt.shape.kv_heads;
-  l.gated_mlp = pt.shape.gated;
-  l.causal = pt.shape.causal;
-  TokenStats t;
-  t.tokens = static_cast<double>(pt.batch * pt.seq);
-  t.sum_sq = static_cast<double>(pt.batch * pt.seq * pt.seq);
-  t.sequences = static_cast<double>(pt.batch);
+  const Layer l = LayerOf(pt.shape);
+  const TokenStats t = TokensOf(pt.batch, pt.seq);
   const ComputeTimes fp32 = model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"),
                                                Precision::kFp32);
   EXPECT_NEAR(fp32.forward_s, pt.forward_s, 1e-9 * pt.forward_s);  // at its anchor: the measurement

@@ -375,9 +375,7 @@ int main(int argc, char** argv) {
         p = loom::LoadPlanFile(run_plan, run_strategy).plan;
       } else {
         run_cfg.schedule = loom::ParseScheduleKind(run_schedule, "--schedule");
-        run_cfg.recompute = run_recompute == "full"        ? loom::Recompute::kFull
-                            : run_recompute == "selective" ? loom::Recompute::kSelective
-                                                           : loom::Recompute::kNone;
+        run_cfg.recompute = loom::ParseRecompute(run_recompute, "--recompute");
         run_cfg.Validate(model, cluster, workload);
         const loom::Batch first = loom::DrawBatch(workload, 0);
         p = loom::MegatronConfigPlan(loom::StrategyContext{model, cluster, workload, first, {}}, run_cfg);
@@ -562,9 +560,7 @@ int main(int argc, char** argv) {
                                            loom::HumanBytes(m.peak_mem_bytes), lines));
     } else if (app.got_subcommand("simulate")) {
       cfg.schedule = loom::ParseScheduleKind(sim_schedule, "--schedule");
-      cfg.recompute = recompute == "full"        ? loom::Recompute::kFull
-                      : recompute == "selective" ? loom::Recompute::kSelective
-                                                 : loom::Recompute::kNone;
+      cfg.recompute = loom::ParseRecompute(recompute, "--recompute");
       loom::Model model = loom::LoadModel(sim_model);
       std::optional<loom::Workload> w = sim_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);

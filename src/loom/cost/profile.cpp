@@ -13,6 +13,19 @@ namespace loom {
 
 namespace {
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 1.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+ProfileShape ShapeOf(const Layer& l) {
+  return {l.hidden, l.ffn_hidden, l.heads, l.kv_heads, l.gated_mlp, l.causal};
+}
+
 Layer LayerOf(const ProfileShape& s) {
   Layer l;
   l.kind = LayerKind::kTransformer;
@@ -25,7 +38,6 @@ Layer LayerOf(const ProfileShape& s) {
   return l;
 }
 
-// What the profile measured: `batch` sequences of `seq` tokens.
 TokenStats TokensOf(int64_t batch, int64_t seq) {
   TokenStats t;
   t.tokens = static_cast<double>(batch * seq);
@@ -33,15 +45,6 @@ TokenStats TokensOf(int64_t batch, int64_t seq) {
   t.sequences = static_cast<double>(batch);
   return t;
 }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 1.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-}  // namespace
 
 Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
   YamlMap doc(ParseYaml(yaml_text, file), file, "");
@@ -218,8 +221,7 @@ ComputeTimes ProfiledCostModel::LayerCompute(const Layer& layer, const TokenStat
   const bool measured_precision =
       precision == profile_.precision || (IsMixedPrecision(precision) && IsMixedPrecision(profile_.precision));
   if (layer.kind != LayerKind::kTransformer || layer.cross_attention || !measured_precision) return t;
-  ProfileShape shape{layer.hidden, layer.ffn_hidden, layer.heads, layer.kv_heads, layer.gated_mlp, layer.causal};
-  const auto [forward, backward] = Correction(shape, tp, layer.frozen, tokens);
+  const auto [forward, backward] = Correction(ShapeOf(layer), tp, layer.frozen, tokens);
   t.forward_s *= forward;
   t.forward_elementwise_s *= forward;
   t.backward_data_s *= backward;

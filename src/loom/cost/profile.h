@@ -42,6 +42,12 @@ struct ProfileShape {
   bool operator==(const ProfileShape& o) const { return key() == o.key(); }
 };
 
+// The shape of a transformer layer, and the layer of a shape (the fields the
+// roofline reads); what a profile point measured, as token statistics.
+ProfileShape ShapeOf(const Layer& layer);
+Layer LayerOf(const ProfileShape& shape);
+TokenStats TokensOf(int64_t batch, int64_t seq);
+
 struct ProfileLayerPoint {
   std::string label;       // "llama3-8b"
   ProfileShape shape;

@@ -28,11 +28,13 @@ namespace {
 struct Timer {
   torch::Device device;
   int repeats;
-  // Median seconds of `fn` over `repeats` runs after one warm-up.
-  template <typename Fn>
-  double Median(Fn&& fn) const {
+  // Median seconds of `fn` over `repeats` runs after one warm-up; `prepare`
+  // runs untimed before each.
+  template <typename Fn, typename Prepare = void (*)()>
+  double Median(Fn&& fn, Prepare&& prepare = [] {}) const {
     std::vector<double> t;
     for (int i = 0; i <= repeats; ++i) {
+      prepare();
       if (device.is_cuda()) torch::cuda::synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       fn();
@@ -71,13 +73,13 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
   LayerStack stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1);
   stack->to(timer.device);
   const MicrobatchPacking packing = Sequences(model, mi, batch, seq);
-  const MicrobatchInput mb{&packing, 0, 1};
+  const MicrobatchInput mb{&packing, 0, 1, timer.device};
   const auto opts = torch::TensorOptions().device(timer.device);
   const torch::Tensor x = torch::randn({1, tokens, l.hidden}, opts).requires_grad_(true);
   const torch::Tensor g = torch::randn({1, tokens, l.hidden}, opts);
   ProfileLayerPoint pt;
   pt.label = fmt::format("{} layer {}", model.modules[mi].name, li);
-  pt.shape = {l.hidden, l.ffn_hidden, l.heads, l.kv_heads > 0 ? l.kv_heads : l.heads, l.gated_mlp, l.causal};
+  pt.shape = ShapeOf(l);
   pt.frozen = l.frozen;
   pt.batch = batch;
   pt.seq = seq;
@@ -85,20 +87,14 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
     torch::NoGradGuard no_grad;
     stack->forward({{mi, x}}, mb);
   });
-  // The backward alone: a fresh forward before each timed backward.
-  std::vector<double> backward;
-  for (int i = 0; i <= timer.repeats; ++i) {
-    torch::Tensor y = stack->forward({{mi, x}}, mb).at(mi);
-    if (timer.device.is_cuda()) torch::cuda::synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    y.backward(g);
-    if (timer.device.is_cuda()) torch::cuda::synchronize();
-    if (i > 0) backward.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    stack->zero_grad();
-    x.mutable_grad() = torch::Tensor();
-  }
-  std::sort(backward.begin(), backward.end());
-  pt.backward_s = backward[backward.size() / 2];
+  // The backward alone: a fresh forward (and no gradients) before each.
+  torch::Tensor y;
+  pt.backward_s = timer.Median([&] { y.backward(g); },
+                               [&] {
+                                 stack->zero_grad();
+                                 x.mutable_grad() = torch::Tensor();
+                                 y = stack->forward({{mi, x}}, mb).at(mi);
+                               });
   return pt;
 }
 
@@ -277,12 +273,11 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
       const Layer& l = layers[li];
       switch (l.kind) {
         case LayerKind::kTransformer: {
-          const int64_t kv = l.kv_heads > 0 ? l.kv_heads : l.heads, d = l.hidden / l.heads;
-          linears.insert({{l.hidden, l.heads * d}, {l.hidden, kv * d}, {l.heads * d, l.hidden},
+          const int64_t d = l.hidden / l.heads;
+          linears.insert({{l.hidden, l.heads * d}, {l.hidden, l.kv_heads * d}, {l.heads * d, l.hidden},
                           {l.hidden, l.ffn_hidden}, {l.ffn_hidden, l.hidden}});
           heads.insert({l.heads, d});
-          const ProfileShape shape{l.hidden, l.ffn_hidden, l.heads, kv, l.gated_mlp, l.causal};
-          if (!seen.insert({shape, l.frozen}).second) break;
+          if (!seen.insert({ShapeOf(l), l.frozen}).second) break;
           // Every token count in sequences of every shorter measured length
           // (attention grows with the length, the rest with the tokens).
           for (int64_t t : o.tokens) {

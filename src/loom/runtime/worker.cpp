@@ -157,7 +157,6 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // This rank's stages, built from the same per-layer seeds as any other rank's copy.
     std::map<int, LayerStack> stages;
     std::map<int, std::vector<std::vector<torch::Tensor>>> buckets;  // stage -> its gradient buckets
-    std::vector<torch::Tensor> params;
     for (int v = 0; v < exec.schedule.num_stages(); ++v) {
       if (exec.schedule.stage_rank[v] != me) continue;
       stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel));
@@ -166,7 +165,6 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       for (auto& p : stages.at(v)->parameters()) {
         if (p.requires_grad()) trainable.push_back(p);
       }
-      params.insert(params.end(), trainable.begin(), trainable.end());
       buckets[v] = Buckets(trainable, kGradientBuckets);
     }
     const int loss_module = static_cast<int>(model.modules.size()) - 1;
