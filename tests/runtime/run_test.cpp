@@ -261,7 +261,7 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   const std::string plan = test::WriteTemp("run-shared.json", PlanToJson(shared).dump());
   auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("sequence sharing in a group"), std::string::npos) << out;
+  EXPECT_NE(out.find("sharing sequences inside a group"), std::string::npos) << out;
   auto [code2, out2] = LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
                                plan);
   EXPECT_EQ(code2, 2) << out2;

@@ -371,8 +371,11 @@ int main(int argc, char** argv) {
       std::optional<loom::Workload> w = run_workload.Resolve();
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::Plan p;
+      std::vector<loom::RecordedBatch> recorded;
       if (!run_plan.empty()) {
-        p = loom::LoadPlanFile(run_plan, run_strategy).plan;
+        loom::PlanFile file = loom::LoadPlanFile(run_plan, run_strategy);
+        p = std::move(file.plan);
+        recorded = std::move(file.batches);
       } else {
         run_cfg.schedule = loom::ParseScheduleKind(run_schedule, "--schedule");
         run_cfg.recompute = loom::ParseRecompute(run_recompute, "--recompute");
@@ -423,7 +426,24 @@ int main(int argc, char** argv) {
         gethostname(name, sizeof(name) - 1);
         o.host = name;
       }
-      loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o);
+      // Strategies that schedule every batch (PipeWeaver, MMScale) run each
+      // step's batch as they scheduled it: the schedule `loom plan` recorded for
+      // that iteration, else the strategy's own for it (computed here, once, so
+      // every process runs the same one even where the search has a time budget).
+      std::vector<std::optional<loom::IterationSchedule>> schedules(run_steps);
+      if (loom::SchedulesBatches(p.strategy)) {
+        const loom::Batch representative = loom::DrawBatch(workload, 0);
+        const loom::StrategyContext ctx{model, cluster, workload, representative, {}};
+        for (int step = 0; step < run_steps; ++step) {
+          for (const auto& b : recorded) {
+            if (b.iteration == step && b.schedule) schedules[step] = *b.schedule;
+          }
+          if (!schedules[step]) {
+            schedules[step] = loom::ScheduleBatch(p.strategy, ctx, p, loom::DrawBatch(workload, step), step);
+          }
+        }
+      }
+      loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o, schedules);
       const int last = run_steps - 1;
       const loom::Batch last_batch = loom::DrawBatch(workload, last);
       loom::PlanRun simulated;
@@ -432,7 +452,8 @@ int main(int argc, char** argv) {
         // The runtime computes in fp32 (on the CPU): so does the prediction.
         loom::Workload as_run = workload;
         as_run.precision = loom::Precision::kFp32;
-        simulated = loom::RunPlan(model, cluster, as_run, p, last_batch);  // the last step's plan, as compiled
+        // The last step's plan, as compiled (with its batch's schedule).
+        simulated = loom::RunPlan(model, cluster, as_run, p, last_batch, schedules[last] ? &*schedules[last] : nullptr);
       }
       if (!run_trace.empty()) {
         const int P = simulated.exec.schedule.num_ranks;

@@ -16,6 +16,7 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/pipeline/validate.h"
+#include "loom/runtime/process_layout.h"
 #include "loom/runtime/worker.h"
 
 namespace loom {
@@ -50,15 +51,16 @@ struct Child {
 }  // namespace
 
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                     const RunOptions& options) {
+                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules) {
   if (options.steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", options.steps));
   if (!(options.timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", options.timeout_s));
   // Everything the runtime cannot run is an error before any process starts.
-  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0));
-  // One process per pipeline rank of every data-parallel replica.
-  const int replicas = static_cast<int>(first.replicas.size());
-  const int tp = plan.units[0].tp;
-  const int world = first.schedule.num_ranks * replicas * tp;
+  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0),
+                                                         schedules.empty() || !schedules[0] ? nullptr : &*schedules[0]);
+  // One process per GPU of the groups the plan uses (runtime/process_layout.h).
+  const runtime::ProcessLayout layout = runtime::LayoutProcesses(first);
+  const int tp = layout.group_gpus;
+  const int world = layout.processes;
   if (options.nnodes < 1 || options.node_rank < 0 || options.node_rank >= options.nnodes) {
     throw Error(fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", options.node_rank,
                             options.nnodes));
@@ -106,7 +108,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     if (pid == 0) {
       close(fds[0]);
       for (int q = first_rank; q < r; ++q) close(children[q].fd);
-      runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, worker_options, r, world, port};
+      runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, &schedules, worker_options, r, world, port};
       _exit(runtime::RunWorker(spec, fds[1]));
     }
     close(fds[1]);
@@ -185,10 +187,10 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   out.step_s.assign(world, std::vector<double>(options.steps, 0.0));
   out.params.assign(world, {});
   out.peak_rss_bytes.assign(world, 0.0);
-  const int P = first.schedule.num_ranks;
-  out.measured.busy_s.assign(P * replicas, 0.0);
-  out.measured.peak_mem_bytes.assign(P * replicas, 0.0);
-  out.measured.memory.assign(P * replicas, {});
+  const int instances = layout.instances();
+  out.measured.busy_s.assign(instances, 0.0);
+  out.measured.peak_mem_bytes.assign(instances, 0.0);
+  out.measured.memory.assign(instances, {});
   for (int r = 0; r < world; ++r) {
     for (const auto& l : children[r].lines) {
       std::istringstream in(l);
@@ -209,11 +211,12 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         double bytes = 0;
         in >> bytes;
         out.peak_rss_bytes[r] = bytes;
-        if (r % tp == 0) out.measured.peak_mem_bytes[r / tp] = bytes;
+        if (r % tp == 0 && r / tp < static_cast<int>(layout.of_group.size())) {
+          for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = bytes;
+        }
       } else if (kind == "iv") {
-        Interval iv;
-        iv.rank = r / tp;  // replica * P + pipeline rank
-        in >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;
+        Interval iv;  // on the simulator's rank of the copy (replica * ranks + rank)
+        in >> iv.rank >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;
         out.measured.intervals.push_back(iv);
         if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
       } else if (kind == "param") {

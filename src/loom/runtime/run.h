@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,11 @@ struct RunResult {
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker
 // fails or goes silent, naming the rank and why.
+// `schedules`: per step, the strategy's IterationSchedule of that step's batch
+// (strategies that schedule every batch: PipeWeaver's woven pipelines,
+// MMScale's reordering); absent or shorter: the plan compiled on its own.
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                     const RunOptions& options);
+                     const RunOptions& options,
+                     const std::vector<std::optional<IterationSchedule>>& schedules = {});
 
 }  // namespace loom

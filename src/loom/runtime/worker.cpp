@@ -8,6 +8,7 @@
 #include <chrono>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -16,6 +17,7 @@
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/c10d_compat.h"
 #include "loom/runtime/packing.h"
+#include "loom/runtime/process_layout.h"
 #include "loom/runtime/torch_model.h"
 
 namespace loom::runtime {
@@ -33,9 +35,24 @@ void Report(int fd, const std::string& line) {
 }
 
 
-// A message's tag: unique per (payload, producer stage, consumer stage, producer microbatch).
-int Tag(Payload payload, int from, int to, int mb, int stages, int microbatches) {
-  return ((static_cast<int>(payload) * stages + from) * stages + to) * microbatches + mb;
+// A message between stages: producer stage `from`'s microbatch `mb` on its
+// way to consumer stage `to`'s microbatch `consumer` (activations forward,
+// their gradients back).
+struct MessageKey {
+  int from = 0, to = 0, mb = 0, consumer = 0;
+  auto operator<=>(const MessageKey&) const = default;
+};
+
+// Gloo pairs messages by (peer, tag): one tag per (payload, message).
+int Tag(Payload payload, const MessageKey& m, int stages, int microbatches) {
+  const int64_t tag =
+      ((((static_cast<int64_t>(payload) * stages + m.from) * stages + m.to) * microbatches + m.mb) * microbatches) +
+      m.consumer;
+  if (tag > 0x7fffffff) {
+    throw Error(fmt::format("runtime: {} stages of up to {} microbatches need more message tags than Gloo has",
+                            stages, microbatches));
+  }
+  return static_cast<int>(tag);
 }
 
 // Per layer of stage v, the recomputation microbatch k of replica r runs with.
@@ -87,42 +104,137 @@ std::vector<std::vector<torch::Tensor>> Buckets(const std::vector<torch::Tensor>
   return out;
 }
 
-}  // namespace
-
-ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, const Batch& batch) {
-  if (plan.units.size() != 1 || plan.units[0].pipelines.size() != 1) {
-    throw Error("runtime: the plan has several units or pipeline templates; the runtime runs one unit with one "
-                "template so far (Megatron-LM layouts)");
-  }
-  const Unit& u = plan.units[0];
-  if (u.cp != 1 || plan.group_gpus != u.tp) {
-    throw Error(fmt::format("runtime: context parallelism or sequence sharing in a group (tp {}, cp {}, group of {} "
-                            "GPUs) is not run yet; use cp 1 and groups of tp GPUs",
-                            u.tp, u.cp, plan.group_gpus));
-  }
-  for (const auto& name : u.modules) {
-    if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
-      throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); replicating it "
-                              "inside the TP group is not run yet",
-                              name, u.tp));
+// What producer (stage, microbatch) handed to one consumer microbatch, as the
+// consumer holds it: one leaf per handed module (requires_grad, so the
+// consumer's backward leaves the gradient to send back in .grad), the
+// producer's packing (where each sequence lies in it), and how many consumer
+// microbatches read it and have finished their backward (its gradient goes
+// back only when all have).
+struct Message {
+  std::vector<int> modules;
+  std::vector<torch::Tensor> leaves;
+  const MicrobatchPacking* packing = nullptr;
+  int users = 0, finished = 0;
+  // module -> (sample, doc, image) -> offset of that sequence in the leaf
+  std::map<int, std::map<std::tuple<int, int, int>, int64_t>> where;
+  const std::map<std::tuple<int, int, int>, int64_t>& Where(int module) {
+    auto [it, inserted] = where.try_emplace(module);
+    if (inserted) {
+      int64_t offset = 0;
+      for (const auto& s : packing->modules[module]) {
+        it->second.emplace(std::make_tuple(s.sample, s.doc, s.image), offset);
+        offset += s.tokens;
+      }
     }
+    return it->second;
   }
-  ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch);
-  for (const auto& st : exec.stages) CheckRunnable(model, st.layers);
-  for (const auto& stages : exec.replicas) {
-    for (const auto& mbs : stages) {
-      for (const auto& mb : mbs) {
-        for (const auto& piece : mb.pieces) {
-          if (piece.item >= 0) {
-            throw Error("runtime: microbatches that carry single images of a sample (PipeWeaver's encoder "
-                        "sub-microbatches) are not run yet");
-          }
+  int Slot(int module) const {
+    for (size_t i = 0; i < modules.size(); ++i) {
+      if (modules[i] == module) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+// Consumer microbatch `consumer`'s tensor of `module`, its sequences in its own
+// packing order, cut out of the messages that carry them: first `own` (the
+// producer microbatches its edges give it), then any other message of the same
+// edges (a consumer sub-microbatch that shares its producers with an earlier
+// one, PipeWeaver's woven edges). Autograd routes each row's gradient back to
+// the message it came from. Marks the messages it reads as used.
+torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consumer, const std::vector<Message*>& own,
+                       const std::vector<Message*>& pool, std::set<Message*>& used, const std::string& where,
+                       const torch::Device& device) {
+  std::vector<torch::Tensor> runs;
+  Message* run_msg = nullptr;
+  int64_t run_begin = 0, run_end = 0;
+  auto flush = [&]() {
+    if (run_msg != nullptr) runs.push_back(run_msg->leaves[run_msg->Slot(module)].narrow(1, run_begin, run_end - run_begin));
+    run_msg = nullptr;
+  };
+  for (const auto& s : consumer.modules[module]) {
+    const auto key = std::make_tuple(s.sample, s.doc, s.image);
+    Message* found = nullptr;
+    int64_t offset = 0;
+    for (const auto* list : {&own, &pool}) {
+      for (Message* m : *list) {
+        if (found != nullptr || m->Slot(module) < 0) continue;
+        const auto& w = m->Where(module);
+        if (auto f = w.find(key); f != w.end()) {
+          found = m;
+          offset = f->second;
         }
       }
     }
+    if (found == nullptr) {
+      throw Error(fmt::format("runtime: {}: no message carries module {}'s sequence of sample {} (document {}, "
+                              "image {})",
+                              where, module, s.sample, s.doc, s.image));
+    }
+    used.insert(found);
+    if (found == run_msg && offset == run_end) {
+      run_end += s.tokens;
+      continue;
+    }
+    flush();
+    run_msg = found;
+    run_begin = offset;
+    run_end = offset + s.tokens;
   }
-  PackMicrobatch(model, batch, std::vector<int>{0});  // the workload's inputs are ones the runtime can pack
+  flush();
+  if (runs.empty()) return torch::zeros({1, 0, width}, torch::TensorOptions().device(device));
+  if (runs.size() == 1) return runs[0];
+  return torch::cat(runs, 1);
+}
+
+}  // namespace
+
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
+                                const Plan& plan, const Batch& batch, const IterationSchedule* it) {
+  for (const Unit& u : plan.units) {
+    if (u.pipelines.size() != 1) {
+      throw Error(fmt::format("runtime: unit {} has {} pipeline templates; Oobleck's heterogeneous templates are not "
+                              "run yet",
+                              u.name, u.pipelines.size()));
+    }
+    if (u.cp != 1) {
+      throw Error(fmt::format("runtime: unit {} uses context parallelism {}; ring attention is not run yet (use cp 1)",
+                              u.name, u.cp));
+    }
+    if (u.sm_fraction != 1.0) {
+      throw Error(fmt::format("runtime: unit {} runs on {:.0f}% of each GPU's SMs; Mosaic's SM quotas are not run "
+                              "yet",
+                              u.name, 100 * u.sm_fraction));
+    }
+    for (const auto& name : u.modules) {
+      if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
+        throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
+                                "replicating it inside the TP group is not run yet",
+                                name, u.tp));
+      }
+    }
+  }
+  if (it != nullptr && !it->deferred.empty()) {
+    throw Error(fmt::format("runtime: the iteration schedule defers {} sample(s) to the next iteration; deferral is "
+                            "not run yet",
+                            it->deferred.size()));
+  }
+  ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, it);
+  for (const auto& st : exec.stages) {
+    if (st.tp != plan.group_gpus || st.seq_share != 1) {
+      throw Error(fmt::format("runtime: stage {} runs tensor parallelism {} in a group of {} GPUs; sharing sequences "
+                              "inside a group is not run yet (use groups of tp GPUs)",
+                              st.label, st.tp, plan.group_gpus));
+    }
+    CheckRunnable(model, st.layers);
+  }
+  LayoutProcesses(exec);  // throws for what it cannot place
+  StageOutputs(model, exec);
+  for (const auto& stages : exec.replicas) {
+    for (const auto& mbs : stages) {
+      for (const auto& mb : mbs) PackMicrobatch(model, batch, mb.pieces);  // the inputs are ones the runtime packs
+    }
+  }
   return exec;
 }
 
@@ -130,35 +242,50 @@ int RunWorker(const WorkerSpec& spec, int fd) {
   try {
     const Model& model = *spec.model;
     torch::set_num_threads(std::max(1, spec.options.threads_per_rank));
+    auto schedule_of = [&](int step) -> const IterationSchedule* {
+      if (spec.schedules == nullptr || step >= static_cast<int>(spec.schedules->size())) return nullptr;
+      const auto& s = (*spec.schedules)[step];
+      return s ? &*s : nullptr;
+    };
     Batch batch = DrawBatch(*spec.workload, 0);
-    ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
-    // Process g runs TP shard g % T of pipeline rank (g / T) % P of data-parallel
-    // replica g / (T P) (Megatron's order: TP fastest, then PP, then DP).
-    const int P = exec.schedule.num_ranks, D = static_cast<int>(exec.replicas.size());
-    const int T = spec.plan->units[0].tp;
-    const int shard = spec.rank % T, me = (spec.rank / T) % P, replica = spec.rank / (T * P);
-    auto global_of = [&](int pp_rank) { return (replica * P + pp_rank) * T + shard; };
+    ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(0));
+    const ProcessLayout layout = LayoutProcesses(exec);
+    const int G = layout.group_gpus;
+    const int my_group = spec.rank / G, shard = spec.rank % G;
+    const std::vector<RankCopy> copies =
+        my_group < static_cast<int>(layout.of_group.size()) ? layout.of_group[my_group] : std::vector<RankCopy>{};
+    // A replicated plan's process runs one copy of one pipeline rank; other
+    // plans' processes run copy 0 of each rank placed on their group.
+    const int rho = copies.empty() ? 0 : copies[0].replica;
+    const int content = exec.replicated ? rho : 0;  // index into exec.replicas
+    std::vector<int> local_ranks;
+    for (const auto& c : copies) local_ranks.push_back(c.rank);
+    auto process_of = [&](int rank) { return layout.GroupOf({rank, rho}) * G + shard; };
+    auto is_local = [&](int stage) {
+      return std::find(local_ranks.begin(), local_ranks.end(), exec.schedule.stage_rank[stage]) != local_ranks.end();
+    };
     const std::string& host = spec.options.host;
-    auto store = MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, spec.options.timeout_s);
+    const double timeout_s = spec.options.timeout_s;
+    auto store = MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, timeout_s);
     // CUDA: one GPU per process of this node, NCCL groups; else host tensors and Gloo.
     const bool cuda = spec.options.device == "cuda";
     const torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
                                                                         spec.rank % spec.options.local_processes))
                                       : torch::Device(torch::kCPU);
-    auto pg = MakeGroup(store, "world", spec.rank, spec.world, spec.options.timeout_s, host, cuda);
-    // This shard's copies in every replica: they hold the same weights and sync their gradients.
-    Group dp, tp;
-    if (D > 1) dp = MakeGroup(store, fmt::format("dp{}.{}", me, shard), replica, D, spec.options.timeout_s, host, cuda);
+    auto pg = MakeGroup(store, "world", spec.rank, spec.world, timeout_s, host, cuda);
+    // The GPU group's processes are its tensor-parallel shards.
+    Group tp;
     TensorParallel tensor_parallel;
-    if (T > 1) {
-      tp = MakeGroup(store, fmt::format("tp{}.{}", replica, me), shard, T, spec.options.timeout_s, host, cuda);
-      tensor_parallel = {shard, T, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
+    if (G > 1) {
+      tp = MakeGroup(store, fmt::format("tp{}", my_group), shard, G, timeout_s, host, cuda);
+      tensor_parallel = {shard, G, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
     }
-    // This rank's stages, built from the same per-layer seeds as any other rank's copy.
+    const int S = exec.schedule.num_stages();
+    // This process's stages, built from the same per-layer seeds as any other copy.
     std::map<int, LayerStack> stages;
     std::map<int, std::vector<std::vector<torch::Tensor>>> buckets;  // stage -> its gradient buckets
-    for (int v = 0; v < exec.schedule.num_stages(); ++v) {
-      if (exec.schedule.stage_rank[v] != me) continue;
+    for (int v = 0; v < S; ++v) {
+      if (!is_local(v)) continue;
       stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel));
       stages.at(v)->to(device);
       std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
@@ -167,34 +294,66 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       }
       buckets[v] = Buckets(trainable, kGradientBuckets);
     }
+    // Data-parallel groups (one per communication group this process's GPU
+    // group belongs to, in id order on every member, so creation cannot deadlock).
+    std::map<int, Group> dp;
+    std::map<int, std::pair<int, int>> dp_place;  // group id -> (my index, size)
+    for (const CommGroup& cg : exec.groups) {
+      const auto& m = cg.gpu_groups;
+      const auto at = std::find(m.begin(), m.end(), my_group);
+      if (at == m.end() || m.size() < 2) continue;
+      const int index = static_cast<int>(at - m.begin()), size = static_cast<int>(m.size());
+      dp[cg.id] = MakeGroup(store, fmt::format("dp{}.{}", cg.id, shard), index, size, timeout_s, host, cuda);
+      dp_place[cg.id] = {index, size};
+    }
     const int loss_module = static_cast<int>(model.modules.size()) - 1;
-    // Megatron's tied word embeddings: when the loss module's embedding and
-    // tied head are in different stages, each holds the matrix and their
-    // gradients are summed before every optimizer step (on this rank if it
-    // holds both, else over the pair of ranks).
-    std::vector<torch::Tensor> tied;
-    Group tie;
+    // Megatron's tied word embeddings: where a replica's embedding and tied
+    // head are different stages, each holds the matrix and their gradients are
+    // summed before the optimizer step (here if this process holds both, else
+    // over the pair of processes).
+    struct Tie {
+      int embedding_stage = -1, head_stage = -1;
+      std::vector<torch::Tensor> tensors;  // the copies this process holds
+      Group group;
+    };
+    std::vector<Tie> ties;
     {
       const Module& lm = model.modules[loss_module];
-      int embedding_stage = -1, head_stage = -1;
-      for (int v = 0; v < exec.schedule.num_stages(); ++v) {
+      std::map<std::pair<int, int>, Tie> by_replica;  // (unit, replica) -> its stages
+      for (int v = 0; v < S; ++v) {
         for (const auto& r : exec.stages[v].layers) {
           if (r.module != lm.name) continue;
-          if (r.begin == 0) embedding_stage = v;
-          if (r.end == static_cast<int>(lm.layers.size())) head_stage = v;
+          Tie& t = by_replica[{exec.stages[v].unit, exec.stages[v].replica}];
+          if (r.begin == 0) t.embedding_stage = v;
+          if (r.end == static_cast<int>(lm.layers.size())) t.head_stage = v;
         }
       }
-      if (lm.layers.back().kind == LayerKind::kLmHead && lm.layers.back().tied && embedding_stage != head_stage &&
-          !lm.layers[0].frozen) {
-        const int re = exec.schedule.stage_rank[embedding_stage], rh = exec.schedule.stage_rank[head_stage];
-        if (re == me) tied.push_back(stages.at(embedding_stage)->EmbeddingTable());
-        if (rh == me) tied.push_back(stages.at(head_stage)->TiedHeadCopy());
-        if (re != rh && (re == me || rh == me)) {
-          tie = MakeGroup(store, fmt::format("tie{}.{}", replica, shard), me == re ? 0 : 1, 2,
-                          spec.options.timeout_s, host, cuda);
+      if (lm.layers.back().kind == LayerKind::kLmHead && lm.layers.back().tied && !lm.layers[0].frozen) {
+        for (auto& [key, t] : by_replica) {
+          if (t.embedding_stage < 0 || t.head_stage < 0 || t.embedding_stage == t.head_stage) continue;
+          const int re = exec.schedule.stage_rank[t.embedding_stage], rh = exec.schedule.stage_rank[t.head_stage];
+          const int pe = process_of(re), ph = process_of(rh);
+          if (pe != spec.rank && ph != spec.rank) continue;
+          if (pe == spec.rank) t.tensors.push_back(stages.at(t.embedding_stage)->EmbeddingTable());
+          if (ph == spec.rank) t.tensors.push_back(stages.at(t.head_stage)->TiedHeadCopy());
+          if (pe != ph) {
+            t.group = MakeGroup(store, fmt::format("tie{}.{}.{}.{}", t.embedding_stage, t.head_stage, rho, shard),
+                                pe == spec.rank ? 0 : 1, 2, timeout_s, host, cuda);
+          }
+          ties.push_back(std::move(t));
         }
       }
     }
+    auto holds_tied = [&](int v) {
+      for (const auto& t : ties) {
+        for (const auto& tensor : t.tensors) {
+          for (const auto& p : stages.at(v)->parameters()) {
+            if (p.is_same(tensor)) return true;
+          }
+        }
+      }
+      return false;
+    };
     // ZeRO-1 (the plan's zero_stage >= 1 with data parallelism): each replica
     // keeps AdamW state for its 1/D slice of every gradient bucket only,
     // steps that slice and all-gathers the updated weights. AdamW is
@@ -204,135 +363,239 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     std::vector<ShardedBucket> shards;
     std::set<int> sharded;
     for (const auto& [v, stage_buckets] : buckets) {
-      bool holds_tied = false;
-      for (const auto& t : tied) {
-        for (const auto& p : stages.at(v)->parameters()) holds_tied = holds_tied || p.is_same(t);
-      }
-      if (D < 2 || exec.stages[v].zero_stage < 1 || holds_tied) continue;
+      const auto place = dp_place.find(exec.stages[v].dp_group);
+      if (place == dp_place.end() || exec.stages[v].zero_stage < 1 || holds_tied(v)) continue;
+      const auto [index, D] = place->second;
       sharded.insert(v);
       for (size_t b = 0; b < stage_buckets.size(); ++b) {
         if (stage_buckets[b].empty()) continue;
         ShardedBucket sb{v, static_cast<int>(b)};
         for (const auto& p : stage_buckets[b]) sb.total += p.numel();
         sb.chunk = (sb.total + D - 1) / D;
-        sb.lo = std::min(sb.total, replica * sb.chunk);
+        sb.lo = std::min(sb.total, index * sb.chunk);
         sb.hi = std::min(sb.total, sb.lo + sb.chunk);
         torch::NoGradGuard no_grad;
         sb.master = Flatten(stage_buckets[b]).slice(0, sb.lo, sb.hi).clone().requires_grad_(true);
         shards.push_back(std::move(sb));
       }
     }
-    std::vector<torch::Tensor> replicated, masters;
-    for (const auto& [v, stage_buckets] : buckets) {
-      if (sharded.count(v)) continue;
-      for (const auto& bucket : stage_buckets) replicated.insert(replicated.end(), bucket.begin(), bucket.end());
+    // Per schedule rank, the optimizers of its stages (a rank's optimizer step
+    // updates its own stages only: ranks taking turns on one group step apart).
+    struct RankOptimizer {
+      std::unique_ptr<torch::optim::AdamW> replicated, sharded;
+      std::vector<ShardedBucket*> shards;
+    };
+    std::map<int, RankOptimizer> optimizers;
+    for (int r : local_ranks) {
+      std::vector<torch::Tensor> replicated, masters;
+      RankOptimizer& o = optimizers[r];
+      for (const auto& [v, stage_buckets] : buckets) {
+        if (exec.schedule.stage_rank[v] != r || sharded.count(v)) continue;
+        for (const auto& bucket : stage_buckets) replicated.insert(replicated.end(), bucket.begin(), bucket.end());
+      }
+      for (auto& sb : shards) {
+        if (exec.schedule.stage_rank[sb.stage] != r) continue;
+        masters.push_back(sb.master);
+        o.shards.push_back(&sb);
+      }
+      const auto options = torch::optim::AdamWOptions(spec.options.learning_rate);
+      if (!replicated.empty()) o.replicated = std::make_unique<torch::optim::AdamW>(replicated, options);
+      if (!masters.empty()) o.sharded = std::make_unique<torch::optim::AdamW>(masters, options);
     }
-    for (const auto& sb : shards) masters.push_back(sb.master);
-    // A rank whose layers are all frozen has nothing to update.
-    std::unique_ptr<torch::optim::AdamW> opt, opt_shards;
-    if (!replicated.empty()) {
-      opt = std::make_unique<torch::optim::AdamW>(replicated, torch::optim::AdamWOptions(spec.options.learning_rate));
-    }
-    if (!masters.empty()) {
-      opt_shards =
-          std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(spec.options.learning_rate));
-    }
+    const std::vector<Schedule> first_layout{exec.schedule};
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
       // Drawing and compiling the step's batch is the loader's and planner's work:
       // done once, before the step's clock starts.
       if (step > 0) {
         batch = DrawBatch(*spec.workload, step);
-        exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch);
+        ExecutionPlan next = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(step));
+        if (next.stages.size() != exec.stages.size() || next.schedule.stage_rank != exec.schedule.stage_rank) {
+          throw Error(fmt::format("step {}: the batch's schedule places stages differently from step 0's", step));
+        }
+        for (size_t v = 0; v < next.stages.size(); ++v) {
+          if (next.stages[v].layers != exec.stages[v].layers) {
+            throw Error(fmt::format("step {}: stage {} holds other layers than in step 0", step, v));
+          }
+        }
+        exec = std::move(next);
         if (const std::string why = MessageOrderMismatch(exec.schedule); cuda && !why.empty()) {
           throw Error(fmt::format("step {}: NCCL needs messages received in the order they are sent: {}", step, why));
         }
       }
       const Schedule& sch = exec.schedule;
-      const int S = sch.num_stages(), M = sch.num_microbatches;
-      const int last = S - 1;
-      const int64_t batch_text_tokens = BatchTextTokens(batch);
-      std::map<std::pair<int, int>, MicrobatchPacking> packings;  // (stage, mb)
-      for (int v = 0; v < S; ++v) {
-        for (int k = 0; k < M; ++k) {
-          packings.emplace(std::make_pair(v, k), PackMicrobatch(model, batch, exec.replicas[replica][v][k].pieces));
-        }
+      int M = 0;
+      for (int v = 0; v < S; ++v) M = std::max(M, sch.microbatches_of(v));
+      const auto order = ProcessOrder(exec, local_ranks);
+      const auto handed = StageOutputs(model, exec);
+      const auto loss_stage = LossStages(model, exec);
+      const auto edges = sch.StageEdges();
+      std::map<std::pair<int, int>, const StageEdge*> edge_of;
+      std::vector<std::vector<const StageEdge*>> in_edges(S), out_edges(S);
+      for (const auto& e : edges) {
+        edge_of[{e.from, e.to}] = &e;
+        in_edges[e.to].push_back(&e);
+        out_edges[e.from].push_back(&e);
       }
+      // The consumer microbatch a message between two stages goes to.
+      auto consumer_of = [&](int from, int to, int mb, int peer_mb) {
+        if (peer_mb >= 0) return peer_mb;
+        const StageEdge& e = *edge_of.at({from, to});
+        return e.first.empty() ? mb : ConsumerOf(e, mb);
+      };
+      const int64_t batch_text_tokens = BatchTextTokens(batch);
+      std::map<std::pair<int, int>, MicrobatchPacking> packings;  // (stage, mb), as needed
+      auto packing = [&](int v, int k) -> const MicrobatchPacking& {
+        auto it = packings.find({v, k});
+        if (it == packings.end()) {
+          it = packings.emplace(std::make_pair(v, k), PackMicrobatch(model, batch, exec.replicas[content][v][k].pieces))
+                   .first;
+        }
+        return it->second;
+      };
       auto input_of = [&](int v, int k) {
-        return MicrobatchInput{&packings.at({v, k}), step, static_cast<int64_t>(batch.samples.size()), device};
+        return MicrobatchInput{&packing(v, k), step, static_cast<int64_t>(batch.samples.size()), device};
+      };
+      // The flat size of what (stage, mb) hands on.
+      auto shapes_of = [&](int v, int k) {
+        std::vector<torch::Tensor> shapes;
+        for (const auto& b : handed[v]) shapes.push_back(torch::empty({1, packing(v, k).Tokens(b.module), b.width}, device));
+        return shapes;
       };
       const auto t0 = std::chrono::steady_clock::now();
-      // Per (stage, mb): the tensors that entered the stage and those it hands
-      // on (the loss, on the last), in CrossingAfter order; received gradients
-      // (flat); weight gradients the W pass still owes.
-      std::map<std::pair<int, int>, std::vector<torch::Tensor>> input, output;
-      std::map<std::pair<int, int>, torch::Tensor> grad_out;
+      // Per (stage, mb): what it hands on (the loss, on a loss stage), in
+      // StageOutputs order; the messages it read; weight gradients the W pass owes.
+      std::map<std::pair<int, int>, std::vector<torch::Tensor>> output;
+      std::map<std::pair<int, int>, std::set<Message*>> read;
+      std::map<MessageKey, Message> messages;                  // received activations, by message
+      std::map<MessageKey, torch::Tensor> grads_in;            // received gradients (flat), by message
+      std::map<MessageKey, torch::Tensor> mailbox_act, mailbox_grad;  // between ranks of this process
       std::map<std::pair<int, int>, std::vector<WeightGradDeferral::Pending>> deferred;
       double loss_sum = 0;
+      bool holds_loss = false;
+      std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
       // Sends and gradient all-reduces in flight (the communication stream):
-      // their buffers live until the wait.
+      // their buffers live until the step's end and the wait.
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
       std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
       const bool last_step = step + 1 == spec.options.steps;
-      for (size_t index = 0; index < sch.ranks[me].size(); ++index) {
-        const Action& a = sch.ranks[me][index];
+      auto make_message = [&](int u, int j, const torch::Tensor& flat) {
+        Message m;
+        for (const auto& b : handed[u]) m.modules.push_back(b.module);
+        for (auto& t : SplitLike(flat, shapes_of(u, j))) m.leaves.push_back(t.clone().requires_grad_(true));
+        m.packing = &packing(u, j);
+        return m;
+      };
+      auto gradient_of = [&](Message& m, const MessageKey& key) {
+        if (m.finished != m.users) {
+          throw Error(fmt::format("runtime: the gradient of stage {} microbatch {} goes back to stage {} before every "
+                                  "consumer microbatch that read it finished its backward ({} of {}); the schedule "
+                                  "sends it too early",
+                                  key.to, key.consumer, key.from, m.finished, m.users));
+        }
+        std::vector<torch::Tensor> parts;
+        for (const auto& t : m.leaves) parts.push_back(t.grad().defined() ? t.grad() : torch::zeros_like(t));
+        return parts;
+      };
+      for (const auto& [r, index] : order) {
+        const Action& a = sch.ranks[r][index];
         const int v = a.stage, k = a.microbatch;
         const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         switch (a.kind) {
           case ActionKind::kForward: {
             ModuleTensors in;
-            if (v > 0) {
-              const auto crossing = CrossingAfter(model, exec.stages[v - 1].layers.back());
-              // The producer on this rank (interleaved): cut the graph here too.
-              if (sch.stage_rank[v - 1] == me) {
-                std::vector<torch::Tensor> cut;
-                for (const auto& t : output.at({v - 1, k})) cut.push_back(t.detach().requires_grad_(true));
-                input[{v, k}] = cut;
+            const std::string where = fmt::format("stage {} ({}) microbatch {}", v, exec.stages[v].label, k);
+            if (!in_edges[v].empty()) {
+              std::vector<Message*> own, pool;
+              std::map<int, int64_t> widths;  // modules arriving -> width
+              for (const StageEdge* e : in_edges[v]) {
+                const int u = e->from;
+                for (const auto& b : handed[u]) widths[b.module] = b.width;
+                for (int j : Producers(*e, k)) {
+                  const MessageKey key{u, v, j, k};
+                  auto found = messages.find(key);
+                  if (found == messages.end() && sch.stage_rank[u] == r) {  // the producer is this rank: cut the graph here
+                    std::vector<torch::Tensor> parts;
+                    for (const auto& t : output.at({u, j})) parts.push_back(t.detach());
+                    found = messages.emplace(key, make_message(u, j, Flatten(parts))).first;
+                  }
+                  if (found == messages.end()) {
+                    throw Error(fmt::format("runtime: {} runs before stage {} microbatch {} reached it", where, u, j));
+                  }
+                  own.push_back(&found->second);
+                }
+                for (auto& [key, m] : messages) {
+                  if (key.from == u && key.to == v) pool.push_back(&m);
+                }
               }
-              const auto& received = input.at({v, k});
-              for (size_t i = 0; i < crossing.size(); ++i) in[crossing[i].module] = received[i];
+              std::set<Message*>& used = read[{v, k}];
+              used.insert(own.begin(), own.end());
+              for (const auto& [module, width] : widths) {
+                in[module] = Assemble(module, width, packing(v, k), own, pool, used, where, device);
+              }
+              for (Message* m : used) ++m->users;
             }
             const MicrobatchInput mb = input_of(v, k);
-            ModuleTensors out = stages.at(v)->forward(in, mb, LayerRecompute(exec, replica, v, k));
-            std::vector<torch::Tensor>& handed = output[{v, k}];
-            if (v == last) {
+            ModuleTensors out = stages.at(v)->forward(in, mb, LayerRecompute(exec, content, v, k));
+            std::vector<torch::Tensor>& hands = output[{v, k}];
+            if (loss_stage[v]) {
               torch::Tensor loss = TextLoss(out.at(loss_module), mb, batch_text_tokens);
               loss_sum += loss.item<double>();
-              handed.push_back(loss);
+              holds_loss = true;
+              hands.push_back(loss);
             } else {
-              for (const auto& c : CrossingAfter(model, exec.stages[v].layers.back())) handed.push_back(out.at(c.module));
+              for (const auto& b : handed[v]) hands.push_back(out.at(b.module));
             }
             break;
           }
           case ActionKind::kBackward:
           case ActionKind::kBackwardData: {
             std::vector<torch::Tensor> outs, grads;
-            const auto& handed = output.at({v, k});
-            if (v == last) {
-              outs = handed;
-              grads.push_back(torch::ones_like(handed[0]));
+            const auto& hands = output.at({v, k});
+            if (loss_stage[v]) {
+              outs = hands;
+              grads.push_back(torch::ones_like(hands[0]));
             } else {
-              std::vector<torch::Tensor> g;
-              if (sch.stage_rank[v + 1] == me) {
-                for (const auto& t : input.at({v + 1, k})) g.push_back(t.grad());
-              } else {
-                g = SplitLike(grad_out.at({v, k}), handed);
+              // The gradient of each handed tensor: summed over every consumer microbatch it went to.
+              std::vector<torch::Tensor> g(hands.size());
+              for (const StageEdge* e : out_edges[v]) {
+                const int x = e->to;
+                for (int c : Consumers(*e, k, sch.microbatches_of(x))) {
+                  const MessageKey key{v, x, k, c};
+                  std::vector<torch::Tensor> parts;
+                  if (sch.stage_rank[x] == r) {
+                    auto m = messages.find(key);
+                    if (m == messages.end()) continue;  // never read
+                    parts = gradient_of(m->second, key);
+                  } else {
+                    auto flat = grads_in.find(key);
+                    if (flat == grads_in.end()) {
+                      throw Error(fmt::format("runtime: stage {} microbatch {} runs its backward before the gradient "
+                                              "from stage {} microbatch {} arrived",
+                                              v, k, x, c));
+                    }
+                    parts = SplitLike(flat->second, hands);
+                  }
+                  for (size_t i = 0; i < hands.size(); ++i) g[i] = g[i].defined() ? g[i] + parts[i] : parts[i];
+                }
               }
-              for (size_t i = 0; i < handed.size(); ++i) {
-                if (handed[i].requires_grad() && g[i].defined()) {
-                  outs.push_back(handed[i]);
+              for (size_t i = 0; i < hands.size(); ++i) {
+                if (hands[i].requires_grad() && g[i].defined()) {
+                  outs.push_back(hands[i]);
                   grads.push_back(g[i]);
                 }
               }
             }
-            if (outs.empty()) break;  // frozen layers fed by nothing trainable: no backward at all
-            WeightGradDeferral& deferral = stages.at(v)->deferral();
-            deferral.active = a.kind == ActionKind::kBackwardData;  // ZB: weight gradients wait for W
-            torch::autograd::backward(outs, grads);
-            deferral.active = false;
-            if (!deferral.pending.empty()) deferred[{v, k}] = std::move(deferral.pending);
-            deferral.pending.clear();
+            if (!outs.empty()) {  // frozen layers fed by nothing trainable: no backward at all
+              WeightGradDeferral& deferral = stages.at(v)->deferral();
+              deferral.active = a.kind == ActionKind::kBackwardData;  // ZB: weight gradients wait for W
+              torch::autograd::backward(outs, grads);
+              deferral.active = false;
+              if (!deferral.pending.empty()) deferred[{v, k}] = std::move(deferral.pending);
+              deferral.pending.clear();
+            }
             output.erase({v, k});  // the graph is spent
+            for (Message* m : read[{v, k}]) ++m->finished;
             break;
           }
           case ActionKind::kBackwardWeight:
@@ -344,42 +607,53 @@ int RunWorker(const WorkerSpec& spec, int fd) {
           case ActionKind::kSend: {
             const bool act = a.payload == Payload::kActivation;
             const int to = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
+            // Activations: producer v -> consumer `to`; gradients: consumer v -> producer `to`.
+            const MessageKey key = act ? MessageKey{v, to, k, consumer_of(v, to, k, a.peer_microbatch)}
+                                       : MessageKey{to, v, k, consumer_of(to, v, k, a.peer_microbatch)};
             std::vector<torch::Tensor> parts;
             if (act) {
               for (const auto& t : output.at({v, k})) parts.push_back(t.detach());
             } else {
-              for (const auto& t : input.at({v, k})) {
-                parts.push_back(t.grad().defined() ? t.grad() : torch::zeros_like(t));  // nothing trainable upstream
-              }
+              parts = gradient_of(messages.at(key), key);
             }
-            const int tag = act ? Tag(a.payload, v, to, k, S, M) : Tag(a.payload, to, v, k, S, M);
-            sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(parts)});
-            sending.back().first = SendAsync(*pg, sending.back().second, global_of(a.peer), tag);
+            torch::Tensor flat = Flatten(parts);
+            const int peer = process_of(a.peer);
+            if (peer == spec.rank) {  // a rank of this process: hand it over
+              (act ? mailbox_act : mailbox_grad)[key] = flat;
+              break;
+            }
+            sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{flat});
+            sending.back().first = SendAsync(*pg, sending.back().second, peer, Tag(a.payload, key, S, M));
             break;
           }
           case ActionKind::kRecv: {
             const bool act = a.payload == Payload::kActivation;
             const int mine = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
-            const int tag = act ? Tag(a.payload, v, mine, k, S, M) : Tag(a.payload, mine, v, k, S, M);
-            if (act) {
-              // Shapes follow from the microbatch's packing: the modules crossing
-              // the boundary after the producer's last layer.
-              std::vector<torch::Tensor> shapes;
-              const MicrobatchPacking& packing = packings.at({v, k});
-              for (const auto& c : CrossingAfter(model, exec.stages[v].layers.back())) {
-                shapes.push_back(torch::empty({1, packing.Tokens(c.module), c.width}, device));
+            const MessageKey key = act ? MessageKey{v, mine, k, consumer_of(v, mine, k, a.peer_microbatch)}
+                                       : MessageKey{mine, v, k, consumer_of(mine, v, k, a.peer_microbatch)};
+            const int peer = process_of(a.peer);
+            torch::Tensor flat;
+            if (peer == spec.rank) {
+              auto& box = act ? mailbox_act : mailbox_grad;
+              auto found = box.find(key);
+              if (found == box.end()) {
+                throw Error(fmt::format("runtime: stage {} microbatch {}: a message between ranks {} and {} of this "
+                                        "process is received before it is sent",
+                                        v, k, a.peer, r));
               }
-              torch::Tensor flat = Flatten(shapes);
-              Recv(*pg, flat, global_of(a.peer), tag);
-              std::vector<torch::Tensor> received;
-              for (auto& t : SplitLike(flat, shapes)) received.push_back(t.clone().requires_grad_(true));
-              input[{mine, k}] = received;
+              flat = found->second;
+              box.erase(found);
             } else {
+              // Shapes follow from the producer microbatch's packing: what its stage hands on.
               int64_t numel = 0;
-              for (const auto& t : output.at({mine, k})) numel += t.numel();
-              torch::Tensor flat = torch::empty({numel}, device);
-              Recv(*pg, flat, global_of(a.peer), tag);
-              grad_out[{mine, k}] = flat;
+              for (const auto& t : shapes_of(key.from, key.mb)) numel += t.numel();
+              flat = torch::empty({numel}, device);
+              Recv(*pg, flat, peer, Tag(a.payload, key, S, M));
+            }
+            if (act) {
+              messages[key] = make_message(key.from, key.mb, flat);
+            } else {
+              grads_in[key] = flat;
             }
             break;
           }
@@ -388,19 +662,24 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             // group (each replica's loss is its share of the global batch's
             // mean, so the sum is the global gradient); asynchronous, finished
             // at the wait.
-            if (D < 2) break;
+            const int group = a.group >= 0 ? a.group : exec.stages[v].dp_group;
+            auto g = dp.find(group);
+            if (g == dp.end()) break;
             const auto& bucket = buckets.at(v).at(a.bucket);
             if (bucket.empty()) break;
             std::vector<torch::Tensor> grads;
             for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
             reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(grads)}, v, a.bucket);
-            std::get<0>(reducing.back()) = AllReduceAsync(*dp, std::get<1>(reducing.back()));
+            std::get<0>(reducing.back()) = AllReduceAsync(*g->second, std::get<1>(reducing.back()));
             break;
           }
           case ActionKind::kWait:
-            for (auto& [work, buffers] : sending) work->wait();
-            sending.clear();
+            // This rank's gradient all-reduces (another rank of this process
+            // may have its own in flight). Sends are not waited for here: a
+            // send completes only once its receiver posts the receive, which
+            // may come after this rank's wait in the receiver's order.
             for (auto& [work, flat, stage, b] : reducing) {
+              if (sch.stage_rank[stage] != r) continue;
               work->wait();
               auto& bucket = buckets.at(stage).at(b);
               if (sharded.count(stage)) {  // ZeRO-1: only this replica's slice is stepped here
@@ -415,53 +694,78 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                 bucket[i].mutable_grad().copy_(parts[i]);
               }
             }
-            reducing.clear();
+            reducing.erase(std::remove_if(reducing.begin(), reducing.end(),
+                                          [&](const auto& x) { return sch.stage_rank[std::get<2>(x)] == r; }),
+                           reducing.end());
             break;
           case ActionKind::kOptimizerStep:
-            if (!tied.empty()) {
-              torch::NoGradGuard no_grad;
-              torch::Tensor sum = torch::zeros_like(tied[0]);
-              for (const auto& t : tied) {
-                if (t.grad().defined()) sum += t.grad();
-              }
-              if (tie) AllReduceSum(*tie, sum);
-              for (auto& t : tied) t.mutable_grad() = sum.clone();
-            }
-            if (opt) {
-              opt->step();
-              opt->zero_grad();
-            }
-            if (opt_shards) {
-              opt_shards->step();
-              opt_shards->zero_grad();
-              torch::NoGradGuard no_grad;
-              for (const auto& sb : shards) {
-                torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
-                mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
-                const torch::Tensor all = torch::cat(AllGather(*dp, mine)).slice(0, 0, sb.total);
-                auto& bucket = buckets.at(sb.stage).at(sb.bucket);
-                const auto parts = SplitLike(all, bucket);
-                for (size_t i = 0; i < bucket.size(); ++i) bucket[i].copy_(parts[i]);
-              }
-              for (int v : sharded) {
-                for (auto& bucket : buckets.at(v)) {
-                  for (auto& p : bucket) p.mutable_grad() = torch::Tensor();
-                }
-              }
-            }
-            break;
+            // Run after every other action of this process (below): the tied
+            // embedding's sum and ZeRO's gathers are collectives that a
+            // partner process reaches only at its own end.
+            stepping.push_back({r, index});
+            continue;
         }
         // What ran, for the trace: the simulator's recorded kinds (compute, the
         // communication stream, the optimizer step; sends are asynchronous: their issue).
         if (last_step && shard == 0 &&
-            (a.is_compute() || a.on_comm_stream() || a.kind == ActionKind::kOptimizerStep)) {
+            (a.is_compute() || a.on_comm_stream())) {
           const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          Report(fd, fmt::format("iv {} {} {:.9g} {:.9g}", a.on_comm_stream() ? 1 : 0, index, began_s, ended_s));
+          Report(fd, fmt::format("iv {} {} {} {:.9g} {:.9g}", layout.Instance({r, rho}), a.on_comm_stream() ? 1 : 0,
+                                 index, began_s, ended_s));
         }
       }
+      // Optimizer steps: the tied embeddings' gradient sums first (in tie
+      // order, as every partner), then each rank's AdamW, then ZeRO's gathers
+      // in group order (every member of a group reaches them in that order).
+      if (!stepping.empty()) {
+        const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (const Tie& t : ties) {
+          torch::NoGradGuard no_grad;
+          torch::Tensor sum = torch::zeros_like(t.tensors[0]);
+          for (const auto& x : t.tensors) {
+            if (x.grad().defined()) sum += x.grad();
+          }
+          if (t.group) AllReduceSum(*t.group, sum);
+          for (auto x : t.tensors) x.mutable_grad() = sum.clone();
+        }
+        std::vector<const ShardedBucket*> gathers;
+        for (const auto& [r, index] : stepping) {
+          RankOptimizer& o = optimizers.at(r);
+          if (o.replicated) {
+            o.replicated->step();
+            o.replicated->zero_grad();
+          }
+          if (o.sharded) {
+            o.sharded->step();
+            o.sharded->zero_grad();
+            gathers.insert(gathers.end(), o.shards.begin(), o.shards.end());
+          }
+        }
+        std::stable_sort(gathers.begin(), gathers.end(), [&](const ShardedBucket* a, const ShardedBucket* b) {
+          return exec.stages[a->stage].dp_group < exec.stages[b->stage].dp_group;
+        });
+        torch::NoGradGuard no_grad;
+        for (const ShardedBucket* sb : gathers) {
+          torch::Tensor mine = torch::zeros({sb->chunk}, sb->master.options());
+          mine.slice(0, 0, sb->hi - sb->lo).copy_(sb->master);
+          const torch::Tensor all =
+              torch::cat(AllGather(*dp.at(exec.stages[sb->stage].dp_group), mine)).slice(0, 0, sb->total);
+          auto& bucket = buckets.at(sb->stage).at(sb->bucket);
+          const auto parts = SplitLike(all, bucket);
+          for (size_t i = 0; i < bucket.size(); ++i) bucket[i].copy_(parts[i]);
+          for (auto& p : bucket) p.mutable_grad() = torch::Tensor();
+        }
+        const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (last_step && shard == 0) {
+          for (const auto& [r, index] : stepping) {
+            Report(fd, fmt::format("iv {} 0 {} {:.9g} {:.9g}", layout.Instance({r, rho}), index, began_s, ended_s));
+          }
+        }
+      }
+      for (auto& [work, buffers] : sending) work->wait();  // every receiver has posted its receive by now
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Report(fd, fmt::format("time {} {:.9g}", step, secs));
-      if (exec.schedule.stage_rank[last] == me && shard == 0) {  // TP shards compute the same loss
+      if (holds_loss && shard == 0) {  // TP shards compute the same loss
         Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
       }
     }
@@ -472,10 +776,12 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // On a GPU: the caching allocator's peak of allocated bytes instead.
     Report(fd, fmt::format("mem {}", cuda ? CudaPeakAllocatedBytes(device.index())
                                           : static_cast<double>(usage.ru_maxrss) * 1024.0));
-    // Replica 0's weights (every replica holds the same after the sync), frozen
-    // ones too (they must come back unchanged); a sharded weight's statistics are
-    // summed over its TP shards, so they describe the whole tensor.
+    // The weights of every unit's replica 0 (every replica holds the same
+    // after the sync), frozen ones too (they must come back unchanged); a
+    // sharded weight's statistics are summed over its TP shards, so they
+    // describe the whole tensor.
     for (const auto& [v, stack] : stages) {
+      const bool first_copy = (exec.replicated ? rho : exec.stages[v].replica) == 0;
       for (const auto& item : stack->named_parameters()) {
         const torch::Tensor& w = item.value();
         torch::Tensor stats = torch::tensor(
@@ -483,7 +789,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         const std::string& name = item.key();
         if (name.size() >= 10 && name.compare(name.size() - 10, 10, "tied_table") == 0) continue;  // a copy
         if (stack->IsSharded(name)) AllReduceSum(*tp, stats);
-        if (replica == 0 && shard == 0) {
+        if (first_copy && shard == 0) {
           Report(fd, fmt::format("param {:.17g} {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>(),
                                  stats[2].item<double>()));
         }

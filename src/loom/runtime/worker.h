@@ -3,6 +3,9 @@
 // (runtime/run.cpp reads it). No torch in this header.
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "loom/plan/execution_plan.h"
 #include "loom/runtime/run.h"
 
@@ -13,6 +16,8 @@ struct WorkerSpec {
   const Cluster* cluster = nullptr;
   const Workload* workload = nullptr;
   const Plan* plan = nullptr;
+  // Per step, the strategy's schedule of that step's batch (absent: the plan's own compile).
+  const std::vector<std::optional<IterationSchedule>>* schedules = nullptr;
   RunOptions options;
   int rank = 0;
   int world = 1;
@@ -20,12 +25,12 @@ struct WorkerSpec {
 };
 
 // Report lines written to report_fd: "loss STEP VALUE", "time STEP SECONDS",
-// "param SUM SUMSQ", "error MESSAGE". Returns the process exit code.
+// "param SUM SUMSQ ABSSUM", "mem BYTES", "iv INSTANCE STREAM ACTION START END", "error MESSAGE". Returns the process exit code.
 int RunWorker(const WorkerSpec& spec, int report_fd);
 
 // The ExecutionPlan of `batch`, checked for what the runtime supports (throws
 // loom::Error naming what is missing). Shared by the launcher's check and the workers.
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, const Batch& batch);
+                                const Plan& plan, const Batch& batch, const IterationSchedule* it = nullptr);
 
 }  // namespace loom::runtime

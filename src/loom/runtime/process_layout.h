@@ -1,0 +1,64 @@
+// Where the runtime runs an ExecutionPlan: one worker process per GPU, the GPUs
+// of GPU group g being processes g * group_gpus .. (g + 1) * group_gpus - 1 (a
+// group's GPUs are the tensor-parallel shards of whatever runs there). A
+// process runs every schedule rank placed on its group: one for Megatron-style
+// plans (each data-parallel replica's copy of the pipeline on its own groups),
+// several where units take turns on shared groups (DistMM's and Optimus'
+// temporal phases). Torch-free, so the launcher and tests use it without
+// libtorch.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include "loom/plan/execution_plan.h"
+#include "loom/runtime/packing.h"
+#include "loom/spec/model.h"
+
+namespace loom::runtime {
+
+// One running copy of a schedule rank: `replica` counts the data-parallel
+// copies of a `replicated` plan's pipeline (0 otherwise, where the schedule
+// holds every replica's ranks itself).
+struct RankCopy {
+  int rank = 0;
+  int replica = 0;
+  bool operator==(const RankCopy&) const = default;
+};
+
+struct ProcessLayout {
+  int group_gpus = 1;
+  int processes = 0;                     // GPU groups used x group_gpus
+  std::vector<std::vector<RankCopy>> of_group;  // per GPU group: the copies it runs, ascending rank
+  std::vector<int> instance_group;       // per instance: its GPU group
+  // Instance number of a copy: replica * ranks + rank (the simulator's rank of a replicated plan's copy).
+  int ranks = 0;
+  int Instance(const RankCopy& c) const { return c.replica * ranks + c.rank; }
+  int GroupOf(const RankCopy& c) const { return instance_group[Instance(c)]; }
+  int instances() const { return static_cast<int>(instance_group.size()); }
+};
+
+// Throws loom::Error when a rank spans several GPU groups (Oobleck's wide
+// stages are not run yet).
+ProcessLayout LayoutProcesses(const ExecutionPlan& exec);
+
+// The order one process walks the actions of its schedule ranks `local`
+// (pairs of rank and action index): each rank's list in order, merged along
+// one topological order of the whole schedule's dependency graph (the
+// schedule's dependencies, list order, barriers between phases, and every
+// gradient collective of a group before any wait of a rank in that group).
+// Every process taking its share of one global topological order cannot
+// deadlock: the earliest action not yet run always has everything it waits
+// for done or issued.
+std::vector<std::pair<int, int>> ProcessOrder(const ExecutionPlan& exec, const std::vector<int>& local);
+
+// What each stage hands on to the stages after it: per stage, the modules
+// whose tensors it sends (ascending, with their widths): a module it did not
+// finish, and every module output it holds (its own or received) that a stage
+// reachable from it still reads. The stage holding the loss hands on nothing.
+std::vector<std::vector<BoundaryTensor>> StageOutputs(const Model& model, const ExecutionPlan& exec);
+
+// The stage holding the loss module's last layer, per stage: true or false.
+std::vector<bool> LossStages(const Model& model, const ExecutionPlan& exec);
+
+}  // namespace loom::runtime
