@@ -27,176 +27,13 @@
 #include "loom/strategies/plan_builders.h"
 #include <fmt/format.h>
 
+#include "reference.h"
 #include "test_util.h"
 
 namespace loom {
 namespace {
 
-const std::string kModel = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml";
-const std::string kData = "--workload text --global-batch 8 --seq-len 32";
-const std::string kFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm-frozen.yaml";
-constexpr int kSteps = 3, kMicrobatches = 4;
-
-std::pair<int, std::string> LoomCli(const std::string& args) { return test::RunLoom(args); }
-
-
-const std::string kVlm = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml";
-const std::string kVlmFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm-frozen.yaml";
-const std::string kVlm2 = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm2.yaml";
-const std::string kLaion = std::string(LOOM_TEST_DATA) + "/runtime/tiny-laion.yaml";
-
-// A model with its workload: 32-token text samples, or (a workload file)
-// image-caption samples of several documents and images each.
-struct TinyRun {
-  explicit TinyRun(const std::string& path = kModel, const std::string& workload_file = "")
-      : model_path(path), model(LoadModel(path)), data_args(workload_file.empty() ? kData : "--workload " + workload_file) {
-    if (workload_file.empty()) {
-      workload = LoadWorkload("text");
-      workload.global_batch = 8;
-      workload.source.seq_len = 32;
-    } else {
-      workload = LoadWorkload(workload_file);
-    }
-  }
-  std::string model_path;
-  Model model;
-  std::string data_args;
-  Cluster cluster = MakeCluster("h100", 1, 2);
-  Workload workload;
-};
-
-std::string PlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
-                     int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone,
-                     int zero_stage = 1) {
-  const Batch batch = DrawBatch(s.workload, 0);
-  StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
-  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute,
-                                Balance::kParams, zero_stage);
-  return test::WriteTemp(name, PlanToJson(p).dump());
-}
-
-// Per parameter tensor: (sum of squares, sum, sum of absolute values), and in
-// the reference the spread of each over reduction orders (below); sorted.
-using ParamStats = std::vector<std::array<double, 6>>;
-
-struct Reference {
-  std::vector<double> losses;
-  ParamStats params;
-};
-
-// Plain training in one process. `order` 0: the batch's samples in
-// kMicrobatches consecutive microbatches; 1: the same microbatches last to
-// first; 2: one sample per microbatch. The loss is the batch's token mean
-// whatever the grouping, so the three differ only in the order of fp32 sums.
-std::map<std::string, std::array<double, 3>> Train(const TinyRun& s, int order, std::vector<double>* losses) {
-  std::vector<LayerRange> all;
-  for (const auto& m : s.model.modules) all.push_back({m.name, 0, static_cast<int>(m.layers.size())});
-  runtime::LayerStack stack(s.model, all, s.workload.seed);
-  torch::optim::AdamW opt(stack->parameters(), torch::optim::AdamWOptions(1e-3));
-  const int loss_module = static_cast<int>(s.model.modules.size()) - 1;
-  for (int step = 0; step < kSteps; ++step) {
-    const Batch batch = DrawBatch(s.workload, step);
-    const int G = static_cast<int>(batch.samples.size());
-    const int M = order == 2 ? G : kMicrobatches, per = G / M;
-    double total = 0;
-    for (int i = 0; i < M; ++i) {
-      const int k = order == 1 ? M - 1 - i : i;
-      std::vector<int> samples;
-      for (int x = k * per; x < (k + 1) * per; ++x) samples.push_back(x);
-      const runtime::MicrobatchPacking packing = runtime::PackMicrobatch(s.model, batch, samples);
-      const runtime::MicrobatchInput mb{&packing, step, G};
-      auto out = stack->forward({}, mb);
-      auto loss = runtime::TextLoss(out.at(loss_module), mb, runtime::BatchTextTokens(batch));
-      loss.backward();
-      total += loss.item<double>();
-    }
-    opt.step();
-    opt.zero_grad();
-    if (losses) losses->push_back(total);
-  }
-  std::map<std::string, std::array<double, 3>> out;
-  for (auto& item : stack->named_parameters()) {
-    const torch::Tensor& p = item.value();
-    out[item.key()] = {p.pow(2).sum().item<double>(), p.sum().item<double>(), p.abs().sum().item<double>()};
-  }
-  return out;
-}
-
-// The runtime accumulates gradients in its schedule's order, TP and DP sum
-// partial results in other orders, and recomputation rebuilds the graph:
-// fp32 sums in another order differ in their last bits, and AdamW moves each
-// weight by up to lr whatever its gradient's size, so a weight whose gradient
-// nearly cancels (seen: a ViT LayerNorm bias, whose gradient through the keys
-// is zero in exact arithmetic) moves visibly differently. The bound is
-// measured, not guessed: each statistic's spread over the reference's own
-// three reduction orders.
-Reference TrainInOneProcess(const TinyRun& s) {
-  Reference ref;
-  const auto base = Train(s, 0, &ref.losses), reversed = Train(s, 1, nullptr), single = Train(s, 2, nullptr);
-  for (const auto& [name, v] : base) {
-    std::array<double, 6> row{v[0], v[1], v[2], 0, 0, 0};
-    for (int i = 0; i < 3; ++i) {
-      row[3 + i] = std::max(std::abs(reversed.at(name)[i] - v[i]), std::abs(single.at(name)[i] - v[i]));
-    }
-    ref.params.push_back(row);
-  }
-  std::sort(ref.params.begin(), ref.params.end());
-  return ref;
-}
-
-// Each statistic may move by 1e-5 of its scale (a loss or a sum of squares its
-// own size, a tensor's sum, whose terms cancel, the sum of its absolute
-// values) or by 4 times its spread over reduction orders, whichever is larger.
-void ExpectClose(double got, double want, const std::string& what, double scale = 0, double spread = 0) {
-  EXPECT_NEAR(got, want, std::max(1e-5 * std::max({1.0, std::abs(want), scale}), 4 * spread)) << what;
-}
-
-ParamStats StatsOf(const nlohmann::json& processes) {
-  ParamStats out;
-  for (const auto& rank : processes) {
-    for (size_t i = 0; i + 2 < rank.size(); i += 3) {
-      out.push_back({rank[i + 1].get<double>(), rank[i].get<double>(), rank[i + 2].get<double>(), 0, 0, 0});
-    }
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-struct Case {
-  const char* name;
-  ScheduleKind kind;
-  int vpp, pp, dp;
-  Recompute recompute = Recompute::kNone;
-  int tp = 1;
-  int zero_stage = 1;
-};
-
-// `loom run` of each case's plan ends with the reference's losses and parameters.
-void ExpectRunsLikeTheReference(const TinyRun& s, const std::vector<Case>& cases) {
-  const Reference r = TrainInOneProcess(s);
-  EXPECT_LT(r.losses.back(), r.losses.front());  // the synthetic task is learnable
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    const std::string cluster = fmt::format("h100:1x{}", c.tp * c.pp * c.dp);
-    const Cluster cl = LoadCluster(cluster);
-    const std::string plan =
-        PlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp, c.dp, &cl, c.recompute,
-                 c.zero_stage);
-    auto [code, out] = LoomCli("run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args +
-                               " --plan " + plan + " --steps 3 --timeout 20 --json");
-    ASSERT_EQ(code, 0) << out;
-    const auto j = nlohmann::json::parse(out);
-    ASSERT_EQ(j["losses"].size(), static_cast<size_t>(kSteps));
-    for (int i = 0; i < kSteps; ++i) ExpectClose(j["losses"][i].get<double>(), r.losses[i], "loss");
-    const ParamStats got = StatsOf(j["params"]);
-    ASSERT_EQ(got.size(), r.params.size());
-    for (size_t i = 0; i < got.size(); ++i) {  // matched by sum of squares (distinct per tensor)
-      ExpectClose(got[i][0], r.params[i][0], "parameter sum of squares", 0, r.params[i][3]);
-      ExpectClose(got[i][1], r.params[i][1], "parameter sum", r.params[i][2], r.params[i][4]);
-      ExpectClose(got[i][2], r.params[i][2], "parameter sum of |w|", 0, r.params[i][5]);
-    }
-  }
-}
+using namespace runtime_test;
 
 // Pipelines of 2 ranks under every schedule, then data parallelism: 2 replicas of
 // a 2-rank pipeline (4 processes) and 2 replicas of one rank, each replica taking
@@ -237,7 +74,7 @@ TEST(Runtime, MultimodalPipelinesEqualSingleProcessTraining) {
 
 TEST(Runtime, AKilledRankFailsTheRunNamingItWithinTheTimeout) {
   const TinyRun s;
-  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-kill.json", 1, 2);
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-kill.json", 1, 2);
   const auto t0 = std::chrono::steady_clock::now();
   auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
                              " --steps 3 --timeout 10 --kill-rank 1 --kill-step 1");
@@ -278,7 +115,7 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
 // last step of every rank appears once, on the compute track, in order.
 TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
   const TinyRun s;
-  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-trace.json", 1, 2);
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-trace.json", 1, 2);
   const std::string trace = test::WriteTemp("run.trace.json", "");
   const std::string timeline = test::WriteTemp("run.timeline.svg", "");
   auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
@@ -336,7 +173,7 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
 // holds the last pipeline stage and reports the same losses, bit for bit.
 TEST(Runtime, TwoNodesRunTheSamePlanAsOne) {
   const TinyRun s;
-  const std::string plan = PlanFile(s, ScheduleKind::kOneFOneB, 1, "run-nodes.json", 1, 2);
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-nodes.json", 1, 2);
   const std::string args = "run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
                            " --steps 3 --timeout 20 --json";
   auto [code, one] = LoomCli(args);

@@ -1,0 +1,126 @@
+// Every strategy's plan runs on the runtime and trains exactly like one
+// process (issue 15): `loom plan --json` plans the two-encoder tiny VLM on 2,
+// 3 and 4 GPUs, and `loom run --plan plans.json --strategy NAME` runs each
+// strategy's plan for 3 steps, each batch under the schedule the strategy gave
+// it, ending with the reference's losses and parameters. Between them the
+// plans cover DistMM's encoder branches and Optimus' encoder passes taking
+// turns with the backbone on shared GPUs, MMScale's disaggregated units of
+// different data-parallel degrees joined by brokers with its per-batch
+// reordering, FSDP, and PipeWeaver's woven per-batch pipelines (its own rank
+// orders); a hand-written woven schedule adds image sub-microbatches feeding
+// sub-microbatches of the LLM, and per-layer recomputation.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "reference.h"
+
+namespace loom {
+namespace {
+
+using namespace runtime_test;
+
+// Plans the model on `cluster` and runs every strategy's plan; returns the plan
+// shapes covered ("phases", "brokers", "reordered", "zero3", "woven").
+std::set<std::string> RunEveryStrategy(const TinyRun& s, const Reference& ref, const std::string& cluster) {
+  const std::string plans = test::WriteTemp("strategies-" + cluster.substr(5) + ".json", "");
+  auto [code, out] = LoomCli("plan --model " + s.model_path + " --cluster " + cluster + " " + s.data_args +
+                             " --precision fp32 --iterations 3 --json " + plans);
+  EXPECT_EQ(code, 0) << out;
+  std::ifstream in(plans);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  std::set<std::string> shapes;
+  for (const auto& entry : j["strategies"]) {
+    if (!entry.contains("plan")) continue;
+    const std::string name = entry["name"];
+    SCOPED_TRACE(cluster + " " + name);
+    const auto& units = entry["plan"]["units"];
+    std::set<int> replicas;
+    for (const auto& u : units) {
+      if (u.value("phase", 0) > 0) shapes.insert("phases");
+      if (u.value("zero_stage", 1) == 3) shapes.insert("zero3");
+      int r = 0;
+      for (const auto& p : u["pipelines"]) r += p.value("replicas", 1);
+      replicas.insert(r);
+    }
+    if (units.size() > 1 && replicas.size() > 1) shapes.insert("brokers");
+    for (const auto& b : entry.value("batches", nlohmann::json::array())) {
+      if (!b.contains("schedule")) continue;
+      const auto& sch = b["schedule"];
+      if (sch.contains("rank_orders") || sch.contains("module_sub_microbatches")) shapes.insert("woven");
+      int next = 0;
+      for (const auto& mb : sch["microbatch_samples"]) {
+        for (const auto& x : mb) {
+          if (x.get<int>() != next++) shapes.insert("reordered");
+        }
+      }
+    }
+    ExpectRunMatches(ref, "run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args + " --plan " +
+                              plans + " --strategy " + name);
+  }
+  return shapes;
+}
+
+TEST(RuntimeStrategies, EveryStrategysPlanOnTwoGpusEqualsSingleProcessTraining) {
+  const TinyRun s(kVlm2, kLaion);
+  const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x2");
+  EXPECT_TRUE(shapes.count("phases"));
+  EXPECT_TRUE(shapes.count("zero3"));
+}
+
+TEST(RuntimeStrategies, EveryStrategysPlanOnThreeGpusEqualsSingleProcessTraining) {
+  const TinyRun s(kVlm2, kLaion);
+  const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x3");
+  EXPECT_TRUE(shapes.count("brokers"));    // DistMM 2+1 branches into dp3, MMScale dp1 -> dp2
+  EXPECT_TRUE(shapes.count("reordered"));  // MMScale's data reordering
+}
+
+TEST(RuntimeStrategies, EveryStrategysPlanOnFourGpusEqualsSingleProcessTraining) {
+  const TinyRun s(kVlm2, kLaion);
+  const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x4");
+  EXPECT_TRUE(shapes.count("woven"));  // PipeWeaver's own rank orders
+}
+
+// A woven pipeline written out: a ViT+projector stage and an LLM stage; global
+// microbatch 0 cut into 3 image sub-microbatches (single images of a sample
+// land in different ones) feeding 2 LLM sub-microbatches, microbatch 1 into 2
+// feeding 1; explicit rank orders in one step, GPipe order in the others; some
+// layers recomputed per sub-microbatch.
+TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
+  const TinyRun s(kVlm, kLaion);
+  const Batch batch = DrawBatch(s.workload, 0);
+  StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
+  Plan plan = SingleUnitPlan(ctx, "pipeweaver", 1, 2, 1, 1, 2, ScheduleKind::kGpipe, Recompute::kNone,
+                             Balance::kParams, 1);
+  auto& stages = plan.units[0].pipelines[0].stages;
+  stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}}}, StageSpec{1, {{"llm", 0, 6}}}};
+  nlohmann::json batches = nlohmann::json::array();
+  for (int step = 0; step < kSteps; ++step) {
+    IterationSchedule it;
+    it.iteration = step;
+    it.microbatch_samples = {{0, 1, 2, 3}, {4, 5, 6, 7}};
+    it.module_sub_microbatches = {{"vision", {3, 2}}, {"projector", {3, 2}}, {"llm", {2, 1}}};
+    it.layer_recompute = {{0, 1, {Recompute::kNone, Recompute::kFull, Recompute::kSelective, Recompute::kNone,
+                                  Recompute::kFull, Recompute::kNone}},
+                          {1, 2, {Recompute::kFull, Recompute::kSelective, Recompute::kNone, Recompute::kFull,
+                                  Recompute::kNone, Recompute::kNone}}};
+    if (step == 1) {  // stage 0 has sub-microbatches 0..4, stage 1 has 0..2
+      auto step_of = [](bool f, int st, int mb) { return StageStep{f, st, mb}; };
+      it.rank_orders = {{step_of(true, 0, 0), step_of(true, 0, 1), step_of(true, 0, 2), step_of(true, 0, 3),
+                         step_of(true, 0, 4), step_of(false, 0, 4), step_of(false, 0, 3), step_of(false, 0, 2),
+                         step_of(false, 0, 1), step_of(false, 0, 0)},
+                        {step_of(true, 1, 0), step_of(true, 1, 1), step_of(true, 1, 2), step_of(false, 1, 2),
+                         step_of(false, 1, 1), step_of(false, 1, 0)}};
+    }
+    batches.push_back({{"iteration", step}, {"iteration_time_s", 0}, {"schedule", IterationScheduleToJson(it)}});
+  }
+  const nlohmann::json file = {{"best", "pipeweaver"},
+                               {"strategies", {{{"name", "pipeweaver"}, {"plan", PlanToJson(plan)}, {"batches", batches}}}}};
+  const std::string path = test::WriteTemp("woven-by-hand.json", file.dump());
+  ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
+}
+
+}  // namespace
+}  // namespace loom
