@@ -50,7 +50,12 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
                   Case{"interleaved-tp2-recompute", ScheduleKind::kInterleaved, 2, 2, 1, Recompute::kFull, 2},
                   // Data parallelism above shards the optimizer (ZeRO-1, Megatron's
                   // distributed optimizer); at ZeRO 0 every replica steps every weight.
-                  Case{"1f1b-dp2-zero0", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 0}});
+                  Case{"1f1b-dp2-zero0", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 0},
+                  // ZeRO-2 reduce-scatters the gradients; ZeRO-3 (FSDP) also gathers
+                  // the weights around every compute action, 4 microbatches in flight.
+                  Case{"1f1b-dp2-zero2", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 2},
+                  Case{"1f1b-dp2-zero3", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 3},
+                  Case{"zb-h1-dp2-zero3-recompute", ScheduleKind::kZbH1, 1, 2, 2, Recompute::kFull, 1, 3}});
   ExpectRunsLikeTheReference(TinyRun(kFrozen), {Case{"1f1b-frozen", ScheduleKind::kOneFOneB, 1, 2, 1},
                                                 Case{"gpipe-frozen-dp2", ScheduleKind::kGpipe, 1, 2, 2}});
 }

@@ -87,6 +87,26 @@ inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t) {
 // Starts summing `t` over the group in place; done when the handle's wait returns.
 inline auto AllReduceAsync(GroupBase& pg, std::vector<at::Tensor>& t) { return pg.allreduce(t); }
 
+// Starts a reduce-scatter of `in` (size members x chunk): member i ends with
+// the sum over members of chunk i, as `out.view({size, chunk}).sum(0)` once
+// the handle's wait returns. Gloo's own reduce_scatter is not implemented in
+// libtorch 1.13 (it throws), so each member sends chunk i to member i
+// (all-to-all, the volume of a ring reduce-scatter) and sums what it gets.
+inline auto ReduceScatterAsync(GroupBase& pg, at::Tensor& in, at::Tensor& out) {
+  std::vector<int64_t> counts;  // empty: equal splits
+  return pg.alltoall_base(out, in, counts, counts);
+}
+
+// Gives back (bytes 0) or takes again the memory of a parameter's storage
+// while autograd keeps referring to the same tensor (FSDP's "free the
+// unsharded parameter" between its uses): the graph saved for the backward
+// sees the data again once it is gathered back in.
+inline void ResizeStorage(const at::Tensor& t, size_t bytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
 // The handle of an asynchronous operation (c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x).
 using WorkHandle = decltype(std::declval<GroupBase&>().send(std::declval<std::vector<at::Tensor>&>(), 0, 0));
 

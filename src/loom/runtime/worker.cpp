@@ -354,19 +354,26 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       }
       return false;
     };
-    // ZeRO-1 (the plan's zero_stage >= 1 with data parallelism): each replica
-    // keeps AdamW state for its 1/D slice of every gradient bucket only,
-    // steps that slice and all-gathers the updated weights. AdamW is
-    // elementwise, so this is the replicated update, computed once. Stages
-    // holding a tied embedding keep the replicated optimizer (their gradient
-    // is summed with the other copy's at the step, after the buckets).
+    // ZeRO (the plan's zero_stage with data parallelism), stage by stage:
+    //   1: each replica keeps AdamW state for its 1/D slice of every gradient
+    //      bucket only, steps that slice and all-gathers the updated weights
+    //      (AdamW is elementwise: the replicated update, computed once);
+    //   2: the buckets' gradients are reduce-scattered, each replica keeping
+    //      the sum of its slice only (the full gradients are dropped);
+    //   3 (FSDP): the full weights exist only around the stage's compute
+    //      actions: gathered before each forward and backward, their memory
+    //      given back after (the slices are the only copy in between).
+    // Stages holding a tied embedding keep the replicated optimizer (their
+    // gradient is summed with the other copy's at the step, after the buckets).
     std::vector<ShardedBucket> shards;
-    std::set<int> sharded;
+    std::set<int> sharded, scattered, fsdp;
     for (const auto& [v, stage_buckets] : buckets) {
       const auto place = dp_place.find(exec.stages[v].dp_group);
       if (place == dp_place.end() || exec.stages[v].zero_stage < 1 || holds_tied(v)) continue;
       const auto [index, D] = place->second;
       sharded.insert(v);
+      if (exec.stages[v].zero_stage >= 2) scattered.insert(v);
+      if (exec.stages[v].zero_stage >= 3) fsdp.insert(v);
       for (size_t b = 0; b < stage_buckets.size(); ++b) {
         if (stage_buckets[b].empty()) continue;
         ShardedBucket sb{v, static_cast<int>(b)};
@@ -379,6 +386,33 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         shards.push_back(std::move(sb));
       }
     }
+    // ZeRO-3: the stage's full weights gathered from every replica's slices
+    // (blocking, over its data-parallel group), or given back.
+    std::set<int> resident(fsdp.begin(), fsdp.end());
+    auto gather_weights = [&](int v) {
+      torch::NoGradGuard no_grad;
+      for (const ShardedBucket& sb : shards) {
+        if (sb.stage != v) continue;
+        torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
+        mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
+        const torch::Tensor all =
+            torch::cat(AllGather(*dp.at(exec.stages[v].dp_group), mine)).slice(0, 0, sb.total);
+        auto& bucket = buckets.at(v).at(sb.bucket);
+        const auto parts = SplitLike(all, bucket);
+        for (size_t i = 0; i < bucket.size(); ++i) {
+          if (fsdp.count(v)) ResizeStorage(bucket[i], bucket[i].numel() * bucket[i].element_size());
+          bucket[i].variable_data().copy_(parts[i]);  // not an in-place change autograd's saved graph would reject
+        }
+      }
+      resident.insert(v);
+    };
+    auto release_weights = [&](int v) {
+      for (const auto& bucket : buckets.at(v)) {
+        for (const auto& p : bucket) ResizeStorage(p, 0);
+      }
+      resident.erase(v);
+    };
+    for (int v : fsdp) release_weights(v);
     // Per schedule rank, the optimizers of its stages (a rank's optimizer step
     // updates its own stages only: ranks taking turns on one group step apart).
     struct RankOptimizer {
@@ -500,6 +534,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       for (const auto& [r, index] : order) {
         const Action& a = sch.ranks[r][index];
         const int v = a.stage, k = a.microbatch;
+        if (a.is_compute() && fsdp.count(v) && !resident.count(v)) gather_weights(v);
         const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         switch (a.kind) {
           case ActionKind::kForward: {
@@ -669,6 +704,19 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             if (bucket.empty()) break;
             std::vector<torch::Tensor> grads;
             for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+            if (scattered.count(v)) {  // ZeRO-2/3: each replica gets the sum of its slice only
+              const int D = dp_place.at(group).second;
+              torch::Tensor flat = Flatten(grads);
+              const int64_t chunk = (flat.numel() + D - 1) / D;
+              torch::Tensor padded = torch::zeros({chunk * D}, flat.options());
+              padded.slice(0, 0, flat.numel()).copy_(flat);
+              for (const auto& p : bucket) p.mutable_grad() = torch::Tensor();  // the full gradients are not kept
+              reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{padded, torch::empty_like(padded)}, v,
+                                    a.bucket);
+              auto& bufs = std::get<1>(reducing.back());
+              std::get<0>(reducing.back()) = ReduceScatterAsync(*g->second, bufs[0], bufs[1]);
+              break;
+            }
             reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(grads)}, v, a.bucket);
             std::get<0>(reducing.back()) = AllReduceAsync(*g->second, std::get<1>(reducing.back()));
             break;
@@ -682,9 +730,15 @@ int RunWorker(const WorkerSpec& spec, int fd) {
               if (sch.stage_rank[stage] != r) continue;
               work->wait();
               auto& bucket = buckets.at(stage).at(b);
-              if (sharded.count(stage)) {  // ZeRO-1: only this replica's slice is stepped here
+              if (sharded.count(stage)) {  // only this replica's slice is stepped here
                 for (auto& sb : shards) {
-                  if (sb.stage == stage && sb.bucket == b) sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi).clone();
+                  if (sb.stage != stage || sb.bucket != b) continue;
+                  if (scattered.count(stage)) {  // the all-to-all's chunks from every member, summed
+                    const int64_t D = static_cast<int64_t>(flat[1].numel() / sb.chunk);
+                    sb.master.mutable_grad() = flat[1].view({D, sb.chunk}).sum(0).slice(0, 0, sb.hi - sb.lo).clone();
+                  } else {
+                    sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi).clone();
+                  }
                 }
                 continue;
               }
@@ -705,6 +759,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             stepping.push_back({r, index});
             continue;
         }
+        if (a.is_compute() && fsdp.count(v)) release_weights(v);
         // What ran, for the trace: the simulator's recorded kinds (compute, the
         // communication stream, the optimizer step; sends are asynchronous: their issue).
         if (last_step && shard == 0 &&
@@ -746,6 +801,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         });
         torch::NoGradGuard no_grad;
         for (const ShardedBucket* sb : gathers) {
+          if (fsdp.count(sb->stage)) continue;  // ZeRO-3 gathers at the next use
           torch::Tensor mine = torch::zeros({sb->chunk}, sb->master.options());
           mine.slice(0, 0, sb->hi - sb->lo).copy_(sb->master);
           const torch::Tensor all =
@@ -780,6 +836,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // after the sync), frozen ones too (they must come back unchanged); a
     // sharded weight's statistics are summed over its TP shards, so they
     // describe the whole tensor.
+    for (int v : fsdp) gather_weights(v);  // every replica, in stage order
     for (const auto& [v, stack] : stages) {
       const bool first_copy = (exec.replicated ? rho : exec.stages[v].replica) == 0;
       for (const auto& item : stack->named_parameters()) {
