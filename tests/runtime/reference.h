@@ -64,11 +64,13 @@ struct TinyRun {
 
 inline std::string MegatronPlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
                      int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone,
-                     int zero_stage = 1) {
+                     int zero_stage = 1, int cp = 1) {
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
-  const Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute,
-                                Balance::kParams, zero_stage);
+  Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute, Balance::kParams,
+                          zero_stage);
+  p.group_gpus = tp * cp;  // each pipeline rank on tp x cp GPUs
+  p.units[0].cp = cp;
   return test::WriteTemp(name, PlanToJson(p).dump());
 }
 
@@ -183,6 +185,7 @@ struct Case {
   Recompute recompute = Recompute::kNone;
   int tp = 1;
   int zero_stage = 1;
+  int cp = 1;
 };
 
 // `loom run` of each case's plan ends with the reference's losses and parameters.
@@ -191,11 +194,11 @@ inline void ExpectRunsLikeTheReference(const TinyRun& s, const std::vector<Case>
   EXPECT_LT(r.losses.back(), r.losses.front());  // the synthetic task is learnable
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const std::string cluster = fmt::format("h100:1x{}", c.tp * c.pp * c.dp);
+    const std::string cluster = fmt::format("h100:1x{}", c.tp * c.pp * c.dp * c.cp);
     const Cluster cl = LoadCluster(cluster);
     const std::string plan =
         MegatronPlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp, c.dp, &cl, c.recompute,
-                 c.zero_stage);
+                 c.zero_stage, c.cp);
     ExpectRunMatches(r, "run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args + " --plan " + plan);
   }
 }

@@ -55,7 +55,9 @@ TEST(Runtime, EverySchedulesPipelineEqualsSingleProcessTraining) {
                   // the weights around every compute action, 4 microbatches in flight.
                   Case{"1f1b-dp2-zero2", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 2},
                   Case{"1f1b-dp2-zero3", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kNone, 1, 3},
-                  Case{"zb-h1-dp2-zero3-recompute", ScheduleKind::kZbH1, 1, 2, 2, Recompute::kFull, 1, 3}});
+                  Case{"zb-h1-dp2-zero3-recompute", ScheduleKind::kZbH1, 1, 2, 2, Recompute::kFull, 1, 3},
+                  // Context parallelism 4: each 32-token causal sequence in 8 chunks.
+                  Case{"cp4", ScheduleKind::kOneFOneB, 1, 1, 1, Recompute::kNone, 1, 1, 4}});
   ExpectRunsLikeTheReference(TinyRun(kFrozen), {Case{"1f1b-frozen", ScheduleKind::kOneFOneB, 1, 2, 1},
                                                 Case{"gpipe-frozen-dp2", ScheduleKind::kGpipe, 1, 2, 2}});
 }
@@ -71,7 +73,13 @@ TEST(Runtime, MultimodalPipelinesEqualSingleProcessTraining) {
       {Case{"vlm-gpipe", ScheduleKind::kGpipe, 1, 2, 1}, Case{"vlm-1f1b-pp4", ScheduleKind::kOneFOneB, 1, 4, 1},
        Case{"vlm-interleaved", ScheduleKind::kInterleaved, 2, 2, 1}, Case{"vlm-zb-h1", ScheduleKind::kZbH1, 1, 2, 1},
        Case{"vlm-1f1b-dp2-selective", ScheduleKind::kOneFOneB, 1, 2, 2, Recompute::kSelective},
-       Case{"vlm-zb-h1-tp2-full", ScheduleKind::kZbH1, 1, 2, 1, Recompute::kFull, 2}});
+       Case{"vlm-zb-h1-tp2-full", ScheduleKind::kZbH1, 1, 2, 1, Recompute::kFull, 2},
+       // Context parallelism: ring attention over packed sequences of unequal
+       // lengths, bidirectional (ViT) and causal (LLM), across stages, with TP,
+       // DP (gradients summed over dp x cp, ZeRO-3) and both recomputations.
+       Case{"vlm-1f1b-cp2", ScheduleKind::kOneFOneB, 1, 2, 1, Recompute::kNone, 1, 1, 2},
+       Case{"vlm-tp2-cp2-full", ScheduleKind::kOneFOneB, 1, 1, 1, Recompute::kFull, 2, 1, 2},
+       Case{"vlm-dp2-cp2-selective-zero3", ScheduleKind::kOneFOneB, 1, 1, 2, Recompute::kSelective, 1, 3, 2}});
   ExpectRunsLikeTheReference(TinyRun(kVlmFrozen, kLaion), {Case{"vlm-frozen-1f1b", ScheduleKind::kOneFOneB, 1, 2, 1}});
   ExpectRunsLikeTheReference(TinyRun(kVlm2, kLaion), {Case{"vlm2-1f1b-pp3", ScheduleKind::kOneFOneB, 1, 3, 1},
                                                      Case{"vlm2-interleaved", ScheduleKind::kInterleaved, 2, 2, 1}});

@@ -165,6 +165,8 @@ int main(int argc, char** argv) {
   run->add_option("--tp", run_cfg.tp, "without --plan: tensor parallel degree")->check(CLI::PositiveNumber);
   run->add_option("--pp", run_cfg.pp, "without --plan: pipeline parallel degree")->check(CLI::PositiveNumber);
   run->add_option("--dp", run_cfg.dp, "without --plan: data parallel degree")->check(CLI::PositiveNumber);
+  run->add_option("--cp", run_cfg.cp, "without --plan: context parallel degree (ring attention)")
+      ->check(CLI::PositiveNumber);
   run->add_option("--vpp", run_cfg.vpp, "without --plan: virtual stages per rank (interleaved)")
       ->check(CLI::PositiveNumber);
   run->add_option("--microbatches", run_cfg.microbatches, "without --plan: microbatches per replica")
@@ -382,8 +384,8 @@ int main(int argc, char** argv) {
         run_cfg.Validate(model, cluster, workload);
         const loom::Batch first = loom::DrawBatch(workload, 0);
         p = loom::MegatronConfigPlan(loom::StrategyContext{model, cluster, workload, first, {}}, run_cfg);
-        run_plan = fmt::format("tp {} pp {} dp {} vpp {} {}", run_cfg.tp, run_cfg.pp, run_cfg.dp, run_cfg.vpp,
-                               run_schedule);
+        run_plan = fmt::format("tp {} pp {} dp {} cp {} vpp {} {}", run_cfg.tp, run_cfg.pp, run_cfg.dp, run_cfg.cp,
+                               run_cfg.vpp, run_schedule);
       }
 #ifdef LOOM_HAVE_RUNTIME
       loom::RunOptions o;

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "loom/error.h"
+#include <set>
 
 namespace loom::runtime {
 
@@ -156,30 +157,32 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
 }
 
 struct BlockImpl;
-torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const std::vector<int64_t>& lengths, bool selective);
-bool IsCausal(const BlockImpl& block);
+using Layout = c10::intrusive_ptr<AttentionLayout>;
+torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& layout, bool selective);
+torch::Tensor AttendIn(BlockImpl& block, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const Layout& layout);
 
 // Activation checkpointing (the reentrant scheme of PyTorch's
 // torch.utils.checkpoint): the forward runs without a graph and keeps only its
 // input; the backward runs it again with one and back-propagates through it.
 // What it recomputes: a whole transformer layer (`core` false: x is the
 // layer's input), or its attention core (`core` true: x is Q, K and V
-// stacked). The block outlives the graph; the lengths travel in the context.
+// stacked). The block outlives the graph; the attention layout travels in the context.
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
-  static torch::Tensor Run(int64_t block, const torch::Tensor& x, const std::vector<int64_t>& lengths, bool core) {
+  static torch::Tensor Run(int64_t block, const torch::Tensor& x, const Layout& layout, bool core) {
     BlockImpl& b = *FromInt<BlockImpl>(block);
-    if (!core) return RunBlock(b, x, lengths, false);
+    if (!core) return RunBlock(b, x, layout, false);
     auto qkv = x.chunk(3, 0);
-    return Attend(qkv[0], qkv[1], qkv[2], lengths, IsCausal(b));
+    return AttendIn(b, qkv[0], qkv[1], qkv[2], layout);
   }
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t block,
-                               std::vector<int64_t> lengths, bool core) {
+                               c10::IValue layout, bool core) {
     ctx->save_for_backward({x});
     ctx->saved_data["block"] = block;
-    ctx->saved_data["lengths"] = lengths;
+    ctx->saved_data["layout"] = layout;
     ctx->saved_data["core"] = core;
     torch::NoGradGuard no_grad;
-    return Run(block, x, lengths, core);
+    return Run(block, x, c10::static_intrusive_pointer_cast<AttentionLayout>(layout.toCapsule()), core);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
@@ -187,7 +190,8 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
     torch::Tensor y;
     {
       torch::AutoGradMode enable(true);
-      y = Run(ctx->saved_data["block"].toInt(), x, ctx->saved_data["lengths"].toIntVector(),
+      y = Run(ctx->saved_data["block"].toInt(), x,
+              c10::static_intrusive_pointer_cast<AttentionLayout>(ctx->saved_data["layout"].toCapsule()),
               ctx->saved_data["core"].toBool());
     }
     torch::autograd::backward({y}, {g[0]});
@@ -196,9 +200,9 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 };
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(const Layer& l, TensorParallel* tp, WeightGradDeferral* deferral)
+  BlockImpl(const Layer& l, TensorParallel* tp, ContextParallel* cp, WeightGradDeferral* deferral)
       : heads(l.heads / tp->size), kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp->size),
-        head_dim(l.hidden / l.heads), causal(l.causal), gated(l.gated_mlp), tp(tp) {
+        head_dim(l.hidden / l.heads), causal(l.causal), gated(l.gated_mlp), tp(tp), cp(cp) {
     // Built whole (the seeded initial weights of the single-process model), then sharded.
     const int64_t all_heads = l.heads, all_kv = l.kv_heads > 0 ? l.kv_heads : l.heads;
     auto dense = [&](const char* name, int64_t in, int64_t out) {
@@ -230,13 +234,18 @@ struct BlockImpl : torch::nn::Module {
   torch::Tensor FromShards(const torch::Tensor& x) const {
     return tp->size > 1 ? ReduceFromTensorParallel::apply(x, AsInt(tp)) : x;
   }
-  // x [1, T, hidden]; `lengths` the packed sequences. Selective recomputation
-  // (Megatron's) checkpoints the attention core, full recomputation the layer.
-  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& lengths, Recompute recompute) {
-    if (recompute == Recompute::kFull) return Checkpoint::apply(x, AsInt(this), lengths, false);
-    return Run(x, lengths, recompute == Recompute::kSelective);
+  // x [1, T, hidden] (with CP: this rank's rows); `layout` who attends to
+  // whom. Selective recomputation (Megatron's) checkpoints the attention
+  // core, full recomputation the layer.
+  torch::Tensor forward(const torch::Tensor& x, const Layout& layout, Recompute recompute) {
+    if (recompute == Recompute::kFull) return Checkpoint::apply(x, AsInt(this), c10::IValue::make_capsule(layout), false);
+    return Run(x, layout, recompute == Recompute::kSelective);
   }
-  torch::Tensor Run(const torch::Tensor& x, const std::vector<int64_t>& lengths, bool selective) {
+  torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V, const Layout& layout) {
+    if (cp->size > 1) return RingAttention(Q, K, V, layout, causal, cp);
+    return Attend(Q, K, V, layout->lengths, causal);
+  }
+  torch::Tensor Run(const torch::Tensor& x, const Layout& layout, bool selective) {
     const int64_t T = x.size(1);
     auto h = ToShards(norm1->forward(x));
     auto Q = q->forward(h).view({1, T, heads, head_dim});
@@ -248,9 +257,9 @@ struct BlockImpl : torch::nn::Module {
     }
     torch::Tensor attn;
     if (selective) {
-      attn = Checkpoint::apply(torch::cat({Q, K, V}, 0), AsInt(this), lengths, true);
+      attn = Checkpoint::apply(torch::cat({Q, K, V}, 0), AsInt(this), c10::IValue::make_capsule(layout), true);
     } else {
-      attn = Attend(Q, K, V, lengths, causal);
+      attn = Attention(Q, K, V, layout);
     }
     auto y = x + FromShards(o->forward(attn.reshape({1, T, heads * head_dim})));
     auto m = ToShards(norm2->forward(y));
@@ -260,15 +269,19 @@ struct BlockImpl : torch::nn::Module {
   int64_t heads, kv_heads, head_dim;
   bool causal, gated;
   TensorParallel* tp;
+  ContextParallel* cp;
   torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
   Dense q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, up{nullptr}, gate{nullptr}, down{nullptr};
 };
 TORCH_MODULE(Block);
 
-torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const std::vector<int64_t>& lengths, bool selective) {
-  return block.Run(x, lengths, selective);
+torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& layout, bool selective) {
+  return block.Run(x, layout, selective);
 }
-bool IsCausal(const BlockImpl& block) { return block.causal; }
+torch::Tensor AttendIn(BlockImpl& block, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                       const Layout& layout) {
+  return block.Attention(q, k, v, layout);
+}
 
 struct ProjectorImpl : torch::nn::Module {
   ProjectorImpl(const Layer& l, WeightGradDeferral* deferral) {
@@ -443,9 +456,9 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
 }
 
 LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>& ranges, uint64_t seed,
-                               const TensorParallel& tp)
+                               const TensorParallel& tp, const ContextParallel& cp)
     : model_(&model), ranges_(ranges), deferral_(std::make_shared<WeightGradDeferral>()),
-      tp_(std::make_shared<TensorParallel>(tp)) {
+      tp_(std::make_shared<TensorParallel>(tp)), cp_(std::make_shared<ContextParallel>(cp)) {
   CheckRunnable(model, ranges);
   torch::Tensor* table = nullptr;  // this stack's embedding matrix (a tied head's weights)
   for (const auto& r : ranges) {
@@ -486,7 +499,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
             throw Error(fmt::format("runtime: {} layer {}: {} heads, {} kv heads and ffn {} must divide by tp {}",
                                     r.module, li, l.heads, l.kv_heads, l.ffn_hidden, tp.size));
           }
-          layer = register_module(name, Block(l, tp_.get(), deferral_.get()));
+          layer = register_module(name, Block(l, tp_.get(), cp_.get(), deferral_.get()));
           break;
       }
       // Frozen layers (Cornstarch): no weight gradients and no optimizer state.
@@ -501,28 +514,56 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
 
 ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput& mb,
                                       const std::vector<Recompute>& recompute) {
+  // Context parallelism (runtime/context_parallel.h): each module's tensor is
+  // cut to this rank's rows as it enters the stage (or after the layer that
+  // builds it whole), and gathered whole where another module reads it and at
+  // the stage's end, except the loss module's logits (the loss sums over rows).
+  const bool cp = cp_->size > 1;
+  std::map<int, Layout> layouts;
+  auto layout_of = [&](int module) {
+    auto it = layouts.find(module);
+    if (it == layouts.end()) it = layouts.emplace(module, MakeAttentionLayout(*mb.packing, module, *cp_, mb.device)).first;
+    return it->second;
+  };
+  std::set<int> sliced;
+  auto whole = [&](int module) {
+    if (!sliced.count(module)) return;
+    live[module] = GatherContext(live.at(module), layout_of(module), cp_.get());
+    sliced.erase(module);
+  };
+  auto cut = [&](const torch::Tensor& x, int module) {
+    if (!cp) return x;
+    sliced.insert(module);
+    return x.index_select(1, layout_of(module)->mine);
+  };
+  const int loss_module = static_cast<int>(model_->modules.size()) - 1;
+  bool ends_loss_module = false;
   size_t i = 0;
   for (const auto& r : ranges_) {
     const int mi = model_->FindModule(r.module);
-    const std::vector<int64_t> lengths = mb.packing->Lengths(mi);
     torch::Tensor x;
     if (r.begin != 0) {
-      x = live.at(mi);
-    } else if (kinds_[i] != kEmbed) {
-      x = Splice(live, mb, mi);
+      x = cut(live.at(mi), mi);  // arrives whole from the previous stage
+    } else {
+      for (int p : model_->modules[mi].inputs) whole(p);
+      if (kinds_[i] != kEmbed) x = cut(Splice(live, mb, mi), mi);
     }
     for (int li = r.begin; li < r.end; ++li, ++i) {
       switch (kinds_[i]) {
-        case kEmbed: x = std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb); break;
+        case kEmbed: x = cut(std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb), mi); break;
         case kHead: x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x); break;
         case kProjector: x = std::static_pointer_cast<ProjectorImpl>(layers_[i])->forward(x); break;
         default:
           x = std::static_pointer_cast<BlockImpl>(layers_[i])
-                  ->forward(x, lengths, recompute.empty() ? Recompute::kNone : recompute.at(i));
+                  ->forward(x, layout_of(mi), recompute.empty() ? Recompute::kNone : recompute.at(i));
           break;
       }
     }
     live[mi] = x;
+    if (mi == loss_module && r.end == static_cast<int>(model_->modules[mi].layers.size())) ends_loss_module = true;
+  }
+  for (int m : std::vector<int>(sliced.begin(), sliced.end())) {
+    if (!(m == loss_module && ends_loss_module)) whole(m);
   }
   return live;
 }
@@ -546,10 +587,13 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
   return torch::cat(parts, 0);
 }
 
-torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens) {
+torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
+                       const std::vector<int64_t>& rows) {
   const int64_t vocab = logits.size(-1);
   namespace F = torch::nn::functional;
-  return F::cross_entropy(logits.reshape({-1, vocab}), TextTargets(*mb.packing, mb, vocab),
+  torch::Tensor targets = TextTargets(*mb.packing, mb, vocab);
+  if (!rows.empty()) targets = targets.index_select(0, torch::tensor(rows, torch::kLong).to(targets.device()));
+  return F::cross_entropy(logits.reshape({-1, vocab}), targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
          static_cast<double>(batch_text_tokens);
 }

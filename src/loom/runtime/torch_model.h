@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "loom/plan/plan.h"
+#include "loom/runtime/context_parallel.h"
 #include "loom/runtime/packing.h"
 #include "loom/spec/model.h"
 
@@ -78,11 +79,13 @@ using ModuleTensors = std::map<int, torch::Tensor>;
 class LayerStackImpl : public torch::nn::Module {
  public:
   LayerStackImpl(const Model& model, const std::vector<LayerRange>& layers, uint64_t seed,
-                 const TensorParallel& tp = {});
+                 const TensorParallel& tp = {}, const ContextParallel& cp = {});
   // Runs the stack's layers on `in` (the tensors crossing into the stage;
   // empty for the first) and returns, per module touched, its tensor after
   // the stack's last layer of it, plus the inputs passed through unchanged.
   // `recompute`: per layer of the stack, its activation checkpointing (empty: none).
+  // With context parallelism every tensor returned is whole except the loss
+  // module's logits when the stack ends it: this rank's rows (ContextRows).
   ModuleTensors forward(ModuleTensors in, const MicrobatchInput& mb, const std::vector<Recompute>& recompute = {});
   WeightGradDeferral& deferral() { return *deferral_; }
   // The parameters TP splits (their statistics are summed over shards).
@@ -99,6 +102,7 @@ class LayerStackImpl : public torch::nn::Module {
   std::vector<int> kinds_;
   std::shared_ptr<WeightGradDeferral> deferral_;
   std::shared_ptr<TensorParallel> tp_;
+  std::shared_ptr<ContextParallel> cp_;
   torch::Tensor* table_ = nullptr;
   torch::Tensor tied_copy_;
 };
@@ -116,6 +120,9 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
 // Sum of the microbatch's per-token cross-entropy over `batch_text_tokens`
 // (runtime/packing.h BatchTextTokens): summed over all microbatches and
 // replicas, the mean next-token loss of the global batch.
-torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens);
+// `rows`: the packed rows `logits` holds (context parallelism: this rank's
+// ContextRows; empty: all), whose targets it is scored on.
+torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
+                       const std::vector<int64_t>& rows = {});
 
 }  // namespace loom::runtime

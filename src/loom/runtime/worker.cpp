@@ -197,9 +197,10 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                               "run yet",
                               u.name, u.pipelines.size()));
     }
-    if (u.cp != 1) {
-      throw Error(fmt::format("runtime: unit {} uses context parallelism {}; ring attention is not run yet (use cp 1)",
-                              u.name, u.cp));
+    if (u.tp != plan.units[0].tp || u.cp != plan.units[0].cp) {
+      throw Error(fmt::format("runtime: unit {} runs tp {} cp {} but unit {} tp {} cp {}; units of different tensor or "
+                              "context parallelism are not run yet",
+                              u.name, u.tp, u.cp, plan.units[0].name, plan.units[0].tp, plan.units[0].cp));
     }
     if (u.sm_fraction != 1.0) {
       throw Error(fmt::format("runtime: unit {} runs on {:.0f}% of each GPU's SMs; Mosaic's SM quotas are not run "
@@ -221,10 +222,10 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
   }
   ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, it);
   for (const auto& st : exec.stages) {
-    if (st.tp != plan.group_gpus || st.seq_share != 1) {
-      throw Error(fmt::format("runtime: stage {} runs tensor parallelism {} in a group of {} GPUs; sharing sequences "
-                              "inside a group is not run yet (use groups of tp GPUs)",
-                              st.label, st.tp, plan.group_gpus));
+    if (st.tp * st.cp != plan.group_gpus || st.seq_share != 1) {
+      throw Error(fmt::format("runtime: stage {} runs tensor parallelism {} and context parallelism {} in a group of "
+                              "{} GPUs; sharing sequences inside a group is not run yet (use groups of tp x cp GPUs)",
+                              st.label, st.tp, st.cp, plan.group_gpus));
     }
     CheckRunnable(model, st.layers);
   }
@@ -250,8 +251,11 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     Batch batch = DrawBatch(*spec.workload, 0);
     ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(0));
     const ProcessLayout layout = LayoutProcesses(exec);
+    // A group's G = tp x cp processes: TP shard fastest, then CP rank (Megatron's order).
     const int G = layout.group_gpus;
+    const int T = spec.plan->units[0].tp, CP = spec.plan->units[0].cp;
     const int my_group = spec.rank / G, shard = spec.rank % G;
+    const int tp_rank = shard % T, cp_rank = shard / T;
     const std::vector<RankCopy> copies =
         my_group < static_cast<int>(layout.of_group.size()) ? layout.of_group[my_group] : std::vector<RankCopy>{};
     // A replicated plan's process runs one copy of one pipeline rank; other
@@ -273,12 +277,30 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                                                                         spec.rank % spec.options.local_processes))
                                       : torch::Device(torch::kCPU);
     auto pg = MakeGroup(store, "world", spec.rank, spec.world, timeout_s, host, cuda);
-    // The GPU group's processes are its tensor-parallel shards.
-    Group tp;
+    // The GPU group's processes: tensor-parallel shards of each CP rank, context-parallel ranks of each shard.
+    Group tp, cpg;
     TensorParallel tensor_parallel;
-    if (G > 1) {
-      tp = MakeGroup(store, fmt::format("tp{}", my_group), shard, G, timeout_s, host, cuda);
-      tensor_parallel = {shard, G, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
+    if (T > 1) {
+      tp = MakeGroup(store, fmt::format("tp{}.{}", my_group, cp_rank), tp_rank, T, timeout_s, host, cuda);
+      tensor_parallel = {tp_rank, T, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
+    }
+    ContextParallel context_parallel;
+    auto ring_tag = std::make_shared<int>(0);  // every CP rank exchanges the same blocks in the same order
+    if (CP > 1) {
+      cpg = MakeGroup(store, fmt::format("cp{}.{}", my_group, tp_rank), cp_rank, CP, timeout_s, host, cuda);
+      context_parallel.rank = cp_rank;
+      context_parallel.size = CP;
+      context_parallel.ring = [cpg, ring_tag, cp_rank, CP](const torch::Tensor& t) {
+        std::vector<at::Tensor> out{t.contiguous()};
+        const int tag = (*ring_tag)++ % (1 << 30);
+        auto work = SendAsync(*cpg, out, (cp_rank + 1) % CP, tag);
+        torch::Tensor in = torch::empty_like(out[0]);
+        Recv(*cpg, in, (cp_rank + CP - 1) % CP, tag);
+        work->wait();
+        return in;
+      };
+      context_parallel.all_reduce = [cpg](torch::Tensor& t) { AllReduceSum(*cpg, t); };
+      context_parallel.all_gather = [cpg](const torch::Tensor& t) { return AllGather(*cpg, t); };
     }
     const int S = exec.schedule.num_stages();
     // This process's stages, built from the same per-layer seeds as any other copy.
@@ -286,7 +308,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     std::map<int, std::vector<std::vector<torch::Tensor>>> buckets;  // stage -> its gradient buckets
     for (int v = 0; v < S; ++v) {
       if (!is_local(v)) continue;
-      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel));
+      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel, context_parallel));
       stages.at(v)->to(device);
       std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
       for (auto& p : stages.at(v)->parameters()) {
@@ -298,12 +320,15 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // group belongs to, in id order on every member, so creation cannot deadlock).
     std::map<int, Group> dp;
     std::map<int, std::pair<int, int>> dp_place;  // group id -> (my index, size)
+    // With context parallelism each replica's CP ranks hold the same weights
+    // and gradients of different rows: they join the group (dp x cp, as in Megatron).
     for (const CommGroup& cg : exec.groups) {
       const auto& m = cg.gpu_groups;
       const auto at = std::find(m.begin(), m.end(), my_group);
-      if (at == m.end() || m.size() < 2) continue;
-      const int index = static_cast<int>(at - m.begin()), size = static_cast<int>(m.size());
-      dp[cg.id] = MakeGroup(store, fmt::format("dp{}.{}", cg.id, shard), index, size, timeout_s, host, cuda);
+      const int size = static_cast<int>(m.size()) * CP;
+      if (at == m.end() || size < 2) continue;
+      const int index = static_cast<int>(at - m.begin()) * CP + cp_rank;
+      dp[cg.id] = MakeGroup(store, fmt::format("dp{}.{}", cg.id, tp_rank), index, size, timeout_s, host, cuda);
       dp_place[cg.id] = {index, size};
     }
     const int loss_module = static_cast<int>(model.modules.size()) - 1;
@@ -574,7 +599,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             ModuleTensors out = stages.at(v)->forward(in, mb, LayerRecompute(exec, content, v, k));
             std::vector<torch::Tensor>& hands = output[{v, k}];
             if (loss_stage[v]) {
-              torch::Tensor loss = TextLoss(out.at(loss_module), mb, batch_text_tokens);
+              torch::Tensor loss =
+                  TextLoss(out.at(loss_module), mb, batch_text_tokens,
+                           CP > 1 ? ContextRows(packing(v, k), loss_module, cp_rank, CP) : std::vector<int64_t>{});
               loss_sum += loss.item<double>();
               holds_loss = true;
               hands.push_back(loss);
@@ -821,7 +848,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       for (auto& [work, buffers] : sending) work->wait();  // every receiver has posted its receive by now
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Report(fd, fmt::format("time {} {:.9g}", step, secs));
-      if (holds_loss && shard == 0) {  // TP shards compute the same loss
+      if (holds_loss && tp_rank == 0) {  // TP shards compute the same loss; CP ranks their rows' shares
         Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
       }
     }

@@ -1,0 +1,198 @@
+#include "loom/runtime/context_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace loom::runtime {
+
+namespace {
+
+template <typename T>
+int64_t AsInt(T* p) {
+  return static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
+}
+template <typename T>
+T* FromInt(int64_t v) {
+  return reinterpret_cast<T*>(static_cast<intptr_t>(v));
+}
+
+// [rows, max] -> [max] padded with `fill`.
+torch::Tensor Pad(const torch::Tensor& t, int64_t rows, double fill) {
+  if (t.size(0) == rows) return t;
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape[0] = rows - t.size(0);
+  return torch::cat({t, torch::full(shape, fill, t.options())}, 0);
+}
+
+// Which keys (owner rank's rows) each of this rank's queries may see: the same
+// sequence and, causal, not a later position. [rows_q, max_rows].
+torch::Tensor Visible(const AttentionLayout& L, int q_rank, int k_rank, bool causal) {
+  const int64_t n = L.rows[q_rank];
+  const torch::Tensor qs = L.seq[q_rank].slice(0, 0, n).view({n, 1}), qp = L.pos[q_rank].slice(0, 0, n).view({n, 1});
+  const torch::Tensor ks = L.seq[k_rank].view({1, -1}), kp = L.pos[k_rank].view({1, -1});
+  torch::Tensor ok = (qs == ks) & (ks >= 0);
+  if (causal) ok = ok & (kp <= qp);
+  return ok;
+}
+
+struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
+  // q, k, v: [heads, rows, d] of this rank.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
+                               torch::Tensor v, c10::IValue layout_capsule, bool causal, int64_t cp_ptr) {
+    auto L = c10::static_intrusive_pointer_cast<AttentionLayout>(layout_capsule.toCapsule());
+    ContextParallel* cp = FromInt<ContextParallel>(cp_ptr);
+    const int C = cp->size, me = cp->rank;
+    const int64_t max_rows = L->seq.size(1), d = q.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const float inf = std::numeric_limits<float>::infinity();
+    // The block in hand: K and V stacked, padded to the longest rank's rows.
+    torch::Tensor block = torch::stack({Pad(k.transpose(0, 1), max_rows, 0).transpose(0, 1),
+                                        Pad(v.transpose(0, 1), max_rows, 0).transpose(0, 1)});
+    torch::Tensor m = torch::full({q.size(0), q.size(1), 1}, -inf, q.options());
+    torch::Tensor l = torch::zeros_like(m), o = torch::zeros_like(q), safe;
+    for (int s = 0; s < C; ++s) {
+      const int owner = (me - s + C) % C;
+      torch::Tensor scores = torch::matmul(q, block[0].transpose(-2, -1)) * scale;  // [heads, rows, max]
+      scores = scores.masked_fill(~Visible(*L, me, owner, causal).unsqueeze(0), -inf);
+      const torch::Tensor m_new = torch::maximum(m, std::get<0>(scores.max(-1, true)));
+      safe = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
+      const torch::Tensor p = torch::exp(scores - safe), alpha = torch::exp(m - safe);
+      l = l * alpha + p.sum(-1, true);
+      o = o * alpha + torch::matmul(p, block[1]);
+      m = m_new;
+      if (s + 1 < C) block = cp->ring(block);
+    }
+    const torch::Tensor out = o / l;
+    const torch::Tensor lse = safe + torch::log(l);  // every query sees itself: l > 0
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["layout"] = layout_capsule;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["cp"] = cp_ptr;
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    auto L = c10::static_intrusive_pointer_cast<AttentionLayout>(ctx->saved_data["layout"].toCapsule());
+    const bool causal = ctx->saved_data["causal"].toBool();
+    ContextParallel* cp = FromInt<ContextParallel>(ctx->saved_data["cp"].toInt());
+    const int C = cp->size, me = cp->rank;
+    const int64_t max_rows = L->seq.size(1), d = q.size(2), rows = q.size(1);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const torch::Tensor dout = grads[0].contiguous();
+    const torch::Tensor delta = (dout * out).sum(-1, true);  // [heads, rows, 1]
+    auto pad = [&](const torch::Tensor& t) { return Pad(t.transpose(0, 1), max_rows, 0).transpose(0, 1); };
+    // K, V, dK, dV of the block in hand, travelling together.
+    torch::Tensor block = torch::stack({pad(k), pad(v), torch::zeros_like(pad(k)), torch::zeros_like(pad(v))});
+    torch::Tensor dq = torch::zeros_like(q);
+    for (int s = 0; s < C; ++s) {
+      const int owner = (me - s + C) % C;
+      torch::Tensor scores = torch::matmul(q, block[0].transpose(-2, -1)) * scale;
+      const torch::Tensor visible = Visible(*L, me, owner, causal).unsqueeze(0);
+      const torch::Tensor p = torch::exp(scores - lse).masked_fill(~visible, 0);  // [heads, rows, max]
+      const torch::Tensor dp = torch::matmul(dout, block[1].transpose(-2, -1));
+      const torch::Tensor ds = p * (dp - delta);
+      dq += torch::matmul(ds, block[0]) * scale;
+      block = torch::stack({block[0], block[1], block[2] + torch::matmul(ds.transpose(-2, -1), q) * scale,
+                            block[3] + torch::matmul(p.transpose(-2, -1), dout)});
+      block = cp->ring(block);  // C hops: each block's gradients end at its owner
+    }
+    return {dq, block[2].slice(1, 0, rows), block[3].slice(1, 0, rows), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+struct GatherContextFn : torch::autograd::Function<GatherContextFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, c10::IValue layout_capsule,
+                               int64_t cp_ptr) {
+    auto L = c10::static_intrusive_pointer_cast<AttentionLayout>(layout_capsule.toCapsule());
+    ContextParallel* cp = FromInt<ContextParallel>(cp_ptr);
+    const int64_t max_rows = L->seq.size(1);
+    const std::vector<torch::Tensor> all = cp->all_gather(Pad(x[0], max_rows, 0).contiguous());
+    torch::Tensor whole = torch::zeros({L->tokens, x.size(2)}, x.options());
+    for (int c = 0; c < cp->size; ++c) {
+      whole.index_copy_(0, L->index[c].slice(0, 0, L->rows[c]), all[c].slice(0, 0, L->rows[c]));
+    }
+    ctx->saved_data["layout"] = layout_capsule;
+    ctx->saved_data["cp"] = cp_ptr;
+    return whole.unsqueeze(0);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto L = c10::static_intrusive_pointer_cast<AttentionLayout>(ctx->saved_data["layout"].toCapsule());
+    ContextParallel* cp = FromInt<ContextParallel>(ctx->saved_data["cp"].toInt());
+    torch::Tensor sum = grads[0].contiguous().clone();
+    cp->all_reduce(sum);
+    return {sum.index_select(1, L->mine), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, int rank, int size) {
+  std::vector<int64_t> out;
+  int64_t start = 0;
+  for (const auto& s : packing.modules[module]) {
+    const int64_t L = s.tokens, chunks = 2 * static_cast<int64_t>(size);
+    auto bound = [&](int64_t i) { return i * L / chunks; };
+    for (int64_t chunk : {static_cast<int64_t>(rank), chunks - 1 - rank}) {
+      for (int64_t p = bound(chunk); p < bound(chunk + 1); ++p) out.push_back(start + p);
+    }
+    start += L;
+  }
+  return out;
+}
+
+c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking& packing, int module,
+                                                        const ContextParallel& cp, const torch::Device& device) {
+  auto L = c10::make_intrusive<AttentionLayout>();
+  L->lengths = packing.Lengths(module);
+  if (cp.size < 2) return L;
+  std::vector<int64_t> seq_of, pos_of;  // per row of the whole tensor
+  for (size_t i = 0; i < L->lengths.size(); ++i) {
+    for (int64_t p = 0; p < L->lengths[i]; ++p) {
+      seq_of.push_back(static_cast<int64_t>(i));
+      pos_of.push_back(p);
+    }
+  }
+  L->tokens = static_cast<int64_t>(seq_of.size());
+  std::vector<std::vector<int64_t>> rows(cp.size);
+  int64_t max_rows = 0;
+  for (int c = 0; c < cp.size; ++c) {
+    rows[c] = ContextRows(packing, module, c, cp.size);
+    L->rows.push_back(static_cast<int64_t>(rows[c].size()));
+    max_rows = std::max(max_rows, L->rows.back());
+  }
+  std::vector<int64_t> seq(cp.size * max_rows, -1), pos(cp.size * max_rows, -1), index(cp.size * max_rows, -1);
+  for (int c = 0; c < cp.size; ++c) {
+    for (size_t j = 0; j < rows[c].size(); ++j) {
+      seq[c * max_rows + j] = seq_of[rows[c][j]];
+      pos[c * max_rows + j] = pos_of[rows[c][j]];
+      index[c * max_rows + j] = rows[c][j];
+    }
+  }
+  const auto opts = torch::TensorOptions(torch::kLong);
+  L->seq = torch::tensor(seq, opts).view({cp.size, max_rows}).to(device);
+  L->pos = torch::tensor(pos, opts).view({cp.size, max_rows}).to(device);
+  L->index = torch::tensor(index, opts).view({cp.size, max_rows}).to(device);
+  L->mine = torch::tensor(rows[cp.rank], opts).to(device);
+  return L;
+}
+
+torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, ContextParallel* cp) {
+  // [1, rows, heads, d] -> [heads, rows, d] and back.
+  const torch::Tensor out =
+      RingAttentionFn::apply(q[0].transpose(0, 1).contiguous(), k[0].transpose(0, 1).contiguous(),
+                             v[0].transpose(0, 1).contiguous(), c10::IValue::make_capsule(layout), causal, AsInt(cp));
+  return out.transpose(0, 1).unsqueeze(0);
+}
+
+torch::Tensor GatherContext(const torch::Tensor& x, const c10::intrusive_ptr<AttentionLayout>& layout,
+                            ContextParallel* cp) {
+  return GatherContextFn::apply(x, c10::IValue::make_capsule(layout), AsInt(cp));
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,72 @@
+// Context parallelism (Megatron-LM's CP) in the runtime: the `size` ranks of a
+// CP group split every packed sequence of a stage's modules between them and
+// attend across the split by ring attention.
+//
+// Slicing. Each packed sequence of length L is cut into 2 * size chunks
+// (boundaries floor(i L / (2 size))); rank c holds chunks c and 2 size - 1 - c,
+// so under a causal mask every rank does the same attention work (Megatron's
+// load-balanced split; a plain split gives the last rank the most). A
+// module's rows on rank c are those chunks of its sequences in packing order.
+//
+// Ring attention. Each rank keeps its queries; the K/V blocks of all ranks
+// pass around the ring (rank c sends to c + 1), one step per rank, and each
+// step's partial softmax is merged online (running max and sum). The backward
+// runs the ring again carrying K, V and their gradient accumulators, so each
+// block's dK/dV come home after one more hop. Masks follow each token's
+// sequence and position, so packed sequences never attend to each other.
+//
+// Only a stage's inside is sliced: tensors crossing stages travel whole
+// (gathered at the stage's end), and a layer that builds a module's tokens
+// from data or from other modules (embeddings, projector splices) runs on the
+// whole sequence and is sliced after. Torch-heavy: runtime translation units only.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "loom/runtime/packing.h"
+
+namespace loom::runtime {
+
+struct ContextParallel {
+  int rank = 0;
+  int size = 1;
+  // Sends `t` to rank + 1 and returns what rank - 1 sent (the same shape on every rank).
+  std::function<torch::Tensor(const torch::Tensor&)> ring;
+  // Sums a tensor over the group, in place.
+  std::function<void(torch::Tensor&)> all_reduce;
+  // Every rank's tensor (equal shapes), in rank order.
+  std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
+};
+
+// Rows of `module`'s packed tokens that CP rank `rank` of `size` holds, ascending.
+std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, int rank, int size);
+
+// Who attends to whom: the packed sequences' lengths (no CP), or with CP every
+// rank's rows as (sequence, position) pairs, padded with -1 to the longest.
+// Shared with recomputation (a checkpoint keeps it for its backward).
+struct AttentionLayout : torch::CustomClassHolder {
+  std::vector<int64_t> lengths;
+  torch::Tensor seq, pos, index;  // [size, max rows]: sequence, position, row in the whole tensor (CP only)
+  std::vector<int64_t> rows;      // rows per rank (CP only)
+  int64_t tokens = 0;             // of the whole module tensor
+  torch::Tensor mine;             // this rank's rows of the packed module, [rows] long (CP only)
+};
+c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking& packing, int module,
+                                                        const ContextParallel& cp, const torch::Device& device);
+
+// Softmax attention of this rank's queries q [1, rows, heads, d] over every
+// rank's keys and values (k, v: this rank's, same shape) around the ring.
+torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, ContextParallel* cp);
+
+// The whole module tensor [1, tokens, width] from every rank's rows (`x`:
+// this rank's); its backward sums the whole gradient over the ranks and keeps
+// this rank's rows (each rank's consumers may read any row).
+torch::Tensor GatherContext(const torch::Tensor& x, const c10::intrusive_ptr<AttentionLayout>& layout,
+                            ContextParallel* cp);
+
+}  // namespace loom::runtime
