@@ -118,6 +118,78 @@ void WriteText(const std::string& path, const std::string& text, const char* fla
   out << text;
 }
 
+#ifdef LOOM_HAVE_RUNTIME
+// `loom plan --run`: every strategy's plan run on this machine for `steps`
+// steps, each batch with the schedule the strategy gave it; the table of
+// measured beside simulated iteration times (means over steps 1.., step 0
+// warming up, against the simulation of the same batches) and of speedups
+// over megatron. Adds each run to `json` (when it is an object) as "measured".
+std::string RunEveryPlan(const loom::Model& model, const loom::Cluster& cluster, const loom::Workload& workload,
+                         const loom::Comparison& cmp, int steps, nlohmann::json& json) {
+  struct Row {
+    std::string name;
+    double simulated_s = 0, measured_s = 0, last_loss = 0;
+  };
+  std::vector<Row> rows;
+  std::vector<std::string> not_run;
+  const loom::Batch representative = loom::DrawBatch(workload, 0);
+  for (size_t i = 0; i < cmp.outcomes.size(); ++i) {
+    const auto& o = cmp.outcomes[i];
+    if (!o.ok()) continue;
+    std::cerr << fmt::format("running {} for {} steps...\n", o.name, steps);
+    const auto schedules = loom::ScheduleIterations(o.name, loom::StrategyContext{model, cluster, workload, representative, {}},
+                                                    o.result.plan, o.batches, steps);
+    loom::RunOptions options;
+    options.steps = steps;
+    loom::RunResult r;
+    try {
+      r = loom::RunLocally(model, cluster, workload, o.result.plan, options, schedules);
+    } catch (const loom::Error& e) {  // what the runtime cannot run yet: said, and the others still run
+      not_run.push_back(fmt::format("{}: {}", o.name, e.what()));
+      continue;
+    }
+    Row row{o.name};
+    for (int s = 1; s < steps; ++s) {
+      double slowest = 0;
+      for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[s]);
+      row.measured_s += slowest / (steps - 1);
+      row.simulated_s += o.iteration_times_s.at(s) / (steps - 1);
+    }
+    row.last_loss = r.losses.back();
+    rows.push_back(row);
+    if (json.is_object()) {
+      json["strategies"][i]["measured"] = {{"steps", steps}, {"step_s", r.step_s}, {"losses", r.losses},
+                                           {"iteration_time_s", row.measured_s},
+                                           {"simulated_iteration_time_s", row.simulated_s}};
+    }
+  }
+  const Row* megatron = nullptr;
+  for (const auto& row : rows) {
+    if (row.name == "megatron") megatron = &row;
+  }
+  loom::TextTable t({"strategy", "simulated", "measured", "measured / simulated", "predicted vs megatron",
+                     "measured vs megatron", "last loss"});
+  for (const auto& row : rows) {
+    auto speedup = [&](double mine, double theirs) {
+      return megatron == nullptr ? std::string("-") : fmt::format("{:.2f}x", theirs / mine);
+    };
+    t.AddRow({row.name, fmt::format("{:.4f} s", row.simulated_s), fmt::format("{:.4f} s", row.measured_s),
+              fmt::format("{:.2f}x", row.measured_s / row.simulated_s),
+              speedup(row.simulated_s, megatron ? megatron->simulated_s : 0),
+              speedup(row.measured_s, megatron ? megatron->measured_s : 0), fmt::format("{:.6f}", row.last_loss)});
+  }
+  std::string out = fmt::format("Run on this machine ({} steps each, means of steps 1..{}; simulated with {}):\n",
+                                steps, steps - 1, loom::CostModelOf(cluster).name());
+  out += t.Render();
+  for (const auto& line : not_run) out += "not run: " + line + "\n";
+  if (workload.precision != loom::Precision::kFp32) {
+    out += "note: the runtime computes in fp32; plan with --precision fp32 (and this machine's `loom profile`) for "
+           "predictions of what it runs\n";
+  }
+  return out;
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -256,6 +328,13 @@ int main(int argc, char** argv) {
   plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");
   plan->add_option("--export", plan_export, "print launch arguments for a framework: megatron")
       ->check(CLI::IsMember({"megatron"}));
+  bool plan_run = false;
+  int plan_run_steps = 4;
+  plan->add_flag("--run", plan_run,
+                 "then run every strategy's plan on this machine (as `loom run`) and print measured beside simulated "
+                 "iteration times and speedups over megatron");
+  plan->add_option("--run-steps", plan_run_steps, "with --run: steps per plan (default 4; the first is warm-up)")
+      ->check(CLI::Range(2, 1000));
   std::string sim_plan, sim_strategy;
   simulate->add_option("--plan", sim_plan,
                        "simulate a plan JSON file instead of flags; a `loom plan --json` output replays every batch "
@@ -310,11 +389,22 @@ int main(int argc, char** argv) {
       if (isatty(STDERR_FILENO)) {
         progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
       }
+      // --run compares each run step with the simulation of the same batch.
+      if (plan_run) iterations = std::max(iterations, plan_run_steps);
       loom::Comparison cmp = loom::CompareStrategies(model, cluster, workload, names, iterations, progress, compare);
       if (progress) std::cerr << "\r\033[K";
       std::cout << loom::FormatComparison(cmp);
+      nlohmann::json plans_json = plan_json.empty() ? nlohmann::json() : loom::ComparisonJson(cmp);
+      if (plan_run) {
+#ifdef LOOM_HAVE_RUNTIME
+        std::cout << "\n" << RunEveryPlan(model, cluster, workload, cmp, plan_run_steps, plans_json);
+#else
+        throw loom::Error("loom plan --run: this build has no runtime (libtorch was not found when it was configured; "
+                          "scripts/install-deps.sh installs libtorch-dev)");
+#endif
+      }
       if (!plan_json.empty()) {
-        WriteText(plan_json, loom::ComparisonJson(cmp).dump(2) + "\n", "--json");
+        WriteText(plan_json, plans_json.dump(2) + "\n", "--json");
         std::cout << "Plans written to " << plan_json << "\n";
       }
       if (!plan_report.empty()) {
@@ -432,19 +522,9 @@ int main(int argc, char** argv) {
       // step's batch as they scheduled it: the schedule `loom plan` recorded for
       // that iteration, else the strategy's own for it (computed here, once, so
       // every process runs the same one even where the search has a time budget).
-      std::vector<std::optional<loom::IterationSchedule>> schedules(run_steps);
-      if (loom::SchedulesBatches(p.strategy)) {
-        const loom::Batch representative = loom::DrawBatch(workload, 0);
-        const loom::StrategyContext ctx{model, cluster, workload, representative, {}};
-        for (int step = 0; step < run_steps; ++step) {
-          for (const auto& b : recorded) {
-            if (b.iteration == step && b.schedule) schedules[step] = *b.schedule;
-          }
-          if (!schedules[step]) {
-            schedules[step] = loom::ScheduleBatch(p.strategy, ctx, p, loom::DrawBatch(workload, step), step);
-          }
-        }
-      }
+      const loom::Batch representative = loom::DrawBatch(workload, 0);
+      const auto schedules = loom::ScheduleIterations(
+          p.strategy, loom::StrategyContext{model, cluster, workload, representative, {}}, p, recorded, run_steps);
       loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o, schedules);
       const int last = run_steps - 1;
       const loom::Batch last_batch = loom::DrawBatch(workload, last);

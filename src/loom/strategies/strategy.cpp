@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/strategies/registry.h"
 
@@ -44,6 +47,21 @@ IterationSchedule ScheduleBatch(const std::string& name, const StrategyContext& 
   const StrategyInfo& e = Find(name);
   if (!e.batch_scheduler) throw Error(fmt::format("strategy '{}' does not schedule batches", name));
   return e.batch_scheduler()->Schedule(ctx, plan, batch, iteration);
+}
+
+std::vector<std::optional<IterationSchedule>> ScheduleIterations(const std::string& name,
+                                                                 const StrategyContext& ctx, const Plan& plan,
+                                                                 const std::vector<RecordedBatch>& recorded,
+                                                                 int count) {
+  std::vector<std::optional<IterationSchedule>> out(std::max(0, count));
+  if (!SchedulesBatches(name)) return out;
+  for (int i = 0; i < count; ++i) {
+    for (const auto& b : recorded) {
+      if (b.iteration == i && b.schedule) out[i] = *b.schedule;
+    }
+    if (!out[i]) out[i] = ScheduleBatch(name, ctx, plan, DrawBatch(ctx.workload, i), i);
+  }
+  return out;
 }
 
 }  // namespace loom

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/data/sample.h"
 #include "loom/plan/plan.h"
+#include "loom/plan/plan_json.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -56,5 +58,15 @@ bool SchedulesBatches(const std::string& name);
 // SchedulesBatches(name).
 IterationSchedule ScheduleBatch(const std::string& name, const StrategyContext& context, const Plan& plan,
                                 const Batch& batch, int64_t iteration);
+
+// Per iteration 0..count-1, the schedule the strategy runs that iteration's
+// batch with: the one `recorded` holds for it (what `loom plan` simulated;
+// PipeWeaver's search has a wall-clock budget, so recomputing it may differ),
+// else the strategy's own for it; all absent for strategies that do not
+// schedule batches.
+std::vector<std::optional<IterationSchedule>> ScheduleIterations(const std::string& name,
+                                                                 const StrategyContext& context, const Plan& plan,
+                                                                 const std::vector<RecordedBatch>& recorded,
+                                                                 int count);
 
 }  // namespace loom
