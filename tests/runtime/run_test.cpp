@@ -101,17 +101,19 @@ TEST(Runtime, AKilledRankFailsTheRunNamingItWithinTheTimeout) {
 
 TEST(Runtime, WhatItCannotRunYetIsAnError) {
   const TinyRun s;
-  // Sequence sharing inside a group (a group of 2 GPUs at TP 1).
-  const Cluster two = LoadCluster("h100:1x2");
+  // Context parallelism and sequence sharing in one group at once.
+  const Cluster four = LoadCluster("h100:1x4");
   const Batch batch = DrawBatch(s.workload, 0);
-  StrategyContext ctx{s.model, two, s.workload, batch, {}};
-  Plan shared = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, kMicrobatches, ScheduleKind::kOneFOneB, Recompute::kNone,
-                               Balance::kParams, 1);
-  shared.group_gpus = 2;
-  const std::string plan = test::WriteTemp("run-shared.json", PlanToJson(shared).dump());
-  auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan);
+  StrategyContext ctx{s.model, four, s.workload, batch, {}};
+  Plan both = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, kMicrobatches, ScheduleKind::kOneFOneB, Recompute::kNone,
+                             Balance::kParams, 1);
+  both.group_gpus = 4;
+  both.units[0].cp = 2;
+  const std::string plan = test::WriteTemp("run-cp-shared.json", PlanToJson(both).dump());
+  auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x4 " + kData + " --plan " + plan);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("sharing sequences inside a group"), std::string::npos) << out;
+  EXPECT_NE(out.find("both at once is not run yet"), std::string::npos) << out;
+  // A plan for another cluster.
   auto [code2, out2] = LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
                                plan);
   EXPECT_EQ(code2, 2) << out2;

@@ -122,5 +122,40 @@ TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
   ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
 }
 
+// Optimus' shape on one group of 2 GPUs: the encoders' unit at TP 1 shares
+// the microbatch's samples between the two GPUs (a sequence share each,
+// gradients summed over both), then the LLM's unit at TP 2 takes the whole
+// microbatch on both; activations go from each share to both TP shards and
+// gradients back by sample. Also a single unit sharing sequences (Megatron at
+// TP 1 on a group of 2), with ZeRO-2 over the shares.
+TEST(RuntimeStrategies, UnitsSplittingTheirGroupDifferentlyEqualSingleProcessTraining) {
+  const TinyRun s(kVlm, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  const Batch batch = DrawBatch(s.workload, 0);
+  const StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
+  Plan plan = SingleUnitPlan(ctx, "optimus", 1, 1, 1, 1, 2, ScheduleKind::kGpipe, Recompute::kNone, Balance::kParams, 1);
+  plan.group_gpus = 2;
+  Unit encoders = plan.units[0], backbone = plan.units[0];
+  encoders.name = "encoders";
+  encoders.modules = {"vision", "projector"};
+  encoders.pipelines[0].stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}}}};
+  encoders.recompute = Recompute::kSelective;
+  backbone.name = "backbone";
+  backbone.modules = {"llm"};
+  backbone.tp = 2;
+  backbone.phase = 1;
+  backbone.pipelines[0].schedule = ScheduleKind::kOneFOneB;
+  backbone.pipelines[0].stages = {StageSpec{0, {{"llm", 0, 6}}}};
+  plan.units = {encoders, backbone};
+  const std::string phases = test::WriteTemp("phases-mixed-tp.json", PlanToJson(plan).dump());
+  ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + phases);
+
+  Plan shared = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, kMicrobatches, ScheduleKind::kOneFOneB, Recompute::kNone,
+                               Balance::kParams, 2);
+  shared.group_gpus = 2;
+  const std::string path = test::WriteTemp("shared-sequences.json", PlanToJson(shared).dump());
+  ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
+}
+
 }  // namespace
 }  // namespace loom

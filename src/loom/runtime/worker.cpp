@@ -37,20 +37,22 @@ void Report(int fd, const std::string& line) {
 
 // A message between stages: producer stage `from`'s microbatch `mb` on its
 // way to consumer stage `to`'s microbatch `consumer` (activations forward,
-// their gradients back).
+// their gradients back), from the sender's `part` of its GPU group (its CP rank
+// or sequence share; 0 for most stages).
 struct MessageKey {
-  int from = 0, to = 0, mb = 0, consumer = 0;
+  int from = 0, to = 0, mb = 0, consumer = 0, part = 0;
   auto operator<=>(const MessageKey&) const = default;
 };
 
 // Gloo pairs messages by (peer, tag): one tag per (payload, message).
-int Tag(Payload payload, const MessageKey& m, int stages, int microbatches) {
+int Tag(Payload payload, const MessageKey& m, int stages, int microbatches, int parts) {
   const int64_t tag =
-      ((((static_cast<int64_t>(payload) * stages + m.from) * stages + m.to) * microbatches + m.mb) * microbatches) +
-      m.consumer;
+      (((((static_cast<int64_t>(payload) * stages + m.from) * stages + m.to) * microbatches + m.mb) * microbatches) +
+       m.consumer) * parts + m.part;
   if (tag > 0x7fffffff) {
-    throw Error(fmt::format("runtime: {} stages of up to {} microbatches need more message tags than Gloo has",
-                            stages, microbatches));
+    throw Error(fmt::format("runtime: {} stages of up to {} microbatches ({} parts of a group) need more message "
+                            "tags than Gloo has",
+                            stages, microbatches, parts));
   }
   return static_cast<int>(tag);
 }
@@ -197,10 +199,10 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                               "run yet",
                               u.name, u.pipelines.size()));
     }
-    if (u.tp != plan.units[0].tp || u.cp != plan.units[0].cp) {
-      throw Error(fmt::format("runtime: unit {} runs tp {} cp {} but unit {} tp {} cp {}; units of different tensor or "
-                              "context parallelism are not run yet",
-                              u.name, u.tp, u.cp, plan.units[0].name, plan.units[0].tp, plan.units[0].cp));
+    if (u.cp != plan.units[0].cp) {
+      throw Error(fmt::format("runtime: unit {} runs cp {} but unit {} cp {}; units of different context parallelism "
+                              "are not run yet",
+                              u.name, u.cp, plan.units[0].name, plan.units[0].cp));
     }
     if (u.sm_fraction != 1.0) {
       throw Error(fmt::format("runtime: unit {} runs on {:.0f}% of each GPU's SMs; Mosaic's SM quotas are not run "
@@ -222,12 +224,26 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
   }
   ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, it);
   for (const auto& st : exec.stages) {
-    if (st.tp * st.cp != plan.group_gpus || st.seq_share != 1) {
-      throw Error(fmt::format("runtime: stage {} runs tensor parallelism {} and context parallelism {} in a group of "
-                              "{} GPUs; sharing sequences inside a group is not run yet (use groups of tp x cp GPUs)",
-                              st.label, st.tp, st.cp, plan.group_gpus));
+    if (st.cp > 1 && st.seq_share > 1) {
+      throw Error(fmt::format("runtime: stage {} runs context parallelism {} and shares sequences over {} more GPUs "
+                              "of its group; both at once is not run yet (use groups of tp x cp GPUs)",
+                              st.label, st.cp, st.seq_share));
     }
     CheckRunnable(model, st.layers);
+  }
+  for (const auto& e : exec.schedule.StageEdges()) {
+    const ExecStage &a = exec.stages[e.from], &b = exec.stages[e.to];
+    if (exec.schedule.stage_rank[e.from] == exec.schedule.stage_rank[e.to] &&
+        (a.tp != b.tp || a.seq_share != b.seq_share)) {
+      throw Error(fmt::format("runtime: stages {} and {} of one rank split their group differently (tp {} / {}, "
+                              "sequence shares {} / {}); that is not run yet",
+                              a.label, b.label, a.tp, b.tp, a.seq_share, b.seq_share));
+    }
+    if (a.cp > 1 && a.tp != b.tp) {
+      throw Error(fmt::format("runtime: stages {} and {} run context parallelism at different tp ({} / {}); that is "
+                              "not run yet",
+                              a.label, b.label, a.tp, b.tp));
+    }
   }
   LayoutProcesses(exec);  // throws for what it cannot place
   StageOutputs(model, exec);
@@ -252,10 +268,17 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(0));
     const ProcessLayout layout = LayoutProcesses(exec);
     // A group's G = tp x cp processes: TP shard fastest, then CP rank (Megatron's order).
+    // Per stage, its group's G processes are tp shards of G / tp parts: CP
+    // ranks, or sequence shares (the microbatch's samples split between them).
     const int G = layout.group_gpus;
-    const int T = spec.plan->units[0].tp, CP = spec.plan->units[0].cp;
+    const int CP = spec.plan->units[0].cp;
     const int my_group = spec.rank / G, shard = spec.rank % G;
-    const int tp_rank = shard % T, cp_rank = shard / T;
+    const int S = exec.schedule.num_stages();
+    auto tp_of = [&](int v) { return exec.stages[v].tp; };
+    auto tp_rank_of = [&](int v, int s) { return s % tp_of(v); };
+    auto part_of = [&](int v, int s) { return s / tp_of(v); };
+    auto shares = [&](int v) { return exec.stages[v].seq_share > 1; };
+    const int cp_rank = CP > 1 ? shard / exec.stages[0].tp : 0;
     const std::vector<RankCopy> copies =
         my_group < static_cast<int>(layout.of_group.size()) ? layout.of_group[my_group] : std::vector<RankCopy>{};
     // A replicated plan's process runs one copy of one pipeline rank; other
@@ -264,7 +287,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     const int content = exec.replicated ? rho : 0;  // index into exec.replicas
     std::vector<int> local_ranks;
     for (const auto& c : copies) local_ranks.push_back(c.rank);
-    auto process_of = [&](int rank) { return layout.GroupOf({rank, rho}) * G + shard; };
+    auto group_of = [&](int rank) { return layout.GroupOf({rank, rho}); };
+    auto process_of = [&](int rank) { return group_of(rank) * G + shard; };
     auto is_local = [&](int stage) {
       return std::find(local_ranks.begin(), local_ranks.end(), exec.schedule.stage_rank[stage]) != local_ranks.end();
     };
@@ -277,16 +301,27 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                                                                         spec.rank % spec.options.local_processes))
                                       : torch::Device(torch::kCPU);
     auto pg = MakeGroup(store, "world", spec.rank, spec.world, timeout_s, host, cuda);
-    // The GPU group's processes: tensor-parallel shards of each CP rank, context-parallel ranks of each shard.
-    Group tp, cpg;
-    TensorParallel tensor_parallel;
-    if (T > 1) {
-      tp = MakeGroup(store, fmt::format("tp{}.{}", my_group, cp_rank), tp_rank, T, timeout_s, host, cuda);
-      tensor_parallel = {tp_rank, T, [tp](torch::Tensor& t) { AllReduceSum(*tp, t); }};
+    // The GPU group's processes: tensor-parallel groups for each TP degree its
+    // stages use (ascending, as every process of the group creates them),
+    // context-parallel ranks of each shard.
+    std::map<int, Group> tp_groups;
+    std::map<int, TensorParallel> tensor_parallel;  // TP degree -> this process's shard
+    tensor_parallel[1] = {};
+    for (int v = 0; v < S; ++v) {
+      const int T = tp_of(v);
+      if (!is_local(v) || T < 2 || tp_groups.count(T)) continue;
+      tp_groups[T] = Group();
     }
+    for (auto& [T, group] : tp_groups) {
+      group = MakeGroup(store, fmt::format("tp{}.{}.{}", my_group, T, shard / T), shard % T, T, timeout_s, host, cuda);
+      Group g = group;
+      tensor_parallel[T] = {shard % T, T, [g](torch::Tensor& t) { AllReduceSum(*g, t); }};
+    }
+    Group cpg;
     ContextParallel context_parallel;
     auto ring_tag = std::make_shared<int>(0);  // every CP rank exchanges the same blocks in the same order
     if (CP > 1) {
+      const int tp_rank = shard % exec.stages[0].tp;
       cpg = MakeGroup(store, fmt::format("cp{}.{}", my_group, tp_rank), cp_rank, CP, timeout_s, host, cuda);
       context_parallel.rank = cp_rank;
       context_parallel.size = CP;
@@ -302,13 +337,13 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       context_parallel.all_reduce = [cpg](torch::Tensor& t) { AllReduceSum(*cpg, t); };
       context_parallel.all_gather = [cpg](const torch::Tensor& t) { return AllGather(*cpg, t); };
     }
-    const int S = exec.schedule.num_stages();
     // This process's stages, built from the same per-layer seeds as any other copy.
     std::map<int, LayerStack> stages;
     std::map<int, std::vector<std::vector<torch::Tensor>>> buckets;  // stage -> its gradient buckets
     for (int v = 0; v < S; ++v) {
       if (!is_local(v)) continue;
-      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel, context_parallel));
+      stages.emplace(v, LayerStack(model, exec.stages[v].layers, spec.workload->seed, tensor_parallel.at(tp_of(v)),
+                                   context_parallel));
       stages.at(v)->to(device);
       std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
       for (auto& p : stages.at(v)->parameters()) {
@@ -322,13 +357,18 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     std::map<int, std::pair<int, int>> dp_place;  // group id -> (my index, size)
     // With context parallelism each replica's CP ranks hold the same weights
     // and gradients of different rows: they join the group (dp x cp, as in Megatron).
+    // So do a stage's sequence shares.
+    std::map<int, int> stage_of_group;  // a stage of each communication group (they share tp and parts)
+    for (int v = 0; v < S; ++v) stage_of_group.emplace(exec.stages[v].dp_group, v);
     for (const CommGroup& cg : exec.groups) {
       const auto& m = cg.gpu_groups;
       const auto at = std::find(m.begin(), m.end(), my_group);
-      const int size = static_cast<int>(m.size()) * CP;
+      const int v = stage_of_group.at(cg.id), parts = G / tp_of(v);
+      const int size = static_cast<int>(m.size()) * parts;
       if (at == m.end() || size < 2) continue;
-      const int index = static_cast<int>(at - m.begin()) * CP + cp_rank;
-      dp[cg.id] = MakeGroup(store, fmt::format("dp{}.{}", cg.id, tp_rank), index, size, timeout_s, host, cuda);
+      const int index = static_cast<int>(at - m.begin()) * parts + part_of(v, shard);
+      dp[cg.id] = MakeGroup(store, fmt::format("dp{}.{}", cg.id, tp_rank_of(v, shard)), index, size, timeout_s, host,
+                            cuda);
       dp_place[cg.id] = {index, size};
     }
     const int loss_module = static_cast<int>(model.modules.size()) - 1;
@@ -503,22 +543,53 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         return e.first.empty() ? mb : ConsumerOf(e, mb);
       };
       const int64_t batch_text_tokens = BatchTextTokens(batch);
-      std::map<std::pair<int, int>, MicrobatchPacking> packings;  // (stage, mb), as needed
-      auto packing = [&](int v, int k) -> const MicrobatchPacking& {
-        auto it = packings.find({v, k});
+      // What (stage, mb) holds on a part of its group: every piece, or its
+      // sequence share's contiguous run of them.
+      auto pieces_of = [&](int v, int k, int part) {
+        const auto& all = exec.replicas[content][v][k].pieces;
+        if (!shares(v)) return all;
+        const int n = exec.stages[v].seq_share;
+        const auto cut = SplitEven(std::vector<int>(all.size()), n);
+        size_t begin = 0;
+        for (int i = 0; i < part; ++i) begin += cut[i].size();
+        if (cut[part].empty()) {
+          throw Error(fmt::format("runtime: stage {} ({}) microbatch {} has {} sample piece(s) for {} GPUs sharing "
+                                  "its sequences",
+                                  v, exec.stages[v].label, k, all.size(), n));
+        }
+        return std::vector<SamplePiece>(all.begin() + begin, all.begin() + begin + cut[part].size());
+      };
+      std::map<std::tuple<int, int, int>, MicrobatchPacking> packings;  // (stage, mb, part), as needed
+      auto packing_at = [&](int v, int k, int part) -> const MicrobatchPacking& {
+        auto it = packings.find({v, k, part});
         if (it == packings.end()) {
-          it = packings.emplace(std::make_pair(v, k), PackMicrobatch(model, batch, exec.replicas[content][v][k].pieces))
-                   .first;
+          it = packings.emplace(std::make_tuple(v, k, part), PackMicrobatch(model, batch, pieces_of(v, k, part))).first;
         }
         return it->second;
+      };
+      auto packing = [&](int v, int k) -> const MicrobatchPacking& { return packing_at(v, k, part_of(v, shard)); };
+      // Which processes of two stages' groups exchange a message: the
+      // consumer's TP shard reads the producer shard it maps to; the parts
+      // pair one to one, or by shared samples where a stage shares sequences.
+      auto samples_of = [&](int v, int k, int part) {
+        std::set<int> out;
+        for (const auto& piece : pieces_of(v, k, part)) out.insert(piece.sample);
+        return out;
+      };
+      auto paired = [&](int u, int j, int pu, int w, int c, int pw) {
+        if (!shares(u) && !shares(w)) return pu == pw;
+        const auto a = samples_of(u, j, pu), b = samples_of(w, c, pw);
+        return std::any_of(a.begin(), a.end(), [&](int x) { return b.count(x) > 0; });
       };
       auto input_of = [&](int v, int k) {
         return MicrobatchInput{&packing(v, k), step, static_cast<int64_t>(batch.samples.size()), device};
       };
       // The flat size of what (stage, mb) hands on.
-      auto shapes_of = [&](int v, int k) {
+      auto shapes_of = [&](int v, int k, int part) {
         std::vector<torch::Tensor> shapes;
-        for (const auto& b : handed[v]) shapes.push_back(torch::empty({1, packing(v, k).Tokens(b.module), b.width}, device));
+        for (const auto& b : handed[v]) {
+          shapes.push_back(torch::empty({1, packing_at(v, k, part).Tokens(b.module), b.width}, device));
+        }
         return shapes;
       };
       const auto t0 = std::chrono::steady_clock::now();
@@ -538,11 +609,11 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
       std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
       const bool last_step = step + 1 == spec.options.steps;
-      auto make_message = [&](int u, int j, const torch::Tensor& flat) {
+      auto make_message = [&](int u, int j, int part, const torch::Tensor& flat) {
         Message m;
         for (const auto& b : handed[u]) m.modules.push_back(b.module);
-        for (auto& t : SplitLike(flat, shapes_of(u, j))) m.leaves.push_back(t.clone().requires_grad_(true));
-        m.packing = &packing(u, j);
+        for (auto& t : SplitLike(flat, shapes_of(u, j, part))) m.leaves.push_back(t.clone().requires_grad_(true));
+        m.packing = &packing_at(u, j, part);
         return m;
       };
       auto gradient_of = [&](Message& m, const MessageKey& key) {
@@ -572,17 +643,25 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                 const int u = e->from;
                 for (const auto& b : handed[u]) widths[b.module] = b.width;
                 for (int j : Producers(*e, k)) {
-                  const MessageKey key{u, v, j, k};
-                  auto found = messages.find(key);
-                  if (found == messages.end() && sch.stage_rank[u] == r) {  // the producer is this rank: cut the graph here
-                    std::vector<torch::Tensor> parts;
-                    for (const auto& t : output.at({u, j})) parts.push_back(t.detach());
-                    found = messages.emplace(key, make_message(u, j, Flatten(parts))).first;
+                  if (sch.stage_rank[u] == r) {  // the producer is this rank: cut the graph here
+                    const MessageKey key{u, v, j, k, part_of(u, shard)};
+                    if (!messages.count(key)) {
+                      std::vector<torch::Tensor> parts;
+                      for (const auto& t : output.at({u, j})) parts.push_back(t.detach());
+                      messages.emplace(key, make_message(u, j, key.part, Flatten(parts)));
+                    }
                   }
-                  if (found == messages.end()) {
+                  bool any = false;  // one message per producer part it pairs with
+                  for (auto it = messages.lower_bound(MessageKey{u, v, j, k, 0});
+                       it != messages.end() && it->first.from == u && it->first.to == v && it->first.mb == j &&
+                       it->first.consumer == k;
+                       ++it) {
+                    own.push_back(&it->second);
+                    any = true;
+                  }
+                  if (!any) {
                     throw Error(fmt::format("runtime: {} runs before stage {} microbatch {} reached it", where, u, j));
                   }
-                  own.push_back(&found->second);
                 }
                 for (auto& [key, m] : messages) {
                   if (key.from == u && key.to == v) pool.push_back(&m);
@@ -620,25 +699,32 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             } else {
               // The gradient of each handed tensor: summed over every consumer microbatch it went to.
               std::vector<torch::Tensor> g(hands.size());
+              auto add = [&](const std::vector<torch::Tensor>& parts) {
+                for (size_t i = 0; i < hands.size(); ++i) g[i] = g[i].defined() ? g[i] + parts[i] : parts[i];
+              };
               for (const StageEdge* e : out_edges[v]) {
                 const int x = e->to;
                 for (int c : Consumers(*e, k, sch.microbatches_of(x))) {
-                  const MessageKey key{v, x, k, c};
-                  std::vector<torch::Tensor> parts;
                   if (sch.stage_rank[x] == r) {
+                    const MessageKey key{v, x, k, c, part_of(v, shard)};
                     auto m = messages.find(key);
-                    if (m == messages.end()) continue;  // never read
-                    parts = gradient_of(m->second, key);
-                  } else {
-                    auto flat = grads_in.find(key);
+                    if (m != messages.end()) add(gradient_of(m->second, key));  // else never read
+                    continue;
+                  }
+                  // From every consumer process this one sends to (see kRecv).
+                  for (int q = 0; q < G; ++q) {
+                    if (tp_rank_of(x, q) != tp_rank_of(v, shard) % tp_of(x) ||
+                        !paired(v, k, part_of(v, shard), x, c, part_of(x, q))) {
+                      continue;
+                    }
+                    auto flat = grads_in.find(MessageKey{v, x, k, c, part_of(x, q)});
                     if (flat == grads_in.end()) {
                       throw Error(fmt::format("runtime: stage {} microbatch {} runs its backward before the gradient "
                                               "from stage {} microbatch {} arrived",
                                               v, k, x, c));
                     }
-                    parts = SplitLike(flat->second, hands);
+                    add(SplitLike(flat->second, hands));
                   }
-                  for (size_t i = 0; i < hands.size(); ++i) g[i] = g[i].defined() ? g[i] + parts[i] : parts[i];
                 }
               }
               for (size_t i = 0; i < hands.size(); ++i) {
@@ -667,55 +753,79 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             }
             break;
           case ActionKind::kSend: {
+            // Activations: producer v -> consumer `to`, to each process of its
+            // group that reads this one's part; gradients: consumer v ->
+            // producer `to`, to each process whose part this one read.
             const bool act = a.payload == Payload::kActivation;
             const int to = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
-            // Activations: producer v -> consumer `to`; gradients: consumer v -> producer `to`.
-            const MessageKey key = act ? MessageKey{v, to, k, consumer_of(v, to, k, a.peer_microbatch)}
-                                       : MessageKey{to, v, k, consumer_of(to, v, k, a.peer_microbatch)};
-            std::vector<torch::Tensor> parts;
+            const int u = act ? v : to, w = act ? to : v;
+            const int c = consumer_of(u, w, k, a.peer_microbatch);
+            const int mine = part_of(v, shard);
+            torch::Tensor flat;
             if (act) {
+              std::vector<torch::Tensor> parts;
               for (const auto& t : output.at({v, k})) parts.push_back(t.detach());
-            } else {
-              parts = gradient_of(messages.at(key), key);
+              flat = Flatten(parts);
             }
-            torch::Tensor flat = Flatten(parts);
-            const int peer = process_of(a.peer);
-            if (peer == spec.rank) {  // a rank of this process: hand it over
-              (act ? mailbox_act : mailbox_grad)[key] = flat;
-              break;
+            for (int q = 0; q < G; ++q) {
+              const int theirs = part_of(to, q);
+              const bool pair = act ? tp_rank_of(to, q) % tp_of(v) == tp_rank_of(v, shard) && paired(u, k, mine, w, c, theirs)
+                                    : tp_rank_of(v, shard) == tp_rank_of(to, q) % tp_of(v) &&
+                                          paired(u, k, theirs, w, c, mine);
+              if (!pair) continue;
+              const MessageKey key{u, w, k, c, mine};
+              if (!act) {
+                const MessageKey read_key{u, w, k, c, theirs};
+                flat = Flatten(gradient_of(messages.at(read_key), read_key));
+              }
+              const int peer = group_of(a.peer) * G + q;
+              if (peer == spec.rank) {  // a rank of this process: hand it over
+                (act ? mailbox_act : mailbox_grad)[key] = flat;
+                continue;
+              }
+              sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{flat});
+              sending.back().first = SendAsync(*pg, sending.back().second, peer, Tag(a.payload, key, S, M, G));
             }
-            sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{flat});
-            sending.back().first = SendAsync(*pg, sending.back().second, peer, Tag(a.payload, key, S, M));
             break;
           }
           case ActionKind::kRecv: {
             const bool act = a.payload == Payload::kActivation;
-            const int mine = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
-            const MessageKey key = act ? MessageKey{v, mine, k, consumer_of(v, mine, k, a.peer_microbatch)}
-                                       : MessageKey{mine, v, k, consumer_of(mine, v, k, a.peer_microbatch)};
-            const int peer = process_of(a.peer);
-            torch::Tensor flat;
-            if (peer == spec.rank) {
-              auto& box = act ? mailbox_act : mailbox_grad;
-              auto found = box.find(key);
-              if (found == box.end()) {
-                throw Error(fmt::format("runtime: stage {} microbatch {}: a message between ranks {} and {} of this "
-                                        "process is received before it is sent",
-                                        v, k, a.peer, r));
+            const int here = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
+            const int u = act ? v : here, w = act ? here : v;
+            const int c = consumer_of(u, w, k, a.peer_microbatch);
+            const int mine = part_of(here, shard);
+            for (int p = 0; p < G; ++p) {
+              const int theirs = part_of(v, p);
+              const bool pair = act ? tp_rank_of(v, p) == tp_rank_of(here, shard) % tp_of(v) &&
+                                          paired(u, k, theirs, w, c, mine)
+                                    : tp_rank_of(v, p) == tp_rank_of(here, shard) % tp_of(v) &&
+                                          paired(u, k, mine, w, c, theirs);
+              if (!pair) continue;
+              const MessageKey key{u, w, k, c, theirs};
+              const int peer = group_of(a.peer) * G + p;
+              torch::Tensor flat;
+              if (peer == spec.rank) {
+                auto& box = act ? mailbox_act : mailbox_grad;
+                auto found = box.find(key);
+                if (found == box.end()) {
+                  throw Error(fmt::format("runtime: stage {} microbatch {}: a message between ranks {} and {} of this "
+                                          "process is received before it is sent",
+                                          v, k, a.peer, r));
+                }
+                flat = found->second;
+                box.erase(found);
+              } else {
+                // Shapes follow from the producer microbatch's packing on the producer's part.
+                int64_t numel = 0;
+                for (const auto& t : shapes_of(u, k, act ? theirs : mine)) numel += t.numel();
+                flat = torch::empty({numel}, device);
+                Recv(*pg, flat, peer, Tag(a.payload, key, S, M, G));
               }
-              flat = found->second;
-              box.erase(found);
-            } else {
-              // Shapes follow from the producer microbatch's packing: what its stage hands on.
-              int64_t numel = 0;
-              for (const auto& t : shapes_of(key.from, key.mb)) numel += t.numel();
-              flat = torch::empty({numel}, device);
-              Recv(*pg, flat, peer, Tag(a.payload, key, S, M));
-            }
-            if (act) {
-              messages[key] = make_message(key.from, key.mb, flat);
-            } else {
-              grads_in[key] = flat;
+              if (act) {
+                messages[key] = make_message(u, k, theirs, flat);
+              } else {
+                grads_in[key] = flat;
+              }
             }
             break;
           }
@@ -848,7 +958,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       for (auto& [work, buffers] : sending) work->wait();  // every receiver has posted its receive by now
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       Report(fd, fmt::format("time {} {:.9g}", step, secs));
-      if (holds_loss && tp_rank == 0) {  // TP shards compute the same loss; CP ranks their rows' shares
+      bool reports = holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
+      for (int v = 0; v < S; ++v) reports = reports && !(loss_stage[v] && is_local(v) && tp_rank_of(v, shard) != 0);
+      if (reports) {
         Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
       }
     }
@@ -872,7 +984,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             {w.sum().item<double>(), w.pow(2).sum().item<double>(), w.abs().sum().item<double>()}, torch::kDouble);
         const std::string& name = item.key();
         if (name.size() >= 10 && name.compare(name.size() - 10, 10, "tied_table") == 0) continue;  // a copy
-        if (stack->IsSharded(name)) AllReduceSum(*tp, stats);
+        if (stack->IsSharded(name)) AllReduceSum(*tp_groups.at(tp_of(v)), stats);
         if (first_copy && shard == 0) {
           Report(fd, fmt::format("param {:.17g} {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>(),
                                  stats[2].item<double>()));
