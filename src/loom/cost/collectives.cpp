@@ -62,7 +62,8 @@ double GroupAllReduceTime_s(double bytes, int n, int stride, const Cluster& c) {
   int per_node, nodes, span;
   Layout(n, stride, c, &per_node, &nodes, &span);
   if (nodes == 1) {
-    return RingAllReduceTime_s(bytes, n, c.LinkForSpan(span));
+    // A measured collective step (the profile's) where there is one.
+    return RingAllReduceTime_s(bytes, n, c.collective.bytes_per_s > 0 ? c.collective : c.LinkForSpan(span));
   }
   Link intra = c.LinkForSpan(std::min(span, c.gpus_per_node));
   if (per_node == 1) {
@@ -82,6 +83,7 @@ double GroupAllGatherTime_s(double bytes, int n, int stride, const Cluster& c) {
   int per_node, nodes, span;
   Layout(n, stride, c, &per_node, &nodes, &span);
   // A ring is as slow as its slowest hop.
+  if (nodes == 1 && c.collective.bytes_per_s > 0) return AllGatherTime_s(bytes, n, c.collective);
   return AllGatherTime_s(bytes, n, nodes == 1 ? c.LinkForSpan(span) : c.network);
 }
 

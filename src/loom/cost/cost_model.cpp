@@ -64,6 +64,7 @@ void ApplyCostModel(Cluster& cluster, const std::string& value) {
   }
   Profile p = LoadProfileFor(value, cluster.gpu);
   if (p.link.bytes_per_s > 0) cluster.nvlink = cluster.pcie = cluster.network = p.link;
+  if (p.collective.bytes_per_s > 0) cluster.collective = p.collective;
   cluster.cost_model = std::make_shared<const ProfiledCostModel>(std::move(p));
 }
 

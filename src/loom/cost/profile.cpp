@@ -76,6 +76,12 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     if (PrecisionName(q) == precision) p.precision = q;
   }
   p.ops = ParseCalibrationPoints(doc.Child("ops"), file, "ops");
+  if (auto node = doc.OptionalChild("collective")) {
+    YamlMap c(*node, file, "collective");
+    p.collective.bytes_per_s = c.PositiveReal("bytes_per_s");
+    p.collective.latency_s = c.NonNegativeReal("latency_s", 0);
+    c.RejectUnknownKeys();
+  }
   if (auto node = doc.OptionalChild("link")) {
     YamlMap link(*node, file, "link");
     p.link.bytes_per_s = link.PositiveReal("bytes_per_s");
@@ -121,6 +127,10 @@ std::string ProfileToYaml(const Profile& p) {
   for (const auto& o : p.ops) {
     out += fmt::format("  - {{op: {}, flops: {:.17g}, bytes: {:.17g}, time_s: {:.9g}}}\n", kOps[static_cast<int>(o.op)],
                        o.flops, o.bytes, o.time_s);
+  }
+  if (p.collective.bytes_per_s > 0) {
+    out += fmt::format("collective: {{bytes_per_s: {:.9g}, latency_s: {:.9g}}}\n", p.collective.bytes_per_s,
+                       p.collective.latency_s);
   }
   if (p.link.bytes_per_s > 0) {
     out += fmt::format("link: {{bytes_per_s: {:.9g}, latency_s: {:.9g}}}\n", p.link.bytes_per_s, p.link.latency_s);

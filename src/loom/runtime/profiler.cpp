@@ -125,6 +125,15 @@ int BounceMessages(int rank, int port, int repeats, int fd) {
       }
       std::sort(one_way.begin(), one_way.end());
       out += fmt::format("{} {:.9g}\n", bytes, one_way[one_way.size() / 2]);
+      // The same bytes all-reduced over the two (a collective's own cost: Gloo's threads and algorithm).
+      std::vector<double> reduce;
+      for (int i = 0; i <= repeats; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        pg->allreduce(t)->wait();
+        if (i > 0) reduce.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      std::sort(reduce.begin(), reduce.end());
+      out += fmt::format("allreduce {} {:.9g}\n", bytes, reduce[reduce.size() / 2]);
     }
     if (rank == 0 && write(fd, out.data(), out.size()) != static_cast<ssize_t>(out.size())) return 4;
     return 0;
@@ -135,10 +144,32 @@ int BounceMessages(int rank, int port, int repeats, int fd) {
   }
 }
 
-// The link between two processes of this machine: latency + bytes / bandwidth,
-// fitted by least squares to the messages' one-way times. Forked before this
+// latency + bytes / bandwidth fitted by least squares to (bytes, seconds);
+// `steps` messages per operation (a 2-process ring all-reduce takes 2).
+Link FitLink(const std::vector<std::pair<double, double>>& points, int steps, const char* what) {
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : points) {
+    mx += x / points.size();
+    my += y / points.size();
+  }
+  double sxy = 0, sxx = 0;
+  for (const auto& [x, y] : points) {
+    sxy += (x - mx) * (y - my);
+    sxx += (x - mx) * (x - mx);
+  }
+  const double per_byte_s = sxy / sxx;
+  if (per_byte_s <= 0) {
+    throw Error(fmt::format("loom profile: the {}'s times do not grow with the message size; measure again", what));
+  }
+  // A negative intercept is the fit's noise around a latency too small to resolve: none.
+  return Link{1.0 / per_byte_s, std::max(0.0, my - per_byte_s * mx) / steps};
+}
+
+// The link between two processes of this machine (latency + bytes / bandwidth,
+// fitted to the messages' one-way times) and a step of their ring collectives
+// (fitted to all-reduces of the same sizes, two steps each). Forked before this
 // process uses torch (children of a process that did inherit its thread pools).
-Link MeasureLink(int repeats) {
+std::pair<Link, Link> MeasureLink(int repeats) {
   const int port = FreePort();
   int fds[2];
   if (pipe(fds) != 0) throw Error("loom profile: cannot create a pipe to measure the link");
@@ -168,29 +199,22 @@ Link MeasureLink(int repeats) {
     waitpid(pid, &status, 0);
     failed += WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
   }
-  std::vector<std::pair<double, double>> points;
+  std::vector<std::pair<double, double>> points, reduces;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     double bytes = 0, s = 0;
-    if (std::istringstream(line) >> bytes >> s) points.push_back({bytes, s});
+    std::string word;
+    std::istringstream fields(line);
+    if (line.rfind("allreduce ", 0) == 0) {
+      if (fields >> word >> bytes >> s) reduces.push_back({bytes, s});
+    } else if (fields >> bytes >> s) {
+      points.push_back({bytes, s});
+    }
   }
-  if (failed > 0 || points.size() != std::size(kLinkBytes)) {
+  if (failed > 0 || points.size() != std::size(kLinkBytes) || reduces.size() != std::size(kLinkBytes)) {
     throw Error(fmt::format("loom profile: measuring the link between two processes failed: {}", text));
   }
-  double mx = 0, my = 0;
-  for (const auto& [x, y] : points) {
-    mx += x / points.size();
-    my += y / points.size();
-  }
-  double sxy = 0, sxx = 0;
-  for (const auto& [x, y] : points) {
-    sxy += (x - mx) * (y - my);
-    sxx += (x - mx) * (x - mx);
-  }
-  const double per_byte_s = sxy / sxx;
-  if (per_byte_s <= 0) throw Error("loom profile: the link's times do not grow with the message size; measure again");
-  // A negative intercept is the fit's noise around a latency too small to resolve: none.
-  return Link{1.0 / per_byte_s, std::max(0.0, my - per_byte_s * mx)};
+  return {FitLink(points, 1, "link"), FitLink(reduces, 2, "all-reduce")};
 }
 
 }  // namespace
@@ -217,7 +241,7 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
                 "against a CUDA libtorch)");
   }
   FindGpu(o.gpu);  // the datasheet must exist
-  const Link link = MeasureLink(o.repeats);  // first: it forks
+  const auto [link, collective] = MeasureLink(o.repeats);  // first: it forks
   // Ranks that share this machine's cores: measured beside copies of the
   // same measurement (forked before this process uses torch; they die with it).
   std::vector<pid_t> load;
@@ -251,6 +275,7 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   p.applies_to = {};  // never a GPU's default: it describes this machine
   p.precision = Precision::kFp32;
   p.link = link;
+  p.collective = collective;
   p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
                          "medians of {}",
                          o.device, TORCH_VERSION, o.device == "cuda" ? "CUDA" : CpuName(), o.threads, o.concurrent,

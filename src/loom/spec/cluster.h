@@ -30,6 +30,11 @@ struct Cluster {
   Link nvlink;            // inside an NVLink domain
   Link pcie;              // between NVLink domains of one node
   Link network;           // across nodes, per GPU: nics * nic bandwidth / gpus_per_node
+  // A measured ring step of this machine's collectives inside a node
+  // (`loom profile`: a 2-process all-reduce costs latency_s * 2 + bytes /
+  // bytes_per_s); zero bandwidth: none measured, collectives are priced
+  // from the links above.
+  Link collective;
   int nics_per_node = 1;
   double nic_bytes_per_s = 0;
   // What prices layers on this cluster's GPUs; null: the GPU's default (a
