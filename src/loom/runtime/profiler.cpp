@@ -28,18 +28,23 @@ namespace {
 struct Timer {
   torch::Device device;
   int repeats;
-  // Median seconds of `fn` over `repeats` runs after one warm-up; `prepare`
-  // runs untimed before each.
+  // Median seconds of `fn` over at least `repeats` runs after one warm-up, and
+  // over as many as fill 50 ms (at most 100): short runs are the noisiest (a
+  // busy neighbour or a side-by-side copy's heavy phase lands on several of a
+  // few), so they get more. `prepare` runs untimed before each.
   template <typename Fn, typename Prepare = void (*)()>
   double Median(Fn&& fn, Prepare&& prepare = [] {}) const {
     std::vector<double> t;
-    for (int i = 0; i <= repeats; ++i) {
+    int runs = repeats;
+    for (int i = 0; i <= runs; ++i) {
       prepare();
       if (device.is_cuda()) torch::cuda::synchronize();
       const auto t0 = std::chrono::steady_clock::now();
       fn();
       if (device.is_cuda()) torch::cuda::synchronize();
-      if (i > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i == 0) runs = std::clamp(static_cast<int>(0.05 / std::max(s, 1e-6)), repeats, std::max(repeats, 100));
+      if (i > 0) t.push_back(s);
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
@@ -217,6 +222,23 @@ std::pair<Link, Link> MeasureLink(int repeats) {
   return {FitLink(points, 1, "link"), FitLink(reduces, 2, "all-reduce")};
 }
 
+// A layer never takes less time on more sequences of no shorter length: a
+// point measured slower than one that dominates it (more sequences, each at
+// least as long) caught the machine busy (a side-by-side copy in its heavy
+// phase, the VM's neighbours). Each point's forward and backward become the
+// least over the points that dominate it, itself included. Seen: a ViT layer's
+// backward at 1 x 64 tokens measured 11.9 ms and at 4 x 64 6.9 ms, which made a
+// plan of 1-sample microbatches predicted 3x slower than it ran.
+void MonotoneLayerTimes(std::vector<ProfileLayerPoint>& points) {
+  for (auto& p : points) {
+    for (const auto& q : points) {
+      if (q.label != p.label || q.frozen != p.frozen || q.batch < p.batch || q.seq < p.seq) continue;
+      p.forward_s = std::min(p.forward_s, q.forward_s);
+      p.backward_s = std::min(p.backward_s, q.backward_s);
+    }
+  }
+}
+
 }  // namespace
 
 // The layers and kernels into `p` (the measurement `loom profile` repeats in
@@ -277,7 +299,7 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   p.link = link;
   p.collective = collective;
   p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
-                         "medians of {}",
+                         "medians of >= {} runs (>= 50 ms each point)",
                          o.device, TORCH_VERSION, o.device == "cuda" ? "CUDA" : CpuName(), o.threads, o.concurrent,
                          o.repeats);
   MeasureInto(p, model, o);
@@ -319,6 +341,7 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
       }
     }
   }
+  MonotoneLayerTimes(p.layers);
   // Kernels: 4-byte elements throughout.
   for (int64_t s : o.tokens) {
     const double S = static_cast<double>(s);
