@@ -25,15 +25,15 @@ demo: build
 	$(BUILD)/loom plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 32 \
 	  --strategy all --report report.html --json plans.json --trace best.trace.json
 	@echo "Open report.html in a browser; best.trace.json in https://ui.perfetto.dev"
-	@echo "--- The runtime: a 4-layer ViT + projector + 4-layer LLM planned with this machine's profile, then run"
-	$(BUILD)/loom profile --model tests/data/runtime/tiny-vlm.yaml --out $(BUILD)/this-machine.yaml
-	$(BUILD)/loom plan --model tests/data/runtime/tiny-vlm.yaml --cluster h100:1x2 \
-	  --workload tests/data/runtime/tiny-laion.yaml --precision fp32 --strategy megatron \
-	  --profile $(BUILD)/this-machine.yaml --iterations 2 --json tiny-plans.json
-	$(BUILD)/loom run --model tests/data/runtime/tiny-vlm.yaml --cluster h100:1x2 \
-	  --workload tests/data/runtime/tiny-laion.yaml --plan tiny-plans.json --strategy megatron --steps 4 \
+	@echo "--- The runtime: a ViT-heavy VLM planned by every strategy with this machine's profile, each plan run"
+	$(BUILD)/loom profile --model examples/runtime/vit-heavy-vlm.yaml --concurrent 2 --out $(BUILD)/this-machine.yaml
+	$(BUILD)/loom plan --model examples/runtime/vit-heavy-vlm.yaml --cluster examples/runtime/two-small-gpus.yaml \
+	  --workload examples/runtime/image-heavy.yaml --profile $(BUILD)/this-machine.yaml --json runtime-plans.json \
+	  --run --run-steps 4
+	$(BUILD)/loom run --model examples/runtime/vit-heavy-vlm.yaml --cluster examples/runtime/two-small-gpus.yaml \
+	  --workload examples/runtime/image-heavy.yaml --plan runtime-plans.json --steps 4 \
 	  --compare --profile $(BUILD)/this-machine.yaml --timeline runtime.svg
-	@echo "runtime.svg: the last step as predicted (top) and as it ran (bottom)"
+	@echo "runtime.svg: the best plan's last step as predicted (top) and as it ran (bottom)"
 
 # Renders report.html in headless Chromium (installs it if missing).
 screenshot: demo
