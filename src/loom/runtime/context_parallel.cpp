@@ -4,18 +4,12 @@
 #include <cmath>
 #include <limits>
 
+#include "loom/runtime/autograd_pointers.h"
+
 namespace loom::runtime {
 
 namespace {
 
-template <typename T>
-int64_t AsInt(T* p) {
-  return static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
-}
-template <typename T>
-T* FromInt(int64_t v) {
-  return reinterpret_cast<T*>(static_cast<intptr_t>(v));
-}
 
 // [rows, max] -> [max] padded with `fill`.
 torch::Tensor Pad(const torch::Tensor& t, int64_t rows, double fill) {

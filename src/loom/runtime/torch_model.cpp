@@ -4,24 +4,15 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "loom/error.h"
-#include <set>
+#include "loom/runtime/autograd_pointers.h"
 
 namespace loom::runtime {
 
 namespace {
 
-// Pointers travel through autograd contexts as integers (their saved_data
-// holds IValues); the objects they name outlive every graph built from them.
-template <typename T>
-int64_t AsInt(T* p) {
-  return static_cast<int64_t>(reinterpret_cast<intptr_t>(p));
-}
-template <typename T>
-T* FromInt(int64_t v) {
-  return reinterpret_cast<T*>(static_cast<intptr_t>(v));
-}
 
 // Megatron's f and g operators: f is the identity forward and sums the input
 // gradient over the TP group backward; g sums the forward and is the identity
