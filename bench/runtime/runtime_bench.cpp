@@ -14,7 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/data/sample_source.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
+#include "loom/runtime/process_layout.h"
+#include "loom/strategies/strategy.h"
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/cluster.h"
 #include "loom/strategies/plan_builders.h"
@@ -62,6 +65,31 @@ void BM_RuntimeStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RuntimeStep)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// What a worker recomputes every step before its clock starts, for a process
+// running two ranks (DistMM: an encoder branch and a backbone replica on one
+// GPU): the merged order of their actions (a topological sort of the whole
+// schedule) and what each stage hands on. Arg: GPUs (the plan's size grows with them).
+void BM_ProcessOrderOfPhases(benchmark::State& state) {
+  const int gpus = static_cast<int>(state.range(0));
+  const Model model = LoadModel(std::string(LOOM_BENCH_DATA) + "/runtime/tiny-vlm2.yaml");
+  Workload w = LoadWorkload(std::string(LOOM_BENCH_DATA) + "/runtime/tiny-laion.yaml");
+  w.global_batch = 8L * gpus;
+  const Cluster cluster = MakeCluster("h100", 1, gpus);
+  const Batch batch = DrawBatch(w, 0);
+  const Plan plan = RunStrategy("distmm", StrategyContext{model, cluster, w, batch, {}}).plan;
+  const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, batch);
+  const runtime::ProcessLayout layout = runtime::LayoutProcesses(exec);
+  std::vector<int> ranks;
+  for (const auto& c : layout.of_group[0]) ranks.push_back(c.rank);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(runtime::ProcessOrder(exec, ranks));
+    benchmark::DoNotOptimize(runtime::StageOutputs(model, exec));
+  }
+  state.counters["actions"] = exec.schedule.num_actions();
+  state.counters["ranks_here"] = static_cast<double>(ranks.size());
+}
+BENCHMARK(BM_ProcessOrderOfPhases)->Arg(2)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
 
 // The same step in a bare libtorch loop: forward, loss, backward per microbatch, AdamW.
 void BM_BareLibtorchStep(benchmark::State& state) {

@@ -80,7 +80,9 @@ TEST(ProcessLayout, MergedOrdersKeepEveryListAndReplayWithoutDeadlock) {
     std::vector<int> ids;
     for (const auto& [r, i] : order) {
       EXPECT_TRUE(std::find(ranks.begin(), ranks.end(), r) != ranks.end());
-      if (last_index.count(r)) EXPECT_EQ(i, last_index[r] + 1) << "rank " << r;
+      if (last_index.count(r)) {
+        EXPECT_EQ(i, last_index[r] + 1) << "rank " << r;
+      }
       last_index[r] = i;
       ids.push_back(g.id(r, i));
     }
