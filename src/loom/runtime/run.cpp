@@ -85,6 +85,25 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
       throw Error("--device cuda: the plan's messages between two ranks are not received in the order they are "
                   "sent, which NCCL needs: " + why);
     }
+    // Where a process merges several ranks' lists, a message fans out to several
+    // processes of a group (sequence shares) or CP's ring exchanges blocks,
+    // the order per pair of processes is not the schedule's per pair of ranks:
+    // not checked for NCCL yet, so refused rather than left to hang until the timeout.
+    for (const auto& copies : layout.of_group) {
+      if (copies.size() > 1) {
+        throw Error("--device cuda: this plan runs several ranks on one GPU (units taking turns: DistMM, Optimus); "
+                    "their merged message order is not checked against NCCL's in-order matching yet; run it on "
+                    "--device cpu");
+      }
+    }
+    for (const auto& st : first.stages) {
+      if (st.seq_share > 1 || st.cp > 1) {
+        throw Error(fmt::format("--device cuda: stage {} shares sequences or runs context parallelism; their "
+                                "messages are not checked against NCCL's in-order matching yet; run it on --device "
+                                "cpu",
+                                st.label));
+      }
+    }
     // Counted without CUDA in this process (workers fork from it): the driver's device nodes.
     int gpus = 0;
     while (access(fmt::format("/dev/nvidia{}", gpus).c_str(), F_OK) == 0) ++gpus;
