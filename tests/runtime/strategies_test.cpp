@@ -86,8 +86,10 @@ TEST(RuntimeStrategies, EveryStrategysPlanOnFourGpusEqualsSingleProcessTraining)
 // A woven pipeline written out: a ViT+projector stage and an LLM stage; global
 // microbatch 0 cut into 3 image sub-microbatches (single images of a sample
 // land in different ones) feeding 2 LLM sub-microbatches, microbatch 1 into 2
-// feeding 1; explicit rank orders in one step, GPipe order in the others; some
-// layers recomputed per sub-microbatch.
+// feeding 1; GPipe order in step 0, explicit rank orders in steps 1 and 2 (in
+// step 2 the LLM's first sub-microbatch runs its backward before its second,
+// which needs the woven edge to be many to many); some layers recomputed per
+// sub-microbatch.
 TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
   const TinyRun s(kVlm, kLaion);
   const Batch batch = DrawBatch(s.workload, 0);
@@ -106,13 +108,20 @@ TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
                                   Recompute::kFull, Recompute::kNone}},
                           {1, 2, {Recompute::kFull, Recompute::kSelective, Recompute::kNone, Recompute::kFull,
                                   Recompute::kNone, Recompute::kNone}}};
+    auto step_of = [](bool f, int st, int mb) { return StageStep{f, st, mb}; };
     if (step == 1) {  // stage 0 has sub-microbatches 0..4, stage 1 has 0..2
-      auto step_of = [](bool f, int st, int mb) { return StageStep{f, st, mb}; };
       it.rank_orders = {{step_of(true, 0, 0), step_of(true, 0, 1), step_of(true, 0, 2), step_of(true, 0, 3),
                          step_of(true, 0, 4), step_of(false, 0, 4), step_of(false, 0, 3), step_of(false, 0, 2),
                          step_of(false, 0, 1), step_of(false, 0, 0)},
                         {step_of(true, 1, 0), step_of(true, 1, 1), step_of(true, 1, 2), step_of(false, 1, 2),
                          step_of(false, 1, 1), step_of(false, 1, 0)}};
+    }
+    if (step == 2) {  // backwards first to last: the LLM's first sub-microbatch before its second
+      it.rank_orders = {{step_of(true, 0, 0), step_of(true, 0, 1), step_of(true, 0, 2), step_of(true, 0, 3),
+                         step_of(true, 0, 4), step_of(false, 0, 0), step_of(false, 0, 1), step_of(false, 0, 2),
+                         step_of(false, 0, 3), step_of(false, 0, 4)},
+                        {step_of(true, 1, 0), step_of(true, 1, 1), step_of(false, 1, 0), step_of(false, 1, 1),
+                         step_of(true, 1, 2), step_of(false, 1, 2)}};
     }
     batches.push_back({{"iteration", step}, {"iteration_time_s", 0}, {"schedule", IterationScheduleToJson(it)}});
   }

@@ -1,8 +1,9 @@
 // Hand-built stage flows for the PipeWeaver tests: `modules` in pipeline
 // order, module i with K_i segments (P x K_i stages, stage v on rank v % P)
 // and M_i sub-microbatches per global microbatch, joined as woven schedules
-// join them (the consumer's first sub-microbatch of microbatch k takes all the
-// producer's of k). Built through a Schedule and BuildStageFlow, so the
+// join them (many to many inside each global microbatch: every consumer
+// sub-microbatch of k reads every producer sub-microbatch of k and sends each
+// its gradient). Built through a Schedule and BuildStageFlow, so the
 // flow code is exercised too.
 #pragma once
 

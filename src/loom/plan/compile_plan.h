@@ -57,8 +57,9 @@ bool ItemDrivenModule(const Model& model, int module);
 
 // The edge between neighbouring stages whose sub-microbatches belong to the
 // global microbatches `producer_mbs` / `consumer_mbs` (non-decreasing): one to
-// one when they are cut alike, else the consumer's first sub-microbatch of
-// global microbatch k takes all the producer's of k and the others none.
+// one when they are cut alike, else many to many inside each global
+// microbatch (every consumer sub-microbatch of k reads every producer
+// sub-microbatch of k and sends each its gradient).
 StageEdge WovenEdge(int from, int to, const std::vector<int>& producer_mbs, const std::vector<int>& consumer_mbs);
 
 // The woven schedule's sub-microbatch counts per module (1 where absent) and,

@@ -7,9 +7,9 @@
 //
 // The stages form a chain in the template's order; a stage's microbatches are
 // its module's sub-microbatches, numbered in global-microbatch order. Where
-// two neighbouring stages cut a global microbatch differently, the consumer's
-// first sub-microbatch of it waits for all the producer's (and the rank order
-// keeps the later ones behind it). A module's sub-microbatches are contiguous
+// two neighbouring stages cut a global microbatch differently, every consumer
+// sub-microbatch of it waits for all the producer's, and each producer
+// sub-microbatch's backward for all the consumer's (WovenEdge). A module's sub-microbatches are contiguous
 // runs of the replica's samples with balanced token counts (min-max
 // partition); for modules that see only images, clips or audio (encoders and
 // their projectors, ItemDrivenModule) the runs are of items, so a sample's
@@ -43,16 +43,24 @@ std::vector<int> CountsOf(const IterationSchedule& it, const std::string& module
 }  // namespace
 
 StageEdge WovenEdge(int from, int to, const std::vector<int>& producer_mbs, const std::vector<int>& consumer_mbs) {
-  StageEdge e{from, to, {}};
+  StageEdge e{from, to, {}, {}};
   if (producer_mbs == consumer_mbs) return e;  // one to one
-  e.first.push_back(0);
-  for (size_t j = 0; j < consumer_mbs.size(); ++j) {
-    int end = e.first.back();
-    if (j == 0 || consumer_mbs[j - 1] != consumer_mbs[j]) {
-      end = static_cast<int>(std::upper_bound(producer_mbs.begin(), producer_mbs.end(), consumer_mbs[j]) -
-                             producer_mbs.begin());
+  // Many to many inside each global microbatch: a consumer sub-microbatch may
+  // read any of the producer's sub-microbatches of its global microbatch (its
+  // samples' images may have landed in any of them), and a producer
+  // sub-microbatch's gradient is whole only once every consumer sub-microbatch
+  // of that global microbatch has run its backward. (Until issue 15 the
+  // consumer's first sub-microbatch took all the producer's and the others
+  // none: the simulator then let a producer's backward start after the first
+  // consumer's backward alone, and the runtime, computing true gradients, could
+  // not follow such orders.) The replicas share the schedule, so the edge
+  // cannot follow one replica's samples more closely.
+  for (int c : consumer_mbs) {
+    std::vector<int> producers;
+    for (int j = 0; j < static_cast<int>(producer_mbs.size()); ++j) {
+      if (producer_mbs[j] == c) producers.push_back(j);
     }
-    e.first.push_back(end);
+    e.producers.push_back(std::move(producers));
   }
   return e;
 }

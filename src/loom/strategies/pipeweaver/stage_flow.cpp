@@ -46,8 +46,7 @@ StageFlow BuildStageFlow(const Schedule& sch, const PipelineCosts& pc, const std
   };
   for (const StageEdge& e : sch.StageEdges()) {
     for (int k = 0; k < sch.microbatches_of(e.to); ++k) {
-      auto [lo, hi] = ProducerRange(e, k);
-      for (int j = lo; j < hi; ++j) {
+      for (int j : Producers(e, k)) {
         // Forward k at `to` needs forward j at `from`; backward j at `from` needs backward k at `to`.
         const double t = hop(e.from, e.to, e.from, j);
         f.stages[f.forward_id[e.to][k]].preds.push_back({f.forward_id[e.from][j], t});
