@@ -11,13 +11,16 @@ namespace loom::runtime {
 namespace {
 
 
-// [rows, max] -> [max] padded with `fill`.
+// `t` with dimension 0 padded to `rows` with `fill`.
 torch::Tensor Pad(const torch::Tensor& t, int64_t rows, double fill) {
   if (t.size(0) == rows) return t;
   std::vector<int64_t> shape = t.sizes().vec();
   shape[0] = rows - t.size(0);
   return torch::cat({t, torch::full(shape, fill, t.options())}, 0);
 }
+
+// [heads, rows, d] padded with zero rows to `rows`.
+torch::Tensor PadRows(const torch::Tensor& t, int64_t rows) { return Pad(t.transpose(0, 1), rows, 0).transpose(0, 1); }
 
 // Which keys (owner rank's rows) each of this rank's queries may see: the same
 // sequence and, causal, not a later position. [rows_q, max_rows].
@@ -41,8 +44,7 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const float inf = std::numeric_limits<float>::infinity();
     // The block in hand: K and V stacked, padded to the longest rank's rows.
-    torch::Tensor block = torch::stack({Pad(k.transpose(0, 1), max_rows, 0).transpose(0, 1),
-                                        Pad(v.transpose(0, 1), max_rows, 0).transpose(0, 1)});
+    torch::Tensor block = torch::stack({PadRows(k, max_rows), PadRows(v, max_rows)});
     torch::Tensor m = torch::full({q.size(0), q.size(1), 1}, -inf, q.options());
     torch::Tensor l = torch::zeros_like(m), o = torch::zeros_like(q), safe;
     for (int s = 0; s < C; ++s) {
@@ -77,9 +79,9 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const torch::Tensor dout = grads[0].contiguous();
     const torch::Tensor delta = (dout * out).sum(-1, true);  // [heads, rows, 1]
-    auto pad = [&](const torch::Tensor& t) { return Pad(t.transpose(0, 1), max_rows, 0).transpose(0, 1); };
     // K, V, dK, dV of the block in hand, travelling together.
-    torch::Tensor block = torch::stack({pad(k), pad(v), torch::zeros_like(pad(k)), torch::zeros_like(pad(v))});
+    const torch::Tensor kp = PadRows(k, max_rows), vp = PadRows(v, max_rows);
+    torch::Tensor block = torch::stack({kp, vp, torch::zeros_like(kp), torch::zeros_like(vp)});
     torch::Tensor dq = torch::zeros_like(q);
     for (int s = 0; s < C; ++s) {
       const int owner = (me - s + C) % C;

@@ -73,11 +73,10 @@ std::vector<std::pair<int, int>> ProcessOrder(const ExecutionPlan& exec, const s
     std::set<int> used;
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
-      const int group = a.group >= 0 ? a.group : exec.stages[a.stage >= 0 ? a.stage : 0].dp_group;
-      if (a.kind == ActionKind::kCollective) {
-        collectives[group].push_back(g.id(r, i));
-        used.insert(group);
-      }
+      if (a.kind != ActionKind::kCollective) continue;
+      const int group = a.group >= 0 ? a.group : exec.stages[a.stage].dp_group;
+      collectives[group].push_back(g.id(r, i));
+      used.insert(group);
     }
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       if (s.ranks[r][i].kind != ActionKind::kWait) continue;

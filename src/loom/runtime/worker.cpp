@@ -267,9 +267,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     Batch batch = DrawBatch(*spec.workload, 0);
     ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(0));
     const ProcessLayout layout = LayoutProcesses(exec);
-    // A group's G = tp x cp processes: TP shard fastest, then CP rank (Megatron's order).
-    // Per stage, its group's G processes are tp shards of G / tp parts: CP
-    // ranks, or sequence shares (the microbatch's samples split between them).
+    // Per stage, its group's G processes are tp shards (fastest, Megatron's
+    // order) of G / tp parts: CP ranks, or sequence shares (the microbatch's
+    // samples split between them).
     const int G = layout.group_gpus;
     const int CP = spec.plan->units[0].cp;
     const int my_group = spec.rank / G, shard = spec.rank % G;
@@ -454,20 +454,24 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // ZeRO-3: the stage's full weights gathered from every replica's slices
     // (blocking, over its data-parallel group), or given back.
     std::set<int> resident(fsdp.begin(), fsdp.end());
-    auto gather_weights = [&](int v) {
+    // One bucket's full weights from every replica's slice (ZeRO-1/2 after
+    // each step, ZeRO-3 before each use).
+    auto gather_bucket = [&](const ShardedBucket& sb) {
       torch::NoGradGuard no_grad;
+      torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
+      mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
+      const torch::Tensor all =
+          torch::cat(AllGather(*dp.at(exec.stages[sb.stage].dp_group), mine)).slice(0, 0, sb.total);
+      auto& bucket = buckets.at(sb.stage).at(sb.bucket);
+      const auto parts = SplitLike(all, bucket);
+      for (size_t i = 0; i < bucket.size(); ++i) {
+        if (fsdp.count(sb.stage)) ResizeStorage(bucket[i], bucket[i].numel() * bucket[i].element_size());
+        bucket[i].variable_data().copy_(parts[i]);  // not an in-place change autograd's saved graph would reject
+      }
+    };
+    auto gather_weights = [&](int v) {
       for (const ShardedBucket& sb : shards) {
-        if (sb.stage != v) continue;
-        torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
-        mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
-        const torch::Tensor all =
-            torch::cat(AllGather(*dp.at(exec.stages[v].dp_group), mine)).slice(0, 0, sb.total);
-        auto& bucket = buckets.at(v).at(sb.bucket);
-        const auto parts = SplitLike(all, bucket);
-        for (size_t i = 0; i < bucket.size(); ++i) {
-          if (fsdp.count(v)) ResizeStorage(bucket[i], bucket[i].numel() * bucket[i].element_size());
-          bucket[i].variable_data().copy_(parts[i]);  // not an in-place change autograd's saved graph would reject
-        }
+        if (sb.stage == v) gather_bucket(sb);
       }
       resident.insert(v);
     };
@@ -936,17 +940,10 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         std::stable_sort(gathers.begin(), gathers.end(), [&](const ShardedBucket* a, const ShardedBucket* b) {
           return exec.stages[a->stage].dp_group < exec.stages[b->stage].dp_group;
         });
-        torch::NoGradGuard no_grad;
         for (const ShardedBucket* sb : gathers) {
           if (fsdp.count(sb->stage)) continue;  // ZeRO-3 gathers at the next use
-          torch::Tensor mine = torch::zeros({sb->chunk}, sb->master.options());
-          mine.slice(0, 0, sb->hi - sb->lo).copy_(sb->master);
-          const torch::Tensor all =
-              torch::cat(AllGather(*dp.at(exec.stages[sb->stage].dp_group), mine)).slice(0, 0, sb->total);
-          auto& bucket = buckets.at(sb->stage).at(sb->bucket);
-          const auto parts = SplitLike(all, bucket);
-          for (size_t i = 0; i < bucket.size(); ++i) bucket[i].copy_(parts[i]);
-          for (auto& p : bucket) p.mutable_grad() = torch::Tensor();
+          gather_bucket(*sb);
+          for (auto& p : buckets.at(sb->stage).at(sb->bucket)) p.mutable_grad() = torch::Tensor();
         }
         const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (last_step && shard == 0) {
