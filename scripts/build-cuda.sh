@@ -14,9 +14,11 @@ if [ ! -d "$DEPS/lib/cmake" ]; then
 fi
 TORCH_PREFIX=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")
 echo "libtorch: $TORCH_PREFIX; packed libraries: $DEPS"
+# --disable-new-dtags writes DT_RPATH, which (unlike RUNPATH) also serves the
+# packed libraries' own dependencies (libCbc loads libCgl).
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DLOOM_TESTS=OFF -DLOOM_TORCH_CMAKE=ON -DLOOM_FMT_HEADER_ONLY=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS" \
-  -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/lib" -DCMAKE_BUILD_RPATH="$DEPS/lib"
+  -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/lib -Wl,--disable-new-dtags" -DCMAKE_BUILD_RPATH="$DEPS/lib"
 cmake --build "$BUILD" -j "$(nproc)" --target loom
 "$BUILD/loom" run --help | head -1

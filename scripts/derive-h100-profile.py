@@ -16,6 +16,7 @@ What goes in (docs/cost-model.md, "Measured profiles"):
           kept: the issue's accuracy targets are stated against it).
 Nothing is fitted here: the script only reshapes the files. Standard library only.
 """
+import subprocess
 import json
 import os
 import sys
@@ -60,6 +61,12 @@ with open(OUT, "w") as f:
     f.write("# H800 SXM has the H100's SMs, clocks and HBM3; only NVLink (400 vs 900 GB/s) differs, which\n")
     f.write("# collectives price separately. So its kernels take the same time (docs/cost-model.md).\n")
     f.write("applies_to: [h100, h800]\n")
+    # The SM-sharing block comes from Loom's own fitter (`loom fit-sm`, cost/sm_sharing.h).
+    loom = os.environ.get("LOOM", "build/loom")
+    fit = subprocess.run([loom, "fit-sm", "tests/data/h100"], check=True, capture_output=True, text=True).stdout
+    f.write("# SM sharing (Mosaic §3.3): written by `loom fit-sm tests/data/h100` (a copy of the measurements'\n")
+    f.write("# sm_surface_small, sm_scaling_large and colocation_* files); docs/cost-model.md, \"SM sharing\".\n")
+    f.write(fit.strip().splitlines()[-1] + "\n")
     f.write('source: "PyTorch %s, CUDA %s, %s, bf16, CUDA-event medians"\n' % (env["torch"], env["cuda"], env["device"]))
     f.write("ops:\n")
     for p in cal_points:

@@ -7,7 +7,7 @@
 # systems such as Ubuntu 24.04; the system's own libc, libm and libstdc++ are
 # not packed. Each library gets a tiny CMake config of its own (Debian's are
 # not all relocatable). Tests are not built there (LOOM_TESTS=OFF).
-#   scripts/pack-gpu-deps.sh [third_party/gpu-deps]
+#   [LOOM_GLOO_SRC=gloo-checkout] scripts/pack-gpu-deps.sh [third_party/gpu-deps]
 set -euo pipefail
 OUT=${1:-third_party/gpu-deps}
 bash "$(dirname "$0")/install-deps.sh" >/dev/null
@@ -21,6 +21,36 @@ fi
 rm -rf "$OUT"
 mkdir -p "$OUT/include" "$OUT/lib" "$OUT/lib/cmake"
 for h in yaml-cpp fmt CLI nlohmann coin; do cp -a "/usr/include/$h" "$OUT/include/"; done
+# Gloo's headers: PyTorch's wheels include c10d's ProcessGroupGloo.hpp but not
+# the gloo/ headers it includes. Debian 12's are older than the Gloo PyTorch
+# 2.x is built with; LOOM_GLOO_SRC names a checkout of github.com/pytorch/gloo
+# (headers only are taken; config.h is written for a CUDA, TCP-only build).
+if [ -n "${LOOM_GLOO_SRC:-}" ]; then
+  (cd "$LOOM_GLOO_SRC" && find gloo -name '*.h' | tar -cf - -T -) | tar -xf - -C "$OUT/include"
+  cat > "$OUT/include/gloo/config.h" <<'CONFIG'
+#pragma once
+#define GLOO_VERSION_MAJOR 0
+#define GLOO_VERSION_MINOR 5
+#define GLOO_VERSION_PATCH 0
+#define GLOO_VERSION (GLOO_VERSION_MAJOR * 10000 + GLOO_VERSION_MINOR * 100 + GLOO_VERSION_PATCH)
+#define GLOO_USE_CUDA 1
+#define GLOO_USE_NCCL 0
+#define GLOO_USE_ROCM 0
+#define GLOO_USE_RCCL 0
+#define GLOO_USE_REDIS 0
+#define GLOO_USE_IBVERBS 0
+#define GLOO_USE_MPI 0
+#define GLOO_USE_AVX 0
+#define GLOO_USE_LIBUV 0
+#define GLOO_HAVE_TRANSPORT_TCP 1
+#define GLOO_HAVE_TRANSPORT_TCP_TLS 0
+#define GLOO_HAVE_TRANSPORT_IBVERBS 0
+#define GLOO_HAVE_TRANSPORT_UV 0
+#define GLOO_USE_TORCH_DTYPES 1
+CONFIG
+else
+  cp -a /usr/include/gloo "$OUT/include/"
+fi
 # The libraries, their unversioned names, and every library they load that the
 # base system may lack.
 libs=(libyaml-cpp libfmt libCbcSolver libCbc libCgl libOsiClp libClpSolver libClp libOsi libCoinUtils)

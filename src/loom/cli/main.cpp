@@ -20,6 +20,7 @@
 #include "loom/report/table.h"
 #include "loom/report/timeline_svg.h"
 #include "loom/sim/chrome_trace.h"
+#include "loom/cost/sm_measurements.h"
 #include "loom/cost/cost_model.h"
 #include "loom/plan/validate_plan.h"
 #include "loom/session/training_session.h"
@@ -272,6 +273,14 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   prof->add_option("--out", prof_out, "write the profile here (default: standard output)");
 
+  CLI::App* fit_sm = app.add_subcommand("fit-sm", "fit the SM-sharing model (Mosaic §3.3: SM scaling, launch floor, "
+                                                  "interference Eq. 8) to measured green-context runs");
+  std::string fit_sm_dir, fit_sm_gpu = "h100";
+  fit_sm->add_option("measurements", fit_sm_dir, "folder with sm_surface_small.json, sm_scaling_large.json, "
+                                                 "colocation_small.json, colocation_large.json")
+      ->required();
+  fit_sm->add_option("--gpu", fit_sm_gpu, "the GPU they were measured on (its SMs and HBM bandwidth)");
+
   CLI::App* inspect = app.add_subcommand("inspect", "per-module parameters, FLOPs and intensity");
   std::string model_name;
   std::string cluster_name;
@@ -355,6 +364,8 @@ int main(int argc, char** argv) {
       std::cout << loom::FormatModelList();
     } else if (app.got_subcommand("clusters")) {
       std::cout << ClusterList();
+    } else if (app.got_subcommand("fit-sm")) {
+      std::cout << loom::FitSmSharing(fit_sm_dir, loom::FindGpu(fit_sm_gpu)).text;
     } else if (app.got_subcommand("inspect")) {
       loom::InspectOptions options;
       options.workload = workload.Resolve();

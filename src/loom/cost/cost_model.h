@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "loom/cost/sm_sharing.h"
 #include "loom/cost/device_time.h"
 #include "loom/cost/layer_work.h"
 #include "loom/cost/token_stats.h"
@@ -42,6 +43,10 @@ class CostModel {
                                     const GpuSpec& gpu, Precision precision) const = 0;
   // A streaming elementwise kernel moving `bytes` through HBM (the optimizer step).
   virtual double ElementwiseTime_s(double bytes, const GpuSpec& gpu) const = 0;
+  // How time changes on part of the SMs and beside other modules (Mosaic
+  // §3.3, cost/sm_sharing.h); the roofline: time / fraction, no floor, no
+  // interference.
+  virtual SmSharing sm_sharing() const { return {}; }
 };
 
 class RooflineCostModel final : public CostModel {

@@ -82,6 +82,18 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     p.collective.latency_s = c.NonNegativeReal("latency_s", 0);
     c.RejectUnknownKeys();
   }
+  if (auto node = doc.OptionalChild("sm_sharing")) {
+    YamlMap s(*node, file, "sm_sharing");
+    p.sm_sharing.serial_fraction = s.NonNegativeReal("serial_fraction", 0);
+    if (p.sm_sharing.serial_fraction >= 1) {
+      throw s.ErrorAt("serial_fraction", fmt::format("is {}; it must be in [0, 1)", p.sm_sharing.serial_fraction));
+    }
+    p.sm_sharing.launch_floor_s_per_layer = s.NonNegativeReal("launch_floor_s_per_layer", 0);
+    p.sm_sharing.e1 = s.Real("e1", 0);
+    p.sm_sharing.e2 = s.Real("e2", 0);
+    p.sm_sharing.e3 = s.Real("e3", 0);
+    s.RejectUnknownKeys();
+  }
   if (auto node = doc.OptionalChild("link")) {
     YamlMap link(*node, file, "link");
     p.link.bytes_per_s = link.PositiveReal("bytes_per_s");
@@ -131,6 +143,11 @@ std::string ProfileToYaml(const Profile& p) {
   if (p.collective.bytes_per_s > 0) {
     out += fmt::format("collective: {{bytes_per_s: {:.9g}, latency_s: {:.9g}}}\n", p.collective.bytes_per_s,
                        p.collective.latency_s);
+  }
+  const SmSharing& s = p.sm_sharing;
+  if (!(s == SmSharing{})) {
+    out += fmt::format("sm_sharing: {{serial_fraction: {:.9g}, launch_floor_s_per_layer: {:.9g}, e1: {:.9g}, e2: {:.9g}, "
+                       "e3: {:.9g}}}\n", s.serial_fraction, s.launch_floor_s_per_layer, s.e1, s.e2, s.e3);
   }
   if (p.link.bytes_per_s > 0) {
     out += fmt::format("link: {{bytes_per_s: {:.9g}, latency_s: {:.9g}}}\n", p.link.bytes_per_s, p.link.latency_s);

@@ -27,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "loom/cost/sm_sharing.h"
 #include "loom/cost/calibration.h"
 #include "loom/cost/cost_model.h"
 #include "loom/spec/cluster.h"
@@ -76,6 +77,8 @@ struct Profile {
   // all-reduce on loopback costs far more than two one-way messages (0.63 ms
   // against 0.13 ms at 4 KiB on the development VM). Zero bandwidth: none.
   Link collective;
+  // `loom fit-sm`: SM scaling, launch floor and interference (Mosaic §3.3).
+  SmSharing sm_sharing;
 };
 
 // Throws loom::Error naming file, line and field on bad input (unknown GPU,
@@ -97,6 +100,7 @@ class ProfiledCostModel final : public CostModel {
   // get the fitted roofline at their own peak.
   ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
                             const GpuSpec& gpu, Precision precision) const override;
+  SmSharing sm_sharing() const override { return profile_.sm_sharing; }
 
   // The fitted roofline's elementwise bandwidth (the profile's elementwise ops).
   double ElementwiseTime_s(double bytes, const GpuSpec& gpu) const override {

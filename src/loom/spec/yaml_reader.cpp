@@ -1,5 +1,6 @@
 #include "loom/spec/yaml_reader.h"
 
+#include <cmath>
 #include <fmt/format.h>
 
 #include <fstream>
@@ -163,6 +164,13 @@ double YamlMap::NonNegativeReal(const std::string& key, double default_value) {
   if (!(value >= 0)) {
     throw ErrorAt(key, fmt::format("must be >= 0, got {}", value));
   }
+  return value;
+}
+
+double YamlMap::Real(const std::string& key, double default_value) {
+  if (!Has(key)) return default_value;
+  const double value = Scalar<double>(key, "a number");
+  if (!std::isfinite(value)) throw ErrorAt(key, fmt::format("must be a finite number, got {}", value));
   return value;
 }
 

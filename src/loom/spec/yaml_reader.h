@@ -52,6 +52,8 @@ class YamlMap {
   double PositiveReal(const std::string& key);
   double PositiveReal(const std::string& key, double default_value);
   double NonNegativeReal(const std::string& key, double default_value);
+  // Any finite number (fitted coefficients, which may be negative).
+  double Real(const std::string& key, double default_value);
   bool Bool(const std::string& key, bool default_value);
   // The raw child node (marks it read). Throws when missing.
   YAML::Node Child(const std::string& key);

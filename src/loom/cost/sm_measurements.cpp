@@ -1,0 +1,193 @@
+#include "loom/cost/sm_measurements.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "loom/cost/layer_work.h"
+#include "loom/error.h"
+
+namespace loom {
+
+namespace {
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("{}: cannot open (a measurements folder holds sm_surface_small.json, "
+                                   "sm_scaling_large.json, colocation_small.json, colocation_large.json)", path));
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+}
+
+template <typename T>
+T Field(const nlohmann::json& row, const char* key, const std::string& path, size_t index) {
+  if (!row.contains(key)) throw Error(fmt::format("{}: row {} has no field '{}'", path, index, key));
+  return row[key].get<T>();
+}
+
+struct Shape {
+  Layer layer;
+  int layers = 1;
+  int64_t batch = 1, seq = 1;
+};
+
+// Bytes one forward + backward of the stack moves (bf16).
+double StackBytes(const Shape& s) {
+  TokenStats t;
+  t.sequences = static_cast<double>(s.batch);
+  t.tokens = static_cast<double>(s.batch * s.seq);
+  t.sum_sq = static_cast<double>(s.batch) * static_cast<double>(s.seq) * static_cast<double>(s.seq);
+  const LayerWork w = EstimateLayerWork(s.layer, t, 1);
+  return s.layers * (w.Bytes(Phase::kForward) + w.Bytes(Phase::kBackwardData) + w.Bytes(Phase::kBackwardWeight));
+}
+
+Layer Transformer(int64_t hidden, int64_t ffn, int64_t heads, int64_t kv_heads, bool gated, bool causal) {
+  Layer l;
+  l.kind = LayerKind::kTransformer;
+  l.hidden = hidden;
+  l.ffn_hidden = ffn;
+  l.heads = heads;
+  l.kv_heads = kv_heads;
+  l.gated_mlp = gated;
+  l.causal = causal;
+  return l;
+}
+
+// The two large layers of sm_scaling_large.json / colocation_large.json, as
+// measure.py builds them (Layer(1280, 5120, 16, 16, ...), Layer(2048, 8192, 32, 8, gated, causal)).
+bool LargeShape(const std::string& name, Shape* s) {
+  int b = 0, seq = 0;
+  if (name.rfind("vit-huge layer", 0) == 0 && std::sscanf(name.c_str(), "vit-huge layer fwd+bwd B%d S%d", &b, &seq) == 2) {
+    s->layer = Transformer(1280, 5120, 16, 16, false, false);
+  } else if (name.rfind("llama3-1b layer", 0) == 0 &&
+             std::sscanf(name.c_str(), "llama3-1b layer fwd+bwd B%d S%d", &b, &seq) == 2) {
+    s->layer = Transformer(2048, 8192, 32, 8, true, true);
+  } else {
+    return false;
+  }
+  s->layers = 1;
+  s->batch = b;
+  s->seq = seq;
+  return true;
+}
+
+}  // namespace
+
+SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu, double launch_floor_s_per_layer) {
+  SmMeasurements out;
+  // Small stacks: shape fields per row; the colocation file names them by the
+  // same module string plus " B<batch>".
+  std::map<std::string, Shape> small;
+  const std::string surface_path = dir + "/sm_surface_small.json";
+  const auto surface = ReadJson(surface_path);
+  for (size_t i = 0; i < surface.size(); ++i) {
+    const auto& r = surface[i];
+    Shape s;
+    const auto name = Field<std::string>(r, "module", surface_path, i);
+    const auto hidden = Field<int64_t>(r, "hidden", surface_path, i);
+    const auto heads = Field<int64_t>(r, "heads", surface_path, i);
+    // "gated causal" in the name: Qwen3-VL's SwiGLU layers with causal attention.
+    const bool gated = name.find("gated") != std::string::npos, causal = name.find("causal") != std::string::npos;
+    s.layer = Transformer(hidden, Field<int64_t>(r, "ffn_hidden", surface_path, i), heads, heads, gated, causal);
+    s.layers = Field<int>(r, "layers", surface_path, i);
+    s.seq = Field<int64_t>(r, "seq", surface_path, i);
+    s.batch = Field<int64_t>(r, "batch", surface_path, i);
+    const std::string key = fmt::format("{} B{}", name, s.batch);
+    small[key] = s;
+    out.scaling.push_back({key, s.layers, Field<int>(r, "sms", surface_path, i), Field<double>(r, "fwd_bwd_s", surface_path, i)});
+  }
+  const std::string large_path = dir + "/sm_scaling_large.json";
+  const auto large = ReadJson(large_path);
+  for (size_t i = 0; i < large.size(); ++i) {
+    const auto name = Field<std::string>(large[i], "workload", large_path, i);
+    Shape s;
+    if (!LargeShape(name, &s)) continue;  // the GEMM and the copy are kernels, not modules
+    out.scaling.push_back({name, 1, Field<int>(large[i], "sms", large_path, i), Field<double>(large[i], "time_s", large_path, i)});
+  }
+  auto bandwidth = [&](const Shape& s, double reps, double alone_s) {
+    return reps * StackBytes(s) / (alone_s * gpu.hbm_bytes_per_s);
+  };
+  for (const char* file : {"colocation_small.json", "colocation_large.json"}) {
+    const std::string path = dir + "/" + file;
+    const auto rows = ReadJson(path);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      Shape sa, sb;
+      const auto a = Field<std::string>(r, "a", path, i), b = Field<std::string>(r, "b", path, i);
+      auto shape = [&](const std::string& name, Shape* s) {
+        if (LargeShape(name, s)) return;
+        auto it = small.find(name);
+        if (it == small.end()) throw Error(fmt::format("{}: row {}: module '{}' is not in sm_surface_small.json", path, i, name));
+        *s = it->second;
+      };
+      shape(a, &sa);
+      shape(b, &sb);
+      const double reps_a = r.contains("reps_a") ? r["reps_a"].get<double>() : 1.0;
+      const double reps_b = r.contains("reps_b") ? r["reps_b"].get<double>() : 1.0;
+      const double alone_a = Field<double>(r, "alone_a_s", path, i), alone_b = Field<double>(r, "alone_b_s", path, i);
+      const double ba = bandwidth(sa, reps_a, alone_a), bb = bandwidth(sb, reps_b, alone_b);
+      const int sms_a = Field<int>(r, "sms_a", path, i), sms_b = Field<int>(r, "sms_b", path, i);
+      // One host thread launched both (measure.py alternates their launches).
+      const double host_s = launch_floor_s_per_layer * (reps_a * sa.layers + reps_b * sb.layers);
+      const double host_a = launch_floor_s_per_layer > 0 ? host_s / alone_a - 1 : -1;
+      const double host_b = launch_floor_s_per_layer > 0 ? host_s / alone_b - 1 : -1;
+      out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", a, sms_a, b, sms_b), {ba, bb},
+                                  Field<double>(r, "together_a_s", path, i) / alone_a - 1, host_a});
+      out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", b, sms_b, a, sms_a), {bb, ba},
+                                  Field<double>(r, "together_b_s", path, i) / alone_b - 1, host_b});
+    }
+  }
+  return out;
+}
+
+SmSharingReport FitSmSharing(const std::string& dir, const GpuSpec& gpu) {
+  SmSharingReport rep;
+  rep.scaling = FitSmScaling(LoadSmMeasurements(dir, gpu).scaling, gpu.sm_count);
+  // The floor fitted on the surfaces is the host's share of each co-location.
+  const SmMeasurements m = LoadSmMeasurements(dir, gpu, rep.scaling.law.launch_floor_s_per_layer);
+  rep.interference = FitInterference(m.interference);
+  rep.law = rep.scaling.law;
+  // Eq. 8's terms only where they explain more than the host floor alone
+  // (docs/cost-model.md: on the H100's runs they do not, so the profile has none).
+  const auto& f = rep.interference;
+  const SmSharing& best = f.r2_host_full >= f.r2_host_additive ? f.host_full : f.host_additive;
+  if (std::max(f.r2_host_full, f.r2_host_additive) > f.r2_host_only) {
+    rep.law.e1 = best.e1;
+    rep.law.e2 = best.e2;
+    rep.law.e3 = best.e3;
+  }
+  std::string& t = rep.text;
+  t += fmt::format("SM scaling: time = max({:.3f} ms x layers, compute x ({:.3f} + {:.3f} / SM fraction))\n",
+                   rep.law.launch_floor_s_per_layer * 1e3, rep.law.serial_fraction, 1 - rep.law.serial_fraction);
+  t += fmt::format("{:<62} {:>6} {:>11} {:>9} {:>9}\n", "module (batch)", "points", "compute ms", "mean err", "max err");
+  for (const auto& mod : rep.scaling.modules) {
+    t += fmt::format("{:<62} {:>6} {:>11.2f} {:>8.1f}% {:>8.1f}%\n", mod.module.substr(0, 62), mod.points,
+                     mod.compute_s * 1e3, mod.mean_abs_error * 100, mod.max_abs_error * 100);
+  }
+  t += fmt::format("all points: mean error {:.1f}%\n\n", rep.scaling.mean_abs_error * 100);
+  t += fmt::format("Interference (Eq. 8, relative slowdown) over {} co-located module runs:\n", m.interference.size());
+  t += fmt::format("  none:          R^2 {:.3f}\n", f.r2_none);
+  t += fmt::format("  additive:      R^2 {:.3f}  e1 {:.4f} e2 {:.4f}\n", f.r2_additive, f.additive.e1, f.additive.e2);
+  t += fmt::format("  full (Eq. 8):  R^2 {:.3f}  e1 {:.4f} e2 {:.4f} e3 {:.4f}\n", f.r2_full, f.full.e1, f.full.e2,
+                   f.full.e3);
+  t += fmt::format("With the shared host's launch floor (one thread launches both; {} of {} runs sit on it):\n",
+                   f.host_bound_points, m.interference.size());
+  t += fmt::format("  host only:     R^2 {:.3f}\n", f.r2_host_only);
+  t += fmt::format("  host+additive: R^2 {:.3f}  e1 {:.4f} e2 {:.4f}\n", f.r2_host_additive, f.host_additive.e1,
+                   f.host_additive.e2);
+  t += fmt::format("  host+full:     R^2 {:.3f}  e1 {:.4f} e2 {:.4f} e3 {:.4f}\n\n", f.r2_host_full,
+                   f.host_full.e1, f.host_full.e2, f.host_full.e3);
+  t += "# the profile's block (docs/cost-model.md, \"SM sharing\")\n";
+  t += fmt::format("sm_sharing: {{serial_fraction: {:.4f}, launch_floor_s_per_layer: {:.6g}, e1: {:.6g}, e2: {:.6g}, e3: {:.6g}}}\n",
+                   rep.law.serial_fraction, rep.law.launch_floor_s_per_layer, rep.law.e1, rep.law.e2, rep.law.e3);
+  return rep;
+}
+
+}  // namespace loom
