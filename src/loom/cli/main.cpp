@@ -26,6 +26,7 @@
 #include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/report/simulation_report.h"
+#include "loom/runtime/green_context.h"
 #include "loom/runtime/profiler.h"
 #ifdef LOOM_HAVE_RUNTIME
 #include "loom/runtime/run.h"
@@ -273,6 +274,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   prof->add_option("--out", prof_out, "write the profile here (default: standard output)");
 
+  CLI::App* probe_sm = app.add_subcommand("probe-sm", "measure green contexts on this GPU (CUDA builds): creation "
+                                                      "per SM quota, launches on pre-created streams, co-located stacks");
+  int probe_repeats = 30;
+  probe_sm->add_option("--repeats", probe_repeats, "runs per measurement (median)")->check(CLI::PositiveNumber);
   CLI::App* fit_sm = app.add_subcommand("fit-sm", "fit the SM-sharing model (Mosaic §3.3: SM scaling, launch floor, "
                                                   "interference Eq. 8) to measured green-context runs");
   std::string fit_sm_dir, fit_sm_gpu = "h100";
@@ -364,6 +369,12 @@ int main(int argc, char** argv) {
       std::cout << loom::FormatModelList();
     } else if (app.got_subcommand("clusters")) {
       std::cout << ClusterList();
+    } else if (app.got_subcommand("probe-sm")) {
+#ifdef LOOM_HAVE_RUNTIME
+      std::cout << loom::runtime::ProbeSmPartitions(0, probe_repeats);
+#else
+      throw loom::Error("`loom probe-sm` needs the runtime (libtorch) built with CUDA");
+#endif
     } else if (app.got_subcommand("fit-sm")) {
       std::cout << loom::FitSmSharing(fit_sm_dir, loom::FindGpu(fit_sm_gpu)).text;
     } else if (app.got_subcommand("inspect")) {

@@ -1,0 +1,41 @@
+// Mosaic (seed 000): temporal-spatial multiplexing with SM quotas. One unit
+// per module; each stage of the mapping (mapping_solver.h) is a temporal
+// phase, and inside it every module gets a DP degree, a block of GPUs and an
+// SM fraction of each (sm_fraction = the quota's SMs / the GPU's SMs), so
+// several modules share a GPU at once. Variants are the paper's ablations
+// (§5.3): the performance model without interference or with its additive
+// term only, the solver without caching or early pruning, and SM-quota
+// granularities of 30/20/5% (10% is the default).
+#pragma once
+
+#include "loom/strategies/mosaic/mapping_solver.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom {
+
+struct MosaicOptions {
+  double granularity = 0.1;
+  mosaic::StageEvalOptions stage;
+  mosaic::MappingOptions mapping;
+};
+
+// The mapping (for tests and benches) and the plan built from it.
+struct MosaicSolution {
+  std::vector<mosaic::ModuleSurface> surfaces;
+  mosaic::Mapping mapping;
+  int evaluations = 0, milp_solves = 0;
+  Recompute recompute = Recompute::kNone;  // of every module
+  Plan plan;
+};
+MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& options);
+
+StrategyResult MosaicStrategy(const StrategyContext& ctx);
+StrategyResult MosaicNoInterferenceStrategy(const StrategyContext& ctx);
+StrategyResult MosaicAdditiveStrategy(const StrategyContext& ctx);
+StrategyResult MosaicNoCacheStrategy(const StrategyContext& ctx);
+StrategyResult MosaicNoPruneStrategy(const StrategyContext& ctx);
+StrategyResult MosaicGranularity30Strategy(const StrategyContext& ctx);
+StrategyResult MosaicGranularity20Strategy(const StrategyContext& ctx);
+StrategyResult MosaicGranularity5Strategy(const StrategyContext& ctx);
+
+}  // namespace loom

@@ -1,0 +1,113 @@
+#include "loom/strategies/mosaic/scaling_surface.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <set>
+
+#include "loom/cost/collectives.h"
+#include "loom/cost/cost_model.h"
+#include "loom/cost/frozen.h"
+#include "loom/cost/layer_pricing.h"
+#include "loom/cost/layer_work.h"
+#include "loom/cost/memory.h"
+#include "loom/cost/token_stats.h"
+#include "loom/error.h"
+
+namespace loom::mosaic {
+
+SmPartitionRules PartitionRules(const Cluster& cluster) {
+  SmPartitionRules r;
+  r.sm_count = cluster.gpu.sm_count > 0 ? cluster.gpu.sm_count : 132;
+  return r;
+}
+
+double ModuleSurface::Latency_s(int dp, int sms) const {
+  const SurfacePoint* lo = nullptr;
+  const SurfacePoint* hi = nullptr;
+  for (const auto& p : points) {
+    if (p.dp != dp) continue;
+    if (p.sms <= sms && (lo == nullptr || p.sms > lo->sms)) lo = &p;
+    if (p.sms >= sms && (hi == nullptr || p.sms < hi->sms)) hi = &p;
+  }
+  if (lo == nullptr && hi == nullptr) throw Error("scaling surface: dp " + std::to_string(dp) + " is not on the grid");
+  if (lo == nullptr) return hi->latency_s * hi->sms / sms;  // below the grid: the 1 / SMs law's worst case
+  if (hi == nullptr || hi->sms == lo->sms) return lo->latency_s;
+  const double x = (1.0 / sms - 1.0 / hi->sms) / (1.0 / lo->sms - 1.0 / hi->sms);
+  return hi->latency_s + x * (lo->latency_s - hi->latency_s);
+}
+
+std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options) {
+  if (!(options.granularity > 0 && options.granularity <= 1)) {
+    throw Error("mosaic: SM-quota granularity must be in (0, 1], e.g. 0.1 for 10%");
+  }
+  const Model& model = ctx.model;
+  const Cluster& cluster = ctx.cluster;
+  const SmPartitionRules rules = PartitionRules(cluster);
+  const SmSharing sharing = cluster.cost_model ? cluster.cost_model->sm_sharing() : SmSharing{};
+  const auto tokens = CountModuleTokens(model, ctx.representative.samples);
+  const auto needs = ComputeBackwardNeeds(model);
+  const int n = cluster.num_gpus();
+  const int max_dp = options.max_dp > 0 ? std::min(options.max_dp, n) : n;
+  const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
+  // Distinct SM quotas of the grid.
+  std::set<int> quotas;
+  const int steps = static_cast<int>(std::lround(1.0 / options.granularity));
+  for (int k = 1; k <= steps; ++k) quotas.insert(QuotaSms(std::min(1.0, k * options.granularity), rules));
+  quotas.insert(rules.sm_count);
+  const Precision precision = ctx.workload.precision;
+  std::vector<ModuleSurface> out;
+  for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+    const Module& mod = model.modules[mi];
+    ModuleSurface s;
+    s.module = mod.name;
+    s.index = static_cast<int>(mi);
+    double trainable = 0, frozen = 0;
+    for (const auto& l : mod.layers) (mod.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
+    for (int d = 1; d <= max_dp && d <= batch; d *= 2) {
+      // One replica's share: B / d samples (the representative batch's
+      // sequences split evenly), whole sequences each.
+      const TokenStats share = ShareOfSequences(tokens[mi], d);
+      double bytes = 0, act_bytes = 0;
+      std::vector<std::array<double, 3>> layer_phases;
+      for (size_t li = 0; li < mod.layers.size(); ++li) {
+        LayerParallelism par;
+        par.precision = precision;
+        par.recompute = options.recompute;
+        const LayerTimes t = PriceLayer(mod.layers[li], share, needs[mi][li], cluster, par);
+        layer_phases.push_back({t.forward_s, t.backward_data_s, t.backward_weight_s});
+        const LayerWork w = EstimateLayerWork(mod.layers[li], share, 1, ElementBytes(precision));
+        bytes += w.Bytes(Phase::kForward) + w.Bytes(Phase::kBackwardData) + w.Bytes(Phase::kBackwardWeight);
+        act_bytes += t.activation_bytes;
+      }
+      const double elem = ElementBytes(precision);
+      // Gradients all-reduced in the training precision, as the simulator prices DP sync.
+      const double sync_s = trainable > 0 && d > 1 ? GroupAllReduceTime_s(elem * trainable, d, 1, cluster) : 0;
+      const ModelStateBytes state = ModelState(trainable, frozen, d, 1, precision);
+      for (int sms : quotas) {
+        const double fraction = static_cast<double>(sms) / rules.sm_count;
+        double compute_s = 0, floor_total = 0;
+        const double floor_s = sharing.launch_floor_s_per_layer / 3;
+        for (const auto& ph : layer_phases) {
+          for (double t : ph) {
+            if (t <= 0) continue;
+            compute_s += std::max(floor_s, sharing.ScaledTime_s(t, fraction));
+            floor_total += floor_s;
+          }
+        }
+        SurfacePoint p;
+        p.dp = d;
+        p.sms = sms;
+        p.latency_s = compute_s + sync_s;
+        p.launch_floor_s = floor_total;
+        p.mem_bytes = state.total() + act_bytes;
+        p.bandwidth = std::min(1.0, bytes / std::max(1e-12, compute_s) / cluster.gpu.hbm_bytes_per_s);
+        s.points.push_back(p);
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace loom::mosaic

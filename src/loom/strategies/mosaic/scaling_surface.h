@@ -1,0 +1,59 @@
+// Mosaic §3.3(a): each module's scaling surface, its latency as a function of
+// the data-parallel degree d and the SM quota, sampled on the paper's grid
+// (d a power of two up to the GPUs, quotas in steps of the search
+// granularity) from Loom's cost model. What a point holds:
+//   - latency: forward + backward of the module's share of the global batch
+//     (B / d samples of the representative batch, one microbatch) on the
+//     quota's SMs (cost/sm_sharing.h: SM scaling and launch floor), plus the
+//     gradient all-reduce over the d GPUs;
+//   - the launch floor alone (the host time the solver adds up per GPU);
+//   - memory per GPU: weights, gradients, AdamW states (ZeRO-1 over d) and
+//     the activations of B / d samples;
+//   - bandwidth utilisation B (Eq. 8): bytes moved over latency and HBM rate.
+// A quota is whole SMs the hardware can partition (SmPartitionRules): the
+// grid's fraction f gets QuotaSms(f) SMs; fractions that round to the same SMs
+// are one option.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/cost/sm_sharing.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom::mosaic {
+
+struct SurfacePoint {
+  int dp = 1;
+  int sms = 0;              // per GPU; sm_count = the whole GPU
+  double latency_s = 0;
+  double launch_floor_s = 0;
+  double mem_bytes = 0;     // per GPU
+  double bandwidth = 0;     // B in [0, 1]
+};
+
+struct ModuleSurface {
+  std::string module;
+  int index = 0;                      // in Model::modules
+  std::vector<SurfacePoint> points;   // by dp, then sms, increasing
+  // Interpolated latency between grid quotas (linear in 1 / SMs, the scaling
+  // law's variable), at a grid dp. REQUIRES: dp on the grid.
+  double Latency_s(int dp, int sms) const;
+};
+
+struct SurfaceOptions {
+  double granularity = 0.1;   // SM-quota step (Mosaic's default 10%)
+  int max_dp = 0;             // 0: every GPU of the cluster
+  // Activation recomputation of every module (the paper is silent; Loom
+  // raises it only when a module fits no GPU without).
+  Recompute recompute = Recompute::kNone;
+};
+
+// One surface per module of the model, in model order.
+std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options);
+
+// The cluster's SM partition rules (the GPU's SMs, compute capability 9.0's
+// minimum and alignment of 8).
+SmPartitionRules PartitionRules(const Cluster& cluster);
+
+}  // namespace loom::mosaic

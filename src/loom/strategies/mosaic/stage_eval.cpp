@@ -1,0 +1,260 @@
+#include "loom/strategies/mosaic/stage_eval.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "loom/algo/milp.h"
+#include "loom/error.h"
+
+namespace loom::mosaic {
+
+StageEvaluator::StageEvaluator(const std::vector<ModuleSurface>& surfaces, int gpus, double mem_bytes_per_gpu,
+                               SmPartitionRules rules, SmSharing sharing, StageEvalOptions options)
+    : surfaces_(surfaces), gpus_(gpus), mem_bytes_(mem_bytes_per_gpu), rules_(rules), sharing_(sharing),
+      options_(options) {
+  if (!options_.interference) {
+    sharing_.e1 = sharing_.e2 = sharing_.e3 = 0;
+    sharing_.launch_floor_s_per_layer = 0;
+  }
+  if (options_.additive_only) sharing_.e3 = 0;
+}
+
+bool StageEvaluator::AllCanBeat(const std::vector<int>& modules, double bound_s) const {
+  for (int m : modules) {
+    bool any = false;
+    for (const auto& p : surfaces_[m].points) {
+      if (p.latency_s < bound_s && p.mem_bytes <= mem_bytes_ && p.dp <= gpus_) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return false;
+  }
+  return true;
+}
+
+double StageEvaluator::Rectify(std::vector<Placement>* placements) const {
+  // Per GPU: the modules on it, their bandwidth utilisations and floors.
+  std::vector<std::vector<int>> on(gpus_);
+  for (int i = 0; i < static_cast<int>(placements->size()); ++i) {
+    const auto& p = (*placements)[i];
+    for (int g = p.first_gpu; g < p.first_gpu + p.dp; ++g) on[g].push_back(i);
+  }
+  auto point = [&](const Placement& p) -> const SurfacePoint& {
+    for (const auto& s : surfaces_[p.module].points) {
+      if (s.dp == p.dp && s.sms == p.sms) return s;
+    }
+    throw Error("mosaic: a placement's option is not on its module's surface");
+  };
+  double stage = 0;
+  for (int i = 0; i < static_cast<int>(placements->size()); ++i) {
+    auto& p = (*placements)[i];
+    const SurfacePoint& sp = point(p);
+    double worst = sp.latency_s;
+    for (int g = p.first_gpu; g < p.first_gpu + p.dp; ++g) {
+      std::vector<double> bw{sp.bandwidth};
+      double floors = 0;
+      for (int j : on[g]) {
+        floors += point((*placements)[j]).launch_floor_s;
+        if (j != i) bw.push_back(point((*placements)[j]).bandwidth);
+      }
+      // Eq. 7: the slowest GPU of the module sets its pace; never under the
+      // shared host's floors.
+      worst = std::max({worst, sp.latency_s * (1 + sharing_.Slowdown(bw)), floors});
+    }
+    p.latency_s = worst;
+    stage = std::max(stage, worst);
+  }
+  return stage;
+}
+
+namespace {
+
+struct Option {
+  int module = 0;  // position in the stage
+  int dp = 1, sms = 0;
+  double mem = 0, floor = 0;
+};
+
+}  // namespace
+
+bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::vector<Placement>* out) {
+  // Per module, per DP degree, the fewest SMs meeting tau (more SMs at the same
+  // degree only use more of the GPU: dominated).
+  std::vector<std::vector<Option>> options(modules.size());
+  for (size_t k = 0; k < modules.size(); ++k) {
+    std::map<int, Option> best;
+    for (const auto& p : surfaces_[modules[k]].points) {
+      if (p.latency_s > tau || p.mem_bytes > mem_bytes_ || p.dp > gpus_ || p.launch_floor_s > tau) continue;
+      auto it = best.find(p.dp);
+      if (it == best.end() || p.sms < it->second.sms) best[p.dp] = {static_cast<int>(k), p.dp, p.sms, p.mem_bytes, p.launch_floor_s};
+    }
+    if (best.empty()) return false;
+    for (auto& [d, o] : best) options[k].push_back(o);
+  }
+  auto emit = [&](const std::vector<std::pair<const Option*, int>>& chosen) {
+    out->clear();
+    for (const auto& [o, start] : chosen) {
+      out->push_back({modules[o->module], o->dp, o->sms, start, 0});
+    }
+  };
+  if (options_.greedy_first) {
+    // First fit: the most demanding modules first, each on its leanest
+    // option (fewest SM-GPUs) at the first aligned block with room.
+    std::vector<int> order(modules.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+    auto lean = [&](int k) {
+      double v = 1e300;
+      for (const auto& o : options[k]) v = std::min(v, static_cast<double>(o.dp) * o.sms);
+      return v;
+    };
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
+    std::vector<int> sm_left(gpus_, rules_.sm_count);
+    std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
+    std::vector<std::pair<const Option*, int>> chosen;
+    bool ok = true;
+    for (int k : order) {
+      std::vector<const Option*> by_cost;
+      for (const auto& o : options[k]) by_cost.push_back(&o);
+      std::sort(by_cost.begin(), by_cost.end(), [](const Option* a, const Option* b) {
+        return static_cast<double>(a->dp) * a->sms < static_cast<double>(b->dp) * b->sms ||
+               (static_cast<double>(a->dp) * a->sms == static_cast<double>(b->dp) * b->sms && a->dp < b->dp);
+      });
+      bool placed = false;
+      for (const Option* o : by_cost) {
+        for (int s = 0; s + o->dp <= gpus_ && !placed; s += o->dp) {
+          bool fits = true;
+          for (int g = s; g < s + o->dp && fits; ++g) {
+            fits = sm_left[g] >= o->sms && mem_left[g] >= o->mem && floor_left[g] >= o->floor - 1e-15;
+          }
+          if (!fits) continue;
+          for (int g = s; g < s + o->dp; ++g) {
+            sm_left[g] -= o->sms;
+            mem_left[g] -= o->mem;
+            floor_left[g] -= o->floor;
+          }
+          chosen.push_back({o, s});
+          placed = true;
+        }
+        if (placed) break;
+      }
+      if (!placed) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) {
+      emit(chosen);
+      return true;
+    }
+  }
+  // The feasibility program: z[option, block start] binary.
+  Milp milp;
+  struct Var {
+    const Option* o;
+    int start;
+  };
+  std::vector<Var> vars;
+  std::vector<std::vector<int>> of_module(modules.size());
+  std::vector<std::vector<int>> on_gpu(gpus_);
+  for (size_t k = 0; k < modules.size(); ++k) {
+    for (const auto& o : options[k]) {
+      for (int s = 0; s + o.dp <= gpus_; s += o.dp) {
+        // Objective: the fewest SM-GPUs in use (a lean allocation among the feasible).
+        const int v = milp.AddBinary(static_cast<double>(o.dp) * o.sms / rules_.sm_count);
+        vars.push_back({&o, s});
+        of_module[k].push_back(v);
+        for (int g = s; g < s + o.dp; ++g) on_gpu[g].push_back(v);
+      }
+    }
+  }
+  for (const auto& vs : of_module) milp.AddRow(vs, std::vector<double>(vs.size(), 1.0), 'E', 1);
+  for (int g = 0; g < gpus_; ++g) {
+    const auto& vs = on_gpu[g];
+    if (vs.empty()) continue;
+    std::vector<double> sms, mem, floors;
+    for (int v : vs) {
+      sms.push_back(vars[v].o->sms);
+      mem.push_back(vars[v].o->mem / 1e9);
+      floors.push_back(vars[v].o->floor);
+    }
+    milp.AddRow(vs, sms, 'L', rules_.sm_count);                 // Eq. 5 in SMs
+    milp.AddRow(vs, mem, 'L', mem_bytes_ / 1e9);                // memory (GB, for conditioning)
+    if (sharing_.launch_floor_s_per_layer > 0) milp.AddRow(vs, floors, 'L', tau);  // the shared host
+  }
+  ++milp_solves_;
+  MilpOptions mo;
+  mo.time_limit_s = 10;
+  const MilpResult r = SolveMilp(milp, mo);
+  if (!r.feasible) return false;
+  std::vector<std::pair<const Option*, int>> chosen;
+  for (size_t v = 0; v < vars.size(); ++v) {
+    if (r.x[v] > 0.5) chosen.push_back({vars[v].o, vars[v].start});
+  }
+  emit(chosen);
+  return true;
+}
+
+StageResult StageEvaluator::Evaluate(const std::vector<int>& modules) {
+  if (modules.size() > 64) throw Error("mosaic: a stage of more than 64 modules");
+  uint64_t key = 0;
+  for (int m : modules) key |= uint64_t{1} << m;
+  if (options_.cache) {
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+  }
+  ++evaluations_;
+  std::set<double> candidate_set;
+  for (int m : modules) {
+    for (const auto& p : surfaces_[m].points) {
+      if (p.mem_bytes <= mem_bytes_ && p.dp <= gpus_) candidate_set.insert(p.latency_s);
+      // The host floor can bind above every latency (several small modules on one GPU).
+    }
+  }
+  std::vector<double> candidates(candidate_set.begin(), candidate_set.end());
+  StageResult result;
+  if (!candidates.empty()) {
+    // Floors summed over the stage: a target no GPU's host can miss.
+    double floors = 0;
+    for (int m : modules) {
+      double f = 0;
+      for (const auto& p : surfaces_[m].points) f = std::max(f, p.launch_floor_s);
+      floors += f;
+    }
+    if (floors > candidates.back()) candidates.push_back(floors);
+    std::vector<Placement> best;
+    // Smallest feasible candidate (feasibility is monotone in tau).
+    int lo = 0, hi = static_cast<int>(candidates.size()) - 1, found = -1;
+    while (lo <= hi) {
+      const int mid = (lo + hi) / 2;
+      std::vector<Placement> p;
+      if (Feasible(modules, candidates[mid], &p)) {
+        found = mid;
+        best = std::move(p);
+        hi = mid - 1;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (found >= 0) {
+      result.time_s = Rectify(&best);
+      result.placements = best;
+      // Rectification can make a looser target's allocation better: try the next few.
+      for (int next = found + 1; next < std::min<int>(found + 4, candidates.size()); ++next) {
+        if (candidates[next] >= result.time_s) break;
+        std::vector<Placement> p;
+        if (!Feasible(modules, candidates[next], &p)) continue;
+        const double t = Rectify(&p);
+        if (t < result.time_s) {
+          result.time_s = t;
+          result.placements = p;
+        }
+      }
+    }
+  }
+  if (options_.cache) cache_[key] = result;
+  return result;
+}
+
+}  // namespace loom::mosaic

@@ -1,0 +1,87 @@
+// Mosaic §3.4 StageEval: the shortest time of one stage (Eq. 4-5), the
+// modules of the stage running side by side on the GPU pool. A binary search
+// over the candidate latencies (every surface point's); at each target tau a
+// feasibility program chooses per module one option (DP degree d, SM quota)
+// whose latency is at most tau and places it, so that on every GPU the quotas
+// fit the SMs, the modules fit the memory and the host's launch floors (one
+// launching thread per GPU, cost/sm_sharing.h) fit tau. The paper solves it
+// with CP-SAT; Loom with COIN-OR CBC (docs/dependencies.md), after a greedy
+// first fit that settles most targets without it.
+//
+// Placement (the paper is silent): a module with degree d takes an aligned
+// block of d consecutive GPUs (start a multiple of d), Eq. 6's symmetric quota
+// on each. Aligned blocks keep DP groups inside nodes and are what Loom's plan
+// expresses (a unit occupies a run of GPU groups); on powers of two they lose
+// nothing a buddy allocator would not.
+//
+// Interference (Eq. 7-8): the program filters on the surfaces' own latencies;
+// the chosen allocation is then rectified with the slowdown of its
+// co-located modules, and the stage time is the rectified maximum (notes/mosaic.md
+// option 1). With a profile whose Eq. 8 terms are zero only the host floor acts.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <vector>
+
+#include "loom/strategies/mosaic/scaling_surface.h"
+
+namespace loom::mosaic {
+
+struct Placement {
+  int module = 0;      // index into the surfaces
+  int dp = 1;
+  int sms = 0;         // per GPU
+  int first_gpu = 0;   // GPUs first_gpu .. first_gpu + dp - 1
+  double latency_s = 0;   // rectified
+};
+
+struct StageResult {
+  double time_s = std::numeric_limits<double>::infinity();  // infinite: the modules cannot share the pool
+  std::vector<Placement> placements;
+  bool feasible() const { return time_s < std::numeric_limits<double>::infinity(); }
+};
+
+struct StageEvalOptions {
+  bool cache = true;          // reuse results per module set (bitmask; Mosaic §4)
+  bool greedy_first = true;   // try a first fit before CBC
+  bool interference = true;   // rectify with Eq. 7-8 and the host floor
+  bool additive_only = false; // Eq. 8 without its product term (the ablation)
+};
+
+// Evaluates stages over one model's surfaces; caches by module bitmask.
+// Not thread-safe (the cache); one evaluator per search.
+class StageEvaluator {
+ public:
+  StageEvaluator(const std::vector<ModuleSurface>& surfaces, int gpus, double mem_bytes_per_gpu,
+                 SmPartitionRules rules, SmSharing sharing, StageEvalOptions options = {});
+
+  // `modules`: indices into the surfaces. REQUIRES: at most 64 modules.
+  StageResult Evaluate(const std::vector<int>& modules);
+  // Whether some option of every module is faster than `bound_s` (the
+  // necessary condition EarlyPrune tests; Mosaic §3.4).
+  bool AllCanBeat(const std::vector<int>& modules, double bound_s) const;
+  // Rectified stage time of a given allocation (Eq. 7-8 with the host floor).
+  double Rectify(std::vector<Placement>* placements) const;
+
+  int evaluations() const { return evaluations_; }   // Evaluate calls that were not cached
+  int milp_solves() const { return milp_solves_; }
+
+ private:
+  bool Feasible(const std::vector<int>& modules, double tau, std::vector<Placement>* out);
+
+  // Set at construction.
+  const std::vector<ModuleSurface>& surfaces_;
+  int gpus_;
+  double mem_bytes_;
+  SmPartitionRules rules_;
+  SmSharing sharing_;
+  StageEvalOptions options_;
+  // Mutated by Evaluate.
+  std::map<uint64_t, StageResult> cache_;
+  int evaluations_ = 0;
+  int milp_solves_ = 0;
+};
+
+}  // namespace loom::mosaic
