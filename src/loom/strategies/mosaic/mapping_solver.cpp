@@ -142,6 +142,43 @@ Mapping SolveGahc(const std::vector<std::vector<int>>& deps, StageEvaluator& eva
     stages[bx] = std::move(merged);
     stages = TopoOrder(deps, std::move(stages));
   }
+  // Loom's addition: greedy merging cannot undo a merge, so after it stops,
+  // move single modules to another stage or to a stage of their own while
+  // that shortens the sum (first improving move in (module, target) order).
+  if (options.refine) {
+    for (bool improved = true; improved;) {
+      improved = false;
+      const double now = Total(stages);
+      for (int s = 0; s < static_cast<int>(stages.size()) && !improved; ++s) {
+        for (size_t k = 0; k < stages[s].modules.size() && !improved; ++k) {
+          const int m = stages[s].modules[k];
+          for (int t = -1; t < static_cast<int>(stages.size()) && !improved; ++t) {
+            if (t == s || (t == -1 && stages[s].modules.size() == 1)) continue;
+            std::vector<std::vector<int>> mods;
+            for (const auto& st : stages) mods.push_back(st.modules);
+            mods[s].erase(mods[s].begin() + k);
+            if (t >= 0) {
+              mods[t].push_back(m);
+              std::sort(mods[t].begin(), mods[t].end());
+            } else {
+              mods.push_back({m});
+            }
+            if (mods[s].empty()) mods.erase(mods.begin() + s);
+            bool ok = true;
+            Reach(deps, mods, &ok);
+            if (!ok) continue;
+            std::vector<Stage> next;
+            for (const auto& ms : mods) next.push_back({ms, eval.Evaluate(ms)});
+            if (Total(next) < now * (1 - 1e-12)) {
+              stages = TopoOrder(deps, std::move(next));
+              ++out.refinements;
+              improved = true;
+            }
+          }
+        }
+      }
+    }
+  }
   out.stages = std::move(stages);
   out.time_s = Total(out.stages);
   return out;
