@@ -23,7 +23,7 @@ namespace {
 using namespace runtime_test;
 
 // Plans the model on `cluster` and runs every strategy's plan; returns the plan
-// shapes covered ("phases", "brokers", "reordered", "zero3", "woven").
+// shapes covered ("phases", "brokers", "reordered", "zero3", "woven", "sm_quotas").
 std::set<std::string> RunEveryStrategy(const TinyRun& s, const Reference& ref, const std::string& cluster,
                                        const std::string& plan_args = "") {
   const std::string plans = test::WriteTemp("strategies-" + cluster.substr(5) + ".json", "");
@@ -42,6 +42,7 @@ std::set<std::string> RunEveryStrategy(const TinyRun& s, const Reference& ref, c
     for (const auto& u : units) {
       if (u.value("phase", 0) > 0) shapes.insert("phases");
       if (u.value("zero_stage", 1) == 3) shapes.insert("zero3");
+      if (u.value("sm_fraction", 1.0) < 1) shapes.insert("sm_quotas");  // Mosaic's co-located modules
       int r = 0;
       for (const auto& p : u["pipelines"]) r += p.value("replicas", 1);
       replicas.insert(r);
@@ -69,6 +70,7 @@ TEST(RuntimeStrategies, EveryStrategysPlanOnTwoGpusEqualsSingleProcessTraining) 
   const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x2");
   EXPECT_TRUE(shapes.count("phases"));
   EXPECT_TRUE(shapes.count("zero3"));
+  EXPECT_TRUE(shapes.count("sm_quotas"));
 }
 
 TEST(RuntimeStrategies, EveryStrategysPlanOnThreeGpusEqualsSingleProcessTraining) {

@@ -91,7 +91,8 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     // not checked for NCCL yet, so refused rather than left to hang until the timeout.
     for (const auto& copies : layout.of_group) {
       if (copies.size() > 1) {
-        throw Error("--device cuda: this plan runs several ranks on one GPU (units taking turns: DistMM, Optimus); "
+        throw Error("--device cuda: this plan runs several ranks on one GPU (units taking turns: DistMM, Optimus; "
+                    "or sharing its SMs: Mosaic, whose green-context engine does not drive runs yet); "
                     "their merged message order is not checked against NCCL's in-order matching yet; run it on "
                     "--device cpu");
       }

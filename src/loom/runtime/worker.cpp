@@ -204,11 +204,10 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                               "are not run yet",
                               u.name, u.cp, plan.units[0].name, plan.units[0].cp));
     }
-    if (u.sm_fraction != 1.0) {
-      throw Error(fmt::format("runtime: unit {} runs on {:.0f}% of each GPU's SMs; Mosaic's SM quotas are not run "
-                              "yet",
-                              u.name, 100 * u.sm_fraction));
-    }
+    // SM quotas (Mosaic): on a CPU the units sharing a process run one after
+    // another in its order (the quota only shapes the prediction); the CUDA
+    // launcher refuses several units per GPU (run.cpp) until the green-context
+    // engine (green_context.h) drives them.
     for (const auto& name : u.modules) {
       if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
         throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
