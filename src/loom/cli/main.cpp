@@ -600,8 +600,9 @@ int main(int argc, char** argv) {
         for (double b : r.peak_rss_bytes) peak = std::max(peak, b);
         std::cout << fmt::format("ran {} ({}) on {} process(es), {} step(s); peak resident memory {} per process\n",
                                  run_plan, p.strategy, r.step_s.size(), r.losses.size(), loom::HumanBytes(peak));
+        for (const auto& n : r.notes) std::cout << "  " << n << "\n";
         for (const auto& u : p.units) {
-          if (u.sm_fraction < 1) {
+          if (u.sm_fraction < 1 && run_device != "cuda") {
             std::cout << "  SM quotas: on this CPU build the modules sharing a GPU ran one after another; the "
                          "quotas shape the prediction only\n";
             break;

@@ -42,17 +42,21 @@ double Now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One green context of `sms` SMs and its stream.
-void Create(CUdevice dev, int sms, CUgreenCtx* ctx, CUstream* stream) {
-  CUdevResource full;
-  Check(cuDeviceGetDevResource(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
+// One green context of `sms` SMs taken from `from` (what is left goes back
+// into it) and its stream.
+void Create(CUdevice dev, CUdevResource* from, int sms, CUgreenCtx* ctx, CUstream* stream) {
   CUdevResource part, rest;
   unsigned int groups = 1;
-  Check(cuDevSmResourceSplitByCount(&part, &groups, &full, &rest, 0, static_cast<unsigned int>(sms)),
-        "cuDevSmResourceSplitByCount");
-  if (groups != 1 || static_cast<int>(part.sm.smCount) != sms) {
-    throw Error(fmt::format("green context: asked for {} SMs, the driver's split gave {} group(s) of {}", sms, groups,
-                            part.sm.smCount));
+  if (static_cast<int>(from->sm.smCount) == sms) {
+    part = *from;  // the last partition of a set: all that is left
+  } else {
+    Check(cuDevSmResourceSplitByCount(&part, &groups, from, &rest, 0, static_cast<unsigned int>(sms)),
+          "cuDevSmResourceSplitByCount");
+    if (groups != 1 || static_cast<int>(part.sm.smCount) != sms) {
+      throw Error(fmt::format("green context: asked for {} SMs, the driver's split gave {} group(s) of {}", sms,
+                              groups, part.sm.smCount));
+    }
+    *from = rest;
   }
   CUdevResourceDesc desc;
   Check(cuDevResourceGenerateDesc(&desc, &part, 1), "cuDevResourceGenerateDesc");
@@ -73,34 +77,45 @@ SmPartitionRules ReadSmPartitionRules(int device) {
   return r;
 }
 
-GreenStreamPool::GreenStreamPool(int device, const std::vector<int>& sms) : device_(device) {
+GreenStreamPool::GreenStreamPool(int device, const std::vector<std::vector<int>>& sets) {
   const SmPartitionRules rules = ReadSmPartitionRules(device);
   const CUdevice dev = Device(device);
-  for (int q : sms) {
-    if (streams_.count(q)) continue;
-    if (q == rules.sm_count) continue;  // the whole GPU: an ordinary stream
-    if (q < rules.min_sms || q % rules.alignment_sms != 0 || q > rules.sm_count) {
-      throw Error(fmt::format("green context of {} SMs: device {} partitions {} SMs in multiples of {}, at least {}", q,
-                              device, rules.sm_count, rules.alignment_sms, rules.min_sms));
+  for (const auto& set : sets) {
+    int sum = 0;
+    for (int q : set) {
+      if (q < rules.min_sms || q % rules.alignment_sms != 0 || q > rules.sm_count) {
+        throw Error(fmt::format("green context of {} SMs: device {} partitions {} SMs in multiples of {}, at least {}",
+                                q, device, rules.sm_count, rules.alignment_sms, rules.min_sms));
+      }
+      sum += q;
+    }
+    if (sum > rules.sm_count) {
+      throw Error(fmt::format("green contexts of {} SMs together on device {}, which has {}", sum, device,
+                              rules.sm_count));
     }
     const double t0 = Now_s();
-    CUgreenCtx ctx;
-    CUstream stream;
-    Create(dev, q, &ctx, &stream);
-    creation_s_[q] = Now_s() - t0;
-    contexts_[q] = ctx;
-    streams_[q] = stream;
+    CUdevResource left;
+    Check(cuDeviceGetDevResource(dev, &left, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
+    streams_.emplace_back();
+    contexts_.emplace_back();
+    for (int q : set) {
+      CUgreenCtx ctx;
+      CUstream stream;
+      Create(dev, &left, q, &ctx, &stream);
+      contexts_.back().push_back(ctx);
+      streams_.back().push_back(stream);
+    }
+    creation_s_.push_back(Now_s() - t0);
   }
 }
 
 GreenStreamPool::~GreenStreamPool() {
-  for (auto& [q, s] : streams_) cuStreamDestroy(static_cast<CUstream>(s));
-  for (auto& [q, c] : contexts_) cuGreenCtxDestroy(static_cast<CUgreenCtx>(c));
-}
-
-void* GreenStreamPool::Stream(int sms) const {
-  auto it = streams_.find(sms);
-  return it == streams_.end() ? nullptr : it->second;
+  for (auto& set : streams_) {
+    for (void* s : set) cuStreamDestroy(static_cast<CUstream>(s));
+  }
+  for (auto& set : contexts_) {
+    for (void* c : set) cuGreenCtxDestroy(static_cast<CUgreenCtx>(c));
+  }
 }
 
 namespace {
@@ -156,7 +171,9 @@ std::string ProbeSmPartitions(int device, int repeats) {
       const double t0 = Now_s();
       CUgreenCtx ctx;
       CUstream stream;
-      Create(dev, q, &ctx, &stream);
+      CUdevResource full;
+      Check(cuDeviceGetDevResource(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
+      Create(dev, &full, q, &ctx, &stream);
       t.push_back(Now_s() - t0);
       cuStreamDestroy(stream);
       cuGreenCtxDestroy(ctx);
@@ -166,8 +183,8 @@ std::string ProbeSmPartitions(int device, int repeats) {
                        t.back() * 1e3);
   }
   // 2. A launch on a pre-created stream: switch to it and enqueue one small kernel.
-  std::vector<int> quotas;
-  for (int q = rules.min_sms; q < rules.sm_count; q += rules.alignment_sms) quotas.push_back(q);
+  std::vector<std::vector<int>> quotas;
+  for (int q = rules.min_sms; q < rules.sm_count; q += rules.alignment_sms) quotas.push_back({q});
   GreenStreamPool pool(device, quotas);
   {
     torch::Tensor a = torch::ones({1024}, torch::kCUDA);
@@ -177,7 +194,7 @@ std::string ProbeSmPartitions(int device, int repeats) {
       for (int i = 0; i < n; ++i) {
         if (green) {
           c10::cuda::CUDAStreamGuard g(
-              c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(pool.Stream(quotas[i % quotas.size()])), device));
+              c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(pool.Stream(i % quotas.size(), 0)), device));
           a.add_(1);
         } else {
           a.add_(1);
@@ -210,9 +227,9 @@ std::string ProbeSmPartitions(int device, int repeats) {
     const double seq = TimeIt([&] { a.Step(); b.Step(); }, repeats);
     for (int sa : {32, 64, 96}) {
       const int sb = (rules.sm_count - sa) / rules.alignment_sms * rules.alignment_sms;
-      GreenStreamPool two(device, {sa, sb});
-      auto sa_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(two.Stream(sa)), device);
-      auto sb_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(two.Stream(sb)), device);
+      GreenStreamPool two(device, {{sa, sb}});  // disjoint: sb comes from what sa left
+      auto sa_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(two.Stream(0, 0)), device);
+      auto sb_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(two.Stream(0, 1)), device);
       auto on = [](c10::cuda::CUDAStream s, Stack& st) {
         c10::cuda::CUDAStreamGuard g(s);
         st.Step();
@@ -240,11 +257,10 @@ std::string ProbeSmPartitions(int device, int repeats) {
 #else
 
 SmPartitionRules ReadSmPartitionRules(int) { throw Error("green contexts need a CUDA build of Loom (scripts/build-cuda.sh)"); }
-GreenStreamPool::GreenStreamPool(int device, const std::vector<int>&) : device_(device) {
+GreenStreamPool::GreenStreamPool(int, const std::vector<std::vector<int>>&) {
   throw Error("green contexts need a CUDA build of Loom (scripts/build-cuda.sh)");
 }
 GreenStreamPool::~GreenStreamPool() = default;
-void* GreenStreamPool::Stream(int) const { return nullptr; }
 std::string ProbeSmPartitions(int, int) {
   throw Error("`loom probe-sm` needs a CUDA build of Loom (scripts/build-cuda.sh) and a GPU");
 }

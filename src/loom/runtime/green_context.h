@@ -21,27 +21,30 @@ namespace loom::runtime {
 // without CUDA or on a driver error.
 SmPartitionRules ReadSmPartitionRules(int device);
 
-// Green-context streams by SM count on one device, created at construction.
+// Green-context streams on one device, created at construction, in sets: the
+// partitions of one set are disjoint (one stage's co-located modules: each
+// split is taken from what the previous ones left), different sets reuse the
+// SMs (stages run one after another). Splitting the whole device anew for
+// every quota would hand two co-located modules the same first SMs.
 // Not thread-safe; one per process.
 class GreenStreamPool {
  public:
-  // `sms`: the quotas the plan uses on this device (each a valid partition).
-  GreenStreamPool(int device, const std::vector<int>& sms);
+  // sets[s][i]: SMs of partition i of set s (each a partition the device makes;
+  // a set's sum at most the device's SMs).
+  GreenStreamPool(int device, const std::vector<std::vector<int>>& sets);
   ~GreenStreamPool();
   GreenStreamPool(const GreenStreamPool&) = delete;
   GreenStreamPool& operator=(const GreenStreamPool&) = delete;
 
-  // The stream's CUstream as an integer (c10::cuda::getStreamFromExternal takes it).
-  // REQUIRES: sms was given at construction.
-  void* Stream(int sms) const;
-  // Seconds each green context and its stream took to create.
-  double CreationTime_s(int sms) const { return creation_s_.at(sms); }
+  // The stream (a CUstream; c10::cuda::getStreamFromExternal takes it).
+  void* Stream(int set, int index) const { return streams_.at(set).at(index); }
+  // Seconds the set's green contexts and streams took to create, together.
+  double CreationTime_s(int set) const { return creation_s_.at(set); }
 
  private:
-  int device_;
-  std::map<int, void*> streams_;   // sms -> CUstream
-  std::map<int, void*> contexts_;  // sms -> CUgreenCtx
-  std::map<int, double> creation_s_;
+  std::vector<std::vector<void*>> streams_;   // CUstream
+  std::vector<std::vector<void*>> contexts_;  // CUgreenCtx
+  std::vector<double> creation_s_;
 };
 
 // `loom probe-sm`: green-context creation latency per quota, the cost of a

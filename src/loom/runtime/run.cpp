@@ -89,8 +89,10 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     // processes of a group (sequence shares) or CP's ring exchanges blocks,
     // the order per pair of processes is not the schedule's per pair of ranks:
     // not checked for NCCL yet, so refused rather than left to hang until the timeout.
+    // One process holds no NCCL messages at all (its ranks pass tensors in
+    // memory): Mosaic's co-located modules on one GPU run.
     for (const auto& copies : layout.of_group) {
-      if (copies.size() > 1) {
+      if (copies.size() > 1 && world > 1) {
         throw Error("--device cuda: this plan runs several ranks on one GPU (units taking turns: DistMM, Optimus; "
                     "or sharing its SMs: Mosaic, whose green-context engine does not drive runs yet); "
                     "their merged message order is not checked against NCCL's in-order matching yet; run it on "
@@ -239,6 +241,10 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
         in >> iv.rank >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;
         out.measured.intervals.push_back(iv);
         if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
+      } else if (kind == "note") {
+        std::string rest;
+        std::getline(in, rest);
+        out.notes.push_back(fmt::format("process {}:{}", r, rest));
       } else if (kind == "param") {
         double s = 0, q = 0, a = 0;
         in >> s >> q >> a;

@@ -70,6 +70,7 @@ struct RunResult {
   // sums each rank's compute actions; iteration_time_s is the slowest rank's step.
   SimResult measured;
   std::vector<double> peak_rss_bytes;         // [process] peak resident memory (CPU)
+  std::vector<std::string> notes;             // what workers said about the run ("phase 0: 2 green context(s) ...")
 };
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -16,9 +19,16 @@
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/green_context.h"
 #include "loom/runtime/packing.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/torch_model.h"
+#ifdef LOOM_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+#endif
 
 namespace loom::runtime {
 
@@ -505,6 +515,47 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       if (!masters.empty()) o.sharded = std::make_unique<torch::optim::AdamW>(masters, options);
     }
     const std::vector<Schedule> first_layout{exec.schedule};
+    // Mosaic's engine (§3.2): on CUDA, every local rank whose stage has an SM
+    // quota gets a green-context stream, created here once for the whole run
+    // (stream-pool pre-creation); a phase's quotas are disjoint partitions.
+    // Its actions run on that stream; a rank waits for the ranks its stages
+    // exchange tensors with (the event of their last action) before each of
+    // its own, so co-located modules of one stage overlap on the GPU.
+#ifdef LOOM_HAVE_CUDA
+    std::unique_ptr<GreenStreamPool> green;
+    std::map<int, c10::cuda::CUDAStream> rank_stream;
+    std::map<int, at::cuda::CUDAEvent> rank_done;
+    if (cuda) {
+      const SmPartitionRules rules = ReadSmPartitionRules(device.index());
+      std::map<int, std::vector<std::pair<int, int>>> by_phase;  // phase -> (rank, SMs)
+      std::set<int> seen;
+      for (int v = 0; v < S; ++v) {
+        const int r = exec.schedule.stage_rank[v];
+        if (!is_local(v) || seen.count(r) || exec.stages[v].sm_fraction >= 1) continue;
+        seen.insert(r);
+        by_phase[spec.plan->units[exec.stages[v].unit].phase].push_back({r, QuotaSms(exec.stages[v].sm_fraction, rules)});
+      }
+      if (!by_phase.empty()) {
+        std::vector<std::vector<int>> sets;
+        for (const auto& [phase, list] : by_phase) {
+          sets.emplace_back();
+          for (const auto& [r, sms] : list) sets.back().push_back(sms);
+        }
+        green = std::make_unique<GreenStreamPool>(device.index(), sets);
+        int s = 0;
+        for (const auto& [phase, list] : by_phase) {
+          for (size_t i = 0; i < list.size(); ++i) {
+            rank_stream.emplace(list[i].first, c10::cuda::getStreamFromExternal(
+                                                   static_cast<cudaStream_t>(green->Stream(s, static_cast<int>(i))),
+                                                   device.index()));
+          }
+          Report(fd, fmt::format("note phase {}: {} green context(s) created in {:.3f} ms", phase, list.size(),
+                                 green->CreationTime_s(s) * 1e3));
+          ++s;
+        }
+      }
+    }
+#endif
     for (int step = 0; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
       // Drawing and compiling the step's batch is the loader's and planner's work:
@@ -634,6 +685,28 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         const Action& a = sch.ranks[r][index];
         const int v = a.stage, k = a.microbatch;
         if (a.is_compute() && fsdp.count(v) && !resident.count(v)) gather_weights(v);
+#ifdef LOOM_HAVE_CUDA
+        // On its green stream, after the tensors it reads from co-located ranks.
+        std::optional<c10::cuda::CUDAStreamGuard> on_stream;
+        struct RecordAtEnd {
+          std::function<void()> record;
+          ~RecordAtEnd() {
+            if (record) record();
+          }
+        } record_at_end;
+        if (green && a.is_compute()) {
+          const c10::cuda::CUDAStream mine =
+              rank_stream.count(r) ? rank_stream.at(r) : c10::cuda::getDefaultCUDAStream(device.index());
+          for (const auto* list : {&in_edges[v], &out_edges[v]}) {
+            for (const StageEdge* e : *list) {
+              const int peer = sch.stage_rank[e->from == v ? e->to : e->from];
+              if (peer != r && rank_done.count(peer)) rank_done.at(peer).block(mine);
+            }
+          }
+          on_stream.emplace(mine);
+          record_at_end.record = [&rank_done, r, mine] { rank_done[r].record(mine); };
+        }
+#endif
         const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         switch (a.kind) {
           case ActionKind::kForward: {
@@ -909,6 +982,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                                  index, began_s, ended_s));
         }
       }
+#ifdef LOOM_HAVE_CUDA
+      if (green) torch::cuda::synchronize(device.index());  // gradients from every green stream
+#endif
       // Optimizer steps: the tied embeddings' gradient sums first (in tie
       // order, as every partner), then each rank's AdamW, then ZeRO's gathers
       // in group order (every member of a group reaches them in that order).
