@@ -33,6 +33,11 @@ struct SmPartitionRules {
   int sm_count = 132;
   int min_sms = 8;
   int alignment_sms = 8;
+  // SMs that green contexts can hold at once: the driver splits the device
+  // into groups of the alignment and partitions combine groups. An H100
+  // (driver 580) splits into 15 groups of 8: 120 of its 132 SMs. A module on
+  // the whole GPU needs no partition.
+  int partitionable_sms = 132;
 };
 
 // The SMs a green context for `fraction` of the GPU gets: the nearest multiple

@@ -103,6 +103,11 @@ GreenStreamPool::GreenStreamPool(int device, const std::vector<std::vector<int>>
     }
     const double t0 = Now_s();
     auto groups = SmGroups(dev, rules.alignment_sms);
+    if (sum > static_cast<int>(groups.size()) * rules.alignment_sms) {
+      throw Error(fmt::format("green contexts of {} SMs together on device {}: its SMs split into {} groups of {} "
+                              "({} SMs can be partitioned)",
+                              sum, device, groups.size(), rules.alignment_sms, groups.size() * rules.alignment_sms));
+    }
     streams_.emplace_back();
     contexts_.emplace_back();
     int first = 0;
@@ -174,7 +179,8 @@ std::string ProbeSmPartitions(int device, int repeats) {
   out += "green context + stream creation on demand (median, min, max of " + std::to_string(repeats) + "):\n";
   out += fmt::format("{:>5} {:>10} {:>10} {:>10}\n", "SMs", "median ms", "min ms", "max ms");
   const CUdevice dev = Device(device);
-  for (int q = rules.min_sms; q < rules.sm_count; q += std::max(rules.alignment_sms, 16)) {
+  const int partitionable = static_cast<int>(SmGroups(dev, rules.alignment_sms).size()) * rules.alignment_sms;
+  for (int q = rules.min_sms; q <= partitionable; q += std::max(rules.alignment_sms, 16)) {
     std::vector<double> t;
     for (int i = 0; i < repeats; ++i) {
       const double t0 = Now_s();
@@ -192,7 +198,10 @@ std::string ProbeSmPartitions(int device, int repeats) {
   }
   // 2. A launch on a pre-created stream: switch to it and enqueue one small kernel.
   std::vector<std::vector<int>> quotas;
-  for (int q = rules.min_sms; q < rules.sm_count; q += rules.alignment_sms) quotas.push_back({q});
+  const int groups = static_cast<int>(SmGroups(dev, rules.alignment_sms).size());
+  out += fmt::format("the driver splits the SMs into {} groups of {}: {} SMs can be partitioned\n", groups,
+                     rules.alignment_sms, groups * rules.alignment_sms);
+  for (int q = rules.min_sms; q <= groups * rules.alignment_sms; q += rules.alignment_sms) quotas.push_back({q});
   GreenStreamPool pool(device, quotas);
   {
     torch::Tensor a = torch::ones({1024}, torch::kCUDA);
@@ -233,8 +242,8 @@ std::string ProbeSmPartitions(int device, int repeats) {
     Stack a(p.ha, p.la, p.ta), b(p.hb, p.lb, p.tb);
     const double full_a = TimeIt([&] { a.Step(); }, repeats), full_b = TimeIt([&] { b.Step(); }, repeats);
     const double seq = TimeIt([&] { a.Step(); b.Step(); }, repeats);
-    for (int sa : {32, 64, 96}) {
-      const int sb = (rules.sm_count - sa) / rules.alignment_sms * rules.alignment_sms;
+    for (int sa : {32, 56, 88}) {
+      const int sb = partitionable - sa;
       GreenStreamPool two(device, {{sa, sb}});  // disjoint: sb comes from what sa left
       auto sa_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(two.Stream(0, 0)), device);
       auto sb_stream = c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(two.Stream(0, 1)), device);

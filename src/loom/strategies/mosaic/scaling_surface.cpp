@@ -19,6 +19,10 @@ namespace loom::mosaic {
 SmPartitionRules PartitionRules(const Cluster& cluster) {
   SmPartitionRules r;
   r.sm_count = cluster.gpu.sm_count > 0 ? cluster.gpu.sm_count : 132;
+  // What `loom probe-sm` read on the H100: the driver's split of 132 SMs into
+  // 8-SM groups yields 15 of them (docs/results/mosaic.md); other GPUs are
+  // assumed to split all of their whole groups.
+  r.partitionable_sms = r.sm_count == 132 ? 120 : r.sm_count / r.alignment_sms * r.alignment_sms;
   return r;
 }
 

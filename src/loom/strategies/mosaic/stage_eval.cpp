@@ -110,7 +110,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       return v;
     };
     std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
-    std::vector<int> sm_left(gpus_, rules_.sm_count);
+    std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
     std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
     std::vector<std::pair<const Option*, int>> chosen;
     bool ok = true;
@@ -126,10 +126,12 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
         for (int s = 0; s + o->dp <= gpus_ && !placed; s += o->dp) {
           bool fits = true;
           for (int g = s; g < s + o->dp && fits; ++g) {
-            fits = sm_left[g] >= o->sms && mem_left[g] >= o->mem && floor_left[g] >= o->floor - 1e-15;
+            fits = sm_left[g] >= o->sms && mem_left[g] >= o->mem && floor_left[g] >= o->floor - 1e-15 &&
+                   (o->sms == rules_.sm_count || part_left[g] >= o->sms);
           }
           if (!fits) continue;
           for (int g = s; g < s + o->dp; ++g) {
+            if (o->sms < rules_.sm_count) part_left[g] -= o->sms;
             sm_left[g] -= o->sms;
             mem_left[g] -= o->mem;
             floor_left[g] -= o->floor;
@@ -173,13 +175,15 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   for (int g = 0; g < gpus_; ++g) {
     const auto& vs = on_gpu[g];
     if (vs.empty()) continue;
-    std::vector<double> sms, mem, floors;
+    std::vector<double> sms, mem, floors, partial;
     for (int v : vs) {
       sms.push_back(vars[v].o->sms);
+      partial.push_back(vars[v].o->sms < rules_.sm_count ? vars[v].o->sms : 0);
       mem.push_back(vars[v].o->mem / 1e9);
       floors.push_back(vars[v].o->floor);
     }
     milp.AddRow(vs, sms, 'L', rules_.sm_count);                 // Eq. 5 in SMs
+    if (rules_.partitionable_sms < rules_.sm_count) milp.AddRow(vs, partial, 'L', rules_.partitionable_sms);
     milp.AddRow(vs, mem, 'L', mem_bytes_ / 1e9);                // memory (GB, for conditioning)
     if (sharing_.launch_floor_s_per_layer > 0) milp.AddRow(vs, floors, 'L', tau);  // the shared host
   }
