@@ -146,6 +146,7 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.dp = unit.num_replicas();
   st.zero_stage = unit.zero_stage;
   st.sm_fraction = unit.sm_fraction;
+  st.phase = unit.phase;
   st.recompute = unit.recompute;
   st.sequence_parallel = unit.sequence_parallel;
   st.label = StageLabel(spec);

@@ -62,7 +62,8 @@ struct ExecStage {
   int dp = 1;
   int gpus = 1;                  // GPUs that run it: its rank's groups x group_gpus
   int zero_stage = 1;
-  double sm_fraction = 1;        // share of each GPU's SMs (Mosaic); compute stretches by 1 / sm_fraction
+  double sm_fraction = 1;        // share of each GPU's SMs (Mosaic); cost/sm_sharing.h prices it
+  int phase = 0;                 // its unit's temporal phase (stages of one phase sharing GPUs run at once)
   Recompute recompute = Recompute::kNone;  // default of its layers
   bool sequence_parallel = true;           // Megatron sequence parallelism over its TP group
   int dp_group = -1;             // index into ExecutionPlan::groups: the replicas its gradients sync with

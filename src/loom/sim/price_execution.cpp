@@ -131,6 +131,47 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
   return sc;
 }
 
+namespace {
+
+// Mosaic's co-located modules (stages of one phase with SM quotas on the same
+// GPU group) are launched by one host thread per GPU (Loom's engine and the
+// H100 measurements alike): none of them finishes a microbatch before the
+// launch floors of all of them are spent (cost/sm_sharing.h; the solver's
+// StageEval adds the same floors up). Eq. 8's bandwidth terms are applied by
+// the solver only (the shipped H100 profile fits none).
+void ShareTheHost(const ExecutionPlan& exec, const Cluster& c, PipelineCosts* pc) {
+  const double floor_s = c.cost_model ? c.cost_model->sm_sharing().launch_floor_s_per_layer : 0;
+  if (floor_s <= 0 || exec.replicated) return;
+  const Schedule& sch = exec.schedule;
+  std::map<std::pair<int, int>, std::vector<int>> on;  // (phase, group) -> stages with SM quotas
+  for (int s = 0; s < sch.num_stages(); ++s) {
+    const ExecStage& st = exec.stages[s];
+    if (st.sm_fraction >= 1) continue;
+    const ExecRank& r = exec.ranks[sch.stage_rank[s]];
+    for (int g = r.group; g < r.group + r.num_groups; ++g) on[{st.phase, g}].push_back(s);
+  }
+  std::vector<double> host_s(sch.num_stages(), 0.0);  // per stage: the floors it waits behind
+  for (const auto& [key, stages] : on) {
+    if (stages.size() < 2) continue;
+    double sum = 0;
+    for (int s : stages) sum += floor_s * exec.stages[s].num_layers();
+    for (int s : stages) host_s[s] = std::max(host_s[s], sum);
+  }
+  for (int s = 0; s < sch.num_stages(); ++s) {
+    if (host_s[s] <= 0) continue;
+    for (StageCost& cost : pc->stage[s]) {
+      const double t = cost.forward_s + cost.backward_data_s + cost.backward_weight_s;
+      if (t <= 0 || t >= host_s[s]) continue;
+      const double stretch = host_s[s] / t;
+      cost.forward_s *= stretch;
+      cost.backward_data_s *= stretch;
+      cost.backward_weight_s *= stretch;
+    }
+  }
+}
+
+}  // namespace
+
 ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& c, const Batch& batch,
                               LayerOptions* options) {
   const Schedule& sch = exec.schedule;
@@ -186,6 +227,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         }
       }
     }
+    ShareTheHost(exec, c, &pc);
     if (exec.replicated) {
       AddReplica(out, std::move(pc), seen);
     } else {

@@ -17,6 +17,7 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
   MosaicSolution sol;
   SurfaceOptions so;
   so.granularity = options.granularity;
+  so.whole_gpus = options.whole_gpus;
   // Mosaic places modules on whole GPUs with DP only (no TP or PP: edge-grade
   // models, §3.5): one GPU per group.
   const double mem = static_cast<double>(ctx.cluster.gpu.mem_bytes);
@@ -48,7 +49,7 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
   sol.milp_solves = eval.milp_solves();
   if (!sol.mapping.feasible()) throw Error("strategy mosaic: no stage mapping fits the cluster");
 
-  Plan plan = EmptyPlan(ctx, "mosaic", 1);
+  Plan plan = EmptyPlan(ctx, options.whole_gpus ? "spindle" : "mosaic", 1);
   for (int phase = 0; phase < static_cast<int>(sol.mapping.stages.size()); ++phase) {
     for (const auto& p : sol.mapping.stages[phase].result.placements) {
       const std::string& name = ctx.model.modules[p.module].name;
@@ -63,9 +64,11 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
     return ctx.model.FindModule(a.modules[0]) < ctx.model.FindModule(b.modules[0]);
   });
   plan.searched = fmt::format(
-      "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC (SM quotas at {:.0f}% granularity, "
-      "aligned GPU blocks, memory, host launch floors); {} stage evaluations, {} CBC solves, {} pairs, {} pruned",
-      options.granularity * 100, sol.evaluations, sol.milp_solves, sol.mapping.pairs_visited, sol.mapping.pruned);
+      "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC ({}, aligned GPU blocks, memory, host "
+      "launch floors); {} stage evaluations, {} CBC solves, {} pairs, {} pruned, {} refinements",
+      options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
+                         : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
+      sol.evaluations, sol.milp_solves, sol.mapping.pairs_visited, sol.mapping.pruned, sol.mapping.refinements);
   sol.plan = std::move(plan);
   return sol;
 }
@@ -134,6 +137,12 @@ StrategyResult MosaicGranularity20Strategy(const StrategyContext& ctx) {
   o.granularity = 0.2;
   return Run(ctx, o, "mosaic-g20");
 }
+StrategyResult SpindleStrategy(const StrategyContext& ctx) {
+  MosaicOptions o;
+  o.whole_gpus = true;
+  return Run(ctx, o, "spindle");
+}
+
 StrategyResult MosaicGranularity5Strategy(const StrategyContext& ctx) {
   MosaicOptions o;
   o.granularity = 0.05;

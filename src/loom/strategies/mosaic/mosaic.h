@@ -15,6 +15,7 @@ namespace loom {
 
 struct MosaicOptions {
   double granularity = 0.1;
+  bool whole_gpus = false;  // spindle: every module on whole GPUs
   mosaic::StageEvalOptions stage;
   mosaic::MappingOptions mapping;
 };
@@ -37,5 +38,10 @@ StrategyResult MosaicNoPruneStrategy(const StrategyContext& ctx);
 StrategyResult MosaicGranularity30Strategy(const StrategyContext& ctx);
 StrategyResult MosaicGranularity20Strategy(const StrategyContext& ctx);
 StrategyResult MosaicGranularity5Strategy(const StrategyContext& ctx);
+// Spindle (Wang et al., ASPLOS'25) as Mosaic describes it: waves of modules on
+// disjoint sets of whole GPUs (a in {0, 1}), each module data parallel on its
+// set, waves packed by the same solver. Spindle's slicing of a module into
+// finer pieces scheduled in different waves is not modelled yet.
+StrategyResult SpindleStrategy(const StrategyContext& ctx);
 
 }  // namespace loom

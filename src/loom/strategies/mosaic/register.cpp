@@ -9,6 +9,10 @@ const StrategyRegistration kMosaic({"mosaic",
                                     "Mosaic: temporal-spatial multiplexing; modules share GPUs with SM quotas (green "
                                     "contexts), stages by GAHC (Alg. 1), StageEval by binary search + CBC",
                                     120, MosaicStrategy, {}, false});
+const StrategyRegistration kSpindle({"spindle",
+                                     "Spindle (ASPLOS'25) as Mosaic models it: waves of modules on disjoint whole-GPU "
+                                     "sets (no SM sharing), packed by Mosaic's solver; module slicing not modelled",
+                                     60, SpindleStrategy, {}, false});
 const StrategyRegistration kNoInterference({"mosaic-nointerference",
                                             "Mosaic ablation: scaling surfaces only (no interference, no host floor)",
                                             1020, MosaicNoInterferenceStrategy, {}, true});

@@ -57,7 +57,9 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
   // Distinct SM quotas of the grid.
   std::set<int> quotas;
   const int steps = static_cast<int>(std::lround(1.0 / options.granularity));
-  for (int k = 1; k <= steps; ++k) quotas.insert(QuotaSms(std::min(1.0, k * options.granularity), rules));
+  if (!options.whole_gpus) {
+    for (int k = 1; k <= steps; ++k) quotas.insert(QuotaSms(std::min(1.0, k * options.granularity), rules));
+  }
   quotas.insert(rules.sm_count);
   const Precision precision = ctx.workload.precision;
   std::vector<ModuleSurface> out;

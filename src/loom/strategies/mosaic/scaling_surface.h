@@ -47,6 +47,9 @@ struct SurfaceOptions {
   // Activation recomputation of every module (the paper is silent; Loom
   // raises it only when a module fits no GPU without).
   Recompute recompute = Recompute::kNone;
+  // Whole GPUs only (a in {0, 1}): the restriction under which Mosaic's
+  // formulation describes DistMM and Spindle (§3.1).
+  bool whole_gpus = false;
 };
 
 // One surface per module of the model, in model order.
