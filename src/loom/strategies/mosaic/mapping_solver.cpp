@@ -122,7 +122,7 @@ Mapping SolveGahc(const std::vector<std::vector<int>>& deps, StageEvaluator& eva
           ++out.pruned;
           continue;
         }
-        StageResult r = eval.Evaluate(merged);
+        StageResult r = eval.Evaluate(merged, std::max(stages[x].result.target_s, stages[y].result.target_s));
         const double gain = tx + ty - r.time_s;  // Eq. 9
         if (r.feasible() && gain > best_gain * (1 + 1e-12) + 1e-15) {
           best_gain = gain;

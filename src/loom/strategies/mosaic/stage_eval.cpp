@@ -93,6 +93,27 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     if (best.empty()) return false;
     for (auto& [d, o] : best) options[k].push_back(o);
   }
+  // Necessary conditions, summed over the pool (each module at its leanest):
+  // SM-GPUs, memory and host floors. Failing one proves infeasibility
+  // without CBC (most targets below the optimum fail here).
+  {
+    double sm_need = 0, mem_need = 0, floor_need = 0;
+    for (const auto& opts : options) {
+      double sm = 1e300, mem = 1e300, fl = 1e300;
+      for (const auto& o : opts) {
+        sm = std::min(sm, static_cast<double>(o.dp) * (o.sms == rules_.sm_count ? rules_.sm_count : o.sms));
+        mem = std::min(mem, o.dp * o.mem);
+        fl = std::min(fl, o.dp * o.floor);
+      }
+      sm_need += sm;
+      mem_need += mem;
+      floor_need += fl;
+    }
+    if (sm_need > static_cast<double>(gpus_) * rules_.sm_count || mem_need > gpus_ * mem_bytes_ ||
+        (sharing_.launch_floor_s_per_layer > 0 && floor_need > gpus_ * tau * (1 + 1e-12))) {
+      return false;
+    }
+  }
   auto emit = [&](const std::vector<std::pair<const Option*, int>>& chosen) {
     out->clear();
     for (const auto& [o, start] : chosen) {
@@ -100,8 +121,9 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     }
   };
   if (options_.greedy_first) {
-    // First fit: the most demanding modules first, each on its leanest
-    // option (fewest SM-GPUs) at the first aligned block with room.
+    // Fit heuristics: the most demanding modules first, each on its leanest
+    // option (fewest SM-GPUs) at the first aligned block with room, then at
+    // the block it fills best; CBC only when both fail.
     std::vector<int> order(modules.size());
     for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
     auto lean = [&](int k) {
@@ -110,45 +132,56 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       return v;
     };
     std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
-    std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
-    std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
-    std::vector<std::pair<const Option*, int>> chosen;
-    bool ok = true;
-    for (int k : order) {
-      std::vector<const Option*> by_cost;
-      for (const auto& o : options[k]) by_cost.push_back(&o);
-      std::sort(by_cost.begin(), by_cost.end(), [](const Option* a, const Option* b) {
-        return static_cast<double>(a->dp) * a->sms < static_cast<double>(b->dp) * b->sms ||
-               (static_cast<double>(a->dp) * a->sms == static_cast<double>(b->dp) * b->sms && a->dp < b->dp);
-      });
-      bool placed = false;
-      for (const Option* o : by_cost) {
-        for (int s = 0; s + o->dp <= gpus_ && !placed; s += o->dp) {
-          bool fits = true;
-          for (int g = s; g < s + o->dp && fits; ++g) {
-            fits = sm_left[g] >= o->sms && mem_left[g] >= o->mem && floor_left[g] >= o->floor - 1e-15 &&
-                   (o->sms == rules_.sm_count || part_left[g] >= o->sms);
+    for (bool best_fit : {false, true}) {
+      std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
+      std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
+      std::vector<std::pair<const Option*, int>> chosen;
+      bool ok = true;
+      for (int k : order) {
+        std::vector<const Option*> by_cost;
+        for (const auto& o : options[k]) by_cost.push_back(&o);
+        std::sort(by_cost.begin(), by_cost.end(), [](const Option* a, const Option* b) {
+          return static_cast<double>(a->dp) * a->sms < static_cast<double>(b->dp) * b->sms ||
+                 (static_cast<double>(a->dp) * a->sms == static_cast<double>(b->dp) * b->sms && a->dp < b->dp);
+        });
+        bool placed = false;
+        for (const Option* o : by_cost) {
+          int pick = -1, pick_left = 0;
+          for (int s = 0; s + o->dp <= gpus_; s += o->dp) {
+            bool fits = true;
+            int left = 0;
+            for (int g = s; g < s + o->dp && fits; ++g) {
+              fits = sm_left[g] >= o->sms && mem_left[g] >= o->mem && floor_left[g] >= o->floor - 1e-15 &&
+                     (o->sms == rules_.sm_count || part_left[g] >= o->sms);
+              left += sm_left[g] - o->sms;
+            }
+            if (!fits) continue;
+            if (pick < 0 || (best_fit && left < pick_left)) {
+              pick = s;
+              pick_left = left;
+            }
+            if (!best_fit) break;
           }
-          if (!fits) continue;
-          for (int g = s; g < s + o->dp; ++g) {
+          if (pick < 0) continue;
+          for (int g = pick; g < pick + o->dp; ++g) {
             if (o->sms < rules_.sm_count) part_left[g] -= o->sms;
             sm_left[g] -= o->sms;
             mem_left[g] -= o->mem;
             floor_left[g] -= o->floor;
           }
-          chosen.push_back({o, s});
+          chosen.push_back({o, pick});
           placed = true;
+          break;
         }
-        if (placed) break;
+        if (!placed) {
+          ok = false;
+          break;
+        }
       }
-      if (!placed) {
-        ok = false;
-        break;
+      if (ok) {
+        emit(chosen);
+        return true;
       }
-    }
-    if (ok) {
-      emit(chosen);
-      return true;
     }
   }
   // The feasibility program: z[option, block start] binary.
@@ -163,8 +196,9 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   for (size_t k = 0; k < modules.size(); ++k) {
     for (const auto& o : options[k]) {
       for (int s = 0; s + o.dp <= gpus_; s += o.dp) {
-        // Objective: the fewest SM-GPUs in use (a lean allocation among the feasible).
-        const int v = milp.AddBinary(static_cast<double>(o.dp) * o.sms / rules_.sm_count);
+        // A pure feasibility program (zero objective): CBC stops at the
+        // first assignment that fits instead of proving one optimal.
+        const int v = milp.AddBinary(0);
         vars.push_back({&o, s});
         of_module[k].push_back(v);
         for (int g = s; g < s + o.dp; ++g) on_gpu[g].push_back(v);
@@ -200,7 +234,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   return true;
 }
 
-StageResult StageEvaluator::Evaluate(const std::vector<int>& modules) {
+StageResult StageEvaluator::Evaluate(const std::vector<int>& modules, double lower_bound_s) {
   if (modules.size() > 64) throw Error("mosaic: a stage of more than 64 modules");
   uint64_t key = 0;
   for (int m : modules) key |= uint64_t{1} << m;
@@ -227,6 +261,10 @@ StageResult StageEvaluator::Evaluate(const std::vector<int>& modules) {
       floors += f;
     }
     if (floors > candidates.back()) candidates.push_back(floors);
+    // Below a subset's own target nothing is feasible.
+    auto from = std::lower_bound(candidates.begin(), candidates.end(), lower_bound_s * (1 - 1e-12));
+    if (from == candidates.end()) --from;
+    candidates.erase(candidates.begin(), from);
     std::vector<Placement> best;
     // Smallest feasible candidate (feasibility is monotone in tau).
     int lo = 0, hi = static_cast<int>(candidates.size()) - 1, found = -1;
@@ -242,6 +280,7 @@ StageResult StageEvaluator::Evaluate(const std::vector<int>& modules) {
       }
     }
     if (found >= 0) {
+      result.target_s = candidates[found];
       result.time_s = Rectify(&best);
       result.placements = best;
       // Rectification can make a looser target's allocation better: try the next few.

@@ -39,6 +39,7 @@ struct Placement {
 
 struct StageResult {
   double time_s = std::numeric_limits<double>::infinity();  // infinite: the modules cannot share the pool
+  double target_s = std::numeric_limits<double>::infinity();  // the smallest feasible target (before rectification)
   std::vector<Placement> placements;
   bool feasible() const { return time_s < std::numeric_limits<double>::infinity(); }
 };
@@ -58,7 +59,9 @@ class StageEvaluator {
                  SmPartitionRules rules, SmSharing sharing, StageEvalOptions options = {});
 
   // `modules`: indices into the surfaces. REQUIRES: at most 64 modules.
-  StageResult Evaluate(const std::vector<int>& modules);
+  // `lower_bound_s`: a target known infeasible below it (a subset's
+  // target_s: adding modules never lowers it), where the search starts.
+  StageResult Evaluate(const std::vector<int>& modules, double lower_bound_s = 0);
   // Whether some option of every module is faster than `bound_s` (the
   // necessary condition EarlyPrune tests; Mosaic §3.4).
   bool AllCanBeat(const std::vector<int>& modules, double bound_s) const;
