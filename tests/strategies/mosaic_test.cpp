@@ -169,19 +169,24 @@ SmSharing HostFloorOnly() {
   return s;
 }
 
-TEST(MosaicStageEval, MatchesBruteForceWithAndWithoutTheFirstFit) {
+// Each way a target is decided: fits, the depth-first search, CBC alone.
+TEST(MosaicStageEval, MatchesBruteForceByFitsSearchAndCbc) {
   std::mt19937 rng(11);
   for (int trial = 0; trial < 30; ++trial) {
     const int gpus = trial % 2 ? 4 : 2;
     const auto surfaces = RandomSurfaces(rng, 3, gpus);
-    for (bool greedy : {true, false}) {
+    for (int mode = 0; mode < 3; ++mode) {
+      const bool greedy = mode == 0;
       StageEvalOptions o;
-      o.greedy_first = greedy;
+      o.greedy_first = mode == 0;
+      o.exact_search = mode == 1;
       StageEvaluator eval(surfaces, gpus, 80e9, SmPartitionRules{}, HostFloorOnly(), o);
+      SCOPED_TRACE(testing::Message() << "mode " << mode);
       for (const std::vector<int>& stage : {std::vector<int>{0}, {0, 1}, {0, 1, 2}}) {
         const double brute = BruteStage(surfaces, stage, gpus, 80e9);
         const StageResult r = eval.Evaluate(stage);
         SCOPED_TRACE(testing::Message() << "trial " << trial << " greedy " << greedy << " modules " << stage.size());
+        if (mode == 2 && stage.size() > 1 && !std::isinf(brute)) EXPECT_GT(eval.milp_solves(), 0);
         if (std::isinf(brute)) {
           EXPECT_FALSE(r.feasible());
         } else {

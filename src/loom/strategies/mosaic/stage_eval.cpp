@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "loom/algo/milp.h"
@@ -184,6 +185,69 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       }
     }
   }
+  // Exact depth-first search over (option, aligned block) per module, most
+  // demanding module first, pruned by each GPU's SMs, memory and floors; empty
+  // GPUs are interchangeable, so among blocks that are still wholly empty only
+  // the first is tried. Settles a stage of up to ~10 modules in microseconds;
+  // past its node budget CBC decides.
+  if (options_.exact_search) {
+    std::vector<int> order(modules.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+    auto lean = [&](int k) {
+      double v = 1e300;
+      for (const auto& o : options[k]) v = std::min(v, static_cast<double>(o.dp) * o.sms);
+      return v;
+    };
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
+    std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
+    std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
+    std::vector<int> users(gpus_, 0);
+    std::vector<std::pair<const Option*, int>> chosen;
+    long nodes = 0;
+    const long budget = 200000;
+    std::function<int(size_t)> dfs = [&](size_t i) -> int {  // 1 found, 0 none, -1 budget spent
+      if (i == order.size()) return 1;
+      if (++nodes > budget) return -1;
+      for (const auto& o : options[order[i]]) {
+        bool tried_empty = false;
+        for (int s = 0; s + o.dp <= gpus_; s += o.dp) {
+          bool empty = true, fits = true;
+          for (int g = s; g < s + o.dp && fits; ++g) {
+            empty = empty && users[g] == 0;
+            fits = sm_left[g] >= o.sms && mem_left[g] >= o.mem && floor_left[g] >= o.floor - 1e-15 &&
+                   (o.sms == rules_.sm_count || part_left[g] >= o.sms);
+          }
+          if (!fits || (empty && tried_empty)) continue;
+          tried_empty = tried_empty || empty;
+          for (int g = s; g < s + o.dp; ++g) {
+            if (o.sms < rules_.sm_count) part_left[g] -= o.sms;
+            sm_left[g] -= o.sms;
+            mem_left[g] -= o.mem;
+            floor_left[g] -= o.floor;
+            ++users[g];
+          }
+          chosen.push_back({&o, s});
+          const int r = dfs(i + 1);
+          if (r != 0) return r;
+          chosen.pop_back();
+          for (int g = s; g < s + o.dp; ++g) {
+            if (o.sms < rules_.sm_count) part_left[g] += o.sms;
+            sm_left[g] += o.sms;
+            mem_left[g] += o.mem;
+            floor_left[g] += o.floor;
+            --users[g];
+          }
+        }
+      }
+      return 0;
+    };
+    const int r = dfs(0);
+    if (r == 1) {
+      emit(chosen);
+      return true;
+    }
+    if (r == 0) return false;
+  }
   // The feasibility program: z[option, block start] binary.
   Milp milp;
   struct Var {
@@ -211,15 +275,19 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     if (vs.empty()) continue;
     std::vector<double> sms, mem, floors, partial;
     for (int v : vs) {
-      sms.push_back(vars[v].o->sms);
-      partial.push_back(vars[v].o->sms < rules_.sm_count ? vars[v].o->sms : 0);
+      sms.push_back(static_cast<double>(vars[v].o->sms) / rules_.sm_count);
+      partial.push_back(vars[v].o->sms < rules_.sm_count ? static_cast<double>(vars[v].o->sms) / rules_.sm_count : 0);
       mem.push_back(vars[v].o->mem / 1e9);
-      floors.push_back(vars[v].o->floor);
+      floors.push_back(vars[v].o->floor / tau);  // as a share of the target: coefficients near 1 (CLP's tolerances)
     }
-    milp.AddRow(vs, sms, 'L', rules_.sm_count);                 // Eq. 5 in SMs
-    if (rules_.partitionable_sms < rules_.sm_count) milp.AddRow(vs, partial, 'L', rules_.partitionable_sms);
-    milp.AddRow(vs, mem, 'L', mem_bytes_ / 1e9);                // memory (GB, for conditioning)
-    if (sharing_.launch_floor_s_per_layer > 0) milp.AddRow(vs, floors, 'L', tau);  // the shared host
+    // Every row scaled to a capacity of 1 (shares of the GPU's SMs, memory, the target).
+    milp.AddRow(vs, sms, 'L', 1.0);  // Eq. 5
+    if (rules_.partitionable_sms < rules_.sm_count) {
+      milp.AddRow(vs, partial, 'L', static_cast<double>(rules_.partitionable_sms) / rules_.sm_count);
+    }
+    for (double& m : mem) m = m * 1e9 / mem_bytes_;
+    milp.AddRow(vs, mem, 'L', 1.0);
+    if (sharing_.launch_floor_s_per_layer > 0) milp.AddRow(vs, floors, 'L', 1.0);  // the shared host
   }
   ++milp_solves_;
   MilpOptions mo;
