@@ -94,6 +94,7 @@ void BM_MosaicGahcOptimality(benchmark::State& state) {
       SmPartitionRules rules;
       rules.partitionable_sms = 120;
       mosaic::StageEvaluator eval(surfaces, gpus, 80e9, rules, host);
+      eval.ReserveOthers(false);
       mosaic::MappingOptions paper;
       paper.refine = state.range(1) != 0;
       const double g = mosaic::SolveGahc(deps, eval, paper).time_s;

@@ -181,6 +181,7 @@ TEST(MosaicStageEval, MatchesBruteForceByFitsSearchAndCbc) {
       o.greedy_first = mode == 0;
       o.exact_search = mode == 1;
       StageEvaluator eval(surfaces, gpus, 80e9, SmPartitionRules{}, HostFloorOnly(), o);
+      eval.ReserveOthers(false);  // the brute force gives each stage the whole memory
       SCOPED_TRACE(testing::Message() << "mode " << mode);
       for (const std::vector<int>& stage : {std::vector<int>{0}, {0, 1}, {0, 1, 2}}) {
         const double brute = BruteStage(surfaces, stage, gpus, 80e9);
@@ -210,6 +211,7 @@ TEST(MosaicGahc, OptimalAgainstExhaustiveUpToFourModules) {
       if (rng() % 3 == 0) deps[m].push_back(static_cast<int>(rng() % m));
     }
     StageEvaluator eval(surfaces, gpus, 80e9, SmPartitionRules{}, HostFloorOnly());
+    eval.ReserveOthers(false);
     const Mapping g = SolveGahc(deps, eval);
     const Mapping e = SolveExhaustive(deps, eval);
     ASSERT_TRUE(e.feasible());
@@ -239,6 +241,7 @@ TEST(MosaicGahc, LegalityFollowsPathsInTheStageGraph) {
   s.push_back(Synthetic(3, 0.05, 0.04, 10e9, 4));
   const std::vector<std::vector<int>> deps = {{}, {0}, {}, {2}};  // a=0 -> b=1, c=2 -> d=3
   StageEvaluator eval(s, 4, 80e9, SmPartitionRules{}, HostFloorOnly());
+  eval.ReserveOthers(false);
   const Mapping g = SolveGahc(deps, eval);
   std::vector<int> stage_of(4);
   for (int k = 0; k < static_cast<int>(g.stages.size()); ++k) {

@@ -21,7 +21,12 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
   // Mosaic places modules on whole GPUs with DP only (no TP or PP: edge-grade
   // models, §3.5): one GPU per group.
   const double mem = static_cast<double>(ctx.cluster.gpu.mem_bytes);
-  // The least recomputation under which every module fits some GPU block.
+  // The least recomputation under which every module fits some GPU block and
+  // a mapping fits with the other modules' reserve (StageEvaluator::ReserveOthers),
+  // else without it (the simulator then judges the plan's real peak).
+  const SmPartitionRules rules = PartitionRules(ctx.cluster);
+  const SmSharing sharing = ctx.cluster.cost_model ? ctx.cluster.cost_model->sm_sharing() : SmSharing{};
+  const auto deps = ModuleDeps(ctx.model);
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     so.recompute = r;
     sol.surfaces = SampleSurfaces(ctx, so);
@@ -37,17 +42,25 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
                               s.module, HumanBytes(least), ctx.cluster.num_gpus(), HumanBytes(mem), ctx.cluster.gpu.name);
       }
     }
-    if (too_big.empty()) break;
-    if (r == Recompute::kFull) throw Error(too_big);
+    if (!too_big.empty()) {
+      if (r == Recompute::kFull) throw Error(too_big);
+      continue;
+    }
+    for (bool reserve : {true, false}) {
+      StageEvaluator eval(sol.surfaces, ctx.cluster.num_gpus(), mem, rules, sharing, options.stage);
+      eval.ReserveOthers(reserve);
+      sol.mapping = SolveGahc(deps, eval, options.mapping);
+      sol.evaluations += eval.evaluations();
+      sol.milp_solves += eval.milp_solves();
+      if (sol.mapping.feasible()) break;
+    }
+    if (sol.mapping.feasible()) break;
   }
-  const SmPartitionRules rules = PartitionRules(ctx.cluster);
-  const SmSharing sharing = ctx.cluster.cost_model ? ctx.cluster.cost_model->sm_sharing() : SmSharing{};
-  StageEvaluator eval(sol.surfaces, ctx.cluster.num_gpus(), mem, rules, sharing, options.stage);
-  const auto deps = ModuleDeps(ctx.model);
-  sol.mapping = SolveGahc(deps, eval, options.mapping);
-  sol.evaluations = eval.evaluations();
-  sol.milp_solves = eval.milp_solves();
-  if (!sol.mapping.feasible()) throw Error("strategy mosaic: no stage mapping fits the cluster");
+  if (!sol.mapping.feasible()) {
+    throw Error(fmt::format("strategy mosaic: no stage mapping fits {}: every module keeps its state on each GPU it "
+                            "uses for the whole iteration (no TP or PP), even with full recomputation",
+                            ctx.cluster.name));
+  }
 
   Plan plan = EmptyPlan(ctx, options.whole_gpus ? "spindle" : "mosaic", 1);
   for (int phase = 0; phase < static_cast<int>(sol.mapping.stages.size()); ++phase) {

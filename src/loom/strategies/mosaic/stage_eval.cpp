@@ -87,7 +87,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   for (size_t k = 0; k < modules.size(); ++k) {
     std::map<int, Option> best;
     for (const auto& p : surfaces_[modules[k]].points) {
-      if (p.latency_s > tau || p.mem_bytes > mem_bytes_ || p.dp > gpus_ || p.launch_floor_s > tau) continue;
+      if (p.latency_s > tau || p.mem_bytes > cap_ || p.dp > gpus_ || p.launch_floor_s > tau) continue;
       auto it = best.find(p.dp);
       if (it == best.end() || p.sms < it->second.sms) best[p.dp] = {static_cast<int>(k), p.dp, p.sms, p.mem_bytes, p.launch_floor_s};
     }
@@ -110,7 +110,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       mem_need += mem;
       floor_need += fl;
     }
-    if (sm_need > static_cast<double>(gpus_) * rules_.sm_count || mem_need > gpus_ * mem_bytes_ ||
+    if (sm_need > static_cast<double>(gpus_) * rules_.sm_count || mem_need > gpus_ * cap_ ||
         (sharing_.launch_floor_s_per_layer > 0 && floor_need > gpus_ * tau * (1 + 1e-12))) {
       return false;
     }
@@ -135,7 +135,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
     for (bool best_fit : {false, true}) {
       std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
-      std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
+      std::vector<double> mem_left(gpus_, cap_), floor_left(gpus_, tau);
       std::vector<std::pair<const Option*, int>> chosen;
       bool ok = true;
       for (int k : order) {
@@ -200,7 +200,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     };
     std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
     std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
-    std::vector<double> mem_left(gpus_, mem_bytes_), floor_left(gpus_, tau);
+    std::vector<double> mem_left(gpus_, cap_), floor_left(gpus_, tau);
     std::vector<int> users(gpus_, 0);
     std::vector<std::pair<const Option*, int>> chosen;
     long nodes = 0;
@@ -285,7 +285,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     if (rules_.partitionable_sms < rules_.sm_count) {
       milp.AddRow(vs, partial, 'L', static_cast<double>(rules_.partitionable_sms) / rules_.sm_count);
     }
-    for (double& m : mem) m = m * 1e9 / mem_bytes_;
+    for (double& m : mem) m = m * 1e9 / cap_;
     milp.AddRow(vs, mem, 'L', 1.0);
     if (sharing_.launch_floor_s_per_layer > 0) milp.AddRow(vs, floors, 'L', 1.0);  // the shared host
   }
@@ -311,10 +311,23 @@ StageResult StageEvaluator::Evaluate(const std::vector<int>& modules, double low
     if (it != cache_.end()) return it->second;
   }
   ++evaluations_;
+  cap_ = mem_bytes_;
+  if (reserve_others_) {
+    for (const auto& s : surfaces_) {
+      if (key >> s.index & 1) continue;
+      double spread = 1e300;
+      int widest = 0;
+      for (const auto& p : s.points) widest = std::max(widest, std::min(p.dp, gpus_));
+      for (const auto& p : s.points) {
+        if (p.dp == widest) spread = std::min(spread, p.mem_bytes);
+      }
+      if (spread < 1e300) cap_ -= spread;
+    }
+  }
   std::set<double> candidate_set;
   for (int m : modules) {
     for (const auto& p : surfaces_[m].points) {
-      if (p.mem_bytes <= mem_bytes_ && p.dp <= gpus_) candidate_set.insert(p.latency_s);
+      if (p.mem_bytes <= cap_ && p.dp <= gpus_) candidate_set.insert(p.latency_s);
       // The host floor can bind above every latency (several small modules on one GPU).
     }
   }

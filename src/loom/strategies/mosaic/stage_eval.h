@@ -71,6 +71,14 @@ class StageEvaluator {
   // Rectified stage time of a given allocation (Eq. 7-8 with the host floor).
   double Rectify(std::vector<Placement>* placements) const;
 
+  // Memory every module keeps on each GPU when spread over all of them (its
+  // weights, gradients and optimizer share at the largest DP, and activations):
+  // modules stay resident across stages (Mosaic §1), and with forwards of every
+  // stage before the backwards their activations are alive together, so a
+  // stage gets the GPU's memory less the other modules' reserve (a heuristic:
+  // the simulator checks the plan's real peak).
+  void ReserveOthers(bool on) { reserve_others_ = on; }
+
   int evaluations() const { return evaluations_; }   // Evaluate calls that were not cached
   int milp_solves() const { return milp_solves_; }
 
@@ -86,6 +94,8 @@ class StageEvaluator {
   StageEvalOptions options_;
   // Mutated by Evaluate.
   std::map<uint64_t, StageResult> cache_;
+  double cap_ = 0;  // memory per GPU left to the stage being evaluated
+  bool reserve_others_ = true;
   int evaluations_ = 0;
   int milp_solves_ = 0;
 };
