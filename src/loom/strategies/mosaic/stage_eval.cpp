@@ -78,6 +78,54 @@ struct Option {
   double mem = 0, floor = 0;
 };
 
+// What is left on each GPU while modules are placed: SMs, partitionable SMs,
+// memory and host time under the target.
+struct GpuLoad {
+  std::vector<int> sm_left, part_left, users;
+  std::vector<double> mem_left, floor_left;
+  int sm_count = 0;
+  GpuLoad(int gpus, const SmPartitionRules& rules, double cap, double tau)
+      : sm_left(gpus, rules.sm_count), part_left(gpus, rules.partitionable_sms), users(gpus, 0),
+        mem_left(gpus, cap), floor_left(gpus, tau), sm_count(rules.sm_count) {}
+  // Whether `o` fits on GPUs [start, start + o.dp); `left` gets the SMs it would leave free.
+  bool Fits(const Option& o, int start, int* left, bool* empty) const {
+    *left = 0;
+    *empty = true;
+    for (int g = start; g < start + o.dp; ++g) {
+      *empty = *empty && users[g] == 0;
+      if (sm_left[g] < o.sms || mem_left[g] < o.mem || floor_left[g] < o.floor - 1e-15 ||
+          (o.sms < sm_count && part_left[g] < o.sms)) {
+        return false;
+      }
+      *left += sm_left[g] - o.sms;
+    }
+    return true;
+  }
+  // Places (sign 1) or removes (sign -1) `o` on its block.
+  void Take(const Option& o, int start, int sign) {
+    for (int g = start; g < start + o.dp; ++g) {
+      if (o.sms < sm_count) part_left[g] -= sign * o.sms;
+      sm_left[g] -= sign * o.sms;
+      mem_left[g] -= sign * o.mem;
+      floor_left[g] -= sign * o.floor;
+      users[g] += sign;
+    }
+  }
+};
+
+// Modules by decreasing demand (SM-GPUs of their leanest option), ties by position.
+std::vector<int> DemandOrder(const std::vector<std::vector<Option>>& options) {
+  std::vector<double> lean(options.size(), 1e300);
+  for (size_t k = 0; k < options.size(); ++k) {
+    for (const auto& o : options[k]) lean[k] = std::min(lean[k], static_cast<double>(o.dp) * o.sms);
+  }
+  std::vector<int> order(options.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return lean[a] > lean[b] || (lean[a] == lean[b] && a < b); });
+  return order;
+}
+
 }  // namespace
 
 bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::vector<Placement>* out) {
@@ -121,21 +169,13 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       out->push_back({modules[o->module], o->dp, o->sms, start, 0});
     }
   };
+  const std::vector<int> order = DemandOrder(options);
   if (options_.greedy_first) {
     // Fit heuristics: the most demanding modules first, each on its leanest
     // option (fewest SM-GPUs) at the first aligned block with room, then at
-    // the block it fills best; CBC only when both fail.
-    std::vector<int> order(modules.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
-    auto lean = [&](int k) {
-      double v = 1e300;
-      for (const auto& o : options[k]) v = std::min(v, static_cast<double>(o.dp) * o.sms);
-      return v;
-    };
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
+    // the block it fills best; the exact search and CBC only when both fail.
     for (bool best_fit : {false, true}) {
-      std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
-      std::vector<double> mem_left(gpus_, cap_), floor_left(gpus_, tau);
+      GpuLoad load(gpus_, rules_, cap_, tau);
       std::vector<std::pair<const Option*, int>> chosen;
       bool ok = true;
       for (int k : order) {
@@ -149,14 +189,9 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
         for (const Option* o : by_cost) {
           int pick = -1, pick_left = 0;
           for (int s = 0; s + o->dp <= gpus_; s += o->dp) {
-            bool fits = true;
             int left = 0;
-            for (int g = s; g < s + o->dp && fits; ++g) {
-              fits = sm_left[g] >= o->sms && mem_left[g] >= o->mem && floor_left[g] >= o->floor - 1e-15 &&
-                     (o->sms == rules_.sm_count || part_left[g] >= o->sms);
-              left += sm_left[g] - o->sms;
-            }
-            if (!fits) continue;
+            bool empty = false;
+            if (!load.Fits(*o, s, &left, &empty)) continue;
             if (pick < 0 || (best_fit && left < pick_left)) {
               pick = s;
               pick_left = left;
@@ -164,12 +199,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
             if (!best_fit) break;
           }
           if (pick < 0) continue;
-          for (int g = pick; g < pick + o->dp; ++g) {
-            if (o->sms < rules_.sm_count) part_left[g] -= o->sms;
-            sm_left[g] -= o->sms;
-            mem_left[g] -= o->mem;
-            floor_left[g] -= o->floor;
-          }
+          load.Take(*o, pick, 1);
           chosen.push_back({o, pick});
           placed = true;
           break;
@@ -191,17 +221,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   // the first is tried. Settles a stage of up to ~10 modules in microseconds;
   // past its node budget CBC decides.
   if (options_.exact_search) {
-    std::vector<int> order(modules.size());
-    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
-    auto lean = [&](int k) {
-      double v = 1e300;
-      for (const auto& o : options[k]) v = std::min(v, static_cast<double>(o.dp) * o.sms);
-      return v;
-    };
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return lean(a) > lean(b) || (lean(a) == lean(b) && a < b); });
-    std::vector<int> sm_left(gpus_, rules_.sm_count), part_left(gpus_, rules_.partitionable_sms);
-    std::vector<double> mem_left(gpus_, cap_), floor_left(gpus_, tau);
-    std::vector<int> users(gpus_, 0);
+    GpuLoad load(gpus_, rules_, cap_, tau);
     std::vector<std::pair<const Option*, int>> chosen;
     long nodes = 0;
     const long budget = 200000;
@@ -211,32 +231,16 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       for (const auto& o : options[order[i]]) {
         bool tried_empty = false;
         for (int s = 0; s + o.dp <= gpus_; s += o.dp) {
-          bool empty = true, fits = true;
-          for (int g = s; g < s + o.dp && fits; ++g) {
-            empty = empty && users[g] == 0;
-            fits = sm_left[g] >= o.sms && mem_left[g] >= o.mem && floor_left[g] >= o.floor - 1e-15 &&
-                   (o.sms == rules_.sm_count || part_left[g] >= o.sms);
-          }
-          if (!fits || (empty && tried_empty)) continue;
+          int left = 0;
+          bool empty = false;
+          if (!load.Fits(o, s, &left, &empty) || (empty && tried_empty)) continue;
           tried_empty = tried_empty || empty;
-          for (int g = s; g < s + o.dp; ++g) {
-            if (o.sms < rules_.sm_count) part_left[g] -= o.sms;
-            sm_left[g] -= o.sms;
-            mem_left[g] -= o.mem;
-            floor_left[g] -= o.floor;
-            ++users[g];
-          }
+          load.Take(o, s, 1);
           chosen.push_back({&o, s});
           const int r = dfs(i + 1);
           if (r != 0) return r;
           chosen.pop_back();
-          for (int g = s; g < s + o.dp; ++g) {
-            if (o.sms < rules_.sm_count) part_left[g] += o.sms;
-            sm_left[g] += o.sms;
-            mem_left[g] += o.mem;
-            floor_left[g] += o.floor;
-            --users[g];
-          }
+          load.Take(o, s, -1);
         }
       }
       return 0;
