@@ -8,7 +8,7 @@
 // with CP-SAT; Loom with COIN-OR CBC (docs/dependencies.md), after a first
 // fit, a best fit and an exact depth-first search with a node budget, which
 // settle every target of the zoo's models without it (10-module OFASys: 0
-// CBC calls, 1.9 ms; bench/mosaic_bench.cpp).
+// CBC calls, 2-3 ms; bench/mosaic_bench.cpp).
 //
 // Placement (the paper is silent): a module with degree d takes an aligned
 // block of d consecutive GPUs (start a multiple of d), Eq. 6's symmetric quota
