@@ -187,7 +187,9 @@ TEST(MosaicStageEval, MatchesBruteForceByFitsSearchAndCbc) {
         const double brute = BruteStage(surfaces, stage, gpus, 80e9);
         const StageResult r = eval.Evaluate(stage);
         SCOPED_TRACE(testing::Message() << "trial " << trial << " greedy " << greedy << " modules " << stage.size());
-        if (mode == 2 && stage.size() > 1 && !std::isinf(brute)) EXPECT_GT(eval.milp_solves(), 0);
+        if (mode == 2 && stage.size() > 1 && !std::isinf(brute)) {
+          EXPECT_GT(eval.milp_solves(), 0);
+        }
         if (std::isinf(brute)) {
           EXPECT_FALSE(r.feasible());
         } else {
@@ -249,7 +251,9 @@ TEST(MosaicGahc, LegalityFollowsPathsInTheStageGraph) {
   }
   EXPECT_LT(stage_of[0], stage_of[1]);
   EXPECT_LT(stage_of[2], stage_of[3]);
-  if (stage_of[1] == stage_of[2]) EXPECT_NE(stage_of[0], stage_of[3]);
+  if (stage_of[1] == stage_of[2]) {
+    EXPECT_NE(stage_of[0], stage_of[3]);
+  }
   EXPECT_LE(SolveExhaustive(deps, eval).time_s, g.time_s * (1 + 1e-9));
 }
 

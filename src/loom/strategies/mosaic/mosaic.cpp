@@ -120,46 +120,36 @@ StrategyResult Run(const StrategyContext& ctx, const MosaicOptions& options, con
 
 StrategyResult MosaicStrategy(const StrategyContext& ctx) { return Run(ctx, {}, "mosaic"); }
 
-StrategyResult MosaicNoInterferenceStrategy(const StrategyContext& ctx) {
+// The §5.3 ablations and Spindle: Mosaic's options with one thing changed.
+static MosaicOptions With(void (*change)(MosaicOptions&)) {
   MosaicOptions o;
-  o.stage.interference = false;
-  return Run(ctx, o, "mosaic-nointerference");
-}
-StrategyResult MosaicAdditiveStrategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.stage.additive_only = true;
-  return Run(ctx, o, "mosaic-additive");
-}
-StrategyResult MosaicNoCacheStrategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.stage.cache = false;
-  return Run(ctx, o, "mosaic-nocache");
-}
-StrategyResult MosaicNoPruneStrategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.mapping.early_prune = false;
-  return Run(ctx, o, "mosaic-noprune");
-}
-StrategyResult MosaicGranularity30Strategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.granularity = 0.3;
-  return Run(ctx, o, "mosaic-g30");
-}
-StrategyResult MosaicGranularity20Strategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.granularity = 0.2;
-  return Run(ctx, o, "mosaic-g20");
-}
-StrategyResult SpindleStrategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.whole_gpus = true;
-  return Run(ctx, o, "spindle");
+  change(o);
+  return o;
 }
 
+StrategyResult MosaicNoInterferenceStrategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.stage.interference = false; }), "mosaic-nointerference");
+}
+StrategyResult MosaicAdditiveStrategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.stage.additive_only = true; }), "mosaic-additive");
+}
+StrategyResult MosaicNoCacheStrategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.stage.cache = false; }), "mosaic-nocache");
+}
+StrategyResult MosaicNoPruneStrategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.mapping.early_prune = false; }), "mosaic-noprune");
+}
+StrategyResult MosaicGranularity30Strategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.granularity = 0.3; }), "mosaic-g30");
+}
+StrategyResult MosaicGranularity20Strategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.granularity = 0.2; }), "mosaic-g20");
+}
 StrategyResult MosaicGranularity5Strategy(const StrategyContext& ctx) {
-  MosaicOptions o;
-  o.granularity = 0.05;
-  return Run(ctx, o, "mosaic-g5");
+  return Run(ctx, With([](MosaicOptions& o) { o.granularity = 0.05; }), "mosaic-g5");
+}
+StrategyResult SpindleStrategy(const StrategyContext& ctx) {
+  return Run(ctx, With([](MosaicOptions& o) { o.whole_gpus = true; }), "spindle");
 }
 
 }  // namespace loom
