@@ -14,6 +14,8 @@
 #include "loom/cost/sm_measurements.h"
 #include "loom/data/sample_source.h"
 #include "loom/plan/validate_plan.h"
+#include "loom/sim/price_execution.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/zoo.h"
 #include "loom/strategies/mosaic/mosaic.h"
@@ -47,6 +49,76 @@ TEST(SmSharing, ScalingLawClosedForms) {
   s.e2 = 0.2;
   s.e3 = 0.5;
   EXPECT_NEAR(s.Slowdown({0.5, 0.4}), 0.01 + 0.2 * 0.9 + 0.5 * 0.2, 1e-12);
+  s.launch_floor_s_per_layer = 0.3;  // a phase never under 0.1 s; a phase not run stays 0
+  EXPECT_DOUBLE_EQ(s.PhaseTime_s(0.01, 0.5), 0.1);
+  EXPECT_DOUBLE_EQ(s.PhaseTime_s(1.0, 0.5), 1.0 * (0.3 + 0.7 * 2));
+  EXPECT_DOUBLE_EQ(s.PhaseTime_s(0.0, 0.5), 0.0);
+}
+
+// The simulator's shared host: two co-located modules of a tiny model (far
+// under the H100's launch floor) each take the floors of both, layers x 1.62
+// ms; on GPUs of their own each takes at most its own.
+TEST(SmSharing, SimulatorStretchesColocatedStagesToTheSharedHostFloor) {
+  const Model model = LoadModel(std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm2.yaml");
+  Cluster cluster = MakeCluster("h100", 1, 2);
+  ApplyCostModel(cluster, "default");
+  const Workload w = LoadWorkload(std::string(LOOM_TEST_DATA) + "/runtime/tiny-laion.yaml");
+  const Batch batch = DrawBatch(w, 0);
+  const auto ctx = StrategyContext{model, cluster, w, batch, {}};
+  const double floor_s = DefaultCostModel(FindGpu("h100"))->sm_sharing().launch_floor_s_per_layer;
+  ASSERT_GT(floor_s, 0);
+  Plan plan = RunStrategy("mosaic", ctx).plan;
+  const int vision = plan.FindUnit("vision"), coarse = plan.FindUnit("coarse");
+  ASSERT_GE(vision, 0);
+  ASSERT_GE(coarse, 0);
+  const int layers = static_cast<int>(model.modules[model.FindModule("vision")].layers.size() +
+                                      model.modules[model.FindModule("coarse")].layers.size());
+  for (int apart = 0; apart < 2; ++apart) {
+    for (int u : {vision, coarse}) {
+      plan.units[u].phase = 0;
+      plan.units[u].sm_fraction = 0.5;
+      plan.units[u].first_group = u == coarse ? apart : 0;
+    }
+    ASSERT_TRUE(PlanViolations(plan, model, cluster, w).empty());
+    const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, batch, nullptr);
+    const ExecutionCosts costs = PriceExecution(exec, model, cluster, batch, nullptr);
+    for (int s = 0; s < static_cast<int>(exec.stages.size()); ++s) {
+      const int u = exec.stages[s].unit;
+      if (u != vision && u != coarse) continue;
+      for (const StageCost& c : costs.replicas[0].stage[s]) {
+        const double t = c.forward_s + c.backward_data_s + c.backward_weight_s;
+        if (apart == 0) {
+          EXPECT_NEAR(t, floor_s * layers, 1e-12) << plan.units[u].name;
+        } else {
+          EXPECT_LT(t, floor_s * layers * 0.75) << plan.units[u].name;
+        }
+      }
+    }
+  }
+}
+
+// An H100's co-located partitions hold 120 SMs at most: two modules that
+// each need 64 SMs fit one GPU only where all 132 can be partitioned.
+TEST(MosaicStageEval, CoLocatedQuotasFitThePartitionableSms) {
+  std::vector<ModuleSurface> s;
+  for (int m = 0; m < 2; ++m) {
+    ModuleSurface x;
+    x.module = "m" + std::to_string(m);
+    x.index = m;
+    x.points.push_back({1, 64, 0.01, 0, 1e9, 0.1});
+    s.push_back(x);
+  }
+  for (int partitionable : {132, 120}) {
+    SmPartitionRules rules;
+    rules.partitionable_sms = partitionable;
+    for (bool fits : {true, false}) {
+      StageEvalOptions o;
+      o.greedy_first = fits;
+      o.exact_search = fits;  // off: CBC decides
+      StageEvaluator eval(s, 1, 80e9, rules, SmSharing{}, o);
+      EXPECT_EQ(eval.Evaluate({0, 1}).feasible(), partitionable == 132) << partitionable << " " << fits;
+    }
+  }
 }
 
 TEST(SmSharing, FitRecoversAKnownLaw) {

@@ -80,7 +80,14 @@ bool LargeShape(const std::string& name, Shape* s) {
 
 }  // namespace
 
-SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu, double launch_floor_s_per_layer) {
+void SmMeasurements::SetHostSlowdowns(double launch_floor_s_per_layer) {
+  for (size_t i = 0; i < interference.size(); ++i) {
+    interference[i].host_slowdown =
+        launch_floor_s_per_layer > 0 ? launch_floor_s_per_layer * launched_layers_per_s[i] - 1 : -1;
+  }
+}
+
+SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
   SmMeasurements out;
   // Small stacks: shape fields per row; the colocation file names them by the
   // same module string plus " B<batch>".
@@ -135,13 +142,13 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu, do
       const double ba = bandwidth(sa, reps_a, alone_a), bb = bandwidth(sb, reps_b, alone_b);
       const int sms_a = Field<int>(r, "sms_a", path, i), sms_b = Field<int>(r, "sms_b", path, i);
       // One host thread launched both (measure.py alternates their launches).
-      const double host_s = launch_floor_s_per_layer * (reps_a * sa.layers + reps_b * sb.layers);
-      const double host_a = launch_floor_s_per_layer > 0 ? host_s / alone_a - 1 : -1;
-      const double host_b = launch_floor_s_per_layer > 0 ? host_s / alone_b - 1 : -1;
+      const double launched = reps_a * sa.layers + reps_b * sb.layers;
       out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", a, sms_a, b, sms_b), {ba, bb},
-                                  Field<double>(r, "together_a_s", path, i) / alone_a - 1, host_a});
+                                  Field<double>(r, "together_a_s", path, i) / alone_a - 1});
+      out.launched_layers_per_s.push_back(launched / alone_a);
       out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", b, sms_b, a, sms_a), {bb, ba},
-                                  Field<double>(r, "together_b_s", path, i) / alone_b - 1, host_b});
+                                  Field<double>(r, "together_b_s", path, i) / alone_b - 1});
+      out.launched_layers_per_s.push_back(launched / alone_b);
     }
   }
   return out;
@@ -149,9 +156,10 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu, do
 
 SmSharingReport FitSmSharing(const std::string& dir, const GpuSpec& gpu) {
   SmSharingReport rep;
-  rep.scaling = FitSmScaling(LoadSmMeasurements(dir, gpu).scaling, gpu.sm_count);
+  SmMeasurements m = LoadSmMeasurements(dir, gpu);
+  rep.scaling = FitSmScaling(m.scaling, gpu.sm_count);
   // The floor fitted on the surfaces is the host's share of each co-location.
-  const SmMeasurements m = LoadSmMeasurements(dir, gpu, rep.scaling.law.launch_floor_s_per_layer);
+  m.SetHostSlowdowns(rep.scaling.law.launch_floor_s_per_layer);
   rep.interference = FitInterference(m.interference);
   rep.law = rep.scaling.law;
   // Eq. 8's terms only where they explain more than the host floor alone

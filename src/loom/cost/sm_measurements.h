@@ -20,12 +20,15 @@ namespace loom {
 struct SmMeasurements {
   std::vector<SmScalingPoint> scaling;          // transformer stacks only (the GEMM and copy rows are left out)
   std::vector<InterferencePoint> interference;  // one per module of each co-located pair
+  // Per interference point: layers one host thread launched for both modules
+  // over the module's alone time (its host_slowdown is floor x this - 1 once
+  // the floor is fitted: SetHostSlowdowns).
+  std::vector<double> launched_layers_per_s;
+  void SetHostSlowdowns(double launch_floor_s_per_layer);
 };
 
 // Throws loom::Error naming the file and the row on a missing file or field.
-// With a launch floor, each interference point also gets the host's floor
-// (InterferencePoint::host_slowdown).
-SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu, double launch_floor_s_per_layer = 0);
+SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu);
 
 // Both fits and a report: per module the scaling fit error, and the R^2 of no,
 // additive and full interference (what `loom fit-sm` prints; the profile's

@@ -25,6 +25,10 @@ double SmSharing::ScaledTime_s(double full_gpu_s, double fraction) const {
   return full_gpu_s * (serial_fraction + (1 - serial_fraction) / fraction);
 }
 
+double SmSharing::PhaseTime_s(double full_gpu_s, double fraction) const {
+  return full_gpu_s > 0 ? std::max(PhaseFloor_s(), ScaledTime_s(full_gpu_s, fraction)) : 0.0;
+}
+
 double SmSharing::Slowdown(const std::vector<double>& bandwidth) const {
   if (bandwidth.size() < 2) return 0;
   double sum = 0, prod = 1;

@@ -55,6 +55,11 @@ struct SmSharing {
 
   // Time of work that takes `full_gpu_s` on the whole GPU, on `fraction` of its SMs.
   double ScaledTime_s(double full_gpu_s, double fraction) const;
+  // One phase of one layer (forward, backward-data or backward-weight):
+  // scaled, and never under a third of the launch floor; 0 stays 0 (a phase
+  // the layer does not run). What the simulator and Mosaic's surfaces price.
+  double PhaseTime_s(double full_gpu_s, double fraction) const;
+  double PhaseFloor_s() const { return launch_floor_s_per_layer / 3; }
   // Relative slowdown (0: none) of a module co-located with others; `bandwidth`
   // holds B of every module on the GPU, the slowed one included. Alone: 0.
   double Slowdown(const std::vector<double>& bandwidth) const;

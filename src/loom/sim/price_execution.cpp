@@ -105,13 +105,10 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     for (int li = r.begin; li < r.end; ++li, ++layer) {
       par.recompute = layer_recompute.empty() ? st.recompute : layer_recompute[layer];
       const LayerTimes lt = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
-      // Mosaic §3.3: on a share of the SMs (SmSharing::ScaledTime_s), never
-      // under the host's launch floor (a third per phase the layer runs).
-      const double floor_s = sharing.launch_floor_s_per_layer / 3;
-      auto phase = [&](double t) { return t > 0 ? std::max(floor_s, sharing.ScaledTime_s(t, st.sm_fraction)) : 0.0; };
-      sc.forward_s += phase(lt.forward_s);
-      sc.backward_data_s += phase(lt.backward_data_s);
-      sc.backward_weight_s += phase(lt.backward_weight_s);
+      // Mosaic §3.3: on a share of the SMs, never under the host's launch floor.
+      sc.forward_s += sharing.PhaseTime_s(lt.forward_s, st.sm_fraction);
+      sc.backward_data_s += sharing.PhaseTime_s(lt.backward_data_s, st.sm_fraction);
+      sc.backward_weight_s += sharing.PhaseTime_s(lt.backward_weight_s, st.sm_fraction);
       sc.activation_bytes += lt.activation_bytes;
       sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
       if (flops != nullptr) *flops += lt.flops;

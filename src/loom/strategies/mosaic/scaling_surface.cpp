@@ -26,21 +26,6 @@ SmPartitionRules PartitionRules(const Cluster& cluster) {
   return r;
 }
 
-double ModuleSurface::Latency_s(int dp, int sms) const {
-  const SurfacePoint* lo = nullptr;
-  const SurfacePoint* hi = nullptr;
-  for (const auto& p : points) {
-    if (p.dp != dp) continue;
-    if (p.sms <= sms && (lo == nullptr || p.sms > lo->sms)) lo = &p;
-    if (p.sms >= sms && (hi == nullptr || p.sms < hi->sms)) hi = &p;
-  }
-  if (lo == nullptr && hi == nullptr) throw Error("scaling surface: dp " + std::to_string(dp) + " is not on the grid");
-  if (lo == nullptr) return hi->latency_s * hi->sms / sms;  // below the grid: the 1 / SMs law's worst case
-  if (hi == nullptr || hi->sms == lo->sms) return lo->latency_s;
-  const double x = (1.0 / sms - 1.0 / hi->sms) / (1.0 / lo->sms - 1.0 / hi->sms);
-  return hi->latency_s + x * (lo->latency_s - hi->latency_s);
-}
-
 std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options) {
   if (!(options.granularity > 0 && options.granularity <= 1)) {
     throw Error("mosaic: SM-quota granularity must be in (0, 1], e.g. 0.1 for 10%");
@@ -52,7 +37,6 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
   const auto tokens = CountModuleTokens(model, ctx.representative.samples);
   const auto needs = ComputeBackwardNeeds(model);
   const int n = cluster.num_gpus();
-  const int max_dp = options.max_dp > 0 ? std::min(options.max_dp, n) : n;
   const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
   // Distinct SM quotas of the grid.
   std::set<int> quotas;
@@ -70,7 +54,7 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
     s.index = static_cast<int>(mi);
     double trainable = 0, frozen = 0;
     for (const auto& l : mod.layers) (mod.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
-    for (int d = 1; d <= max_dp && d <= batch; d *= 2) {
+    for (int d = 1; d <= n && d <= batch; d *= 2) {
       // One replica's share: B / d samples (the representative batch's
       // sequences split evenly), whole sequences each.
       const TokenStats share = ShareOfSequences(tokens[mi], d);
@@ -93,12 +77,10 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
       for (int sms : quotas) {
         const double fraction = static_cast<double>(sms) / rules.sm_count;
         double compute_s = 0, floor_total = 0;
-        const double floor_s = sharing.launch_floor_s_per_layer / 3;
         for (const auto& ph : layer_phases) {
           for (double t : ph) {
-            if (t <= 0) continue;
-            compute_s += std::max(floor_s, sharing.ScaledTime_s(t, fraction));
-            floor_total += floor_s;
+            compute_s += sharing.PhaseTime_s(t, fraction);
+            if (t > 0) floor_total += sharing.PhaseFloor_s();
           }
         }
         SurfacePoint p;

@@ -35,15 +35,13 @@ struct SurfacePoint {
 struct ModuleSurface {
   std::string module;
   int index = 0;                      // in Model::modules
-  std::vector<SurfacePoint> points;   // by dp, then sms, increasing
-  // Interpolated latency between grid quotas (linear in 1 / SMs, the scaling
-  // law's variable), at a grid dp. REQUIRES: dp on the grid.
-  double Latency_s(int dp, int sms) const;
+  // By dp, then sms, increasing. The solver chooses among these grid points
+  // only (its quotas are the grid's), so nothing interpolates between them.
+  std::vector<SurfacePoint> points;
 };
 
 struct SurfaceOptions {
   double granularity = 0.1;   // SM-quota step (Mosaic's default 10%)
-  int max_dp = 0;             // 0: every GPU of the cluster
   // Activation recomputation of every module (the paper is silent; Loom
   // raises it only when a module fits no GPU without).
   Recompute recompute = Recompute::kNone;
