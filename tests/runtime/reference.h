@@ -41,6 +41,8 @@ const std::string kVlm = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml";
 const std::string kVlmFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm-frozen.yaml";
 const std::string kVlm2 = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm2.yaml";
 const std::string kLaion = std::string(LOOM_TEST_DATA) + "/runtime/tiny-laion.yaml";
+const std::string kOmni = std::string(LOOM_TEST_DATA) + "/runtime/tiny-omni.yaml";
+const std::string kOmniData = std::string(LOOM_TEST_DATA) + "/runtime/tiny-omni-data.yaml";
 
 // A model with its workload: 32-token text samples, or (a workload file)
 // image-caption samples of several documents and images each.

@@ -85,6 +85,20 @@ TEST(Runtime, MultimodalPipelinesEqualSingleProcessTraining) {
                                                      Case{"vlm2-interleaved", ScheduleKind::kInterleaved, 2, 2, 1}});
 }
 
+// Every input the runtime embeds (tiny-omni: 2x2-merged image tokens, audio
+// spectrogram patches, a 1-d conv stem and a second conv, video latent
+// frames, samples missing some of them): stage boundaries inside and between
+// the encoders, the split backward, TP, DP, and context parallelism (the
+// second conv gathers its sequences whole).
+TEST(Runtime, EveryInputKindEqualsSingleProcessTraining) {
+  ExpectRunsLikeTheReference(
+      TinyRun(kOmni, kOmniData),
+      {Case{"omni-1f1b-pp2", ScheduleKind::kOneFOneB, 1, 2, 1}, Case{"omni-gpipe-pp4", ScheduleKind::kGpipe, 1, 4, 1},
+       Case{"omni-zb-h1-dp2", ScheduleKind::kZbH1, 1, 2, 2},
+       Case{"omni-tp2-full", ScheduleKind::kOneFOneB, 1, 1, 1, Recompute::kFull, 2},
+       Case{"omni-cp2", ScheduleKind::kOneFOneB, 1, 1, 1, Recompute::kNone, 1, 1, 2}});
+}
+
 TEST(Runtime, AKilledRankFailsTheRunNamingItWithinTheTimeout) {
   const TinyRun s;
   const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-kill.json", 1, 2);

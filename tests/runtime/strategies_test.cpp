@@ -73,6 +73,15 @@ TEST(RuntimeStrategies, EveryStrategysPlanOnTwoGpusEqualsSingleProcessTraining) 
   EXPECT_TRUE(shapes.count("sm_quotas"));
 }
 
+// Audio, video and merged image tokens (tiny-omni), some samples without
+// them: Mosaic co-locates encoders, MMScale disaggregates them.
+TEST(RuntimeStrategies, EveryStrategysPlanForEveryInputKindEqualsSingleProcessTraining) {
+  const TinyRun s(kOmni, kOmniData);
+  const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x2");
+  EXPECT_TRUE(shapes.count("sm_quotas"));
+  EXPECT_TRUE(shapes.count("brokers") || shapes.count("phases"));
+}
+
 TEST(RuntimeStrategies, EveryStrategysPlanOnThreeGpusEqualsSingleProcessTraining) {
   const TinyRun s(kVlm2, kLaion);
   const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x3");

@@ -15,6 +15,7 @@ namespace {
 
 const std::string kVlm = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml";
 const std::string kVlm2 = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm2.yaml";
+const std::string kOmni = std::string(LOOM_TEST_DATA) + "/runtime/tiny-omni.yaml";
 
 // One sample: document 0 has 5 text tokens and two 32 px images, document 1
 // has 3 text tokens and one image; a second sample is one 4-token document.
@@ -137,9 +138,108 @@ TEST(RuntimeModel, SplitBackwardAndRecomputationGiveAutogradsGradients) {
 
 TEST(RuntimeModel, InputsItCannotPackAreErrors) {
   Model m = LoadModel(kVlm);
-  m.modules[0].tokens.merge = 2;
+  m.modules[0].tokens.merge = 2;  // merging 2x2 patches of images that carry a CLS token
+  EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), std::vector<int>{0}), Error);
+  m.modules[0].tokens.merge = 1;
+  m.modules[0].tokens.out_tokens_per_image = 4;  // pooling
   EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), std::vector<int>{0}), Error);
   EXPECT_THROW(runtime::PackMicrobatch(LoadModel(kVlm), HandBatch(), std::vector<int>{}), Error);
+}
+
+// Sample 0 of tiny-omni: one document of 20 text tokens, a 32 px image and
+// 2 s of audio; sample 1: 12 text tokens, a 4-frame 32 px video and 2.5 s of
+// audio; sample 2: 5 text tokens only.
+Batch OmniBatch() {
+  Batch b;
+  Sample s0, s1, s2;
+  s0.AddDoc(20);
+  s0.images = {{32, 32, 0}};
+  s0.audios = {{2.0, 0}};
+  s1.AddDoc(12);
+  s1.videos = {{4, 32, 32, 0}};
+  s1.audios = {{2.5, 0}};
+  s2.AddDoc(5);
+  b.samples = {s0, s1, s2};
+  return b;
+}
+
+TEST(RuntimePacking, AudioVideoAndMergedImagesFollowTheTokenRulesByHand) {
+  const Model m = LoadModel(kOmni);  // vision, merger, audio, speech, video, llm
+  const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, OmniBatch(), std::vector<int>{0, 1, 2});
+  EXPECT_EQ(p.Lengths(0), (std::vector<int64_t>{16}));    // (32 / 8)^2 patches
+  EXPECT_EQ(p.Lengths(1), (std::vector<int64_t>{4}));     // merged 2 x 2
+  EXPECT_EQ(p.modules[1][0].parts[0].group, 4);
+  EXPECT_EQ(p.Lengths(2), (std::vector<int64_t>{8, 10}));  // 4 tokens/s: 2 s, 2.5 s
+  EXPECT_EQ(p.Lengths(3), (std::vector<int64_t>{6, 8}));   // 3 tokens/s: 6, ceil(7.5)
+  EXPECT_EQ(p.modules[3][1].clip, 0);
+  EXPECT_EQ(p.modules[3][1].sample, 1);
+  EXPECT_EQ(p.Lengths(4), (std::vector<int64_t>{8}));  // ceil(4 frames / 2) x (32 / 16)^2
+  // The LLM: per document, merger, audio, speech and video tokens, then text.
+  EXPECT_EQ(p.Lengths(5), (std::vector<int64_t>{4 + 8 + 6 + 20, 10 + 8 + 8 + 12, 5}));
+  const auto& doc = p.modules[5][1];
+  ASSERT_EQ(doc.parts.size(), 4u);
+  EXPECT_EQ(doc.parts[0].source, 2);
+  EXPECT_EQ(doc.parts[0].offset, 8);  // the second clip in the audio module's output
+  EXPECT_EQ(doc.parts[2].source, 4);
+  // A PipeWeaver image piece reaches the image modules only.
+  const runtime::MicrobatchPacking piece = runtime::PackMicrobatch(m, OmniBatch(), std::vector<SamplePiece>{{0, 0}});
+  EXPECT_EQ(piece.Tokens(0), 16);
+  EXPECT_EQ(piece.Tokens(2) + piece.Tokens(3) + piece.Tokens(4) + piece.Tokens(5), 0);
+}
+
+// The speech module's conv stem against torch's own conv1d: 2 x 6 frames of
+// 8 features (the runtime's synthetic data, torch_model.h), kernel 3, padding
+// 1 each side, stride 2, then GELU: 6 tokens of 32.
+TEST(RuntimeModel, ConvStemIsTorchsConv1d) {
+  const Model m = LoadModel(kOmni);
+  runtime::LayerStack stack(m, std::vector<LayerRange>{{"speech", 0, 1}}, 3);
+  const Batch batch = OmniBatch();
+  const runtime::MicrobatchPacking packing = runtime::PackMicrobatch(m, batch, std::vector<int>{0});
+  const runtime::MicrobatchInput mb{&packing, 2, 3};
+  const torch::Tensor got = stack->forward({}, mb).at(3);
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{1, 6, 32}));
+  torch::Tensor weight, bias;
+  for (const auto& item : stack->named_parameters()) {
+    if (item.key().find("weight") != std::string::npos) weight = item.value();
+    if (item.key().find("bias") != std::string::npos) bias = item.value();
+  }
+  const double phase = 1.3 * (13 * (2 * 3 + 0) + 7 * 0);  // iteration 2, batch of 3, sample 0, clip 0
+  const torch::Tensor frames = torch::sin(torch::arange(12 * 8, torch::kFloat) * 0.37 + phase).view({12, 8});
+  namespace F = torch::nn::functional;
+  const torch::Tensor want =
+      torch::gelu(F::conv1d(frames.t().unsqueeze(0), weight.view({32, 8, 3}),
+                            F::Conv1dFuncOptions().bias(bias).stride(2).padding(1)))
+          .transpose(1, 2);
+  EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6));
+}
+
+// Layers the runtime does not build, or widths that do not meet, are errors naming them.
+TEST(RuntimeModel, LayersItCannotBuildAreErrorsNamingThem) {
+  auto message = [](const Model& m) {
+    std::vector<LayerRange> all;
+    for (const auto& mod : m.modules) all.push_back({mod.name, 0, static_cast<int>(mod.layers.size())});
+    try {
+      runtime::CheckRunnable(m, all);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(LoadModel(kOmni)), "no error");
+  EXPECT_NE(message(LoadModel("sd-2.1")).find("only 1-d convolutions"), std::string::npos) << message(LoadModel("sd-2.1"));
+  // Qwen3-VL's four DeepStack mergers feed different LLM layers; in a row they do not chain.
+  EXPECT_NE(message(LoadModel("qwen3-vl-8b")).find("merger layer 1 (mlp_projector): reads width 4608 but layer 0 "
+                                                 "hands on width 4096"),
+            std::string::npos)
+      << message(LoadModel("qwen3-vl-8b"));
+  Model m = LoadModel(kOmni);
+  m.modules[1].layers[0].in_dim = 16;  // the merger must read 2 x 2 merged rows of 16
+  EXPECT_NE(message(m).find("reads width 16 but input module vision hands on width 64 (4 merged tokens)"),
+            std::string::npos)
+      << message(m);
+  m = LoadModel(kOmni);
+  m.modules[3].layers[1].stride = 2;  // a second conv may not shorten the sequence
+  EXPECT_NE(message(m).find("stride 1, got 2"), std::string::npos) << message(m);
 }
 
 }  // namespace

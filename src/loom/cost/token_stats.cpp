@@ -63,6 +63,14 @@ int64_t ImageTokens(const TokenRule& r, int64_t w, int64_t h) {
   return GridSide(w, r) * GridSide(h, r) + r.extra_tokens;
 }
 
+int64_t VideoTokens(const TokenRule& r, int64_t frames, int64_t width_px, int64_t height_px) {
+  return CeilDiv(frames, r.frames_per_token) * ImageTokens(r, width_px, height_px);
+}
+
+int64_t AudioTokens(const TokenRule& r, double seconds) {
+  return static_cast<int64_t>(std::ceil(seconds * r.tokens_per_s));
+}
+
 std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
   const int docs = std::max(1, sample.num_docs());
   std::vector<Flow> flows(model.modules.size());
@@ -103,14 +111,14 @@ std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& samp
         break;
       case TokenSource::kVideo:
         for (const auto& v : sample.videos) {
-          double latent_frames = static_cast<double>(CeilDiv(v.frames, r.frames_per_token));
-          add_seq(latent_frames * static_cast<double>(ImageTokens(r, v.width_px, v.height_px)), v.doc,
+          const double latent_frames = static_cast<double>(CeilDiv(v.frames, r.frames_per_token));
+          add_seq(static_cast<double>(VideoTokens(r, v.frames, v.width_px, v.height_px)), v.doc,
                   latent_frames * static_cast<double>(ImageOutTokens(r, v.width_px, v.height_px)));
         }
         break;
       case TokenSource::kAudio:
         for (const auto& a : sample.audios) {
-          double t = std::ceil(a.seconds * r.tokens_per_s);
+          const double t = static_cast<double>(AudioTokens(r, a.seconds));
           add_seq(t, a.doc, t);
         }
         break;

@@ -34,6 +34,11 @@ struct TokenStats {
 // Tokens one image of w x h pixels becomes in a module with rule `r`, before
 // the module's spatial merge (what the module's own layers process).
 int64_t ImageTokens(const TokenRule& r, int64_t width_px, int64_t height_px);
+// Tokens of one video clip: ImageTokens per latent frame (frames_per_token
+// frames each, the last one padded).
+int64_t VideoTokens(const TokenRule& r, int64_t frames, int64_t width_px, int64_t height_px);
+// Tokens of an audio clip of `seconds`: the module's frame rate, rounded up.
+int64_t AudioTokens(const TokenRule& r, double seconds);
 
 // Per module of `model` (same indices), the token statistics of one sample,
 // following each module's TokenRule through the DAG in topological order.

@@ -41,19 +41,29 @@ void CheckPackable(const Module& m) {
     throw Error(fmt::format("runtime: module {}: {} is not run yet", m.name, what));
   };
   switch (r.source) {
-    case TokenSource::kVideo: fail("video input"); break;
-    case TokenSource::kAudio: fail("audio input"); break;
     case TokenSource::kImage:
-      if (r.merge != 1 || r.tokens_per_image > 0 || r.out_tokens_per_image > 0) {
-        fail("an image rule with merged, fixed or pooled tokens (merge, tokens_per_image, out_tokens_per_image)");
+    case TokenSource::kVideo:
+      if (r.tokens_per_image > 0 || r.out_tokens_per_image > 0) {
+        fail("an image rule with fixed or pooled tokens (tokens_per_image, out_tokens_per_image)");
+      }
+      if (r.merge > 1 && r.extra_tokens > 0) {
+        fail(fmt::format("a merge by {} of images with {} extra tokens", r.merge, r.extra_tokens));
       }
       break;
     case TokenSource::kInputs:
     case TokenSource::kTextAndInputs:
       if (r.downsample != 1) fail(fmt::format("token downsampling by {}", r.downsample));
       break;
+    case TokenSource::kAudio:
     case TokenSource::kText: break;
   }
+}
+
+// Rows of a source module that become one token of its consumers (Part::group).
+int64_t MergeGroup(const Module& source) {
+  const TokenRule& r = source.tokens;
+  const bool spatial = r.source == TokenSource::kImage || r.source == TokenSource::kVideo;
+  return spatial ? r.merge * r.merge : 1;
 }
 
 }  // namespace
@@ -76,10 +86,11 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
     auto inputs_of = [&](const SamplePiece& piece, int doc, bool whole_sample) {
       std::vector<Part> parts;
       for (int p : m.inputs) {
+        const int64_t group = MergeGroup(model.modules[p]);
         int64_t offset = 0;
         for (const auto& s : out.modules[p]) {
           if (s.sample == piece.sample && (piece.item < 0 || s.image == piece.item) && (whole_sample || s.doc == doc)) {
-            parts.push_back({p, offset, s.tokens});
+            parts.push_back({p, offset, s.tokens / group, group});
           }
           offset += s.tokens;
         }
@@ -109,17 +120,31 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
             seqs.push_back({x, im.doc, static_cast<int>(i), t, {{-1, 0, t}}});
           }
           break;
+        case TokenSource::kVideo:
+          if (piece.item >= 0) break;  // image items only
+          for (size_t i = 0; i < sample.videos.size(); ++i) {
+            const auto& v = sample.videos[i];
+            const int64_t t = VideoTokens(m.tokens, v.frames, v.width_px, v.height_px);
+            seqs.push_back({x, v.doc, -1, t, {{-1, 0, t}}, static_cast<int>(i)});
+          }
+          break;
+        case TokenSource::kAudio:
+          if (piece.item >= 0) break;
+          for (size_t i = 0; i < sample.audios.size(); ++i) {
+            const auto& a = sample.audios[i];
+            const int64_t t = AudioTokens(m.tokens, a.seconds);
+            if (t > 0) seqs.push_back({x, a.doc, -1, t, {{-1, 0, t}}, static_cast<int>(i)});
+          }
+          break;
         case TokenSource::kInputs:
           for (const Part& part : inputs_of(piece, 0, true)) {
-            int64_t offset = 0, image = -1, doc = 0;
-            for (const auto& s : out.modules[part.source]) {  // the input sequence this part is
-              if (offset == part.offset) {
-                image = s.image;
-                doc = s.doc;
-              }
+            const PackedSequence* from = nullptr;  // the input sequence this part is
+            int64_t offset = 0;
+            for (const auto& s : out.modules[part.source]) {
+              if (offset == part.offset) from = &s;
               offset += s.tokens;
             }
-            seqs.push_back({x, static_cast<int>(doc), static_cast<int>(image), part.tokens, {part}});
+            seqs.push_back({x, from->doc, from->image, part.tokens, {part}, from->clip});
           }
           break;
         case TokenSource::kTextAndInputs:
@@ -132,7 +157,6 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
             if (s.tokens > 0) seqs.push_back(std::move(s));
           }
           break;
-        default: break;  // CheckPackable threw
       }
     }
   }
@@ -143,6 +167,7 @@ int64_t OutputWidth(const Model& model, int module, int layer) {
   const Layer& l = model.modules[module].layers[layer];
   switch (l.kind) {
     case LayerKind::kMlpProjector: return l.out_dim;
+    case LayerKind::kConv: return l.out_channels;
     case LayerKind::kLmHead: return l.vocab;
     default: return l.hidden;
   }

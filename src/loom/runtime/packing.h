@@ -7,6 +7,8 @@
 //   text            per sample, per document: its text tokens
 //   image           per sample, per image: the image's patch tokens (extra
 //                   tokens such as CLS first)
+//   video, audio    per sample, per clip: the clip's tokens (VideoTokens,
+//                   AudioTokens in cost/token_stats.h)
 //   inputs          per sample, per input module in order: that module's
 //                   sequences of the sample (a projector: same lengths)
 //   text+inputs     per sample, per document: the input modules' sequences of
@@ -27,11 +29,16 @@
 namespace loom::runtime {
 
 // A contiguous run of a sequence's tokens: from input module `source`'s packed
-// output at `offset`, or the module's own data (source -1: text ids or pixels).
+// output at `offset`, or the module's own data (source -1: text ids, pixels,
+// frames or audio features). A source with a spatial merge (TokenRule::merge
+// m > 1, Qwen2-VL's patch merger) hands on each `group` = m^2 consecutive rows
+// as one token of `group` times its width: the part reads tokens x group rows
+// from `offset` (the encoder's patch order puts each m x m block together).
 struct Part {
   int source = -1;
   int64_t offset = 0;
   int64_t tokens = 0;
+  int64_t group = 1;
 };
 
 struct PackedSequence {
@@ -40,6 +47,7 @@ struct PackedSequence {
   int image = -1;  // the sample's image (image sequences), else -1
   int64_t tokens = 0;
   std::vector<Part> parts;  // in order; their tokens sum to `tokens`
+  int clip = -1;            // the sample's video or audio clip (video and audio sequences), else -1
 };
 
 struct MicrobatchPacking {
@@ -50,7 +58,8 @@ struct MicrobatchPacking {
 };
 
 // Throws loom::Error if a module's token rule is one the runtime cannot pack
-// (video, audio, merged or pooled image tokens, projector downsampling).
+// (fixed-count or pooled image tokens, a merge of images with extra tokens,
+// projector downsampling).
 MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<int>& samples);
 // The same for sample pieces (plan/execution_plan.h): a whole sample, or one
 // image of it (PipeWeaver's encoder sub-microbatches), which only the modules
@@ -63,7 +72,7 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
 // into microbatches or replicas.
 int64_t BatchTextTokens(const Batch& batch);
 
-// Width of what layer `layer` of `module` hands on (hidden, out_dim or vocab).
+// Width of what layer `layer` of `module` hands on (hidden, out_channels, out_dim or vocab).
 int64_t OutputWidth(const Model& model, int module, int layer);
 
 // The tensors that cross a stage boundary: after the producer's last layer

@@ -293,60 +293,118 @@ torch::Tensor TextIds(int x, int d, int64_t begin, int64_t n, const MicrobatchIn
       .remainder(vocab);
 }
 
-// The first layer of a module: its own data (text ids or pixels) embedded and
-// spliced with its input modules' tokens in packing order, plus learned positions.
+// A 1-d convolution over each packed sequence (Whisper's and OFASys' audio
+// stems): zero padding of kernel - 1 rows split around the sequence, stride s
+// (a sequence of r rows gives ceil(r / s)), GELU, then learned positions.
+// Written as a linear map of each window (unfold, then Dense) so that its
+// weight gradient can wait for the W pass like every other matmul.
+struct ConvImpl : torch::nn::Module {
+  ConvImpl(const Layer& l, WeightGradDeferral* deferral) : kernel(l.kernel), stride(l.stride) {
+    proj = register_module("proj", Dense(l.in_channels * l.kernel, l.out_channels, true, deferral));
+    if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.out_channels}) * 0.02);
+  }
+  // x [rows, in_channels], one sequence -> [ceil(rows / stride), out_channels].
+  torch::Tensor Sequence(const torch::Tensor& x) {
+    const int64_t left = (kernel - 1) / 2;
+    torch::Tensor windows = torch::constant_pad_nd(x, {0, 0, left, kernel - 1 - left}).unfold(0, kernel, stride);
+    torch::Tensor y = torch::gelu(proj->forward(windows.reshape({windows.size(0), -1})));
+    return positions.defined() ? AddPositions(y, positions) : y;
+  }
+  // x [1, T, in_channels] packed (stride 1 inside a module: lengths are kept).
+  torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& lengths) {
+    std::vector<torch::Tensor> seqs;
+    int64_t off = 0;
+    for (int64_t len : lengths) {
+      seqs.push_back(Sequence(x[0].slice(0, off, off + len)));
+      off += len;
+    }
+    return torch::cat(seqs, 0).unsqueeze(0);
+  }
+  static torch::Tensor AddPositions(const torch::Tensor& seq, const torch::Tensor& table) {
+    if (seq.size(0) > table.size(0)) {
+      throw Error(fmt::format("runtime: a sequence of {} tokens exceeds the {} learned positions", seq.size(0),
+                              table.size(0)));
+    }
+    return seq + table.slice(0, 0, seq.size(0));
+  }
+  int64_t kernel, stride;
+  Dense proj{nullptr};
+  torch::Tensor positions;
+};
+TORCH_MODULE(Conv);
+
+// The rows of input module p.source that part `p` reads: [tokens, group x width]
+// (a spatial merge hands on each group of rows as one token).
+torch::Tensor InputRows(const ModuleTensors& in, const Part& p) {
+  torch::Tensor rows = in.at(p.source)[0].slice(0, p.offset, p.offset + p.tokens * p.group);
+  return p.group == 1 ? rows : rows.reshape({p.tokens, -1});
+}
+
+// The first layer of a module: its own data embedded and spliced with its
+// input modules' tokens in packing order, plus learned positions. Its data:
+//   text      token ids through the embedding table
+//   patches   a patch embedding: each token's patch of in_channels x patch^2
+//             x temporal_patch values (an image, a video's latent frames, an
+//             audio spectrogram), a linear map (the conv with stride = kernel)
+//   features  a conv stem: stride x tokens frames of in_channels features per
+//             audio clip through ConvImpl
 struct EmbedImpl : torch::nn::Module {
+  enum class Data { kText, kPatches, kFeatures };
   EmbedImpl(const loom::Module& m, int module, const Layer& l, WeightGradDeferral* deferral)
-      : module(module), vocab(l.vocab), image(l.kind == LayerKind::kPatchEmbed) {
-    if (image) {
-      patch_values = l.in_channels * l.kernel * l.kernel;
-      proj = register_module("proj", Dense(patch_values, l.hidden, true, deferral));
+      : module(module), vocab(l.vocab) {
+    if (l.kind == LayerKind::kPatchEmbed) {
+      data = Data::kPatches;
+      values = l.in_channels * l.kernel * l.kernel * l.temporal_patch;
+      proj = register_module("proj", Dense(values, l.hidden, true, deferral));
       if (m.tokens.extra_tokens > 0) {
         extra = register_parameter("extra", torch::randn({m.tokens.extra_tokens, l.hidden}) * 0.02);
       }
+    } else if (l.kind == LayerKind::kConv) {
+      data = Data::kFeatures;
+      values = l.in_channels;
+      stride = l.stride;
+      conv = register_module("conv", Conv(l, deferral));
+      return;  // the conv adds its own positions
     } else {
       table = register_parameter("table", torch::randn({l.vocab, l.hidden}));
     }
     if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.hidden}) * 0.02);
   }
-  // Sample x's image i: deterministic synthetic patch values in [-1, 1].
-  torch::Tensor Pixels(int x, int i, int64_t patches, const MicrobatchInput& mb) const {
-    const double phase = 1.3 * static_cast<double>(13 * (mb.iteration * mb.batch_samples + x) + 7 * i);
-    return torch::sin(torch::arange(patches * patch_values, torch::TensorOptions(torch::kFloat).device(mb.device)) * 0.37 +
+  // Sample x's image or clip `item`: `rows` x `values` deterministic synthetic values in [-1, 1].
+  torch::Tensor Synthetic(int x, int item, int64_t rows, const MicrobatchInput& mb) const {
+    const double phase = 1.3 * static_cast<double>(13 * (mb.iteration * mb.batch_samples + x) + 7 * item);
+    return torch::sin(torch::arange(rows * values, torch::TensorOptions(torch::kFloat).device(mb.device)) * 0.37 +
                       phase)
-        .view({patches, patch_values});
+        .view({rows, values});
   }
   torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
     std::vector<torch::Tensor> seqs;
     for (const auto& s : mb.packing->modules[module]) {
       std::vector<torch::Tensor> parts;
+      const int item = s.image >= 0 ? s.image : s.clip;
       for (const Part& p : s.parts) {
         if (p.source >= 0) {
-          parts.push_back(in.at(p.source)[0].slice(0, p.offset, p.offset + p.tokens));
-        } else if (image) {
+          parts.push_back(InputRows(in, p));
+        } else if (data == Data::kPatches) {
           const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
           if (n_extra > 0) parts.push_back(extra);
-          parts.push_back(proj->forward(Pixels(s.sample, s.image, p.tokens - n_extra, mb)));
+          parts.push_back(proj->forward(Synthetic(s.sample, item, p.tokens - n_extra, mb)));
+        } else if (data == Data::kFeatures) {
+          parts.push_back(conv->Sequence(Synthetic(s.sample, item, p.tokens * stride, mb)));
         } else {
           parts.push_back(torch::embedding(table, TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 0)));
         }
       }
       torch::Tensor seq = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
-      if (positions.defined()) {
-        if (s.tokens > positions.size(0)) {
-          throw Error(fmt::format("runtime: a sequence of {} tokens exceeds the {} learned positions", s.tokens,
-                                  positions.size(0)));
-        }
-        seq = seq + positions.slice(0, 0, s.tokens);
-      }
-      seqs.push_back(seq);
+      seqs.push_back(positions.defined() ? ConvImpl::AddPositions(seq, positions) : seq);
     }
     return torch::cat(seqs, 0).unsqueeze(0);
   }
   int module;
-  int64_t vocab, patch_values = 0;
-  bool image;
+  int64_t vocab, values = 0, stride = 1;
+  Data data = Data::kText;
   Dense proj{nullptr};
+  Conv conv{nullptr};
   torch::Tensor table, extra, positions;
 };
 TORCH_MODULE(Embed);
@@ -355,7 +413,7 @@ TORCH_MODULE(Embed);
 torch::Tensor Splice(const ModuleTensors& in, const MicrobatchInput& mb, int module) {
   std::vector<torch::Tensor> parts;
   for (const auto& s : mb.packing->modules[module]) {
-    for (const Part& p : s.parts) parts.push_back(in.at(p.source)[0].slice(0, p.offset, p.offset + p.tokens));
+    for (const Part& p : s.parts) parts.push_back(InputRows(in, p));
   }
   return torch::cat(parts, 0).unsqueeze(0);
 }
@@ -388,7 +446,7 @@ struct HeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(Head);
 
-enum Kind { kEmbed, kBlock, kProjector, kHead };
+enum Kind { kEmbed, kBlock, kProjector, kHead, kConvLayer };
 
 }  // namespace
 
@@ -406,9 +464,26 @@ void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending) {
   pending.clear();
 }
 
+namespace {
+
+// Width a layer reads, for a layer that reads the previous one's output (0: it reads its own data).
+int64_t InputWidth(const Layer& l, bool first) {
+  switch (l.kind) {
+    case LayerKind::kMlpProjector: return l.in_dim;
+    case LayerKind::kConv: return first ? 0 : l.in_channels;
+    case LayerKind::kEmbedding: return l.hidden;  // the width of the tokens spliced in front of the text
+    case LayerKind::kPatchEmbed: return 0;
+    default: return l.hidden;
+  }
+}
+
+}  // namespace
+
 void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
   for (const auto& r : layers) {
-    const loom::Module& m = model.modules[model.FindModule(r.module)];
+    const int mi = model.FindModule(r.module);
+    const loom::Module& m = model.modules[mi];
+    const bool own_data = m.tokens.source != TokenSource::kInputs && m.tokens.source != TokenSource::kTextAndInputs;
     for (int li = r.begin; li < r.end; ++li) {
       const Layer& l = m.layers[li];
       const std::string where = fmt::format("{} layer {} ({})", r.module, li, LayerKindName(l.kind));
@@ -418,11 +493,30 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
       switch (l.kind) {
         case LayerKind::kEmbedding:
           first_only();
+          if (m.tokens.source != TokenSource::kText && m.tokens.source != TokenSource::kTextAndInputs) {
+            throw Error(fmt::format("runtime: {}: a token embedding reads text (token source text or text+inputs)",
+                                    where));
+          }
           break;
         case LayerKind::kPatchEmbed:
           first_only();
-          if (m.tokens.source != TokenSource::kImage || l.dims != 2 || l.temporal_patch != 1) {
-            throw Error(fmt::format("runtime: {}: patch embedding of images only (2-d patches)", where));
+          if (m.tokens.source != TokenSource::kImage && m.tokens.source != TokenSource::kVideo &&
+              m.tokens.source != TokenSource::kAudio) {
+            throw Error(fmt::format("runtime: {}: a patch embedding reads images, video or audio", where));
+          }
+          break;
+        case LayerKind::kConv:
+          if (l.dims != 1) {
+            throw Error(fmt::format("runtime: {}: only 1-d convolutions (audio stems) are built, not dims {}", where,
+                                    l.dims));
+          }
+          if (li == 0 && m.tokens.source != TokenSource::kAudio) {
+            throw Error(fmt::format("runtime: {}: a conv stem reads audio features (token source audio)", where));
+          }
+          if (li > 0 && l.stride != 1) {
+            throw Error(fmt::format("runtime: {}: a conv after the first layer must keep the tokens (stride 1, "
+                                    "got {})",
+                                    where, l.stride));
           }
           break;
         case LayerKind::kTransformer:
@@ -439,8 +533,29 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
           break;
         default:
           throw Error(fmt::format("runtime: {}: the runtime cannot build this layer kind yet; it builds "
-                                  "patch_embed, embedding, transformer, mlp_projector and lm_head",
+                                  "patch_embed, 1-d conv, embedding, transformer, mlp_projector and lm_head",
                                   where));
+      }
+      // What flows in must have the width the layer reads.
+      if (li > 0) {
+        const int64_t in = InputWidth(l, false), have = OutputWidth(model, mi, li - 1);
+        if (in != have) {
+          throw Error(fmt::format("runtime: {}: reads width {} but layer {} hands on width {}", where, in, li - 1,
+                                  have));
+        }
+      } else if (!own_data) {
+        for (int p : m.inputs) {
+          const loom::Module& src = model.modules[p];
+          const int64_t merge = src.tokens.source == TokenSource::kImage || src.tokens.source == TokenSource::kVideo
+                                    ? src.tokens.merge * src.tokens.merge
+                                    : 1;
+          const int64_t have = merge * OutputWidth(model, p, static_cast<int>(src.layers.size()) - 1);
+          if (InputWidth(l, true) != have) {
+            throw Error(fmt::format("runtime: {}: reads width {} but input module {} hands on width {}{}", where,
+                                    InputWidth(l, true), src.name, have,
+                                    merge > 1 ? fmt::format(" ({} merged tokens)", merge) : ""));
+          }
+        }
       }
     }
   }
@@ -483,6 +598,15 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
         case LayerKind::kMlpProjector:
           layer = register_module(name, Projector(l, deferral_.get()));
           kind = kProjector;
+          break;
+        case LayerKind::kConv:
+          if (li == 0) {  // a conv stem reads the module's audio
+            layer = register_module(name, Embed(m, mi, l, deferral_.get()));
+            kind = kEmbed;
+          } else {
+            layer = register_module(name, Conv(l, deferral_.get()));
+            kind = kConvLayer;
+          }
           break;
         default:
           if (l.heads % tp.size != 0 || (l.kv_heads > 0 ? l.kv_heads : l.heads) % tp.size != 0 ||
@@ -532,6 +656,14 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
   size_t i = 0;
   for (const auto& r : ranges_) {
     const int mi = model_->FindModule(r.module);
+    if (mb.packing->Tokens(mi) == 0) {
+      // Nothing of this module in the microbatch (samples without audio, say):
+      // its layers do not run and it hands on no rows; its parameters get no
+      // gradient from this microbatch, as in the reference.
+      i += r.end - r.begin;
+      live[mi] = torch::zeros({1, 0, OutputWidth(*model_, mi, r.end - 1)}, torch::TensorOptions().device(mb.device));
+      continue;
+    }
     torch::Tensor x;
     if (r.begin != 0) {
       x = cut(live.at(mi), mi);  // arrives whole from the previous stage
@@ -544,6 +676,13 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
         case kEmbed: x = cut(std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb), mi); break;
         case kHead: x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x); break;
         case kProjector: x = std::static_pointer_cast<ProjectorImpl>(layers_[i])->forward(x); break;
+        case kConvLayer: {  // a conv reads whole sequences: gathered from context parallel ranks first
+          const bool was_cut = sliced.count(mi) > 0;
+          if (was_cut) x = GatherContext(x, layout_of(mi), cp_.get());
+          x = std::static_pointer_cast<ConvImpl>(layers_[i])->forward(x, mb.packing->Lengths(mi));
+          if (was_cut) x = x.index_select(1, layout_of(mi)->mine);
+          break;
+        }
         default:
           x = std::static_pointer_cast<BlockImpl>(layers_[i])
                   ->forward(x, layout_of(mi), recompute.empty() ? Recompute::kNone : recompute.at(i));

@@ -3,9 +3,16 @@
 // this header: it pulls in torch/torch.h, which is slow to compile.
 //
 // Layers (what the runtime can build; others are a loom::Error naming them):
-//   patch_embed   an image's patches (in_channels x patch^2 values each) ->
-//                 linear to hidden, the module's extra tokens (CLS) first,
-//                 plus learned positions
+//   patch_embed   an image's, a video's latent frames' or an audio
+//                 spectrogram's patches (in_channels x patch^2 x temporal_patch
+//                 values each) -> linear to hidden, the module's extra tokens
+//                 (CLS) first, plus learned positions
+//   conv (1-d)    first layer: an audio clip's stride x tokens frames of
+//                 in_channels features; later: the sequence (stride 1); zero
+//                 padding of kernel - 1 split around each sequence, GELU,
+//                 learned positions
+// Synthetic data: row r, value c of sample x's image or clip i at iteration t
+// (global batch B) is sin(0.37 (r values + c) + 1.3 (13 (t B + x) + 7 i)).
 //   embedding     token ids -> hidden (+ learned positions); in a text+inputs
 //                 module it also splices the input modules' tokens in front
 //                 of each document's text (runtime/packing.h)

@@ -127,14 +127,15 @@ struct Message {
   std::vector<torch::Tensor> leaves;
   const MicrobatchPacking* packing = nullptr;
   int users = 0, finished = 0;
-  // module -> (sample, doc, image) -> offset of that sequence in the leaf
-  std::map<int, std::map<std::tuple<int, int, int>, int64_t>> where;
-  const std::map<std::tuple<int, int, int>, int64_t>& Where(int module) {
+  // module -> (sample, doc, image, clip) -> offset of that sequence in the leaf
+  using Key = std::tuple<int, int, int, int>;
+  std::map<int, std::map<Key, int64_t>> where;
+  const std::map<Key, int64_t>& Where(int module) {
     auto [it, inserted] = where.try_emplace(module);
     if (inserted) {
       int64_t offset = 0;
       for (const auto& s : packing->modules[module]) {
-        it->second.emplace(std::make_tuple(s.sample, s.doc, s.image), offset);
+        it->second.emplace(Key{s.sample, s.doc, s.image, s.clip}, offset);
         offset += s.tokens;
       }
     }
@@ -165,7 +166,7 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
     run_msg = nullptr;
   };
   for (const auto& s : consumer.modules[module]) {
-    const auto key = std::make_tuple(s.sample, s.doc, s.image);
+    const Message::Key key{s.sample, s.doc, s.image, s.clip};
     Message* found = nullptr;
     int64_t offset = 0;
     for (const auto* list : {&own, &pool}) {
@@ -180,8 +181,8 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
     }
     if (found == nullptr) {
       throw Error(fmt::format("runtime: {}: no message carries module {}'s sequence of sample {} (document {}, "
-                              "image {})",
-                              where, module, s.sample, s.doc, s.image));
+                              "image {}, clip {})",
+                              where, module, s.sample, s.doc, s.image, s.clip));
     }
     used.insert(found);
     if (found == run_msg && offset == run_end) {
