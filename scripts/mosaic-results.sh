@@ -2,30 +2,32 @@
 # Mosaic's evaluation grid (docs/results/mosaic.md): its models with Table 2's
 # inputs (workload mosaic-fixed) on 8, 16 and 32 H100s of mosaic-testbed
 # shape, global batch 16 on one node and 32 beyond; iteration time of
-# megatron, distmm, spindle and mosaic and of Mosaic's ablations, simulated.
+# megatron (Loom's searched TP/PP/DP), megatron-dp (the paper's: DP only),
+# distmm, spindle and mosaic, simulated.
 #   scripts/mosaic-results.sh [build-dir]
 set -euo pipefail
 L=${1:-build}/loom
 models="clip-vit-l qwen3-vl-8b unified-io-2 imagebind ofasys examples/mosaic/ofasys-10.yaml"
-printf '%-14s %-9s %-10s %-10s %-10s %-10s %-8s %-8s %-8s\n' model gpus megatron distmm spindle mosaic vs-meg vs-dist vs-spin
+printf '%-14s %-14s %-9s %-11s %-9s %-9s %-9s %-7s %-7s %-7s %-7s\n' model gpus megatron megatron-dp distmm spindle mosaic vs-meg vs-mdp vs-dist vs-spin
 for m in $models; do
   for c in h100:1x8 h100:2x8 mosaic-testbed; do
     b=32; [ "$c" = h100:1x8 ] && b=16
     tmp=$(mktemp)
     "$L" plan --model "$m" --cluster "$c" --workload mosaic-fixed --global-batch $b \
-      --strategy megatron,distmm,spindle,mosaic --json "$tmp" >/dev/null 2>&1 || true
+      --strategy megatron,megatron-dp,distmm,spindle,mosaic --json "$tmp" >/dev/null 2>&1 || true
     python3 - "$m" "$c" "$tmp" <<'PY'
 import json, sys, os
 m, c, path = sys.argv[1], sys.argv[2], sys.argv[3]
 try:
     j = json.load(open(path))
 except Exception:
-    print(f"{os.path.basename(m).replace('.yaml',''):<14} {c:<9} (no plan)"); sys.exit()
+    print(f"{os.path.basename(m).replace('.yaml',''):<14} {c:<14} (no plan)"); sys.exit()
 t = {e['name']: e.get('iteration_time_s') for e in j['strategies']}
 f = lambda v: f"{v:.3f}s" if v else "-"
 r = lambda a, b: f"{t[a] and t[b] and t[b]/t[a]:.2f}x" if t.get(a) and t.get(b) else "-"
-print(f"{os.path.basename(m).replace('.yaml',''):<14} {c:<9} {f(t.get('megatron')):<10} {f(t.get('distmm')):<10} "
-      f"{f(t.get('spindle')):<10} {f(t.get('mosaic')):<10} {r('mosaic','megatron'):<8} {r('mosaic','distmm'):<8} {r('mosaic','spindle'):<8}")
+print(f"{os.path.basename(m).replace('.yaml',''):<14} {c:<14} {f(t.get('megatron')):<9} {f(t.get('megatron-dp')):<11} "
+      f"{f(t.get('distmm')):<9} {f(t.get('spindle')):<9} {f(t.get('mosaic')):<9} {r('mosaic','megatron'):<7} "
+      f"{r('mosaic','megatron-dp'):<7} {r('mosaic','distmm'):<7} {r('mosaic','spindle'):<7}")
 PY
     rm -f "$tmp"
   done

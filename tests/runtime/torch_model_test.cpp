@@ -226,6 +226,9 @@ TEST(RuntimeModel, LayersItCannotBuildAreErrorsNamingThem) {
     return std::string("no error");
   };
   EXPECT_EQ(message(LoadModel(kOmni)), "no error");
+  for (const char* mosaic_model : {"clip-vit-l", "imagebind", "ofasys", "unified-io-2"}) {
+    EXPECT_EQ(message(LoadModel(mosaic_model)), "no error") << mosaic_model;
+  }
   EXPECT_NE(message(LoadModel("sd-2.1")).find("only 1-d convolutions"), std::string::npos) << message(LoadModel("sd-2.1"));
   // Qwen3-VL's four DeepStack mergers feed different LLM layers; in a row they do not chain.
   EXPECT_NE(message(LoadModel("qwen3-vl-8b")).find("merger layer 1 (mlp_projector): reads width 4608 but layer 0 "

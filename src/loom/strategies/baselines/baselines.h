@@ -6,6 +6,7 @@
 namespace loom {
 
 StrategyResult MegatronStrategy(const StrategyContext& ctx);
+StrategyResult MegatronDpStrategy(const StrategyContext& ctx);  // Mosaic's baseline: DP only
 StrategyResult FsdpStrategy(const StrategyContext& ctx);
 StrategyResult DistMmStrategy(const StrategyContext& ctx);
 StrategyResult OptimusStrategy(const StrategyContext& ctx);

@@ -1,6 +1,7 @@
 // DistMM (NSDI'24) as Mosaic §2 describes it: modules that can run side by
-// side (the encoder branches) get disjoint sets of whole GPUs, sized to
-// balance their times, with data parallelism inside each set; dependent
+// side (the encoder branches; every independent module of an encoder-only
+// model such as CLIP) get disjoint sets of whole GPUs, sized to balance their
+// times, with data parallelism inside each set; dependent
 // modules run in successive waves on all GPUs (encoders, then the backbone
 // with its own TP and PP, then any generator). Searched: GPU group size
 // (= backbone TP), backbone PP, microbatches, recomputation, and the branch
@@ -35,11 +36,44 @@ std::vector<int> ProportionalSplit(const std::vector<double>& weights, int group
   return out;
 }
 
+// An encoder-only model (CLIP, ImageBind: no backbone) has no upstream wave;
+// its independent modules (connected through inputs) are DistMM's branches,
+// with nothing after them: the case DistMM was built for.
+ModuleWaves BranchesOfEncoderOnlyModel(const Model& model, ModuleWaves waves) {
+  if (!waves.upstream_branches.empty() || !waves.downstream.empty()) return waves;
+  for (const auto& m : model.modules) {
+    if (m.role == ModuleRole::kBackbone) return waves;
+  }
+  const int n = static_cast<int>(model.modules.size());
+  std::vector<int> component(n);
+  std::iota(component.begin(), component.end(), 0);
+  for (int i = 0; i < n; ++i) {
+    for (int j : model.modules[i].inputs) {
+      const int from = component[i], to = component[j];
+      for (int& c : component) c = c == from ? to : c;
+    }
+  }
+  std::vector<int> order;  // components in first-module order
+  for (int i = 0; i < n; ++i) {
+    if (std::find(order.begin(), order.end(), component[i]) == order.end()) order.push_back(component[i]);
+  }
+  if (order.size() < 2) return waves;
+  ModuleWaves out;
+  for (int c : order) {
+    out.upstream_branches.emplace_back();
+    for (int i = 0; i < n; ++i) {
+      if (component[i] == c) out.upstream_branches.back().push_back(model.modules[i].name);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 StrategyResult DistMmStrategy(const StrategyContext& ctx) {
   CandidateSearch search(ctx, "distmm");
-  const ModuleWaves waves = SplitWaves(ctx.model);
+  const ModuleWaves waves = BranchesOfEncoderOnlyModel(ctx.model, SplitWaves(ctx.model));
+  const bool has_backbone = !waves.backbone.empty();
   const int n = ctx.cluster.num_gpus();
   const int branches = static_cast<int>(waves.upstream_branches.size());
   std::vector<double> branch_time;
@@ -70,7 +104,7 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
       splits.push_back({});
     }
     for (int pp : Divisors(groups)) {
-      if (pp > backbone_layers) break;
+      if (pp > std::max(backbone_layers, 1)) break;
       const int dp = groups / pp;
       for (int m : Divisors(ctx.workload.global_batch)) {
         if (m < pp && m != static_cast<int>(ctx.workload.global_batch)) continue;
@@ -98,6 +132,7 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
                   first += split[b];
                 }
                 const int phase = branches > 0 ? 1 : 0;
+                if (!has_backbone) return plan;  // an encoder-only model: the branches are all of it
                 plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
                                               has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
                 if (has_down) {

@@ -9,6 +9,10 @@ const StrategyRegistration kMegatron({"megatron",
                                       "Megatron-LM: one pipeline, encoders first, stages balanced by parameters; "
                                       "TP/PP/DP/microbatches/1F1B or interleaved/recompute searched",
                                       0, MegatronStrategy});
+const StrategyRegistration kMegatronDp({"megatron-dp",
+                                        "Megatron-LM as Mosaic runs it: every module data parallel over all GPUs "
+                                        "(tp 1, pp 1), one after another; microbatches and recompute searched",
+                                        1000, MegatronDpStrategy, {}, true});
 const StrategyRegistration kFsdp({"fsdp", "FSDP / ZeRO-3 data parallelism over every GPU", 10, FsdpStrategy});
 const StrategyRegistration kDistMm({"distmm",
                                     "DistMM: parallel branches on disjoint whole-GPU sets sized by time, dependent "

@@ -13,61 +13,95 @@ namespace loom {
 
 using namespace mosaic;
 
-MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& options) {
+namespace {
+
+// Mosaic's search with every module on slots of `tp` GPUs: the least
+// recomputation, then the fewest microbatches (gradient accumulation, the
+// same for every module as the plan format needs; the paper runs one), under
+// which every module fits some slot block and a mapping
+// fits with the other modules' reserve (StageEvaluator::ReserveOthers), else
+// without it (the simulator then judges the plan's real peak). Returns the
+// first kCandidatesPerSlot feasible ones in that order (the simulator judges
+// them), and sets `why` when none fits.
+constexpr int kCandidatesPerSlot = 3;
+std::vector<MosaicSolution> SolveAtTp(const StrategyContext& ctx, const MosaicOptions& options, int tp,
+                                      std::string& why) {
+  std::vector<MosaicSolution> found;
   MosaicSolution sol;
   SurfaceOptions so;
   so.granularity = options.granularity;
   so.whole_gpus = options.whole_gpus;
-  // Mosaic places modules on whole GPUs with DP only (no TP or PP: edge-grade
-  // models, §3.5): one GPU per group.
+  so.tp = tp;
   const double mem = static_cast<double>(ctx.cluster.gpu.mem_bytes);
-  // The least recomputation under which every module fits some GPU block and
-  // a mapping fits with the other modules' reserve (StageEvaluator::ReserveOthers),
-  // else without it (the simulator then judges the plan's real peak).
   const SmPartitionRules rules = PartitionRules(ctx.cluster);
   const SmSharing sharing = ctx.cluster.cost_model ? ctx.cluster.cost_model->sm_sharing() : SmSharing{};
   const auto deps = ModuleDeps(ctx.model);
+  const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    so.recompute = r;
-    sol.surfaces = SampleSurfaces(ctx, so);
-    sol.recompute = r;
-    std::string too_big;
-    for (const auto& s : sol.surfaces) {
-      double least = 1e300;
-      for (const auto& p : s.points) least = std::min(least, p.mem_bytes);
-      if (least > mem && too_big.empty()) {
-        too_big = fmt::format("strategy mosaic: module {} needs {} per GPU even with DP over {} GPUs and full "
-                              "recomputation, more than the {} of a {} (Mosaic keeps every module whole on its GPUs: "
-                              "no TP or PP)",
-                              s.module, HumanBytes(least), ctx.cluster.num_gpus(), HumanBytes(mem), ctx.cluster.gpu.name);
+    for (int m = 1; m <= batch; m *= 2) {
+      if (ctx.workload.global_batch % m != 0) continue;
+      so.recompute = r;
+      so.microbatches = m;
+      sol.surfaces = SampleSurfaces(ctx, so);
+      sol.recompute = r;
+      sol.microbatches = m;
+      std::string too_big;
+      for (const auto& s : sol.surfaces) {
+        double least = 1e300;
+        for (const auto& p : s.points) least = std::min(least, p.mem_bytes);
+        if (least > mem && too_big.empty()) {
+          too_big = fmt::format("module {} needs {} per GPU even with TP {}, DP over the rest of the {} GPUs, {} "
+                                "microbatches and full recomputation, more than the {} of a {} (Mosaic keeps every "
+                                "module whole on its slots: no PP)",
+                                s.module, s.points.empty() ? std::string("more") : HumanBytes(least), tp,
+                                ctx.cluster.num_gpus(), m, HumanBytes(mem), ctx.cluster.gpu.name);
+        }
       }
+      if (!too_big.empty()) {
+        why = too_big;
+        continue;
+      }
+      for (bool reserve : {true, false}) {
+        StageEvaluator eval(sol.surfaces, ctx.cluster.num_gpus() / tp, mem, rules, sharing, options.stage);
+        eval.ReserveOthers(reserve);
+        sol.mapping = SolveGahc(deps, eval, options.mapping);
+        sol.evaluations += eval.evaluations();
+        sol.milp_solves += eval.milp_solves();
+        if (sol.mapping.feasible()) break;
+      }
+      if (sol.mapping.feasible()) {
+        found.push_back(sol);
+        sol.evaluations = sol.milp_solves = 0;
+        if (static_cast<int>(found.size()) == kCandidatesPerSlot) return found;
+        continue;
+      }
+      why = fmt::format("no stage mapping fits {} at TP {}: every module keeps its state on each GPU it uses for "
+                        "the whole iteration, even with full recomputation and {} microbatches",
+                        ctx.cluster.name, tp, m);
     }
-    if (!too_big.empty()) {
-      if (r == Recompute::kFull) throw Error(too_big);
-      continue;
-    }
-    for (bool reserve : {true, false}) {
-      StageEvaluator eval(sol.surfaces, ctx.cluster.num_gpus(), mem, rules, sharing, options.stage);
-      eval.ReserveOthers(reserve);
-      sol.mapping = SolveGahc(deps, eval, options.mapping);
-      sol.evaluations += eval.evaluations();
-      sol.milp_solves += eval.milp_solves();
-      if (sol.mapping.feasible()) break;
-    }
-    if (sol.mapping.feasible()) break;
   }
-  if (!sol.mapping.feasible()) {
-    throw Error(fmt::format("strategy mosaic: no stage mapping fits {}: every module keeps its state on each GPU it "
-                            "uses for the whole iteration (no TP or PP), even with full recomputation",
-                            ctx.cluster.name));
-  }
+  return found;
+}
 
-  Plan plan = EmptyPlan(ctx, options.whole_gpus ? "spindle" : "mosaic", 1);
+}  // namespace
+
+namespace {
+
+// The plan of a mapping: one unit per module, its stage the unit's phase.
+Plan BuildPlan(const StrategyContext& ctx, const MosaicOptions& options, const MosaicSolution& sol, int max_tp) {
+  const SmPartitionRules rules = PartitionRules(ctx.cluster);
+  Plan plan = EmptyPlan(ctx, options.whole_gpus ? "spindle" : "mosaic", sol.tp);
   for (int phase = 0; phase < static_cast<int>(sol.mapping.stages.size()); ++phase) {
     for (const auto& p : sol.mapping.stages[phase].result.placements) {
       const std::string& name = ctx.model.modules[p.module].name;
-      Unit u = MakeUnit(ctx, name, {name}, p.first_gpu, 1, phase, p.dp, 1, 1, ScheduleKind::kGpipe,
-                        sol.recompute, Balance::kTime);
+      // Several microbatches: the last stage's modules run forward then
+      // backward each (1F1B on one stage); earlier stages keep every
+      // microbatch until their backward after the later stages (GPipe).
+      const int m = sol.microbatches;
+      const bool last = phase + 1 == static_cast<int>(sol.mapping.stages.size());
+      Unit u = MakeUnit(ctx, name, {name}, p.first_gpu, sol.tp, phase, p.dp, 1, m,
+                        m > 1 && last ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe, sol.recompute,
+                        Balance::kTime);
       u.sm_fraction = static_cast<double>(p.sms) / rules.sm_count;
       plan.units.push_back(std::move(u));
     }
@@ -78,12 +112,46 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
   });
   plan.searched = fmt::format(
       "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC ({}, aligned GPU blocks, memory, host "
-      "launch floors); {} stage evaluations, {} CBC solves, {} pairs, {} pruned, {} refinements",
+      "launch floors), slots of 1-{} GPUs (TP); {} stage evaluations, {} CBC solves, {} pairs, {} pruned, {} "
+      "refinements at TP {}",
       options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
                          : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
-      sol.evaluations, sol.milp_solves, sol.mapping.pairs_visited, sol.mapping.pruned, sol.mapping.refinements);
-  sol.plan = std::move(plan);
-  return sol;
+      max_tp, sol.evaluations, sol.milp_solves, sol.mapping.pairs_visited, sol.mapping.pruned,
+      sol.mapping.refinements, sol.tp);
+  return plan;
+}
+
+}  // namespace
+
+std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const MosaicOptions& options) {
+  // The paper places modules on whole GPUs with DP only (edge-grade models,
+  // §3.5): slots of one GPU. Loom adds slots of 2, 4 and 8 GPUs of a node,
+  // every module TP-sharded over its slot, for modules too big for one GPU or
+  // faster split; the solver is unchanged on the slots.
+  std::vector<MosaicSolution> out;
+  std::string why;
+  const int max_tp = options.max_tp > 0 ? options.max_tp : ctx.cluster.gpus_per_node;
+  for (int tp = 1; tp <= max_tp && tp <= ctx.cluster.num_gpus(); tp *= 2) {
+    if (ctx.cluster.gpus_per_node % tp != 0) continue;
+    std::string reason;
+    std::vector<MosaicSolution> found = SolveAtTp(ctx, options, tp, reason);
+    if (found.empty()) why = reason;  // the largest slot tried says most
+    for (MosaicSolution& sol : found) {
+      sol.tp = tp;
+      sol.plan = BuildPlan(ctx, options, sol, max_tp);
+      out.push_back(std::move(sol));
+    }
+  }
+  if (out.empty()) throw Error(fmt::format("strategy {}: {}", options.whole_gpus ? "spindle" : "mosaic", why));
+  // Fastest mapping first; a tie keeps the smaller slot (the paper's).
+  std::stable_sort(out.begin(), out.end(), [](const MosaicSolution& a, const MosaicSolution& b) {
+    return a.mapping.time_s < b.mapping.time_s * (1 - 1e-9);
+  });
+  return out;
+}
+
+MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& options) {
+  return SolveMosaicSlots(ctx, options).front();
 }
 
 namespace {
@@ -95,7 +163,8 @@ std::string Describe(const Plan& p) {
     std::string part;
     for (const auto& u : p.units) {
       if (u.phase != q) continue;
-      part += fmt::format("{}{} d{} {:.0f}%", part.empty() ? "" : ", ", u.name, u.num_replicas(), u.sm_fraction * 100);
+      part += fmt::format("{}{}{} d{} {:.0f}%", part.empty() ? "" : ", ", u.name,
+                          u.tp > 1 ? fmt::format(" tp{}", u.tp) : "", u.num_replicas(), u.sm_fraction * 100);
     }
     if (part.empty()) break;
     s += (phase < 0 ? "" : " | ") + part;
@@ -105,15 +174,19 @@ std::string Describe(const Plan& p) {
 }
 
 StrategyResult Run(const StrategyContext& ctx, const MosaicOptions& options, const std::string& name) {
-  MosaicSolution sol = SolveMosaic(ctx, options);
-  sol.plan.strategy = name;
+  // Every slot size's mapping goes to the simulator, which judges real peaks
+  // (the solver's memory reserve is a heuristic) and keeps the fastest.
+  const std::vector<MosaicSolution> solutions = SolveMosaicSlots(ctx, options);
   CandidateSearch search(ctx, name);
-  search.Try([&](Recompute r) {
-    Plan p = sol.plan;
-    for (auto& u : p.units) u.recompute = std::max(r, sol.recompute);
-    return p;
-  });
-  return search.Finish(sol.plan.searched, Describe);
+  for (const MosaicSolution& sol : solutions) {
+    search.Try([&](Recompute r) {
+      Plan p = sol.plan;
+      p.strategy = name;
+      for (auto& u : p.units) u.recompute = std::max(r, sol.recompute);
+      return p;
+    });
+  }
+  return search.Finish(solutions.front().plan.searched, Describe);
 }
 
 }  // namespace

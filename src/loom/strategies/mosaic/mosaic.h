@@ -16,6 +16,9 @@ namespace loom {
 struct MosaicOptions {
   double granularity = 0.1;
   bool whole_gpus = false;  // spindle: every module on whole GPUs
+  // Largest slot (TP degree of every module) tried; 0: a node. 1 is the
+  // paper's DP-only Mosaic.
+  int max_tp = 0;
   mosaic::StageEvalOptions stage;
   mosaic::MappingOptions mapping;
 };
@@ -26,8 +29,15 @@ struct MosaicSolution {
   mosaic::Mapping mapping;
   int evaluations = 0, milp_solves = 0;
   Recompute recompute = Recompute::kNone;  // of every module
+  int tp = 1;                              // GPUs per slot: every module's TP
+  int microbatches = 1;                    // of every module, one after another
   Plan plan;
 };
+// Per slot size (TP 1, 2, 4, 8 up to a node), the mappings that fit at the
+// least recomputation and microbatches (up to three), fastest mapping first;
+// throws loom::Error naming why none does.
+std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const MosaicOptions& options);
+// The fastest of them.
 MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& options);
 
 StrategyResult MosaicStrategy(const StrategyContext& ctx);

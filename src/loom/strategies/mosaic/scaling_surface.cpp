@@ -1,5 +1,7 @@
 #include "loom/strategies/mosaic/scaling_surface.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -36,7 +38,11 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
   const SmSharing sharing = cluster.cost_model ? cluster.cost_model->sm_sharing() : SmSharing{};
   const auto tokens = CountModuleTokens(model, ctx.representative.samples);
   const auto needs = ComputeBackwardNeeds(model);
-  const int n = cluster.num_gpus();
+  const int tp = options.tp;
+  if (tp < 1 || cluster.gpus_per_node % tp != 0) {
+    throw Error(fmt::format("mosaic: a slot of {} GPUs does not divide a node of {}", tp, cluster.gpus_per_node));
+  }
+  const int n = cluster.num_gpus() / tp;
   const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
   // Distinct SM quotas of the grid.
   std::set<int> quotas;
@@ -52,16 +58,32 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
     ModuleSurface s;
     s.module = mod.name;
     s.index = static_cast<int>(mi);
+    // Per GPU, as the simulator prices a unit of this TP (sim/price_execution.cpp):
+    // TP-split weights, or the whole module with its sequences shared.
+    const bool split = SplitsOverTensorParallel(mod, tp);
+    const int seq_share = split ? 1 : tp;
     double trainable = 0, frozen = 0;
-    for (const auto& l : mod.layers) (mod.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
-    for (int d = 1; d <= n && d <= batch; d *= 2) {
+    for (const auto& l : mod.layers) {
+      (mod.frozen || l.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l)) / (split ? tp : 1);
+    }
+    const double elem = ElementBytes(precision);
+    const int m = options.microbatches;
+    for (int d = 1; d <= n && d * m <= batch; d *= 2) {
+      const ModelStateBytes state = ModelState(trainable, frozen, d * seq_share, 1, precision);
+      // Gradients all-reduced in the training precision, as the simulator prices DP sync.
+      const double sync_s = trainable > 0 && d * seq_share > 1
+                                ? GroupAllReduceTime_s(elem * trainable, d * seq_share, split ? tp : 1, cluster)
+                                : 0;
       // One replica's share: B / d samples (the representative batch's
-      // sequences split evenly), whole sequences each.
-      const TokenStats share = ShareOfSequences(tokens[mi], d);
+      // sequences split evenly, whole sequences each) in m microbatches.
+      const TokenStats share = ShareOfSequences(tokens[mi], d * seq_share * m);
       double bytes = 0, act_bytes = 0;
       std::vector<std::array<double, 3>> layer_phases;
       for (size_t li = 0; li < mod.layers.size(); ++li) {
         LayerParallelism par;
+        par.tp = tp;
+        par.split = split;
+        par.sequence_parallel = true;  // the plan's units keep Megatron's default
         par.precision = precision;
         par.recompute = options.recompute;
         const LayerTimes t = PriceLayer(mod.layers[li], share, needs[mi][li], cluster, par);
@@ -70,10 +92,6 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
         bytes += w.Bytes(Phase::kForward) + w.Bytes(Phase::kBackwardData) + w.Bytes(Phase::kBackwardWeight);
         act_bytes += t.activation_bytes;
       }
-      const double elem = ElementBytes(precision);
-      // Gradients all-reduced in the training precision, as the simulator prices DP sync.
-      const double sync_s = trainable > 0 && d > 1 ? GroupAllReduceTime_s(elem * trainable, d, 1, cluster) : 0;
-      const ModelStateBytes state = ModelState(trainable, frozen, d, 1, precision);
       for (int sms : quotas) {
         const double fraction = static_cast<double>(sms) / rules.sm_count;
         double compute_s = 0, floor_total = 0;
@@ -86,8 +104,8 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
         SurfacePoint p;
         p.dp = d;
         p.sms = sms;
-        p.latency_s = compute_s + sync_s;
-        p.launch_floor_s = floor_total;
+        p.latency_s = m * compute_s + sync_s;
+        p.launch_floor_s = m * floor_total;
         p.mem_bytes = state.total() + act_bytes;
         p.bandwidth = std::min(1.0, bytes / std::max(1e-12, compute_s) / cluster.gpu.hbm_bytes_per_s);
         s.points.push_back(p);

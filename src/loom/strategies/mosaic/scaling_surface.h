@@ -3,7 +3,8 @@
 // (d a power of two up to the GPUs, quotas in steps of the search
 // granularity) from Loom's cost model. What a point holds:
 //   - latency: forward + backward of the module's share of the global batch
-//     (B / d samples of the representative batch, one microbatch) on the
+//     (B / d samples of the representative batch, in m microbatches run one
+//     after another, forward then backward each; the paper runs one) on the
 //     quota's SMs (cost/sm_sharing.h: SM scaling and launch floor), plus the
 //     gradient all-reduce over the d GPUs;
 //   - the launch floor alone (the host time the solver adds up per GPU);
@@ -48,9 +49,18 @@ struct SurfaceOptions {
   // Whole GPUs only (a in {0, 1}): the restriction under which Mosaic's
   // formulation describes DistMM and Spindle (§3.1).
   bool whole_gpus = false;
+  // GPUs per slot: every module tensor-parallel over `tp` GPUs of a node
+  // (Megatron's split; modules whose heads do not divide share sequences
+  // instead), the slots being what the solver places and quotas. 1 is the
+  // paper (DP only); Loom adds larger slots for modules that do not fit whole
+  // (mosaic.h).
+  int tp = 1;
+  // Gradient-accumulation steps of every module (the plan's microbatches);
+  // DP degrees with fewer than m samples per replica are left out.
+  int microbatches = 1;
 };
 
-// One surface per module of the model, in model order.
+// One surface per module of the model, in model order; dp counts slots.
 std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options);
 
 // The cluster's SM partition rules (the GPU's SMs, compute capability 9.0's
