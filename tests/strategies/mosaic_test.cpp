@@ -7,8 +7,10 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "loom/cost/cost_model.h"
+#include "loom/error.h"
 #include "loom/cost/profile.h"
 #include "loom/cost/shipped_profiles.h"
 #include "loom/cost/sm_measurements.h"
@@ -358,6 +360,61 @@ TEST(MosaicStrategy, PlansZooModelsDeterministically) {
     }
     EXPECT_TRUE(shares);  // every one of these co-locates some modules
   }
+}
+
+// Loom's slots: a model whose data-parallel copy does not fit one GPU
+// (llama-70b: 2 + 2 bytes of weights and gradients per parameter alone are
+// 280 GB) gets no mapping
+// from the paper's search (slots of 1 GPU) and a TP-sharded one from the
+// default; every unit then has the slot's TP, the plan's groups are slots,
+// and the plan validates.
+TEST(MosaicStrategy, ModulesTooBigForOneGpuGetTensorParallelSlots) {
+  Cluster cluster = MakeCluster("h100", 4, 8);
+  ApplyCostModel(cluster, "default");
+  const Model model = LoadModel("llama-70b");
+  const Workload w = LoadWorkload("text");
+  const Batch batch = DrawBatch(w, 0);
+  const auto ctx = Context(model, cluster, w, batch);
+  MosaicOptions paper;
+  paper.max_tp = 1;
+  try {
+    SolveMosaic(ctx, paper);
+    ADD_FAILURE() << "a DP-only mapping of llama3-8b on 80 GB GPUs";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs"), std::string::npos) << e.what();
+  }
+  const MosaicSolution sol = SolveMosaic(ctx, MosaicOptions{});
+  EXPECT_GT(sol.tp, 1);
+  EXPECT_EQ(sol.plan.group_gpus, sol.tp);
+  for (const auto& u : sol.plan.units) EXPECT_EQ(u.tp, sol.tp);
+  for (const auto& v : PlanViolations(sol.plan, model, cluster, w)) ADD_FAILURE() << v;
+}
+
+// The baselines Mosaic is measured against: the paper's Megatron-LM (every
+// module data parallel on all GPUs) and DistMM giving an encoder-only model's
+// towers disjoint GPU sets side by side, with no backbone wave after them.
+TEST(MosaicBaselines, MegatronDpAndDistMmOnAnEncoderOnlyModel) {
+  Cluster cluster = MakeCluster("h100", 1, 8);
+  ApplyCostModel(cluster, "default");
+  const Model model = LoadModel("clip-vit-l");
+  Workload w = LoadWorkload("mosaic-fixed");
+  w.global_batch = 16;
+  const Batch batch = DrawBatch(w, 0);
+  const auto ctx = Context(model, cluster, w, batch);
+  const Plan dp = RunStrategy("megatron-dp", ctx).plan;
+  ASSERT_EQ(dp.units.size(), 1u);
+  EXPECT_EQ(dp.units[0].tp, 1);
+  EXPECT_EQ(dp.units[0].num_replicas(), 8);
+  EXPECT_EQ(dp.units[0].pipelines[0].pp, 1);
+  const Plan distmm = RunStrategy("distmm", ctx).plan;
+  ASSERT_EQ(distmm.units.size(), 2u);  // vision and text, no backbone unit
+  std::set<int> groups;
+  for (const auto& u : distmm.units) {
+    EXPECT_EQ(u.phase, 0);
+    ASSERT_EQ(u.modules.size(), 1u);
+    for (int g = u.first_group; g < u.first_group + u.num_groups(); ++g) EXPECT_TRUE(groups.insert(g).second);
+  }
+  for (const auto& v : PlanViolations(distmm, model, cluster, w)) ADD_FAILURE() << v;
 }
 
 }  // namespace

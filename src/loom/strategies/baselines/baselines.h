@@ -12,4 +12,9 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx);
 StrategyResult OptimusStrategy(const StrategyContext& ctx);
 StrategyResult NnScalerStrategy(const StrategyContext& ctx);
 
+// Every module data parallel on every GPU (TP 1, PP 1) at ZeRO `zero_stage`;
+// searched: accumulation steps and recomputation. FSDP and megatron-dp.
+StrategyResult DataParallelOnAllGpus(const StrategyContext& ctx, const std::string& name, int zero_stage,
+                                     const std::string& searched);
+
 }  // namespace loom

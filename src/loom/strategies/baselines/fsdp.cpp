@@ -10,21 +10,25 @@
 
 namespace loom {
 
-StrategyResult FsdpStrategy(const StrategyContext& ctx) {
-  CandidateSearch search(ctx, "fsdp");
+StrategyResult DataParallelOnAllGpus(const StrategyContext& ctx, const std::string& name, int zero_stage,
+                                     const std::string& searched) {
+  CandidateSearch search(ctx, name);
   const int n = ctx.cluster.num_gpus();
   if (ctx.workload.global_batch % n == 0) {
     for (int m : Divisors(ctx.workload.global_batch / n)) {
       search.Try([&](Recompute r) {
-        return SingleUnitPlan(ctx, "fsdp", 1, 1, n, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 3);
+        return SingleUnitPlan(ctx, name, 1, 1, n, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, zero_stage);
       });
     }
   } else {
     search.Skip(fmt::format("the global batch ({}) does not split evenly over the {} GPUs, one data-parallel rank each",
                             ctx.workload.global_batch, n));
   }
-  return search.Finish("dp = all GPUs, ZeRO-3, x accumulation steps x recompute",
-                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+  return search.Finish(searched, [](const Plan& p) { return DescribeUnit(p.units[0]); });
+}
+
+StrategyResult FsdpStrategy(const StrategyContext& ctx) {
+  return DataParallelOnAllGpus(ctx, "fsdp", 3, "dp = all GPUs, ZeRO-3, x accumulation steps x recompute");
 }
 
 }  // namespace loom

@@ -34,20 +34,7 @@ StrategyResult MegatronStrategy(const StrategyContext& ctx) {
 // every GPU (TP 1, PP 1), modules one after another inside each step. Only
 // the microbatches (gradient accumulation) and recomputation are searched.
 StrategyResult MegatronDpStrategy(const StrategyContext& ctx) {
-  CandidateSearch search(ctx, "megatron-dp");
-  const int n = ctx.cluster.num_gpus();
-  if (ctx.workload.global_batch % n == 0) {
-    for (int m : Divisors(ctx.workload.global_batch / n)) {
-      search.Try([&](Recompute r) {
-        return SingleUnitPlan(ctx, "megatron-dp", 1, 1, n, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1);
-      });
-    }
-  } else {
-    search.Skip(fmt::format("the global batch ({}) does not split evenly over the {} GPUs, one data-parallel rank each",
-                            ctx.workload.global_batch, n));
-  }
-  return search.Finish("dp = all GPUs (tp 1, pp 1) x accumulation steps x recompute",
-                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+  return DataParallelOnAllGpus(ctx, "megatron-dp", 1, "dp = all GPUs (tp 1, pp 1) x accumulation steps x recompute");
 }
 
 }  // namespace loom
