@@ -113,6 +113,20 @@ TEST(Runtime, AKilledRankFailsTheRunNamingItWithinTheTimeout) {
   EXPECT_LT(took_s, 10 + 10 + 5);  // the timeout plus the launcher's backstop
 }
 
+// A plan file for another model or cluster is refused before any worker
+// starts, naming what differs (it used to crash the launcher).
+TEST(Runtime, APlanForAnotherModelOrClusterIsAnError) {
+  const TinyRun s;
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-other.json", 1, 2);
+  auto [code, out] = LoomCli("run --model " + kVlm2 + " --cluster h100:1x2 " + kData + " --plan " + plan);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("invalid plan"), std::string::npos) << out;
+  EXPECT_NE(out.find("module vision is placed in 0 units"), std::string::npos) << out;
+  auto [code2, out2] = LoomCli("run --model " + kModel + " --cluster h800:1x2 " + kData + " --plan " + plan);
+  EXPECT_EQ(code2, 2) << out2;
+  EXPECT_NE(out2.find("the plan was made for cluster 'h100:1x2'"), std::string::npos) << out2;
+}
+
 TEST(Runtime, WhatItCannotRunYetIsAnError) {
   const TinyRun s;
   // Context parallelism and sequence sharing in one group at once.

@@ -26,7 +26,8 @@ using namespace runtime_test;
 // shapes covered ("phases", "brokers", "reordered", "zero3", "woven", "sm_quotas").
 std::set<std::string> RunEveryStrategy(const TinyRun& s, const Reference& ref, const std::string& cluster,
                                        const std::string& plan_args = "") {
-  const std::string plans = test::WriteTemp("strategies-" + cluster.substr(5) + ".json", "");
+  // One file per model and cluster: tests running at once must not share it.
+  const std::string plans = test::WriteTemp("strategies-" + s.model.name + "-" + cluster.substr(5) + ".json", "");
   auto [code, out] = LoomCli("plan --model " + s.model_path + " --cluster " + cluster + " " + s.data_args +
                              " --precision fp32 --iterations 3 --json " + plans + " " + plan_args);
   EXPECT_EQ(code, 0) << out;

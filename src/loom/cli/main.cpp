@@ -192,6 +192,21 @@ std::string RunEveryPlan(const loom::Model& model, const loom::Cluster& cluster,
 }
 #endif
 
+// A plan file read for `loom simulate` or `loom run` must be for this model
+// (every violation listed first, when its shape differs), cluster and workload.
+void CheckPlanIsFor(const loom::Plan& p, const loom::Model& model, const loom::Cluster& cluster,
+                    const loom::Workload& workload, const std::string& path) {
+  loom::ValidatePlan(p, model, cluster, workload, path);
+  if (!p.cluster.empty() && p.cluster != cluster.name) {
+    throw loom::Error(fmt::format("{}: the plan was made for cluster '{}', not '{}'; pass --cluster {}", path,
+                                  p.cluster, cluster.name, p.cluster));
+  }
+  if (!p.workload.empty() && p.workload != workload.name) {
+    throw loom::Error(fmt::format("{}: the plan was made for workload '{}', not '{}'; pass --workload {}", path,
+                                  p.workload, workload.name, p.workload));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -490,6 +505,7 @@ int main(int argc, char** argv) {
         loom::PlanFile file = loom::LoadPlanFile(run_plan, run_strategy);
         p = std::move(file.plan);
         recorded = std::move(file.batches);
+        CheckPlanIsFor(p, model, cluster, workload, run_plan);
       } else {
         run_cfg.schedule = loom::ParseScheduleKind(run_schedule, "--schedule");
         run_cfg.recompute = loom::ParseRecompute(run_recompute, "--recompute");
@@ -643,15 +659,7 @@ int main(int argc, char** argv) {
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::PlanFile file = loom::LoadPlanFile(sim_plan, sim_strategy);
       const loom::Plan& p = file.plan;
-      loom::ValidatePlan(p, model, cluster, workload, sim_plan);  // every violation first, when the shape differs
-      if (!p.cluster.empty() && p.cluster != cluster.name) {
-        throw loom::Error(fmt::format("{}: the plan was made for cluster '{}', not '{}'; pass --cluster {}", sim_plan,
-                                      p.cluster, cluster.name, p.cluster));
-      }
-      if (!p.workload.empty() && p.workload != workload.name) {
-        throw loom::Error(fmt::format("{}: the plan was made for workload '{}', not '{}'; pass --workload {}", sim_plan,
-                                      p.workload, workload.name, p.workload));
-      }
+      CheckPlanIsFor(p, model, cluster, workload, sim_plan);
       if (file.batches.empty()) file.batches.push_back({0, std::nullopt, 0.0});
       nlohmann::json batches = nlohmann::json::array();
       std::string lines;

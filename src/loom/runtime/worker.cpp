@@ -216,9 +216,9 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                               u.name, u.cp, plan.units[0].name, plan.units[0].cp));
     }
     // SM quotas (Mosaic): on a CPU the units sharing a process run one after
-    // another in its order (the quota only shapes the prediction); the CUDA
-    // launcher refuses several units per GPU (run.cpp) until the green-context
-    // engine (green_context.h) drives them.
+    // another in its order (the quota only shapes the prediction); on CUDA a
+    // one-process run puts them on green-context streams (green_context.h),
+    // and run.cpp refuses several units per GPU across processes.
     for (const auto& name : u.modules) {
       if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
         throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
@@ -534,7 +534,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         const int r = exec.schedule.stage_rank[v];
         if (!is_local(v) || seen.count(r) || exec.stages[v].sm_fraction >= 1) continue;
         seen.insert(r);
-        by_phase[spec.plan->units[exec.stages[v].unit].phase].push_back({r, QuotaSms(exec.stages[v].sm_fraction, rules)});
+        by_phase[exec.stages[v].phase].push_back({r, QuotaSms(exec.stages[v].sm_fraction, rules)});
       }
       if (!by_phase.empty()) {
         std::vector<std::vector<int>> sets;

@@ -9,7 +9,9 @@
 //     gradient all-reduce over the d GPUs;
 //   - the launch floor alone (the host time the solver adds up per GPU);
 //   - memory per GPU: weights, gradients, AdamW states (ZeRO-1 over d) and
-//     the activations of B / d samples;
+//     the activations of one microbatch of B / (d m) samples: exact for the
+//     last stage, which runs 1F1B; an earlier stage keeps all m until its
+//     backward after the later stages (GPipe), which the simulator judges;
 //   - bandwidth utilisation B (Eq. 8): bytes moved over latency and HBM rate.
 // A quota is whole SMs the hardware can partition (SmPartitionRules): the
 // grid's fraction f gets QuotaSms(f) SMs; fractions that round to the same SMs
