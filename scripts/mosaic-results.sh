@@ -32,3 +32,25 @@ PY
     rm -f "$tmp"
   done
 done
+
+# Ablations (docs/results/mosaic.md §4): one node of 8 H100s, batch 16; the
+# iteration time, planning time, stage evaluations and pairs GAHC pruned.
+echo
+variants=mosaic,mosaic-nointerference,mosaic-additive,mosaic-nocache,mosaic-noprune,mosaic-g30,mosaic-g20,mosaic-g5
+for m in examples/mosaic/ofasys-10.yaml ofasys imagebind; do
+  tmp=$(mktemp)
+  "$L" plan --model "$m" --cluster h100:1x8 --workload mosaic-fixed --global-batch 16 --strategy "$variants" \
+    --json "$tmp" >/dev/null 2>&1 || true
+  python3 - "$m" "$tmp" <<'PY'
+import json, os, re, sys
+m, path = sys.argv[1], sys.argv[2]
+for e in json.load(open(path))['strategies']:
+    if 'plan' not in e:
+        print(f"{os.path.basename(m)} {e['name']} (no plan)"); continue
+    s = e['plan']['searched']
+    ev = re.search(r'(\d+) stage evaluations', s).group(1)
+    pr = re.search(r'(\d+) pruned', s).group(1)
+    print(f"{os.path.basename(m)} {e['name']} {e['iteration_time_s']:.4f} plan {e['planning_time_s']:.3f}s evals {ev} pruned {pr}")
+PY
+  rm -f "$tmp"
+done

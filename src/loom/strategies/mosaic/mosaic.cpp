@@ -88,7 +88,7 @@ std::vector<MosaicSolution> SolveAtTp(const StrategyContext& ctx, const MosaicOp
 namespace {
 
 // The plan of a mapping: one unit per module, its stage the unit's phase.
-Plan BuildPlan(const StrategyContext& ctx, const MosaicOptions& options, const MosaicSolution& sol, int max_tp) {
+Plan BuildPlan(const StrategyContext& ctx, const MosaicOptions& options, const MosaicSolution& sol) {
   const SmPartitionRules rules = PartitionRules(ctx.cluster);
   Plan plan = EmptyPlan(ctx, options.whole_gpus ? "spindle" : "mosaic", sol.tp);
   for (int phase = 0; phase < static_cast<int>(sol.mapping.stages.size()); ++phase) {
@@ -110,14 +110,6 @@ Plan BuildPlan(const StrategyContext& ctx, const MosaicOptions& options, const M
   std::stable_sort(plan.units.begin(), plan.units.end(), [&](const Unit& a, const Unit& b) {
     return ctx.model.FindModule(a.modules[0]) < ctx.model.FindModule(b.modules[0]);
   });
-  plan.searched = fmt::format(
-      "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC ({}, aligned GPU blocks, memory, host "
-      "launch floors), slots of 1-{} GPUs (TP); {} stage evaluations, {} CBC solves, {} pairs, {} pruned, {} "
-      "refinements at TP {}",
-      options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
-                         : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
-      max_tp, sol.evaluations, sol.milp_solves, sol.mapping.pairs_visited, sol.mapping.pruned,
-      sol.mapping.refinements, sol.tp);
   return plan;
 }
 
@@ -138,11 +130,28 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
     if (found.empty()) why = reason;  // the largest slot tried says most
     for (MosaicSolution& sol : found) {
       sol.tp = tp;
-      sol.plan = BuildPlan(ctx, options, sol, max_tp);
+      sol.plan = BuildPlan(ctx, options, sol);
       out.push_back(std::move(sol));
     }
   }
   if (out.empty()) throw Error(fmt::format("strategy {}: {}", options.whole_gpus ? "spindle" : "mosaic", why));
+  // What the whole search did, on every plan it returns.
+  int evaluations = 0, milp = 0, pairs = 0, pruned = 0, refinements = 0;
+  for (const auto& sol : out) {
+    evaluations += sol.evaluations;
+    milp += sol.milp_solves;
+    pairs += sol.mapping.pairs_visited;
+    pruned += sol.mapping.pruned;
+    refinements += sol.mapping.refinements;
+  }
+  const std::string searched = fmt::format(
+      "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC ({}, aligned GPU blocks, memory, host "
+      "launch floors), slots of 1-{} GPUs (TP); {} mappings; {} stage evaluations, {} CBC solves, {} pairs, {} "
+      "pruned, {} refinements",
+      options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
+                         : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
+      max_tp, out.size(), evaluations, milp, pairs, pruned, refinements);
+  for (auto& sol : out) sol.plan.searched = searched;
   // Fastest mapping first; a tie keeps the smaller slot (the paper's).
   std::stable_sort(out.begin(), out.end(), [](const MosaicSolution& a, const MosaicSolution& b) {
     return a.mapping.time_s < b.mapping.time_s * (1 - 1e-9);
