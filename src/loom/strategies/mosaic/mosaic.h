@@ -1,8 +1,10 @@
 // Mosaic (seed 000): temporal-spatial multiplexing with SM quotas. One unit
 // per module; each stage of the mapping (mapping_solver.h) is a temporal
-// phase, and inside it every module gets a DP degree, a block of GPUs and an
-// SM fraction of each (sm_fraction = the quota's SMs / the GPU's SMs), so
-// several modules share a GPU at once. Variants are the paper's ablations
+// phase, and inside it every module gets a DP degree, a block of slots and an
+// SM fraction of each GPU (sm_fraction = the quota's SMs / the GPU's SMs), so
+// several modules share a GPU at once. A slot is one GPU (the paper) or, Loom's
+// extension for modules too big for one, 2-8 GPUs of a node over which every
+// module is TP-sharded (the plan's group). Variants are the paper's ablations
 // (§5.3): the performance model without interference or with its additive
 // term only, the solver without caching or early pruning, and SM-quota
 // granularities of 30/20/5% (10% is the default).
