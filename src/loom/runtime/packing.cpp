@@ -59,13 +59,6 @@ void CheckPackable(const Module& m) {
   }
 }
 
-// Rows of a source module that become one token of its consumers (Part::group).
-int64_t MergeGroup(const Module& source) {
-  const TokenRule& r = source.tokens;
-  const bool spatial = r.source == TokenSource::kImage || r.source == TokenSource::kVideo;
-  return spatial ? r.merge * r.merge : 1;
-}
-
 }  // namespace
 
 MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<int>& samples) {
@@ -161,6 +154,12 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
     }
   }
   return out;
+}
+
+int64_t MergeGroup(const Module& source) {
+  const TokenRule& r = source.tokens;
+  const bool spatial = r.source == TokenSource::kImage || r.source == TokenSource::kVideo;
+  return spatial ? r.merge * r.merge : 1;
 }
 
 int64_t OutputWidth(const Model& model, int module, int layer) {

@@ -72,6 +72,10 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
 // into microbatches or replicas.
 int64_t BatchTextTokens(const Batch& batch);
 
+// Rows of `source` that become one token of its consumers (Part::group): m^2
+// for an image or video module merging m x m, else 1.
+int64_t MergeGroup(const Module& source);
+
 // Width of what layer `layer` of `module` hands on (hidden, out_channels, out_dim or vocab).
 int64_t OutputWidth(const Model& model, int module, int layer);
 

@@ -546,9 +546,7 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
       } else if (!own_data) {
         for (int p : m.inputs) {
           const loom::Module& src = model.modules[p];
-          const int64_t merge = src.tokens.source == TokenSource::kImage || src.tokens.source == TokenSource::kVideo
-                                    ? src.tokens.merge * src.tokens.merge
-                                    : 1;
+          const int64_t merge = MergeGroup(src);
           const int64_t have = merge * OutputWidth(model, p, static_cast<int>(src.layers.size()) - 1);
           if (InputWidth(l, true) != have) {
             throw Error(fmt::format("runtime: {}: reads width {} but input module {} hands on width {}{}", where,
