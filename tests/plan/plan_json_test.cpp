@@ -15,6 +15,9 @@ TEST(PlanJson, EveryShapeRoundTrips) {
                              test::HeterogeneousShape(f)};
   plans[0].units[0].zero_stage = 3;
   plans[0].searched = "everything";
+  plans[2].phase_rounds = 2;  // written only when not 1
+  EXPECT_EQ(PlanToJson(plans[2])["phase_rounds"], 2);
+  EXPECT_FALSE(PlanToJson(plans[1]).contains("phase_rounds"));
   for (const Plan& p : plans) {
     SCOPED_TRACE(p.strategy);
     nlohmann::json j = PlanToJson(p);

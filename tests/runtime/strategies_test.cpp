@@ -182,5 +182,33 @@ TEST(RuntimeStrategies, UnitsSplittingTheirGroupDifferentlyEqualSingleProcessTra
   ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
 }
 
+// Mosaic's shape with phase rounds (Plan::phase_rounds) and a pipelined
+// module: the encoders data parallel on both GPUs (phase 0, GPipe), the LLM
+// pipelined over them (phase 1, 1F1B), 4 microbatches in 2 rounds: each round
+// runs the encoders' forwards of 2 microbatches, the LLM's 2, then the
+// encoders' backwards. Gradients accumulate over both rounds.
+TEST(RuntimeStrategies, PhaseRoundsWithAPipelinedModuleEqualSingleProcessTraining) {
+  const TinyRun s(kVlm, kLaion);
+  const Batch batch = DrawBatch(s.workload, 0);
+  const StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
+  Plan plan = SingleUnitPlan(ctx, "mosaic", 1, 1, 2, 1, kMicrobatches, ScheduleKind::kGpipe, Recompute::kNone,
+                             Balance::kParams, 1);
+  Unit encoders = plan.units[0], backbone = plan.units[0];
+  encoders.name = "encoders";
+  encoders.modules = {"vision", "projector"};
+  encoders.pipelines[0].stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}}}};
+  backbone.name = "backbone";
+  backbone.modules = {"llm"};
+  backbone.phase = 1;
+  backbone.pipelines[0].replicas = 1;
+  backbone.pipelines[0].pp = 2;
+  backbone.pipelines[0].schedule = ScheduleKind::kOneFOneB;
+  backbone.pipelines[0].stages = {StageSpec{0, {{"llm", 0, 3}}}, StageSpec{1, {{"llm", 3, 6}}}};
+  plan.units = {encoders, backbone};
+  plan.phase_rounds = 2;
+  const std::string path = test::WriteTemp("phase-rounds.json", PlanToJson(plan).dump());
+  ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
+}
+
 }  // namespace
 }  // namespace loom

@@ -8,6 +8,7 @@
 
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/plan/validate_plan.h"
 #include "loom/sim/price_execution.h"
 #include "loom/sim/plan_run.h"
 #include "plan/plan_test_util.h"
@@ -96,6 +97,57 @@ TEST(PlanSimulation, SmFractionStretchesComputeAndPhasesTakeTurns) {
   // Both units' memory is on group 0.
   EXPECT_NE(full.group_names[0].find("encoder"), std::string::npos);
   EXPECT_NE(full.group_names[0].find("llm"), std::string::npos);
+}
+
+// Plan::phase_rounds: the encoder (phase 0, GPipe, 4 microbatches) and the
+// llm (phase 1) take turns twice per iteration, each round on 2 microbatches,
+// with the phase barriers per round; the encoder keeps 2 microbatches'
+// activations instead of 4.
+TEST(PlanSimulation, PhaseRoundsRepeatThePhasesOnEachRoundsMicrobatches) {
+  test::Fixture f;
+  const Plan once = test::TemporalShape(f, 1.0);
+  Plan twice = once;
+  twice.phase_rounds = 2;
+  const PlanRun r1 = RunPlan(f.model, f.cluster, f.workload, once, f.batch);
+  const PlanRun r2 = RunPlan(f.model, f.cluster, f.workload, twice, f.batch);
+  // Rank 0: the encoder on group 0. GPipe per round: F0 F1 B0 B1 F2 F3 B2 B3.
+  std::vector<std::pair<bool, int>> order;
+  for (const Action& a : r2.exec.schedule.ranks[0]) {
+    if (a.is_compute()) order.push_back({a.kind == ActionKind::kForward, a.microbatch});
+  }
+  const std::vector<std::pair<bool, int>> want{{true, 0},  {true, 1},  {false, 0}, {false, 1},
+                                               {true, 2},  {true, 3},  {false, 2}, {false, 3}};
+  EXPECT_EQ(order, want);
+  int llm_rank = -1;
+  for (int i = 0; i < static_cast<int>(r2.exec.ranks.size()); ++i) {
+    if (r2.exec.ranks[i].unit == 1 && r2.exec.ranks[i].group == 0) llm_rank = i;
+  }
+  ASSERT_GE(llm_rank, 0);
+  // Per round: the llm's forwards after the encoder's, the encoder's backwards after the llm's.
+  auto span = [&](int rank, ActionKind kind, int round, bool last) {
+    double t = last ? 0 : 1e30;
+    for (const Interval& iv : r2.result.intervals) {
+      const Action& a = r2.exec.schedule.ranks[iv.rank][iv.action];
+      if (iv.rank != rank || a.kind != kind || a.microbatch / 2 != round) continue;
+      t = last ? std::max(t, iv.end_s) : std::min(t, iv.start_s);
+    }
+    return t;
+  };
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_GE(span(llm_rank, ActionKind::kForward, round, false), span(0, ActionKind::kForward, round, true));
+    EXPECT_GE(span(0, ActionKind::kBackward, round, false), span(llm_rank, ActionKind::kBackward, round, true));
+  }
+  // Round 1's encoder forwards wait for round 0's backwards (the rank's order).
+  EXPECT_GE(span(0, ActionKind::kForward, 1, false), span(0, ActionKind::kBackward, 0, true));
+  EXPECT_LT(r2.group_peak_mem_bytes[0], r1.group_peak_mem_bytes[0]);
+  // Validation: rounds must divide the microbatches of a plan with several phases.
+  twice.phase_rounds = 3;
+  EXPECT_FALSE(PlanViolations(twice, f.model, f.cluster, f.workload).empty());
+  Plan one_phase = test::MegatronShape(f);
+  one_phase.phase_rounds = 2;
+  const auto v = PlanViolations(one_phase, f.model, f.cluster, f.workload);
+  ASSERT_FALSE(v.empty());
+  EXPECT_NE(v.front().find("every unit is in one phase"), std::string::npos) << v.front();
 }
 
 TEST(PlanSimulation, HeterogeneousPipelinesSyncLayerWise) {

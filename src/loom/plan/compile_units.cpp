@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 
+#include "loom/error.h"
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/compile_shapes.h"
 #include "loom/plan/validate_plan.h"
@@ -148,6 +149,13 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   const bool uniform = UniformMicrobatches(plan);
   const int m = plan.units[0].pipelines[0].microbatches;
   const int num_units = static_cast<int>(plan.units.size());
+  // Phase rounds (Plan::phase_rounds): each rank's order is its template's
+  // for m / rounds microbatches, once per round on the next microbatches.
+  const int rounds = plan.phase_rounds;
+  if (rounds > 1 && (it != nullptr || !uniform)) {
+    throw Error("phase_rounds > 1 needs a plan whose pipelines all run the same microbatch count, without an "
+                "iteration schedule (sub-microbatches or regrouped samples)");
+  }
   std::vector<UnitLayout> layout;
   for (const auto& unit : plan.units) layout.push_back(LayoutOf(model, plan, unit, it, global_mbs, uniform));
 
@@ -192,7 +200,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
       const PipelineSpec& ps = unit.pipelines[t];
       const int M = uniform ? L.microbatches : ps.microbatches;
       const int depth = before[u] + ps.pp + after[u];
-      const Schedule tmpl = MakeSchedule(ps.schedule, depth, M, ps.vpp());
+      const Schedule tmpl = MakeSchedule(ps.schedule, depth, M / rounds, ps.vpp());
       for (int j = 0; j < ps.replicas; ++j) {
         const int d = L.replica_base[t] + j;
         for (ExecRank& er : TemplateRanks(plan, u, static_cast<int>(t), j, group,
@@ -220,13 +228,16 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
         }
         // Compute order: this replica's ranks are ranks before[u] .. of the template.
         for (int r = 0; r < ps.pp; ++r) {
-          for (const Action& a : tmpl.ranks[before[u] + r]) {
-            if (!a.is_compute()) continue;
-            Action b = a;
-            // Template stage (chunk * depth + before + r) -> this pipeline's stage (chunk * pp + r).
-            const int chunk = a.stage / depth;
-            b.stage = stage_id[u][d][chunk * ps.pp + r];
-            sch.ranks[rank_id[u][d][r]].push_back(b);
+          for (int round = 0; round < rounds; ++round) {
+            for (const Action& a : tmpl.ranks[before[u] + r]) {
+              if (!a.is_compute()) continue;
+              Action b = a;
+              b.microbatch += round * (M / rounds);
+              // Template stage (chunk * depth + before + r) -> this pipeline's stage (chunk * pp + r).
+              const int chunk = a.stage / depth;
+              b.stage = stage_id[u][d][chunk * ps.pp + r];
+              sch.ranks[rank_id[u][d][r]].push_back(b);
+            }
           }
         }
       }
@@ -313,22 +324,25 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   }
   AddPointToPoint(sch);
 
-  // Barriers between temporal phases sharing a group.
-  auto first_of = [&](int rank, bool forward) {
+  // Barriers between temporal phases sharing a group, per round.
+  auto in_round = [&](const Action& a, int round) {
+    return a.microbatch / (sch.microbatches_of(a.stage) / rounds) == round;
+  };
+  auto first_of = [&](int rank, bool forward, int round) {
     const auto& acts = sch.ranks[rank];
     for (int i = 0; i < static_cast<int>(acts.size()); ++i) {
       const bool f = acts[i].kind == ActionKind::kForward;
       const bool b = acts[i].kind == ActionKind::kBackward || acts[i].kind == ActionKind::kBackwardData;
-      if ((forward && f) || (!forward && b)) return i;
+      if (((forward && f) || (!forward && b)) && in_round(acts[i], round)) return i;
     }
     return -1;
   };
-  auto last_of = [&](int rank, bool forward) {
+  auto last_of = [&](int rank, bool forward, int round) {
     const auto& acts = sch.ranks[rank];
     for (int i = static_cast<int>(acts.size()) - 1; i >= 0; --i) {
       const bool f = acts[i].kind == ActionKind::kForward;
       const bool b = acts[i].is_compute() && !f;
-      if ((forward && f) || (!forward && b)) return i;
+      if (((forward && f) || (!forward && b)) && in_round(acts[i], round)) return i;
     }
     return -1;
   };
@@ -338,8 +352,10 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
         const Unit& ua = plan.units[out.ranks[a].unit];
         const Unit& ub = plan.units[out.ranks[b].unit];
         if (ua.phase >= ub.phase) continue;
-        sch.extra_deps.push_back({b, first_of(b, true), a, last_of(a, true)});
-        sch.extra_deps.push_back({a, first_of(a, false), b, last_of(b, false)});
+        for (int round = 0; round < rounds; ++round) {
+          sch.extra_deps.push_back({b, first_of(b, true, round), a, last_of(a, true, round)});
+          sch.extra_deps.push_back({a, first_of(a, false, round), b, last_of(b, false, round)});
+        }
       }
     }
   }

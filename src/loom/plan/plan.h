@@ -99,6 +99,13 @@ struct Plan {
   std::string workload;
   int64_t global_batch = 0;
   int group_gpus = 1;     // GPUs per group (one simulated rank)
+  // Temporal phases run this many times per iteration, each round on the
+  // next 1/phase_rounds of every unit's microbatches (gradient accumulation
+  // over whole phase sequences: an earlier phase keeps one round's
+  // activations until its backward, not the whole batch's). REQUIRES:
+  // > 1 only with units in several phases, all with the same microbatch
+  // count, divisible by it.
+  int phase_rounds = 1;
   std::vector<Unit> units;
   std::vector<Broker> brokers;
   std::string searched;   // what the strategy searched to find it, for reports

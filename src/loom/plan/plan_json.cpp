@@ -145,14 +145,17 @@ json PlanToJson(const Plan& p) {
   }
   json brokers = json::array();
   for (const Broker& b : p.brokers) brokers.push_back({{"from", b.from}, {"to", b.to}, {"count", b.count}});
-  return {{"strategy", p.strategy}, {"model", p.model},       {"cluster", p.cluster},
-          {"workload", p.workload}, {"global_batch", p.global_batch}, {"group_gpus", p.group_gpus},
-          {"units", units},         {"brokers", brokers},     {"searched", p.searched}};
+  json out = {{"strategy", p.strategy}, {"model", p.model},       {"cluster", p.cluster},
+              {"workload", p.workload}, {"global_batch", p.global_batch}, {"group_gpus", p.group_gpus},
+              {"units", units},         {"brokers", brokers},     {"searched", p.searched}};
+  if (p.phase_rounds != 1) out["phase_rounds"] = p.phase_rounds;  // omitted when 1 (every plan but Mosaic's)
+  return out;
 }
 
 Plan PlanFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
-           {"strategy", "model", "cluster", "workload", "global_batch", "group_gpus", "units", "brokers", "searched"});
+           {"strategy", "model", "cluster", "workload", "global_batch", "group_gpus", "phase_rounds", "units", "brokers",
+            "searched"});
   Plan p;
   p.strategy = r.String("strategy");
   p.model = r.String("model");
@@ -160,6 +163,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
   p.workload = r.String("workload");
   p.global_batch = r.Int("global_batch", 0, true);
   p.group_gpus = static_cast<int>(r.Int("group_gpus", 1));
+  p.phase_rounds = static_cast<int>(r.Int("phase_rounds", 1));
   p.searched = r.String("searched");
   const json& units = r.Array("units");
   for (size_t i = 0; i < units.size(); ++i) {

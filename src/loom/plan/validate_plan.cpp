@@ -189,6 +189,24 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
     }
   }
 
+  // Rounds of the phases: several phases, one microbatch count that they divide.
+  if (plan.phase_rounds != 1) {
+    std::set<int> phases, counts;
+    for (const Unit& u : plan.units) {
+      phases.insert(u.phase);
+      for (const auto& p : u.pipelines) counts.insert(p.microbatches);
+    }
+    if (plan.phase_rounds < 1) {
+      bad(fmt::format("phase_rounds is {}; it must be >= 1", plan.phase_rounds));
+    } else if (phases.size() < 2) {
+      bad(fmt::format("phase_rounds is {} but every unit is in one phase; rounds repeat several phases (use 1)",
+                      plan.phase_rounds));
+    } else if (counts.size() != 1 || *counts.begin() % plan.phase_rounds != 0) {
+      bad(fmt::format("phase_rounds is {}: every pipeline must run the same microbatch count, a multiple of it",
+                      plan.phase_rounds));
+    }
+  }
+
   // The batch: every replica gets samples.
   if (plan.global_batch >= 1 && !plan.units.empty()) {
     if (uniform) {

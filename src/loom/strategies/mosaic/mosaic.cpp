@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "loom/cost/cost_model.h"
 #include "loom/error.h"
 #include "loom/human_bytes.h"
+#include "loom/strategies/mosaic/mapping_memory.h"
 #include "loom/strategies/plan_builders.h"
 
 namespace loom {
@@ -15,69 +17,82 @@ using namespace mosaic;
 
 namespace {
 
-// Mosaic's search with every module on slots of `tp` GPUs: the least
-// recomputation, then the fewest microbatches (gradient accumulation, the
-// same for every module as the plan format needs; the paper runs one), under
-// which every module fits some slot block and a mapping
-// fits with the other modules' reserve (StageEvaluator::ReserveOthers), else
-// without it (the simulator then judges the plan's real peak). Returns the
-// first kCandidatesPerSlot feasible ones in that order (the simulator judges
-// them), and sets `why` when none fits.
-constexpr int kCandidatesPerSlot = 3;
-std::vector<MosaicSolution> SolveAtTp(const StrategyContext& ctx, const MosaicOptions& options, int tp,
-                                      std::string& why) {
+// Mosaic's search with every module on slots of tp x pp GPUs: per
+// recomputation level (none, selective, full: each costs time, but can buy
+// larger DP degrees or fewer microbatches, so each is a candidate), the
+// fewest microbatches (gradient accumulation, the same for every module as
+// the plan format needs; the paper runs one), then the fewest phase rounds (Plan::phase_rounds; with pp = 1 every microbatch
+// is a round: an earlier stage then keeps one microbatch's activations, at
+// no cost in time), under which every module fits some slot block and a
+// mapping's exact cross-stage peak fits (mapping_memory.h; GAHC with the
+// other modules' reserve, StageEvaluator::ReserveOthers, else without it,
+// then stages re-solved against each other). Returns up to one mapping per
+// recomputation level (the simulator judges them), and sets `why` when none
+// fits.
+std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const MosaicOptions& options, int tp, int pp,
+                                        std::string& why) {
   std::vector<MosaicSolution> found;
   MosaicSolution sol;
   SurfaceOptions so;
   so.granularity = options.granularity;
   so.whole_gpus = options.whole_gpus;
   so.tp = tp;
-  const double mem = static_cast<double>(ctx.cluster.gpu.mem_bytes);
+  so.pp = pp;
+  const double mem = static_cast<double>(ctx.cluster.gpu.mem_bytes) * options.mem_fraction;
   const SmPartitionRules rules = PartitionRules(ctx.cluster);
   const SmSharing sharing = ctx.cluster.cost_model ? ctx.cluster.cost_model->sm_sharing() : SmSharing{};
   const auto deps = ModuleDeps(ctx.model);
+  const int slots = ctx.cluster.num_gpus() / (tp * pp);  // whole slots; the rest idle
   const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    for (int m = 1; m <= batch; m *= 2) {
+    bool done = false;
+    for (int m = pp; m <= batch && !done; m *= 2) {
       if (ctx.workload.global_batch % m != 0) continue;
-      so.recompute = r;
-      so.microbatches = m;
-      sol.surfaces = SampleSurfaces(ctx, so);
-      sol.recompute = r;
-      sol.microbatches = m;
-      std::string too_big;
-      for (const auto& s : sol.surfaces) {
-        double least = 1e300;
-        for (const auto& p : s.points) least = std::min(least, p.mem_bytes);
-        if (least > mem && too_big.empty()) {
-          too_big = fmt::format("module {} needs {} per GPU even with TP {}, DP over the rest of the {} GPUs, {} "
-                                "microbatches and full recomputation, more than the {} of a {} (Mosaic keeps every "
-                                "module whole on its slots: no PP)",
-                                s.module, s.points.empty() ? std::string("more") : HumanBytes(least), tp,
-                                ctx.cluster.num_gpus(), m, HumanBytes(mem), ctx.cluster.gpu.name);
+      for (int k = pp == 1 ? m : 1; k * pp <= m && !done; k *= 2) {
+        so.recompute = r;
+        so.microbatches = m;
+        so.rounds = k;
+        sol.surfaces = SampleSurfaces(ctx, so);
+        sol.recompute = r;
+        sol.microbatches = m;
+        sol.rounds = k;
+        std::string too_big;
+        for (const auto& s : sol.surfaces) {
+          double least = 1e300;
+          for (const auto& p : s.points) least = std::min(least, p.mem_bytes);
+          if (least > mem && too_big.empty()) {
+            too_big = fmt::format("module {} needs {} per GPU even with TP {}{}, DP over the rest of the {} GPUs, "
+                                  "{} microbatches in {} rounds, more than the {} of a {}",
+                                  s.module, s.points.empty() ? std::string("more") : HumanBytes(least), tp,
+                                  pp > 1 ? fmt::format(" x PP {}", pp) : "", ctx.cluster.num_gpus(), m, k,
+                                  HumanBytes(mem), ctx.cluster.gpu.name);
+          }
         }
+        if (!too_big.empty()) {
+          why = too_big;
+          continue;
+        }
+        bool fits = false;
+        for (bool reserve : {true, false}) {
+          StageEvaluator eval(sol.surfaces, slots, mem, rules, sharing, options.stage);
+          eval.ReserveOthers(reserve);
+          sol.mapping = SolveGahc(deps, eval, options.mapping);
+          fits = FitMappingMemory(&sol.mapping, eval, sol.surfaces, slots, mem);
+          sol.evaluations += eval.evaluations();
+          sol.milp_solves += eval.milp_solves();
+          if (fits) break;
+        }
+        if (fits) {
+          found.push_back(sol);
+          sol.evaluations = sol.milp_solves = 0;
+          done = true;  // more microbatches or rounds only add steps and pipeline fills
+          break;
+        }
+        why = fmt::format("no stage mapping fits {} at TP {}{}: every module keeps its state on each GPU it uses "
+                          "for the whole iteration (and the activations of every stage but the last until its "
+                          "backward), even with full recomputation, {} microbatches and {} rounds",
+                          ctx.cluster.name, tp, pp > 1 ? fmt::format(" x PP {}", pp) : "", m, k);
       }
-      if (!too_big.empty()) {
-        why = too_big;
-        continue;
-      }
-      for (bool reserve : {true, false}) {
-        StageEvaluator eval(sol.surfaces, ctx.cluster.num_gpus() / tp, mem, rules, sharing, options.stage);
-        eval.ReserveOthers(reserve);
-        sol.mapping = SolveGahc(deps, eval, options.mapping);
-        sol.evaluations += eval.evaluations();
-        sol.milp_solves += eval.milp_solves();
-        if (sol.mapping.feasible()) break;
-      }
-      if (sol.mapping.feasible()) {
-        found.push_back(sol);
-        sol.evaluations = sol.milp_solves = 0;
-        if (static_cast<int>(found.size()) == kCandidatesPerSlot) return found;
-        continue;
-      }
-      why = fmt::format("no stage mapping fits {} at TP {}: every module keeps its state on each GPU it uses for "
-                        "the whole iteration, even with full recomputation and {} microbatches",
-                        ctx.cluster.name, tp, m);
     }
   }
   return found;
@@ -91,15 +106,20 @@ namespace {
 Plan BuildPlan(const StrategyContext& ctx, const MosaicOptions& options, const MosaicSolution& sol) {
   const SmPartitionRules rules = PartitionRules(ctx.cluster);
   Plan plan = EmptyPlan(ctx, options.whole_gpus ? "spindle" : "mosaic", sol.tp);
+  // Rounds repeat several stages; one stage runs its microbatches once.
+  plan.phase_rounds = sol.mapping.stages.size() > 1 ? sol.rounds : 1;
   for (int phase = 0; phase < static_cast<int>(sol.mapping.stages.size()); ++phase) {
     for (const auto& p : sol.mapping.stages[phase].result.placements) {
       const std::string& name = ctx.model.modules[p.module].name;
+      // A slot is sol.pp groups: the module pipelined over them or data
+      // parallel over (the first of) them, as its option says.
+      const SurfacePoint& sp = sol.surfaces[p.module].At(p.dp, p.pp, p.sms);
       // Several microbatches: the last stage's modules run forward then
       // backward each (1F1B on one stage); earlier stages keep every
       // microbatch until their backward after the later stages (GPipe).
       const int m = sol.microbatches;
       const bool last = phase + 1 == static_cast<int>(sol.mapping.stages.size());
-      Unit u = MakeUnit(ctx, name, {name}, p.first_gpu, sol.tp, phase, p.dp, 1, m,
+      Unit u = MakeUnit(ctx, name, {name}, p.first_gpu * sol.pp, sol.tp, phase, sp.replicas, sp.pp, m,
                         m > 1 && last ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe, sol.recompute,
                         Balance::kTime);
       u.sm_fraction = static_cast<double>(p.sms) / rules.sm_count;
@@ -123,16 +143,32 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
   std::vector<MosaicSolution> out;
   std::string why;
   const int max_tp = options.max_tp > 0 ? options.max_tp : ctx.cluster.gpus_per_node;
-  for (int tp = 1; tp <= max_tp && tp <= ctx.cluster.num_gpus(); tp *= 2) {
-    if (ctx.cluster.gpus_per_node % tp != 0) continue;
+  auto solve = [&](int tp, int pp) {
     std::string reason;
-    std::vector<MosaicSolution> found = SolveAtTp(ctx, options, tp, reason);
+    std::vector<MosaicSolution> found = SolveAtSlot(ctx, options, tp, pp, reason);
     if (found.empty()) why = reason;  // the largest slot tried says most
     for (MosaicSolution& sol : found) {
       sol.tp = tp;
+      sol.pp = pp;
       sol.plan = BuildPlan(ctx, options, sol);
       out.push_back(std::move(sol));
     }
+  };
+  for (int tp = 1; tp <= max_tp && tp <= ctx.cluster.num_gpus(); tp *= 2) {
+    if (ctx.cluster.gpus_per_node % tp == 0) solve(tp, 1);
+  }
+  // Only when no slot of a node serves: slots of pp nodes (powers of two
+  // and divisors of the node count; nodes past the last whole slot stay
+  // idle), a module pipelined over them (its stages on different nodes, TP
+  // inside each).
+  const int node = ctx.cluster.gpus_per_node, nodes = ctx.cluster.nodes;
+  std::set<int> pps;
+  for (int pp = 2; pp <= nodes; pp *= 2) pps.insert(pp);
+  for (int pp : Divisors(nodes)) {
+    if (pp > 1) pps.insert(pp);
+  }
+  if (out.empty() && max_tp >= node) {
+    for (int pp : pps) solve(node, pp);
   }
   if (out.empty()) throw Error(fmt::format("strategy {}: {}", options.whole_gpus ? "spindle" : "mosaic", why));
   // What the whole search did, on every plan it returns.
@@ -146,11 +182,12 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
   }
   const std::string searched = fmt::format(
       "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC ({}, aligned GPU blocks, memory, host "
-      "launch floors), slots of 1-{} GPUs (TP); {} mappings; {} stage evaluations, {} CBC solves, {} pairs, {} "
-      "pruned, {} refinements",
+      "launch floors), slots of 1-{} GPUs (TP){}, every stage against the others' memory; {} mappings; {} stage "
+      "evaluations, {} CBC solves, {} pairs, {} pruned, {} refinements",
       options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
                          : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
-      max_tp, out.size(), evaluations, milp, pairs, pruned, refinements);
+      max_tp, out.front().pp > 1 ? fmt::format(" x {} nodes (PP)", out.front().pp) : "", out.size(), evaluations,
+      milp, pairs, pruned, refinements);
   for (auto& sol : out) sol.plan.searched = searched;
   // Fastest mapping first; a tie keeps the smaller slot (the paper's).
   std::stable_sort(out.begin(), out.end(), [](const MosaicSolution& a, const MosaicSolution& b) {
@@ -172,8 +209,10 @@ std::string Describe(const Plan& p) {
     std::string part;
     for (const auto& u : p.units) {
       if (u.phase != q) continue;
-      part += fmt::format("{}{}{} d{} {:.0f}%", part.empty() ? "" : ", ", u.name,
-                          u.tp > 1 ? fmt::format(" tp{}", u.tp) : "", u.num_replicas(), u.sm_fraction * 100);
+      const int pp = u.pipelines.empty() ? 1 : u.pipelines[0].pp;
+      part += fmt::format("{}{}{}{} d{} {:.0f}%", part.empty() ? "" : ", ", u.name,
+                          u.tp > 1 ? fmt::format(" tp{}", u.tp) : "", pp > 1 ? fmt::format(" pp{}", pp) : "",
+                          u.num_replicas(), u.sm_fraction * 100);
     }
     if (part.empty()) break;
     s += (phase < 0 ? "" : " | ") + part;
@@ -184,18 +223,37 @@ std::string Describe(const Plan& p) {
 
 StrategyResult Run(const StrategyContext& ctx, const MosaicOptions& options, const std::string& name) {
   // Every slot size's mapping goes to the simulator, which judges real peaks
-  // (the solver's memory reserve is a heuristic) and keeps the fastest.
-  const std::vector<MosaicSolution> solutions = SolveMosaicSlots(ctx, options);
+  // and keeps the fastest. The surfaces price an even split of the
+  // representative batch; the simulator's peak is its largest microbatch's,
+  // a few percent more: when every mapping overflows, the solver runs again
+  // on 95%, then 90% and 80% of each GPU's memory.
   CandidateSearch search(ctx, name);
-  for (const MosaicSolution& sol : solutions) {
-    search.Try([&](Recompute r) {
-      Plan p = sol.plan;
-      p.strategy = name;
-      for (auto& u : p.units) u.recompute = std::max(r, sol.recompute);
-      return p;
-    });
+  std::string searched;
+  for (double fraction : {1.0, 0.95, 0.9, 0.8}) {
+    MosaicOptions o = options;
+    o.mem_fraction = fraction;
+    std::vector<MosaicSolution> solutions;
+    try {
+      solutions = SolveMosaicSlots(ctx, o);
+    } catch (const Error&) {
+      if (fraction == 1.0) throw;  // nothing fits even the whole GPU: its reason
+      break;
+    }
+    if (searched.empty()) searched = solutions.front().plan.searched;
+    for (const MosaicSolution& sol : solutions) {
+      search.Try([&](Recompute r) {
+        Plan p = sol.plan;
+        p.strategy = name;
+        for (auto& u : p.units) u.recompute = std::max(r, sol.recompute);
+        return p;
+      });
+    }
+    if (search.feasible() > 0) {
+      if (fraction < 1.0) searched += fmt::format(" (solved on {:.0f}% of each GPU's memory)", fraction * 100);
+      break;
+    }
   }
-  return search.Finish(solutions.front().plan.searched, Describe);
+  return search.Finish(searched, Describe);
 }
 
 }  // namespace

@@ -4,7 +4,10 @@
 // SM fraction of each GPU (sm_fraction = the quota's SMs / the GPU's SMs), so
 // several modules share a GPU at once. A slot is one GPU (the paper) or, Loom's
 // extension for modules too big for one, 2-8 GPUs of a node over which every
-// module is TP-sharded (the plan's group). Variants are the paper's ablations
+// module is TP-sharded (the plan's group), or, when no slot of a node holds a
+// mapping, 2, 4, ... nodes over which a module is pipelined (TP inside each
+// node). Every mapping is checked against its exact cross-stage memory
+// (mapping_memory.h). Variants are the paper's ablations
 // (§5.3): the performance model without interference or with its additive
 // term only, the solver without caching or early pruning, and SM-quota
 // granularities of 30/20/5% (10% is the default).
@@ -21,6 +24,9 @@ struct MosaicOptions {
   // Largest slot (TP degree of every module) tried; 0: a node. 1 is the
   // paper's DP-only Mosaic.
   int max_tp = 0;
+  // Share of each GPU's memory the solver fills (Run lowers it when the
+  // simulator finds every mapping over the real peak).
+  double mem_fraction = 1.0;
   mosaic::StageEvalOptions stage;
   mosaic::MappingOptions mapping;
 };
@@ -31,11 +37,14 @@ struct MosaicSolution {
   mosaic::Mapping mapping;
   int evaluations = 0, milp_solves = 0;
   Recompute recompute = Recompute::kNone;  // of every module
-  int tp = 1;                              // GPUs per slot: every module's TP
+  int tp = 1;                              // GPUs per group: every module's TP
+  int pp = 1;                              // groups per slot (SurfaceOptions::pp)
   int microbatches = 1;                    // of every module, one after another
+  int rounds = 1;                          // the stages' rounds (Plan::phase_rounds)
   Plan plan;
 };
-// Per slot size (TP 1, 2, 4, 8 up to a node), the mappings that fit at the
+// Per slot size (TP 1, 2, 4, 8 up to a node; then, only if none fits, the
+// fewest nodes with PP), the mappings that fit at the
 // least recomputation and microbatches (up to three), fastest mapping first;
 // throws loom::Error naming why none does.
 std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const MosaicOptions& options);

@@ -15,6 +15,7 @@
 #include "loom/cost/memory.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
+#include "loom/pipeline/partition.h"
 
 namespace loom::mosaic {
 
@@ -28,6 +29,119 @@ SmPartitionRules PartitionRules(const Cluster& cluster) {
   return r;
 }
 
+namespace {
+
+// What one module costs on a block of slots, per quota (in `quotas` order):
+// `replicas` data-parallel copies, each a pipeline of `pp` stages of `tp`
+// GPUs (pp = 1: the module whole on each group), m microbatches.
+struct ModulePricing {
+  const StrategyContext& ctx;
+  const SmPartitionRules& rules;
+  const SmSharing& sharing;
+  const std::vector<int>& quotas;
+  int tp = 1;
+  int microbatches = 1;
+  int rounds = 1;
+  Recompute recompute = Recompute::kNone;
+
+  std::vector<SurfacePoint> Price(size_t mi, const TokenStats& tokens, const std::vector<BackwardNeeds>& needs,
+                                  int replicas, int pp) const {
+    const Module& mod = ctx.model.modules[mi];
+    const Cluster& cluster = ctx.cluster;
+    const Precision precision = ctx.workload.precision;
+    const int m = microbatches;
+    const int per_round = m / rounds;
+    // Per GPU, as the simulator prices a unit of this TP (sim/price_execution.cpp):
+    // TP-split weights, or the whole module with its sequences shared.
+    const bool split = SplitsOverTensorParallel(mod, tp);
+    const int seq_share = split ? 1 : tp;
+    const double elem = ElementBytes(precision);
+    // One replica's share: B / replicas samples (the representative batch's
+    // sequences split evenly, whole sequences each) in m microbatches.
+    const TokenStats share = ShareOfSequences(tokens, replicas * seq_share * m);
+    const size_t L = mod.layers.size();
+    std::vector<std::array<double, 3>> phases(L);
+    std::vector<double> layer_s(L), act(L), trainable(L), frozen(L);
+    double bytes = 0;
+    for (size_t li = 0; li < L; ++li) {
+      LayerParallelism par;
+      par.tp = tp;
+      par.split = split;
+      par.sequence_parallel = true;  // the plan's units keep Megatron's default
+      par.precision = precision;
+      par.recompute = recompute;
+      const LayerTimes t = PriceLayer(mod.layers[li], share, needs[li], cluster, par);
+      phases[li] = {t.forward_s, t.backward_data_s, t.backward_weight_s};
+      layer_s[li] = t.forward_s + t.backward_data_s + t.backward_weight_s;
+      act[li] = t.activation_bytes;
+      const double params = static_cast<double>(LayerParams(mod.layers[li])) / (split ? tp : 1);
+      (mod.frozen || mod.layers[li].frozen ? frozen : trainable)[li] = params;
+      const LayerWork w = EstimateLayerWork(mod.layers[li], share, 1, elem);
+      bytes += w.Bytes(Phase::kForward) + w.Bytes(Phase::kBackwardData) + w.Bytes(Phase::kBackwardWeight);
+    }
+    // Stages balanced by time, as the plan's units are (Balance::kTime).
+    const Partition part = MinMaxPartition(layer_s, pp);
+    // Per GPU, the worst stage: its state, its gradient sync, and its
+    // activations alive at once: 1F1B's stage s holds min(pp - s, m / k)
+    // microbatches, GPipe (a Mosaic stage before the last) all m / k of a round.
+    double mem = 0, held = 0, sync_s = 0;
+    for (int st = 0; st < pp; ++st) {
+      double tr = 0, fr = 0, a = 0;
+      for (int li = part.begin[st]; li < part.begin[st + 1]; ++li) {
+        tr += trainable[li];
+        fr += frozen[li];
+        a += act[li];
+      }
+      const double state = ModelState(tr, fr, replicas * seq_share, 1, precision).total();
+      mem = std::max(mem, state + std::min(pp - st, per_round) * a);
+      held = std::max(held, state + per_round * a);
+      // Gradients all-reduced in the training precision, as the simulator prices DP sync.
+      if (tr > 0 && replicas * seq_share > 1) {
+        sync_s = std::max(sync_s, GroupAllReduceTime_s(elem * tr, replicas * seq_share, split ? tp : 1, cluster));
+      }
+    }
+    std::vector<SurfacePoint> out;
+    for (int sms : quotas) {
+      const double fraction = static_cast<double>(sms) / rules.sm_count;
+      // The slowest stage per microbatch at this quota; a pipeline of m / k
+      // microbatches over pp stages takes m / k + pp - 1 of them (1F1B and
+      // GPipe alike), k rounds.
+      double stage_s = 0, stage_floor_s = 0, compute_s = 0;
+      for (int st = 0; st < pp; ++st) {
+        double t_s = 0, f_s = 0;
+        for (int li = part.begin[st]; li < part.begin[st + 1]; ++li) {
+          for (double t : phases[li]) {
+            t_s += sharing.PhaseTime_s(t, fraction);
+            if (t > 0) f_s += sharing.PhaseFloor_s();
+          }
+        }
+        stage_s = std::max(stage_s, t_s);
+        stage_floor_s = std::max(stage_floor_s, f_s);
+        compute_s += t_s;
+      }
+      SurfacePoint p;
+      p.sms = sms;
+      p.pp = pp;
+      p.latency_s = rounds * (per_round + pp - 1) * stage_s + sync_s;
+      p.launch_floor_s = m * stage_floor_s;
+      p.mem_bytes = mem;
+      p.held_mem_bytes = held;
+      p.bandwidth = std::min(1.0, bytes / std::max(1e-12, compute_s) / cluster.gpu.hbm_bytes_per_s);
+      out.push_back(p);
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+const SurfacePoint& ModuleSurface::At(int dp, int pp, int sms) const {
+  for (const auto& p : points) {
+    if (p.dp == dp && p.pp == pp && p.sms == sms) return p;
+  }
+  throw Error(fmt::format("mosaic: internal: module {} has no option d{} pp{} with {} SMs", module, dp, pp, sms));
+}
+
 std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options) {
   if (!(options.granularity > 0 && options.granularity <= 1)) {
     throw Error("mosaic: SM-quota granularity must be in (0, 1], e.g. 0.1 for 10%");
@@ -38,77 +152,55 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
   const SmSharing sharing = cluster.cost_model ? cluster.cost_model->sm_sharing() : SmSharing{};
   const auto tokens = CountModuleTokens(model, ctx.representative.samples);
   const auto needs = ComputeBackwardNeeds(model);
-  const int tp = options.tp;
+  const int tp = options.tp, pp = options.pp;
   if (tp < 1 || cluster.gpus_per_node % tp != 0) {
     throw Error(fmt::format("mosaic: a slot of {} GPUs does not divide a node of {}", tp, cluster.gpus_per_node));
   }
-  const int n = cluster.num_gpus() / tp;
+  if (pp < 1 || tp * pp > cluster.num_gpus() || (pp > 1 && tp != cluster.gpus_per_node)) {
+    throw Error(fmt::format("mosaic: slots of {} x {} GPUs: pipelined slots are whole nodes, at most the {} GPUs of {}",
+                            pp, tp, cluster.num_gpus(), cluster.name));
+  }
+  const int n = cluster.num_gpus() / (tp * pp);  // whole slots; GPUs past them stay idle
   const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
   // Distinct SM quotas of the grid.
-  std::set<int> quotas;
+  std::set<int> quota_set;
   const int steps = static_cast<int>(std::lround(1.0 / options.granularity));
   if (!options.whole_gpus) {
-    for (int k = 1; k <= steps; ++k) quotas.insert(QuotaSms(std::min(1.0, k * options.granularity), rules));
+    for (int k = 1; k <= steps; ++k) quota_set.insert(QuotaSms(std::min(1.0, k * options.granularity), rules));
   }
-  quotas.insert(rules.sm_count);
-  const Precision precision = ctx.workload.precision;
+  quota_set.insert(rules.sm_count);
+  const std::vector<int> quotas(quota_set.begin(), quota_set.end());
+  const int m = options.microbatches;
+  if (options.rounds < 1 || m % options.rounds != 0) {
+    throw Error(fmt::format("mosaic: {} rounds do not divide {} microbatches", options.rounds, m));
+  }
+  const ModulePricing pricing{ctx, rules, sharing, quotas, tp, m, options.rounds, options.recompute};
   std::vector<ModuleSurface> out;
   for (size_t mi = 0; mi < model.modules.size(); ++mi) {
     const Module& mod = model.modules[mi];
     ModuleSurface s;
     s.module = mod.name;
     s.index = static_cast<int>(mi);
-    // Per GPU, as the simulator prices a unit of this TP (sim/price_execution.cpp):
-    // TP-split weights, or the whole module with its sequences shared.
-    const bool split = SplitsOverTensorParallel(mod, tp);
-    const int seq_share = split ? 1 : tp;
-    double trainable = 0, frozen = 0;
-    for (const auto& l : mod.layers) {
-      (mod.frozen || l.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l)) / (split ? tp : 1);
-    }
-    const double elem = ElementBytes(precision);
-    const int m = options.microbatches;
-    for (int d = 1; d <= n && d * m <= batch; d *= 2) {
-      const ModelStateBytes state = ModelState(trainable, frozen, d * seq_share, 1, precision);
-      // Gradients all-reduced in the training precision, as the simulator prices DP sync.
-      const double sync_s = trainable > 0 && d * seq_share > 1
-                                ? GroupAllReduceTime_s(elem * trainable, d * seq_share, split ? tp : 1, cluster)
-                                : 0;
-      // One replica's share: B / d samples (the representative batch's
-      // sequences split evenly, whole sequences each) in m microbatches.
-      const TokenStats share = ShareOfSequences(tokens[mi], d * seq_share * m);
-      double bytes = 0, act_bytes = 0;
-      std::vector<std::array<double, 3>> layer_phases;
-      for (size_t li = 0; li < mod.layers.size(); ++li) {
-        LayerParallelism par;
-        par.tp = tp;
-        par.split = split;
-        par.sequence_parallel = true;  // the plan's units keep Megatron's default
-        par.precision = precision;
-        par.recompute = options.recompute;
-        const LayerTimes t = PriceLayer(mod.layers[li], share, needs[mi][li], cluster, par);
-        layer_phases.push_back({t.forward_s, t.backward_data_s, t.backward_weight_s});
-        const LayerWork w = EstimateLayerWork(mod.layers[li], share, 1, ElementBytes(precision));
-        bytes += w.Bytes(Phase::kForward) + w.Bytes(Phase::kBackwardData) + w.Bytes(Phase::kBackwardWeight);
-        act_bytes += t.activation_bytes;
-      }
-      for (int sms : quotas) {
-        const double fraction = static_cast<double>(sms) / rules.sm_count;
-        double compute_s = 0, floor_total = 0;
-        for (const auto& ph : layer_phases) {
-          for (double t : ph) {
-            compute_s += sharing.PhaseTime_s(t, fraction);
-            if (t > 0) floor_total += sharing.PhaseFloor_s();
-          }
+    for (int d = 1; d <= n; d *= 2) {
+      // On a block of d slots a module is whole on every group (d x pp
+      // replicas; fewer, on the first groups, when a microbatch has fewer
+      // samples) or, with slots of several groups, pipelined over each
+      // slot's pp groups (d replicas): two options the solver chooses from.
+      int flat = d * pp;
+      while (flat > 1 && flat * m > batch) flat /= 2;
+      if (flat * m <= batch && (flat == d * pp || (pp > 1 && d == 1))) {
+        for (SurfacePoint p : pricing.Price(mi, tokens[mi], needs[mi], flat, 1)) {
+          p.dp = d;
+          p.replicas = flat;
+          s.points.push_back(p);
         }
-        SurfacePoint p;
-        p.dp = d;
-        p.sms = sms;
-        p.latency_s = m * compute_s + sync_s;
-        p.launch_floor_s = m * floor_total;
-        p.mem_bytes = state.total() + act_bytes;
-        p.bandwidth = std::min(1.0, bytes / std::max(1e-12, compute_s) / cluster.gpu.hbm_bytes_per_s);
-        s.points.push_back(p);
+      }
+      if (pp > 1 && static_cast<int>(mod.layers.size()) >= pp && m / options.rounds >= pp && d * m <= batch) {
+        for (SurfacePoint p : pricing.Price(mi, tokens[mi], needs[mi], d, pp)) {
+          p.dp = d;
+          p.replicas = d;
+          s.points.push_back(p);
+        }
       }
     }
     out.push_back(std::move(s));

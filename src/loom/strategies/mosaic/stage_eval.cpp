@@ -43,10 +43,7 @@ double StageEvaluator::Rectify(std::vector<Placement>* placements) const {
     for (int g = p.first_gpu; g < p.first_gpu + p.dp; ++g) on[g].push_back(i);
   }
   auto point = [&](const Placement& p) -> const SurfacePoint& {
-    for (const auto& s : surfaces_[p.module].points) {
-      if (s.dp == p.dp && s.sms == p.sms) return s;
-    }
-    throw Error("mosaic: a placement's option is not on its module's surface");
+    return surfaces_[p.module].At(p.dp, p.pp, p.sms);
   };
   double stage = 0;
   for (int i = 0; i < static_cast<int>(placements->size()); ++i) {
@@ -70,11 +67,19 @@ double StageEvaluator::Rectify(std::vector<Placement>* placements) const {
   return stage;
 }
 
+void StageEvaluator::SetResident(std::vector<double> resident_bytes, bool holds_all) {
+  if (!resident_bytes.empty() && static_cast<int>(resident_bytes.size()) != gpus_) {
+    throw Error("mosaic: internal: resident memory for another number of GPUs");
+  }
+  resident_ = std::move(resident_bytes);
+  holds_all_ = !resident_.empty() && holds_all;
+}
+
 namespace {
 
 struct Option {
   int module = 0;  // position in the stage
-  int dp = 1, sms = 0;
+  int dp = 1, sms = 0, pp = 1;
   double mem = 0, floor = 0;
 };
 
@@ -84,9 +89,9 @@ struct GpuLoad {
   std::vector<int> sm_left, part_left, users;
   std::vector<double> mem_left, floor_left;
   int sm_count = 0;
-  GpuLoad(int gpus, const SmPartitionRules& rules, double cap, double tau)
+  GpuLoad(int gpus, const SmPartitionRules& rules, const std::vector<double>& caps, double tau)
       : sm_left(gpus, rules.sm_count), part_left(gpus, rules.partitionable_sms), users(gpus, 0),
-        mem_left(gpus, cap), floor_left(gpus, tau), sm_count(rules.sm_count) {}
+        mem_left(caps), floor_left(gpus, tau), sm_count(rules.sm_count) {}
   // Whether `o` fits on GPUs [start, start + o.dp); `left` gets the SMs it would leave free.
   bool Fits(const Option& o, int start, int* left, bool* empty) const {
     *left = 0;
@@ -129,15 +134,18 @@ std::vector<int> DemandOrder(const std::vector<std::vector<Option>>& options) {
 }  // namespace
 
 bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::vector<Placement>* out) {
-  // Per module, per DP degree, the fewest SMs meeting tau (more SMs at the same
-  // degree only use more of the GPU: dominated).
+  // Per module, per DP degree and pipeline depth, the fewest SMs meeting tau
+  // (more SMs at the same degree only use more of the GPU: dominated).
   std::vector<std::vector<Option>> options(modules.size());
   for (size_t k = 0; k < modules.size(); ++k) {
-    std::map<int, Option> best;
+    std::map<std::pair<int, int>, Option> best;
     for (const auto& p : surfaces_[modules[k]].points) {
-      if (p.latency_s > tau || p.mem_bytes > cap_ || p.dp > gpus_ || p.launch_floor_s > tau) continue;
-      auto it = best.find(p.dp);
-      if (it == best.end() || p.sms < it->second.sms) best[p.dp] = {static_cast<int>(k), p.dp, p.sms, p.mem_bytes, p.launch_floor_s};
+      const double mem = OptionMem(p);
+      if (p.latency_s > tau || mem > cap_ || p.dp > gpus_ || p.launch_floor_s > tau) continue;
+      auto it = best.find({p.dp, p.pp});
+      if (it == best.end() || p.sms < it->second.sms) {
+        best[{p.dp, p.pp}] = {static_cast<int>(k), p.dp, p.sms, p.pp, mem, p.launch_floor_s};
+      }
     }
     if (best.empty()) return false;
     for (auto& [d, o] : best) options[k].push_back(o);
@@ -158,7 +166,9 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
       mem_need += mem;
       floor_need += fl;
     }
-    if (sm_need > static_cast<double>(gpus_) * rules_.sm_count || mem_need > gpus_ * cap_ ||
+    double mem_have = 0;
+    for (double c : caps_) mem_have += std::max(0.0, c);
+    if (sm_need > static_cast<double>(gpus_) * rules_.sm_count || mem_need > mem_have ||
         (sharing_.launch_floor_s_per_layer > 0 && floor_need > gpus_ * tau * (1 + 1e-12))) {
       return false;
     }
@@ -166,7 +176,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   auto emit = [&](const std::vector<std::pair<const Option*, int>>& chosen) {
     out->clear();
     for (const auto& [o, start] : chosen) {
-      out->push_back({modules[o->module], o->dp, o->sms, start, 0});
+      out->push_back({modules[o->module], o->dp, o->pp, o->sms, start, 0});
     }
   };
   const std::vector<int> order = DemandOrder(options);
@@ -175,7 +185,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     // option (fewest SM-GPUs) at the first aligned block with room, then at
     // the block it fills best; the exact search and CBC only when both fail.
     for (bool best_fit : {false, true}) {
-      GpuLoad load(gpus_, rules_, cap_, tau);
+      GpuLoad load(gpus_, rules_, caps_, tau);
       std::vector<std::pair<const Option*, int>> chosen;
       bool ok = true;
       for (int k : order) {
@@ -221,7 +231,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   // the first is tried. Settles a stage of up to ~10 modules in microseconds;
   // past its node budget CBC decides.
   if (options_.exact_search) {
-    GpuLoad load(gpus_, rules_, cap_, tau);
+    GpuLoad load(gpus_, rules_, caps_, tau);
     std::vector<std::pair<const Option*, int>> chosen;
     long nodes = 0;
     const long budget = 200000;
@@ -289,8 +299,9 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
     if (rules_.partitionable_sms < rules_.sm_count) {
       milp.AddRow(vs, partial, 'L', static_cast<double>(rules_.partitionable_sms) / rules_.sm_count);
     }
-    for (double& m : mem) m = m * 1e9 / cap_;
-    milp.AddRow(vs, mem, 'L', 1.0);
+    // Memory as a share of the GPU's; a GPU with nothing left takes nothing.
+    for (double& m : mem) m = m * 1e9 / mem_bytes_;
+    milp.AddRow(vs, mem, 'L', std::max(0.0, caps_[g]) / mem_bytes_);
     if (sharing_.launch_floor_s_per_layer > 0) milp.AddRow(vs, floors, 'L', 1.0);  // the shared host
   }
   ++milp_solves_;
@@ -310,13 +321,21 @@ StageResult StageEvaluator::Evaluate(const std::vector<int>& modules, double low
   if (modules.size() > 64) throw Error("mosaic: a stage of more than 64 modules");
   uint64_t key = 0;
   for (int m : modules) key |= uint64_t{1} << m;
-  if (options_.cache) {
+  const bool cache = options_.cache && resident_.empty();
+  if (cache) {
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
   }
   ++evaluations_;
   cap_ = mem_bytes_;
-  if (reserve_others_) {
+  if (!resident_.empty()) {
+    caps_.assign(gpus_, 0);
+    cap_ = 0;
+    for (int g = 0; g < gpus_; ++g) {
+      caps_[g] = mem_bytes_ - resident_[g];
+      cap_ = std::max(cap_, caps_[g]);
+    }
+  } else if (reserve_others_) {
     for (const auto& s : surfaces_) {
       if (key >> s.index & 1) continue;
       double spread = 1e300;
@@ -328,10 +347,11 @@ StageResult StageEvaluator::Evaluate(const std::vector<int>& modules, double low
       if (spread < 1e300) cap_ -= spread;
     }
   }
+  if (resident_.empty()) caps_.assign(gpus_, cap_);
   std::set<double> candidate_set;
   for (int m : modules) {
     for (const auto& p : surfaces_[m].points) {
-      if (p.mem_bytes <= cap_ && p.dp <= gpus_) candidate_set.insert(p.latency_s);
+      if (OptionMem(p) <= cap_ && p.dp <= gpus_) candidate_set.insert(p.latency_s);
       // The host floor can bind above every latency (several small modules on one GPU).
     }
   }
@@ -381,7 +401,7 @@ StageResult StageEvaluator::Evaluate(const std::vector<int>& modules, double low
       }
     }
   }
-  if (options_.cache) cache_[key] = result;
+  if (cache) cache_[key] = result;
   return result;
 }
 

@@ -33,7 +33,8 @@ namespace loom::mosaic {
 
 struct Placement {
   int module = 0;      // index into the surfaces
-  int dp = 1;
+  int dp = 1;          // slots
+  int pp = 1;          // the option's SurfacePoint::pp
   int sms = 0;         // per GPU
   int first_gpu = 0;   // GPUs first_gpu .. first_gpu + dp - 1
   double latency_s = 0;   // rectified
@@ -78,12 +79,22 @@ class StageEvaluator {
   // stage gets the GPU's memory less the other modules' reserve (a heuristic:
   // the simulator checks the plan's real peak).
   void ReserveOthers(bool on) { reserve_others_ = on; }
+  // Exact cross-stage coupling (mapping_memory.h): on each GPU g the stage's
+  // modules get the memory less resident_bytes[g], what the other stages'
+  // modules keep there, and each keeps its activations as GPipe does
+  // (`holds_all`: a stage before the last keeps all m microbatches until its
+  // backward) or as 1F1B does (the last stage; SurfacePoint::mem_bytes).
+  // Replaces ReserveOthers' estimate and bypasses the cache (a result then
+  // depends on where the other stages sit). An empty vector switches it off.
+  void SetResident(std::vector<double> resident_bytes, bool holds_all);
 
   int evaluations() const { return evaluations_; }   // Evaluate calls that were not cached
   int milp_solves() const { return milp_solves_; }
 
  private:
   bool Feasible(const std::vector<int>& modules, double tau, std::vector<Placement>* out);
+  // A point's memory per GPU as SetResident's stage keeps its activations.
+  double OptionMem(const SurfacePoint& p) const { return holds_all_ ? p.held_mem_bytes : p.mem_bytes; }
 
   // Set at construction.
   const std::vector<ModuleSurface>& surfaces_;
@@ -94,8 +105,11 @@ class StageEvaluator {
   StageEvalOptions options_;
   // Mutated by Evaluate.
   std::map<uint64_t, StageResult> cache_;
-  double cap_ = 0;  // memory per GPU left to the stage being evaluated
+  double cap_ = 0;             // the most memory any GPU leaves to the stage being evaluated
+  std::vector<double> caps_;   // per GPU (all cap_ without SetResident)
   bool reserve_others_ = true;
+  std::vector<double> resident_;  // SetResident's; empty: off
+  bool holds_all_ = false;
   int evaluations_ = 0;
   int milp_solves_ = 0;
 };
