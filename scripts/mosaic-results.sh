@@ -54,3 +54,30 @@ for e in json.load(open(path))['strategies']:
 PY
   rm -f "$tmp"
 done
+
+# Zoo models too big for Mosaic's slots of one node (docs/results/mosaic.md
+# §3, "slots"): default workloads and batches, 32 and 128 H100s; megatron
+# against mosaic, and the configuration mosaic picks.
+echo
+printf '%-9s %-10s %-10s %-10s %-7s %s\n' model gpus megatron mosaic vs-meg "mosaic's plan"
+for m in vlm-m vlm-l vlm-xl mllm-72b t2v-l t2v-xl gpt-175b; do
+  for c in h100:4x8 h100:16x8; do
+    tmp=$(mktemp)
+    "$L" plan --model "$m" --cluster "$c" --strategy megatron,mosaic --json "$tmp" >/dev/null 2>&1 || true
+    python3 - "$m" "$c" "$tmp" <<'PY'
+import json, sys
+m, c, path = sys.argv[1], sys.argv[2], sys.argv[3]
+try:
+    j = json.load(open(path))
+except Exception:
+    print(f"{m:<9} {c:<10} no plan from either"); sys.exit()
+e = {x['name']: x for x in j['strategies']}
+t = {k: v.get('iteration_time_s') for k, v in e.items()}
+f = lambda v: f"{v:.2f}s" if v else "-"
+r = f"{t['megatron']/t['mosaic']:.2f}x" if t.get('megatron') and t.get('mosaic') else "-"
+cfg = e['mosaic'].get('config', '-') if 'mosaic' in e else '-'
+print(f"{m:<9} {c:<10} {f(t.get('megatron')):<10} {f(t.get('mosaic')):<10} {r:<7} {cfg}")
+PY
+    rm -f "$tmp"
+  done
+done

@@ -26,9 +26,10 @@ namespace {
 // no cost in time), under which every module fits some slot block and a
 // mapping's exact cross-stage peak fits (mapping_memory.h; GAHC with the
 // other modules' reserve, StageEvaluator::ReserveOthers, else without it,
-// then stages re-solved against each other). Returns up to one mapping per
-// recomputation level (the simulator judges them), and sets `why` when none
-// fits.
+// then stages re-solved against each other). Returns up to kPerLevel
+// mappings per recomputation level, the fewest microbatches first (the
+// simulator judges them), and sets `why` when none fits.
+constexpr int kPerLevel = 3;
 std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const MosaicOptions& options, int tp, int pp,
                                         std::string& why) {
   std::vector<MosaicSolution> found;
@@ -46,6 +47,7 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
   const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     bool done = false;
+    int per_level = 0;
     for (int m = pp; m <= batch && !done; m *= 2) {
       if (ctx.workload.global_batch % m != 0) continue;
       for (int k = pp == 1 ? m : 1; k * pp <= m && !done; k *= 2) {
@@ -85,7 +87,10 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
         if (fits) {
           found.push_back(sol);
           sol.evaluations = sol.milp_solves = 0;
-          done = true;  // more microbatches or rounds only add steps and pipeline fills
+          // More rounds only add pipeline fills; more microbatches can still
+          // win (a shorter pipeline fill per microbatch, a layout the
+          // simulator fits where the fewer did not quite): a few per level.
+          done = ++per_level == kPerLevel;
           break;
         }
         why = fmt::format("no stage mapping fits {} at TP {}{}: every module keeps its state on each GPU it uses "
@@ -157,17 +162,19 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
   for (int tp = 1; tp <= max_tp && tp <= ctx.cluster.num_gpus(); tp *= 2) {
     if (ctx.cluster.gpus_per_node % tp == 0) solve(tp, 1);
   }
-  // Only when no slot of a node serves: slots of pp nodes (powers of two
-  // and divisors of the node count; nodes past the last whole slot stay
-  // idle), a module pipelined over them (its stages on different nodes, TP
-  // inside each).
+  // Slots of pp nodes (powers of two and divisors of the node count; nodes
+  // past the last whole slot stay idle), a module pipelined over them (its
+  // stages on different nodes, TP inside each) or data parallel over their
+  // groups: what modules too big for a node need, and faster for large ones
+  // that fit a node only with many microbatches (t2v-xl on 128 H100s: 14.4 s
+  // against 25.5 s; docs/results/mosaic.md).
   const int node = ctx.cluster.gpus_per_node, nodes = ctx.cluster.nodes;
   std::set<int> pps;
   for (int pp = 2; pp <= nodes; pp *= 2) pps.insert(pp);
   for (int pp : Divisors(nodes)) {
     if (pp > 1) pps.insert(pp);
   }
-  if (out.empty() && max_tp >= node) {
+  if (max_tp >= node) {
     for (int pp : pps) solve(node, pp);
   }
   if (out.empty()) throw Error(fmt::format("strategy {}: {}", options.whole_gpus ? "spindle" : "mosaic", why));

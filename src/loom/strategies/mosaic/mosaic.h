@@ -4,9 +4,9 @@
 // SM fraction of each GPU (sm_fraction = the quota's SMs / the GPU's SMs), so
 // several modules share a GPU at once. A slot is one GPU (the paper) or, Loom's
 // extension for modules too big for one, 2-8 GPUs of a node over which every
-// module is TP-sharded (the plan's group), or, when no slot of a node holds a
-// mapping, 2, 4, ... nodes over which a module is pipelined (TP inside each
-// node). Every mapping is checked against its exact cross-stage memory
+// module is TP-sharded (the plan's group), or 2, 4, ... nodes over which a
+// module is pipelined (TP inside each node) with the stages repeated in
+// rounds (Plan::phase_rounds). Every mapping is checked against its exact cross-stage memory
 // (mapping_memory.h). Variants are the paper's ablations
 // (§5.3): the performance model without interference or with its additive
 // term only, the solver without caching or early pruning, and SM-quota
@@ -43,10 +43,10 @@ struct MosaicSolution {
   int rounds = 1;                          // the stages' rounds (Plan::phase_rounds)
   Plan plan;
 };
-// Per slot size (TP 1, 2, 4, 8 up to a node; then, only if none fits, the
-// fewest nodes with PP), the mappings that fit at the
-// least recomputation and microbatches (up to three), fastest mapping first;
-// throws loom::Error naming why none does.
+// Per slot size (TP 1, 2, 4, 8 up to a node; slots of several nodes with
+// PP) and recomputation level, the mappings that fit at the fewest
+// microbatches and rounds (up to three), fastest mapping first; throws
+// loom::Error naming why none does.
 std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const MosaicOptions& options);
 // The fastest of them.
 MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& options);
