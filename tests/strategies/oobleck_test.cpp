@@ -1,0 +1,186 @@
+// Oobleck (seed 004, chapter 2): template sizes against Theorem 1 by
+// exhaustion, the coin-change enumeration against the thesis' worked example
+// and brute force, the batch distribution against brute force, and
+// reconfiguration against Theorem 2 over every failure case of small clusters.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <set>
+
+#include "loom/error.h"
+#include "loom/strategies/oobleck/instantiation.h"
+#include "loom/strategies/oobleck/reconfiguration.h"
+#include "loom/strategies/oobleck/template_sizes.h"
+#include "test_util.h"
+
+namespace loom::oobleck {
+namespace {
+
+// Theorem 1: every N' in [(f+1) n0, N] splits into template sizes with at
+// least f + 1 pipelines; below (f+1) n0 the sizes never give f + 1 pipelines.
+TEST(OobleckTemplates, EveryNodeCountFromFPlusOneN0ToNSplitsIntoFPlusOnePipelines) {
+  for (int n0 = 1; n0 <= 4; ++n0) {
+    for (int f = 0; f <= 3; ++f) {
+      for (int nodes = (f + 1) * n0; nodes <= 24; ++nodes) {
+        const TemplateSizes t = TemplateNodeCounts(nodes, f, n0);
+        ASSERT_EQ(t.nodes.front(), n0);
+        ASSERT_EQ(t.nodes.back(), nodes - f * n0);
+        for (size_t i = 1; i < t.nodes.size(); ++i) ASSERT_EQ(t.nodes[i], t.nodes[i - 1] + 1);
+        for (int left = 1; left <= nodes; ++left) {
+          EXPECT_EQ(SplitsIntoTemplates(left, t.nodes, f + 1), left >= (f + 1) * n0)
+              << "n0 " << n0 << " f " << f << " N " << nodes << " N' " << left;
+        }
+      }
+    }
+  }
+  test::ExpectError([] { TemplateNodeCounts(5, 2, 2); }, {"f + 1 = 3 pipelines", "6 nodes", "has 5"});
+  test::ExpectError([] { TemplateNodeCounts(5, -1, 2); }, {"--fault-tolerance is -1"});
+}
+
+// Eq. 2.5 on Fig. 2.7: 7 nodes, templates of 2, 3 and 4 nodes give (2,1,0)
+// and (0,1,1); f = 2 keeps only (2,1,0). Against brute force over all
+// vectors on more cases.
+TEST(OobleckInstantiation, CoinChangeMatchesTheWorkedExampleAndBruteForce) {
+  auto all = EnumerateInstantiations(7, {2, 3, 4});
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(all, (std::vector<std::vector<int>>{{0, 1, 1}, {2, 1, 0}}));
+  TemplateSizes t;
+  t.min_nodes = 2;
+  t.nodes = {2, 3, 4};
+  t.fault_tolerance = 2;
+  EXPECT_EQ(FeasibleInstantiations(7, t), (std::vector<std::vector<int>>{{2, 1, 0}}));
+  for (int nodes = 1; nodes <= 14; ++nodes) {
+    const std::vector<int> sizes{2, 3, 4, 5};
+    std::set<std::vector<int>> brute;
+    for (int a = 0; a * 2 <= nodes; ++a)
+      for (int b = 0; b * 3 <= nodes; ++b)
+        for (int c = 0; c * 4 <= nodes; ++c)
+          for (int d = 0; d * 5 <= nodes; ++d)
+            if (2 * a + 3 * b + 4 * c + 5 * d == nodes) brute.insert({a, b, c, d});
+    const auto got = EnumerateInstantiations(nodes, sizes);
+    EXPECT_EQ(std::set<std::vector<int>>(got.begin(), got.end()), brute) << nodes;
+    EXPECT_EQ(got.size(), brute.size()) << nodes;  // no vector twice
+  }
+  test::ExpectError([] { EnumerateInstantiations(60, {1, 2, 3, 4, 5, 6}, 1000); }, {"more than 1000 ways"});
+}
+
+// Eq. 2.6 against every split of the microbatches (brute force).
+TEST(OobleckBatch, DistributionIsTheExactOptimum) {
+  struct Case {
+    std::vector<int> x;
+    std::vector<double> t;
+    int total;
+  };
+  const std::vector<Case> cases = {{{2, 1, 0}, {1.0, 1.4, 1.7}, 64},  {{0, 1, 1}, {1.0, 1.3, 1.9}, 50},
+                                   {{1, 1, 1}, {3.0, 2.1, 1.2}, 97},  {{3, 0, 2}, {2.0, 1.0, 1.5}, 41},
+                                   {{1, 2, 1}, {1.0, 0.77, 0.61}, 203}, {{4}, {1.0}, 64}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.total);
+    const BatchDistribution got = DistributeBatch(c.x, c.t, c.total);
+    // Brute force over per-template counts.
+    const int P = std::accumulate(c.x.begin(), c.x.end(), 0);
+    double best = 1e300;
+    std::vector<int> n(c.x.size(), 0);
+    std::function<void(size_t, int)> rec = [&](size_t j, int left) {
+      if (j == c.x.size()) {
+        if (left != 0) return;
+        double sum = 0, sq = 0;
+        for (size_t k = 0; k < n.size(); ++k) {
+          sum += c.x[k] * n[k] * c.t[k];
+          sq += c.x[k] * std::pow(n[k] * c.t[k], 2);
+        }
+        best = std::min(best, sq - sum * sum / P);
+        return;
+      }
+      if (c.x[j] == 0) {
+        n[j] = 0;
+        rec(j + 1, left);
+        return;
+      }
+      for (int v = 1; v * c.x[j] <= left; ++v) {
+        n[j] = v;
+        rec(j + 1, left - v * c.x[j]);
+      }
+    };
+    rec(0, c.total);
+    EXPECT_NEAR(got.objective, best, 1e-9 * std::max(1.0, best));
+    int sum = 0;
+    for (size_t k = 0; k < c.x.size(); ++k) sum += c.x[k] * got.microbatches[k];
+    EXPECT_EQ(sum, c.total);
+  }
+  // Two pipelines of one template cannot split an odd total: the error names
+  // the nearest totals that split.
+  test::ExpectError([] { DistributeBatch({2}, {1.0}, 7); }, {"7 microbatches", "nearest totals", "8 and 6"});
+  test::ExpectError([] { DistributeBatch({3, 1}, {1.0, 1.0}, 3); }, {"3 microbatches", "nearest totals that do are 4"});
+}
+
+// Theorem 2 and the recovery rules over every way of losing 1..3 nodes from
+// every instantiation of small clusters: whenever at least (f + 1) n0 nodes
+// survive, the pipelines are re-instantiated from templates with at least
+// f + 1 of them and every surviving node used; otherwise "cannot recover".
+TEST(OobleckReconfiguration, EveryFailureWithEnoughNodesLeftIsRecovered) {
+  int cases = 0, merges = 0, borrows = 0;
+  for (int n0 = 1; n0 <= 3; ++n0) {
+    for (int f = 0; f <= 2; ++f) {
+      for (int nodes = (f + 1) * n0; nodes <= 10; ++nodes) {
+        const TemplateSizes t = TemplateNodeCounts(nodes, f, n0);
+        for (const auto& x : FeasibleInstantiations(nodes, t)) {
+          // Pipelines on node ids 0.. in template order.
+          std::vector<std::vector<int>> pipes;
+          int next = 0;
+          for (size_t j = 0; j < x.size(); ++j) {
+            for (int k = 0; k < x[j]; ++k) {
+              pipes.emplace_back();
+              for (int q = 0; q < t.nodes[j]; ++q) pipes.back().push_back(next++);
+            }
+          }
+          for (int lost = 1; lost <= std::min(3, nodes); ++lost) {
+            // Every set of `lost` nodes.
+            std::vector<int> pick(lost);
+            std::function<void(int, int)> rec = [&](int k, int from) {
+              if (k == lost) {
+                ++cases;
+                const Reconfiguration r = Reconfigure(pipes, pick, t);
+                const int left = nodes - lost;
+                ASSERT_EQ(r.recovered, left >= (f + 1) * n0) << r.outcome;
+                if (!r.recovered) {
+                  EXPECT_NE(r.outcome.find("cannot recover: " + std::to_string(left) + " nodes left"),
+                            std::string::npos)
+                      << r.outcome;
+                  return;
+                }
+                std::set<int> used;
+                for (const auto& p : r.pipelines) {
+                  EXPECT_TRUE(t.Has(static_cast<int>(p.size()))) << p.size();
+                  for (int n : p) EXPECT_TRUE(used.insert(n).second);
+                }
+                EXPECT_EQ(static_cast<int>(used.size()), left);
+                for (int n : pick) EXPECT_FALSE(used.count(n));
+                EXPECT_GE(static_cast<int>(r.pipelines.size()), f + 1);
+                for (RecoveryStep s : r.steps) {
+                  merges += s == RecoveryStep::kMerge;
+                  borrows += s == RecoveryStep::kBorrow;
+                }
+                return;
+              }
+              for (int v = from; v < nodes; ++v) {
+                pick[k] = v;
+                rec(k + 1, v + 1);
+              }
+            };
+            rec(0, 0);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 1000);
+  EXPECT_GT(merges, 0);  // both fallbacks are exercised
+  EXPECT_GT(borrows, 0);
+}
+
+}  // namespace
+}  // namespace loom::oobleck
