@@ -14,10 +14,10 @@
 namespace loom::oobleck {
 namespace {
 
-LayerTimes SyntheticTimes(int layers, int gpus) {
+LayerCosts SyntheticTimes(int layers, int gpus) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<double> jitter(0.9, 1.1);
-  LayerTimes t;
+  LayerCosts t;
   for (int l = 0; l < layers; ++l) {
     const double w = 10e-3 * jitter(rng);
     t.time_s.emplace_back();
@@ -30,7 +30,7 @@ LayerTimes SyntheticTimes(int layers, int gpus) {
 void BM_OobleckOneTemplate(benchmark::State& state) {
   const int nodes = static_cast<int>(state.range(0)), gpus = static_cast<int>(state.range(1)),
             layers = static_cast<int>(state.range(2));
-  const LayerTimes times = SyntheticTimes(layers, gpus);
+  const LayerCosts times = SyntheticTimes(layers, gpus);
   PipelineTemplate t;
   int64_t entries = 0;
   for (auto _ : state) {
@@ -50,7 +50,7 @@ BENCHMARK(BM_OobleckOneTemplate)
 // Every template of a 24-node cluster at f = 2, n0 = 2 (templates 2 .. 20
 // nodes), one memo: later templates reuse the earlier ones' sub-problems.
 void BM_OobleckAllTemplates24x8x96(benchmark::State& state) {
-  const LayerTimes times = SyntheticTimes(96, 8);
+  const LayerCosts times = SyntheticTimes(96, 8);
   for (auto _ : state) {
     TemplatePlanner planner(times, 8);
     for (int n = 2; n <= 20; ++n) benchmark::DoNotOptimize(planner.Plan(n));

@@ -57,9 +57,14 @@ TEST(Baselines, EveryBaselineFindsAValidPlanOnEveryZooModelThatFits) {
       } catch (const Error& e) {
         // Pure data parallelism holds a whole sample's activations on one GPU:
         // vlm-l / vlm-xl with an 8192-token OBELICS sample (ViT-22B over every
-        // image) cannot fit, whatever the sharding. Nothing else may fail.
-        const bool whole_sample_too_big = strategy == "fsdp" && (name == "vlm-l" || name == "vlm-xl") &&
-                                          std::string(e.what()).find("do not fit in memory") != std::string::npos;
+        // image) cannot fit, whatever the sharding. Oobleck's stages are data
+        // parallel inside too (no TP): vlm-xl's 148 layers fit no template.
+        // Nothing else may fail.
+        const std::string what = e.what();
+        const bool whole_sample_too_big =
+            (strategy == "fsdp" && (name == "vlm-l" || name == "vlm-xl") &&
+             what.find("do not fit in memory") != std::string::npos) ||
+            (strategy == "oobleck" && name == "vlm-xl" && what.find("fits in memory") != std::string::npos);
         // Mosaic and Spindle plan every model Megatron-LM does (slots of
         // nodes with PP when no slot of a node holds a mapping).
         if (!whole_sample_too_big) ADD_FAILURE() << e.what();

@@ -11,7 +11,14 @@
 #include <random>
 #include <set>
 
+#include "loom/data/sample_source.h"
 #include "loom/error.h"
+#include "loom/plan/validate_plan.h"
+#include "loom/sim/plan_run.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/zoo.h"
+#include "loom/strategies/oobleck/oobleck.h"
+#include "loom/strategies/strategy.h"
 #include "loom/strategies/oobleck/instantiation.h"
 #include "loom/strategies/oobleck/reconfiguration.h"
 #include "loom/strategies/oobleck/template_planner.h"
@@ -195,9 +202,9 @@ TEST(OobleckTemplates, CriticalPathClosedForms) {
 
 // Random layer times t(l, d) = work_l / d^a + overhead (sequence sharing
 // loses to fixed costs), seeded.
-LayerTimes RandomTimes(std::mt19937& rng, int layers, int gpus) {
+LayerCosts RandomTimes(std::mt19937& rng, int layers, int gpus) {
   std::uniform_real_distribution<double> work(0.5, 3.0), a(0.6, 1.0), over(0.0, 0.2);
-  LayerTimes t;
+  LayerCosts t;
   for (int l = 0; l < layers; ++l) {
     const double w = work(rng), e = a(rng), o = over(rng);
     t.time_s.emplace_back();
@@ -218,7 +225,7 @@ TEST(OobleckTemplates, DivideAndConquerAgainstBruteForce) {
   double worst = 1;
   for (int trial = 0; trial < 40; ++trial) {
     const int layers = 4 + trial % 5, gpus = 1 + trial % 2;
-    const LayerTimes times = RandomTimes(rng, layers, gpus);
+    const LayerCosts times = RandomTimes(rng, layers, gpus);
     TemplatePlanner planner(times, gpus);
     for (int nodes = 1; nodes <= 3 && nodes <= layers; ++nodes) {
       const PipelineTemplate got = planner.Plan(nodes);
@@ -248,6 +255,62 @@ TEST(OobleckTemplates, DivideAndConquerAgainstBruteForce) {
   std::printf("divide and conquer: %d of %d instances optimal, worst ratio %.4f\n", exact, instances, worst);
   EXPECT_EQ(exact, instances);  // on these seeds; the memo keeps one best per sub-problem, so not exact in general
   EXPECT_GT(worst, 0.9);
+}
+
+// The strategy on the thesis' testbed (30 nodes of one A40) and on H100
+// nodes of 8: at least f + 1 pipelines, each a template's whole nodes, the
+// nodes all used, the batch split exactly (Eq. 2.6), the plan valid and
+// fitting in the simulator, the same plan twice; f too large for the
+// cluster is an error naming the nodes needed.
+TEST(OobleckStrategy, PlansAtLeastFPlusOneTemplatePipelinesOnEveryNode) {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    int f;
+  };
+  for (const Case& c : {Case{"gpt3-2.7b", "oobleck-testbed", 2}, Case{"gpt3-medium", "oobleck-testbed", 1},
+                        Case{"llama3-8b", "h100:4x8", 1}}) {
+    SCOPED_TRACE(std::string(c.model) + " f=" + std::to_string(c.f));
+    const Model model = LoadModel(c.model);
+    const Cluster cluster = LoadCluster(c.cluster);
+    const Workload w = DefaultWorkload(model);
+    const Batch batch = DrawBatch(w, 0);
+    StrategyContext ctx{model, cluster, w, batch, {}};
+    ctx.fault_tolerance = c.f;
+    OobleckOptions o;
+    o.fault_tolerance = c.f;
+    const auto sols = SolveOobleck(ctx, o);
+    ASSERT_FALSE(sols.empty());
+    const OobleckSolution& sol = sols.front();
+    int pipelines = 0, nodes = 0, microbatches = 0;
+    for (size_t j = 0; j < sol.instantiation.size(); ++j) {
+      pipelines += sol.instantiation[j];
+      nodes += sol.instantiation[j] * sol.sizes.nodes[j];
+      microbatches += sol.instantiation[j] * sol.batch.microbatches[j];
+    }
+    EXPECT_GE(pipelines, c.f + 1);
+    EXPECT_EQ(nodes, cluster.nodes);
+    EXPECT_EQ(microbatches * sol.microbatch_samples, w.global_batch);
+    const Plan& p = sol.plan;
+    int groups = 0;
+    for (const auto& ps : p.units[0].pipelines) {
+      EXPECT_EQ(ps.groups() * p.group_gpus % cluster.gpus_per_node, 0);  // whole nodes per pipeline
+      groups += ps.replicas * ps.groups();
+    }
+    EXPECT_EQ(groups * p.group_gpus, cluster.num_gpus());
+    for (const auto& v : PlanViolations(p, model, cluster, w)) ADD_FAILURE() << v;
+    const StrategyResult r = RunStrategy("oobleck", ctx);
+    EXPECT_EQ(RunStrategy("oobleck", ctx).plan, r.plan);
+    EXPECT_TRUE(RunPlan(model, cluster, w, r.plan, batch).memory_violations.empty());
+    EXPECT_NE(r.config.find("f=" + std::to_string(c.f)), std::string::npos) << r.config;
+  }
+  const Model model = LoadModel("gpt3-2.7b");
+  const Cluster cluster = LoadCluster("oobleck-testbed");
+  const Workload w = DefaultWorkload(model);
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{model, cluster, w, batch, {}};
+  ctx.fault_tolerance = 40;
+  test::ExpectError([&] { RunStrategy("oobleck", ctx); }, {"fault tolerance 40", "41 pipelines", "the cluster has 30"});
 }
 
 }  // namespace

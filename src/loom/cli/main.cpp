@@ -352,6 +352,9 @@ int main(int argc, char** argv) {
   plan->add_option("--schedule-budget", compare.schedule_budget_s,
                    "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
       ->check(CLI::PositiveNumber);
+  plan->add_option("--fault-tolerance", compare.fault_tolerance,
+                   "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")
+      ->check(CLI::NonNegativeNumber);
   plan->add_option("--json", plan_json, "write the comparison and every plan as JSON");
   plan->add_option("--report", plan_report, "write a self-contained HTML report");
   plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");

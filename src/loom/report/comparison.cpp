@@ -40,6 +40,7 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     ctx.fixed_tp = options.fixed_tp;
     ctx.fixed_pp = options.fixed_pp;
     ctx.schedule_budget_s = options.schedule_budget_s;
+    ctx.fault_tolerance = options.fault_tolerance;
     const auto t0 = std::chrono::steady_clock::now();
     try {
       o.result = RunStrategy(name, ctx);

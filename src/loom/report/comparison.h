@@ -54,6 +54,7 @@ struct CompareOptions {
   int fixed_tp = 0;
   int fixed_pp = 0;
   double schedule_budget_s = 1.0;
+  int fault_tolerance = 0;  // Oobleck's f
 };
 
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,

@@ -32,6 +32,9 @@ struct StrategyContext {
   int fixed_pp = 0;
   // Wall-clock budget of a per-batch schedule search (PipeWeaver's MCTS, §6.1).
   double schedule_budget_s = 1.0;
+  // Oobleck's fault-tolerance threshold f: pipelines that may fail at once
+  // without a restart (at least f + 1 pipelines are instantiated).
+  int fault_tolerance = 0;
 };
 
 struct StrategyResult {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -56,8 +57,8 @@ namespace {
 const TemplatePlanner::Part kInfeasible{0, 0, -1, 0, 0, -2, 0, 0};
 }  // namespace
 
-TemplatePlanner::TemplatePlanner(LayerTimes times, int gpus_per_node)
-    : times_(std::move(times)), gpus_per_node_(gpus_per_node), layers_(times_.layers()) {
+TemplatePlanner::TemplatePlanner(LayerCosts times, int gpus_per_node, LayerMemory memory)
+    : times_(std::move(times)), memory_(std::move(memory)), gpus_per_node_(gpus_per_node), layers_(times_.layers()) {
   if (layers_ < 1 || gpus_per_node_ < 1 || times_.max_gpus() < gpus_per_node_) {
     throw Error("oobleck: layer times need every layer on 1 .. M GPUs of a node");
   }
@@ -65,8 +66,39 @@ TemplatePlanner::TemplatePlanner(LayerTimes times, int gpus_per_node)
   for (int d = 0; d < gpus_per_node_; ++d) {
     for (int l = 0; l < layers_; ++l) prefix_[d][l + 1] = prefix_[d][l] + times_.time_s[l][d];
   }
+  if (!memory_.empty()) {
+    state_prefix_.assign(gpus_per_node_, std::vector<double>(layers_ + 1, 0));
+    act_prefix_ = state_prefix_;
+    for (int d = 0; d < gpus_per_node_; ++d) {
+      for (int l = 0; l < layers_; ++l) {
+        state_prefix_[d][l + 1] = state_prefix_[d][l] + memory_.state_bytes[l][d];
+        act_prefix_[d][l + 1] = act_prefix_[d][l] + memory_.activation_bytes[l][d];
+      }
+    }
+  }
   const int M = gpus_per_node_, L1 = layers_ + 1;
   gpu_memo_.assign(static_cast<size_t>(M + 1) * L1 * L1 * (M + 1), Part{});
+}
+
+bool TemplatePlanner::StageFits(int u, int v, int gpus, int in_flight) const {
+  if (memory_.empty()) return true;
+  const int d = gpus - 1;
+  return state_prefix_[d][v] - state_prefix_[d][u] + in_flight * (act_prefix_[d][v] - act_prefix_[d][u]) <=
+         memory_.capacity_bytes;
+}
+
+bool TemplatePlanner::NodeFits(int stages, int u, int v, int after) {
+  if (memory_.empty()) return true;
+  // Walk the node's best split: stage i of `stages` has after + stages - i in flight.
+  int gpus = gpus_per_node_;
+  for (int i = 0; i < stages; ++i) {
+    const Part& p = OnGpus(stages - i, u, v, gpus);
+    const int end = stages - i == 1 ? v : p.split_layer, width = stages - i == 1 ? gpus : p.split_units;
+    if (!StageFits(u, end, width, after + stages - i)) return false;
+    u = end;
+    gpus -= width;
+  }
+  return true;
 }
 
 const TemplatePlanner::Part& TemplatePlanner::OnGpus(int stages, int u, int v, int gpus) {
@@ -77,7 +109,8 @@ const TemplatePlanner::Part& TemplatePlanner::OnGpus(int stages, int u, int v, i
   ++computed_;
   if (stages == 1) {  // Eq. 2.4: one stage on `gpus` GPUs of the node
     const double t = prefix_[gpus - 1][v] - prefix_[gpus - 1][u];
-    out = Part{t, t, t, 0, 1, -1, 0, 0};
+    // Infinite: no such stage; one that cannot hold a single microbatch neither.
+    out = std::isfinite(t) && StageFits(u, v, gpus, 1) ? Part{t, t, t, 0, 1, -1, 0, 0} : kInfeasible;
     return out;
   }
   Part best;
@@ -87,6 +120,7 @@ const TemplatePlanner::Part& TemplatePlanner::OnGpus(int stages, int u, int v, i
   for (int k = u + 1; k <= v - (stages - 1); ++k) {
     for (int m = 1; m <= gpus - (stages - 1); ++m) {
       const Part& first = OnGpus(1, u, k, m);
+      if (first.stages == 0) continue;
       const Part& rest = OnGpus(stages - 1, k, v, gpus - m);
       if (rest.stages == 0) continue;
       Part c = Combine(first, rest);
@@ -120,7 +154,7 @@ const TemplatePlanner::Part& TemplatePlanner::OnNodes(int stages, int u, int nod
   for (int s = 1; s <= std::min(M, stages - (nodes - 1)); ++s) {
     for (int k = u + s; k <= layers_ - (stages - s); ++k) {
       const Part& first = OnGpus(s, u, k, M);
-      if (first.stages == 0) continue;
+      if (first.stages == 0 || !NodeFits(s, u, k, stages - s)) continue;
       const Part& rest = OnNodes(stages - s, k, nodes - 1);
       if (rest.stages == 0) continue;
       Part c = Combine(first, rest);
@@ -184,20 +218,24 @@ PipelineTemplate TemplatePlanner::Plan(int nodes) {
   // S in [n, min(L, n M)]: at least a stage per node, at most a GPU per stage.
   for (int S = nodes; S <= std::min(layers_, nodes * M); ++S) {
     const Part& p = OnNodes(S, 0, nodes);
-    if (p.stages == 0) continue;
+    if (p.stages == 0 || (nodes == 1 && !NodeFits(S, 0, layers_, 0))) continue;
     const double cost = p.Cost();
     if (cost < best_cost) {
       best_cost = cost;
       best_s = S;
     }
   }
-  if (best_s == 0) throw Error(fmt::format("oobleck: no template of {} nodes", nodes));
+  if (best_s == 0) {
+    throw Error(fmt::format("oobleck: no template of {} nodes: no split of the {} layers into stages of one node "
+                            "each fits{}",
+                            nodes, layers_, memory_.empty() ? "" : " in memory"));
+  }
   EmitNodes(best_s, 0, nodes, 0, &best.stages);
   best.planned_s = best_cost;
   return best;
 }
 
-PipelineTemplate BruteForceTemplate(const LayerTimes& times, int nodes, int gpus_per_node) {
+PipelineTemplate BruteForceTemplate(const LayerCosts& times, int nodes, int gpus_per_node) {
   const int L = times.layers(), M = gpus_per_node;
   PipelineTemplate best;
   best.nodes = nodes;

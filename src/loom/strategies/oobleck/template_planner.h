@@ -24,6 +24,12 @@
 // a node: O(n) node splits and O(M) GPU splits (§2.4.1.2's complexity
 // argument). Conquer (Eq. 2.4): one stage on d GPUs of one node.
 //
+// Memory (LayerMemory): a single stage that cannot hold even one microbatch
+// is no option; a node's stages are checked with their real in-flight counts
+// when the node is placed (the suffix after it fixes them), and a node whose
+// best split overflows is skipped, not re-split: a heuristic that can miss a
+// slower split that fits.
+//
 // Not exact: a sub-problem keeps one best, and a different one could combine
 // better. tests/strategies/oobleck_test.cpp measures it against brute force
 // over every partition of small instances.
@@ -35,11 +41,23 @@
 namespace loom::oobleck {
 
 // F_{l,d} + B_{l,d}: one microbatch's forward and backward of layer l on d
-// GPUs of a node (d = 1 .. M), seconds; time_s[l][d - 1].
-struct LayerTimes {
+// GPUs of a node (d = 1 .. M), seconds; time_s[l][d - 1]; infinite where a
+// stage cannot use d GPUs.
+struct LayerCosts {
   std::vector<std::vector<double>> time_s;
   int layers() const { return static_cast<int>(time_s.size()); }
   int max_gpus() const { return time_s.empty() ? 0 : static_cast<int>(time_s[0].size()); }
+};
+
+// What a stage keeps per GPU (optional): layer l's training state on each of
+// d GPUs, and one microbatch's activations there; a stage fits when its
+// state plus its in-flight microbatches' activations (1F1B: stage k of S
+// holds S - k) fit `capacity_bytes`. Empty: memory is not checked.
+struct LayerMemory {
+  std::vector<std::vector<double>> state_bytes;       // [l][d - 1]
+  std::vector<std::vector<double>> activation_bytes;  // [l][d - 1]
+  double capacity_bytes = 0;
+  bool empty() const { return state_bytes.empty(); }
 };
 
 struct TemplateStage {
@@ -66,7 +84,7 @@ double CriticalPath_s(const std::vector<double>& stage_s, int microbatches);
 // Not thread-safe.
 class TemplatePlanner {
  public:
-  TemplatePlanner(LayerTimes times, int gpus_per_node);
+  TemplatePlanner(LayerCosts times, int gpus_per_node, LayerMemory memory = {});
   // The best template on `nodes` nodes over S in [nodes, min(L, nodes · M)].
   // Throws loom::Error when the layers cannot fill the nodes (L < nodes).
   PipelineTemplate Plan(int nodes);
@@ -95,7 +113,14 @@ class TemplatePlanner {
   void EmitGpus(int stages, int u, int v, int gpus, int node, std::vector<TemplateStage>* out);
   void EmitNodes(int stages, int u, int nodes, int node, std::vector<TemplateStage>* out);
 
-  LayerTimes times_;
+  // Whether node-prefix OnGpus(stages, u, v, M) fits with `after` stages
+  // behind it in the pipeline.
+  bool NodeFits(int stages, int u, int v, int after);
+  bool StageFits(int u, int v, int gpus, int in_flight) const;
+
+  LayerCosts times_;
+  LayerMemory memory_;
+  std::vector<std::vector<double>> state_prefix_, act_prefix_;  // [d - 1][l]
   int gpus_per_node_;
   int layers_;
   std::vector<std::vector<double>> prefix_;  // prefix_[d - 1][l]: Σ of time_s[0..l)[d - 1]
@@ -110,6 +135,6 @@ class TemplatePlanner {
 // Every partition of the layers into stages on whole nodes (brute force;
 // tests, up to ~8 layers and 3 nodes of 2 GPUs): the least T1 + T2 + T3 at
 // N_b = 4 S.
-PipelineTemplate BruteForceTemplate(const LayerTimes& times, int nodes, int gpus_per_node);
+PipelineTemplate BruteForceTemplate(const LayerCosts& times, int nodes, int gpus_per_node);
 
 }  // namespace loom::oobleck
