@@ -6,6 +6,7 @@
 // (a transformer layer's work split over d GPUs with a fixed overhead).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -57,6 +58,36 @@ void BM_OobleckAllTemplates24x8x96(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_OobleckAllTemplates24x8x96)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Divide and conquer against brute force (every partition) on random
+// instances larger than the test's: args layers, nodes, GPUs per node; 20
+// seeded instances; the median and worst optimality ratio.
+void BM_OobleckOptimality(benchmark::State& state) {
+  const int layers = static_cast<int>(state.range(0)), nodes = static_cast<int>(state.range(1)),
+            gpus = static_cast<int>(state.range(2));
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> work(0.5, 3.0), a(0.6, 1.0), over(0.0, 0.2);
+    for (int i = 0; i < 20; ++i) {
+      LayerCosts t;
+      for (int l = 0; l < layers; ++l) {
+        const double w = work(rng), e = a(rng), o = over(rng);
+        t.time_s.emplace_back();
+        for (int d = 1; d <= gpus; ++d) t.time_s.back().push_back(w / std::pow(d, e) + o);
+      }
+      TemplatePlanner planner(t, gpus);
+      const double got = planner.Plan(nodes).planned_s;
+      ratios.push_back(BruteForceTemplate(t, nodes, gpus).planned_s / got);
+    }
+  }
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["median_ratio"] = ratios[ratios.size() / 2];
+  state.counters["worst_ratio"] = ratios.front();
+  state.counters["optimal"] = static_cast<double>(std::count_if(ratios.begin(), ratios.end(),
+                                                                [](double r) { return r > 1 - 1e-9; }));
+}
+BENCHMARK(BM_OobleckOptimality)->Args({8, 3, 2})->Args({10, 3, 3})->Args({12, 2, 4})->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 }  // namespace loom::oobleck
