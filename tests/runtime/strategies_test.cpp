@@ -63,12 +63,10 @@ std::set<std::string> RunEveryStrategy(const TinyRun& s, const Reference& ref, c
     const std::string run = "run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args + " --plan " +
                             plans + " --strategy " + name;
     // Oobleck's templates whose stages differ in width (ranks spanning
-    // several GPU groups) or several templates at once are not run yet
-    // (issue 17): the runtime must say so, naming the rank; every other plan
-    // trains exactly like one process.
+    // several GPU groups) are not run yet (issue 17): the runtime must say
+    // so, naming the rank; every other plan trains exactly like one process.
     bool wide = false;
     for (const auto& u : units) {
-      if (u["pipelines"].size() > 1) wide = true;
       for (const auto& p : u["pipelines"]) {
         for (const auto& g : p.value("rank_groups", nlohmann::json::array())) wide = wide || g.get<int>() > 1;
       }
@@ -199,6 +197,37 @@ TEST(RuntimeStrategies, UnitsSplittingTheirGroupDifferentlyEqualSingleProcessTra
   shared.group_gpus = 2;
   const std::string path = test::WriteTemp("shared-sequences.json", PlanToJson(shared).dump());
   ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
+}
+
+// Oobleck's shape: one unit, two pipeline templates on 3 GPUs (a 2-stage
+// pipeline and a 1-stage one, 2 microbatches each), their stage boundaries
+// different, gradients summed layer by layer across them (Fig. 2.9): the
+// first template's stages split the LLM at layer 2, the second holds it whole.
+TEST(RuntimeStrategies, HeterogeneousPipelineTemplatesEqualSingleProcessTraining) {
+  const TinyRun s(kVlm, kLaion);
+  const Batch batch = DrawBatch(s.workload, 0);
+  const Cluster three = MakeCluster("h100", 1, 3);
+  const StrategyContext ctx{s.model, three, s.workload, batch, {}};
+  Plan plan = SingleUnitPlan(ctx, "oobleck", 1, 2, 1, 1, 2, ScheduleKind::kOneFOneB, Recompute::kNone,
+                             Balance::kParams, 1);
+  PipelineSpec one = plan.units[0].pipelines[0];
+  one.pp = 1;
+  one.stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}, {"llm", 0, 6}}}};
+  plan.units[0].pipelines[0].stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}, {"llm", 0, 2}}},
+                                       StageSpec{1, {{"llm", 2, 6}}}};
+  plan.units[0].pipelines.push_back(one);
+  const std::string path = test::WriteTemp("oobleck-templates.json", PlanToJson(plan).dump());
+  const Reference ref = TrainInOneProcess(s);
+  ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:1x3 " + s.data_args + " --plan " + path);
+  // Oobleck's own plan for f = 1 on three one-GPU nodes: a 2-node and a
+  // 1-node pipeline.
+  const std::string plans = test::WriteTemp("oobleck-f1.json", "");
+  auto [code, out] = LoomCli("plan --model " + kVlm + " --cluster h100:3x1 " + s.data_args +
+                             " --precision fp32 --strategy oobleck --fault-tolerance 1 --iterations 1 --json " + plans);
+  ASSERT_EQ(code, 0) << out;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(plans));
+  ASSERT_EQ(j["strategies"][0]["plan"]["units"][0]["pipelines"].size(), 2u) << out;
+  ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:3x1 " + s.data_args + " --plan " + plans);
 }
 
 // Mosaic's shape with phase rounds (Plan::phase_rounds) and a pipelined

@@ -38,8 +38,8 @@ struct ProcessLayout {
   int instances() const { return static_cast<int>(instance_group.size()); }
 };
 
-// Throws loom::Error when a rank spans several GPU groups (Oobleck's wide
-// stages are not run yet).
+// Throws loom::Error when a rank spans several GPU groups (Oobleck's stages
+// of mixed widths are not run yet; heterogeneous templates of one width are).
 ProcessLayout LayoutProcesses(const ExecutionPlan& exec);
 
 // The order one process walks the actions of its schedule ranks `local`

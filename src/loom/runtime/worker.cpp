@@ -206,9 +206,23 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                                 const Plan& plan, const Batch& batch, const IterationSchedule* it) {
   for (const Unit& u : plan.units) {
     if (u.pipelines.size() != 1) {
-      throw Error(fmt::format("runtime: unit {} has {} pipeline templates; Oobleck's heterogeneous templates are not "
-                              "run yet",
-                              u.name, u.pipelines.size()));
+      // Oobleck's heterogeneous templates: gradients are summed layer by layer
+      // over every process holding the layer (the worker's layer segments),
+      // with a replicated optimizer; TP, CP and ZeRO sharding inside are not
+      // run yet.
+      bool tp = u.tp > 1;
+      for (const auto& ps : u.pipelines) {
+        for (const auto& st : ps.stages) tp = tp || st.tp > 1;
+      }
+      if (plan.units.size() > 1 || tp || u.cp > 1 || u.zero_stage > 1) {
+        throw Error(fmt::format("runtime: unit {} has {} pipeline templates with {}; Oobleck's heterogeneous "
+                                "templates run alone, without TP, CP or ZeRO-2/3",
+                                u.name, u.pipelines.size(),
+                                plan.units.size() > 1 ? "other units"
+                                : tp                  ? "tensor parallelism"
+                                : u.cp > 1            ? "context parallelism"
+                                                      : fmt::format("zero_stage {}", u.zero_stage)));
+      }
     }
     if (u.cp != plan.units[0].cp) {
       throw Error(fmt::format("runtime: unit {} runs cp {} but unit {} cp {}; units of different context parallelism "
@@ -370,7 +384,12 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     // So do a stage's sequence shares.
     std::map<int, int> stage_of_group;  // a stage of each communication group (they share tp and parts)
     for (int v = 0; v < S; ++v) stage_of_group.emplace(exec.stages[v].dp_group, v);
+    // Heterogeneous pipeline templates (Oobleck): stage boundaries differ
+    // between templates, so gradients are summed per layer segment below,
+    // not per stage over its data-parallel group.
+    const bool layerwise = spec.plan->units[0].pipelines.size() > 1;
     for (const CommGroup& cg : exec.groups) {
+      if (layerwise) break;
       const auto& m = cg.gpu_groups;
       const auto at = std::find(m.begin(), m.end(), my_group);
       const int v = stage_of_group.at(cg.id), parts = G / tp_of(v);
@@ -494,6 +513,53 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     for (int v : fsdp) release_weights(v);
     // Per schedule rank, the optimizers of its stages (a rank's optimizer step
     // updates its own stages only: ranks taking turns on one group step apart).
+    // Layer segments (Oobleck, Fig. 2.9): consecutive layers held by the same
+    // processes, each summed over them with one all-reduce at the step.
+    // Every member creates and reduces the segments in model order, so
+    // neither can deadlock.
+    struct Segment {
+      Group group;
+      std::vector<torch::Tensor> params;  // this process's copies
+    };
+    std::vector<Segment> segments;
+    if (layerwise) {
+      std::map<std::pair<int, int>, std::set<int>> holders;  // (module, layer) -> processes
+      for (int v = 0; v < S; ++v) {
+        const int g = group_of(exec.schedule.stage_rank[v]);
+        for (const auto& r : exec.stages[v].layers) {
+          const int mi = model.FindModule(r.module);
+          for (int l = r.begin; l < r.end; ++l) {
+            for (int x = 0; x < G; ++x) holders[{mi, l}].insert(g * G + x);
+          }
+        }
+      }
+      std::map<std::pair<int, int>, int> segment_of;  // (module, layer) -> segment
+      std::vector<std::set<int>> members;
+      for (const auto& [key, who] : holders) {  // model order: (module, layer) ascending
+        if (members.empty() || members.back() != who) members.push_back(who);
+        segment_of[key] = static_cast<int>(members.size()) - 1;
+      }
+      segments.resize(members.size());
+      for (size_t k = 0; k < members.size(); ++k) {
+        const auto at = members[k].find(spec.rank);
+        if (at == members[k].end() || members[k].size() < 2) continue;
+        segments[k].group = MakeGroup(store, fmt::format("seg{}", k),
+                                      static_cast<int>(std::distance(members[k].begin(), at)),
+                                      static_cast<int>(members[k].size()), timeout_s, host, cuda);
+      }
+      for (const auto& [v, stack] : stages) {
+        for (const auto& item : stack->named_parameters()) {
+          if (!item.value().requires_grad()) continue;
+          // "{module}_{layer}.…" (torch_model.cpp names each layer so).
+          const std::string& name = item.key();
+          const size_t dot = name.find('.'), bar = name.rfind('_', dot);
+          const int mi = model.FindModule(name.substr(0, bar));
+          const int li = std::stoi(name.substr(bar + 1, dot - bar - 1));
+          if (exec.stages[v].layers.empty() || mi < 0) continue;
+          segments[segment_of.at({mi, li})].params.push_back(item.value());
+        }
+      }
+    }
     struct RankOptimizer {
       std::unique_ptr<torch::optim::AdamW> replicated, sharded;
       std::vector<ShardedBucket*> shards;
@@ -999,6 +1065,19 @@ int RunWorker(const WorkerSpec& spec, int fd) {
           }
           if (t.group) AllReduceSum(*t.group, sum);
           for (auto x : t.tensors) x.mutable_grad() = sum.clone();
+        }
+        for (Segment& seg : segments) {  // Oobleck's layer-wise sync, in model order
+          if (!seg.group || seg.params.empty()) continue;
+          torch::NoGradGuard no_grad;
+          std::vector<torch::Tensor> grads;
+          for (auto& p : seg.params) {
+            if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+            grads.push_back(p.grad());
+          }
+          torch::Tensor flat = Flatten(grads);
+          AllReduceSum(*seg.group, flat);
+          const auto parts = SplitLike(flat, seg.params);
+          for (size_t i = 0; i < seg.params.size(); ++i) seg.params[i].mutable_grad().copy_(parts[i]);
         }
         std::vector<const ShardedBucket*> gathers;
         for (const auto& [r, index] : stepping) {

@@ -284,10 +284,11 @@ StrategyResult OobleckStrategy(const StrategyContext& ctx) {
   const std::vector<OobleckSolution> solutions = SolveOobleck(ctx, options);
   CandidateSearch search(ctx, "oobleck");
   // A stage's GPUs keep whole copies of its layers (ZeRO-1 over the
-  // replicas), or shard them as Oobleck's implementation does (FSDP inside
-  // a stage, ZeRO-3): the simulator judges both.
-  for (const OobleckSolution& sol : solutions) {
-    for (int zero : {1, 3}) {
+  // replicas); only when none of the plans fits so, they shard them as
+  // Oobleck's implementation does (FSDP inside a stage, ZeRO-3), which the
+  // runtime does not run across heterogeneous templates yet.
+  for (int zero : {1, 3}) {
+    for (const OobleckSolution& sol : solutions) {
       search.Try([&](Recompute r) {
         Plan p = sol.plan;
         p.units[0].recompute = std::max(r, sol.recompute);
@@ -295,6 +296,7 @@ StrategyResult OobleckStrategy(const StrategyContext& ctx) {
         return p;
       });
     }
+    if (search.feasible() > 0) break;
   }
   StrategyResult r = search.Finish(solutions.front().plan.searched, Describe);
   r.config = fmt::format("f={} {}", ctx.fault_tolerance, r.config);
