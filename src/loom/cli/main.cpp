@@ -14,6 +14,8 @@
 #include "loom/export/megatron_args.h"
 #include "loom/plan/plan_json.h"
 #include "loom/report/comparison.h"
+#include "loom/report/replay_report.h"
+#include "loom/session/failure_replay.h"
 #include "loom/report/html_report.h"
 #include "loom/report/inspect.h"
 #include "loom/strategies/strategy.h"
@@ -334,6 +336,33 @@ int main(int argc, char** argv) {
   simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration");
   simulate->add_flag("--json", sim_json, "print JSON");
 
+  CLI::App* replay = app.add_subcommand("replay", "replay training over node failures: oobleck against varuna "
+                                                  "(checkpoint and restart) and bamboo (redundant computation)");
+  std::string rp_model, rp_cluster, rp_profile = "default", rp_trace, rp_systems = "oobleck,varuna,bamboo", rp_svg;
+  std::string rp_json;
+  double rp_mtbf_s = 3600, rp_hours = 12;
+  uint64_t rp_seed = 0;
+  int rp_min_nodes = -1;
+  WorkloadFlags rp_workload;
+  loom::ReplayOptions rp_options;
+  replay->add_option("--model", rp_model, "built-in model name or YAML file")->required();
+  replay->add_option("--cluster", rp_cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+  replay->add_option("--profile", rp_profile, kProfileHelp);
+  rp_workload.Add(replay);
+  replay->add_option("--systems", rp_systems, "oobleck,varuna,bamboo (default all three)");
+  replay->add_option("--mtbf", rp_mtbf_s, "seconds between failures of the cluster, mean (default 3600)")
+      ->check(CLI::PositiveNumber);
+  replay->add_option("--hours", rp_hours, "wall-clock hours replayed (default 12)")->check(CLI::PositiveNumber);
+  replay->add_option("--trace-seed", rp_seed, "seed of the generated failure trace (default 0)");
+  replay->add_option("--min-nodes", rp_min_nodes, "failures stop at this many nodes (default: half)");
+  replay->add_option("--failures", rp_trace, "read the trace from a file of \"TIME_S fail|join NODE\" lines instead");
+  replay->add_option("--fault-tolerance", rp_options.fault_tolerance, "oobleck's f (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  replay->add_option("--checkpoint-every", rp_options.checkpoint_every, "varuna's iterations per checkpoint (default 10)")
+      ->check(CLI::PositiveNumber);
+  replay->add_option("--svg", rp_svg, "write samples/s over time of every system as an SVG plot");
+  replay->add_option("--json", rp_json, "write the replay as JSON");
+
   CLI::App* plan = app.add_subcommand("plan", "plan with each strategy, simulate, compare (the main job)");
   std::string plan_model, plan_cluster, strategies = "all", plan_json, plan_report, plan_trace, plan_export;
   int iterations = 10;
@@ -403,6 +432,34 @@ int main(int argc, char** argv) {
       }
       nlohmann::json result = loom::InspectModel(loom::LoadModel(model_name), options);
       std::cout << (json ? result.dump(2) + "\n" : loom::FormatInspect(result));
+    }
+    if (app.got_subcommand("replay")) {
+      const loom::Model model = loom::LoadModel(rp_model);
+      const loom::Cluster cluster = LoadClusterWithProfile(rp_cluster, rp_profile);
+      std::optional<loom::Workload> w = rp_workload.Resolve();
+      const loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
+      const double duration_s = rp_hours * 3600;
+      const loom::FailureTrace trace =
+          rp_trace.empty()
+              ? loom::GenerateFailureTrace(cluster.nodes, rp_mtbf_s, duration_s, rp_seed,
+                                           rp_min_nodes >= 0 ? rp_min_nodes : (cluster.nodes + 1) / 2)
+              : loom::ReadFailureTrace(rp_trace, cluster.nodes, duration_s);
+      std::vector<std::string> systems;
+      for (std::string rest = rp_systems; !rest.empty();) {
+        const auto comma = rest.find(',');
+        systems.push_back(rest.substr(0, comma));
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      }
+      const auto replays = loom::ReplayFailures(model, cluster, workload, trace, systems, rp_options);
+      std::cout << loom::FormatReplay(model.name, cluster.name, trace, replays);
+      if (!rp_svg.empty()) {
+        WriteText(rp_svg, loom::ReplaySvg(trace, replays), "--svg");
+        std::cout << "Plot written to " << rp_svg << "\n";
+      }
+      if (!rp_json.empty()) {
+        WriteText(rp_json, loom::ReplayJson(trace, replays).dump(2) + "\n", "--json");
+        std::cout << "Replay written to " << rp_json << "\n";
+      }
     }
     if (app.got_subcommand("plan")) {
       loom::Model model = loom::LoadModel(plan_model);

@@ -1,0 +1,38 @@
+// End-to-end: `loom replay` prints the comparison, writes the SVG plot and
+// the JSON, and rejects bad input with exit code 2.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+TEST(ReplayCli, ComparesSystemsAndWritesPlotAndJson) {
+  const std::string svg = test::WriteTemp("replay.svg", ""), json = test::WriteTemp("replay.json", "");
+  auto [code, out] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --mtbf 1200 --hours 3 --svg " + svg +
+                                   " --json " + json);
+  ASSERT_EQ(code, 0) << out;
+  for (const char* s : {"oobleck", "varuna", "bamboo", "samples/s", "lost per failure"}) {
+    EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
+  }
+  std::ifstream in_svg(svg);
+  std::stringstream text;
+  text << in_svg.rdbuf();
+  EXPECT_NE(text.str().find("<polyline"), std::string::npos);
+  const auto j = nlohmann::json::parse(std::ifstream(json));
+  EXPECT_EQ(j["systems"].size(), 3u);
+  EXPECT_EQ(j["nodes"], 6);
+  auto [bad, msg] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --systems oobleck,checkfreq");
+  EXPECT_EQ(bad, 2);
+  EXPECT_NE(msg.find("unknown system 'checkfreq'"), std::string::npos) << msg;
+  auto [bad_trace, msg2] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --failures /nonexistent.txt");
+  EXPECT_EQ(bad_trace, 2);
+  EXPECT_NE(msg2.find("cannot open the failure trace"), std::string::npos) << msg2;
+}
+
+}  // namespace
+}  // namespace loom

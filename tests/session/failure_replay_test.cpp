@@ -1,0 +1,95 @@
+// Failure traces (seeded, read from files with errors naming the line) and
+// the replay of Oobleck, Varuna and Bamboo over them: without failures every
+// system runs at its healthy rate; a failure costs Oobleck at most the
+// interrupted iteration plus detection and the state copy, Varuna at most a
+// checkpoint period plus restart and load; the thesis' qualitative result
+// at a 10-minute MTBF (Table 2.2: Oobleck keeps more throughput and loses
+// less per failure than Varuna).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/session/failure_replay.h"
+#include "loom/session/failure_trace.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/zoo.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+TEST(FailureTrace, GeneratedTracesAreSeededAndStopAtMinNodes) {
+  const FailureTrace a = GenerateFailureTrace(30, 600, 1e7, 5, 15);
+  EXPECT_EQ(a.events.size(), 15u);  // stops at half
+  const FailureTrace b = GenerateFailureTrace(30, 600, 1e7, 5, 15);
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_NE(GenerateFailureTrace(30, 600, 1e7, 6, 15).events, a.events);
+  for (size_t i = 1; i < a.events.size(); ++i) EXPECT_GT(a.events[i].time_s, a.events[i - 1].time_s);
+  // Exponential gaps: the mean of many is the MTBF.
+  const FailureTrace many = GenerateFailureTrace(5000, 100, 1e9, 1, 0);
+  EXPECT_NEAR(many.events.back().time_s / many.events.size(), 100, 5);
+  test::ExpectError([] { GenerateFailureTrace(4, 0, 10, 1, 2); }, {"mean time between failures 0 s"});
+}
+
+TEST(FailureTrace, FilesAreCheckedLineByLine) {
+  const std::string ok = test::WriteTemp("trace-ok.txt", "# time event node\n10 fail 3\n\n20.5 join 3 # back\n");
+  const FailureTrace t = ReadFailureTrace(ok, 4, 100);
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[1], (FailureEvent{20.5, NodeEvent::kJoin, 3}));
+  const auto bad = [](const std::string& name, const std::string& text, std::vector<std::string> frags) {
+    const std::string path = test::WriteTemp(name, text);
+    test::ExpectError([&] { ReadFailureTrace(path, 4, 100); }, frags);
+  };
+  bad("trace-kind.txt", "10 crash 1\n", {"trace-kind.txt:1", "event 'crash'", "fail, join"});
+  bad("trace-node.txt", "10 fail 1\n11 fail 7\n", {"trace-node.txt:2", "node 7", "0..3"});
+  bad("trace-twice.txt", "10 fail 1\n11 fail 1\n", {":2", "node 1 has already failed"});
+  bad("trace-order.txt", "10 fail 1\n5 fail 2\n", {":2", "before the previous event"});
+  bad("trace-join.txt", "10 join 1\n", {":1", "node 1 has not failed"});
+}
+
+struct ReplaySetup {
+  Model model = LoadModel("gpt3-medium");
+  Cluster cluster = [] {
+    Cluster c = LoadCluster("oobleck-testbed");
+    c.nodes = 8;
+    return c;
+  }();
+  Workload workload = DefaultWorkload(model);
+};
+
+TEST(FailureReplay, FailuresCostWhatEachSystemLoses) {
+  const ReplaySetup s;
+  ReplayOptions o;
+  o.fault_tolerance = 1;
+  FailureTrace none;
+  none.nodes = 8;
+  none.duration_s = 3600;
+  for (const auto& r : ReplayFailures(s.model, s.cluster, s.workload, none, {"oobleck", "varuna"}, o)) {
+    EXPECT_NEAR(r.mean_samples_per_s, r.healthy_samples_per_s, 1e-9 * r.healthy_samples_per_s) << r.system;
+    EXPECT_GT(r.healthy_samples_per_s, 0);
+  }
+  // Frequent failures (the thesis' 10 minutes) down to half the nodes.
+  const FailureTrace trace = GenerateFailureTrace(8, 600, 4 * 3600, 3, 4);
+  const auto rs = ReplayFailures(s.model, s.cluster, s.workload, trace, {"oobleck", "varuna"}, o);
+  ASSERT_EQ(rs.size(), 2u);
+  const SystemReplay& oob = rs[0];
+  const SystemReplay& var = rs[1];
+  EXPECT_TRUE(oob.stopped.empty()) << oob.stopped;
+  ASSERT_EQ(oob.events.size(), 4u);
+  double oob_lost = 0, var_lost = 0;
+  for (const auto& e : oob.events) oob_lost += e.lost_s;
+  for (const auto& e : var.events) var_lost += e.lost_s;
+  // Oobleck loses at most one iteration per failure (plus detection and the copy).
+  const double iteration_s = s.workload.global_batch / oob.healthy_samples_per_s;
+  for (const auto& e : oob.events) EXPECT_LT(e.lost_s, 2 * iteration_s + 60) << e.what;
+  for (const auto& e : var.events) EXPECT_GE(e.lost_s, o.restart_s);
+  EXPECT_GT(var_lost, oob_lost);
+  EXPECT_GT(oob.mean_samples_per_s, var.mean_samples_per_s);
+  test::ExpectError([&] { ReplayFailures(s.model, s.cluster, s.workload, trace, {"checkfreq"}, o); },
+                    {"unknown system 'checkfreq'", "oobleck, varuna, bamboo"});
+}
+
+}  // namespace
+}  // namespace loom
