@@ -21,6 +21,7 @@ namespace {
 // One system's iteration on n nodes: seconds per iteration, or why it cannot run.
 struct Capacity {
   double iteration_s = 0;  // <= 0: cannot run
+  double peak_bytes = 0;
   std::string why;
 };
 
@@ -29,8 +30,36 @@ class Planner {
   Planner(const Model& model, const Cluster& cluster, const Workload& workload, const ReplayOptions& options)
       : model_(model), cluster_(cluster), workload_(workload), options_(options), batch_(DrawBatch(workload, 0)) {}
 
-  const Capacity& At(const std::string& system, int nodes) {
-    auto key = std::make_pair(system, nodes);
+  Capacity At(const std::string& system, int nodes) {
+    if (system == "oobleck") return Raw("oobleck", nodes);
+    // Varuna's and Bamboo's grids need the nodes to factor into PP x DP over
+    // the batch: with a node count that does not, they use the most nodes
+    // that do and leave the rest idle (the thesis' point about rigid grids).
+    Capacity c;
+    int used = nodes;
+    for (; used >= 1; --used) {
+      c = Raw("megatron", used);
+      if (c.iteration_s > 0) break;
+    }
+    if (used < 1) return c;
+    if (used < nodes) c.why = fmt::format("{} of {} nodes used", used, nodes);
+    if (system == "bamboo") {
+      // Every node also holds its successor's stage.
+      if (2 * c.peak_bytes > static_cast<double>(cluster_.gpu.mem_bytes)) {
+        c.why = fmt::format("bamboo: twice the plan's peak ({:.1f} GiB) does not fit a GPU",
+                            2 * c.peak_bytes / (1 << 30));
+        c.iteration_s = 0;
+      } else {
+        c.iteration_s *= 1 + options_.redundant_compute;
+      }
+    }
+    return c;
+  }
+
+ private:
+  // A strategy's plan on `nodes` nodes, simulated; cached.
+  const Capacity& Raw(const std::string& strategy, int nodes) {
+    auto key = std::make_pair(strategy, nodes);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
     Capacity c;
@@ -40,25 +69,16 @@ class Planner {
     StrategyContext ctx{model_, sub, workload_, batch_, {}};
     ctx.fault_tolerance = options_.fault_tolerance;
     try {
-      const StrategyResult r = RunStrategy(system == "oobleck" ? "oobleck" : "megatron", ctx);
+      const StrategyResult r = RunStrategy(strategy, ctx);
       const PlanRun run = RunPlan(model_, sub, workload_, r.plan, batch_);
       c.iteration_s = run.metrics.iteration_time_s;
-      if (system == "bamboo") {
-        if (2 * run.metrics.peak_mem_bytes > static_cast<double>(sub.gpu.mem_bytes)) {
-          c.iteration_s = 0;
-          c.why = fmt::format("bamboo: twice the plan's peak ({:.1f} GiB) does not fit a GPU",
-                              2 * run.metrics.peak_mem_bytes / (1 << 30));
-        } else {
-          c.iteration_s *= 1 + options_.redundant_compute;
-        }
-      }
+      c.peak_bytes = run.metrics.peak_mem_bytes;
     } catch (const Error& e) {
       c.why = e.what();
     }
     return cache_.emplace(key, c).first->second;
   }
 
- private:
   const Model& model_;
   const Cluster& cluster_;
   const Workload& workload_;
