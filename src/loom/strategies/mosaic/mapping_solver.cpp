@@ -95,12 +95,12 @@ double Total(const std::vector<Stage>& stages) {
 
 }  // namespace
 
-Mapping SolveGahc(const std::vector<std::vector<int>>& deps, StageEvaluator& eval, const MappingOptions& options) {
-  const int n = static_cast<int>(deps.size());
+namespace {
+
+// Alg. 1's merging from `stages`, then Loom's refinement (options.refine).
+Mapping MergeAndRefine(const std::vector<std::vector<int>>& deps, StageEvaluator& eval, const MappingOptions& options,
+                       std::vector<Stage> stages) {
   Mapping out;
-  // Alg. 1 lines 3-5: one stage per module, in topological (model) order.
-  std::vector<Stage> stages;
-  for (int m = 0; m < n; ++m) stages.push_back({{m}, eval.Evaluate({m})});
   while (stages.size() > 1) {
     std::vector<std::vector<int>> mods;
     for (const auto& s : stages) mods.push_back(s.modules);
@@ -177,11 +177,81 @@ Mapping SolveGahc(const std::vector<std::vector<int>>& deps, StageEvaluator& eva
           }
         }
       }
+      // Then swaps of two modules between two stages (first improving pair
+      // in (stage, module) order): what no single move reaches when both
+      // stages are full.
+      for (int s = 0; s < static_cast<int>(stages.size()) && !improved; ++s) {
+        for (int t = s + 1; t < static_cast<int>(stages.size()) && !improved; ++t) {
+          for (size_t i = 0; i < stages[s].modules.size() && !improved; ++i) {
+            for (size_t j = 0; j < stages[t].modules.size() && !improved; ++j) {
+              std::vector<std::vector<int>> mods;
+              for (const auto& st : stages) mods.push_back(st.modules);
+              std::swap(mods[s][i], mods[t][j]);
+              std::sort(mods[s].begin(), mods[s].end());
+              std::sort(mods[t].begin(), mods[t].end());
+              bool ok = true;
+              Reach(deps, mods, &ok);
+              if (!ok) continue;
+              const StageResult rs = eval.Evaluate(mods[s]), rt = eval.Evaluate(mods[t]);
+              if (!(rs.time_s + rt.time_s < (stages[s].result.time_s + stages[t].result.time_s) * (1 - 1e-12))) {
+                continue;
+              }
+              std::vector<Stage> next;
+              for (size_t k = 0; k < mods.size(); ++k) {
+                next.push_back({mods[k], static_cast<int>(k) == s   ? rs
+                                         : static_cast<int>(k) == t ? rt
+                                                                    : stages[k].result});
+              }
+              stages = TopoOrder(deps, std::move(next));
+              ++out.refinements;
+              improved = true;
+            }
+          }
+        }
+      }
     }
   }
   out.stages = std::move(stages);
   out.time_s = Total(out.stages);
   return out;
+}
+
+}  // namespace
+
+Mapping SolveGahc(const std::vector<std::vector<int>>& deps, StageEvaluator& eval, const MappingOptions& options) {
+  const int n = static_cast<int>(deps.size());
+  // Alg. 1 lines 3-5: one stage per module, in topological (model) order.
+  std::vector<Stage> singles;
+  for (int m = 0; m < n; ++m) singles.push_back({{m}, eval.Evaluate({m})});
+  Mapping best = MergeAndRefine(deps, eval, options, singles);
+  if (!options.refine) return best;  // the paper's Alg. 1 alone
+  // Loom's second start: modules grouped by their depth in the dependency
+  // graph (every module with the same longest path from a source in one
+  // stage; a legal partition), merged and refined the same way; the better
+  // of the two is kept (ties: the first).
+  std::vector<int> depth(n, 0);
+  for (int m = 0; m < n; ++m) {
+    for (int d : deps[m]) depth[m] = std::max(depth[m], depth[d] + 1);  // inputs come first (model order)
+  }
+  std::vector<std::vector<int>> levels(*std::max_element(depth.begin(), depth.end()) + 1);
+  for (int m = 0; m < n; ++m) levels[depth[m]].push_back(m);
+  std::vector<Stage> layered;
+  for (const auto& l : levels) {
+    if (!l.empty()) layered.push_back({l, eval.Evaluate(l)});
+  }
+  bool feasible = true;
+  for (const auto& st : layered) feasible = feasible && st.result.feasible();
+  if (feasible) {
+    Mapping other = MergeAndRefine(deps, eval, options, TopoOrder(deps, std::move(layered)));
+    other.pairs_visited += best.pairs_visited;
+    other.pruned += best.pruned;
+    other.refinements += best.refinements;
+    if (other.time_s < best.time_s * (1 - 1e-12)) return other;
+    best.pairs_visited = other.pairs_visited;
+    best.pruned = other.pruned;
+    best.refinements = other.refinements;
+  }
+  return best;
 }
 
 Mapping SolveExhaustive(const std::vector<std::vector<int>>& deps, StageEvaluator& eval) {

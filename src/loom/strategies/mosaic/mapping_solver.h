@@ -13,8 +13,9 @@
 //   - SolveExhaustive: every partition of the modules into legal stages
 //     (Bell(n) of them; tests and the optimality bench, n <= ~10).
 //   - Refinement (Loom's, switchable): after the last merge, single modules
-//     move to another stage or a stage of their own while the sum shrinks.
-//     GAHC alone missed the optimum on 1 of 40 random 2-4 module instances.
+//     move to another stage or a stage of their own, or two modules of two
+//     stages swap, while the sum shrinks. GAHC alone missed the optimum on 1
+//     of 40 random 2-4 module instances.
 // Ties: pairs in (x, y) order of the current stage list, first best kept;
 // deterministic.
 #pragma once
