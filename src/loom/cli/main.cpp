@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
   replay->add_option("--min-nodes", rp_min_nodes, "failures stop at this many nodes (default: half)");
   replay->add_option("--failures", rp_trace, "read the trace from a file of \"TIME_S fail|join NODE\" lines instead");
   replay->add_option("--fault-tolerance", rp_options.fault_tolerance, "oobleck's f (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000));
   replay->add_option("--checkpoint-every", rp_options.checkpoint_every, "varuna's iterations per checkpoint (default 10)")
       ->check(CLI::PositiveNumber);
   replay->add_option("--svg", rp_svg, "write samples/s over time of every system as an SVG plot");
@@ -383,7 +383,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   plan->add_option("--fault-tolerance", compare.fault_tolerance,
                    "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000));
   plan->add_option("--json", plan_json, "write the comparison and every plan as JSON");
   plan->add_option("--report", plan_report, "write a self-contained HTML report");
   plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");

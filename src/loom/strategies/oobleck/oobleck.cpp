@@ -89,9 +89,9 @@ namespace {
 
 constexpr size_t kExact = 64;
 
-// b: the given size, else every power of two up to a node's GPUs that
-// divides the batch (wider stages need more samples per microbatch; more
-// microbatches fill pipelines better).
+// b: the given size, else every power of two dividing the batch up to a
+// node's GPUs or B / (4 x GPUs), whichever is larger (wider stages need more
+// samples per microbatch; more microbatches fill pipelines better).
 std::vector<int> MicrobatchSamples(const StrategyContext& ctx, const OobleckOptions& options) {
   const int64_t B = ctx.workload.global_batch;
   if (options.microbatch_samples > 0) {
@@ -101,8 +101,12 @@ std::vector<int> MicrobatchSamples(const StrategyContext& ctx, const OobleckOpti
     }
     return {options.microbatch_samples};
   }
+  // Up to a node's GPUs (a stage as wide as a node needs that many), and
+  // beyond while every GPU can still get 4 microbatches (larger microbatches
+  // run more efficiently; 1-GPU nodes would otherwise train one sample at a time).
+  const int64_t upper = std::max<int64_t>(ctx.cluster.gpus_per_node, B / (4 * ctx.cluster.num_gpus()));
   std::vector<int> out;
-  for (int b = 1; b <= ctx.cluster.gpus_per_node && B % b == 0; b *= 2) out.push_back(b);
+  for (int b = 1; b <= upper && B % b == 0; b *= 2) out.push_back(b);
   return out;
 }
 

@@ -16,9 +16,10 @@
 //   - F_{l,d} + B_{l,d}: the cost model's forward and backward of layer l on
 //     a microbatch of b samples split over d GPUs (whole sequences each;
 //     infinite for d > b, where some GPU would get no sample).
-//   - b: every power of two up to a node's GPUs dividing B (a stage on d
-//     GPUs needs b >= d; smaller b fills pipelines better), each planned at
-//     recomputation none and full; all instantiations of all of them ranked.
+//   - b: every power of two dividing B up to a node's GPUs or B / (4 x
+//     GPUs), whichever is larger (a stage on d GPUs needs b >= d; smaller b
+//     fills pipelines better, larger runs each kernel more efficiently), each
+//     planned at recomputation none and full; all instantiations ranked.
 //   - Memory: a stage's state (ZeRO-1 over its GPUs) plus its 1F1B
 //     in-flight microbatches' activations within 90% of a GPU
 //     (template_planner.h); the simulator judges the plan's real peak.
