@@ -311,6 +311,17 @@ TEST(OobleckStrategy, PlansAtLeastFPlusOneTemplatePipelinesOnEveryNode) {
   StrategyContext ctx{model, cluster, w, batch, {}};
   ctx.fault_tolerance = 40;
   test::ExpectError([&] { RunStrategy("oobleck", ctx); }, {"fault tolerance 40", "41 pipelines", "the cluster has 30"});
+  // 3 pipelines of one node each (f = 2 on 3 nodes) cannot split 4 samples:
+  // the error recommends the nearest global batches that can.
+  const Model medium = LoadModel("gpt3-medium");  // one A40 holds it: n0 = 1
+  Cluster three = cluster;
+  three.nodes = 3;
+  Workload four = DefaultWorkload(medium);
+  four.global_batch = 4;
+  const Batch small = DrawBatch(four, 0);
+  StrategyContext tiny{medium, three, four, small, {}};
+  tiny.fault_tolerance = 2;
+  test::ExpectError([&] { RunStrategy("oobleck", tiny); }, {"a global batch of 6 or 3 would split"});
 }
 
 }  // namespace

@@ -221,7 +221,10 @@ std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const Oobl
         try {
           sol.batch = DistributeBatch(x, per_mb, total);
         } catch (const Error& e) {
-          why = e.what();
+          // The nearest global batches that split over these pipelines.
+          const auto [up, down] = NearestDistributable(x, total);
+          why = fmt::format("{} (microbatches of {}: a global batch of {}{} would split)", e.what(), b,
+                            static_cast<int64_t>(up) * b, down > 0 ? fmt::format(" or {}", int64_t{down} * b) : "");
           continue;
         }
         sol.instantiation = x;
