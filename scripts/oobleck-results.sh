@@ -29,3 +29,28 @@ PY
     rm -f "$tmp"
   done
 done
+
+# Table 2.4: Varuna with checkpoints that cost nothing, every 2 iterations,
+# against the default (every 10, priced) and Oobleck, on BERT-Large and
+# GPT-3 6.7B.
+echo
+printf '%-12s %-5s %12s %22s %10s\n' model mtbf varuna "varuna(free ckpt/2)" oobleck
+for spec in bert-large:8192 gpt3-6.7b:1024; do
+  m=${spec%%:*}; b=${spec##*:}
+  for mtbf in 21600:6h 3600:1h 600:10m; do
+    s=${mtbf%%:*}; name=${mtbf##*:}
+    a=$(mktemp); c=$(mktemp)
+    "$L" replay --model "$m" --cluster oobleck-testbed --workload text --global-batch "$b" --mtbf "$s" --hours 12 \
+      --systems varuna,oobleck --json "$a" >/dev/null 2>&1 || true
+    "$L" replay --model "$m" --cluster oobleck-testbed --workload text --global-batch "$b" --mtbf "$s" --hours 12 \
+      --systems varuna --free-checkpoints --checkpoint-every 2 --json "$c" >/dev/null 2>&1 || true
+    python3 - "$m" "$name" "$a" "$c" <<'PY'
+import json, sys
+m, name, a, c = sys.argv[1:5]
+v = {s['system']: s['mean_samples_per_s'] for s in json.load(open(a))['systems']}
+w = {s['system']: s['mean_samples_per_s'] for s in json.load(open(c))['systems']}
+print(f"{m:<12} {name:<5} {v['varuna']:12.2f} {w['varuna']:22.2f} {v['oobleck']:10.2f}")
+PY
+    rm -f "$a" "$c"
+  done
+done

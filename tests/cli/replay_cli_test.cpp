@@ -26,6 +26,18 @@ TEST(ReplayCli, ComparesSystemsAndWritesPlotAndJson) {
   const auto j = nlohmann::json::parse(std::ifstream(json));
   EXPECT_EQ(j["systems"].size(), 3u);
   EXPECT_EQ(j["nodes"], 6);
+  // Table 2.4's ablation: free checkpoints every 2 iterations lose less per failure.
+  const std::string free_json = test::WriteTemp("replay-free.json", "");
+  auto [code2, out2] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --mtbf 1200 --hours 3 --systems "
+                                     "varuna --free-checkpoints --checkpoint-every 2 --json " + free_json);
+  ASSERT_EQ(code2, 0) << out2;
+  const auto jf = nlohmann::json::parse(std::ifstream(free_json));
+  auto lost = [](const nlohmann::json& sys) {
+    double sum = 0;
+    for (const auto& e : sys["events"]) sum += e["lost_s"].get<double>();
+    return sum;
+  };
+  EXPECT_LT(lost(jf["systems"][0]), lost(j["systems"][1]));  // varuna is second in the default run
   auto [bad, msg] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --systems oobleck,checkfreq");
   EXPECT_EQ(bad, 2);
   EXPECT_NE(msg.find("unknown system 'checkfreq'"), std::string::npos) << msg;

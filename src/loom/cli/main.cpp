@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <limits>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -360,6 +361,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000));
   replay->add_option("--checkpoint-every", rp_options.checkpoint_every, "varuna's iterations per checkpoint (default 10)")
       ->check(CLI::PositiveNumber);
+  bool rp_free_checkpoints = false;
+  replay->add_flag("--free-checkpoints", rp_free_checkpoints,
+                   "varuna's checkpoints cost nothing to write or load (thesis Table 2.4's ablation)");
   replay->add_option("--svg", rp_svg, "write samples/s over time of every system as an SVG plot");
   replay->add_option("--json", rp_json, "write the replay as JSON");
 
@@ -450,6 +454,7 @@ int main(int argc, char** argv) {
         systems.push_back(rest.substr(0, comma));
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
       }
+      if (rp_free_checkpoints) rp_options.storage_bytes_per_s = std::numeric_limits<double>::infinity();
       const auto replays = loom::ReplayFailures(model, cluster, workload, trace, systems, rp_options);
       std::cout << loom::FormatReplay(model.name, cluster.name, trace, replays);
       if (!rp_svg.empty()) {
