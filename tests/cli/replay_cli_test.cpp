@@ -12,9 +12,10 @@ namespace loom {
 namespace {
 
 TEST(ReplayCli, ComparesSystemsAndWritesPlotAndJson) {
-  const std::string svg = test::WriteTemp("replay.svg", ""), json = test::WriteTemp("replay.json", "");
+  const std::string svg = test::WriteTemp("replay.svg", ""), json = test::WriteTemp("replay.json", ""),
+                    html = test::WriteTemp("replay.html", "");
   auto [code, out] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --mtbf 1200 --hours 3 --svg " + svg +
-                                   " --json " + json);
+                                   " --json " + json + " --report " + html);
   ASSERT_EQ(code, 0) << out;
   for (const char* s : {"oobleck", "varuna", "bamboo", "samples/s", "lost per failure"}) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
@@ -23,6 +24,12 @@ TEST(ReplayCli, ComparesSystemsAndWritesPlotAndJson) {
   std::stringstream text;
   text << in_svg.rdbuf();
   EXPECT_NE(text.str().find("<polyline"), std::string::npos);
+  std::ifstream in_html(html);
+  std::stringstream page;
+  page << in_html.rdbuf();
+  for (const char* s : {"<svg", "<polyline", "lost per failure", "<h2>varuna</h2>", "</html>"}) {
+    EXPECT_NE(page.str().find(s), std::string::npos) << s;
+  }
   const auto j = nlohmann::json::parse(std::ifstream(json));
   EXPECT_EQ(j["systems"].size(), 3u);
   EXPECT_EQ(j["nodes"], 6);

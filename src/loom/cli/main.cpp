@@ -366,6 +366,8 @@ int main(int argc, char** argv) {
                    "varuna's checkpoints cost nothing to write or load (thesis Table 2.4's ablation)");
   replay->add_option("--svg", rp_svg, "write samples/s over time of every system as an SVG plot");
   replay->add_option("--json", rp_json, "write the replay as JSON");
+  std::string rp_report;
+  replay->add_option("--report", rp_report, "write an HTML report: the plot, the table, every system's events");
 
   CLI::App* plan = app.add_subcommand("plan", "plan with each strategy, simulate, compare (the main job)");
   std::string plan_model, plan_cluster, strategies = "all", plan_json, plan_report, plan_trace, plan_export;
@@ -460,6 +462,10 @@ int main(int argc, char** argv) {
       if (!rp_svg.empty()) {
         WriteText(rp_svg, loom::ReplaySvg(trace, replays), "--svg");
         std::cout << "Plot written to " << rp_svg << "\n";
+      }
+      if (!rp_report.empty()) {
+        WriteText(rp_report, loom::ReplayHtml(model.name, cluster.name, trace, replays), "--report");
+        std::cout << "Report written to " << rp_report << "\n";
       }
       if (!rp_json.empty()) {
         WriteText(rp_json, loom::ReplayJson(trace, replays).dump(2) + "\n", "--json");

@@ -107,4 +107,49 @@ std::string ReplaySvg(const FailureTrace& trace, const std::vector<SystemReplay>
   return svg + "</svg>\n";
 }
 
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') {
+      out += "&lt;";
+    } else if (c == '>') {
+      out += "&gt;";
+    } else if (c == '&') {
+      out += "&amp;";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ReplayHtml(const std::string& model, const std::string& cluster, const FailureTrace& trace,
+                       const std::vector<SystemReplay>& replays) {
+  std::string html = fmt::format(
+      "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>Loom replay: {} on {}</title>\n"
+      "<style>body{{font-family:sans-serif;margin:2em;max-width:1000px}} pre{{background:#f6f6f6;padding:1em}} "
+      "table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}</style>"
+      "</head><body>\n<h1>Training over node failures: {} on {}</h1>\n"
+      "<p>Samples/s over wall-clock time, each system re-planned by Loom on the nodes left and timed by the "
+      "simulator (docs/cli.md, <code>loom replay</code>). Grey lines are failures.</p>\n",
+      Escape(model), Escape(cluster), Escape(model), Escape(cluster));
+  html += ReplaySvg(trace, replays);
+  html += "<pre>" + Escape(FormatReplay(model, cluster, trace, replays)) + "</pre>\n";
+  for (const auto& r : replays) {
+    html += fmt::format("<h2>{}</h2>\n", Escape(r.system));
+    if (!r.stopped.empty()) html += "<p>Stopped " + Escape(r.stopped) + "</p>\n";
+    html += "<table><tr><th>time</th><th>node</th><th>lost</th><th>what</th></tr>\n";
+    for (const auto& e : r.events) {
+      html += fmt::format("<tr><td>{:.0f} s</td><td>{}</td><td>{:.1f} s</td><td style=\"text-align:left\">{}</td></tr>\n",
+                          e.time_s, e.node, e.lost_s, Escape(e.what));
+    }
+    html += "</table>\n";
+  }
+  return html + "</body></html>\n";
+}
+
 }  // namespace loom
