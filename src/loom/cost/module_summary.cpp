@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "loom/cost/layer_work.h"
+#include "loom/cost/memory.h"
 
 namespace loom {
 
@@ -14,6 +15,14 @@ int64_t ModelParams(const Model& model) {
     }
   }
   return n;
+}
+
+double ModelStateTotalBytes(const Model& model, Precision precision) {
+  double trainable = 0, frozen = 0;
+  for (const auto& m : model.modules) {
+    for (const auto& l : m.layers) (m.frozen || l.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
+  }
+  return ModelState(trainable, frozen, 1, 1, precision).total();
 }
 
 std::vector<ModuleSummary> SummarizeModules(const Model& model, const std::vector<Sample>& samples) {

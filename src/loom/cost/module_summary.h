@@ -9,6 +9,7 @@
 #include "loom/cost/token_stats.h"
 #include "loom/data/sample.h"
 #include "loom/spec/model.h"
+#include "loom/spec/precision.h"
 
 namespace loom {
 
@@ -25,6 +26,10 @@ struct ModuleSummary {
 };
 
 int64_t ModelParams(const Model& model);
+// The whole model's training state, unsharded (cost/memory.h's ModelState at
+// dp 1): weights, and for trainable parameters gradients and optimizer state.
+// What one replica holds in all, a checkpoint writes, and Oobleck's n0 divides.
+double ModelStateTotalBytes(const Model& model, Precision precision);
 // One entry per module, in model order, for the given samples (tp = 1).
 std::vector<ModuleSummary> SummarizeModules(const Model& model, const std::vector<Sample>& samples);
 

@@ -7,7 +7,6 @@
 #include <map>
 #include <set>
 
-#include "loom/cost/memory.h"
 #include "loom/cost/module_summary.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -101,11 +100,7 @@ std::vector<SystemReplay> ReplayFailures(const Model& model, const Cluster& clus
     throw Error("replay: the checkpoint interval and the storage bandwidth must be positive");
   }
   // The whole training state, what a checkpoint writes and loads.
-  double trainable = 0, frozen = 0;
-  for (const auto& m : model.modules) {
-    for (const auto& l : m.layers) (m.frozen || l.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
-  }
-  const double state_bytes = ModelState(trainable, frozen, 1, 1, workload.precision).total();
+  const double state_bytes = ModelStateTotalBytes(model, workload.precision);
   const double checkpoint_s = state_bytes / options.storage_bytes_per_s;
   const double samples = static_cast<double>(workload.global_batch);
   Planner planner(model, cluster, workload, options);

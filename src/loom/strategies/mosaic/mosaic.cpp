@@ -21,9 +21,10 @@ namespace {
 // recomputation level (none, selective, full: each costs time, but can buy
 // larger DP degrees or fewer microbatches, so each is a candidate), the
 // fewest microbatches (gradient accumulation, the same for every module as
-// the plan format needs; the paper runs one), then the fewest phase rounds (Plan::phase_rounds; with pp = 1 every microbatch
-// is a round: an earlier stage then keeps one microbatch's activations, at
-// no cost in time), under which every module fits some slot block and a
+// the plan format needs; the paper runs one), then the fewest phase rounds
+// (Plan::phase_rounds; with pp = 1 every microbatch is a round: an earlier
+// stage then keeps one microbatch's activations, at no cost in time), under
+// which every module fits some slot block and a
 // mapping's exact cross-stage peak fits (mapping_memory.h; GAHC with the
 // other modules' reserve, StageEvaluator::ReserveOthers, else without it,
 // then stages re-solved against each other). Returns up to kPerLevel

@@ -12,7 +12,6 @@
 #include "loom/cost/module_summary.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
-#include "loom/human_bytes.h"
 #include "loom/pipeline/partition.h"
 #include "loom/plan/plan_json.h"
 #include "loom/strategies/plan_builders.h"
@@ -22,11 +21,7 @@ namespace loom {
 using namespace oobleck;
 
 int OobleckMinNodes(const StrategyContext& ctx) {
-  double trainable = 0, frozen = 0;
-  for (const auto& m : ctx.model.modules) {
-    for (const auto& l : m.layers) (m.frozen || l.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
-  }
-  const double state = ModelState(trainable, frozen, 1, 1, ctx.workload.precision).total();
+  const double state = ModelStateTotalBytes(ctx.model, ctx.workload.precision);
   const double node = 0.8 * static_cast<double>(ctx.cluster.gpu.mem_bytes) * ctx.cluster.gpus_per_node;
   return std::max(1, static_cast<int>(std::ceil(state / node)));
 }
