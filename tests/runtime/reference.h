@@ -163,14 +163,8 @@ inline ParamStats StatsOf(const nlohmann::json& processes) {
   return out;
 }
 
-// `loom ARGS --steps 3 --timeout 20 --json` ends with the reference's losses
-// and parameters (every parameter tensor reported once, by its unit's replica 0).
-inline void ExpectRunMatches(const Reference& r, const std::string& args) {
-  auto [code, out] = LoomCli(args + " --steps 3 --timeout 20 --json");
-  ASSERT_EQ(code, 0) << out;
-  const auto j = nlohmann::json::parse(out);
-  ASSERT_EQ(j["losses"].size(), static_cast<size_t>(kSteps));
-  for (int i = 0; i < kSteps; ++i) ExpectClose(j["losses"][i].get<double>(), r.losses[i], "loss");
+// A run's parameters (`loom run --json`'s "params") are the reference's.
+inline void ExpectParamsMatch(const Reference& r, const nlohmann::json& j) {
   const ParamStats got = StatsOf(j["params"]);
   ASSERT_EQ(got.size(), r.params.size());
   for (size_t i = 0; i < got.size(); ++i) {  // matched by sum of squares (distinct per tensor)
@@ -178,6 +172,19 @@ inline void ExpectRunMatches(const Reference& r, const std::string& args) {
     ExpectClose(got[i][1], r.params[i][1], "parameter sum", r.params[i][2], r.params[i][4]);
     ExpectClose(got[i][2], r.params[i][2], "parameter sum of |w|", 0, r.params[i][5]);
   }
+}
+
+// `loom ARGS --steps 3 --timeout 20 --json` ends with the reference's losses
+// and parameters (every parameter tensor reported once, by its unit's replica
+// 0); `json`: the run's output.
+inline void ExpectRunMatches(const Reference& r, const std::string& args, nlohmann::json* json = nullptr) {
+  auto [code, out] = LoomCli(args + " --steps 3 --timeout 20 --json");
+  ASSERT_EQ(code, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  if (json) *json = j;
+  ASSERT_EQ(j["losses"].size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) ExpectClose(j["losses"][i].get<double>(), r.losses[i], "loss");
+  ExpectParamsMatch(r, j);
 }
 
 struct Case {

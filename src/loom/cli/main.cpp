@@ -28,6 +28,7 @@
 #include "loom/plan/validate_plan.h"
 #include "loom/session/training_session.h"
 #include "loom/strategies/baselines/megatron_config.h"
+#include "loom/strategies/oobleck/replan.h"
 #include "loom/report/simulation_report.h"
 #include "loom/runtime/green_context.h"
 #include "loom/runtime/profiler.h"
@@ -238,6 +239,33 @@ int main(int argc, char** argv) {
   run->add_option("--kill-rank", run_kill_rank, "fault injection: this rank exits at the start of --kill-step")
       ->group("");
   run->add_option("--kill-step", run_kill_step, "fault injection step")->group("");
+  int run_fault_tolerance = -1;
+  std::vector<std::string> run_kills, run_hangs, run_rejoins;
+  double run_heartbeat_timeout_s = 3;
+  std::string run_checkpoint, run_resume;
+  run->add_option("--fault-tolerance", run_fault_tolerance,
+                  "survive failed nodes as Oobleck does (an Oobleck plan for this F; without --plan, planned here): "
+                  "re-instantiate pipelines from its templates, copy lost layers from surviving replicas, replay the "
+                  "interrupted step")
+      ->check(CLI::Range(0, 1000))
+      ->group("Fault tolerance");
+  run->add_option("--kill", run_kills,
+                  "PROCESS:STEP:ACTIONS: worker PROCESS kills itself (SIGKILL) in STEP after ACTIONS of its actions; "
+                  "repeatable")
+      ->group("Fault tolerance");
+  run->add_option("--hang", run_hangs, "PROCESS:STEP:ACTIONS: as --kill, but the worker stops (SIGSTOP) and is found "
+                                       "by its missing heartbeats; repeatable")
+      ->group("Fault tolerance");
+  run->add_option("--rejoin", run_rejoins, "NODE:STEP: a failed node comes back before STEP; repeatable")
+      ->group("Fault tolerance");
+  run->add_option("--heartbeat-timeout", run_heartbeat_timeout_s, "seconds without a heartbeat before a worker is dead")
+      ->check(CLI::PositiveNumber)
+      ->group("Fault tolerance");
+  run->add_option("--checkpoint", run_checkpoint,
+                  "where a fault-tolerant run that cannot recover writes its state (default: its run directory)")
+      ->group("Fault tolerance");
+  run->add_option("--resume", run_resume, "start from the checkpoint a fault-tolerant run wrote")
+      ->group("Fault tolerance");
   run->add_flag("--json", run_json, "print JSON");
   int run_nnodes = 0, run_node_rank = -1;
   std::string run_master, run_host;
@@ -577,6 +605,12 @@ int main(int argc, char** argv) {
         p = std::move(file.plan);
         recorded = std::move(file.batches);
         CheckPlanIsFor(p, model, cluster, workload, run_plan);
+      } else if (run_fault_tolerance >= 0) {  // Oobleck's plan for F
+        const loom::Batch first = loom::DrawBatch(workload, 0);
+        loom::StrategyContext ctx{model, cluster, workload, first, {}};
+        ctx.fault_tolerance = run_fault_tolerance;
+        p = loom::RunStrategy("oobleck", ctx).plan;
+        run_plan = fmt::format("oobleck f={}", run_fault_tolerance);
       } else {
         run_cfg.schedule = loom::ParseScheduleKind(run_schedule, "--schedule");
         run_cfg.recompute = loom::ParseRecompute(run_recompute, "--recompute");
@@ -595,6 +629,54 @@ int main(int argc, char** argv) {
       o.kill_step = run_kill_step;
       o.threads_per_rank = run_threads;
       o.device = run_device;
+      // Fault tolerance: Oobleck's templates re-plan after failures.
+      auto parse_triple = [](const std::string& text, const char* flag, int parts) {
+        std::vector<int> v;
+        std::istringstream in(text);
+        std::string field;
+        while (std::getline(in, field, ':')) {
+          try {
+            size_t used = 0;
+            v.push_back(std::stoi(field, &used));
+            if (used != field.size()) throw std::invalid_argument(field);
+          } catch (const std::exception&) {
+            v.clear();
+            break;
+          }
+        }
+        if (static_cast<int>(v.size()) != parts) {
+          throw loom::Error(fmt::format("{} {}: valid: {}", flag, text,
+                                        parts == 3 ? "PROCESS:STEP:ACTIONS, e.g. 1:2:5" : "NODE:STEP, e.g. 2:3"));
+        }
+        return v;
+      };
+      if ((!run_kills.empty() || !run_hangs.empty() || !run_rejoins.empty()) && run_fault_tolerance < 0) {
+        throw loom::Error("--kill, --hang and --rejoin act on a fault-tolerant run: add --fault-tolerance F");
+      }
+      for (const auto& k : run_kills) {
+        const auto v = parse_triple(k, "--kill", 3);
+        o.kills.push_back({v[0], v[1], v[2], false});
+      }
+      for (const auto& k : run_hangs) {
+        const auto v = parse_triple(k, "--hang", 3);
+        o.kills.push_back({v[0], v[1], v[2], true});
+      }
+      for (const auto& j : run_rejoins) {
+        const auto v = parse_triple(j, "--rejoin", 2);
+        o.rejoins.push_back({v[0], v[1]});
+      }
+      o.fault_tolerant = run_fault_tolerance >= 0 || !run_resume.empty();
+      o.heartbeat_timeout_s = run_heartbeat_timeout_s;
+      o.checkpoint_dir = run_checkpoint;
+      o.resume_from = run_resume;
+      std::optional<loom::OobleckReplanner> oobleck;
+      loom::Replanner replanner;
+      if (run_fault_tolerance >= 0) {
+        oobleck.emplace(model, cluster, workload, p, run_fault_tolerance);
+        replanner = [&oobleck](const std::vector<int>& failed, const std::vector<int>& joined) {
+          return (*oobleck)(failed, joined);
+        };
+      }
       // Several machines, torchrun-style: flags, else the environment.
       auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
       auto parse_int = [](const std::string& text, const char* what) {
@@ -634,7 +716,11 @@ int main(int argc, char** argv) {
       const loom::Batch representative = loom::DrawBatch(workload, 0);
       const auto schedules = loom::ScheduleIterations(
           p.strategy, loom::StrategyContext{model, cluster, workload, representative, {}}, p, recorded, run_steps);
-      loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o, schedules);
+      loom::RunResult r = loom::RunLocally(model, cluster, workload, p, o, schedules, replanner);
+      if (!r.events.empty()) {  // what ran last: the last generation's plan on its nodes
+        p = r.final_plan;
+        cluster.nodes = r.final_nodes;
+      }
       const int last = run_steps - 1;
       const loom::Batch last_batch = loom::DrawBatch(workload, last);
       loom::PlanRun simulated;
@@ -676,7 +762,14 @@ int main(int argc, char** argv) {
         nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},
                             {"measured_busy_s", r.measured.busy_s},
                             {"measured_iteration_time_s", r.measured.iteration_time_s},
-                            {"peak_rss_bytes", r.peak_rss_bytes}};
+                            {"peak_rss_bytes", r.peak_rss_bytes}, {"first_step", r.first_step}};
+        nlohmann::json events = nlohmann::json::array();
+        for (const auto& e : r.events) {
+          events.push_back({{"step", e.step}, {"kind", e.kind}, {"nodes", e.nodes}, {"outcome", e.outcome},
+                            {"detect_s", e.detect_s}, {"recover_s", e.recover_s}, {"lost_s", e.lost_s},
+                            {"copied_bytes", e.copied_bytes}, {"processes", e.processes}});
+        }
+        if (o.fault_tolerant) j["events"] = events;
         if (run_compare) {
           j["simulated_iteration_time_s"] = simulated.metrics.iteration_time_s;
           j["simulated_busy_s"] = simulated.result.busy_s;
@@ -695,7 +788,15 @@ int main(int argc, char** argv) {
             break;
           }
         }
-        for (size_t i = 0; i < r.losses.size(); ++i) {
+        for (const auto& e : r.events) {
+          std::cout << fmt::format(
+              "  before step {}: node(s) {} {}: {}\n    noticed in {:.3f} s, next generation ({} processes) ready in "
+              "{:.3f} s, {} of layer state copied; {:.3f} s of work lost\n",
+              e.step, fmt::join(e.nodes, ", "), e.kind == "failure" ? "failed" : "joined", e.outcome, e.detect_s,
+              e.processes, e.recover_s, loom::HumanBytes(static_cast<double>(e.copied_bytes)), e.lost_s);
+        }
+        if (r.first_step > 0) std::cout << fmt::format("  resumed after step {} from {}\n", r.first_step - 1, run_resume);
+        for (size_t i = r.first_step; i < r.losses.size(); ++i) {
           double slowest = 0;
           for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);
           std::cout << fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)\n", i, r.losses[i], slowest);

@@ -22,11 +22,15 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "loom/runtime/fault_tolerance.h"
 
 namespace loom::runtime {
 
@@ -38,12 +42,15 @@ using GroupBase = c10d::ProcessGroup;
 using Group = c10::intrusive_ptr<GroupBase>;
 
 // The rendezvous store: rank 0 serves it on master:port for `world` ranks.
+// world 0: a client of a store served elsewhere (a fault-tolerant run's store
+// process, whose clients come and go), or with rank 0 that store's server.
 inline c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
-                                                 double timeout_s) {
+                                                 double timeout_s, bool client_only = false) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
-  so.isServer = rank == 0;
-  so.numWorkers = world;
+  so.isServer = rank == 0 && !client_only;
+  if (world > 0) so.numWorkers = world;
+  so.waitWorkers = world > 0;
   so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   return c10::make_intrusive<c10d::TCPStore>(master, so);
 }
@@ -69,19 +76,70 @@ inline Group MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::
   return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
 }
 
+// Raised out of a wait when a fault-tolerant run's launcher has told this
+// worker that a peer is gone (runtime/fault_tolerance.h): the operation may
+// never complete, and the worker moves to the next generation instead.
+struct Aborted : std::runtime_error {
+  Aborted() : std::runtime_error("aborted: the launcher reconfigures the run") {}
+};
+// A fault-tolerant worker's control (null: a plain run, waits block).
+using AbortFlag = WorkerControl*;
+
+// Waits for a collective: with an abort flag, polls it (a collective runs on
+// the group's own threads and completes there) and throws Aborted once set.
+template <typename Work>
+inline void Await(const Work& work, AbortFlag abort = nullptr) {
+  if (abort != nullptr) {
+    int spins = 0;
+    while (!work->isCompleted()) {
+      if (abort->abort.load()) throw Aborted();
+      if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  work->wait();  // rethrows the operation's error
+}
+
+// Waits for a send or receive. Gloo completes those only inside wait() (there
+// is nothing to poll), so the worker's control thread interrupts the wait
+// (Work::abort wakes it without an error) once the launcher's command arrives.
+template <typename Work>
+inline void AwaitMessage(const Work& work, AbortFlag abort = nullptr) {
+  if (abort == nullptr) {
+    work->wait();
+    return;
+  }
+  abort->SetInterrupt([w = work] { w->abort(); });
+  try {
+    work->wait();
+  } catch (...) {
+    abort->SetInterrupt({});
+    throw;
+  }
+  abort->SetInterrupt({});
+  if (abort->abort.load()) throw Aborted();
+}
+
 // Sums `t` over the group in place.
-inline void AllReduceSum(GroupBase& pg, at::Tensor& t) {
+inline void AllReduceSum(GroupBase& pg, at::Tensor& t, AbortFlag abort = nullptr) {
   std::vector<at::Tensor> v{t};
-  pg.allreduce(v)->wait();
+  Await(pg.allreduce(v), abort);
 }
 
 // Every member's `t` (equal shapes), in member order.
-inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t) {
+inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t, AbortFlag abort = nullptr) {
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < pg.getSize(); ++i) out[0].push_back(at::empty_like(t));
   std::vector<at::Tensor> in{t};
-  pg.allgather(out, in)->wait();
+  Await(pg.allgather(out, in), abort);
   return out[0];
+}
+
+// `t` from member `root` to every member, in place.
+inline void Broadcast(GroupBase& pg, at::Tensor& t, int root, AbortFlag abort = nullptr) {
+  std::vector<at::Tensor> v{t};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  Await(pg.broadcast(v, o), abort);
 }
 
 // Starts summing `t` over the group in place; done when the handle's wait returns.
@@ -118,9 +176,9 @@ inline WorkHandle SendAsync(GroupBase& pg, std::vector<at::Tensor>& t, int peer,
   return pg.send(t, peer, tag);
 }
 
-inline void Recv(GroupBase& pg, at::Tensor& t, int peer, int tag) {
+inline void Recv(GroupBase& pg, at::Tensor& t, int peer, int tag, AbortFlag abort = nullptr) {
   std::vector<at::Tensor> v{t};
-  pg.recv(v, peer, tag)->wait();
+  AwaitMessage(pg.recv(v, peer, tag), abort);
 }
 
 // The CUDA caching allocator's peak of allocated bytes on `device` (-1 without CUDA).

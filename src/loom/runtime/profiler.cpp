@@ -307,7 +307,7 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
 }
 
 void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
-  torch::set_num_threads(o.threads);
+  SetComputeThreads(o.threads);
   const Timer timer{o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
   const auto opts = torch::TensorOptions().device(timer.device);
   // Layers: each distinct transformer shape once (frozen and trainable apart).

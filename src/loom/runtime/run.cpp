@@ -16,7 +16,9 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/pipeline/validate.h"
+#include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/process_layout.h"
+#include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
 
 namespace loom {
@@ -51,9 +53,19 @@ struct Child {
 }  // namespace
 
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules) {
+                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
+                     const Replanner& replanner) {
   if (options.steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", options.steps));
   if (!(options.timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", options.timeout_s));
+  if (options.fault_tolerant) {
+    for (const auto& s : schedules) {
+      if (s) {
+        throw Error("--fault-tolerance: the strategy schedules every batch (" + plan.strategy +
+                    "); a re-planned run could not follow its schedules");
+      }
+    }
+    return runtime::RunFaultTolerant(model, cluster, workload, plan, options, replanner);
+  }
   // Everything the runtime cannot run is an error before any process starts.
   const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0),
                                                          schedules.empty() || !schedules[0] ? nullptr : &*schedules[0]);
@@ -203,59 +215,10 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     for (const auto& f : failures) msg += "\n  - " + f;
     throw Error(msg);
   }
+  std::vector<std::vector<std::string>> lines(world);
+  for (int r = 0; r < world; ++r) lines[r] = std::move(children[r].lines);
   RunResult out;
-  out.losses.assign(options.steps, 0.0);
-  std::vector<int> reporters(options.steps, 0);
-  out.step_s.assign(world, std::vector<double>(options.steps, 0.0));
-  out.params.assign(world, {});
-  out.peak_rss_bytes.assign(world, 0.0);
-  const int instances = layout.instances();
-  out.measured.busy_s.assign(instances, 0.0);
-  out.measured.peak_mem_bytes.assign(instances, 0.0);
-  out.measured.memory.assign(instances, {});
-  for (int r = 0; r < world; ++r) {
-    for (const auto& l : children[r].lines) {
-      std::istringstream in(l);
-      std::string kind;
-      in >> kind;
-      if (kind == "loss") {
-        int step = 0;
-        double v = 0;
-        in >> step >> v;
-        out.losses.at(step) += v;  // each replica's last rank reports its share of the batch's mean loss
-        ++reporters.at(step);
-      } else if (kind == "time") {
-        int step = 0;
-        double v = 0;
-        in >> step >> v;
-        out.step_s[r].at(step) = v;
-      } else if (kind == "mem") {
-        double bytes = 0;
-        in >> bytes;
-        out.peak_rss_bytes[r] = bytes;
-        if (r % tp == 0 && r / tp < static_cast<int>(layout.of_group.size())) {
-          for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = bytes;
-        }
-      } else if (kind == "iv") {
-        Interval iv;  // on the simulator's rank of the copy (replica * ranks + rank)
-        in >> iv.rank >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;
-        out.measured.intervals.push_back(iv);
-        if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
-      } else if (kind == "note") {
-        std::string rest;
-        std::getline(in, rest);
-        out.notes.push_back(fmt::format("process {}:{}", r, rest));
-      } else if (kind == "param") {
-        double s = 0, q = 0, a = 0;
-        in >> s >> q >> a;
-        out.params[r].insert(out.params[r].end(), {s, q, a});
-      }
-    }
-  }
-  for (int s = 0; s < options.steps; ++s) {
-    if (reporters[s] == 0) out.losses[s] = std::nan("");
-  }
-  for (const auto& rank : out.step_s) out.measured.iteration_time_s = std::max(out.measured.iteration_time_s, rank.back());
+  runtime::ReadReports(lines, layout, options.steps, out);
   return out;
 }
 

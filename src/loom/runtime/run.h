@@ -16,17 +16,36 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/plan/plan.h"
+#include "loom/plan/replanner.h"
 #include "loom/sim/sim_result.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
 
 namespace loom {
+
+// Fault injection of a fault-tolerant run: worker `process` (numbered as
+// launched; workers that join later continue the count) kills itself with
+// SIGKILL in step `step` after `after_actions` of its actions (the step's
+// count: after everything, before the step commits), or stops with SIGSTOP
+// (`hang`: a worker that no longer answers, found by its missing heartbeats).
+struct InjectedFault {
+  int process = 0;
+  int step = 0;
+  int after_actions = 0;
+  bool hang = false;
+};
+// Node `node` (of the cluster the run started on) comes back before step `step`.
+struct NodeRejoin {
+  int node = 0;
+  int step = 0;
+};
 
 struct RunOptions {
   int steps = 3;
@@ -51,6 +70,16 @@ struct RunOptions {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   std::string host = "127.0.0.1";
+  // Fault tolerance (`--fault-tolerance F`, one node; runtime/fault_tolerance.h):
+  // on a node's failure the run re-plans through its Replanner and goes on;
+  // when it cannot, it writes `checkpoint_dir` and stops.
+  bool fault_tolerant = false;
+  std::vector<InjectedFault> kills;
+  std::vector<NodeRejoin> rejoins;
+  double heartbeat_s = 0.1;          // a worker's heartbeat period
+  double heartbeat_timeout_s = 3.0;  // a worker silent this long is dead
+  std::string checkpoint_dir;        // where "cannot recover" writes the state ("" : a directory beside the run's)
+  std::string resume_from;           // a checkpoint to start from (its steps are skipped)
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous store).
@@ -71,6 +100,22 @@ struct RunResult {
   SimResult measured;
   std::vector<double> peak_rss_bytes;         // [process] peak resident memory (CPU)
   std::vector<std::string> notes;             // what workers said about the run ("phase 0: 2 green context(s) ...")
+  // A fault-tolerant run: what happened to its nodes, in order.
+  struct NodeEvent {
+    int step = 0;                // the step replayed (failures) or started (joins)
+    std::string kind;            // "failure" or "join"
+    std::vector<int> nodes;      // the nodes lost or back
+    std::string outcome;         // the re-planner's account
+    double detect_s = 0;         // failure: from the worker's death to the launcher noticing it
+    double recover_s = 0;        // from noticing to every worker of the new generation ready
+    double lost_s = 0;           // failure: work thrown away (the interrupted step's start to the failure) + recover_s
+    int64_t copied_bytes = 0;    // layer state the new generation's workers received
+    int processes = 0;           // the new generation's workers
+  };
+  std::vector<NodeEvent> events;
+  int first_step = 0;            // > 0: resumed from a checkpoint
+  Plan final_plan;               // the plan the last generation ran
+  int final_nodes = 0;           // on this many nodes
 };
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker
@@ -78,8 +123,12 @@ struct RunResult {
 // `schedules`: per step, the strategy's IterationSchedule of that step's batch
 // (strategies that schedule every batch: PipeWeaver's woven pipelines,
 // MMScale's reordering); absent or shorter: the plan compiled on its own.
+// A fault-tolerant run (options.fault_tolerant) re-plans through `replanner`
+// (the strategy's; Oobleck's templates) and throws loom::Error with its
+// "cannot recover" outcome once it cannot go on, after writing the checkpoint.
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options,
-                     const std::vector<std::optional<IterationSchedule>>& schedules = {});
+                     const std::vector<std::optional<IterationSchedule>>& schedules = {},
+                     const Replanner& replanner = {});
 
 }  // namespace loom

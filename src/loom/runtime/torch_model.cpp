@@ -1,5 +1,6 @@
 #include "loom/runtime/torch_model.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -724,6 +725,12 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
   return F::cross_entropy(logits.reshape({-1, vocab}), targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
          static_cast<double>(batch_text_tokens);
+}
+
+void SetComputeThreads(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
 }  // namespace loom::runtime

@@ -132,4 +132,11 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
 torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
                        const std::vector<int64_t>& rows = {});
 
+// This process's compute threads: libtorch's intra-op pool and OpenBLAS's
+// own (Debian's libtorch runs its GEMMs on OpenBLAS, whose pool
+// torch::set_num_threads does not size; at its default of one thread per core,
+// several ranks on the 2-core machine spun in sched_yield against each other,
+// seen as 10x slower steps).
+void SetComputeThreads(int threads);
+
 }  // namespace loom::runtime

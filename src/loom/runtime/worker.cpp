@@ -1,6 +1,7 @@
 #include "loom/runtime/worker.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <optional>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "loom/data/sample_source.h"
@@ -18,11 +20,14 @@
 #include "loom/cost/layer_pricing.h"
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/plan/plan_json.h"
 #include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/fault_tolerance.h"
 #include "loom/runtime/green_context.h"
 #include "loom/runtime/packing.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/torch_model.h"
+#include "loom/runtime/training_state.h"
 #ifdef LOOM_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -202,6 +207,57 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
 
 }  // namespace
 
+namespace {
+
+// One generation of a fault-tolerant run's worker (runtime/fault_tolerance.h):
+// the plan it runs from `first_step`, and what carries over to the next.
+struct Generation {
+  WorkerControl* control = nullptr;
+  c10::intrusive_ptr<c10d::Store> store;  // the run's store (its own process serves it)
+  int id = 0;
+  int first_step = 0;
+  std::string resume_from;  // generation 0 of `loom run --resume`: the checkpoint
+  // In: what this worker holds as of first_step (empty in generation 0). Out,
+  // after an abort: what it holds as of the step the launcher's command names.
+  TrainingState carry;
+  // Every group this worker made: an aborted generation's groups are never
+  // destroyed (their threads may still wait on a dead peer until c10d's
+  // timeout; a destructor would wait with them).
+  std::vector<Group> keep_alive;
+  std::chrono::steady_clock::time_point commanded = std::chrono::steady_clock::now();
+};
+
+// Thrown out of a generation whose launcher sent its next command.
+struct Reconfigure {};
+
+}  // namespace
+
+void CheckFaultTolerable(const Model& model, const Plan& plan) {
+  auto refuse = [&](const std::string& why) {
+    throw Error("--fault-tolerance: " + why +
+                "; a fault-tolerant run keeps whole layers with their AdamW state in every pipeline (Oobleck's "
+                "premise: a survivor holds what a failed node held)");
+  };
+  if (plan.units.size() != 1) refuse(fmt::format("the plan has {} units; it runs one", plan.units.size()));
+  const Unit& u = plan.units[0];
+  if (u.tp > 1 || u.cp > 1) refuse("tensor and context parallelism are not run fault-tolerantly yet");
+  for (const auto& ps : u.pipelines) {
+    for (const auto& st : ps.stages) {
+      if (st.tp > 1) refuse("tensor parallelism is not run fault-tolerantly yet");
+    }
+  }
+  if (u.zero_stage != 0) {
+    refuse(fmt::format("unit {} shards its optimizer state over its replicas (zero_stage {}); fault tolerance needs "
+                       "zero_stage 0",
+                       u.name, u.zero_stage));
+  }
+  for (const auto& m : model.modules) {
+    if (!m.layers.empty() && m.layers.back().kind == LayerKind::kLmHead && m.layers.back().tied) {
+      refuse(fmt::format("module {} ties its LM head to its embedding, which is not run fault-tolerantly yet", m.name));
+    }
+  }
+}
+
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
                                 const Plan& plan, const Batch& batch, const IterationSchedule* it) {
   for (const Unit& u : plan.units) {
@@ -279,17 +335,24 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
   return exec;
 }
 
-int RunWorker(const WorkerSpec& spec, int fd) {
-  try {
+namespace {
+
+// Runs steps first_step.. of spec's plan. `gen`: a fault-tolerant run's
+// generation (null otherwise); throws Reconfigure when its launcher sent a
+// gen or stop command, with gen->carry set to the state as of that command's step.
+void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
+  {
     const Model& model = *spec.model;
-    torch::set_num_threads(std::max(1, spec.options.threads_per_rank));
+    SetComputeThreads(std::max(1, spec.options.threads_per_rank));
     auto schedule_of = [&](int step) -> const IterationSchedule* {
       if (spec.schedules == nullptr || step >= static_cast<int>(spec.schedules->size())) return nullptr;
       const auto& s = (*spec.schedules)[step];
       return s ? &*s : nullptr;
     };
-    Batch batch = DrawBatch(*spec.workload, 0);
-    ExecutionPlan exec = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(0));
+    const int first_step = gen ? gen->first_step : 0;
+    Batch batch = DrawBatch(*spec.workload, first_step);
+    ExecutionPlan exec =
+        CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(first_step));
     const ProcessLayout layout = LayoutProcesses(exec);
     // Per stage, its group's G processes are tp shards (fastest, Megatron's
     // order) of G / tp parts: CP ranks, or sequence shares (the microbatch's
@@ -318,13 +381,24 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     };
     const std::string& host = spec.options.host;
     const double timeout_s = spec.options.timeout_s;
-    auto store = MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, timeout_s);
+    // A fault-tolerant run's generations rendezvous under their own prefix of
+    // the run's store; an aborted generation's keys are never read again.
+    const c10::intrusive_ptr<c10d::Store> store =
+        gen ? c10::intrusive_ptr<c10d::Store>(
+                  c10::make_intrusive<c10d::PrefixStore>(fmt::format("g{}/", gen->id), gen->store))
+            : MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, timeout_s);
+    const AbortFlag abort = gen ? gen->control : nullptr;
     // CUDA: one GPU per process of this node, NCCL groups; else host tensors and Gloo.
     const bool cuda = spec.options.device == "cuda";
     const torch::Device device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(
                                                                         spec.rank % spec.options.local_processes))
                                       : torch::Device(torch::kCPU);
-    auto pg = MakeGroup(store, "world", spec.rank, spec.world, timeout_s, host, cuda);
+    auto make_group = [&](const std::string& name, int rank, int size) {
+      Group g = MakeGroup(store, name, rank, size, timeout_s, host, cuda);
+      if (gen) gen->keep_alive.push_back(g);
+      return g;
+    };
+    auto pg = make_group("world", spec.rank, spec.world);
     // The GPU group's processes: tensor-parallel groups for each TP degree its
     // stages use (ascending, as every process of the group creates them),
     // context-parallel ranks of each shard.
@@ -337,7 +411,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       tp_groups[T] = Group();
     }
     for (auto& [T, group] : tp_groups) {
-      group = MakeGroup(store, fmt::format("tp{}.{}.{}", my_group, T, shard / T), shard % T, T, timeout_s, host, cuda);
+      group = make_group(fmt::format("tp{}.{}.{}", my_group, T, shard / T), shard % T, T);
       Group g = group;
       tensor_parallel[T] = {shard % T, T, [g](torch::Tensor& t) { AllReduceSum(*g, t); }};
     }
@@ -346,7 +420,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     auto ring_tag = std::make_shared<int>(0);  // every CP rank exchanges the same blocks in the same order
     if (CP > 1) {
       const int tp_rank = shard % exec.stages[0].tp;
-      cpg = MakeGroup(store, fmt::format("cp{}.{}", my_group, tp_rank), cp_rank, CP, timeout_s, host, cuda);
+      cpg = make_group(fmt::format("cp{}.{}", my_group, tp_rank), cp_rank, CP);
       context_parallel.rank = cp_rank;
       context_parallel.size = CP;
       context_parallel.ring = [cpg, ring_tag, cp_rank, CP](const torch::Tensor& t) {
@@ -396,8 +470,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       const int size = static_cast<int>(m.size()) * parts;
       if (at == m.end() || size < 2) continue;
       const int index = static_cast<int>(at - m.begin()) * parts + part_of(v, shard);
-      dp[cg.id] = MakeGroup(store, fmt::format("dp{}.{}", cg.id, tp_rank_of(v, shard)), index, size, timeout_s, host,
-                            cuda);
+      dp[cg.id] = make_group(fmt::format("dp{}.{}", cg.id, tp_rank_of(v, shard)), index, size);
       dp_place[cg.id] = {index, size};
     }
     const int loss_module = static_cast<int>(model.modules.size()) - 1;
@@ -431,8 +504,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
           if (pe == spec.rank) t.tensors.push_back(stages.at(t.embedding_stage)->EmbeddingTable());
           if (ph == spec.rank) t.tensors.push_back(stages.at(t.head_stage)->TiedHeadCopy());
           if (pe != ph) {
-            t.group = MakeGroup(store, fmt::format("tie{}.{}.{}.{}", t.embedding_stage, t.head_stage, rho, shard),
-                                pe == spec.rank ? 0 : 1, 2, timeout_s, host, cuda);
+            t.group = make_group(fmt::format("tie{}.{}.{}.{}", t.embedding_stage, t.head_stage, rho, shard),
+                                 pe == spec.rank ? 0 : 1, 2);
           }
           ties.push_back(std::move(t));
         }
@@ -490,7 +563,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
       mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
       const torch::Tensor all =
-          torch::cat(AllGather(*dp.at(exec.stages[sb.stage].dp_group), mine)).slice(0, 0, sb.total);
+          torch::cat(AllGather(*dp.at(exec.stages[sb.stage].dp_group), mine, abort)).slice(0, 0, sb.total);
       auto& bucket = buckets.at(sb.stage).at(sb.bucket);
       const auto parts = SplitLike(all, bucket);
       for (size_t i = 0; i < bucket.size(); ++i) {
@@ -543,9 +616,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       for (size_t k = 0; k < members.size(); ++k) {
         const auto at = members[k].find(spec.rank);
         if (at == members[k].end() || members[k].size() < 2) continue;
-        segments[k].group = MakeGroup(store, fmt::format("seg{}", k),
-                                      static_cast<int>(std::distance(members[k].begin(), at)),
-                                      static_cast<int>(members[k].size()), timeout_s, host, cuda);
+        segments[k].group = make_group(fmt::format("seg{}", k), static_cast<int>(std::distance(members[k].begin(), at)),
+                                       static_cast<int>(members[k].size()));
       }
       for (const auto& [v, stack] : stages) {
         for (const auto& item : stack->named_parameters()) {
@@ -582,6 +654,30 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       if (!masters.empty()) o.sharded = std::make_unique<torch::optim::AdamW>(masters, options);
     }
     const std::vector<Schedule> first_layout{exec.schedule};
+    // A fault-tolerant run's training state (runtime/training_state.h): every
+    // trainable parameter of this process's stages with its rank's optimizer.
+    auto trainable = [&]() {
+      std::vector<std::tuple<std::string, torch::Tensor, torch::optim::AdamW*>> out;
+      for (auto& [v, stack] : stages) {
+        RankOptimizer& o = optimizers.at(exec.schedule.stage_rank[v]);
+        for (auto& item : stack->named_parameters()) {
+          if (!item.value().requires_grad()) continue;
+          if (!o.replicated) {
+            throw Error(fmt::format("runtime: parameter {} has no replicated optimizer state to carry", item.key()));
+          }
+          out.emplace_back(item.key(), item.value(), o.replicated.get());
+        }
+      }
+      return out;
+    };
+    auto capture_live = [&]() {
+      TrainingState state;
+      for (auto& [name, p, o] : trainable()) state[name] = CaptureParam(p, *o);
+      return state;
+    };
+    TrainingState snapshot;  // as of the start of step snapshot_step
+    int snapshot_step = -1, completed = first_step;
+    bool restored = gen == nullptr;
     // Mosaic's engine (§3.2): on CUDA, every local rank whose stage has an SM
     // quota gets a green-context stream, created here once for the whole run
     // (stream-pool pre-creation); a phase's quotas are disjoint partitions.
@@ -623,11 +719,56 @@ int RunWorker(const WorkerSpec& spec, int fd) {
       }
     }
 #endif
-    for (int step = 0; step < spec.options.steps; ++step) {
+    try {
+    if (gen) {
+      // Generation 0 starts from the seed or a checkpoint (`loom run
+      // --resume`); a later one from what each worker held, the layers it
+      // lacks received from a surviving holder (Oobleck §2.5's copy).
+      CheckFaultTolerable(model, *spec.plan);
+      std::map<std::string, torch::Tensor> needed;
+      for (auto& [name, p, o] : trainable()) needed[name] = p;
+      int64_t received = 0;
+      if (gen->id == 0 && !gen->resume_from.empty()) gen->carry = LoadLayers(gen->resume_from, model, needed);
+      if (gen->id > 0) received = ExchangeState(*pg, model, gen->carry, needed, abort);
+      if (gen->id > 0 || !gen->resume_from.empty()) {
+        for (auto& [name, p, o] : trainable()) RestoreParam(name, p, *o, gen->carry.at(name));
+      }
+      gen->carry.clear();
+      restored = true;
+      Report(fd, fmt::format("ready {} {:.6f} {}", gen->id,
+                             std::chrono::duration<double>(std::chrono::steady_clock::now() - gen->commanded).count(),
+                             received));
+    }
+    for (int step = first_step; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
+      // Fault-tolerant: the state the step starts from, should it be replayed;
+      // what the step reports waits until it commits.
+      if (gen) {
+        snapshot = capture_live();
+        snapshot_step = step;
+      }
+      std::vector<std::string> step_lines;
+      auto report_step = [&](const std::string& line) {
+        if (gen) {
+          step_lines.push_back(line);
+        } else {
+          Report(fd, line);
+        }
+      };
+      int actions_run = 0;
+      auto maybe_die = [&]() {  // fault injection (--kill): SIGKILL, or SIGSTOP for a hang
+        if (!gen) return;
+        for (const auto& k : spec.options.kills) {
+          if (k.process != spec.birth || k.step != step || k.after_actions != actions_run) continue;
+          Report(fd, fmt::format("dying {} {:.9f}", step,
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                                     .count()));
+          raise(k.hang ? SIGSTOP : SIGKILL);
+        }
+      };
       // Drawing and compiling the step's batch is the loader's and planner's work:
       // done once, before the step's clock starts.
-      if (step > 0) {
+      if (step > first_step) {
         batch = DrawBatch(*spec.workload, step);
         ExecutionPlan next = CompileForRuntime(model, *spec.cluster, *spec.workload, *spec.plan, batch, schedule_of(step));
         if (next.stages.size() != exec.stages.size() || next.schedule.stage_rank != exec.schedule.stage_rank) {
@@ -749,6 +890,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         return parts;
       };
       for (const auto& [r, index] : order) {
+        maybe_die();
+        ++actions_run;
         const Action& a = sch.ranks[r][index];
         const int v = a.stage, k = a.microbatch;
         if (a.is_compute() && fsdp.count(v) && !resident.count(v)) gather_weights(v);
@@ -962,7 +1105,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
                 int64_t numel = 0;
                 for (const auto& t : shapes_of(u, k, act ? theirs : mine)) numel += t.numel();
                 flat = torch::empty({numel}, device);
-                Recv(*pg, flat, peer, Tag(a.payload, key, S, M, G));
+                Recv(*pg, flat, peer, Tag(a.payload, key, S, M, G), abort);
               }
               if (act) {
                 messages[key] = make_message(u, k, theirs, flat);
@@ -1008,7 +1151,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             // may come after this rank's wait in the receiver's order.
             for (auto& [work, flat, stage, b] : reducing) {
               if (sch.stage_rank[stage] != r) continue;
-              work->wait();
+              Await(work, abort);
               auto& bucket = buckets.at(stage).at(b);
               if (sharded.count(stage)) {  // only this replica's slice is stepped here
                 for (auto& sb : shards) {
@@ -1045,8 +1188,8 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         if (last_step && shard == 0 &&
             (a.is_compute() || a.on_comm_stream())) {
           const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          Report(fd, fmt::format("iv {} {} {} {:.9g} {:.9g}", layout.Instance({r, rho}), a.on_comm_stream() ? 1 : 0,
-                                 index, began_s, ended_s));
+          report_step(fmt::format("iv {} {} {} {:.9g} {:.9g}", layout.Instance({r, rho}),
+                                  a.on_comm_stream() ? 1 : 0, index, began_s, ended_s));
         }
       }
 #ifdef LOOM_HAVE_CUDA
@@ -1063,7 +1206,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
           for (const auto& x : t.tensors) {
             if (x.grad().defined()) sum += x.grad();
           }
-          if (t.group) AllReduceSum(*t.group, sum);
+          if (t.group) AllReduceSum(*t.group, sum, abort);
           for (auto x : t.tensors) x.mutable_grad() = sum.clone();
         }
         for (Segment& seg : segments) {  // Oobleck's layer-wise sync, in model order
@@ -1075,7 +1218,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
             grads.push_back(p.grad());
           }
           torch::Tensor flat = Flatten(grads);
-          AllReduceSum(*seg.group, flat);
+          AllReduceSum(*seg.group, flat, abort);
           const auto parts = SplitLike(flat, seg.params);
           for (size_t i = 0; i < seg.params.size(); ++i) seg.params[i].mutable_grad().copy_(parts[i]);
         }
@@ -1103,18 +1246,54 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (last_step && shard == 0) {
           for (const auto& [r, index] : stepping) {
-            Report(fd, fmt::format("iv {} 0 {} {:.9g} {:.9g}", layout.Instance({r, rho}), index, began_s, ended_s));
+            report_step(fmt::format("iv {} 0 {} {:.9g} {:.9g}", layout.Instance({r, rho}), index, began_s, ended_s));
           }
         }
       }
-      for (auto& [work, buffers] : sending) work->wait();  // every receiver has posted its receive by now
+      for (auto& [work, buffers] : sending) AwaitMessage(work, abort);  // every receiver has posted its receive by now
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      Report(fd, fmt::format("time {} {:.9g}", step, secs));
+      report_step(fmt::format("time {} {:.9g}", step, secs));
       bool reports = holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
       for (int v = 0; v < S; ++v) reports = reports && !(loss_stage[v] && is_local(v) && tp_rank_of(v, shard) != 0);
       if (reports) {
-        Report(fd, fmt::format("loss {} {:.17g}", step, loss_sum));
+        report_step(fmt::format("loss {} {:.17g}", step, loss_sum));
       }
+      maybe_die();
+      if (gen) {  // lockstep: the next step starts once every worker finished this one
+        completed = step + 1;
+        Report(fd, fmt::format("done {} {}", gen->id, step));
+        if (!gen->control->WaitReleased(step + 1)) throw Aborted();
+        for (const auto& line : step_lines) Report(fd, line);
+      }
+    }
+    } catch (const std::exception& e) {
+      if (!gen) throw;
+      // A dead peer makes c10d fail here, often before the launcher's command
+      // arrives: wait for it (the launcher notices within its heartbeat timeout).
+      if (dynamic_cast<const Aborted*>(&e) == nullptr) {
+        const auto until = std::chrono::steady_clock::now() +
+                           std::chrono::duration<double>(spec.options.heartbeat_timeout_s + 5);
+        while (!gen->control->abort && std::chrono::steady_clock::now() < until) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        if (!gen->control->abort) throw;
+      }
+      const std::optional<ControlCommand> command = gen->control->Pending();
+      if (!command || command->kind == ControlCommand::Kind::kExit) throw Error("runtime: the launcher is gone");
+      if (!restored) throw Reconfigure{};  // gen->carry is still the state as of first_step
+      // The state as of the command's step: the live one if this worker
+      // finished every step before it, else the snapshot its step began with.
+      const int c = command->step;
+      if (completed == c) {
+        gen->carry = capture_live();
+      } else if (snapshot_step == c) {
+        gen->carry = std::move(snapshot);
+      } else {
+        throw Error(fmt::format("runtime: the launcher resumes from step {}, but this worker finished {} step(s) and "
+                                "holds a snapshot of step {}",
+                                c, completed, snapshot_step));
+      }
+      throw Reconfigure{};
     }
     // Peak resident memory of this process (CPU: the allocator's high-water mark
     // is the RSS peak; ru_maxrss is in KiB on Linux).
@@ -1143,11 +1322,64 @@ int RunWorker(const WorkerSpec& spec, int fd) {
         }
       }
     }
+  }
+}
+
+// A fault-tolerant run's worker: generation after generation, as its
+// launcher commands (runtime/fault_tolerance.h).
+int RunGenerations(const WorkerSpec& first, int fd) {
+  signal(SIGPIPE, SIG_IGN);  // a dead peer's socket fails the write, not this process
+  WorkerControl control(first.control_fd, fd, first.options.heartbeat_s);
+  Generation gen;
+  gen.control = &control;
+  gen.store = MakeStore(first.options.master_addr, 0, 0, first.port, first.options.timeout_s, /*client_only=*/true);
+  gen.id = first.generation;
+  gen.first_step = first.first_step;
+  gen.resume_from = first.options.resume_from;
+  WorkerSpec spec = first;
+  Plan plan = *first.plan;
+  Cluster cluster = *first.cluster;
+  spec.plan = &plan;
+  spec.cluster = &cluster;
+  while (true) {
+    try {
+      RunGeneration(spec, fd, &gen);
+      return 0;
+    } catch (const Reconfigure&) {
+    } catch (const std::exception&) {
+      if (!control.abort) throw;  // setup failed under a command: the carry is unchanged
+    }
+    const ControlCommand c = control.TakePending();
+    if (c.kind == ControlCommand::Kind::kExit) return 4;
+    if (c.kind == ControlCommand::Kind::kStop) {
+      SaveLayers(c.path, *spec.model, gen.carry);
+      Report(fd, fmt::format("stopped {}", c.step));
+      return 0;
+    }
+    gen.commanded = std::chrono::steady_clock::now();
+    gen.id = c.generation;
+    gen.first_step = c.step;
+    plan = LoadPlan(c.path);
+    cluster.nodes = c.nodes;
+    spec.rank = c.rank;
+    spec.world = c.world;
+  }
+}
+
+}  // namespace
+
+int RunWorker(const WorkerSpec& spec, int fd) {
+  try {
+    if (spec.control_fd >= 0) return RunGenerations(spec, fd);
+    RunGeneration(spec, fd, nullptr);
     return 0;
   } catch (const std::exception& e) {
     std::string msg = e.what();
     for (char& c : msg) c = c == '\n' ? ' ' : c;
     Report(fd, "error " + msg);
+    return 3;
+  } catch (const Reconfigure&) {
+    Report(fd, "error runtime: a reconfiguration outside a fault-tolerant run");
     return 3;
   }
 }

@@ -22,6 +22,13 @@ struct WorkerSpec {
   int rank = 0;
   int world = 1;
   int port = 0;
+  // A fault-tolerant run (runtime/fault_tolerance.h): the launcher's commands
+  // arrive on control_fd; `birth` names this worker for fault injection
+  // across generations; it starts in `generation` at `first_step`.
+  int control_fd = -1;
+  int birth = 0;
+  int generation = 0;
+  int first_step = 0;
 };
 
 // Report lines written to report_fd: "loss STEP VALUE", "time STEP SECONDS",
@@ -30,6 +37,10 @@ int RunWorker(const WorkerSpec& spec, int report_fd);
 
 // The ExecutionPlan of `batch`, checked for what the runtime supports (throws
 // loom::Error naming what is missing). Shared by the launcher's check and the workers.
+// Throws loom::Error naming what keeps `plan` from running fault-tolerantly
+// (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied head.
+void CheckFaultTolerable(const Model& model, const Plan& plan);
+
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
                                 const Plan& plan, const Batch& batch, const IterationSchedule* it = nullptr);
 

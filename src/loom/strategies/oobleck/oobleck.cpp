@@ -105,7 +105,9 @@ std::vector<int> MicrobatchSamples(const StrategyContext& ctx, const OobleckOpti
   return out;
 }
 
-Plan BuildPlan(const StrategyContext& ctx, const OobleckSolution& sol) {
+}  // namespace
+
+Plan BuildOobleckPlan(const StrategyContext& ctx, const OobleckSolution& sol) {
   // Groups of the largest GPU count dividing every stage's (it divides a
   // node: a node's stages sum to it): a template whose stages all have the
   // same width runs one group per stage, which the runtime runs; mixed
@@ -143,8 +145,6 @@ Plan BuildPlan(const StrategyContext& ctx, const OobleckSolution& sol) {
   plan.units.push_back(std::move(u));
   return plan;
 }
-
-}  // namespace
 
 std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const OobleckOptions& options) {
   const int N = ctx.cluster.nodes, f = options.fault_tolerance;
@@ -253,7 +253,7 @@ std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const Oobl
   for (auto& sol : ranked) {
     sol.sizes = sizes;
     sol.instantiations = count;
-    sol.plan = BuildPlan(ctx, sol);
+    sol.plan = BuildOobleckPlan(ctx, sol);
     sol.plan.units[0].recompute = sol.recompute;
     sol.plan.searched = fmt::format(
         "templates of {}-{} nodes (n0 = {}, f = {}) by divide and conquer over the 1F1B critical path (N_b = 4S', "
@@ -285,11 +285,12 @@ StrategyResult OobleckStrategy(const StrategyContext& ctx) {
   options.fault_tolerance = ctx.fault_tolerance;
   const std::vector<OobleckSolution> solutions = SolveOobleck(ctx, options);
   CandidateSearch search(ctx, "oobleck");
-  // A stage's GPUs keep whole copies of its layers (ZeRO-1 over the
-  // replicas); only when none of the plans fits so, they shard them as
-  // Oobleck's implementation does (FSDP inside a stage, ZeRO-3), which the
-  // runtime does not run across heterogeneous templates yet.
-  for (int zero : {1, 3}) {
+  // Every pipeline keeps whole layers with their optimizer state (zero_stage
+  // 0): what lets a survivor hand a failed node's layers on (§2.5), and what
+  // `loom run --fault-tolerance` needs. Only when none of the plans fits so,
+  // they shard them as Oobleck's implementation does (FSDP inside a stage,
+  // ZeRO-3), which the runtime does not run across heterogeneous templates yet.
+  for (int zero : {0, 3}) {
     for (const OobleckSolution& sol : solutions) {
       search.Try([&](Recompute r) {
         Plan p = sol.plan;

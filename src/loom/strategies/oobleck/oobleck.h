@@ -67,6 +67,10 @@ oobleck::LayerCosts OobleckLayerCosts(const StrategyContext& ctx, int microbatch
 // with its plan. Throws loom::Error naming why none exists.
 std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const OobleckOptions& options);
 
+// The plan of sol's instantiation and batch distribution on ctx.cluster:
+// larger templates first, each pipeline on consecutive whole nodes.
+Plan BuildOobleckPlan(const StrategyContext& ctx, const OobleckSolution& sol);
+
 StrategyResult OobleckStrategy(const StrategyContext& ctx);
 
 }  // namespace loom

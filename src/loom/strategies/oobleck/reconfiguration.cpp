@@ -116,7 +116,9 @@ Reconfiguration Reconfigure(const std::vector<std::vector<int>>& pipelines, cons
                     : s == RecoveryStep::kMerge  ? "merge"
                                                  : "re-instantiate all");
   }
-  r.outcome = fmt::format("recovered: {} pipelines on {} nodes ({})", p.size(), left, fmt::join(kinds, ", "));
+  r.outcome = fmt::format("recovered: {} pipelines on {} nodes ({})", p.size(), left,
+                          kinds.empty() ? std::string("every pipeline that lost nodes lost all of them")
+                                        : fmt::format("{}", fmt::join(kinds, ", ")));
   return r;
 }
 

@@ -1,0 +1,147 @@
+#include "loom/runtime/fault_tolerance.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <sstream>
+
+#include "loom/error.h"
+
+namespace loom::runtime {
+
+std::string FormatCommand(const ControlCommand& c) {
+  switch (c.kind) {
+    case ControlCommand::Kind::kGo:
+      return fmt::format("go {}", c.step);
+    case ControlCommand::Kind::kGeneration:
+      return fmt::format("gen {} {} {} {} {} {}", c.generation, c.step, c.rank, c.world, c.nodes, c.path);
+    case ControlCommand::Kind::kStop:
+      return fmt::format("stop {} {}", c.step, c.path);
+    case ControlCommand::Kind::kExit:
+      return "exit";
+  }
+  return "exit";
+}
+
+ControlCommand ParseCommand(const std::string& line) {
+  std::istringstream in(line);
+  std::string kind;
+  in >> kind;
+  ControlCommand c;
+  if (kind == "go") {
+    c.kind = ControlCommand::Kind::kGo;
+    in >> c.step;
+  } else if (kind == "gen") {
+    c.kind = ControlCommand::Kind::kGeneration;
+    in >> c.generation >> c.step >> c.rank >> c.world >> c.nodes >> c.path;
+  } else if (kind == "stop") {
+    c.kind = ControlCommand::Kind::kStop;
+    in >> c.step >> c.path;
+  } else if (kind == "exit") {
+    c.kind = ControlCommand::Kind::kExit;
+    return c;
+  } else {
+    throw Error(fmt::format("runtime: unknown control command '{}'", line));
+  }
+  if (in.fail()) throw Error(fmt::format("runtime: malformed control command '{}'", line));
+  return c;
+}
+
+void WriteLine(int fd, const std::string& line) {
+  const std::string text = line + "\n";
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+WorkerControl::WorkerControl(int control_fd, int report_fd, double heartbeat_s)
+    : control_fd_(control_fd), report_fd_(report_fd), heartbeat_s_(heartbeat_s) {
+  thread_ = std::thread([this] { Monitor(); });
+}
+
+WorkerControl::~WorkerControl() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<ControlCommand> WorkerControl::Pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pending_;
+}
+
+ControlCommand WorkerControl::TakePending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!pending_) throw Error("runtime: no control command is pending");
+  ControlCommand c = *pending_;
+  pending_.reset();
+  abort = false;
+  return c;
+}
+
+bool WorkerControl::WaitReleased(int step) const {
+  while (released_.load() < step) {
+    if (abort.load()) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(300));
+  }
+  return true;
+}
+
+void WorkerControl::SetInterrupt(std::function<void()> interrupt) {
+  std::lock_guard<std::mutex> lock(mu_);
+  interrupt_ = std::move(interrupt);
+  if (interrupt_ && abort.load()) {
+    interrupt_();
+    interrupt_ = nullptr;
+  }
+}
+
+void WorkerControl::Monitor() {
+  std::string buffer;
+  auto next_beat = std::chrono::steady_clock::now();
+  while (!stop_) {
+    if (std::chrono::steady_clock::now() >= next_beat) {
+      WriteLine(report_fd_, "hb");
+      next_beat += std::chrono::microseconds(static_cast<int64_t>(heartbeat_s_ * 1e6));
+    }
+    pollfd p{control_fd_, POLLIN, 0};
+    if (poll(&p, 1, 20) <= 0) continue;
+    char buf[1024];
+    const ssize_t n = read(control_fd_, buf, sizeof(buf));
+    if (n <= 0) {  // the launcher is gone: nothing more will come
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = ControlCommand{ControlCommand::Kind::kExit};
+      abort = true;
+      if (interrupt_) interrupt_();
+      interrupt_ = nullptr;
+      return;
+    }
+    buffer.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = buffer.find('\n')) != std::string::npos) {
+      const std::string line = buffer.substr(0, nl);
+      buffer.erase(0, nl + 1);
+      ControlCommand c;
+      try {
+        c = ParseCommand(line);
+      } catch (const Error&) {
+        c.kind = ControlCommand::Kind::kExit;
+      }
+      if (c.kind == ControlCommand::Kind::kGo) {
+        released_ = std::max(released_.load(), c.step);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      pending_ = c;
+      abort = true;
+      if (interrupt_) interrupt_();
+      interrupt_ = nullptr;
+    }
+  }
+}
+
+}  // namespace loom::runtime

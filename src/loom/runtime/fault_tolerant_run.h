@@ -1,0 +1,38 @@
+// The launcher of a fault-tolerant run (`loom run --fault-tolerance F`, the
+// protocol in runtime/fault_tolerance.h): one worker process per GPU as in
+// RunLocally, plus a process serving the rendezvous store (so no worker's
+// death takes it down). Steps commit in lockstep. When a worker dies (its
+// report pipe closes) or falls silent (no heartbeat for
+// heartbeat_timeout_s), its node is lost: the launcher stops the node's other
+// workers, asks the Replanner for a plan of the nodes left, and commands the
+// survivors into the next generation, which replays the interrupted step
+// from the last committed state; layers nobody holds any more are copied
+// from a surviving replica. A node that rejoins gets a fresh worker. When
+// the Replanner cannot recover, the survivors write a checkpoint (one file
+// per layer plus checkpoint.json) and the run ends with its outcome.
+// Torch-free (workers are forked before any torch call).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "loom/runtime/run.h"
+
+namespace loom::runtime {
+
+// checkpoint.json beside the layer files (docs/runtime.md).
+struct CheckpointManifest {
+  int steps_done = 0;        // the state is the one after this many steps
+  std::string model;
+  uint64_t seed = 0;         // the workload's (frozen layers and data come from it)
+  std::vector<std::string> layers;  // "{module}_{layer}" files written
+  std::string outcome;       // why it was written
+};
+// Throws loom::Error naming the file and field when it is missing, malformed,
+// or for another model or seed.
+CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, const Workload& workload);
+
+RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                           const RunOptions& options, const Replanner& replanner);
+
+}  // namespace loom::runtime

@@ -1,0 +1,183 @@
+// `loom run --fault-tolerance F` (issue 17, Oobleck §2.5 on the runtime):
+// workers killed with SIGKILL mid-step, or stopped so that only their missing
+// heartbeats give them away, are replaced by re-instantiating Oobleck's
+// pipeline templates on the nodes left; layers a pipeline lost come from a
+// surviving replica with their AdamW state; the interrupted step is replayed
+// once. Every run below must end with the parameters of plain training in one
+// process on the same samples (tests/runtime/reference.h): a layer left at
+// its initial values, a step lost or run twice, or an optimizer state not
+// carried over would each move them. Beyond f failures the run stops with
+// the "cannot recover" outcome after writing a checkpoint, which `--resume`
+// continues from; a node that comes back is used again.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "loom/error.h"
+#include "loom/runtime/fault_tolerance.h"
+#include "reference.h"
+
+namespace loom {
+namespace {
+
+using namespace runtime_test;
+
+// Oobleck's plan of the tiny VLM for f on `cluster` (a `loom plan --json` file).
+std::string OobleckPlan(const TinyRun& s, const std::string& cluster, int f) {
+  const std::string path = test::WriteTemp(fmt::format("ft-{}-f{}.json", cluster.substr(5), f), "");
+  auto [code, out] = LoomCli(fmt::format("plan --model {} --cluster {} {} --precision fp32 --strategy oobleck "
+                                         "--fault-tolerance {} --iterations 1 --json {}",
+                                         s.model_path, cluster, s.data_args, f, path));
+  EXPECT_EQ(code, 0) << out;
+  return path;
+}
+
+std::string RunArgs(const TinyRun& s, const std::string& cluster, const std::string& plan, int f) {
+  return fmt::format("run --model {} --cluster {} {} --plan {} --fault-tolerance {}", s.model_path, cluster,
+                     s.data_args, plan, f);
+}
+
+TEST(FaultTolerance, KilledWorkersAreReplacedAndTrainingEqualsOneProcess) {
+  const TinyRun s(kVlm, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  // Three one-GPU nodes, f = 1: a 2-node pipeline (nodes 0, 1) and a 1-node
+  // one (node 2). Node 1 dies in step 1 after 3 of its actions: its pipeline
+  // shrinks to the 1-node template on node 0, which then holds the LLM layers
+  // node 1 had and receives them from node 2.
+  const std::string three = OobleckPlan(s, "h100:3x1", 1);
+  nlohmann::json j;
+  ExpectRunMatches(ref, RunArgs(s, "h100:3x1", three, 1) + " --kill 1:1:3", &j);
+  ASSERT_EQ(j["events"].size(), 1u) << j.dump();
+  const auto& e = j["events"][0];
+  EXPECT_EQ(e["kind"], "failure");
+  EXPECT_EQ(e["step"], 1);  // the interrupted step, replayed
+  EXPECT_EQ(e["nodes"], nlohmann::json::array({1}));
+  EXPECT_EQ(e["processes"], 2);
+  EXPECT_GT(e["copied_bytes"].get<double>(), 0);  // llm 2..6 with their AdamW moments
+  EXPECT_GE(e["detect_s"].get<double>(), 0);
+  EXPECT_LT(e["detect_s"].get<double>(), 3.0);  // the closed pipe, well before any heartbeat timeout
+  EXPECT_GT(e["recover_s"].get<double>(), 0);
+  EXPECT_GE(e["lost_s"].get<double>(), e["recover_s"].get<double>());
+  // Four nodes, two kills in two steps: 4 -> 3 -> 2 one-node pipelines; the
+  // batch of 8 microbatches splits 3/3/2 over three of them.
+  const std::string four = OobleckPlan(s, "h100:4x1", 1);
+  ExpectRunMatches(ref, RunArgs(s, "h100:4x1", four, 1) + " --kill 1:1:3 --kill 3:2:5", &j);
+  ASSERT_EQ(j["events"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["events"][0]["step"], 1);
+  EXPECT_EQ(j["events"][0]["processes"], 3);
+  EXPECT_NE(j["events"][0]["outcome"].get<std::string>().find("3/3/2"), std::string::npos) << j.dump();
+  EXPECT_EQ(j["events"][1]["step"], 2);
+  EXPECT_EQ(j["events"][1]["processes"], 2);
+}
+
+TEST(FaultTolerance, AWorkerThatHangsIsFoundByItsMissingHeartbeats) {
+  const TinyRun s(kVlm, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  // SIGSTOP: the process lives, its pipe stays open, it only stops talking.
+  nlohmann::json j;
+  ExpectRunMatches(ref,
+                   RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --hang 2:1:2 --heartbeat-timeout 1",
+                   &j);
+  ASSERT_EQ(j["events"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["events"][0]["nodes"], nlohmann::json::array({2}));
+  const double detect_s = j["events"][0]["detect_s"].get<double>();
+  EXPECT_GT(detect_s, 0.8);  // the timeout, less one heartbeat period
+  EXPECT_LT(detect_s, 3.0);
+}
+
+TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
+  const TinyRun s(kVlm, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  const std::string plan = OobleckPlan(s, "h100:3x1", 1);
+  const std::string dir = test::WriteTemp("ft-checkpoint-marker", "") + ".d";
+  // Node 1 dies in step 1 (two 1-node pipelines remain on nodes 0 and 2),
+  // node 0 in step 2: one node left, f + 1 = 2 pipelines of a node needed.
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
+                             " --steps 3 --timeout 20");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("cannot recover: 1 nodes left, need 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("--resume " + dir), std::string::npos) << out;
+  std::ifstream manifest(dir + "/checkpoint.json");
+  ASSERT_TRUE(manifest) << out;
+  const nlohmann::json m = nlohmann::json::parse(manifest);
+  EXPECT_EQ(m["steps_done"], 2);  // step 2 was interrupted: the state is the one after steps 0 and 1
+  // The machine is whole again: the run goes on from the checkpoint on all three nodes.
+  auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + dir + " --steps 3 --timeout 20 --json");
+  ASSERT_EQ(code2, 0) << out2;
+  const auto j = nlohmann::json::parse(out2);
+  EXPECT_EQ(j["first_step"], 2);
+  EXPECT_TRUE(j["losses"][0].is_null());  // not run here
+  ExpectClose(j["losses"][2].get<double>(), ref.losses[2], "loss of the resumed step");
+  ExpectParamsMatch(ref, j);
+  // A checkpoint of another model is refused, naming the field.
+  auto [code3, out3] = LoomCli("run --model " + kModel + " --cluster h100:1x1 " + kData +
+                               " --fault-tolerance 0 --resume " + dir + " --steps 3");
+  EXPECT_EQ(code3, 2) << out3;
+  EXPECT_NE(out3.find("field model is"), std::string::npos) << out3;
+}
+
+TEST(FaultTolerance, ANodeThatRejoinsIsUsedAgain) {
+  const TinyRun s(kVlm, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  // Node 2 (the 1-node pipeline) dies in step 0: nodes 0 and 1 re-instantiate
+  // as two 1-node pipelines (f + 1 = 2 are needed); node 2 comes back before
+  // step 2 and joins the first of them as a 2-node pipeline, its fresh
+  // worker receiving its layers from the survivors.
+  nlohmann::json j;
+  ExpectRunMatches(ref,
+                   RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --kill 2:0:2 --rejoin 2:2", &j);
+  ASSERT_EQ(j["events"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["events"][0]["kind"], "failure");
+  EXPECT_EQ(j["events"][0]["processes"], 2);
+  EXPECT_EQ(j["events"][1]["kind"], "join");
+  EXPECT_EQ(j["events"][1]["step"], 2);
+  EXPECT_EQ(j["events"][1]["processes"], 3);
+  EXPECT_GT(j["events"][1]["copied_bytes"].get<double>(), 0);
+  EXPECT_EQ(j["step_s"].size(), 4u);  // three workers as launched and the one that joined
+}
+
+TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
+  const TinyRun s(kVlm, kLaion);
+  const std::string plan = OobleckPlan(s, "h100:3x1", 1);
+  const std::string base = "run --model " + s.model_path + " --cluster h100:3x1 " + s.data_args + " --plan " + plan;
+  struct Bad {
+    std::string args, says;
+  };
+  const Cluster two = MakeCluster("h100", 1, 2);
+  const std::string megatron = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "ft-megatron.json", 1, 2, 1, &two);
+  for (const Bad& b : std::vector<Bad>{
+           {base + " --kill 1:1:3", "add --fault-tolerance F"},
+           {base + " --fault-tolerance 1 --kill 1:x", "valid: PROCESS:STEP:ACTIONS"},
+           {base + " --fault-tolerance 1 --kill 1:7:0", "a step in 0..2"},
+           {base + " --fault-tolerance 1 --rejoin 9:1", "a node in 0..2"},
+           {base + " --fault-tolerance 1 --resume /nonexistent/ckpt", "no /nonexistent/ckpt/checkpoint.json"},
+           {"run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " + megatron +
+                " --fault-tolerance 0",
+            "Oobleck's pipeline templates"},
+       }) {
+    auto [code, out] = LoomCli(b.args + " --steps 3");
+    EXPECT_EQ(code, 2) << b.args << "\n" << out;
+    EXPECT_NE(out.find(b.says), std::string::npos) << b.args << "\n" << out;
+  }
+}
+
+TEST(FaultTolerance, ControlCommandsRoundTrip) {
+  using runtime::ControlCommand;
+  for (const ControlCommand& c : {ControlCommand{ControlCommand::Kind::kGo, 4},
+                                  ControlCommand{ControlCommand::Kind::kGeneration, 2, 3, 1, 5, 5, "/tmp/g3.json"},
+                                  ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/tmp/ckpt"}}) {
+    const ControlCommand back = runtime::ParseCommand(runtime::FormatCommand(c));
+    EXPECT_EQ(back.kind, c.kind);
+    EXPECT_EQ(back.step, c.step);
+    EXPECT_EQ(back.generation, c.generation);
+    EXPECT_EQ(back.rank, c.rank);
+    EXPECT_EQ(back.world, c.world);
+    EXPECT_EQ(back.path, c.path);
+  }
+  EXPECT_THROW(runtime::ParseCommand("gen 1 2"), Error);
+  EXPECT_THROW(runtime::ParseCommand("reboot"), Error);
+}
+
+}  // namespace
+}  // namespace loom
