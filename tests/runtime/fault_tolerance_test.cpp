@@ -59,6 +59,12 @@ TEST(FaultTolerance, KilledWorkersAreReplacedAndTrainingEqualsOneProcess) {
   EXPECT_LT(e["detect_s"].get<double>(), 3.0);  // the closed pipe, well before any heartbeat timeout
   EXPECT_GT(e["recover_s"].get<double>(), 0);
   EXPECT_GE(e["lost_s"].get<double>(), e["recover_s"].get<double>());
+  // Node 2 dies after all of step 1, its optimizer step included, before the
+  // step commits: the survivors finished the step too and roll back to the
+  // state it began with (keeping theirs would apply step 1 twice).
+  ExpectRunMatches(ref, RunArgs(s, "h100:3x1", three, 1) + " --kill 2:1:9999", &j);
+  ASSERT_EQ(j["events"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["events"][0]["step"], 1);
   // Four nodes, two kills in two steps: 4 -> 3 -> 2 one-node pipelines; the
   // batch of 8 microbatches splits 3/3/2 over three of them.
   const std::string four = OobleckPlan(s, "h100:4x1", 1);

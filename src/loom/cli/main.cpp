@@ -789,11 +789,18 @@ int main(int argc, char** argv) {
           }
         }
         for (const auto& e : r.events) {
-          std::cout << fmt::format(
-              "  before step {}: node(s) {} {}: {}\n    noticed in {:.3f} s, next generation ({} processes) ready in "
-              "{:.3f} s, {} of layer state copied; {:.3f} s of work lost\n",
-              e.step, fmt::join(e.nodes, ", "), e.kind == "failure" ? "failed" : "joined", e.outcome, e.detect_s,
-              e.processes, e.recover_s, loom::HumanBytes(static_cast<double>(e.copied_bytes)), e.lost_s);
+          if (e.kind == "failure") {
+            std::cout << fmt::format(
+                "  step {} (replayed): node(s) {} failed: {}\n    noticed in {:.3f} s, next generation ({} "
+                "processes) ready in {:.3f} s, {} of layer state copied; {:.3f} s of work lost\n",
+                e.step, fmt::join(e.nodes, ", "), e.outcome, e.detect_s, e.processes, e.recover_s,
+                loom::HumanBytes(static_cast<double>(e.copied_bytes)), e.lost_s);
+          } else {
+            std::cout << fmt::format("  before step {}: {}\n    next generation ({} processes) ready in {:.3f} s, {} "
+                                     "of layer state copied\n",
+                                     e.step, e.outcome, e.processes, e.recover_s,
+                                     loom::HumanBytes(static_cast<double>(e.copied_bytes)));
+          }
         }
         if (r.first_step > 0) std::cout << fmt::format("  resumed after step {} from {}\n", r.first_step - 1, run_resume);
         for (size_t i = r.first_step; i < r.losses.size(); ++i) {

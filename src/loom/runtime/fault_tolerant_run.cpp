@@ -514,7 +514,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
       if (pending_event >= 0 && all_ready) {
         RunResult::NodeEvent& e = out.events[pending_event];
         e.recover_s = now - event_began;
-        e.lost_s += e.recover_s;
+        if (e.kind == "failure") e.lost_s += e.recover_s;
         pending_event = -1;
       }
       if (!all_done) {

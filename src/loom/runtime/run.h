@@ -32,8 +32,9 @@ namespace loom {
 
 // Fault injection of a fault-tolerant run: worker `process` (numbered as
 // launched; workers that join later continue the count) kills itself with
-// SIGKILL in step `step` after `after_actions` of its actions (the step's
-// count: after everything, before the step commits), or stops with SIGSTOP
+// SIGKILL in step `step` after `after_actions` of its actions (at least the
+// step's count: after everything, its optimizer step included, before the
+// step commits), or stops with SIGSTOP
 // (`hang`: a worker that no longer answers, found by its missing heartbeats).
 struct InjectedFault {
   int process = 0;

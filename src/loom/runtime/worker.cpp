@@ -756,10 +756,13 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         }
       };
       int actions_run = 0;
-      auto maybe_die = [&]() {  // fault injection (--kill): SIGKILL, or SIGSTOP for a hang
+      // Fault injection (--kill): SIGKILL, or SIGSTOP for a hang; at the step's
+      // end, any count past its actions (after everything, before it commits).
+      auto maybe_die = [&](bool at_end) {
         if (!gen) return;
         for (const auto& k : spec.options.kills) {
-          if (k.process != spec.birth || k.step != step || k.after_actions != actions_run) continue;
+          if (k.process != spec.birth || k.step != step) continue;
+          if (at_end ? k.after_actions < actions_run : k.after_actions != actions_run) continue;
           Report(fd, fmt::format("dying {} {:.9f}", step,
                                  std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
                                      .count()));
@@ -890,7 +893,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         return parts;
       };
       for (const auto& [r, index] : order) {
-        maybe_die();
+        maybe_die(false);
         ++actions_run;
         const Action& a = sch.ranks[r][index];
         const int v = a.stage, k = a.microbatch;
@@ -1258,11 +1261,18 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       if (reports) {
         report_step(fmt::format("loss {} {:.17g}", step, loss_sum));
       }
-      maybe_die();
+      maybe_die(true);
       if (gen) {  // lockstep: the next step starts once every worker finished this one
         completed = step + 1;
         Report(fd, fmt::format("done {} {}", gen->id, step));
-        if (!gen->control->WaitReleased(step + 1)) throw Aborted();
+        if (!gen->control->WaitReleased(step + 1)) {
+          // A command that resumes after this step: it committed (a node joins).
+          const std::optional<ControlCommand> command = gen->control->Pending();
+          if (command && command->kind != ControlCommand::Kind::kExit && command->step == step + 1) {
+            for (const auto& line : step_lines) Report(fd, line);
+          }
+          throw Aborted();
+        }
         for (const auto& line : step_lines) Report(fd, line);
       }
     }
