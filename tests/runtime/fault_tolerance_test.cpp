@@ -23,9 +23,11 @@ namespace {
 
 using namespace runtime_test;
 
-// Oobleck's plan of the tiny VLM for f on `cluster` (a `loom plan --json` file).
+// Oobleck's plan of the tiny VLM for f on `cluster` (a `loom plan --json`
+// file, named after the test: tests running at once must not share it).
 std::string OobleckPlan(const TinyRun& s, const std::string& cluster, int f) {
-  const std::string path = test::WriteTemp(fmt::format("ft-{}-f{}.json", cluster.substr(5), f), "");
+  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string path = test::WriteTemp(fmt::format("ft-{}-{}-f{}.json", name, cluster.substr(5), f), "");
   auto [code, out] = LoomCli(fmt::format("plan --model {} --cluster {} {} --precision fp32 --strategy oobleck "
                                          "--fault-tolerance {} --iterations 1 --json {}",
                                          s.model_path, cluster, s.data_args, f, path));

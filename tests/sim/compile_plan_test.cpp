@@ -167,6 +167,32 @@ TEST(PlanSimulation, HeterogeneousPipelinesSyncLayerWise) {
       EXPECT_GE(iv.start_s, last_backward - 1e-12);
     }
   }
+  // Oobleck Fig. 2.9: two layer segments, each template-0 stage's layers,
+  // summed over the stage's GPU group and both pp-1 replicas' (2 and 3).
+  const ExecutionPlan& e = run.exec;
+  std::vector<const CommGroup*> segments;
+  for (const CommGroup& g : e.groups) {
+    if (g.kind == GroupKind::kLayerSegment) segments.push_back(&g);
+  }
+  ASSERT_EQ(segments.size(), 2u);
+  EXPECT_EQ(segments[0]->gpu_groups, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(segments[1]->gpu_groups, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(segments[0]->layers, e.stages[0].layers);
+  EXPECT_EQ(segments[1]->layers, e.stages[1].layers);
+  EXPECT_EQ(e.stages[0].segment_groups, std::vector<int>{segments[0]->id});
+  EXPECT_EQ(e.stages[2].segment_groups, (std::vector<int>{segments[0]->id, segments[1]->id}));
+  // Priced per segment, and what the simulator runs: a whole-model replica's
+  // sync is its two segments' (the template-0 stages' own), and rank 0's
+  // collectives take its stage's share.
+  const double first = SegmentSyncTime_s(f.model, e, e.stages[0], f.cluster);
+  const double second = SegmentSyncTime_s(f.model, e, e.stages[1], f.cluster);
+  EXPECT_GT(first, 0);
+  EXPECT_NEAR(SegmentSyncTime_s(f.model, e, e.stages[2], f.cluster), first + second, 1e-12 * (first + second));
+  double collectives_s = 0;
+  for (const Interval& iv : run.result.intervals) {
+    if (iv.rank == 0 && e.schedule.ranks[0][iv.action].kind == ActionKind::kCollective) collectives_s += iv.end_s - iv.start_s;
+  }
+  EXPECT_NEAR(collectives_s, first, 1e-9);
 }
 
 TEST(PlanSimulation, SubMicrobatchesAndDeferral) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "loom/error.h"
 #include "loom/plan/compile_shapes.h"
@@ -167,7 +168,7 @@ std::vector<ExecRank> TemplateRanks(const Plan& plan, int u, int t, int replica,
   return out;
 }
 
-void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan) {
+void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& model) {
   std::map<std::pair<int, std::string>, int> index;  // (unit, layers) -> group
   for (size_t s = 0; s < out.stages.size(); ++s) {
     ExecStage& st = out.stages[s];
@@ -185,6 +186,50 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan) {
     }
     std::sort(members.begin(), members.end());
     members.erase(std::unique(members.begin(), members.end()), members.end());
+  }
+  // Oobleck Fig. 2.9: templates cut the layers at different points, so a
+  // layer's copies are summed over every GPU group holding it; maximal runs of
+  // layers (model order) held by the same GPU groups are one segment each.
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    if (plan.units[u].pipelines.size() < 2) continue;
+    std::map<std::pair<int, int>, std::set<int>> holders;  // (module, layer) -> GPU groups
+    for (size_t s = 0; s < out.stages.size(); ++s) {
+      const ExecStage& st = out.stages[s];
+      if (st.unit != static_cast<int>(u)) continue;
+      const ExecRank& rank = out.ranks[out.schedule.stage_rank[s]];
+      for (const auto& r : st.layers) {
+        for (int l = r.begin; l < r.end; ++l) {
+          for (int g = rank.group; g < rank.group + rank.num_groups; ++g) holders[{model.FindModule(r.module), l}].insert(g);
+        }
+      }
+    }
+    std::map<std::pair<int, int>, int> segment_of;
+    const std::set<int>* last = nullptr;
+    for (const auto& [key, who] : holders) {
+      CommGroup* g = out.groups.empty() ? nullptr : &out.groups.back();
+      const std::string& name = model.modules[key.first].name;
+      const bool extends = last != nullptr && *last == who && g->layers.back().module == name &&
+                           g->layers.back().end == key.second;
+      if (last != nullptr && *last == who && !extends) {
+        g->layers.push_back({name, key.second, key.second + 1});  // the same holders, across a module boundary
+      } else if (extends) {
+        ++g->layers.back().end;
+      } else {
+        out.groups.push_back({static_cast<int>(out.groups.size()), GroupKind::kLayerSegment,
+                              std::vector<int>(who.begin(), who.end()), {{name, key.second, key.second + 1}}});
+      }
+      last = &who;
+      segment_of[key] = out.groups.back().id;
+    }
+    for (ExecStage& st : out.stages) {
+      if (st.unit != static_cast<int>(u)) continue;
+      for (const auto& r : st.layers) {
+        for (int l = r.begin; l < r.end; ++l) {
+          const int id = segment_of.at({model.FindModule(r.module), l});
+          if (st.segment_groups.empty() || st.segment_groups.back() != id) st.segment_groups.push_back(id);
+        }
+      }
+    }
   }
 }
 
@@ -231,7 +276,7 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
   } else {
     CompileUnits(model, plan, it, global_mbs, out);
   }
-  AddDataParallelGroups(out, plan);
+  AddDataParallelGroups(out, plan, model);
   // Every rank ends with its stages' gradient buckets on the communication
   // stream (over each stage's data-parallel group), a wait, and its optimizer step.
   AddGradientSync(out.schedule, kGradientBuckets);

@@ -22,7 +22,9 @@ std::vector<int> Range(int lo, int hi);
 
 // Adds the data-parallel groups: stages holding the same layers of a unit in
 // different replicas sync with each other (one group per unit and template stage
-// set; replicated plans: the stage's replicas across the ranks' copies).
-void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan);
+// set; replicated plans: the stage's replicas across the ranks' copies). A unit
+// of several templates also gets its layer segments (GroupKind::kLayerSegment),
+// which its stages' gradients sync over instead.
+void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& model);
 
 }  // namespace loom

@@ -67,6 +67,10 @@ struct ExecStage {
   Recompute recompute = Recompute::kNone;  // default of its layers
   bool sequence_parallel = true;           // Megatron sequence parallelism over its TP group
   int dp_group = -1;             // index into ExecutionPlan::groups: the replicas its gradients sync with
+  // Heterogeneous templates (Oobleck): the kLayerSegment groups its layers
+  // fall in; its gradients sync over these, layer segment by segment, not
+  // over dp_group (which holds only stages cut exactly alike).
+  std::vector<int> segment_groups;
   std::string label;             // "vision[0:16]+projector[0:1]"
   int num_layers() const;
   bool operator==(const ExecStage&) const = default;
@@ -83,11 +87,17 @@ struct ExecRank {
 };
 
 // A communication group: the GPU groups a collective runs over.
-enum class GroupKind : uint8_t { kDataParallel = 0 };
+// Append-only.
+//   kDataParallel: a stage's data-parallel replicas;
+//   kLayerSegment (Oobleck Fig. 2.9): consecutive layers of a unit whose
+//     templates cut their stages differently, held by exactly these GPU
+//     groups; their gradients are summed over them at the step.
+enum class GroupKind : uint8_t { kDataParallel = 0, kLayerSegment = 1 };
 struct CommGroup {
   int id = 0;
   GroupKind kind = GroupKind::kDataParallel;
   std::vector<int> gpu_groups;   // members, ascending
+  std::vector<LayerRange> layers;  // kLayerSegment: its layers, in model order
   bool operator==(const CommGroup&) const = default;
 };
 

@@ -596,39 +596,29 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     };
     std::vector<Segment> segments;
     if (layerwise) {
-      std::map<std::pair<int, int>, std::set<int>> holders;  // (module, layer) -> processes
-      for (int v = 0; v < S; ++v) {
-        const int g = group_of(exec.schedule.stage_rank[v]);
-        for (const auto& r : exec.stages[v].layers) {
-          const int mi = model.FindModule(r.module);
-          for (int l = r.begin; l < r.end; ++l) {
-            for (int x = 0; x < G; ++x) holders[{mi, l}].insert(g * G + x);
-          }
+      // The compiled plan's layer segments (plan/compile_plan.cpp): the
+      // simulator prices these same all-reduces (SegmentSyncTime_s).
+      std::map<std::pair<int, int>, int> segment_of;  // (module, layer) -> index into segments
+      for (const CommGroup& cg : exec.groups) {
+        if (cg.kind != GroupKind::kLayerSegment) continue;
+        const int k = static_cast<int>(segments.size());
+        segments.emplace_back();
+        for (const auto& r : cg.layers) {
+          for (int l = r.begin; l < r.end; ++l) segment_of[{model.FindModule(r.module), l}] = k;
         }
-      }
-      std::map<std::pair<int, int>, int> segment_of;  // (module, layer) -> segment
-      std::vector<std::set<int>> members;
-      for (const auto& [key, who] : holders) {  // model order: (module, layer) ascending
-        if (members.empty() || members.back() != who) members.push_back(who);
-        segment_of[key] = static_cast<int>(members.size()) - 1;
-      }
-      segments.resize(members.size());
-      for (size_t k = 0; k < members.size(); ++k) {
-        const auto at = members[k].find(spec.rank);
-        if (at == members[k].end() || members[k].size() < 2) continue;
-        segments[k].group = make_group(fmt::format("seg{}", k), static_cast<int>(std::distance(members[k].begin(), at)),
-                                       static_cast<int>(members[k].size()));
+        std::vector<int> members;  // every process of its GPU groups holds a copy
+        for (int g : cg.gpu_groups) {
+          for (int x = 0; x < G; ++x) members.push_back(g * G + x);
+        }
+        const auto at = std::find(members.begin(), members.end(), spec.rank);
+        if (at == members.end() || members.size() < 2) continue;
+        segments[k].group = make_group(fmt::format("seg{}", cg.id), static_cast<int>(at - members.begin()),
+                                       static_cast<int>(members.size()));
       }
       for (const auto& [v, stack] : stages) {
         for (const auto& item : stack->named_parameters()) {
           if (!item.value().requires_grad()) continue;
-          // "{module}_{layer}.…" (torch_model.cpp names each layer so).
-          const std::string& name = item.key();
-          const size_t dot = name.find('.'), bar = name.rfind('_', dot);
-          const int mi = model.FindModule(name.substr(0, bar));
-          const int li = std::stoi(name.substr(bar + 1, dot - bar - 1));
-          if (exec.stages[v].layers.empty() || mi < 0) continue;
-          segments[segment_of.at({mi, li})].params.push_back(item.value());
+          segments[segment_of.at(LayerOfParam(model, item.key()))].params.push_back(item.value());
         }
       }
     }

@@ -82,6 +82,29 @@ double GradSyncTime_s(const StageParams& params, const ExecStage& st, Precision 
          GroupAllReduceTime_s(elem * params.replicated, st.dp * st.gpus, 1, c);
 }
 
+double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const ExecStage& stage, const Cluster& c) {
+  double total_s = 0;
+  for (int id : stage.segment_groups) {
+    const CommGroup& g = exec.groups[id];
+    ExecStage part = stage;  // the stage's share of the segment's layers
+    part.layers.clear();
+    for (const auto& r : stage.layers) {
+      for (const auto& q : g.layers) {
+        if (q.module != r.module) continue;
+        const int lo = std::max(r.begin, q.begin), hi = std::min(r.end, q.end);
+        if (lo < hi) part.layers.push_back({r.module, lo, hi});
+      }
+    }
+    const int n = static_cast<int>(g.gpu_groups.size()) * exec.group_gpus;
+    if (part.layers.empty() || n < 2) continue;
+    // Its holders lie on different pipelines: the mean distance between them.
+    const int stride = std::max(1, (g.gpu_groups.back() - g.gpu_groups.front()) * exec.group_gpus /
+                                       std::max<int>(1, static_cast<int>(g.gpu_groups.size()) - 1));
+    total_s += GroupAllReduceTime_s(ElementBytes(exec.precision) * StageParamsOf(model, part).trainable, n, stride, c);
+  }
+  return total_s;
+}
+
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
                      const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
@@ -186,7 +209,8 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     const StageParams sp = StageParamsOf(model, st);
     static_bytes[sch.stage_rank[s]] += ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp,
                                                   st.zero_stage, exec.precision).total();
-    grad_sync_s[s] = GradSyncTime_s(sp, st, exec.precision, c);
+    grad_sync_s[s] = st.segment_groups.empty() ? GradSyncTime_s(sp, st, exec.precision, c)
+                                               : SegmentSyncTime_s(model, exec, st, c);
     step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, st.dp * st.seq_share * st.cp, st.zero_stage);
   }
   // Each rank's fused Adam step streams its (ZeRO-sharded) optimizer state

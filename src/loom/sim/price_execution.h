@@ -58,5 +58,9 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage);
 // Data-parallel gradient sync of one stage's trainable weights over
 // its unit's replicas (16-bit gradients under mixed precision, else 32-bit).
 double GradSyncTime_s(const StageParams& params, const ExecStage& stage, Precision precision, const Cluster& cluster);
+// The same for a stage of heterogeneous templates: one all-reduce per layer
+// segment it holds (ExecStage::segment_groups) over the segment's holders.
+double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const ExecStage& stage,
+                         const Cluster& cluster);
 
 }  // namespace loom
