@@ -426,7 +426,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
         // A node fails as a whole, and failures close together are one event:
         // wait a moment for the others, then stop the nodes' other workers.
         const double detected_at = now;
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
         for (Worker& w : workers) {
           if (w.member && std::find(failed.begin(), failed.end(), &w) == failed.end() && reap(w, false)) {
             failed.push_back(&w);
