@@ -75,3 +75,17 @@ sq = lambda j: sorted(v for p in j['params'] for v in p[1::3])
 same = all(abs(x - y) <= 1e-5 * max(1, abs(y)) for x, y in zip(sq(a), sq(b)))
 print(f"resumed from step {a['first_step']}: parameters equal to the failure-free run: {same}")
 PY
+# Every copy of some layers lost at once (nodes 1 and 2 as step 2 starts): the
+# last periodic checkpoint (--checkpoint-every 1) is the one to resume from.
+"$L" run $M --cluster h100:3x1 --plan "$tmp/plan3.json" --fault-tolerance 1 --steps 4 --kill 1:2:0 --kill 2:2:0 \
+  --checkpoint-every 1 --checkpoint "$tmp/periodic" 2>&1 | tail -1 | cut -c1-200 || true
+"$L" run $M --cluster h100:3x1 --plan "$tmp/plan3.json" --fault-tolerance 1 --steps 4 --resume "$tmp/periodic/step-2" \
+  --json >"$tmp/resumed2.json"
+python3 - "$tmp" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+a, b = json.load(open(f"{tmp}/resumed2.json")), json.load(open(f"{tmp}/clean3.json"))
+sq = lambda j: sorted(v for p in j['params'] for v in p[1::3])
+same = all(abs(x - y) <= 1e-5 * max(1, abs(y)) for x, y in zip(sq(a), sq(b)))
+print(f"resumed from the periodic checkpoint after step {a['first_step']}: parameters equal to the failure-free run: {same}")
+PY

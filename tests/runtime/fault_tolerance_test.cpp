@@ -11,6 +11,7 @@
 // continues from; a node that comes back is used again.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -99,6 +100,7 @@ TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
   const Reference ref = TrainInOneProcess(s);
   const std::string plan = OobleckPlan(s, "h100:3x1", 1);
   const std::string dir = test::WriteTemp("ft-checkpoint-marker", "") + ".d";
+  std::filesystem::remove_all(dir);  // nothing from an earlier run
   // Node 1 dies in step 1 (two 1-node pipelines remain on nodes 0 and 2),
   // node 0 in step 2: one node left, f + 1 = 2 pipelines of a node needed.
   auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
@@ -123,6 +125,28 @@ TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
                                " --fault-tolerance 0 --resume " + dir + " --steps 3");
   EXPECT_EQ(code3, 2) << out3;
   EXPECT_NE(out3.find("field model is"), std::string::npos) << out3;
+}
+
+TEST(FaultTolerance, LosingEveryHolderOfALayerResumesFromThePeriodicCheckpoint) {
+  const TinyRun s(kVlm, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  const std::string plan = OobleckPlan(s, "h100:3x1", 1);
+  const std::string dir = test::WriteTemp("ft-periodic-marker", "") + ".d";
+  std::filesystem::remove_all(dir);  // nothing from an earlier run
+  // Nodes 1 and 2 die together as step 2 starts: node 0 is left with only
+  // its stage's layers, and LLM layers 2..5 are gone. A checkpoint was
+  // completed after every step.
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:2:0 --kill 2:2:0 --checkpoint-every 1 " +
+                             "--checkpoint " + dir + " --steps 3 --timeout 20");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("no survivor holds layer(s) llm_2, llm_3, llm_4, llm_5"), std::string::npos) << out;
+  EXPECT_NE(out.find("--resume " + dir + "/step-2"), std::string::npos) << out;
+  auto [code2, out2] =
+      LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + dir + "/step-2 --steps 3 --timeout 20 --json");
+  ASSERT_EQ(code2, 0) << out2;
+  const auto j = nlohmann::json::parse(out2);
+  EXPECT_EQ(j["first_step"], 2);
+  ExpectParamsMatch(ref, j);
 }
 
 TEST(FaultTolerance, ANodeThatRejoinsIsUsedAgain) {
@@ -173,6 +197,7 @@ TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
 TEST(FaultTolerance, ControlCommandsRoundTrip) {
   using runtime::ControlCommand;
   for (const ControlCommand& c : {ControlCommand{ControlCommand::Kind::kGo, 4},
+                                  ControlCommand{ControlCommand::Kind::kGo, 4, 0, 0, 0, 0, "/tmp/ckpt/step-4"},
                                   ControlCommand{ControlCommand::Kind::kGeneration, 2, 3, 1, 5, 5, "/tmp/g3.json"},
                                   ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/tmp/ckpt"}}) {
     const ControlCommand back = runtime::ParseCommand(runtime::FormatCommand(c));

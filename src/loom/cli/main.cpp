@@ -266,6 +266,12 @@ int main(int argc, char** argv) {
       ->group("Fault tolerance");
   run->add_option("--resume", run_resume, "start from the checkpoint a fault-tolerant run wrote")
       ->group("Fault tolerance");
+  int run_checkpoint_every = 0;
+  run->add_option("--checkpoint-every", run_checkpoint_every,
+                  "also write a complete checkpoint every K steps (DIR/step-N), for failures that take every "
+                  "holder of a layer at once")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Fault tolerance");
   run->add_flag("--json", run_json, "print JSON");
   int run_nnodes = 0, run_node_rank = -1;
   std::string run_master, run_host;
@@ -668,6 +674,10 @@ int main(int argc, char** argv) {
       o.fault_tolerant = run_fault_tolerance >= 0 || !run_resume.empty();
       o.heartbeat_timeout_s = run_heartbeat_timeout_s;
       o.checkpoint_dir = run_checkpoint;
+      o.checkpoint_every = run_checkpoint_every;
+      if (run_checkpoint_every > 0 && run_fault_tolerance < 0) {
+        throw loom::Error("--checkpoint-every acts on a fault-tolerant run: add --fault-tolerance F");
+      }
       o.resume_from = run_resume;
       std::optional<loom::OobleckReplanner> oobleck;
       loom::Replanner replanner;

@@ -14,7 +14,7 @@ namespace loom::runtime {
 std::string FormatCommand(const ControlCommand& c) {
   switch (c.kind) {
     case ControlCommand::Kind::kGo:
-      return fmt::format("go {}", c.step);
+      return c.path.empty() ? fmt::format("go {}", c.step) : fmt::format("go {} {}", c.step, c.path);
     case ControlCommand::Kind::kGeneration:
       return fmt::format("gen {} {} {} {} {} {}", c.generation, c.step, c.rank, c.world, c.nodes, c.path);
     case ControlCommand::Kind::kStop:
@@ -33,6 +33,10 @@ ControlCommand ParseCommand(const std::string& line) {
   if (kind == "go") {
     c.kind = ControlCommand::Kind::kGo;
     in >> c.step;
+    if (in.fail()) throw Error(fmt::format("runtime: malformed control command '{}'", line));
+    std::string path;
+    if (in >> path) c.path = path;  // optional
+    return c;
   } else if (kind == "gen") {
     c.kind = ControlCommand::Kind::kGeneration;
     in >> c.generation >> c.step >> c.rank >> c.world >> c.nodes >> c.path;
@@ -91,6 +95,12 @@ bool WorkerControl::WaitReleased(int step) const {
   return true;
 }
 
+std::string WorkerControl::CheckpointBefore(int step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = checkpoints_.find(step);
+  return it == checkpoints_.end() ? "" : it->second;
+}
+
 void WorkerControl::SetInterrupt(std::function<void()> interrupt) {
   std::lock_guard<std::mutex> lock(mu_);
   interrupt_ = std::move(interrupt);
@@ -132,6 +142,10 @@ void WorkerControl::Monitor() {
         c.kind = ControlCommand::Kind::kExit;
       }
       if (c.kind == ControlCommand::Kind::kGo) {
+        if (!c.path.empty()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          checkpoints_[c.step] = c.path;
+        }
         released_ = std::max(released_.load(), c.step);
         continue;
       }

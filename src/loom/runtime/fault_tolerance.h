@@ -10,8 +10,10 @@
 //                           layers received (BYTES), SECONDS since its command;
 //     "dying STEP T"        fault injection: about to kill itself (T: steady clock).
 //   launcher -> worker (the control pipe):
-//     "go S"                every worker finished step S - 1: start step S
+//     "go S [DIR]"          every worker finished step S - 1: start step S
 //                           (S = steps: finish); losses of S - 1 are reported then;
+//                           with DIR, first write the layers it holds to
+//                           checkpoint DIR and report "saved S" (--checkpoint-every);
 //     "gen G FIRST RANK WORLD NODES PATH"  reconfigure: generation G runs the
 //                           plan in file PATH on NODES nodes, this worker as
 //                           process RANK of WORLD, from step FIRST;
@@ -26,6 +28,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -39,7 +42,7 @@ struct ControlCommand {
   int step = 0;        // go: the step released; gen/stop: the first step not yet committed
   int generation = 0;  // gen
   int rank = 0, world = 0, nodes = 0;
-  std::string path;    // gen: the plan file; stop: the checkpoint directory
+  std::string path;    // gen: the plan file; stop, go: a checkpoint directory (go: optional)
 };
 
 std::string FormatCommand(const ControlCommand& c);
@@ -66,6 +69,8 @@ class WorkerControl {
   ControlCommand TakePending();
   // Waits until step `step` is released (true) or `abort` is set (false).
   bool WaitReleased(int step) const;
+  // The checkpoint directory the "go" of `step` asked for ("" if none).
+  std::string CheckpointBefore(int step) const;
   // While set, `interrupt` runs (on the monitor thread, once) when `abort`
   // is set, or at once if it already is: it wakes a blocking wait.
   void SetInterrupt(std::function<void()> interrupt);
@@ -79,6 +84,7 @@ class WorkerControl {
   mutable std::mutex mu_;
   std::optional<ControlCommand> pending_;  // guarded by mu_
   std::function<void()> interrupt_;        // guarded by mu_
+  std::map<int, std::string> checkpoints_;  // guarded by mu_: go's step -> directory
   std::thread thread_;
 };
 

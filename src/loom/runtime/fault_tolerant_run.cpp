@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -85,6 +86,15 @@ std::vector<std::string> LayerFiles(const std::string& dir) {
   return out;
 }
 
+// checkpoint.json (the layer files are the workers').
+bool WriteManifest(const std::string& dir, const CheckpointManifest& m) {
+  const nlohmann::json j = {{"format", "loom-checkpoint-1"}, {"steps_done", m.steps_done}, {"model", m.model},
+                            {"seed", m.seed},                {"layers", m.layers},         {"outcome", m.outcome}};
+  std::ofstream f(dir + "/checkpoint.json");
+  f << j.dump(2) << "\n";
+  return static_cast<bool>(f);
+}
+
 std::string Describe(int status) {
   if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   return fmt::format("exited with code {}", WEXITSTATUS(status));
@@ -135,6 +145,9 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
   if (options.device != "cpu") {
     throw Error("--fault-tolerance: runs on --device cpu yet (an NCCL communicator of a dead peer needs aborting, "
                 "which is not done yet)");
+  }
+  if (options.checkpoint_every < 0) {
+    throw Error(fmt::format("--checkpoint-every {}: valid: 0 (none) or a number of steps", options.checkpoint_every));
   }
   if (!(options.heartbeat_s > 0) || !(options.heartbeat_timeout_s > options.heartbeat_s)) {
     throw Error(fmt::format("--heartbeat-timeout {} s must exceed the heartbeat period {} s",
@@ -277,6 +290,44 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
     int pending_event = -1;  // the event whose recovery is not complete yet
     double event_began = 0;
     std::set<int> down;  // original nodes that failed and did not come back
+    // Checkpoints: where "cannot recover" writes, and the periodic ones (step-N under it).
+    const std::string checkpoint_root =
+        options.checkpoint_dir.empty() ? run_dir + "/checkpoint" : options.checkpoint_dir;
+    int saving_step = -1;  // a periodic checkpoint being written
+    std::set<int> saving_members, saved_by;  // workers (births) that write it; those done
+    std::string last_checkpoint;
+    int last_checkpoint_step = -1;
+    // What an exited worker said last (it may have finished a periodic checkpoint).
+    auto drain = [&](Worker& w) {
+      if (w.report_fd < 0) return;
+      char buf[8192];
+      ssize_t n;
+      while ((n = read(w.report_fd, buf, sizeof(buf))) > 0) w.buffer.append(buf, static_cast<size_t>(n));
+      std::istringstream lines(w.buffer);
+      std::string line;
+      while (std::getline(lines, line)) {
+        int g = 0, step = -1;
+        if (std::sscanf(line.c_str(), "saved %d %d", &g, &step) == 2 && step == saving_step) saved_by.insert(w.birth);
+      }
+      w.buffer.clear();
+    };
+    auto complete_checkpoint = [&]() {
+      if (saving_step < 0 || !std::includes(saved_by.begin(), saved_by.end(), saving_members.begin(),
+                                            saving_members.end())) {
+        return;
+      }
+      const std::string dir = fmt::format("{}/step-{}", checkpoint_root, saving_step);
+      CheckpointManifest m;
+      m.steps_done = saving_step;
+      m.model = model.name;
+      m.seed = workload.seed;
+      m.layers = LayerFiles(dir);
+      m.outcome = fmt::format("--checkpoint-every {}", options.checkpoint_every);
+      if (!WriteManifest(dir, m)) throw Error(fmt::format("runtime: cannot write {}/checkpoint.json", dir));
+      last_checkpoint = dir;
+      last_checkpoint_step = saving_step;
+      saving_step = -1;
+    };
 
     // A new generation: the plan for `r.nodes`, survivors commanded, new nodes launched.
     auto reconfigure = [&](const Replanned& r, const std::string& kind, const std::vector<int>& nodes, double detect_s,
@@ -384,6 +435,10 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
               w.ready = true;
               if (pending_event >= 0) out.events[pending_event].copied_bytes += bytes;
             }
+          } else if (kind == "saved") {
+            int g = 0, s = 0;
+            in >> g >> s;
+            if (s == saving_step) saved_by.insert(w.birth);
           } else if (kind == "dying") {
             int s = 0;
             in >> s >> w.dying_at;
@@ -405,6 +460,9 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           }
         }
       }
+      // A periodic checkpoint is complete once every worker wrote its layers
+      // (checked first: a worker may die right after saying so).
+      complete_checkpoint();
       // Members that died (their pipe closed) or went silent.
       std::vector<Worker*> failed;
       for (Worker& w : workers) {
@@ -456,6 +514,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           }
           bug = bug || (!w->error.empty() && WIFEXITED(w->status));
           if (w->dying_at > 0) detect_s = std::max(detect_s, detected_at - w->dying_at);
+          drain(*w);
           if (w->report_fd >= 0) close(w->report_fd);
           if (w->control_fd >= 0) close(w->control_fd);
           w->report_fd = w->control_fd = -1;
@@ -468,7 +527,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
         if (!r.recovered) {
           // Cannot go on: the survivors write what they hold as of the last
           // committed step, one file per layer, then the manifest.
-          const std::string dir = options.checkpoint_dir.empty() ? run_dir + "/checkpoint" : options.checkpoint_dir;
+          const std::string& dir = checkpoint_root;
           Mkdirs(dir);
           std::vector<Worker*> writers;
           for (Worker& w : workers) {
@@ -484,19 +543,37 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
               failures += fmt::format(" process {} did not write its layers ({}).", w->birth,
                                       w->reaped ? Describe(w->status) : "still running");
             }
+            if (w->reaped) drain(*w);
           }
+          complete_checkpoint();
           CheckpointManifest m;
           m.steps_done = committed;
           m.model = model.name;
           m.seed = workload.seed;
           m.layers = LayerFiles(dir);
           m.outcome = r.outcome;
-          const nlohmann::json j = {{"format", "loom-checkpoint-1"}, {"steps_done", m.steps_done},
-                                    {"model", m.model},             {"seed", m.seed},
-                                    {"layers", m.layers},           {"outcome", m.outcome}};
-          std::ofstream f(dir + "/checkpoint.json");
-          f << j.dump(2) << "\n";
-          if (!f) failures += fmt::format(" cannot write {}/checkpoint.json.", dir);
+          // Every trainable layer must have come from some survivor; when all
+          // holders of a layer failed at once, only a periodic checkpoint helps.
+          std::vector<std::string> missing;
+          for (const auto& mod : model.modules) {
+            for (size_t l = 0; l < mod.layers.size(); ++l) {
+              const std::string name = fmt::format("{}_{}", mod.name, l);
+              if (!mod.layers[l].frozen && !std::binary_search(m.layers.begin(), m.layers.end(), name)) {
+                missing.push_back(name);
+              }
+            }
+          }
+          if (!missing.empty()) {
+            throw Error(fmt::format(
+                "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes; {}", r.outcome, why,
+                fmt::join(missing, ", "),
+                last_checkpoint.empty()
+                    ? std::string("no complete checkpoint was taken (--checkpoint-every K takes one every K steps)")
+                    : fmt::format("the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes "
+                                  "on from there",
+                                  last_checkpoint_step, last_checkpoint, last_checkpoint)));
+          }
+          if (!WriteManifest(dir, m)) failures += fmt::format(" cannot write {}/checkpoint.json.", dir);
           throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run "
                                   "--resume {}` goes on from there",
                                   r.outcome, why, committed, dir, m.layers.size(), failures, dir));
@@ -541,8 +618,20 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
         continue;
       }
       finishing = committed == options.steps;
+      ControlCommand go{ControlCommand::Kind::kGo, committed};
+      if (!finishing && options.checkpoint_every > 0 && committed % options.checkpoint_every == 0 &&
+          committed > first_step) {
+        go.path = fmt::format("{}/step-{}", checkpoint_root, committed);
+        Mkdirs(go.path);
+        saving_step = committed;
+        saved_by.clear();
+        saving_members.clear();
+        for (const Worker& w : workers) {
+          if (w.member) saving_members.insert(w.birth);
+        }
+      }
       for (Worker& w : workers) {
-        if (w.member) send(w, ControlCommand{ControlCommand::Kind::kGo, committed});
+        if (w.member) send(w, go);
       }
     }
     // The last generation's workers hold the result.

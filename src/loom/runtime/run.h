@@ -80,6 +80,7 @@ struct RunOptions {
   double heartbeat_s = 0.1;          // a worker's heartbeat period
   double heartbeat_timeout_s = 3.0;  // a worker silent this long is dead
   std::string checkpoint_dir;        // where "cannot recover" writes the state ("" : a directory beside the run's)
+  int checkpoint_every = 0;          // > 0: also a complete checkpoint every this many steps, in checkpoint_dir/step-N
   std::string resume_from;           // a checkpoint to start from (its steps are skipped)
 };
 

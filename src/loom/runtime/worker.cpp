@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <map>
@@ -394,8 +395,21 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
                                                                         spec.rank % spec.options.local_processes))
                                       : torch::Device(torch::kCPU);
     auto make_group = [&](const std::string& name, int rank, int size) {
-      Group g = MakeGroup(store, name, rank, size, timeout_s, host, cuda);
-      if (gen) gen->keep_alive.push_back(g);
+      if (!gen) return MakeGroup(store, name, rank, size, timeout_s, host, cuda);
+      // A rendezvous waits in the store for every member, and a member may have
+      // died: it runs on a thread of its own, abandoned if the launcher's
+      // command arrives first (it ends at the store's timeout, harmlessly).
+      auto task = std::make_shared<std::packaged_task<Group()>>(
+          [store, name, rank, size, timeout_s, host, cuda] {
+            return MakeGroup(store, name, rank, size, timeout_s, host, cuda);
+          });
+      std::future<Group> made = task->get_future();
+      std::thread([task] { (*task)(); }).detach();
+      while (made.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+        if (abort->abort.load()) throw Aborted();
+      }
+      Group g = made.get();
+      gen->keep_alive.push_back(g);
       return g;
     };
     auto pg = make_group("world", spec.rank, spec.world);
@@ -1264,6 +1278,11 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
           throw Aborted();
         }
         for (const auto& line : step_lines) Report(fd, line);
+        // --checkpoint-every: the state after this step, before the next starts.
+        if (const std::string dir = gen->control->CheckpointBefore(step + 1); !dir.empty()) {
+          SaveLayers(dir, model, capture_live());
+          Report(fd, fmt::format("saved {} {}", gen->id, step + 1));
+        }
       }
     }
     } catch (const std::exception& e) {
