@@ -56,6 +56,16 @@ for k, es in rows.items():
 print(f"{name:<24} parameters equal to the failure-free run in {equal}/{R} runs")
 PY
 }
+resumed() {  # file label: a resumed run's parameters against the failure-free run's
+  python3 - "$tmp" "$1" "$2" <<'PY'
+import json, sys
+tmp, name, label = sys.argv[1:4]
+a, b = json.load(open(f"{tmp}/{name}")), json.load(open(f"{tmp}/clean3.json"))
+sq = lambda j: sorted(v for p in j['params'] for v in p[1::3])
+same = all(abs(x - y) <= 1e-5 * max(1, abs(y)) for x, y in zip(sq(a), sq(b)))
+print(f"resumed from {label} after step {a['first_step']}: parameters equal to the failure-free run: {same}")
+PY
+}
 printf 'median of %s runs each\n' "$R"
 run kill-mid-step 3 --kill 1:1:3
 run kill-after-optimizer 3 --kill 2:1:9999
@@ -67,25 +77,11 @@ run kill-then-rejoin 3 --kill 2:0:2 --rejoin 2:2
   --checkpoint "$tmp/ckpt" 2>&1 | sed -n '1,2p' | cut -c1-160 || true
 "$L" run $M --cluster h100:3x1 --plan "$tmp/plan3.json" --fault-tolerance 1 --steps 4 --resume "$tmp/ckpt" --json \
   >"$tmp/resumed.json"
-python3 - "$tmp" <<'PY'
-import json, sys
-tmp = sys.argv[1]
-a, b = json.load(open(f"{tmp}/resumed.json")), json.load(open(f"{tmp}/clean3.json"))
-sq = lambda j: sorted(v for p in j['params'] for v in p[1::3])
-same = all(abs(x - y) <= 1e-5 * max(1, abs(y)) for x, y in zip(sq(a), sq(b)))
-print(f"resumed from step {a['first_step']}: parameters equal to the failure-free run: {same}")
-PY
+resumed resumed.json "the stop checkpoint"
 # Every copy of some layers lost at once (nodes 1 and 2 as step 2 starts): the
 # last periodic checkpoint (--checkpoint-every 1) is the one to resume from.
 "$L" run $M --cluster h100:3x1 --plan "$tmp/plan3.json" --fault-tolerance 1 --steps 4 --kill 1:2:0 --kill 2:2:0 \
   --checkpoint-every 1 --checkpoint "$tmp/periodic" 2>&1 | tail -1 | cut -c1-200 || true
 "$L" run $M --cluster h100:3x1 --plan "$tmp/plan3.json" --fault-tolerance 1 --steps 4 --resume "$tmp/periodic/step-2" \
   --json >"$tmp/resumed2.json"
-python3 - "$tmp" <<'PY'
-import json, sys
-tmp = sys.argv[1]
-a, b = json.load(open(f"{tmp}/resumed2.json")), json.load(open(f"{tmp}/clean3.json"))
-sq = lambda j: sorted(v for p in j['params'] for v in p[1::3])
-same = all(abs(x - y) <= 1e-5 * max(1, abs(y)) for x, y in zip(sq(a), sq(b)))
-print(f"resumed from the periodic checkpoint after step {a['first_step']}: parameters equal to the failure-free run: {same}")
-PY
+resumed resumed2.json "the periodic checkpoint"

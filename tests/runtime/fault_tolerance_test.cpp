@@ -36,6 +36,13 @@ std::string OobleckPlan(const TinyRun& s, const std::string& cluster, int f) {
   return path;
 }
 
+// An empty checkpoint directory of its own (nothing left from an earlier run).
+std::string FreshDirectory(const std::string& name) {
+  const std::string dir = test::WriteTemp(name + "-marker", "") + ".d";
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
 std::string RunArgs(const TinyRun& s, const std::string& cluster, const std::string& plan, int f) {
   return fmt::format("run --model {} --cluster {} {} --plan {} --fault-tolerance {}", s.model_path, cluster,
                      s.data_args, plan, f);
@@ -98,9 +105,7 @@ TEST(FaultTolerance, AWorkerThatHangsIsFoundByItsMissingHeartbeats) {
 TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
   const TinyRun s(kVlm, kLaion);
   const Reference ref = TrainInOneProcess(s);
-  const std::string plan = OobleckPlan(s, "h100:3x1", 1);
-  const std::string dir = test::WriteTemp("ft-checkpoint-marker", "") + ".d";
-  std::filesystem::remove_all(dir);  // nothing from an earlier run
+  const std::string dir = FreshDirectory("ft-checkpoint"), plan = OobleckPlan(s, "h100:3x1", 1);
   // Node 1 dies in step 1 (two 1-node pipelines remain on nodes 0 and 2),
   // node 0 in step 2: one node left, f + 1 = 2 pipelines of a node needed.
   auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
@@ -130,9 +135,7 @@ TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
 TEST(FaultTolerance, LosingEveryHolderOfALayerResumesFromThePeriodicCheckpoint) {
   const TinyRun s(kVlm, kLaion);
   const Reference ref = TrainInOneProcess(s);
-  const std::string plan = OobleckPlan(s, "h100:3x1", 1);
-  const std::string dir = test::WriteTemp("ft-periodic-marker", "") + ".d";
-  std::filesystem::remove_all(dir);  // nothing from an earlier run
+  const std::string dir = FreshDirectory("ft-periodic"), plan = OobleckPlan(s, "h100:3x1", 1);
   // Nodes 1 and 2 die together as step 2 starts: node 0 is left with only
   // its stage's layers, and LLM layers 2..5 are gone. A checkpoint was
   // completed after every step.
