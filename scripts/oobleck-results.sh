@@ -4,6 +4,8 @@
 # one GPU), failures every 6 h, 1 h and 10 min on average (seed 0) until half
 # the nodes remain, 12 hours replayed; mean samples/s of varuna, oobleck and
 # bamboo, simulated. Takes a few minutes.
+# The third part prices the thesis' own setup (TF32, per-model sequence
+# lengths) against its Table 2.2 rows.
 #   scripts/oobleck-results.sh [build-dir]
 set -euo pipefail
 L=${1:-build}/loom
@@ -53,4 +55,25 @@ print(f"{m:<12} {name:<5} {v['varuna']:12.2f} {w['varuna']:22.2f} {v['oobleck']:
 PY
     rm -f "$a" "$c"
   done
+done
+
+# The thesis' setup for Table 2.2: TF32 without mixed precision, each model's
+# own sequence length (BERT 512, GPT-2 1024, GPT-3 2048); the no-failure
+# throughput of Loom's plans beside the thesis' 6 h rows, and their ratio.
+echo
+printf '%-12s %6s %16s %16s %16s %16s\n' model seq "varuna(loom)" "varuna(thesis)" "oobleck(loom)" "oobleck(thesis)"
+for spec in bert-large:8192:512:260.11:287.10 gpt2-medium:8192:1024:86.51:85.59 gpt3-medium:8192:2048:29.50:29.30 \
+            gpt3-2.7b:1024:2048:7.27:7.29 gpt3-6.7b:1024:2048:4.14:4.33; do
+  IFS=: read -r m b seq tv to <<<"$spec"
+  tmp=$(mktemp)
+  "$L" replay --model "$m" --cluster oobleck-testbed --workload text --global-batch "$b" --seq-len "$seq" \
+    --precision tf32 --mtbf 21600 --hours 12 --systems varuna,oobleck --json "$tmp" >/dev/null 2>&1 || true
+  python3 - "$m" "$seq" "$tv" "$to" "$tmp" <<'PY'
+import json, sys
+m, seq, tv, to, path = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+v = {s['system']: s for s in json.load(open(path))['systems']}
+lv, lo = v['varuna']['healthy_samples_per_s'], v['oobleck']['healthy_samples_per_s']
+print(f"{m:<12} {seq:>6} {lv:9.2f} ({lv/tv:3.1f}x) {tv:16.2f} {lo:9.2f} ({lo/to:3.1f}x) {to:16.2f}")
+PY
+  rm -f "$tmp"
 done
