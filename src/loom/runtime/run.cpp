@@ -71,7 +71,6 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
                                                          schedules.empty() || !schedules[0] ? nullptr : &*schedules[0]);
   // One process per GPU of the groups the plan uses (runtime/process_layout.h).
   const runtime::ProcessLayout layout = runtime::LayoutProcesses(first);
-  const int tp = layout.group_gpus;
   const int world = layout.processes;
   if (options.nnodes < 1 || options.node_rank < 0 || options.node_rank >= options.nnodes) {
     throw Error(fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", options.node_rank,
