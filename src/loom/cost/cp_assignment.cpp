@@ -1,0 +1,77 @@
+#include "loom/cost/cp_assignment.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "loom/algo/lpt.h"
+#include "loom/error.h"
+
+namespace loom {
+
+namespace {
+
+std::vector<double> Sizes(const std::vector<int64_t>& work, int cp) {
+  if (cp < 1) throw Error(fmt::format("context parallelism {}: valid: >= 1", cp));
+  std::vector<double> out;
+  for (size_t b = 0; b < work.size(); ++b) {
+    if (work[b] < 0) throw Error(fmt::format("block {} has work {}; valid: >= 0", b, work[b]));
+    out.push_back(static_cast<double>(work[b]));
+  }
+  return out;
+}
+
+CpAssignment Finish(const std::vector<double>& sizes, std::vector<int> rank_of_block, int cp) {
+  CpAssignment a;
+  a.rank_work = BinLoads(sizes, rank_of_block, cp);
+  a.rank_of_block = std::move(rank_of_block);
+  return a;
+}
+
+}  // namespace
+
+double CpAssignment::max_work() const {
+  return rank_work.empty() ? 0 : *std::max_element(rank_work.begin(), rank_work.end());
+}
+
+double CpAssignment::imbalance() const {
+  const double total = std::accumulate(rank_work.begin(), rank_work.end(), 0.0);
+  return total > 0 ? max_work() * static_cast<double>(rank_work.size()) / total : 1.0;
+}
+
+CpAssignment ZigzagAssignment(const std::vector<int64_t>& block_work, int cp) {
+  const std::vector<double> sizes = Sizes(block_work, cp);
+  const int64_t blocks = static_cast<int64_t>(sizes.size()), chunks = 2 * cp;
+  std::vector<int> rank(blocks, 0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t chunk = b * chunks / std::max<int64_t>(1, blocks);  // chunks as even as blocks allow
+    rank[b] = static_cast<int>(chunk < cp ? chunk : chunks - 1 - chunk);
+  }
+  return Finish(sizes, std::move(rank), cp);
+}
+
+CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp) {
+  const std::vector<double> sizes = Sizes(block_work, cp);
+  return Finish(sizes, LptPartition(sizes, cp), cp);
+}
+
+double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock) {
+  if (units < 1 || subblock < 0) {
+    throw Error(fmt::format("kernel of {} compute units, sub-blocks of {}; valid: units >= 1, sub-blocks >= 0",
+                            units, subblock));
+  }
+  std::vector<double> pieces;
+  for (int64_t r : rows) {
+    if (r < 0) throw Error(fmt::format("a row of {} KV blocks; valid: >= 0", r));
+    if (subblock == 0) {
+      pieces.push_back(static_cast<double>(r));
+      continue;
+    }
+    for (int64_t left = r; left > 0; left -= subblock) pieces.push_back(static_cast<double>(std::min<int64_t>(left, subblock)));
+  }
+  const auto loads = BinLoads(pieces, LptPartition(pieces, units), units);
+  return loads.empty() ? 0 : *std::max_element(loads.begin(), loads.end());
+}
+
+}  // namespace loom

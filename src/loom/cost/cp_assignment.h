@@ -1,0 +1,43 @@
+// Which CP rank computes which query blocks of a sequence, and what that
+// costs (Cornstarch §3.3.2; block work from data/attention_mask.h). With
+// all-gathered K/V (the design Cornstarch uses) a query block's cost is its
+// row of non-empty KV blocks, wherever it runs, so balancing is partitioning
+// the rows.
+//   - Zigzag (Megatron's causal split): the blocks in 2 x cp contiguous
+//     chunks, rank i taking chunks i and 2cp - 1 - i. Exactly balanced for a
+//     causal mask, not for masks that depend on the input.
+//   - Balanced (Cornstarch Algorithm 1): LPT over the blocks (algo/lpt.h).
+//     The thesis' pseudocode never sorts; its prose says LPT, which sorts by
+//     descending work: on Fig. 3.3a's work 1,2,2,4,5,2,2,8 over 4 GPUs the
+//     sorted version gives loads 8,6,6,6, the unsorted one 6,12,4,4
+//     (zigzag: 9,4,4,9).
+// Inside a GPU (§3.3.2.2) a FlashAttention-style kernel runs one query
+// block's whole KV row on one compute unit; long rows idle the others.
+// Splitting rows into sub-blocks of at most `subblock` KV blocks (partial
+// outputs merged by an aggregation pass, not counted here) lets them spread.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace loom {
+
+struct CpAssignment {
+  std::vector<int> rank_of_block;  // per query block
+  std::vector<double> rank_work;   // per rank: KV blocks it computes
+  double max_work() const;
+  // max over ranks / mean: 1 is perfect balance.
+  double imbalance() const;
+};
+
+// Throws loom::Error for cp < 1 or negative work.
+CpAssignment ZigzagAssignment(const std::vector<int64_t>& block_work, int cp);
+CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp);
+
+// A rank's attention kernel over `units` compute units, in KV-block steps:
+// each of its query blocks' rows (`rows`: KV blocks per row) runs whole on one
+// unit (subblock 0), or cut into pieces of at most `subblock` KV blocks, the
+// pieces spread LPT over the units. Returns the busiest unit's steps.
+double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock);
+
+}  // namespace loom

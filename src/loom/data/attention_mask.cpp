@@ -1,0 +1,113 @@
+#include "loom/data/attention_mask.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "loom/error.h"
+
+namespace loom {
+
+namespace {
+
+constexpr uint64_t kCausal = uint64_t{1} << kCausalBit;
+constexpr uint64_t kModalityBits = kCausal - 1;  // bits 0..62
+
+bool IsText(uint64_t bits) { return (bits & 1) != 0; }
+
+// The tokens of one block that share a field and document: all a query or
+// key needs to know about them (positions only bound causality).
+struct Group {
+  uint64_t bits = 0;
+  int32_t doc = 0;
+  int64_t first = 0, last = 0;  // positions
+};
+
+std::vector<std::vector<Group>> Summaries(const BitfieldMask& mask, int64_t block_tokens) {
+  const int64_t n = static_cast<int64_t>(mask.size());
+  std::vector<std::vector<Group>> out((n + block_tokens - 1) / block_tokens);
+  for (int64_t i = 0; i < n; ++i) {
+    auto& groups = out[i / block_tokens];
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const Group& g) { return g.bits == mask[i].bits && g.doc == mask[i].doc; });
+    if (it == groups.end()) {
+      groups.push_back({mask[i].bits, mask[i].doc, i, i});
+    } else {
+      it->last = i;
+    }
+  }
+  return out;
+}
+
+// Whether some query of group q may read some key of group k (MayAttend over the groups).
+bool GroupsMeet(const Group& q, const Group& k) {
+  if (q.doc != k.doc) return false;
+  if (!IsText(q.bits)) return q.bits == k.bits;
+  if ((q.bits & k.bits & kModalityBits) == 0) return false;
+  return (q.bits & kCausal) == 0 || k.first <= q.last;
+}
+
+}  // namespace
+
+bool MayAttend(const BitfieldMask& mask, int64_t query, int64_t key) {
+  const MaskToken &q = mask.at(query), &k = mask.at(key);
+  if (q.doc != k.doc) return false;
+  if (!IsText(q.bits)) return q.bits == k.bits;
+  if ((q.bits & k.bits & kModalityBits) == 0) return false;
+  return (q.bits & kCausal) == 0 || key <= query;
+}
+
+BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layout) {
+  uint64_t all_modalities = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const MaskSegment& s = segments[i];
+    if (s.tokens < 0 || s.modality < -1 || s.modality > 61 || s.doc < 0) {
+      throw Error(fmt::format("attention mask: segment {}: tokens {}, modality {}, doc {}; valid: tokens >= 0, "
+                              "modality -1 (text) or 0..61, doc >= 0",
+                              i, s.tokens, s.modality, s.doc));
+    }
+    if (s.modality >= 0) all_modalities |= uint64_t{1} << (1 + s.modality);
+  }
+  std::vector<MaskSegment> order = segments;
+  if (layout == MaskLayout::kCausalPrefix) {
+    // Per document (in order of first appearance), its modality segments, then its text.
+    std::vector<int> docs;
+    for (const auto& s : segments) {
+      if (std::find(docs.begin(), docs.end(), s.doc) == docs.end()) docs.push_back(s.doc);
+    }
+    order.clear();
+    for (int d : docs) {
+      for (const bool text : {false, true}) {
+        for (const auto& s : segments) {
+          if (s.doc == d && (s.modality < 0) == text) order.push_back(s);
+        }
+      }
+    }
+  }
+  BitfieldMask mask;
+  for (const auto& s : order) {
+    const uint64_t bits = s.modality < 0 ? (uint64_t{1} | all_modalities | kCausal) : uint64_t{1} << (1 + s.modality);
+    for (int64_t t = 0; t < s.tokens; ++t) mask.push_back({bits, s.doc});
+  }
+  return mask;
+}
+
+std::vector<int64_t> BlockWork(const BitfieldMask& mask, int64_t block_tokens) {
+  if (block_tokens < 1) throw Error(fmt::format("attention mask: block of {} tokens; valid: >= 1", block_tokens));
+  const auto blocks = Summaries(mask, block_tokens);
+  std::vector<int64_t> work(blocks.size(), 0);
+  for (size_t qb = 0; qb < blocks.size(); ++qb) {
+    for (size_t kb = 0; kb < blocks.size(); ++kb) {
+      bool meet = false;
+      for (const Group& q : blocks[qb]) {
+        for (const Group& k : blocks[kb]) meet = meet || GroupsMeet(q, k);
+      }
+      work[qb] += meet ? 1 : 0;
+    }
+  }
+  return work;
+}
+
+}  // namespace loom
