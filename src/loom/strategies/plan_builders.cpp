@@ -50,7 +50,12 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
     return w;
   }
   const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
-  const auto needs = ComputeBackwardNeeds(ctx.model);
+  auto needs = ComputeBackwardNeeds(ctx.model);
+  if (balance == Balance::kTimeFrozenUnaware) {
+    for (auto& module : needs) {
+      for (auto& n : module) n = {true, true};
+    }
+  }
   for (auto [mi, li] : layers) {
     LayerParallelism par;
     par.tp = tp;

@@ -22,9 +22,12 @@ std::vector<std::pair<int, int>> UnitLayers(const Model& model, const std::vecto
 std::vector<StageSpec> StagesFromPartition(const Model& model, const std::vector<std::pair<int, int>>& layers,
                                            const Partition& partition, int pp);
 
-enum class Balance { kParams, kTime };
+// Append-only. kTimeFrozenUnaware: the time as if every layer trained (a
+// planner blind to frozen modules: Cornstarch's "frozen-unaware" baseline).
+enum class Balance { kParams, kTime, kTimeFrozenUnaware };
 // Per-layer weights for the min-max partitioner: parameter counts, or forward +
-// backward time of the whole representative batch at tensor parallel `tp`.
+// backward time of the whole representative batch at tensor parallel `tp`
+// (frozen-aware, Cornstarch Eq. 3.2-3.3 via cost/frozen.h, unless unaware).
 std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<std::pair<int, int>>& layers,
                                  Balance balance, int tp);
 

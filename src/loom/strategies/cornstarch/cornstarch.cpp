@@ -1,0 +1,98 @@
+#include "loom/strategies/cornstarch/cornstarch.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "loom/error.h"
+
+namespace loom {
+
+namespace {
+
+// Pipeline depths to try for a module of `layers` layers within `groups` GPU groups.
+std::vector<int> Depths(int layers, int groups) {
+  std::vector<int> out;
+  for (int pp = 1; pp <= std::min(layers, groups); pp *= 2) out.push_back(pp);
+  return out;
+}
+
+std::string Describe(const Plan& p) {
+  std::string s;
+  for (const auto& u : p.units) s += (s.empty() ? "" : "; ") + u.name + " " + DescribeUnit(u);
+  return s;
+}
+
+}  // namespace
+
+StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const std::string& name) {
+  CandidateSearch search(ctx, name);
+  ModuleWaves waves = SplitWaves(ctx.model);
+  // The LLM's pipeline carries whatever follows it (a generator) too.
+  std::vector<std::string> llm = waves.backbone;
+  llm.insert(llm.end(), waves.downstream.begin(), waves.downstream.end());
+  if (llm.empty()) {
+    throw Error(fmt::format("{}: model {} has no backbone for the encoders to feed (Cornstarch trains multimodal LLMs)",
+                            name, ctx.model.name));
+  }
+  const int branches = static_cast<int>(waves.upstream_branches.size());
+  std::vector<int> branch_layers;
+  for (const auto& b : waves.upstream_branches) branch_layers.push_back(static_cast<int>(UnitLayers(ctx.model, b).size()));
+  const int llm_layers = static_cast<int>(UnitLayers(ctx.model, llm).size());
+  const int64_t B = ctx.workload.global_batch;
+  for (int tp : TpChoices(ctx.cluster)) {
+    const int groups = ctx.cluster.num_gpus() / tp;
+    // Every combination of branch depths (each a power of two), then the LLM's.
+    std::vector<std::vector<int>> branch_depths{{}};
+    for (int b = 0; b < branches; ++b) {
+      std::vector<std::vector<int>> next;
+      for (const auto& d : branch_depths) {
+        for (int pp : Depths(branch_layers[b], groups)) {
+          auto e = d;
+          e.push_back(pp);
+          next.push_back(e);
+        }
+      }
+      branch_depths = std::move(next);
+    }
+    for (const auto& depths : branch_depths) {
+      const int encoder_groups = std::accumulate(depths.begin(), depths.end(), 0);
+      for (int llm_pp : Depths(llm_layers, groups)) {
+        const int per_replica = encoder_groups + llm_pp;
+        if (per_replica > groups) continue;
+        const int dp = groups / per_replica;  // replicas of the whole arrangement that fit
+        if (B % dp != 0) continue;
+        // Microbatches per replica: enough to fill the deepest pipeline, at most 64.
+        const int deepest = std::max(llm_pp, depths.empty() ? 1 : *std::max_element(depths.begin(), depths.end()));
+        for (int m : Divisors(B / dp)) {
+          if (m < deepest || m > 64) continue;
+          search.Try([&](Recompute r) {
+            Plan plan = EmptyPlan(ctx, name, tp);
+            int first = 0;
+            for (int b = 0; b < branches; ++b) {
+              plan.units.push_back(MakeUnit(ctx, "encoder" + std::to_string(b), waves.upstream_branches[b], first, tp, 0,
+                                            dp, depths[b], m, ScheduleKind::kOneFOneB, r, balance));
+              first += dp * depths[b];
+            }
+            plan.units.push_back(
+                MakeUnit(ctx, "llm", llm, first, tp, 0, dp, llm_pp, m, ScheduleKind::kOneFOneB, r, balance));
+            return plan;
+          });
+        }
+      }
+    }
+  }
+  return search.Finish(fmt::format("TP x pipeline depth of each encoder branch and of the LLM x replicas x "
+                                   "microbatches x recompute; stages balanced by {} forward + backward time",
+                                   balance == Balance::kTime ? "frozen-aware" : "frozen-unaware"),
+                       Describe);
+}
+
+StrategyResult CornstarchStrategy(const StrategyContext& ctx) { return CornstarchPlan(ctx, Balance::kTime, "cornstarch"); }
+
+StrategyResult CornstarchUnawareStrategy(const StrategyContext& ctx) {
+  return CornstarchPlan(ctx, Balance::kTimeFrozenUnaware, "cornstarch-unaware");
+}
+
+}  // namespace loom

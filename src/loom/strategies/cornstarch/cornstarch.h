@@ -1,0 +1,32 @@
+// Cornstarch (seed 004, chapter 3), first part: modality parallelism with
+// frozen-status-aware stage balancing (§3.3.1, §3.4.1). Every encoder branch
+// (encoder and projector) is a pipeline of its own on its own GPU groups, and
+// the LLM's pipeline on the rest, all in the same phase: an LLM stage waits
+// for every encoder's output of its microbatch (the units' brokers). Each
+// pipeline's stages balance T_l = F_l + B_l with B_l frozen-aware (Eq. 3.2-3.3,
+// cost/frozen.h: a frozen layer pays backward-data only when a trainable
+// layer lies earlier) by the min-max partition of Eq. 3.5 (pipeline/partition.h).
+//
+// How many stages each module gets the thesis leaves open: Loom searches
+// every branch's pp (1, 2, 4 up to its layers) and the LLM's pp, with the
+// data-parallel replicas that fill the GPUs, at every TP degree of a node,
+// and the simulator picks (the rule is the search; docs/strategies.md).
+//
+// Not yet: the colocated and replicated encoder modes of the released code,
+// token-balanced context parallelism in plans (cost/cp_assignment.h has the
+// assignment), the runtime's bitfield attention.
+#pragma once
+
+#include "loom/strategies/plan_builders.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom {
+
+// `balance`: Balance::kTime (Cornstarch) or Balance::kTimeFrozenUnaware (its
+// frozen-unaware ablation, `cornstarch-unaware`).
+StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const std::string& name);
+
+StrategyResult CornstarchStrategy(const StrategyContext& ctx);
+StrategyResult CornstarchUnawareStrategy(const StrategyContext& ctx);
+
+}  // namespace loom

@@ -1,0 +1,71 @@
+// Cornstarch's first part (strategies/cornstarch/): encoder branches and the
+// LLM as parallel pipelines on disjoint GPU groups, and frozen-aware stage
+// balancing (Eq. 3.2-3.3 through cost/frozen.h, Eq. 3.5's min-max partition).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "loom/data/sample_source.h"
+#include "loom/pipeline/partition.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+#include "loom/strategies/cornstarch/cornstarch.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+namespace {
+
+TEST(CornstarchStrategy, PlansEncoderBranchesBesideTheLlm) {
+  const Model model = LoadModel("mllm-mms");
+  const Cluster cluster = LoadCluster("cornstarch-testbed");
+  const Workload workload = LoadWorkload("cornstarch-synthetic");
+  const Batch batch = DrawBatch(workload, 0);
+  const StrategyResult r = CornstarchStrategy(StrategyContext{model, cluster, workload, batch, {}});
+  // Two encoder branches (vision, audio, each with its projector) and the LLM,
+  // at once (phase 0), each on GPU groups of its own.
+  ASSERT_EQ(r.plan.units.size(), 3u) << r.config;
+  std::vector<std::pair<int, int>> spans;
+  for (const Unit& u : r.plan.units) {
+    EXPECT_EQ(u.phase, 0) << u.name;
+    spans.push_back({u.first_group, u.first_group + u.num_groups()});
+  }
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
+  EXPECT_LE(spans.back().second, cluster.num_gpus() / r.plan.group_gpus);
+  EXPECT_EQ(r.plan.units.back().modules, std::vector<std::string>{"llm"});
+}
+
+// A frozen encoder feeding a trainable projector and a frozen LLM (Cornstarch's
+// setting): the encoder's backward is nearly free, the LLM still pays its
+// input gradients. Balanced by frozen-aware times, the slowest of 4 stages
+// (priced as it will run) is faster than when balanced as if every layer trained.
+TEST(CornstarchStrategy, FrozenAwareStagesBalanceAFrozenModelBetter) {
+  const Model model = LoadModel("mllm-mms");
+  const Cluster cluster = LoadCluster("cornstarch-testbed");
+  const Workload workload = LoadWorkload("cornstarch-synthetic");
+  const Batch batch = DrawBatch(workload, 0);
+  const StrategyContext ctx{model, cluster, workload, batch, {}};
+  const std::vector<std::string> chain = {"vision", "vision_projector", "llm"};
+  const auto layers = UnitLayers(model, chain);
+  const auto aware = LayerWeights(ctx, layers, Balance::kTime, 1);
+  const auto unaware = LayerWeights(ctx, layers, Balance::kTimeFrozenUnaware, 1);
+  double frozen_saving = 0;
+  for (size_t l = 0; l < aware.size(); ++l) frozen_saving += unaware[l] - aware[l];
+  ASSERT_GT(frozen_saving, 0);  // the model has frozen layers whose backward is skipped
+  auto slowest = [&](const Partition& p) {  // priced frozen-aware: what runs
+    double worst = 0;
+    for (size_t s = 0; s + 1 < p.begin.size(); ++s) {
+      double t = 0;
+      for (int l = p.begin[s]; l < p.begin[s + 1]; ++l) t += aware[l];
+      worst = std::max(worst, t);
+    }
+    return worst;
+  };
+  const double with_aware = slowest(MinMaxPartition(aware, 4)), with_unaware = slowest(MinMaxPartition(unaware, 4));
+  EXPECT_LT(with_aware, with_unaware);
+  EXPECT_NEAR(with_aware, MinMaxPartition(aware, 4).max_cost, 1e-9 * with_aware);
+}
+
+}  // namespace
+}  // namespace loom
