@@ -94,19 +94,25 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
   return mask;
 }
 
-std::vector<int64_t> BlockWork(const BitfieldMask& mask, int64_t block_tokens) {
+std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t block_tokens) {
   if (block_tokens < 1) throw Error(fmt::format("attention mask: block of {} tokens; valid: >= 1", block_tokens));
   const auto blocks = Summaries(mask, block_tokens);
-  std::vector<int64_t> work(blocks.size(), 0);
+  std::vector<std::vector<int64_t>> out(blocks.size());
   for (size_t qb = 0; qb < blocks.size(); ++qb) {
     for (size_t kb = 0; kb < blocks.size(); ++kb) {
       bool meet = false;
       for (const Group& q : blocks[qb]) {
         for (const Group& k : blocks[kb]) meet = meet || GroupsMeet(q, k);
       }
-      work[qb] += meet ? 1 : 0;
+      if (meet) out[qb].push_back(static_cast<int64_t>(kb));
     }
   }
+  return out;
+}
+
+std::vector<int64_t> BlockWork(const BitfieldMask& mask, int64_t block_tokens) {
+  std::vector<int64_t> work;
+  for (const auto& row : KvBlocks(mask, block_tokens)) work.push_back(static_cast<int64_t>(row.size()));
   return work;
 }
 

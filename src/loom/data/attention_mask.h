@@ -64,5 +64,8 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
 // at least one key some query of the block may read; a kernel skips the rest.
 // O(blocks^2 x groups^2) from per-block summaries, never the S x S mask.
 std::vector<int64_t> BlockWork(const BitfieldMask& mask, int64_t block_tokens);
+// Those KV blocks themselves, ascending, per query block (what a block-sparse
+// kernel visits).
+std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t block_tokens);
 
 }  // namespace loom

@@ -1,0 +1,83 @@
+#include "loom/runtime/bitfield_attention.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "loom/error.h"
+
+namespace loom::runtime {
+
+namespace {
+
+void CheckShapes(const torch::Tensor& q, const BitfieldMask& mask) {
+  if (q.dim() != 4 || q.size(0) != 1 || q.size(1) != static_cast<int64_t>(mask.size())) {
+    throw Error(fmt::format("bitfield attention: q of {} dimensions and {} tokens for a mask of {} tokens; valid: "
+                            "[1, T, heads, d] with T the mask's length",
+                            q.dim(), q.dim() >= 2 ? q.size(1) : 0, mask.size()));
+  }
+}
+
+// Softmax attention of queries [heads, nq, d] over keys and values [heads, nk, d]
+// where `allowed` [nq, nk] is true.
+torch::Tensor Masked(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                     const torch::Tensor& allowed) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
+  scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<float>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+// allowed[i][j] for queries `qs` and keys `ks` (positions).
+torch::Tensor Allowed(const BitfieldMask& mask, const std::vector<int64_t>& qs, const std::vector<int64_t>& ks,
+                      const torch::Device& device) {
+  torch::Tensor a = torch::zeros({static_cast<int64_t>(qs.size()), static_cast<int64_t>(ks.size())}, torch::kBool);
+  auto acc = a.accessor<bool, 2>();
+  for (size_t i = 0; i < qs.size(); ++i) {
+    for (size_t j = 0; j < ks.size(); ++j) acc[i][j] = MayAttend(mask, qs[i], ks[j]);
+  }
+  return a.to(device);
+}
+
+}  // namespace
+
+torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                         const BitfieldMask& mask) {
+  CheckShapes(q, mask);
+  const int64_t T = q.size(1);
+  std::vector<int64_t> all(T);
+  for (int64_t i = 0; i < T; ++i) all[i] = i;
+  // [1, T, heads, d] -> [heads, T, d]
+  auto heads_first = [](const torch::Tensor& t) { return t[0].transpose(0, 1); };
+  return Masked(heads_first(q), heads_first(k), heads_first(v), Allowed(mask, all, all, q.device()))
+      .transpose(0, 1)
+      .unsqueeze(0);
+}
+
+torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const BitfieldMask& mask, int64_t block_tokens) {
+  CheckShapes(q, mask);
+  const int64_t T = q.size(1);
+  const auto rows = KvBlocks(mask, block_tokens);
+  auto heads_first = [](const torch::Tensor& t) { return t[0].transpose(0, 1); };
+  const torch::Tensor Q = heads_first(q), K = heads_first(k), V = heads_first(v);
+  std::vector<torch::Tensor> out;
+  for (size_t qb = 0; qb < rows.size(); ++qb) {
+    const int64_t q0 = static_cast<int64_t>(qb) * block_tokens, q1 = std::min(T, q0 + block_tokens);
+    std::vector<int64_t> qs, ks;
+    for (int64_t i = q0; i < q1; ++i) qs.push_back(i);
+    std::vector<torch::Tensor> kparts, vparts;
+    for (int64_t kb : rows[qb]) {
+      const int64_t k0 = kb * block_tokens, k1 = std::min(T, k0 + block_tokens);
+      for (int64_t j = k0; j < k1; ++j) ks.push_back(j);
+      kparts.push_back(K.slice(1, k0, k1));
+      vparts.push_back(V.slice(1, k0, k1));
+    }
+    out.push_back(Masked(Q.slice(1, q0, q1), torch::cat(kparts, 1), torch::cat(vparts, 1),
+                         Allowed(mask, qs, ks, q.device())));
+  }
+  return torch::cat(out, 1).transpose(0, 1).unsqueeze(0);
+}
+
+}  // namespace loom::runtime
