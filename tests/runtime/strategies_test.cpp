@@ -230,6 +230,32 @@ TEST(RuntimeStrategies, HeterogeneousPipelineTemplatesEqualSingleProcessTraining
   ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:3x1 " + s.data_args + " --plan " + plans);
 }
 
+// Cornstarch's modality parallelism (issue 18): both encoder branches of
+// tiny-vlm2 as pipelines of their own beside the LLM's, all at once on
+// disjoint GPUs; its own plan on 4 GPUs, and a hand-made one with the LLM
+// pipelined over 2 of 4 GPUs and 4 microbatches.
+TEST(RuntimeStrategies, CornstarchsModalityParallelPlansEqualSingleProcessTraining) {
+  const TinyRun s(kVlm2, kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  const std::string plans = test::WriteTemp("cornstarch-1x4.json", "");
+  auto [code, out] = LoomCli("plan --model " + kVlm2 + " --cluster h100:1x4 " + s.data_args +
+                             " --precision fp32 --strategy cornstarch --iterations 1 --json " + plans);
+  ASSERT_EQ(code, 0) << out;
+  ExpectRunMatches(ref, "run --model " + kVlm2 + " --cluster h100:1x4 " + s.data_args + " --plan " + plans);
+  const Batch batch = DrawBatch(s.workload, 0);
+  const Cluster four = MakeCluster("h100", 1, 4);
+  const StrategyContext ctx{s.model, four, s.workload, batch, {}};
+  Plan plan = EmptyPlan(ctx, "cornstarch", 1);
+  plan.units.push_back(MakeUnit(ctx, "encoder0", {"vision", "projector"}, 0, 1, 0, 1, 1, kMicrobatches,
+                                ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kTime));
+  plan.units.push_back(MakeUnit(ctx, "encoder1", {"coarse", "coarse_projector"}, 1, 1, 0, 1, 1, kMicrobatches,
+                                ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kTime));
+  plan.units.push_back(MakeUnit(ctx, "llm", {"llm"}, 2, 1, 0, 1, 2, kMicrobatches, ScheduleKind::kOneFOneB,
+                                Recompute::kNone, Balance::kTime));
+  const std::string path = test::WriteTemp("cornstarch-hand.json", PlanToJson(plan).dump());
+  ExpectRunMatches(ref, "run --model " + kVlm2 + " --cluster h100:1x4 " + s.data_args + " --plan " + path);
+}
+
 // Mosaic's shape with phase rounds (Plan::phase_rounds) and a pipelined
 // module: the encoders data parallel on both GPUs (phase 0, GPipe), the LLM
 // pipelined over them (phase 1, 1F1B), 4 microbatches in 2 rounds: each round
