@@ -56,6 +56,34 @@ CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp) 
   return Finish(sizes, LptPartition(sizes, cp), cp);
 }
 
+const char* CpSplitName(CpSplit s) {
+  switch (s) {
+    case CpSplit::kIdeal: return "ideal";
+    case CpSplit::kZigzag: return "zigzag";
+    case CpSplit::kBalanced: return "balanced";
+  }
+  return "ideal";
+}
+
+CpSplit ParseCpSplit(const std::string& name, const std::string& field) {
+  for (CpSplit s : {CpSplit::kIdeal, CpSplit::kZigzag, CpSplit::kBalanced}) {
+    if (name == CpSplitName(s)) return s;
+  }
+  throw Error(fmt::format("{}: '{}'; valid: ideal, zigzag, balanced", field, name));
+}
+
+double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split, int64_t block_tokens) {
+  if (split == CpSplit::kIdeal || cp <= 1) return 1.0;
+  std::vector<double> work(cp, 0.0);
+  for (const BitfieldMask& row : rows) {
+    const auto blocks = BlockWork(row, block_tokens);
+    const CpAssignment a = split == CpSplit::kZigzag ? ZigzagAssignment(blocks, cp) : BalancedAssignment(blocks, cp);
+    for (int r = 0; r < cp; ++r) work[r] += a.rank_work[r];
+  }
+  const double total = std::accumulate(work.begin(), work.end(), 0.0);
+  return total > 0 ? *std::max_element(work.begin(), work.end()) * cp / total : 1.0;
+}
+
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock) {
   if (units < 1 || subblock < 0) {
     throw Error(fmt::format("kernel of {} compute units, sub-blocks of {}; valid: units >= 1, sub-blocks >= 0",

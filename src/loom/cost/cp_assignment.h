@@ -18,9 +18,21 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "loom/data/attention_mask.h"
+
 namespace loom {
+
+// How a plan splits each sequence over its CP ranks (Unit::cp_split):
+//   kIdeal: 1/cp of the attention pairs each (Loom's model before issue 18);
+//   kZigzag: Megatron's split, priced from the batch's actual masks;
+//   kBalanced: Cornstarch's LPT over mask blocks, likewise. Append-only.
+enum class CpSplit : uint8_t { kIdeal = 0, kZigzag = 1, kBalanced = 2 };
+const char* CpSplitName(CpSplit s);
+// Throws loom::Error naming `field` and the valid names.
+CpSplit ParseCpSplit(const std::string& name, const std::string& field);
 
 struct CpAssignment {
   std::vector<int> rank_of_block;  // per query block
@@ -39,5 +51,10 @@ CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp);
 // unit (subblock 0), or cut into pieces of at most `subblock` KV blocks, the
 // pieces spread LPT over the units. Returns the busiest unit's steps.
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock);
+
+// The busiest CP rank's attention work over the average, for sequences
+// `rows` each split over the same cp ranks by `split` (blocks of
+// `block_tokens`; kIdeal: 1). Multiplies the 1/cp share of attention pairs.
+double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split, int64_t block_tokens);
 
 }  // namespace loom

@@ -15,11 +15,12 @@ bool HasAttention(const Layer& l) {
          l.kind == LayerKind::kSpatialTransformer;
 }
 
-// Context parallelism splits every sequence over cp ranks; with the balanced
-// (zig-zag) split each rank does 1/cp of the attention pairs.
-TokenStats PerCpRank(TokenStats t, int cp) {
+// Context parallelism splits every sequence over cp ranks: each does 1/cp of
+// the tokens and, ideally, of the attention pairs; `imbalance` is how much
+// more the busiest rank's split of the actual masks gives it.
+TokenStats PerCpRank(TokenStats t, int cp, double imbalance) {
   t.tokens /= cp;
-  t.sum_sq /= cp;
+  t.sum_sq = t.sum_sq / cp * imbalance;
   t.cross /= cp;
   return t;
 }
@@ -58,7 +59,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
                       const Cluster& c, const LayerParallelism& par) {
   const TokenStats full = par.split ? module_tokens : ShareOfSequences(module_tokens, par.tp);
   const int tp = par.split ? par.tp : 1;
-  const TokenStats t = PerCpRank(full, par.cp);
+  const TokenStats t = PerCpRank(full, par.cp, par.cp_imbalance);
   const double elem = ElementBytes(par.precision);
   const LayerWork w = EstimateLayerWork(l, t, tp, elem);
   LayerTimes out;

@@ -23,6 +23,7 @@ struct LayerTimes {
 struct LayerParallelism {
   int tp = 1;            // tensor-parallel degree of the layer's group
   int cp = 1;            // context-parallel degree
+  double cp_imbalance = 1;  // the busiest CP rank's attention pairs over 1/cp of them (cost/cp_assignment.h)
   bool split = true;     // false: heads do not divide by tp; the group shares sequences instead
   Recompute recompute = Recompute::kNone;
   bool fsdp = false;     // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)

@@ -71,9 +71,12 @@ int64_t AudioTokens(const TokenRule& r, double seconds) {
   return static_cast<int64_t>(std::ceil(seconds * r.tokens_per_s));
 }
 
-std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
+namespace {
+
+// CountModuleTokens, keeping each module's flow (its sequences and per-document outputs).
+std::vector<TokenStats> Count(const Model& model, const Sample& sample, std::vector<Flow>& flows) {
   const int docs = std::max(1, sample.num_docs());
-  std::vector<Flow> flows(model.modules.size());
+  flows.assign(model.modules.size(), Flow{});
   std::vector<TokenStats> stats(model.modules.size());
   for (size_t i = 0; i < model.modules.size(); ++i) {
     const Module& m = model.modules[i];
@@ -158,6 +161,43 @@ std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& samp
     }
   }
   return stats;
+}
+
+}  // namespace
+
+std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
+  std::vector<Flow> flows;
+  return Count(model, sample, flows);
+}
+
+std::vector<MaskSegment> ModuleMaskSegments(const Model& model, int module, const Sample& sample) {
+  std::vector<Flow> flows;
+  Count(model, sample, flows);
+  const Module& m = model.modules.at(module);
+  std::vector<MaskSegment> out;
+  if (m.tokens.source == TokenSource::kText || m.tokens.source == TokenSource::kTextAndInputs) {
+    const bool inputs = m.tokens.source == TokenSource::kTextAndInputs;
+    for (int d = 0; d < sample.num_docs(); ++d) {
+      const int64_t text = sample.doc_text_tokens[d];
+      out.push_back({text / 2, -1, d});  // embedded: the document's inputs amid its text
+      if (inputs) {
+        for (size_t i = 0; i < m.inputs.size(); ++i) {
+          const double t = std::ceil(flows[m.inputs[i]].out_per_doc[d] / static_cast<double>(m.tokens.downsample));
+          out.push_back({static_cast<int64_t>(t), static_cast<int>(i), d});
+        }
+      }
+      out.push_back({text - text / 2, -1, d});
+    }
+  } else {
+    // An encoder's sequences (one per image, clip, ...) each attend within themselves.
+    const Flow& f = flows[module];
+    for (size_t k = 0; k < f.seqs.size(); ++k) out.push_back({static_cast<int64_t>(f.seqs[k]), 0, static_cast<int>(k)});
+  }
+  std::vector<MaskSegment> kept;
+  for (const auto& s : out) {
+    if (s.tokens > 0) kept.push_back(s);
+  }
+  return kept;
 }
 
 std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples) {

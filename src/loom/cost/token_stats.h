@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "loom/data/attention_mask.h"
 #include "loom/data/sample.h"
 #include "loom/spec/model.h"
 
@@ -45,5 +46,13 @@ int64_t AudioTokens(const TokenRule& r, double seconds);
 std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample);
 // The same summed over samples.
 std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples);
+
+// Module `module`'s sequence for one sample as attention-mask segments
+// (data/attention_mask.h), in sequence order: per document, an LLM's text
+// with its inputs' tokens embedded in the middle of it (the thesis' embedded
+// layout, Fig. 3.5b; where a sample puts its images the workload does not
+// say), input i as modality i (each input ceiled through the module's
+// downsample on its own); an encoder's sequences each a document of their own.
+std::vector<MaskSegment> ModuleMaskSegments(const Model& model, int module, const Sample& sample);
 
 }  // namespace loom

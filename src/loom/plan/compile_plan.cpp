@@ -142,6 +142,7 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.layers = spec.layers;
   st.tp = spec.tp > 0 ? spec.tp : unit.tp;
   st.cp = unit.cp;
+  st.cp_split = unit.cp_split;
   st.gpus = unit.pipelines[t].span(spec.rank) * plan.group_gpus;
   st.seq_share = st.gpus / (st.tp * unit.cp);
   st.dp = unit.num_replicas();

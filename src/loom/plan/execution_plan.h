@@ -59,6 +59,7 @@ struct ExecStage {
   int replica = 0;               // replica of the unit (across templates)
   std::vector<LayerRange> layers;
   int tp = 1, cp = 1, seq_share = 1;
+  CpSplit cp_split = CpSplit::kIdeal;  // its unit's
   int dp = 1;
   int gpus = 1;                  // GPUs that run it: its rank's groups x group_gpus
   int zero_stage = 1;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/cost/cp_assignment.h"
 #include "loom/cost/layer_work.h"
 #include "loom/pipeline/schedules.h"
 
@@ -70,6 +71,7 @@ struct Unit {
   int first_group = 0;               // first GPU group it occupies
   int tp = 1;                        // tensor parallel inside a group (the rest of the group shares sequences)
   int cp = 1;                        // context parallel inside a group
+  CpSplit cp_split = CpSplit::kIdeal;  // how each sequence splits over the cp ranks (cost/cp_assignment.h)
   int phase = 0;                     // temporal stage: phase q runs after phase q-1 on shared groups
   double sm_fraction = 1.0;          // share of each GPU's SMs (Mosaic); 1 = the whole GPU
   Recompute recompute = Recompute::kNone;

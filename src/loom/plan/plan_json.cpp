@@ -142,6 +142,7 @@ json PlanToJson(const Plan& p) {
                      {"zero_stage", u.zero_stage},
                      {"sequence_parallel", u.sequence_parallel},
                      {"pipelines", pipelines}});
+    if (u.cp_split != CpSplit::kIdeal) units.back()["cp_split"] = CpSplitName(u.cp_split);  // omitted when ideal
   }
   json brokers = json::array();
   for (const Broker& b : p.brokers) brokers.push_back({{"from", b.from}, {"to", b.to}, {"count", b.count}});
@@ -169,8 +170,8 @@ Plan PlanFromJson(const json& j, const std::string& file) {
   for (size_t i = 0; i < units.size(); ++i) {
     const std::string up = fmt::format("units[{}]", i);
     Reader ur(units[i], file, up,
-              {"name", "modules", "first_group", "tp", "cp", "phase", "sm_fraction", "recompute", "zero_stage",
-               "sequence_parallel", "pipelines"});
+              {"name", "modules", "first_group", "tp", "cp", "cp_split", "phase", "sm_fraction", "recompute",
+               "zero_stage", "sequence_parallel", "pipelines"});
     Unit u;
     u.name = ur.String("name", "", true);
     const json& mods = ur.Array("modules");
@@ -181,6 +182,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
     u.first_group = static_cast<int>(ur.Int("first_group", 0));
     u.tp = static_cast<int>(ur.Int("tp", 1));
     u.cp = static_cast<int>(ur.Int("cp", 1));
+    u.cp_split = ParseCpSplit(ur.String("cp_split", "ideal"), file + ": " + ur.Field("cp_split"));
     u.phase = static_cast<int>(ur.Int("phase", 0));
     u.sm_fraction = ur.Number("sm_fraction", 1.0);
     u.recompute = ParseRecompute(ur.String("recompute", "none"), file + ": " + ur.Field("recompute"));

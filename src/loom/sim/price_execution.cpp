@@ -105,11 +105,28 @@ double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const Ex
   return total_s;
 }
 
+std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch,
+                                  const std::vector<SamplePiece>& pieces) {
+  std::vector<double> out(model.modules.size(), 1.0);
+  if (stage.cp <= 1 || stage.cp_split == CpSplit::kIdeal) return out;
+  constexpr int64_t kBlockTokens = 128;  // Cornstarch's N_B
+  for (const auto& r : stage.layers) {
+    const int mi = model.FindModule(r.module);
+    std::vector<BitfieldMask> rows;
+    for (const auto& p : pieces) {
+      rows.push_back(BuildMask(ModuleMaskSegments(model, mi, PieceSample(batch, p)), MaskLayout::kEmbedded));
+    }
+    out[mi] = CpImbalance(rows, stage.cp, stage.cp_split, kBlockTokens);
+  }
+  return out;
+}
+
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
                      const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
                      double* flops,
-                     std::vector<std::array<LayerTimes, 3>>* options) {
+                     std::vector<std::array<LayerTimes, 3>>* options,
+                     const std::vector<double>* cp_imbalance) {
   StageCost sc;
   const SmSharing sharing = c.cost_model ? c.cost_model->sm_sharing() : SmSharing{};
   int layer = 0, last_module = -1, last_layer = -1;
@@ -119,6 +136,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     LayerParallelism par;
     par.tp = st.tp;
     par.cp = st.cp;
+    if (cp_imbalance != nullptr) par.cp_imbalance = (*cp_imbalance)[mi];
     par.split = SplitsOverTensorParallel(mod, st.tp);
     par.fsdp = st.zero_stage == 3;
     par.fsdp_ranks = st.dp * st.gpus / st.tp;
@@ -238,8 +256,9 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         const MicrobatchWork& mb = exec.replicas[d][s][j];
         const auto& tokens = cache.Of(mb.pieces);
         double flops = 0;
+        const std::vector<double> imbalance = CpImbalanceOf(model, st, batch, mb.pieces);
         pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
-                                         want_options ? &options->at[s][j] : nullptr));
+                                         want_options ? &options->at[s][j] : nullptr, &imbalance));
         out.model_flops += flops * st.gpus;
         for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
           if (r.begin != 0) continue;

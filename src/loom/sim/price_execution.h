@@ -46,7 +46,14 @@ StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage
                      const std::vector<TokenStats>& tokens, const std::vector<Recompute>& layer_recompute,
                      const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
                      double* flops = nullptr,
-                     std::vector<std::array<LayerTimes, 3>>* options = nullptr);
+                     std::vector<std::array<LayerTimes, 3>>* options = nullptr,
+                     const std::vector<double>* cp_imbalance = nullptr);
+
+// Per module of the model, the busiest CP rank's share of `stage`'s attention
+// pairs over 1/cp (CpImbalance) on microbatch `pieces` of `batch`, each
+// sample's sequence split by the stage's cp_split; 1 where ideal or cp 1.
+std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch,
+                                  const std::vector<SamplePiece>& pieces);
 
 // Parameters per GPU of one stage: trainable, frozen, and the trainable ones
 // replicated over the TP group (modules whose heads do not divide).

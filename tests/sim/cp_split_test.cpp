@@ -1,0 +1,70 @@
+// Context parallelism priced from the batch's actual attention masks
+// (Unit::cp_split, cost/cp_assignment.h): OBELICS samples pack several
+// documents, each with images amid its text, into one sequence per sample.
+// Megatron's zigzag split ignores document boundaries and loads one rank
+// more; Cornstarch's LPT over mask blocks comes close to the ideal 1/cp.
+#include <gtest/gtest.h>
+
+#include "loom/error.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/plan/plan_json.h"
+#include "loom/sim/plan_run.h"
+#include "loom/sim/price_execution.h"
+#include "plan/plan_test_util.h"
+
+namespace loom {
+namespace {
+
+Plan WithCp(const test::Fixture& f, CpSplit split) {
+  Plan p = SingleUnitPlan(f.ctx(), "megatron", 4, 1, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
+                          Balance::kParams, 1);
+  p.group_gpus = 8;  // tp 4 x cp 2
+  p.units[0].cp = 2;
+  p.units[0].cp_split = split;
+  return p;
+}
+
+TEST(CpSplit, PricedFromTheMasksOfTheBatch) {
+  test::Fixture f;
+  const int llm = f.model.FindModule("llm");
+  std::vector<double> imbalance;
+  for (CpSplit split : {CpSplit::kIdeal, CpSplit::kZigzag, CpSplit::kBalanced}) {
+    const ExecutionPlan e = CompilePlan(f.model, f.cluster, f.workload, WithCp(f, split), f.batch);
+    ASSERT_EQ(e.stages[0].cp_split, split);
+    double worst = 1;
+    for (const auto& mb : e.replicas[0][0]) {
+      worst = std::max(worst, CpImbalanceOf(f.model, e.stages[0], f.batch, mb.pieces)[llm]);
+    }
+    imbalance.push_back(worst);
+  }
+  EXPECT_EQ(imbalance[0], 1.0);
+  EXPECT_GT(imbalance[1], 1.05);            // zigzag across packed documents
+  EXPECT_LT(imbalance[2], imbalance[1]);    // LPT over the mask's blocks
+  EXPECT_LT(imbalance[2], 1.05);
+  // The iteration follows: ideal <= balanced < zigzag.
+  std::vector<double> time_s;
+  for (CpSplit split : {CpSplit::kIdeal, CpSplit::kZigzag, CpSplit::kBalanced}) {
+    time_s.push_back(RunPlan(f.model, f.cluster, f.workload, WithCp(f, split), f.batch).metrics.iteration_time_s);
+  }
+  EXPECT_LE(time_s[0], time_s[2]);
+  EXPECT_LT(time_s[2], time_s[1]);
+}
+
+TEST(CpSplit, JsonKeepsItAndNamesABadOne) {
+  test::Fixture f;
+  const Plan p = WithCp(f, CpSplit::kBalanced);
+  nlohmann::json j = PlanToJson(p);
+  EXPECT_EQ(j["units"][0]["cp_split"], "balanced");
+  EXPECT_EQ(PlanFromJson(j, "p.json").units[0].cp_split, CpSplit::kBalanced);
+  EXPECT_FALSE(PlanToJson(WithCp(f, CpSplit::kIdeal))["units"][0].contains("cp_split"));
+  j["units"][0]["cp_split"] = "round-robin";
+  try {
+    PlanFromJson(j, "p.json");
+    FAIL() << "accepted a bad cp_split";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("valid: ideal, zigzag, balanced"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace loom
