@@ -36,6 +36,26 @@ TEST(CornstarchStrategy, PlansEncoderBranchesBesideTheLlm) {
   EXPECT_EQ(r.plan.units.back().modules, std::vector<std::string>{"llm"});
 }
 
+// Context parallelism for the LLM is searched only where documents are long
+// enough to split (4096 tokens per rank), and is token-balanced.
+TEST(CornstarchStrategy, SearchesBalancedContextParallelismForLongSequences) {
+  const Model model = LoadModel("mllm-lls");
+  const Cluster cluster = LoadCluster("cornstarch-testbed");
+  auto plan_at = [&](int64_t seq_len) {
+    Workload w = LoadWorkload("text");
+    w.global_batch = 8;
+    w.source.seq_len = seq_len;
+    const Batch batch = DrawBatch(w, 0);
+    return CornstarchStrategy(StrategyContext{model, cluster, w, batch, {}});
+  };
+  const StrategyResult short_seq = plan_at(2048), long_seq = plan_at(16384);
+  EXPECT_GT(long_seq.candidates, short_seq.candidates);  // cp 2 and 4 tried as well
+  for (const Unit& u : long_seq.plan.units) {
+    if (u.cp > 1) EXPECT_EQ(u.cp_split, CpSplit::kBalanced) << u.name;
+  }
+  for (const Unit& u : short_seq.plan.units) EXPECT_EQ(u.cp, 1) << u.name;
+}
+
 // A frozen encoder feeding a trainable projector and a frozen LLM (Cornstarch's
 // setting): the encoder's backward is nearly free, the LLM still pays its
 // input gradients. Balanced by frozen-aware times, the slowest of 4 stages

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
+#include "loom/cost/token_stats.h"
 #include "loom/error.h"
 
 namespace loom {
@@ -41,8 +43,20 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
   for (const auto& b : waves.upstream_branches) branch_layers.push_back(static_cast<int>(UnitLayers(ctx.model, b).size()));
   const int llm_layers = static_cast<int>(UnitLayers(ctx.model, llm).size());
   const int64_t B = ctx.workload.global_batch;
+  // Token-balanced context parallelism for the LLM (§3.3.2) where its
+  // sequences are long enough to split: cp ranks each keep >= 4096 tokens of
+  // the longest document (the thesis evaluates CP at 16K-64K).
+  int64_t longest = 0;
+  const int llm_module = ctx.model.FindModule(waves.backbone.front());
+  for (const Sample& s : ctx.representative.samples) {
+    std::map<int, int64_t> per_doc;
+    for (const auto& seg : ModuleMaskSegments(ctx.model, llm_module, s)) per_doc[seg.doc] += seg.tokens;
+    for (const auto& [doc, tokens] : per_doc) longest = std::max(longest, tokens);
+  }
   for (int tp : TpChoices(ctx.cluster)) {
-    const int groups = ctx.cluster.num_gpus() / tp;
+  for (int cp : {1, 2, 4, 8}) {
+    if (tp * cp > ctx.cluster.gpus_per_node || (cp > 1 && longest < 4096 * cp)) continue;
+    const int groups = ctx.cluster.num_gpus() / (tp * cp);
     // Every combination of branch depths (each a power of two), then the LLM's.
     std::vector<std::vector<int>> branch_depths{{}};
     for (int b = 0; b < branches; ++b) {
@@ -68,23 +82,27 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
         for (int m : Divisors(B / dp)) {
           if (m < deepest || m > 64) continue;
           search.Try([&](Recompute r) {
-            Plan plan = EmptyPlan(ctx, name, tp);
+            Plan plan = EmptyPlan(ctx, name, tp * cp);  // encoders share each group's sequences
             int first = 0;
             for (int b = 0; b < branches; ++b) {
               plan.units.push_back(MakeUnit(ctx, "encoder" + std::to_string(b), waves.upstream_branches[b], first, tp, 0,
                                             dp, depths[b], m, ScheduleKind::kOneFOneB, r, balance));
               first += dp * depths[b];
             }
-            plan.units.push_back(
-                MakeUnit(ctx, "llm", llm, first, tp, 0, dp, llm_pp, m, ScheduleKind::kOneFOneB, r, balance));
+            Unit unit = MakeUnit(ctx, "llm", llm, first, tp, 0, dp, llm_pp, m, ScheduleKind::kOneFOneB, r, balance);
+            unit.cp = cp;
+            unit.cp_split = CpSplit::kBalanced;  // LPT over the mask's blocks (cost/cp_assignment.h)
+            plan.units.push_back(std::move(unit));
             return plan;
           });
         }
       }
     }
   }
-  return search.Finish(fmt::format("TP x pipeline depth of each encoder branch and of the LLM x replicas x "
-                                   "microbatches x recompute; stages balanced by {} forward + backward time",
+  }
+  return search.Finish(fmt::format("TP x the LLM's CP (token-balanced, where documents reach 4096 tokens per rank) x "
+                                   "pipeline depth of each encoder branch and of the LLM x replicas x microbatches x "
+                                   "recompute; stages balanced by {} forward + backward time",
                                    balance == Balance::kTime ? "frozen-aware" : "frozen-unaware"),
                        Describe);
 }

@@ -12,9 +12,13 @@
 // data-parallel replicas that fill the GPUs, at every TP degree of a node,
 // and the simulator picks (the rule is the search; docs/strategies.md).
 //
+// The LLM may add token-balanced context parallelism (§3.3.2; Unit::cp_split
+// balanced, priced from the batch's masks) where its longest document gives
+// every CP rank at least 4096 tokens; the encoders then share each group's
+// sequences instead.
+//
 // Not yet: the colocated and replicated encoder modes of the released code,
-// token-balanced context parallelism in plans (cost/cp_assignment.h has the
-// assignment), the runtime's bitfield attention.
+// the runtime's bitfield attention in its layers and CP across units.
 #pragma once
 
 #include "loom/strategies/plan_builders.h"
