@@ -47,6 +47,10 @@ Plan MegatronConfigPlan(const StrategyContext& ctx, const ParallelConfig& cfg) {
   // Context parallelism: each group of tp x cp GPUs runs one pipeline rank.
   plan.group_gpus = cfg.tp * cfg.cp;
   plan.units[0].cp = cfg.cp;
+  // Megatron-LM splits each sequence zigzag over its CP ranks (2 cp chunks,
+  // rank i taking i and 2cp - 1 - i): exact for one causal document, uneven
+  // for packed documents and multimodal masks, priced from the batch's masks.
+  if (cfg.cp > 1) plan.units[0].cp_split = CpSplit::kZigzag;
   plan.searched = fmt::format("fixed by flags: tp {} pp {} dp {} cp {} vpp {}, {} microbatches, {}", cfg.tp, cfg.pp,
                               cfg.dp, cfg.cp, cfg.vpp, cfg.microbatches, ScheduleKindName(cfg.schedule));
   return plan;
