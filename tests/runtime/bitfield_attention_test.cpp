@@ -8,6 +8,7 @@
 
 #include "loom/error.h"
 #include "loom/runtime/bitfield_attention.h"
+#include "reference.h"
 
 namespace loom {
 namespace {
@@ -59,6 +60,29 @@ TEST(BitfieldAttention, CausalMaskVisitsTheLowerTriangleOfBlocks) {
   const torch::Tensor q = torch::randn({1, 63, 1, 4});
   EXPECT_THROW(runtime::BitfieldAttention(q, q, q, mask, 8), Error);  // 63 tokens for a 64-token mask
   EXPECT_THROW(runtime::BitfieldAttention(torch::randn({1, 64, 1, 4}), q, q, mask, 0), Error);
+}
+
+// tiny-vlm with `attention_mask: bitfield` on its LLM: the runtime's layers
+// take the mask built from each microbatch's packing (image tokens modality 0,
+// each packed document apart) and train like one process under pipelines,
+// replicas and recomputation; the mask changes what the model computes (its
+// losses differ from tiny-vlm's). Context parallelism over it is refused.
+TEST(BitfieldAttention, TheRuntimesLayersTrainWithItLikeOneProcess) {
+  using namespace runtime_test;
+  const std::string model = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm-bitfield.yaml";
+  const TinyRun s(model, kLaion);
+  EXPECT_TRUE(s.model.modules[s.model.FindModule("llm")].bitfield_attention);
+  const Reference bitfield = TrainInOneProcess(s), plain = TrainInOneProcess(TinyRun(kVlm, kLaion));
+  EXPECT_GT(std::abs(bitfield.losses[1] - plain.losses[1]), 1e-4);
+  ExpectRunsLikeTheReference(s, {{"bitfield-1f1b", ScheduleKind::kOneFOneB, 1, 2, 1},
+                                 {"bitfield-dp2-full", ScheduleKind::kGpipe, 1, 2, 2, Recompute::kFull}});
+  const Cluster two = MakeCluster("h100", 1, 2);
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "bitfield-cp2.json", 1, 1, 1, &two,
+                                            Recompute::kNone, 1, 2);
+  auto [code, out] = LoomCli("run --model " + model + " --cluster h100:1x2 " + s.data_args + " --plan " + plan +
+                             " --steps 1 --timeout 20");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("bitfield attention under context parallelism"), std::string::npos) << out;
 }
 
 }  // namespace

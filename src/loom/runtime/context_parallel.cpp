@@ -1,9 +1,12 @@
 #include "loom/runtime/context_parallel.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "loom/error.h"
 #include "loom/runtime/autograd_pointers.h"
 
 namespace loom::runtime {
@@ -142,9 +145,30 @@ std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, i
 }
 
 c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking& packing, int module,
-                                                        const ContextParallel& cp, const torch::Device& device) {
+                                                        const ContextParallel& cp, const torch::Device& device,
+                                                        const Module* spec) {
   auto L = c10::make_intrusive<AttentionLayout>();
   L->lengths = packing.Lengths(module);
+  if (spec != nullptr && spec->bitfield_attention) {
+    if (cp.size > 1) {
+      throw Error(fmt::format("runtime: module {} uses bitfield attention under context parallelism {}; that is not "
+                              "run yet",
+                              spec->name, cp.size));
+    }
+    std::vector<MaskSegment> segments;
+    const auto& sequences = packing.modules[module];
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      for (const Part& part : sequences[i].parts) {
+        int modality = -1;
+        if (part.source >= 0) {
+          const auto at = std::find(spec->inputs.begin(), spec->inputs.end(), part.source);
+          modality = static_cast<int>(at - spec->inputs.begin());
+        }
+        segments.push_back({part.tokens, modality, static_cast<int>(i)});
+      }
+    }
+    L->mask = BuildMask(segments, MaskLayout::kEmbedded);  // in packing order
+  }
   if (cp.size < 2) return L;
   std::vector<int64_t> seq_of, pos_of;  // per row of the whole tensor
   for (size_t i = 0; i < L->lengths.size(); ++i) {

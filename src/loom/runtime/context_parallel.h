@@ -27,6 +27,7 @@
 #include <functional>
 #include <vector>
 
+#include "loom/data/attention_mask.h"
 #include "loom/runtime/packing.h"
 
 namespace loom::runtime {
@@ -54,9 +55,14 @@ struct AttentionLayout : torch::CustomClassHolder {
   std::vector<int64_t> rows;      // rows per rank (CP only)
   int64_t tokens = 0;             // of the whole module tensor
   torch::Tensor mine;             // this rank's rows of the packed module, [rows] long (CP only)
+  // A module with bitfield attention (Module::bitfield_attention): the packed
+  // row's mask, each packed sequence a document, input i's tokens modality i.
+  BitfieldMask mask;
 };
+// `spec`: the module (its bitfield flag and inputs); null: document attention.
 c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking& packing, int module,
-                                                        const ContextParallel& cp, const torch::Device& device);
+                                                        const ContextParallel& cp, const torch::Device& device,
+                                                        const Module* spec = nullptr);
 
 // Softmax attention of this rank's queries q [1, rows, heads, d] over every
 // rank's keys and values (k, v: this rank's, same shape) around the ring.

@@ -9,6 +9,7 @@
 
 #include "loom/error.h"
 #include "loom/runtime/autograd_pointers.h"
+#include "loom/runtime/bitfield_attention.h"
 
 namespace loom::runtime {
 
@@ -148,6 +149,10 @@ torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch
   return torch::cat(parts, 1);
 }
 
+// Tokens per block of the bitfield path (Cornstarch's N_B is 128; the tiny
+// test models' sequences are shorter, so smaller blocks exercise the skipping).
+constexpr int64_t kBitfieldBlockTokens = 32;
+
 struct BlockImpl;
 using Layout = c10::intrusive_ptr<AttentionLayout>;
 torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& layout, bool selective);
@@ -234,6 +239,7 @@ struct BlockImpl : torch::nn::Module {
     return Run(x, layout, recompute == Recompute::kSelective);
   }
   torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V, const Layout& layout) {
+    if (!layout->mask.empty()) return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens);
     if (cp->size > 1) return RingAttention(Q, K, V, layout, causal, cp);
     return Attend(Q, K, V, layout->lengths, causal);
   }
@@ -636,7 +642,10 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
   std::map<int, Layout> layouts;
   auto layout_of = [&](int module) {
     auto it = layouts.find(module);
-    if (it == layouts.end()) it = layouts.emplace(module, MakeAttentionLayout(*mb.packing, module, *cp_, mb.device)).first;
+    if (it == layouts.end()) {
+      it = layouts.emplace(module, MakeAttentionLayout(*mb.packing, module, *cp_, mb.device, &model_->modules[module]))
+               .first;
+    }
     return it->second;
   };
   std::set<int> sliced;

@@ -281,6 +281,11 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
                                        has_from ? std::optional(mod.modality) : std::nullopt);
     bool frozen_before = mod.frozen;
     mod.frozen = m.Bool("frozen", has_from ? mod.frozen : false);
+    const std::string mask = m.String("attention_mask", mod.bitfield_attention ? "bitfield" : "document");
+    if (mask != "document" && mask != "bitfield") {
+      throw m.ErrorAt("attention_mask", fmt::format("'{}'; valid: document, bitfield", mask));
+    }
+    mod.bitfield_attention = mask == "bitfield";
     if (has_from && mod.frozen != frozen_before) {
       for (auto& l : mod.layers) {
         l.frozen = mod.frozen;

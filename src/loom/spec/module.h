@@ -54,6 +54,12 @@ struct Module {
   ModuleRole role = ModuleRole::kBackbone;
   Modality modality = Modality::kText;
   bool frozen = false;
+  // Cornstarch's bitfield attention mask (data/attention_mask.h; YAML
+  // `attention_mask: bitfield`): in each document, text tokens read every
+  // earlier token, an input module's tokens read each other both ways.
+  // Otherwise (`document`, the default) each document's tokens attend as
+  // their layers say (causal or not).
+  bool bitfield_attention = false;
   TokenRule tokens;
   std::vector<Layer> layers;
   std::vector<int> inputs;  // indices into Model::modules, all < this module's index
