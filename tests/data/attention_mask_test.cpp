@@ -7,6 +7,7 @@
 
 #include "loom/data/attention_mask.h"
 #include "loom/error.h"
+#include "data/random_masks.h"
 
 namespace loom {
 namespace {
@@ -43,21 +44,11 @@ TEST(BitfieldMask, LayoutsPlaceModalityTokensAndKeepDocumentsApart) {
   EXPECT_THROW(BuildMask({{1, 62, 0}}, MaskLayout::kEmbedded), Error);
 }
 
-// Random documents of text, image and audio runs, in every layout.
-std::vector<MaskSegment> RandomSegments(std::mt19937& rng) {
-  std::vector<MaskSegment> out;
-  const int docs = 1 + static_cast<int>(rng() % 3);
-  for (int d = 0; d < docs; ++d) {
-    const int runs = 1 + static_cast<int>(rng() % 5);
-    for (int r = 0; r < runs; ++r) out.push_back({1 + static_cast<int64_t>(rng() % 40), static_cast<int>(rng() % 3) - 1, d});
-  }
-  return out;
-}
 
 TEST(BitfieldMask, BlockWorkEqualsBruteForce) {
   std::mt19937 rng(7);
   for (int trial = 0; trial < 60; ++trial) {
-    const auto segments = RandomSegments(rng);
+    const auto segments = test::RandomSegments(rng, 5, 40);
     for (MaskLayout layout : {MaskLayout::kCausalPrefix, MaskLayout::kEmbedded, MaskLayout::kPacked}) {
       const BitfieldMask m = BuildMask(segments, layout);
       const int64_t n = static_cast<int64_t>(m.size());

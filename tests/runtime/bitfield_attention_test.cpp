@@ -7,28 +7,20 @@
 #include <random>
 
 #include "loom/error.h"
+#include "data/random_masks.h"
 #include "loom/runtime/bitfield_attention.h"
 #include "reference.h"
 
 namespace loom {
 namespace {
 
-std::vector<MaskSegment> RandomSegments(std::mt19937& rng) {
-  std::vector<MaskSegment> out;
-  const int docs = 1 + static_cast<int>(rng() % 3);
-  for (int d = 0; d < docs; ++d) {
-    const int runs = 1 + static_cast<int>(rng() % 4);
-    for (int r = 0; r < runs; ++r) out.push_back({1 + static_cast<int64_t>(rng() % 24), static_cast<int>(rng() % 3) - 1, d});
-  }
-  return out;
-}
 
 TEST(BitfieldAttention, BlockedEqualsDenseForwardAndBackward) {
   std::mt19937 rng(5);
   torch::manual_seed(5);
   for (int trial = 0; trial < 12; ++trial) {
     for (MaskLayout layout : {MaskLayout::kCausalPrefix, MaskLayout::kEmbedded, MaskLayout::kPacked}) {
-      const BitfieldMask mask = BuildMask(RandomSegments(rng), layout);
+      const BitfieldMask mask = BuildMask(test::RandomSegments(rng, 4, 24), layout);
       const int64_t T = static_cast<int64_t>(mask.size()), heads = 2, d = 8;
       auto make = [&] { return torch::randn({1, T, heads, d}, torch::kDouble).requires_grad_(true); };
       const torch::Tensor q = make(), k = make(), v = make();
