@@ -28,7 +28,8 @@ std::string Describe(const Plan& p) {
 
 }  // namespace
 
-StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const std::string& name) {
+StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const std::string& name,
+                              CornstarchModes modes) {
   CandidateSearch search(ctx, name);
   ModuleWaves waves = SplitWaves(ctx.model);
   // The LLM's pipeline carries whatever follows it (a generator) too.
@@ -53,7 +54,27 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
     for (const auto& seg : ModuleMaskSegments(ctx.model, llm_module, s)) per_doc[seg.doc] += seg.tokens;
     for (const auto& [doc, tokens] : per_doc) longest = std::max(longest, tokens);
   }
-  for (int tp : TpChoices(ctx.cluster)) {
+  // Colocated (the released code's mode): every module in one pipeline, the
+  // encoders' stages first, cut by the same frozen-aware (or unaware) times.
+  std::vector<std::string> all;
+  for (const auto& m : ctx.model.modules) all.push_back(m.name);
+  const int all_layers = static_cast<int>(UnitLayers(ctx.model, all).size());
+  for (int tp : modes.colocated ? TpChoices(ctx.cluster) : std::vector<int>{}) {
+    const int groups = ctx.cluster.num_gpus() / tp;
+    for (int pp : Depths(all_layers, groups)) {
+      const int dp = groups / pp;
+      if (B % dp != 0) continue;
+      for (int m : Divisors(B / dp)) {
+        if (m < pp || m > 64) continue;
+        search.Try([&](Recompute r) {
+          Plan plan = EmptyPlan(ctx, name, tp);
+          plan.units.push_back(MakeUnit(ctx, "colocated", all, 0, tp, 0, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
+          return plan;
+        });
+      }
+    }
+  }
+  for (int tp : modes.modality_parallel ? TpChoices(ctx.cluster) : std::vector<int>{}) {
   for (int cp : {1, 2, 4, 8}) {
     if (tp * cp > ctx.cluster.gpus_per_node || (cp > 1 && longest < 4096 * cp)) continue;
     const int groups = ctx.cluster.num_gpus() / (tp * cp);
@@ -100,9 +121,10 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
     }
   }
   }
-  return search.Finish(fmt::format("TP x the LLM's CP (token-balanced, where documents reach 4096 tokens per rank) x "
-                                   "pipeline depth of each encoder branch and of the LLM x replicas x microbatches x "
-                                   "recompute; stages balanced by {} forward + backward time",
+  return search.Finish(fmt::format("colocated (one pipeline of every module) or modality-parallel (TP x the LLM's "
+                                   "token-balanced CP where documents reach 4096 tokens per rank x pipeline depth of "
+                                   "each encoder branch and of the LLM) x replicas x microbatches x recompute; stages "
+                                   "balanced by {} forward + backward time",
                                    balance == Balance::kTime ? "frozen-aware" : "frozen-unaware"),
                        Describe);
 }

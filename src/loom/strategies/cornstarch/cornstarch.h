@@ -17,8 +17,9 @@
 // every CP rank at least 4096 tokens; the encoders then share each group's
 // sequences instead.
 //
-// Not yet: the colocated and replicated encoder modes of the released code,
-// the runtime's bitfield attention in its layers and CP across units.
+// The released code's colocated mode (every module in one pipeline, cut by
+// the same times) competes too. Not yet: its replicated encoder mode, CP over
+// bitfield masks on the runtime.
 #pragma once
 
 #include "loom/strategies/plan_builders.h"
@@ -26,9 +27,16 @@
 
 namespace loom {
 
+// Which layouts the search tries (both by default).
+struct CornstarchModes {
+  bool colocated = true;
+  bool modality_parallel = true;
+};
+
 // `balance`: Balance::kTime (Cornstarch) or Balance::kTimeFrozenUnaware (its
 // frozen-unaware ablation, `cornstarch-unaware`).
-StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const std::string& name);
+StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const std::string& name,
+                              CornstarchModes modes = {});
 
 StrategyResult CornstarchStrategy(const StrategyContext& ctx);
 StrategyResult CornstarchUnawareStrategy(const StrategyContext& ctx);
