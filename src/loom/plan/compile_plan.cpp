@@ -174,7 +174,7 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
   for (size_t s = 0; s < out.stages.size(); ++s) {
     ExecStage& st = out.stages[s];
     auto [pos, inserted] = index.emplace(std::make_pair(st.unit, st.label), static_cast<int>(out.groups.size()));
-    if (inserted) out.groups.push_back({static_cast<int>(out.groups.size()), GroupKind::kDataParallel, {}});
+    if (inserted) out.groups.push_back({static_cast<int>(out.groups.size()), GroupKind::kDataParallel, {}, {}});
     st.dp_group = pos->second;
     auto& members = out.groups[pos->second].gpu_groups;
     const int group = out.ranks[out.schedule.stage_rank[s]].group;
