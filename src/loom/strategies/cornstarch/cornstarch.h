@@ -39,6 +39,8 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
                               CornstarchModes modes = {});
 
 StrategyResult CornstarchStrategy(const StrategyContext& ctx);
+// The thesis' baseline Megatron*: encoders on the first stage (encoders_first.cpp).
+StrategyResult EncodersFirstStrategy(const StrategyContext& ctx);
 StrategyResult CornstarchUnawareStrategy(const StrategyContext& ctx);
 
 }  // namespace loom
