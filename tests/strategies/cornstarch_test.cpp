@@ -16,13 +16,20 @@
 namespace loom {
 namespace {
 
+// An MLLM-XYZ model on the thesis' testbed (6 nodes x 4 A40) with its synthetic workload.
+struct Testbed {
+  explicit Testbed(const std::string& name) : model(LoadModel(name)) {}
+  Model model;
+  Cluster cluster = LoadCluster("cornstarch-testbed");
+  Workload workload = LoadWorkload("cornstarch-synthetic");
+  Batch batch = DrawBatch(workload, 0);
+  StrategyContext ctx() const { return {model, cluster, workload, batch, {}}; }
+};
+
 TEST(CornstarchStrategy, PlansEncoderBranchesBesideTheLlm) {
-  const Model model = LoadModel("mllm-mms");
-  const Cluster cluster = LoadCluster("cornstarch-testbed");
-  const Workload workload = LoadWorkload("cornstarch-synthetic");
-  const Batch batch = DrawBatch(workload, 0);
-  const StrategyResult r =
-      CornstarchPlan(StrategyContext{model, cluster, workload, batch, {}}, Balance::kTime, "cornstarch", {false, true});
+  const Testbed t("mllm-mms");
+  const Cluster& cluster = t.cluster;
+  const StrategyResult r = CornstarchPlan(t.ctx(), Balance::kTime, "cornstarch", {false, true});
   // Two encoder branches (vision, audio, each with its projector) and the LLM,
   // at once (phase 0), each on GPU groups of its own.
   ASSERT_EQ(r.plan.units.size(), 3u) << r.config;
@@ -52,7 +59,9 @@ TEST(CornstarchStrategy, SearchesBalancedContextParallelismForLongSequences) {
   const StrategyResult short_seq = plan_at(2048), long_seq = plan_at(16384);
   EXPECT_GT(long_seq.candidates, short_seq.candidates);  // cp 2 and 4 tried as well
   for (const Unit& u : long_seq.plan.units) {
-    if (u.cp > 1) EXPECT_EQ(u.cp_split, CpSplit::kBalanced) << u.name;
+    if (u.cp > 1) {
+      EXPECT_EQ(u.cp_split, CpSplit::kBalanced) << u.name;
+    }
   }
   for (const Unit& u : short_seq.plan.units) EXPECT_EQ(u.cp, 1) << u.name;
 }
@@ -65,11 +74,8 @@ TEST(CornstarchStrategy, SearchesBalancedContextParallelismForLongSequences) {
 // parallel ones; on MLLM-MML (frozen Qwen2-32B behind frozen encoders) the
 // frozen-aware cut beats the frozen-unaware one (Table 3.2's effect).
 TEST(CornstarchStrategy, FrozenAwarePlansBeatFrozenUnawareOnes) {
-  const Model model = LoadModel("mllm-mml");
-  const Cluster cluster = LoadCluster("cornstarch-testbed");
-  const Workload workload = LoadWorkload("cornstarch-synthetic");
-  const Batch batch = DrawBatch(workload, 0);
-  const StrategyContext ctx{model, cluster, workload, batch, {}};
+  const Testbed t("mllm-mml");
+  const StrategyContext ctx = t.ctx();
   CandidateSearch judge(ctx, "judge");
   const double aware = judge.Evaluate(CornstarchStrategy(ctx).plan);
   const double unaware = judge.Evaluate(CornstarchUnawareStrategy(ctx).plan);
@@ -80,11 +86,8 @@ TEST(CornstarchStrategy, FrozenAwarePlansBeatFrozenUnawareOnes) {
 // The thesis' Megatron* baseline pins every encoder and projector to the
 // first stage; Cornstarch beats it on MLLM-MMS (the thesis: 1.62x on average).
 TEST(CornstarchStrategy, BeatsMegatronWithEncodersOnTheFirstStage) {
-  const Model model = LoadModel("mllm-mms");
-  const Cluster cluster = LoadCluster("cornstarch-testbed");
-  const Workload workload = LoadWorkload("cornstarch-synthetic");
-  const Batch batch = DrawBatch(workload, 0);
-  const StrategyContext ctx{model, cluster, workload, batch, {}};
+  const Testbed t("mllm-mms");
+  const StrategyContext ctx = t.ctx();
   const StrategyResult star = EncodersFirstStrategy(ctx);
   const auto& stages = star.plan.units[0].pipelines[0].stages;
   ASSERT_GE(stages.size(), 2u);
@@ -97,11 +100,9 @@ TEST(CornstarchStrategy, BeatsMegatronWithEncodersOnTheFirstStage) {
 }
 
 TEST(CornstarchStrategy, FrozenAwareStagesBalanceAFrozenModelBetter) {
-  const Model model = LoadModel("mllm-mms");
-  const Cluster cluster = LoadCluster("cornstarch-testbed");
-  const Workload workload = LoadWorkload("cornstarch-synthetic");
-  const Batch batch = DrawBatch(workload, 0);
-  const StrategyContext ctx{model, cluster, workload, batch, {}};
+  const Testbed t("mllm-mms");
+  const Model& model = t.model;
+  const StrategyContext ctx = t.ctx();
   const std::vector<std::string> chain = {"vision", "vision_projector", "llm"};
   const auto layers = UnitLayers(model, chain);
   const auto aware = LayerWeights(ctx, layers, Balance::kTime, 1);

@@ -50,18 +50,8 @@ StrategyResult EncodersFirstStrategy(const StrategyContext& ctx) {
         if (m < pp || m > 64) continue;
         search.Try([&](Recompute r) {
           Plan plan = EmptyPlan(ctx, "megatron-encoders-first", tp);
-          Unit u;
-          u.name = "all";
-          u.modules = order;
-          u.tp = tp;
-          u.recompute = r;
-          PipelineSpec ps;
-          ps.replicas = dp;
-          ps.pp = pp;
-          ps.microbatches = m;
-          ps.schedule = ScheduleKind::kOneFOneB;
-          ps.stages = StagesFromPartition(ctx.model, layers, part, pp);
-          u.pipelines.push_back(std::move(ps));
+          Unit u = MakeUnit(ctx, "all", order, 0, tp, 0, dp, pp, m, ScheduleKind::kOneFOneB, r, Balance::kParams);
+          u.pipelines[0].stages = StagesFromPartition(ctx.model, layers, part, pp);  // the encoders pinned first
           plan.units.push_back(std::move(u));
           return plan;
         });
