@@ -34,6 +34,13 @@ demo: build
 	  --workload examples/runtime/image-heavy.yaml --plan runtime-plans.json --steps 4 \
 	  --compare --profile $(BUILD)/this-machine.yaml --timeline runtime.svg
 	@echo "runtime.svg: the best plan's last step as predicted (top) and as it ran (bottom)"
+	@echo "--- Oobleck on the runtime: three one-GPU nodes, f = 1; node 1 dies in step 1 and comes back before step 3"
+	$(BUILD)/loom plan --model examples/runtime/vit-heavy-vlm.yaml --cluster h100:3x1 \
+	  --workload examples/runtime/image-heavy.yaml --precision fp32 --strategy oobleck --fault-tolerance 1 \
+	  --iterations 1 --json oobleck-plan.json
+	$(BUILD)/loom run --model examples/runtime/vit-heavy-vlm.yaml --cluster h100:3x1 \
+	  --workload examples/runtime/image-heavy.yaml --plan oobleck-plan.json --fault-tolerance 1 --steps 4 \
+	  --kill 1:1:3 --rejoin 1:3
 
 # Renders report.html in headless Chromium (installs it if missing).
 screenshot: demo
