@@ -256,6 +256,27 @@ TEST(RuntimeStrategies, CornstarchsModalityParallelPlansEqualSingleProcessTraini
   ExpectRunMatches(ref, "run --model " + kVlm2 + " --cluster h100:1x4 " + s.data_args + " --plan " + path);
 }
 
+// Units of different context parallelism (Cornstarch's token-balanced CP for
+// the LLM only): the encoder's unit shares its group's sequences over 2 GPUs,
+// the LLM's unit runs CP 2 on the other group; each CP rank reads every
+// encoder share's output and sends its rows' gradient back.
+TEST(RuntimeStrategies, AnEncoderFeedingAContextParallelLlmEqualsSingleProcessTraining) {
+  const TinyRun s(kVlm, kLaion);
+  const Batch batch = DrawBatch(s.workload, 0);
+  const Cluster four = MakeCluster("h100", 1, 4);
+  const StrategyContext ctx{s.model, four, s.workload, batch, {}};
+  Plan plan = EmptyPlan(ctx, "cornstarch", 2);
+  plan.units.push_back(MakeUnit(ctx, "encoder", {"vision", "projector"}, 0, 1, 0, 1, 1, kMicrobatches,
+                                ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kTime));
+  Unit llm = MakeUnit(ctx, "llm", {"llm"}, 1, 1, 0, 1, 1, kMicrobatches, ScheduleKind::kOneFOneB, Recompute::kNone,
+                      Balance::kTime);
+  llm.cp = 2;
+  llm.cp_split = CpSplit::kBalanced;
+  plan.units.push_back(llm);
+  const std::string path = test::WriteTemp("cornstarch-cp.json", PlanToJson(plan).dump());
+  ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x4 " + s.data_args + " --plan " + path);
+}
+
 // Mosaic's shape with phase rounds (Plan::phase_rounds) and a pipelined
 // module: the encoders data parallel on both GPUs (phase 0, GPipe), the LLM
 // pipelined over them (phase 1, 1F1B), 4 microbatches in 2 rounds: each round

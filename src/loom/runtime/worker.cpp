@@ -281,11 +281,6 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                                                       : fmt::format("zero_stage {}", u.zero_stage)));
       }
     }
-    if (u.cp != plan.units[0].cp) {
-      throw Error(fmt::format("runtime: unit {} runs cp {} but unit {} cp {}; units of different context parallelism "
-                              "are not run yet",
-                              u.name, u.cp, plan.units[0].name, plan.units[0].cp));
-    }
     // SM quotas (Mosaic): on a CPU the units sharing a process run one after
     // another in its order (the quota only shapes the prediction); on CUDA a
     // one-process run puts them on green-context streams (green_context.h),
@@ -331,7 +326,26 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                               a.label, b.label, a.tp, b.tp));
     }
   }
-  LayoutProcesses(exec);  // throws for what it cannot place
+  // Units may differ in context parallelism (Cornstarch: a CP LLM fed by
+  // encoders sharing their groups' sequences), but the stages one GPU group
+  // runs share one.
+  const ProcessLayout placed = LayoutProcesses(exec);  // throws for what it cannot place
+  for (size_t g = 0; g < placed.of_group.size(); ++g) {
+    int cp = -1, first = -1;
+    for (const RankCopy& c : placed.of_group[g]) {
+      for (int v = 0; v < exec.schedule.num_stages(); ++v) {
+        if (exec.schedule.stage_rank[v] != c.rank) continue;
+        if (cp < 0) {
+          cp = exec.stages[v].cp;
+          first = v;
+        } else if (exec.stages[v].cp != cp) {
+          throw Error(fmt::format("runtime: GPU group {} runs stages {} (cp {}) and {} (cp {}); stages of different "
+                                  "context parallelism on one group are not run yet",
+                                  g, exec.stages[first].label, cp, exec.stages[v].label, exec.stages[v].cp));
+        }
+      }
+    }
+  }
   StageOutputs(model, exec);
   for (const auto& stages : exec.replicas) {
     for (const auto& mbs : stages) {
@@ -364,14 +378,12 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     // order) of G / tp parts: CP ranks, or sequence shares (the microbatch's
     // samples split between them).
     const int G = layout.group_gpus;
-    const int CP = spec.plan->units[0].cp;
     const int my_group = spec.rank / G, shard = spec.rank % G;
     const int S = exec.schedule.num_stages();
     auto tp_of = [&](int v) { return exec.stages[v].tp; };
     auto tp_rank_of = [&](int v, int s) { return s % tp_of(v); };
     auto part_of = [&](int v, int s) { return s / tp_of(v); };
     auto shares = [&](int v) { return exec.stages[v].seq_share > 1; };
-    const int cp_rank = CP > 1 ? shard / exec.stages[0].tp : 0;
     const std::vector<RankCopy> copies =
         my_group < static_cast<int>(layout.of_group.size()) ? layout.of_group[my_group] : std::vector<RankCopy>{};
     // A replicated plan's process runs one copy of one pipeline rank; other
@@ -385,6 +397,16 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     auto is_local = [&](int stage) {
       return std::find(local_ranks.begin(), local_ranks.end(), exec.schedule.stage_rank[stage]) != local_ranks.end();
     };
+    // This group's context parallelism (one per group, CompileForRuntime checks):
+    // its CP ranks are the parts of its stages' TP shards.
+    int CP = 1, cp_tp = 1;
+    for (int v = 0; v < S; ++v) {
+      if (!is_local(v)) continue;
+      CP = exec.stages[v].cp;
+      cp_tp = tp_of(v);
+      break;
+    }
+    const int cp_rank = CP > 1 ? shard / cp_tp : 0;
     const std::string& host = spec.options.host;
     const double timeout_s = spec.options.timeout_s;
     // A fault-tolerant run's generations rendezvous under their own prefix of
@@ -438,7 +460,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     ContextParallel context_parallel;
     auto ring_tag = std::make_shared<int>(0);  // every CP rank exchanges the same blocks in the same order
     if (CP > 1) {
-      const int tp_rank = shard % exec.stages[0].tp;
+      const int tp_rank = shard % cp_tp;
       cpg = make_group(fmt::format("cp{}.{}", my_group, tp_rank), cp_rank, CP);
       context_parallel.rank = cp_rank;
       context_parallel.size = CP;
