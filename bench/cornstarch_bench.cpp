@@ -14,7 +14,7 @@ namespace loom {
 namespace {
 
 // Documents of ~4K tokens, each text / image (1024 tokens) / text, to `tokens` in all.
-BitfieldMask PackedRow(int64_t tokens) {
+std::vector<MaskSegment> PackedSegments(int64_t tokens) {
   std::vector<MaskSegment> segments;
   std::mt19937 rng(1);
   int64_t used = 0;
@@ -27,7 +27,24 @@ BitfieldMask PackedRow(int64_t tokens) {
     if (rest > 0) segments.push_back({rest, -1, doc});
     used += text / 2 + std::max<int64_t>(0, image) + std::max<int64_t>(0, rest);
   }
-  return BuildMask(segments, MaskLayout::kPacked);
+  return segments;
+}
+
+BitfieldMask PackedRow(int64_t tokens) { return BuildMask(PackedSegments(tokens), MaskLayout::kPacked); }
+
+// The same documents as rows of their own (Megatron-LM's per-sequence CP split).
+std::vector<BitfieldMask> DocumentRows(int64_t tokens) {
+  std::vector<BitfieldMask> rows;
+  std::vector<MaskSegment> doc;
+  for (const auto& s : PackedSegments(tokens)) {
+    if (!doc.empty() && doc.back().doc != s.doc) {
+      rows.push_back(BuildMask(doc, MaskLayout::kEmbedded));
+      doc.clear();
+    }
+    doc.push_back(s);
+  }
+  if (!doc.empty()) rows.push_back(BuildMask(doc, MaskLayout::kEmbedded));
+  return rows;
 }
 
 void BM_BlockWork(benchmark::State& state) {
@@ -47,7 +64,9 @@ void BM_BlockWork(benchmark::State& state) {
 BENCHMARK(BM_BlockWork)->Arg(16384)->Arg(32768)->Arg(65536)->Unit(benchmark::kMillisecond);
 
 void BM_CpImbalance(benchmark::State& state) {
-  const std::vector<BitfieldMask> rows{PackedRow(state.range(0))};
+  // range(2): 1 splits the packed row as one sequence, 0 each document on its own.
+  const std::vector<BitfieldMask> rows =
+      state.range(2) ? std::vector<BitfieldMask>{PackedRow(state.range(0))} : DocumentRows(state.range(0));
   const auto split = static_cast<CpSplit>(state.range(1));
   double imbalance = 0;
   for (auto _ : state) {
@@ -57,8 +76,9 @@ void BM_CpImbalance(benchmark::State& state) {
   state.counters["imbalance_cp8"] = imbalance;
 }
 BENCHMARK(BM_CpImbalance)
-    ->Args({65536, static_cast<int>(CpSplit::kZigzag)})
-    ->Args({65536, static_cast<int>(CpSplit::kBalanced)})
+    ->Args({65536, static_cast<int>(CpSplit::kZigzag), 1})
+    ->Args({65536, static_cast<int>(CpSplit::kZigzag), 0})
+    ->Args({65536, static_cast<int>(CpSplit::kBalanced), 0})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

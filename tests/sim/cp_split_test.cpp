@@ -1,8 +1,9 @@
 // Context parallelism priced from the batch's actual attention masks
 // (Unit::cp_split, cost/cp_assignment.h): OBELICS samples pack several
-// documents, each with images amid its text, into one sequence per sample.
-// Megatron's zigzag split ignores document boundaries and loads one rank
-// more; Cornstarch's LPT over mask blocks comes close to the ideal 1/cp.
+// documents, each with images amid its text. Megatron's zigzag split of each
+// document is exact for causal text but not for the images' bidirectional
+// blocks (nor at block granularity); Cornstarch's LPT over every document's
+// blocks comes close to the ideal 1/cp.
 #include <gtest/gtest.h>
 
 #include "loom/error.h"
@@ -38,9 +39,9 @@ TEST(CpSplit, PricedFromTheMasksOfTheBatch) {
     imbalance.push_back(worst);
   }
   EXPECT_EQ(imbalance[0], 1.0);
-  EXPECT_GT(imbalance[1], 1.05);            // zigzag across packed documents
+  EXPECT_GT(imbalance[1], 1.02);            // zigzag per document
   EXPECT_LT(imbalance[2], imbalance[1]);    // LPT over the mask's blocks
-  EXPECT_LT(imbalance[2], 1.05);
+  EXPECT_LT(imbalance[2], 1.01);
   // The iteration follows: ideal <= balanced < zigzag.
   std::vector<double> time_s;
   for (CpSplit split : {CpSplit::kIdeal, CpSplit::kZigzag, CpSplit::kBalanced}) {

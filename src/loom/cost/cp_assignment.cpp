@@ -75,11 +75,17 @@ CpSplit ParseCpSplit(const std::string& name, const std::string& field) {
 double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split, int64_t block_tokens) {
   if (split == CpSplit::kIdeal || cp <= 1) return 1.0;
   std::vector<double> work(cp, 0.0);
+  std::vector<int64_t> all;  // balanced: every row's blocks, assigned together
   for (const BitfieldMask& row : rows) {
     const auto blocks = BlockWork(row, block_tokens);
-    const CpAssignment a = split == CpSplit::kZigzag ? ZigzagAssignment(blocks, cp) : BalancedAssignment(blocks, cp);
+    if (split == CpSplit::kBalanced) {
+      all.insert(all.end(), blocks.begin(), blocks.end());
+      continue;
+    }
+    const CpAssignment a = ZigzagAssignment(blocks, cp);
     for (int r = 0; r < cp; ++r) work[r] += a.rank_work[r];
   }
+  if (split == CpSplit::kBalanced) work = BalancedAssignment(all, cp).rank_work;
   const double total = std::accumulate(work.begin(), work.end(), 0.0);
   return total > 0 ? *std::max_element(work.begin(), work.end()) * cp / total : 1.0;
 }

@@ -53,8 +53,10 @@ CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp);
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock);
 
 // The busiest CP rank's attention work over the average, for sequences
-// `rows` each split over the same cp ranks by `split` (blocks of
-// `block_tokens`; kIdeal: 1). Multiplies the 1/cp share of attention pairs.
+// `rows` over the same cp ranks (blocks of `block_tokens`; kIdeal: 1): zigzag
+// splits each row on its own (Megatron-LM's per-sequence split of packed
+// "thd" batches), balanced assigns every row's blocks together by LPT.
+// Multiplies the 1/cp share of attention pairs.
 double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split, int64_t block_tokens);
 
 }  // namespace loom

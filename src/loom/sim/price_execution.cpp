@@ -112,9 +112,13 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
   constexpr int64_t kBlockTokens = 128;  // Cornstarch's N_B
   for (const auto& r : stage.layers) {
     const int mi = model.FindModule(r.module);
+    // One row per document: Megatron-LM's packed ("thd") CP splits each
+    // sequence on its own, as the runtime's ContextRows does.
     std::vector<BitfieldMask> rows;
     for (const auto& p : pieces) {
-      rows.push_back(BuildMask(ModuleMaskSegments(model, mi, PieceSample(batch, p)), MaskLayout::kEmbedded));
+      std::map<int, std::vector<MaskSegment>> docs;
+      for (const auto& seg : ModuleMaskSegments(model, mi, PieceSample(batch, p))) docs[seg.doc].push_back(seg);
+      for (const auto& [doc, segments] : docs) rows.push_back(BuildMask(segments, MaskLayout::kEmbedded));
     }
     out[mi] = CpImbalance(rows, stage.cp, stage.cp_split, kBlockTokens);
   }
