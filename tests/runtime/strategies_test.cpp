@@ -199,15 +199,23 @@ TEST(RuntimeStrategies, UnitsSplittingTheirGroupDifferentlyEqualSingleProcessTra
   ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
 }
 
+// `s` on one node of `gpus` GPUs, planned on its first batch.
+struct OnGpus {
+  OnGpus(const TinyRun& s, int gpus) : run(s), batch(DrawBatch(s.workload, 0)), cluster(MakeCluster("h100", 1, gpus)) {}
+  const TinyRun& run;
+  Batch batch;
+  Cluster cluster;
+  StrategyContext ctx() const { return {run.model, cluster, run.workload, batch, {}}; }
+};
+
 // Oobleck's shape: one unit, two pipeline templates on 3 GPUs (a 2-stage
 // pipeline and a 1-stage one, 2 microbatches each), their stage boundaries
 // different, gradients summed layer by layer across them (Fig. 2.9): the
 // first template's stages split the LLM at layer 2, the second holds it whole.
 TEST(RuntimeStrategies, HeterogeneousPipelineTemplatesEqualSingleProcessTraining) {
   const TinyRun s(kVlm, kLaion);
-  const Batch batch = DrawBatch(s.workload, 0);
-  const Cluster three = MakeCluster("h100", 1, 3);
-  const StrategyContext ctx{s.model, three, s.workload, batch, {}};
+  const OnGpus three(s, 3);
+  const StrategyContext ctx = three.ctx();
   Plan plan = SingleUnitPlan(ctx, "oobleck", 1, 2, 1, 1, 2, ScheduleKind::kOneFOneB, Recompute::kNone,
                              Balance::kParams, 1);
   PipelineSpec one = plan.units[0].pipelines[0];
@@ -242,9 +250,8 @@ TEST(RuntimeStrategies, CornstarchsModalityParallelPlansEqualSingleProcessTraini
                              " --precision fp32 --strategy cornstarch --iterations 1 --json " + plans);
   ASSERT_EQ(code, 0) << out;
   ExpectRunMatches(ref, "run --model " + kVlm2 + " --cluster h100:1x4 " + s.data_args + " --plan " + plans);
-  const Batch batch = DrawBatch(s.workload, 0);
-  const Cluster four = MakeCluster("h100", 1, 4);
-  const StrategyContext ctx{s.model, four, s.workload, batch, {}};
+  const OnGpus four(s, 4);
+  const StrategyContext ctx = four.ctx();
   Plan plan = EmptyPlan(ctx, "cornstarch", 1);
   plan.units.push_back(MakeUnit(ctx, "encoder0", {"vision", "projector"}, 0, 1, 0, 1, 1, kMicrobatches,
                                 ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kTime));
@@ -262,9 +269,8 @@ TEST(RuntimeStrategies, CornstarchsModalityParallelPlansEqualSingleProcessTraini
 // encoder share's output and sends its rows' gradient back.
 TEST(RuntimeStrategies, AnEncoderFeedingAContextParallelLlmEqualsSingleProcessTraining) {
   const TinyRun s(kVlm, kLaion);
-  const Batch batch = DrawBatch(s.workload, 0);
-  const Cluster four = MakeCluster("h100", 1, 4);
-  const StrategyContext ctx{s.model, four, s.workload, batch, {}};
+  const OnGpus four(s, 4);
+  const StrategyContext ctx = four.ctx();
   Plan plan = EmptyPlan(ctx, "cornstarch", 2);
   plan.units.push_back(MakeUnit(ctx, "encoder", {"vision", "projector"}, 0, 1, 0, 1, 1, kMicrobatches,
                                 ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kTime));
