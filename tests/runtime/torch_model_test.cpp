@@ -6,6 +6,7 @@
 #include <set>
 
 #include "loom/error.h"
+#include "loom/runtime/context_parallel.h"
 #include "loom/runtime/packing.h"
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/model.h"
@@ -243,6 +244,36 @@ TEST(RuntimeModel, LayersItCannotBuildAreErrorsNamingThem) {
   m = LoadModel(kOmni);
   m.modules[3].layers[1].stride = 2;  // a second conv may not shorten the sequence
   EXPECT_NE(message(m).find("stride 1, got 2"), std::string::npos) << message(m);
+}
+
+// CP rows per rank (runtime/context_parallel.h): zigzag chunks of each
+// sequence, or Cornstarch's balanced blocks. Sequences of 300, 100 and 50
+// tokens make causal blocks of work 1, 2, 3 | 1 | 1 (128 tokens each); LPT
+// over 2 ranks gives each 4: rank 0 the third block of the first sequence
+// and the second sequence, rank 1 the rest. Every row lands on one rank.
+TEST(ContextParallelRows, ZigzagPerSequenceOrBalancedBlocks) {
+  runtime::MicrobatchPacking packing;
+  packing.modules.resize(1);
+  for (int64_t tokens : {300, 100, 50}) {
+    runtime::PackedSequence s;
+    s.tokens = tokens;
+    packing.modules[0].push_back(s);
+  }
+  auto range = [](int64_t lo, int64_t hi) {
+    std::vector<int64_t> v;
+    for (int64_t i = lo; i < hi; ++i) v.push_back(i);
+    return v;
+  };
+  std::vector<int64_t> rank0 = range(256, 400);
+  EXPECT_EQ(runtime::ContextRows(packing, 0, 0, 2, CpSplit::kBalanced), rank0);
+  std::vector<int64_t> rank1 = range(0, 256);
+  for (int64_t r : range(400, 450)) rank1.push_back(r);
+  EXPECT_EQ(runtime::ContextRows(packing, 0, 1, 2, CpSplit::kBalanced), rank1);
+  // Zigzag: each sequence in 4 chunks, rank 0 the first and the last.
+  const auto z0 = runtime::ContextRows(packing, 0, 0, 2), z1 = runtime::ContextRows(packing, 0, 1, 2);
+  EXPECT_EQ(z0.size() + z1.size(), 450u);
+  EXPECT_EQ(z0.front(), 0);
+  EXPECT_EQ(z0[75], 225);  // the first sequence's last chunk [225, 300)
 }
 
 }  // namespace

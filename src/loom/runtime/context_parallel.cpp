@@ -130,7 +130,26 @@ struct GatherContextFn : torch::autograd::Function<GatherContextFn> {
 
 }  // namespace
 
-std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, int rank, int size) {
+std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, int rank, int size, CpSplit split) {
+  if (split == CpSplit::kBalanced) {
+    std::vector<std::pair<int64_t, int64_t>> blocks;  // [begin, end) rows
+    std::vector<int64_t> work;
+    int64_t start = 0;
+    for (const auto& s : packing.modules[module]) {
+      for (int64_t b = 0; b * kCpBlockTokens < s.tokens; ++b) {
+        blocks.push_back({start + b * kCpBlockTokens, start + std::min(s.tokens, (b + 1) * kCpBlockTokens)});
+        work.push_back(b + 1);
+      }
+      start += s.tokens;
+    }
+    const std::vector<int> rank_of = BalancedAssignment(work, size).rank_of_block;
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (rank_of[i] != rank) continue;
+      for (int64_t r = blocks[i].first; r < blocks[i].second; ++r) out.push_back(r);
+    }
+    return out;
+  }
   std::vector<int64_t> out;
   int64_t start = 0;
   for (const auto& s : packing.modules[module]) {
@@ -181,7 +200,7 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
   std::vector<std::vector<int64_t>> rows(cp.size);
   int64_t max_rows = 0;
   for (int c = 0; c < cp.size; ++c) {
-    rows[c] = ContextRows(packing, module, c, cp.size);
+    rows[c] = ContextRows(packing, module, c, cp.size, cp.split);
     L->rows.push_back(static_cast<int64_t>(rows[c].size()));
     max_rows = std::max(max_rows, L->rows.back());
   }

@@ -27,6 +27,7 @@
 #include <functional>
 #include <vector>
 
+#include "loom/cost/cp_assignment.h"
 #include "loom/data/attention_mask.h"
 #include "loom/runtime/packing.h"
 
@@ -35,6 +36,10 @@ namespace loom::runtime {
 struct ContextParallel {
   int rank = 0;
   int size = 1;
+  // How each sequence's rows split over the ranks (the stage's Unit::cp_split):
+  // zigzag per sequence (ideal runs as zigzag), or Cornstarch's balanced LPT
+  // over causal blocks of kCpBlockTokens.
+  CpSplit split = CpSplit::kZigzag;
   // Sends `t` to rank + 1 and returns what rank - 1 sent (the same shape on every rank).
   std::function<torch::Tensor(const torch::Tensor&)> ring;
   // Sums a tensor over the group, in place.
@@ -43,8 +48,13 @@ struct ContextParallel {
   std::function<std::vector<torch::Tensor>(const torch::Tensor&)> all_gather;
 };
 
-// Rows of `module`'s packed tokens that CP rank `rank` of `size` holds, ascending.
-std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, int rank, int size);
+// Rows of `module`'s packed tokens that CP rank `rank` of `size` holds, ascending:
+// each sequence's 2 x size zigzag chunks, or (balanced) blocks of
+// kCpBlockTokens of every sequence assigned by LPT on their causal work (block
+// b of a sequence reads b + 1 blocks), as the simulator prices `balanced`.
+constexpr int64_t kCpBlockTokens = 128;
+std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, int rank, int size,
+                                 CpSplit split = CpSplit::kZigzag);
 
 // Who attends to whom: the packed sequences' lengths (no CP), or with CP every
 // rank's rows as (sequence, position) pairs, padded with -1 to the longest.

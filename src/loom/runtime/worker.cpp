@@ -464,6 +464,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       cpg = make_group(fmt::format("cp{}.{}", my_group, tp_rank), cp_rank, CP);
       context_parallel.rank = cp_rank;
       context_parallel.size = CP;
+      for (int v = 0; v < S; ++v) {  // this group's stages share one split too (their unit's)
+        if (is_local(v) && exec.stages[v].cp_split == CpSplit::kBalanced) context_parallel.split = CpSplit::kBalanced;
+      }
       context_parallel.ring = [cpg, ring_tag, cp_rank, CP](const torch::Tensor& t) {
         std::vector<at::Tensor> out{t.contiguous()};
         const int tag = (*ring_tag)++ % (1 << 30);
@@ -1000,7 +1003,8 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
             if (loss_stage[v]) {
               torch::Tensor loss =
                   TextLoss(out.at(loss_module), mb, batch_text_tokens,
-                           CP > 1 ? ContextRows(packing(v, k), loss_module, cp_rank, CP) : std::vector<int64_t>{});
+                           CP > 1 ? ContextRows(packing(v, k), loss_module, cp_rank, CP, context_parallel.split)
+                                  : std::vector<int64_t>{});
               loss_sum += loss.item<double>();
               holds_loss = true;
               hands.push_back(loss);
