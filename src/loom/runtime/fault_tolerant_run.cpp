@@ -95,10 +95,6 @@ bool WriteManifest(const std::string& dir, const CheckpointManifest& m) {
   return static_cast<bool>(f);
 }
 
-std::string Describe(int status) {
-  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
-  return fmt::format("exited with code {}", WEXITSTATUS(status));
-}
 
 }  // namespace
 
@@ -510,7 +506,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
                                w->node, w->pid, options.heartbeat_timeout_s);
           } else {
             why += fmt::format("\n  - process {} (node {}, pid {}) {}{}", w->birth, w->node, w->pid,
-                               Describe(w->status), w->error.empty() ? "" : ": " + w->error);
+                               DescribeExit(w->status), w->error.empty() ? "" : ": " + w->error);
           }
           bug = bug || (!w->error.empty() && WIFEXITED(w->status));
           if (w->dying_at > 0) detect_s = std::max(detect_s, detected_at - w->dying_at);
@@ -541,7 +537,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
             while (!reap(*w, false) && Now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
             if (!w->reaped || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0) {
               failures += fmt::format(" process {} did not write its layers ({}).", w->birth,
-                                      w->reaped ? Describe(w->status) : "still running");
+                                      w->reaped ? DescribeExit(w->status) : "still running");
             }
             if (w->reaped) drain(*w);
           }

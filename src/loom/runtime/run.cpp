@@ -201,12 +201,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     if (timed_out && c.open) {
       failures.push_back(fmt::format("rank {} (pid {}) was silent for over {:.0f} s and was stopped", r, c.pid,
                                      options.timeout_s + 10));
-    } else if (WIFSIGNALED(status)) {
-      failures.push_back(fmt::format("rank {} (pid {}) was killed by signal {} ({})", r, c.pid, WTERMSIG(status),
-                                     strsignal(WTERMSIG(status))));
-    } else if (WEXITSTATUS(status) != 0) {
-      failures.push_back(fmt::format("rank {} (pid {}) exited with code {}{}", r, c.pid, WEXITSTATUS(status),
-                                     error.empty() ? "" : ": " + error));
+    } else if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
+      failures.push_back(fmt::format("rank {} (pid {}) {}{}", r, c.pid, runtime::DescribeExit(status),
+                                     error.empty() || WIFSIGNALED(status) ? "" : ": " + error));
     }
   }
   if (!failures.empty()) {

@@ -2,10 +2,20 @@
 
 #include <fmt/format.h>
 
+#include <sys/wait.h>
+
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace loom::runtime {
+
+std::string DescribeExit(int status) {
+  if (WIFSIGNALED(status)) {
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  }
+  return fmt::format("exited with code {}", WEXITSTATUS(status));
+}
 
 void ReadReports(const std::vector<std::vector<std::string>>& lines, const ProcessLayout& layout, int steps,
                  RunResult& out) {

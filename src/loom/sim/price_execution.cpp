@@ -260,9 +260,11 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         const MicrobatchWork& mb = exec.replicas[d][s][j];
         const auto& tokens = cache.Of(mb.pieces);
         double flops = 0;
-        const std::vector<double> imbalance = CpImbalanceOf(model, st, batch, mb.pieces);
+        // Only CP stages priced from their masks carry an imbalance (the pricing loop is a search's hot path).
+        const bool masked = st.cp > 1 && st.cp_split != CpSplit::kIdeal;
+        const std::vector<double> imbalance = masked ? CpImbalanceOf(model, st, batch, mb.pieces) : std::vector<double>{};
         pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
-                                         want_options ? &options->at[s][j] : nullptr, &imbalance));
+                                         want_options ? &options->at[s][j] : nullptr, masked ? &imbalance : nullptr));
         out.model_flops += flops * st.gpus;
         for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
           if (r.begin != 0) continue;

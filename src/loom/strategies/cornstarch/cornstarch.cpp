@@ -35,7 +35,7 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
   // The LLM's pipeline carries whatever follows it (a generator) too.
   std::vector<std::string> llm = waves.backbone;
   llm.insert(llm.end(), waves.downstream.begin(), waves.downstream.end());
-  if (llm.empty()) {
+  if (waves.backbone.empty()) {
     throw Error(fmt::format("{}: model {} has no backbone for the encoders to feed (Cornstarch trains multimodal LLMs)",
                             name, ctx.model.name));
   }
