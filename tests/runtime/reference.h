@@ -66,13 +66,14 @@ struct TinyRun {
 
 inline std::string MegatronPlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
                      int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone,
-                     int zero_stage = 1, int cp = 1) {
+                     int zero_stage = 1, int cp = 1, CpSplit cp_split = CpSplit::kIdeal) {
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
   Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute, Balance::kParams,
                           zero_stage);
   p.group_gpus = tp * cp;  // each pipeline rank on tp x cp GPUs
   p.units[0].cp = cp;
+  p.units[0].cp_split = cp_split;
   return test::WriteTemp(name, PlanToJson(p).dump());
 }
 

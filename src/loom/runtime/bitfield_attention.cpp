@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "loom/error.h"
 
@@ -58,25 +59,50 @@ torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Te
 torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const BitfieldMask& mask, int64_t block_tokens) {
   CheckShapes(q, mask);
-  const int64_t T = q.size(1);
-  const auto rows = KvBlocks(mask, block_tokens);
+  std::vector<int64_t> all(q.size(1));
+  for (int64_t i = 0; i < q.size(1); ++i) all[i] = i;
+  return BitfieldAttentionRows(q, k, v, mask, all, block_tokens);
+}
+
+torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const BitfieldMask& mask, const std::vector<int64_t>& rows,
+                                    int64_t block_tokens) {
+  CheckShapes(k, mask);
+  const int64_t T = k.size(1), n = static_cast<int64_t>(rows.size());
+  if (q.dim() != 4 || q.size(1) != n) {
+    throw Error(fmt::format("bitfield attention: {} query rows for {} positions; valid: q of [1, rows, heads, d]",
+                            q.dim() >= 2 ? q.size(1) : 0, n));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (rows[i] < 0 || rows[i] >= T || (i > 0 && rows[i] <= rows[i - 1])) {
+      throw Error(fmt::format("bitfield attention: query row {} is {}; valid: ascending positions in [0, {})", i,
+                              rows[i], T));
+    }
+  }
+  const auto kv_blocks = KvBlocks(mask, block_tokens);
   auto heads_first = [](const torch::Tensor& t) { return t[0].transpose(0, 1); };
   const torch::Tensor Q = heads_first(q), K = heads_first(k), V = heads_first(v);
   std::vector<torch::Tensor> out;
-  for (size_t qb = 0; qb < rows.size(); ++qb) {
-    const int64_t q0 = static_cast<int64_t>(qb) * block_tokens, q1 = std::min(T, q0 + block_tokens);
-    std::vector<int64_t> qs, ks;
-    for (int64_t i = q0; i < q1; ++i) qs.push_back(i);
+  for (int64_t c0 = 0; c0 < n; c0 += block_tokens) {
+    const int64_t c1 = std::min(n, c0 + block_tokens);
+    const std::vector<int64_t> qs(rows.begin() + c0, rows.begin() + c1);
+    std::set<int64_t> visit;  // the KV blocks any of these queries' blocks reads
+    for (int64_t r : qs) visit.insert(kv_blocks[r / block_tokens].begin(), kv_blocks[r / block_tokens].end());
+    std::vector<int64_t> ks;
     std::vector<torch::Tensor> kparts, vparts;
-    for (int64_t kb : rows[qb]) {
+    for (int64_t kb : visit) {
       const int64_t k0 = kb * block_tokens, k1 = std::min(T, k0 + block_tokens);
       for (int64_t j = k0; j < k1; ++j) ks.push_back(j);
       kparts.push_back(K.slice(1, k0, k1));
       vparts.push_back(V.slice(1, k0, k1));
     }
-    out.push_back(Masked(Q.slice(1, q0, q1), torch::cat(kparts, 1), torch::cat(vparts, 1),
+    out.push_back(Masked(Q.slice(1, c0, c1), torch::cat(kparts, 1), torch::cat(vparts, 1),
                          Allowed(mask, qs, ks, q.device())));
   }
+  // No queries (a CP rank without rows of this microbatch): an empty output
+  // that still depends on k and v, so their backward (an all-reduce under CP)
+  // runs on this rank as on the others.
+  if (out.empty()) return q + (k.sum() + v.sum()) * 0;
   return torch::cat(out, 1).transpose(0, 1).unsqueeze(0);
 }
 

@@ -25,4 +25,14 @@ torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Te
 torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const BitfieldMask& mask, int64_t block_tokens);
 
+// The blocked path for some of the queries: q [1, rows.size(), heads, d] are
+// the queries at positions `rows` (ascending) of the mask's sequence, k and v
+// [1, T, heads, d] every key (a CP rank's queries over all-gathered K/V,
+// runtime/context_parallel.h). Consecutive runs of `block_tokens` of `rows`
+// visit the union of their positions' KV blocks. Throws loom::Error when a row
+// is outside the mask or rows are not ascending.
+torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    const BitfieldMask& mask, const std::vector<int64_t>& rows,
+                                    int64_t block_tokens);
+
 }  // namespace loom::runtime

@@ -8,6 +8,7 @@
 
 #include "loom/error.h"
 #include "loom/runtime/autograd_pointers.h"
+#include "loom/runtime/bitfield_attention.h"
 
 namespace loom::runtime {
 
@@ -169,11 +170,6 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
   auto L = c10::make_intrusive<AttentionLayout>();
   L->lengths = packing.Lengths(module);
   if (spec != nullptr && spec->bitfield_attention) {
-    if (cp.size > 1) {
-      throw Error(fmt::format("runtime: module {} uses bitfield attention under context parallelism {}; that is not "
-                              "run yet",
-                              spec->name, cp.size));
-    }
     std::vector<MaskSegment> segments;
     const auto& sequences = packing.modules[module];
     for (size_t i = 0; i < sequences.size(); ++i) {
@@ -189,6 +185,7 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
     L->mask = BuildMask(segments, MaskLayout::kEmbedded);  // in packing order
   }
   if (cp.size < 2) return L;
+  L->all_gather = !L->mask.empty() || cp.split == CpSplit::kBalanced;
   std::vector<int64_t> seq_of, pos_of;  // per row of the whole tensor
   for (size_t i = 0; i < L->lengths.size(); ++i) {
     for (int64_t p = 0; p < L->lengths[i]; ++p) {
@@ -217,7 +214,31 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
   L->pos = torch::tensor(pos, opts).view({cp.size, max_rows}).to(device);
   L->index = torch::tensor(index, opts).view({cp.size, max_rows}).to(device);
   L->mine = torch::tensor(rows[cp.rank], opts).to(device);
+  L->mine_rows = rows[cp.rank];
   return L;
+}
+
+BitfieldMask DocumentMask(const std::vector<int64_t>& lengths, bool causal) {
+  std::vector<MaskSegment> segments;
+  for (size_t i = 0; i < lengths.size(); ++i) segments.push_back({lengths[i], causal ? -1 : 0, static_cast<int>(i)});
+  return BuildMask(segments, MaskLayout::kPacked);
+}
+
+torch::Tensor AllGatherAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const c10::intrusive_ptr<AttentionLayout>& layout, bool causal,
+                                 int64_t block_tokens, ContextParallel* cp) {
+  const BitfieldMask* mask = &layout->mask;
+  if (mask->empty()) {
+    BitfieldMask& cached = causal ? layout->causal_mask : layout->full_mask;
+    if (cached.empty()) cached = DocumentMask(layout->lengths, causal);
+    mask = &cached;
+  }
+  // [1, rows, heads, d] -> [1, rows, heads * d], gathered whole, and back.
+  auto whole = [&](const torch::Tensor& t) {
+    const int64_t heads = t.size(2), d = t.size(3);
+    return GatherContext(t.reshape({1, t.size(1), heads * d}), layout, cp).view({1, layout->tokens, heads, d});
+  };
+  return BitfieldAttentionRows(q, whole(k), whole(v), *mask, layout->mine_rows, block_tokens);
 }
 
 torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -8,12 +8,28 @@
 // load-balanced split; a plain split gives the last rank the most). A
 // module's rows on rank c are those chunks of its sequences in packing order.
 //
-// Ring attention. Each rank keeps its queries; the K/V blocks of all ranks
+// Two ways to attend across the split (AttentionLayout::all_gather):
+//
+// Ring attention (Megatron-LM's, the zigzag split). Each rank keeps its queries; the K/V blocks of all ranks
 // pass around the ring (rank c sends to c + 1), one step per rank, and each
 // step's partial softmax is merged online (running max and sum). The backward
 // runs the ring again carrying K, V and their gradient accumulators, so each
 // block's dK/dV come home after one more hop. Masks follow each token's
 // sequence and position, so packed sequences never attend to each other.
+//
+// All-gathered K/V (Cornstarch §3.3.2, the thesis' design; the balanced split
+// and every module with bitfield attention, whatever the split). Each rank
+// gathers every rank's K and V rows into the whole sequence's K/V (in packing
+// order) and attends its own queries over them under the module's mask, by the
+// blocked path of runtime/bitfield_attention.h: a query block visits only the
+// KV blocks its mask reads, so a rank's work is its rows' block work, which
+// the balanced split evened out. The backward all-reduces the whole K/V
+// gradient and keeps each rank's rows (GatherContext). A mask is per row of
+// the packed tensor, so which rank holds a token never changes what it
+// reads: positions are those of the packing (position embeddings are added
+// before the split, the runtime has no RoPE), and labels follow their rows.
+// Loom's K/V all-gather is one collective per layer, not the thesis'
+// head-wise overlap with compute.
 //
 // Only a stage's inside is sliced: tensors crossing stages travel whole
 // (gathered at the stage's end), and a layer that builds a module's tokens
@@ -65,10 +81,18 @@ struct AttentionLayout : torch::CustomClassHolder {
   std::vector<int64_t> rows;      // rows per rank (CP only)
   int64_t tokens = 0;             // of the whole module tensor
   torch::Tensor mine;             // this rank's rows of the packed module, [rows] long (CP only)
+  std::vector<int64_t> mine_rows;  // the same, on the host (CP only)
   // A module with bitfield attention (Module::bitfield_attention): the packed
   // row's mask, each packed sequence a document, input i's tokens modality i.
   BitfieldMask mask;
+  // CP attends by all-gathered K/V (else ring). A module without a bitfield
+  // mask then reads the document mask of its causality (DocumentMask).
+  bool all_gather = false;
+  BitfieldMask causal_mask, full_mask;  // document masks, built on first use
 };
+// Document attention as a bitfield mask: each packed sequence a document, its
+// tokens text (causal) or, not causal, one modality (each reads its whole document).
+BitfieldMask DocumentMask(const std::vector<int64_t>& lengths, bool causal);
 // `spec`: the module (its bitfield flag and inputs); null: document attention.
 c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking& packing, int module,
                                                         const ContextParallel& cp, const torch::Device& device,
@@ -78,6 +102,13 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
 // rank's keys and values (k, v: this rank's, same shape) around the ring.
 torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, ContextParallel* cp);
+
+// This rank's queries q [1, rows, heads, d] over every rank's keys and values
+// (k, v: this rank's rows) gathered whole, under the module's bitfield mask or
+// its document mask (`causal`), in blocks of `block_tokens`.
+torch::Tensor AllGatherAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                 const c10::intrusive_ptr<AttentionLayout>& layout, bool causal,
+                                 int64_t block_tokens, ContextParallel* cp);
 
 // The whole module tensor [1, tokens, width] from every rank's rows (`x`:
 // this rank's); its backward sums the whole gradient over the ranks and keeps

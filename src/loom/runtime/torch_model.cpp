@@ -239,8 +239,11 @@ struct BlockImpl : torch::nn::Module {
     return Run(x, layout, recompute == Recompute::kSelective);
   }
   torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V, const Layout& layout) {
+    if (cp->size > 1) {
+      return layout->all_gather ? AllGatherAttention(Q, K, V, layout, causal, kBitfieldBlockTokens, cp)
+                                : RingAttention(Q, K, V, layout, causal, cp);
+    }
     if (!layout->mask.empty()) return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens);
-    if (cp->size > 1) return RingAttention(Q, K, V, layout, causal, cp);
     return Attend(Q, K, V, layout->lengths, causal);
   }
   torch::Tensor Run(const torch::Tensor& x, const Layout& layout, bool selective) {

@@ -286,11 +286,6 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     // one-process run puts them on green-context streams (green_context.h),
     // and run.cpp refuses several units per GPU across processes.
     for (const auto& name : u.modules) {
-      if (u.cp > 1 && model.modules[model.FindModule(name)].bitfield_attention) {
-        throw Error(fmt::format("runtime: module {} uses bitfield attention under context parallelism {} (unit {}); "
-                                "that is not run yet",
-                                name, u.cp, u.name));
-      }
       if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
         throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
                                 "replicating it inside the TP group is not run yet",
