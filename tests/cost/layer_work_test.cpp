@@ -36,6 +36,10 @@ TEST(LayerWork, TransformerFlopsMatchTheClosedForm) {
   LayerWork c = EstimateLayerWork(l, OneSequence(s), 4);
   EXPECT_DOUBLE_EQ(c.at(Phase::kForward, OpClass::kAttention).flops, 2 * s * s * h / 4);
   EXPECT_DOUBLE_EQ(c.at(Phase::kForward, OpClass::kGemm).flops, 2 * s * linear / 4);
+  // A bitfield mask's pairs replace the causal half, whatever the layer says.
+  TokenStats masked = OneSequence(s);
+  masked.mask_pairs = 1000;
+  EXPECT_DOUBLE_EQ(EstimateLayerWork(l, masked, 4).at(Phase::kForward, OpClass::kAttention).flops, 4 * 1000 * h / 4);
   // Two all-reduces of s x h per forward under TP (attention out, MLP out).
   EXPECT_DOUBLE_EQ(c.tp_allreduce_bytes, 2 * 2 * s * h);
 }

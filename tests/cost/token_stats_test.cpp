@@ -26,6 +26,30 @@ TEST(TokenStats, SiglipAt384Has27x27Patches) {
   EXPECT_DOUBLE_EQ(CountModuleTokens(m, s)[0].tokens, 27 * 27);
 }
 
+// A bitfield-masked LLM (Cornstarch) counts the pairs its mask allows, each
+// document's images amid its text: the first half of the text reads only
+// itself causally, the images read each other, the rest of the text reads
+// everything before it. Its attention is priced by them, not by sum_sq.
+TEST(TokenStats, BitfieldModulesCountTheirMasksPairs) {
+  Model m = LoadModel("vlm-s");
+  const int llm = m.FindModule("llm");
+  Sample s;
+  int d0 = s.AddDoc(100);
+  s.images.push_back({768, 768, d0});
+  s.AddDoc(50);
+  EXPECT_EQ(CountModuleTokens(m, s)[llm].mask_pairs, 0);
+  m.modules[llm].bitfield_attention = true;
+  const TokenStats t = CountModuleTokens(m, s)[llm];
+  auto tri = [](double n) { return n * (n + 1) / 2; };
+  const double doc0 = tri(50) + 169.0 * 169 + (50 * 219.0 + tri(50)), doc1 = tri(50);
+  EXPECT_DOUBLE_EQ(t.mask_pairs, doc0 + doc1);
+  EXPECT_DOUBLE_EQ(t.AttentionPairs(true), doc0 + doc1);
+  TokenStats plain = t;
+  plain.mask_pairs = 0;
+  EXPECT_DOUBLE_EQ(plain.AttentionPairs(true), (269.0 * 269 + 50.0 * 50) / 2);
+  EXPECT_DOUBLE_EQ(plain.AttentionPairs(false), 269.0 * 269 + 50.0 * 50);
+}
+
 TEST(TokenStats, VlmPacksDocumentsAsSeparateSequences) {
   Model m = LoadModel("vlm-s");
   Sample s;

@@ -71,6 +71,36 @@ TEST(BitfieldMask, BlockWorkEqualsBruteForce) {
   }
 }
 
+// What the simulator prices a bitfield module's attention by (AllowedPairs,
+// from the segments) and what zigzag's per-rank work sums (KeysPerQuery),
+// against MayAttend over every (query, key) pair.
+TEST(BitfieldMask, AllowedPairsAndKeysPerQueryEqualBruteForce) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 60; ++trial) {
+    const auto segments = test::RandomSegments(rng, 5, 40);
+    for (MaskLayout layout : {MaskLayout::kCausalPrefix, MaskLayout::kEmbedded, MaskLayout::kPacked}) {
+      const BitfieldMask m = BuildMask(segments, layout);
+      const int64_t n = static_cast<int64_t>(m.size());
+      const auto keys = KeysPerQuery(m);
+      ASSERT_EQ(static_cast<int64_t>(keys.size()), n);
+      int64_t pairs = 0;
+      for (int64_t q = 0; q < n; ++q) {
+        int64_t want = 0;
+        for (int64_t k = 0; k < n; ++k) want += MayAttend(m, q, k) ? 1 : 0;
+        ASSERT_EQ(keys[q], want) << "trial " << trial << " query " << q;
+        pairs += want;
+      }
+      EXPECT_EQ(AllowedPairs(segments, layout), static_cast<double>(pairs)) << "trial " << trial;
+    }
+  }
+  // A causal document of s tokens: s (s + 1) / 2. An image of 4 tokens amid 6
+  // text tokens: the first 3 read 1, 2, 3 keys, the image 4 x 4, the last 3
+  // text tokens (positions 7-9) 8, 9, 10.
+  EXPECT_EQ(AllowedPairs({{100, -1, 0}}, MaskLayout::kEmbedded), 100.0 * 101 / 2);
+  EXPECT_EQ(AllowedPairs({{3, -1, 0}, {4, 0, 0}, {3, -1, 0}}, MaskLayout::kEmbedded), (1 + 2 + 3) + 16 + (8 + 9 + 10));
+  EXPECT_THROW(AllowedPairs({{-1, -1, 0}}, MaskLayout::kEmbedded), Error);
+}
+
 TEST(BitfieldMask, CausalTextIsTriangular) {
   const auto work = BlockWork(BuildMask({{64, -1, 0}}, MaskLayout::kEmbedded), 8);
   for (size_t b = 0; b < work.size(); ++b) EXPECT_EQ(work[b], static_cast<int64_t>(b) + 1);

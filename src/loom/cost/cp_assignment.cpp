@@ -77,13 +77,21 @@ double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split,
   std::vector<double> work(cp, 0.0);
   std::vector<int64_t> all;  // balanced: every row's blocks, assigned together
   for (const BitfieldMask& row : rows) {
-    const auto blocks = BlockWork(row, block_tokens);
     if (split == CpSplit::kBalanced) {
+      const auto blocks = BlockWork(row, block_tokens);
       all.insert(all.end(), blocks.begin(), blocks.end());
       continue;
     }
-    const CpAssignment a = ZigzagAssignment(blocks, cp);
-    for (int r = 0; r < cp; ++r) work[r] += a.rank_work[r];
+    // Zigzag cuts tokens, not blocks (Megatron-LM's, and the runtime's
+    // ContextRows: 2 cp chunks with bounds floor(i L / 2cp)), and its ring
+    // attention computes the pairs of each chunk: a rank's work is its tokens'
+    // keys. Blocks would misprice documents of a few blocks.
+    const std::vector<int64_t> keys = KeysPerQuery(row);
+    const int64_t L = static_cast<int64_t>(row.size()), chunks = 2 * static_cast<int64_t>(cp);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int r = static_cast<int>(c < cp ? c : chunks - 1 - c);
+      for (int64_t p = c * L / chunks; p < (c + 1) * L / chunks; ++p) work[r] += static_cast<double>(keys[p]);
+    }
   }
   if (split == CpSplit::kBalanced) work = BalancedAssignment(all, cp).rank_work;
   const double total = std::accumulate(work.begin(), work.end(), 0.0);

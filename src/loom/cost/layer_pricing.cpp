@@ -21,6 +21,7 @@ bool HasAttention(const Layer& l) {
 TokenStats PerCpRank(TokenStats t, int cp, double imbalance) {
   t.tokens /= cp;
   t.sum_sq = t.sum_sq / cp * imbalance;
+  t.mask_pairs = t.mask_pairs / cp * imbalance;
   t.cross /= cp;
   return t;
 }
@@ -33,6 +34,7 @@ TokenStats PerCpRank(TokenStats t, int cp, double imbalance) {
 TokenStats ShareOfSequences(TokenStats t, int ranks) {
   t.tokens /= ranks;
   t.sum_sq /= ranks;
+  t.mask_pairs /= ranks;
   t.sequences /= ranks;
   t.context_tokens /= ranks;
   t.cross /= ranks;

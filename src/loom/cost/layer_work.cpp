@@ -15,12 +15,14 @@ void AddGemm(LayerWork& w, double m, double k, double n, int tp, double e) {
   }
 }
 
-// Attention core (QK^T, softmax, AV) as FlashAttention runs it: forward 4*s^2*d
-// per head (2 matmuls), halved under a causal mask; backward recomputes QK^T
-// and adds dV, dP, dQ, dK: 5 matmuls, 2.5x the forward, all backward-data.
-void AddAttentionCore(LayerWork& w, double pair_products, double hidden, double io_tokens,
-                      double kv_width, int tp, double e, bool causal) {
-  double fwd = (causal ? 2.0 : 4.0) * pair_products * hidden / tp;
+// Attention core (QK^T, softmax, AV) as FlashAttention runs it: forward 4*d
+// per (query, key) pair it computes per head (2 matmuls; a causal mask
+// computes half the pairs, a bitfield mask those it allows, its kernel
+// skipping the rest); backward recomputes QK^T and adds dV, dP, dQ, dK: 5
+// matmuls, 2.5x the forward, all backward-data.
+void AddAttentionCore(LayerWork& w, double pairs, double hidden, double io_tokens, double kv_width, int tp,
+                      double e) {
+  double fwd = 4.0 * pairs * hidden / tp;
   double io = e * io_tokens * (2 * hidden + 2 * kv_width) / tp;
   w.at(Phase::kForward, OpClass::kAttention).flops += fwd;
   w.at(Phase::kForward, OpClass::kAttention).bytes += io;
@@ -52,7 +54,7 @@ double MlpMatrices(const Layer& l) { return l.gated_mlp ? 3.0 : 2.0; }
 void AddSelfAttention(LayerWork& w, const Layer& l, const TokenStats& t, int tp, double e) {
   double h = static_cast<double>(l.hidden);
   AddGemm(w, t.tokens, h, h + 2 * KvWidth(l), tp, e);
-  AddAttentionCore(w, t.sum_sq, h, t.tokens, KvWidth(l), tp, e, l.causal);
+  AddAttentionCore(w, t.AttentionPairs(l.causal), h, t.tokens, KvWidth(l), tp, e);
   AddGemm(w, t.tokens, h, h, tp, e);
   w.tp_allreduce_bytes += e * t.tokens * h;
 }
@@ -61,7 +63,7 @@ void AddCrossAttention(LayerWork& w, double tokens, double context_tokens, doubl
                        double h, double context_dim, int tp, double e) {
   AddGemm(w, tokens, h, h, tp, e);                          // Q from the layer's tokens
   AddGemm(w, context_tokens, context_dim, 2 * h, tp, e);    // K, V from the context
-  AddAttentionCore(w, cross, h, tokens, h * context_tokens / std::max(tokens, 1.0), tp, e, false);
+  AddAttentionCore(w, cross, h, tokens, h * context_tokens / std::max(tokens, 1.0), tp, e);
   AddGemm(w, tokens, h, h, tp, e);                          // output projection
   w.tp_allreduce_bytes += e * tokens * h;
 }

@@ -217,7 +217,11 @@ std::pair<double, double> ProfiledCostModel::Correction(const ProfileShape& shap
   }
   if (series == nullptr || tokens.tokens <= 0) return {median_forward_, median_backward_};
   const double x = std::log(tokens.tokens);
-  const double seq = tokens.sequences > 0 ? tokens.sum_sq / tokens.tokens : tokens.tokens;
+  // The causal sequence length doing the same attention work (profiled
+  // backbone layers are causal; a bitfield mask's pairs count as 2 x pairs).
+  const double seq = tokens.mask_pairs > 0  ? 2 * tokens.mask_pairs / tokens.tokens
+                     : tokens.sequences > 0 ? tokens.sum_sq / tokens.tokens
+                                            : tokens.tokens;
   const double log_seq = std::log(std::max(seq, 1.0));
   // Of the anchors at each measured token count, the one whose sequence length
   // is closest to the query's (the same tokens in longer sequences do more attention).

@@ -49,6 +49,7 @@ TokenStats TokenStats::Downscaled(double d) const {
   TokenStats s = *this;
   s.tokens = tokens / (d * d);
   s.sum_sq = sum_sq / (d * d * d * d);
+  s.mask_pairs = mask_pairs / (d * d * d * d);
   s.cross = cross / (d * d);
   return s;
 }
@@ -163,16 +164,9 @@ std::vector<TokenStats> Count(const Model& model, const Sample& sample, std::vec
   return stats;
 }
 
-}  // namespace
-
-std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
-  std::vector<Flow> flows;
-  return Count(model, sample, flows);
-}
-
-std::vector<MaskSegment> ModuleMaskSegments(const Model& model, int module, const Sample& sample) {
-  std::vector<Flow> flows;
-  Count(model, sample, flows);
+// ModuleMaskSegments from the flows Count computed.
+std::vector<MaskSegment> MaskSegmentsOf(const Model& model, int module, const Sample& sample,
+                                        const std::vector<Flow>& flows) {
   const Module& m = model.modules.at(module);
   std::vector<MaskSegment> out;
   if (m.tokens.source == TokenSource::kText || m.tokens.source == TokenSource::kTextAndInputs) {
@@ -198,6 +192,28 @@ std::vector<MaskSegment> ModuleMaskSegments(const Model& model, int module, cons
     if (s.tokens > 0) kept.push_back(s);
   }
   return kept;
+}
+
+
+}  // namespace
+
+std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
+  std::vector<Flow> flows;
+  std::vector<TokenStats> stats = Count(model, sample, flows);
+  for (size_t i = 0; i < model.modules.size(); ++i) {
+    if (!model.modules[i].bitfield_attention) continue;
+    // The layout the runtime's mask follows for a plain sample: each
+    // document's inputs amid its text (the embedded layout).
+    stats[i].mask_pairs =
+        AllowedPairs(MaskSegmentsOf(model, static_cast<int>(i), sample, flows), MaskLayout::kEmbedded);
+  }
+  return stats;
+}
+
+std::vector<MaskSegment> ModuleMaskSegments(const Model& model, int module, const Sample& sample) {
+  std::vector<Flow> flows;
+  Count(model, sample, flows);
+  return MaskSegmentsOf(model, module, sample, flows);
 }
 
 std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples) {

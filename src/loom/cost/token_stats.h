@@ -3,6 +3,9 @@
 // (sequences packed together do not attend to each other), cross-attention
 // with `cross` (per document: query tokens x context tokens). All fields add
 // up across samples, so the cost of a microbatch is the cost of the sum.
+// A module with bitfield attention (Cornstarch, Module::bitfield_attention)
+// also counts `mask_pairs`, the (query, key) pairs its mask allows; its
+// attention is priced by those instead of sum_sq and the layer's causality.
 #pragma once
 
 #include <vector>
@@ -19,10 +22,16 @@ struct TokenStats {
   double sequences = 0;       // number of sequences
   double context_tokens = 0;  // cross-attention context tokens (K/V side)
   double cross = 0;           // sum over documents of query tokens x context tokens
+  double mask_pairs = 0;      // bitfield modules only: pairs the mask allows (0: none counted)
+
+  // Query-key pairs self-attention computes: the mask's, else every pair of
+  // each sequence, or (causal) half of them.
+  double AttentionPairs(bool causal) const { return mask_pairs > 0 ? mask_pairs : (causal ? sum_sq / 2 : sum_sq); }
 
   TokenStats& operator+=(const TokenStats& o) {
     tokens += o.tokens;
     sum_sq += o.sum_sq;
+    mask_pairs += o.mask_pairs;
     sequences += o.sequences;
     context_tokens += o.context_tokens;
     cross += o.cross;

@@ -59,8 +59,10 @@ bool MayAttend(const BitfieldMask& mask, int64_t query, int64_t key) {
   return (q.bits & kCausal) == 0 || key <= query;
 }
 
-BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layout) {
-  uint64_t all_modalities = 0;
+namespace {
+
+// The segments in sequence order under `layout`, checked.
+std::vector<MaskSegment> InOrder(const std::vector<MaskSegment>& segments, MaskLayout layout) {
   for (size_t i = 0; i < segments.size(); ++i) {
     const MaskSegment& s = segments[i];
     if (s.tokens < 0 || s.modality < -1 || s.modality > 61 || s.doc < 0) {
@@ -68,7 +70,6 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
                               "modality -1 (text) or 0..61, doc >= 0",
                               i, s.tokens, s.modality, s.doc));
     }
-    if (s.modality >= 0) all_modalities |= uint64_t{1} << (1 + s.modality);
   }
   std::vector<MaskSegment> order = segments;
   if (layout == MaskLayout::kCausalPrefix) {
@@ -86,12 +87,62 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
       }
     }
   }
+  return order;
+}
+
+}  // namespace
+
+BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layout) {
+  const std::vector<MaskSegment> order = InOrder(segments, layout);
+  uint64_t all_modalities = 0;
+  for (const auto& s : order) {
+    if (s.modality >= 0) all_modalities |= uint64_t{1} << (1 + s.modality);
+  }
   BitfieldMask mask;
   for (const auto& s : order) {
     const uint64_t bits = s.modality < 0 ? (uint64_t{1} | all_modalities | kCausal) : uint64_t{1} << (1 + s.modality);
     for (int64_t t = 0; t < s.tokens; ++t) mask.push_back({bits, s.doc});
   }
   return mask;
+}
+
+double AllowedPairs(const std::vector<MaskSegment>& segments, MaskLayout layout) {
+  const std::vector<MaskSegment> order = InOrder(segments, layout);
+  std::map<int, double> earlier;                       // per document: its tokens so far
+  std::map<std::pair<int, int>, double> of_modality;  // per (document, modality): all its tokens
+  for (const auto& s : order) {
+    if (s.modality >= 0) of_modality[{s.doc, s.modality}] += static_cast<double>(s.tokens);
+  }
+  double pairs = 0;
+  for (const auto& s : order) {
+    const double n = static_cast<double>(s.tokens);
+    if (s.modality < 0) {
+      pairs += n * earlier[s.doc] + n * (n + 1) / 2;  // causal: every earlier token and itself
+    } else {
+      pairs += n * of_modality[{s.doc, s.modality}];  // bidirectional within the modality
+    }
+    earlier[s.doc] += n;
+  }
+  return pairs;
+}
+
+std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask) {
+  std::map<std::pair<int32_t, uint64_t>, int64_t> total, seen;  // per (document, field): tokens
+  for (const MaskToken& t : mask) ++total[{t.doc, t.bits}];
+  std::vector<int64_t> out(mask.size(), 0);
+  for (size_t i = 0; i < mask.size(); ++i) {
+    const MaskToken& q = mask[i];
+    ++seen[{q.doc, q.bits}];
+    if (!IsText(q.bits)) {
+      out[i] = total[{q.doc, q.bits}];  // exactly its own field, both ways
+      continue;
+    }
+    const auto& counts = (q.bits & kCausal) != 0 ? seen : total;  // causal: keys up to and including itself
+    for (auto it = counts.lower_bound({q.doc, 0}); it != counts.end() && it->first.first == q.doc; ++it) {
+      if ((it->first.second & q.bits & kModalityBits) != 0) out[i] += it->second;
+    }
+  }
+  return out;
 }
 
 std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t block_tokens) {

@@ -59,6 +59,18 @@ enum class MaskLayout : uint8_t { kCausalPrefix = 0, kEmbedded = 1, kPacked = 2 
 // below 0.
 BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layout);
 
+// The number of (query, key) pairs the mask of `segments` under `layout`
+// allows, from the segments in O(segments x modalities), never the mask:
+// a text token reads every earlier token of its document and itself, a
+// modality token every token of its modality in its document. What the
+// simulator prices a bitfield-masked layer's attention by (TokenStats::mask_pairs).
+// Throws as BuildMask does.
+double AllowedPairs(const std::vector<MaskSegment>& segments, MaskLayout layout);
+
+// Per query token, the number of keys it may read (MayAttend), in
+// O(tokens x distinct fields per document), never the S x S mask.
+std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask);
+
 // Block-sparse attention's work (Cornstarch §3.3.2.1): per query block of
 // `block_tokens` tokens (the last one short), the number of KV blocks holding
 // at least one key some query of the block may read; a kernel skips the rest.

@@ -112,13 +112,25 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
   constexpr int64_t kBlockTokens = 128;  // Cornstarch's N_B
   for (const auto& r : stage.layers) {
     const int mi = model.FindModule(r.module);
+    const Module& mod = model.modules[mi];
+    const bool causal = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) { return l.causal; });
     // One row per document: Megatron-LM's packed ("thd") CP splits each
-    // sequence on its own, as the runtime's ContextRows does.
+    // sequence on its own, as the runtime's ContextRows does. The row's mask
+    // is the one the runtime applies: the module's bitfield mask, else
+    // document attention (causal or not) over all its tokens.
     std::vector<BitfieldMask> rows;
     for (const auto& p : pieces) {
       std::map<int, std::vector<MaskSegment>> docs;
       for (const auto& seg : ModuleMaskSegments(model, mi, PieceSample(batch, p))) docs[seg.doc].push_back(seg);
-      for (const auto& [doc, segments] : docs) rows.push_back(BuildMask(segments, MaskLayout::kEmbedded));
+      for (const auto& [doc, segments] : docs) {
+        if (mod.bitfield_attention) {
+          rows.push_back(BuildMask(segments, MaskLayout::kEmbedded));
+          continue;
+        }
+        int64_t tokens = 0;
+        for (const auto& seg : segments) tokens += seg.tokens;
+        rows.push_back(BuildMask({{tokens, causal ? -1 : 0, doc}}, MaskLayout::kEmbedded));
+      }
     }
     out[mi] = CpImbalance(rows, stage.cp, stage.cp_split, kBlockTokens);
   }

@@ -58,6 +58,7 @@ double Throughput(const StrategyContext& ctx, const ModalityModule& module, int 
     TokenStats t = tokens[mi];
     t.tokens *= scale;
     t.sum_sq *= scale;
+    t.mask_pairs *= scale;
     t.sequences *= scale;
     t.context_tokens *= scale;
     t.cross *= scale;
