@@ -33,17 +33,12 @@ std::vector<MaskSegment> PackedSegments(int64_t tokens) {
 BitfieldMask PackedRow(int64_t tokens) { return BuildMask(PackedSegments(tokens), MaskLayout::kPacked); }
 
 // The same documents as rows of their own (Megatron-LM's per-sequence CP split).
-std::vector<BitfieldMask> DocumentRows(int64_t tokens) {
-  std::vector<BitfieldMask> rows;
-  std::vector<MaskSegment> doc;
+std::vector<std::vector<MaskSegment>> DocumentRows(int64_t tokens) {
+  std::vector<std::vector<MaskSegment>> rows;
   for (const auto& s : PackedSegments(tokens)) {
-    if (!doc.empty() && doc.back().doc != s.doc) {
-      rows.push_back(BuildMask(doc, MaskLayout::kEmbedded));
-      doc.clear();
-    }
-    doc.push_back(s);
+    if (rows.empty() || rows.back().back().doc != s.doc) rows.emplace_back();
+    rows.back().push_back(s);
   }
-  if (!doc.empty()) rows.push_back(BuildMask(doc, MaskLayout::kEmbedded));
   return rows;
 }
 
@@ -65,12 +60,13 @@ BENCHMARK(BM_BlockWork)->Arg(16384)->Arg(32768)->Arg(65536)->Unit(benchmark::kMi
 
 void BM_CpImbalance(benchmark::State& state) {
   // range(2): 1 splits the packed row as one sequence, 0 each document on its own.
-  const std::vector<BitfieldMask> rows =
-      state.range(2) ? std::vector<BitfieldMask>{PackedRow(state.range(0))} : DocumentRows(state.range(0));
+  const std::vector<std::vector<MaskSegment>> rows =
+      state.range(2) ? std::vector<std::vector<MaskSegment>>{PackedSegments(state.range(0))} : DocumentRows(state.range(0));
   const auto split = static_cast<CpSplit>(state.range(1));
+  const MaskLayout layout = state.range(2) ? MaskLayout::kPacked : MaskLayout::kEmbedded;
   double imbalance = 0;
   for (auto _ : state) {
-    imbalance = CpImbalance(rows, 8, split, 128);
+    imbalance = CpImbalance(rows, layout, 8, split, 128);
     benchmark::DoNotOptimize(imbalance);
   }
   state.counters["imbalance_cp8"] = imbalance;

@@ -101,6 +101,30 @@ TEST(BitfieldMask, AllowedPairsAndKeysPerQueryEqualBruteForce) {
   EXPECT_THROW(AllowedPairs({{-1, -1, 0}}, MaskLayout::kEmbedded), Error);
 }
 
+// The simulator's reading of the rule off the segments equals the mask's.
+TEST(BitfieldMask, SegmentsGiveTheMasksBlockWorkAndKeys) {
+  std::mt19937 rng(17);
+  for (int trial = 0; trial < 80; ++trial) {
+    const auto segments = test::RandomSegments(rng, 5, 40);
+    for (MaskLayout layout : {MaskLayout::kCausalPrefix, MaskLayout::kEmbedded, MaskLayout::kPacked}) {
+      const BitfieldMask m = BuildMask(segments, layout);
+      const int64_t n = static_cast<int64_t>(m.size());
+      for (int64_t block : {1, 7, 16, 128}) {
+        ASSERT_EQ(BlockWorkOfSegments(segments, layout, block), BlockWork(m, block))
+            << "trial " << trial << " layout " << static_cast<int>(layout) << " block " << block;
+      }
+      const auto keys = KeysPerQuery(m);
+      for (int r = 0; r < 5; ++r) {
+        const int64_t a = static_cast<int64_t>(rng() % (n + 1)), b = a + static_cast<int64_t>(rng() % (n - a + 1));
+        double want = 0;
+        for (int64_t q = a; q < b; ++q) want += static_cast<double>(keys[q]);
+        ASSERT_EQ(KeysInRange(segments, layout, a, b), want) << "trial " << trial << " range " << a << ".." << b;
+      }
+    }
+  }
+  EXPECT_THROW(BlockWorkOfSegments({{4, -1, 0}}, MaskLayout::kEmbedded, 0), Error);
+}
+
 TEST(BitfieldMask, CausalTextIsTriangular) {
   const auto work = BlockWork(BuildMask({{64, -1, 0}}, MaskLayout::kEmbedded), 8);
   for (size_t b = 0; b < work.size(); ++b) EXPECT_EQ(work[b], static_cast<int64_t>(b) + 1);

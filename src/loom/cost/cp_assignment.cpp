@@ -72,13 +72,14 @@ CpSplit ParseCpSplit(const std::string& name, const std::string& field) {
   throw Error(fmt::format("{}: '{}'; valid: ideal, zigzag, balanced", field, name));
 }
 
-double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split, int64_t block_tokens) {
+double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout layout, int cp, CpSplit split,
+                   int64_t block_tokens) {
   if (split == CpSplit::kIdeal || cp <= 1) return 1.0;
   std::vector<double> work(cp, 0.0);
   std::vector<int64_t> all;  // balanced: every row's blocks, assigned together
-  for (const BitfieldMask& row : rows) {
+  for (const auto& row : rows) {
     if (split == CpSplit::kBalanced) {
-      const auto blocks = BlockWork(row, block_tokens);
+      const auto blocks = BlockWorkOfSegments(row, layout, block_tokens);
       all.insert(all.end(), blocks.begin(), blocks.end());
       continue;
     }
@@ -86,11 +87,12 @@ double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split,
     // ContextRows: 2 cp chunks with bounds floor(i L / 2cp)), and its ring
     // attention computes the pairs of each chunk: a rank's work is its tokens'
     // keys. Blocks would misprice documents of a few blocks.
-    const std::vector<int64_t> keys = KeysPerQuery(row);
-    const int64_t L = static_cast<int64_t>(row.size()), chunks = 2 * static_cast<int64_t>(cp);
+    int64_t L = 0;
+    for (const auto& s : row) L += s.tokens;
+    const int64_t chunks = 2 * static_cast<int64_t>(cp);
     for (int64_t c = 0; c < chunks; ++c) {
       const int r = static_cast<int>(c < cp ? c : chunks - 1 - c);
-      for (int64_t p = c * L / chunks; p < (c + 1) * L / chunks; ++p) work[r] += static_cast<double>(keys[p]);
+      work[r] += KeysInRange(row, layout, c * L / chunks, (c + 1) * L / chunks);
     }
   }
   if (split == CpSplit::kBalanced) work = BalancedAssignment(all, cp).rank_work;

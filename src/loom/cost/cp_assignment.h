@@ -53,10 +53,14 @@ CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp);
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock);
 
 // The busiest CP rank's attention work over the average, for sequences
-// `rows` over the same cp ranks (blocks of `block_tokens`; kIdeal: 1): zigzag
-// splits each row on its own (Megatron-LM's per-sequence split of packed
-// "thd" batches), balanced assigns every row's blocks together by LPT.
-// Multiplies the 1/cp share of attention pairs.
-double CpImbalance(const std::vector<BitfieldMask>& rows, int cp, CpSplit split, int64_t block_tokens);
+// `rows` (each the segments of a mask under `layout`, data/attention_mask.h)
+// over the same cp ranks (kIdeal: 1): zigzag splits each row's tokens on its
+// own (Megatron-LM's per-sequence split of packed "thd" batches, the
+// runtime's ContextRows) and a rank's work is its queries' keys; balanced
+// assigns every row's blocks of `block_tokens` together by LPT on their
+// block work. Read off the segments, never a per-token mask. Multiplies the
+// 1/cp share of attention pairs.
+double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout layout, int cp, CpSplit split,
+                   int64_t block_tokens);
 
 }  // namespace loom

@@ -145,6 +145,97 @@ std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask) {
   return out;
 }
 
+namespace {
+
+// The ordered segments with their positions, for reading the mask's rule
+// off the segments (BlockWorkOfSegments, KeysInRange).
+struct Placed {
+  MaskSegment seg;
+  int64_t begin = 0, end = 0;       // positions [begin, end)
+  double doc_before = 0;            // tokens of its document before it
+  double modality_total = 0;        // modality segments: all tokens of its modality in its document
+};
+
+std::vector<Placed> Place(const std::vector<MaskSegment>& segments, MaskLayout layout) {
+  std::vector<Placed> out;
+  std::map<int, double> doc_tokens;
+  std::map<std::pair<int, int>, double> modality_tokens;
+  int64_t at = 0;
+  for (const auto& s : InOrder(segments, layout)) {
+    Placed p{s, at, at + s.tokens, doc_tokens[s.doc], 0};
+    doc_tokens[s.doc] += static_cast<double>(s.tokens);
+    if (s.modality >= 0) modality_tokens[{s.doc, s.modality}] += static_cast<double>(s.tokens);
+    at += s.tokens;
+    out.push_back(p);
+  }
+  for (auto& p : out) {
+    if (p.seg.modality >= 0) p.modality_total = modality_tokens[{p.seg.doc, p.seg.modality}];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> BlockWorkOfSegments(const std::vector<MaskSegment>& segments, MaskLayout layout,
+                                         int64_t block_tokens) {
+  if (block_tokens < 1) throw Error(fmt::format("attention mask: block of {} tokens; valid: >= 1", block_tokens));
+  const std::vector<Placed> placed = Place(segments, layout);
+  const int64_t T = placed.empty() ? 0 : placed.back().end;
+  std::map<int, std::vector<const Placed*>> of_doc;
+  for (const auto& p : placed) {
+    if (p.seg.tokens > 0) of_doc[p.seg.doc].push_back(&p);
+  }
+  std::vector<int64_t> work;
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // KV block ranges [first, last] the block reads
+  size_t first_seg = 0;
+  for (int64_t q0 = 0; q0 < T; q0 += block_tokens) {
+    const int64_t q1 = std::min(T, q0 + block_tokens);
+    ranges.clear();
+    while (placed[first_seg].end <= q0) ++first_seg;
+    for (size_t k = first_seg; k < placed.size() && placed[k].begin < q1; ++k) {
+      const Placed& q = placed[k];
+      if (q.seg.tokens == 0) continue;
+      const int64_t last = std::min(q1, q.end) - 1;  // the segment's last query in this block
+      for (const Placed* key : of_doc[q.seg.doc]) {
+        int64_t end = key->end;
+        if (q.seg.modality >= 0) {
+          if (key->seg.modality != q.seg.modality) continue;  // its own modality, both ways
+        } else {
+          end = std::min(end, last + 1);  // text: its document up to itself
+          if (end <= key->begin) continue;
+        }
+        ranges.push_back({key->begin / block_tokens, (end - 1) / block_tokens});
+      }
+    }
+    std::sort(ranges.begin(), ranges.end());
+    int64_t count = 0, covered = -1;  // blocks counted, last block counted
+    for (const auto& [a, b] : ranges) {
+      if (b <= covered) continue;
+      count += b - std::max(a, covered + 1) + 1;
+      covered = b;
+    }
+    work.push_back(count);
+  }
+  return work;
+}
+
+double KeysInRange(const std::vector<MaskSegment>& segments, MaskLayout layout, int64_t begin, int64_t end) {
+  double keys = 0;
+  for (const Placed& p : Place(segments, layout)) {
+    const int64_t a = std::max(begin, p.begin), b = std::min(end, p.end);
+    if (a >= b) continue;
+    const double n = static_cast<double>(b - a);
+    if (p.seg.modality >= 0) {
+      keys += n * p.modality_total;
+    } else {
+      // Position x reads doc_before + (x - p.begin) + 1 keys: an arithmetic series over [a, b).
+      const double first = p.doc_before + static_cast<double>(a - p.begin) + 1;
+      keys += n * first + n * (n - 1) / 2;
+    }
+  }
+  return keys;
+}
+
 std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t block_tokens) {
   if (block_tokens < 1) throw Error(fmt::format("attention mask: block of {} tokens; valid: >= 1", block_tokens));
   const auto blocks = Summaries(mask, block_tokens);

@@ -71,6 +71,17 @@ double AllowedPairs(const std::vector<MaskSegment>& segments, MaskLayout layout)
 // O(tokens x distinct fields per document), never the S x S mask.
 std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask);
 
+// The same block work and keys of BuildMask(segments, layout), from the
+// segments without building the mask: a text token reads every token of its
+// document up to itself, a modality token every token of its modality in its
+// document. O(blocks x segments of a document) and no per-token memory: what
+// the simulator prices CP with, per microbatch and candidate
+// (cost/cp_assignment.h). Throw as BuildMask does; block_tokens >= 1.
+std::vector<int64_t> BlockWorkOfSegments(const std::vector<MaskSegment>& segments, MaskLayout layout,
+                                         int64_t block_tokens);
+// Keys per query summed over the positions [begin, end) of the sequence.
+double KeysInRange(const std::vector<MaskSegment>& segments, MaskLayout layout, int64_t begin, int64_t end);
+
 // Block-sparse attention's work (Cornstarch §3.3.2.1): per query block of
 // `block_tokens` tokens (the last one short), the number of KV blocks holding
 // at least one key some query of the block may read; a kernel skips the rest.

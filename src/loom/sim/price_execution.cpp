@@ -118,21 +118,21 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
     // sequence on its own, as the runtime's ContextRows does. The row's mask
     // is the one the runtime applies: the module's bitfield mask, else
     // document attention (causal or not) over all its tokens.
-    std::vector<BitfieldMask> rows;
+    std::vector<std::vector<MaskSegment>> rows;
     for (const auto& p : pieces) {
       std::map<int, std::vector<MaskSegment>> docs;
       for (const auto& seg : ModuleMaskSegments(model, mi, PieceSample(batch, p))) docs[seg.doc].push_back(seg);
-      for (const auto& [doc, segments] : docs) {
+      for (auto& [doc, segments] : docs) {
         if (mod.bitfield_attention) {
-          rows.push_back(BuildMask(segments, MaskLayout::kEmbedded));
+          rows.push_back(std::move(segments));
           continue;
         }
         int64_t tokens = 0;
         for (const auto& seg : segments) tokens += seg.tokens;
-        rows.push_back(BuildMask({{tokens, causal ? -1 : 0, doc}}, MaskLayout::kEmbedded));
+        rows.push_back({{tokens, causal ? -1 : 0, doc}});
       }
     }
-    out[mi] = CpImbalance(rows, stage.cp, stage.cp_split, kBlockTokens);
+    out[mi] = CpImbalance(rows, MaskLayout::kEmbedded, stage.cp, stage.cp_split, kBlockTokens);
   }
   return out;
 }
