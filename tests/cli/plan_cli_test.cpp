@@ -28,14 +28,15 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   auto [code, out] = LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
                          "--json " + json + " --report " + html + " --trace " + trace + " --export megatron");
   ASSERT_EQ(code, 0) << out;
-  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "pipeweaver", "oobleck", "vs megatron", "* best:",
+  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "pipeweaver", "oobleck", "cornstarch", "vs megatron", "* best:",
                         "--tensor-model-parallel-size", "cannot express"}) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
   }
   auto j = nlohmann::json::parse(Slurp(json));
   ASSERT_TRUE(j["best"].is_string());
-  // `all` is every strategy but the variants (mmscale-ratio, mmscale-noreorder, pipeweaver-*, mosaic-*).
-  ASSERT_EQ(j["strategies"].size(), 10u);
+  // `all` is every strategy but the variants (mmscale-ratio, mmscale-noreorder, pipeweaver-*, mosaic-*,
+  // cornstarch-unaware, megatron-encoders-first).
+  ASSERT_EQ(j["strategies"].size(), 11u);
   double best_time = 1e30;
   for (const auto& s : j["strategies"]) {
     for (const char* k : {"name", "config", "iteration_time_s", "throughput_samples_per_s", "mfu", "bubble_ratio",

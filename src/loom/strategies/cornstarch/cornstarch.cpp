@@ -59,21 +59,24 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
   std::vector<std::string> all;
   for (const auto& m : ctx.model.modules) all.push_back(m.name);
   const int all_layers = static_cast<int>(UnitLayers(ctx.model, all).size());
-  for (int tp : modes.colocated ? TpChoices(ctx.cluster) : std::vector<int>{}) {
-    const int groups = ctx.cluster.num_gpus() / tp;
-    for (int pp : Depths(all_layers, groups)) {
-      const int dp = groups / pp;
-      if (B % dp != 0) continue;
-      for (int m : Divisors(B / dp)) {
-        if (m < pp || m > 64) continue;
-        search.Try([&](Recompute r) {
-          Plan plan = EmptyPlan(ctx, name, tp);
-          plan.units.push_back(MakeUnit(ctx, "colocated", all, 0, tp, 0, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
-          return plan;
-        });
+  auto colocated = [&](Balance by) {
+    for (int tp : TpChoices(ctx.cluster)) {
+      const int groups = ctx.cluster.num_gpus() / tp;
+      for (int pp : Depths(all_layers, groups)) {
+        const int dp = groups / pp;
+        if (B % dp != 0) continue;
+        for (int m : Divisors(B / dp)) {
+          if (m < pp) continue;
+          search.Try([&](Recompute r) {
+            Plan plan = EmptyPlan(ctx, name, tp);
+            plan.units.push_back(MakeUnit(ctx, "colocated", all, 0, tp, 0, dp, pp, m, ScheduleKind::kOneFOneB, r, by));
+            return plan;
+          });
+        }
       }
     }
-  }
+  };
+  if (modes.colocated) colocated(balance);
   for (int tp : modes.modality_parallel ? TpChoices(ctx.cluster) : std::vector<int>{}) {
   for (int cp : {1, 2, 4, 8}) {
     if (tp * cp > ctx.cluster.gpus_per_node || (cp > 1 && longest < 4096 * cp)) continue;
@@ -98,10 +101,10 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
         if (per_replica > groups) continue;
         const int dp = groups / per_replica;  // replicas of the whole arrangement that fit
         if (B % dp != 0) continue;
-        // Microbatches per replica: enough to fill the deepest pipeline, at most 64.
+        // Microbatches per replica: enough to fill the deepest pipeline.
         const int deepest = std::max(llm_pp, depths.empty() ? 1 : *std::max_element(depths.begin(), depths.end()));
         for (int m : Divisors(B / dp)) {
-          if (m < deepest || m > 64) continue;
+          if (m < deepest) continue;
           search.Try([&](Recompute r) {
             Plan plan = EmptyPlan(ctx, name, tp * cp);  // encoders share each group's sequences
             int first = 0;
@@ -121,10 +124,15 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
     }
   }
   }
+  // Stages balanced by time put a frozen module's whole weights on few stages
+  // (frozen layers are cheap): where no such plan fits (t2v-xl's frozen 72B
+  // text encoder), the colocated pipeline is cut by parameters instead, as
+  // Megatron-LM cuts, so Cornstarch still plans every model Megatron-LM does.
+  if (search.feasible() == 0 && modes.colocated) colocated(Balance::kParams);
   return search.Finish(fmt::format("colocated (one pipeline of every module) or modality-parallel (TP x the LLM's "
                                    "token-balanced CP where documents reach 4096 tokens per rank x pipeline depth of "
                                    "each encoder branch and of the LLM) x replicas x microbatches x recompute; stages "
-                                   "balanced by {} forward + backward time",
+                                   "balanced by {} forward + backward time (colocated by parameters where none fits)",
                                    balance == Balance::kTime ? "frozen-aware" : "frozen-unaware"),
                        Describe);
 }
