@@ -5,6 +5,9 @@
 // their text; and the blocked attention kernel's block-pair count against T^2.
 #include <benchmark/benchmark.h>
 
+#include <array>
+#include <functional>
+#include <queue>
 #include <random>
 
 #include "loom/cost/cp_assignment.h"
@@ -75,6 +78,110 @@ BENCHMARK(BM_CpImbalance)
     ->Args({65536, static_cast<int>(CpSplit::kZigzag), 1})
     ->Args({65536, static_cast<int>(CpSplit::kZigzag), 0})
     ->Args({65536, static_cast<int>(CpSplit::kBalanced), 0})
+    ->Unit(benchmark::kMillisecond);
+
+// Table 3.3's four CP variants, in the model Loom has of them: a rank's
+// attention kernel runs (query block, head) tiles, each a row of KV blocks,
+// over the GPU's SMs (84 on an A40), whole or in sub-blocks of 16 KV blocks
+// (KernelMakespan); a variant's time is its busiest rank's makespan.
+//   causal: zigzag blocks, rows whole; inter: LPT blocks, rows whole;
+//   intra: zigzag blocks, sub-blocks; both: LPT blocks, sub-blocks (Cornstarch).
+// Masks as Fig. 3.5 draws them from the thesis' synthetic sample (1024 text,
+// one 1280x720 image: 1196 Qwen2-vision tokens after the 2x2 merge, one
+// 2-minute audio clip: 750 Phi-4 tokens), repeated to the sequence length:
+// (a) one document, every modality token first; (b) one document, the
+// modality runs at random places in the text; (c) each sample its own
+// document. 50 random placements per layout, means reported as speedups over
+// causal (the thesis' parentheses). range(0): tokens, range(1): heads.
+std::vector<MaskSegment> Figure35Segments(int64_t tokens, int layout, std::mt19937& rng) {
+  std::vector<MaskSegment> out;
+  int64_t used = 0;
+  for (int doc = 0; used < tokens; ++doc) {
+    const int d = layout == 2 ? doc : 0;
+    std::vector<MaskSegment> sample{{std::min<int64_t>(1196, tokens - used), 0, d}};
+    used += sample.back().tokens;
+    if (used < tokens) sample.push_back({std::min<int64_t>(750, tokens - used), 1, d});
+    used += used < tokens ? sample.back().tokens : 0;
+    const int64_t text = std::min<int64_t>(1024, tokens - used);
+    used += text;
+    // Text cut at a random place around each modality run (embedded, packed), or after them (prefix).
+    const int64_t cut = layout == 0 ? 0 : static_cast<int64_t>(rng() % static_cast<uint64_t>(text + 1));
+    if (cut > 0) out.push_back({cut, -1, d});
+    for (const auto& m : sample) out.push_back(m);
+    if (text - cut > 0) out.push_back({text - cut, -1, d});
+  }
+  return out;
+}
+
+// The hardware's block scheduler: tiles start in grid order, each on the
+// first SM to free up (list scheduling, not LPT). Pieces of a sub-blocked
+// row follow one another in the grid.
+double GridOrderMakespan(const std::vector<int64_t>& tiles, int sms, int subblock) {
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int i = 0; i < sms; ++i) free_at.push(0);
+  double end = 0;
+  auto run = [&](double len) {
+    const double t = free_at.top() + len;
+    free_at.pop();
+    free_at.push(t);
+    end = std::max(end, t);
+  };
+  for (int64_t w : tiles) {
+    if (subblock == 0) {
+      run(static_cast<double>(w));
+    } else {
+      for (int64_t left = w; left > 0; left -= subblock) run(static_cast<double>(std::min<int64_t>(left, subblock)));
+    }
+  }
+  return end;
+}
+
+void BM_CpTable33(benchmark::State& state) {
+  const int64_t tokens = state.range(0), heads = state.range(1);
+  constexpr int kCp = 4, kSms = 84, kSubblock = 16;
+  constexpr int64_t kBlock = 128;
+  std::array<double, 4> total{}, grid{};  // causal, inter, intra, both
+  for (auto _ : state) {
+    total = {};
+    grid = {};
+    std::mt19937 rng(3);
+    for (int layout = 0; layout < 3; ++layout) {
+      for (int draw = 0; draw < 50; ++draw) {
+        const auto segments = Figure35Segments(tokens, layout, rng);
+        const MaskLayout how = layout == 0 ? MaskLayout::kCausalPrefix : layout == 1 ? MaskLayout::kEmbedded : MaskLayout::kPacked;
+        const std::vector<int64_t> work = BlockWorkOfSegments(segments, how, kBlock);
+        for (int v = 0; v < 4; ++v) {
+          const CpAssignment a = v % 2 == 0 ? ZigzagAssignment(work, kCp) : BalancedAssignment(work, kCp);
+          double slowest = 0, slowest_grid = 0;
+          for (int r = 0; r < kCp; ++r) {
+            std::vector<int64_t> tiles, in_grid;  // in_grid: head-major, query blocks in order
+            for (size_t b = 0; b < work.size(); ++b) {
+              if (a.rank_of_block[b] == r) tiles.insert(tiles.end(), heads, work[b]);
+            }
+            for (int64_t h = 0; h < heads; ++h) {
+              for (size_t b = 0; b < work.size(); ++b) {
+                if (a.rank_of_block[b] == r) in_grid.push_back(work[b]);
+              }
+            }
+            slowest = std::max(slowest, KernelMakespan(tiles, kSms, v >= 2 ? kSubblock : 0));
+            slowest_grid = std::max(slowest_grid, GridOrderMakespan(in_grid, kSms, v >= 2 ? kSubblock : 0));
+          }
+          total[v] += slowest;
+          grid[v] += slowest_grid;
+        }
+      }
+    }
+  }
+  state.counters["inter_x"] = total[0] / total[1];
+  state.counters["intra_x"] = total[0] / total[2];
+  state.counters["both_x"] = total[0] / total[3];
+  state.counters["grid_inter_x"] = grid[0] / grid[1];
+  state.counters["grid_intra_x"] = grid[0] / grid[2];
+  state.counters["grid_both_x"] = grid[0] / grid[3];
+}
+BENCHMARK(BM_CpTable33)
+    ->ArgsProduct({{16384, 32768, 65536}, {32, 40}})
+    ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
