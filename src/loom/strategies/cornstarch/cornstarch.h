@@ -1,4 +1,4 @@
-// Cornstarch (seed 004, chapter 3), first part: modality parallelism with
+// Cornstarch (seed 004, chapter 3): modality parallelism with
 // frozen-status-aware stage balancing (§3.3.1, §3.4.1). Every encoder branch
 // (encoder and projector) is a pipeline of its own on its own GPU groups, and
 // the LLM's pipeline on the rest, all in the same phase: an LLM stage waits
@@ -18,8 +18,10 @@
 // sequences instead.
 //
 // The released code's colocated mode (every module in one pipeline, cut by
-// the same times) competes too. Not yet: its replicated encoder mode, CP over
-// bitfield masks on the runtime.
+// the same times) competes too; where no time-balanced plan fits, the
+// colocated pipeline cut by parameters. Not planned: the released code's
+// replicated encoder mode (every LLM stage runs every encoder, for
+// cross-attention LLMs; no zoo model is one).
 #pragma once
 
 #include "loom/strategies/plan_builders.h"
