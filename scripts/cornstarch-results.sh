@@ -9,7 +9,10 @@
 #     (encoders | LLM, activation checkpointing as the thesis runs), forward
 #     and backward per microbatch of 4 samples on an A40, read from the
 #     simulator's trace; the thesis' per-stage columns beside them, and the
-#     iteration times its own stage times imply under 1F1B.
+#     iteration times its own stage times imply under 1F1B;
+#  4. Loom's own Table 3.2: for the models whose best colocated plans
+#     pipeline (the Qwen2-32B ones), the stages of cornstarch's and
+#     cornstarch-unaware's plans, forward and backward per microbatch.
 #   scripts/cornstarch-results.sh [build-dir]
 set -euo pipefail
 L=${1:-build}/loom
@@ -94,3 +97,36 @@ for m, (a, u) in rows.items():
     sa, su = max(a[0] + a[2], a[1] + a[3]) / 1e3, max(u[0] + u[2], u[1] + u[3]) / 1e3
     print(f"{m:<6} {sa:22.3f} {a[4] / sa:6.1f} {su:25.3f} {u[4] / su:6.1f}")
 PY
+
+echo
+echo "## 4. Loom's Table 3.2: stages of the colocated plans, frozen-aware vs unaware (ms per microbatch; iteration s)"
+for m in mllm-ssl mllm-mml mllm-lll; do
+  for s in cornstarch cornstarch-unaware; do
+    python3 - "$tmp/$m.json" "$s" "$tmp/$m-$s.json" <<'PY'
+import json, sys
+src, name, dst = sys.argv[1:4]
+json.dump(next(x['plan'] for x in json.load(open(src))['strategies'] if x['name'] == name), open(dst, 'w'))
+PY
+    "$L" simulate --model "$m" --cluster cornstarch-testbed --workload cornstarch-synthetic --plan "$tmp/$m-$s.json" \
+      --trace "$tmp/$m-$s.trace.json" > "$tmp/$m-$s.txt"
+    python3 - "$m" "$s" "$tmp/$m-$s.json" "$tmp/$m-$s.trace.json" "$tmp/$m-$s.txt" <<'PY'
+import json, sys, collections, re
+m, name, plan, trace, out = sys.argv[1:6]
+p = json.load(open(plan))
+stages = p['units'][0]['pipelines'][0]['stages']
+ev = json.load(open(trace))
+ev = ev['traceEvents'] if isinstance(ev, dict) else ev
+d = collections.defaultdict(list)
+for e in ev:
+    if e.get('ph') == 'X' and e.get('cat') in ('forward', 'backward'):
+        d[(e['cat'], e['args']['stage'])].append(e['dur'] / 1e3)
+mean = lambda k: sum(d[k]) / len(d[k]) if d[k] else 0.0
+it = float(re.search(r'([0-9.]+) s per iteration', open(out).read()).group(1))
+cells = []
+for i, st in enumerate(stages):
+    what = '+'.join(f"{l['module']}[{l['begin']}:{l['end']}]" for l in st['layers'])
+    cells.append(f"stage {i} ({what}): F {mean(('forward', i)):.0f} B {mean(('backward', i)):.0f}")
+print(f"{m:<9} {name:<19} {it:7.3f} s  " + "; ".join(cells))
+PY
+  done
+done
