@@ -97,7 +97,7 @@ TEST(PlanCli, BadInputExitsTwo) {
 // and `loom simulate --plan` replays exactly those batches with exactly those
 // schedules: the same iteration times, bit for bit (the JSON round-trips doubles).
 TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
-  const std::string json = test::WriteTemp("replay.json", "");
+  const std::string json = test::WriteTemp("simulate-replays-batches.json", "");
   const std::string common = "--model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16";
   auto [code, out] = LoomCli("plan " + common + " --iterations 3 --strategy megatron,mmscale,pipeweaver "
                              "--schedule-budget 0.05 --json " + json);

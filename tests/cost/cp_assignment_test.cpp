@@ -35,6 +35,28 @@ TEST(CpAssignment, FigureThreeThreeBSubBlocksSpreadLongRows) {
   EXPECT_EQ(KernelMakespan({1, 5}, 2, 2), 3);
   EXPECT_EQ(KernelMakespan({8}, 4, 2), 2);  // Fig. 3.3b: a row of 8 in 4 sub-blocks of 2
   EXPECT_THROW(KernelMakespan({1}, 0, 0), Error);
+  // Grid order, not LPT: rows 1, 1, 4 on two units. In order the 4 starts
+  // when the first 1 ends and finishes at 5; sorted longest first it would be 4.
+  EXPECT_EQ(KernelMakespan({1, 1, 4}, 2, 0), 5);
+  EXPECT_EQ(KernelMakespan({4, 1, 1}, 2, 0), 4);
+}
+
+// Cornstarch's intra-GPU split as the simulator prices it: the busiest rank's
+// kernel with sub-blocks over its kernel with whole rows, each by Graham's
+// bound W / m + longest x (1 - 1/m) (W: the rank's rows x heads, m: units).
+TEST(CpAssignment, SubBlockFactorIsTheBusiestRanksKernelRatio) {
+  // Rows 1 and 5, one head, two SMs, sub-blocks of 2: (3 + 2/2) / (3 + 5/2).
+  EXPECT_DOUBLE_EQ(SubBlockFactor({{1, 5}}, {1, 2, 2}), 4.0 / 5.5);
+  // Two heads: twice the work, the same tail: (6 + 1) / (6 + 2.5). Many tiles hide the tail.
+  EXPECT_DOUBLE_EQ(SubBlockFactor({{1, 5}}, {2, 2, 2}), 7.0 / 8.5);
+  EXPECT_GT(SubBlockFactor({{1, 5}}, {64, 2, 2}), 0.98);
+  // One SM: nothing to spread over; no work: nothing to save.
+  EXPECT_DOUBLE_EQ(SubBlockFactor({{1}, {4, 4}}, {1, 1, 2}), 1.0);
+  EXPECT_DOUBLE_EQ(SubBlockFactor({{}, {}}, {1, 4, 2}), 1.0);
+  // The busiest ranks decide: rank 1 (work 8, longest 8) over rank 0 (work 2).
+  EXPECT_DOUBLE_EQ(SubBlockFactor({{1, 1}, {8}}, {1, 4, 2}), (2 + 2 * 0.75) / (2 + 8 * 0.75));
+  EXPECT_THROW(SubBlockFactor({{1}}, {0, 1, 1}), Error);
+  EXPECT_THROW(SubBlockFactor({{1}}, {1, 1, 0}), Error);
 }
 
 TEST(CpAssignment, ZigzagBalancesACausalMaskExactly) {

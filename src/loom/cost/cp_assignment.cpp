@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <queue>
 
 #include "loom/algo/lpt.h"
 #include "loom/error.h"
@@ -73,7 +75,7 @@ CpSplit ParseCpSplit(const std::string& name, const std::string& field) {
 }
 
 double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout layout, int cp, CpSplit split,
-                   int64_t block_tokens) {
+                   int64_t block_tokens, const KernelShape* kernel) {
   if (split == CpSplit::kIdeal || cp <= 1) return 1.0;
   std::vector<double> work(cp, 0.0);
   std::vector<int64_t> all;  // balanced: every row's blocks, assigned together
@@ -95,9 +97,18 @@ double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout
       work[r] += KeysInRange(row, layout, c * L / chunks, (c + 1) * L / chunks);
     }
   }
-  if (split == CpSplit::kBalanced) work = BalancedAssignment(all, cp).rank_work;
+  double intra = 1.0;
+  if (split == CpSplit::kBalanced) {
+    const CpAssignment a = BalancedAssignment(all, cp);
+    work = a.rank_work;
+    if (kernel != nullptr) {
+      std::vector<std::vector<int64_t>> rank_rows(cp);
+      for (size_t b = 0; b < all.size(); ++b) rank_rows[a.rank_of_block[b]].push_back(all[b]);
+      intra = SubBlockFactor(rank_rows, *kernel);
+    }
+  }
   const double total = std::accumulate(work.begin(), work.end(), 0.0);
-  return total > 0 ? *std::max_element(work.begin(), work.end()) * cp / total : 1.0;
+  return total > 0 ? *std::max_element(work.begin(), work.end()) * cp / total * intra : 1.0;
 }
 
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock) {
@@ -105,17 +116,46 @@ double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock)
     throw Error(fmt::format("kernel of {} compute units, sub-blocks of {}; valid: units >= 1, sub-blocks >= 0",
                             units, subblock));
   }
-  std::vector<double> pieces;
+  // Units by the time they free up; each piece goes to the earliest.
+  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
+  for (int u = 0; u < units; ++u) free_at.push(0);
+  double end = 0;
+  auto start = [&](double steps) {
+    const double finish = free_at.top() + steps;
+    free_at.pop();
+    free_at.push(finish);
+    end = std::max(end, finish);
+  };
   for (int64_t r : rows) {
     if (r < 0) throw Error(fmt::format("a row of {} KV blocks; valid: >= 0", r));
     if (subblock == 0) {
-      pieces.push_back(static_cast<double>(r));
+      start(static_cast<double>(r));
       continue;
     }
-    for (int64_t left = r; left > 0; left -= subblock) pieces.push_back(static_cast<double>(std::min<int64_t>(left, subblock)));
+    for (int64_t left = r; left > 0; left -= subblock) start(static_cast<double>(std::min<int64_t>(left, subblock)));
   }
-  const auto loads = BinLoads(pieces, LptPartition(pieces, units), units);
-  return loads.empty() ? 0 : *std::max_element(loads.begin(), loads.end());
+  return end;
+}
+
+double SubBlockFactor(const std::vector<std::vector<int64_t>>& rank_rows, const KernelShape& kernel) {
+  if (kernel.heads < 1 || kernel.units < 1 || kernel.subblock < 1) {
+    throw Error(fmt::format("kernel of {} heads on {} units, sub-blocks of {}; valid: each >= 1", kernel.heads,
+                            kernel.units, kernel.subblock));
+  }
+  double whole = 0, split = 0;
+  const double units = kernel.units, tail = 1 - 1 / units;
+  for (const auto& rows : rank_rows) {
+    double work = 0;
+    int64_t longest = 0;
+    for (int64_t r : rows) {
+      work += static_cast<double>(r);
+      longest = std::max(longest, r);
+    }
+    const double spread = work * static_cast<double>(kernel.heads) / units;
+    whole = std::max(whole, spread + static_cast<double>(longest) * tail);
+    split = std::max(split, spread + static_cast<double>(std::min<int64_t>(longest, kernel.subblock)) * tail);
+  }
+  return whole > 0 ? split / whole : 1.0;
 }
 
 }  // namespace loom

@@ -15,6 +15,8 @@
 // block's whole KV row on one compute unit; long rows idle the others.
 // Splitting rows into sub-blocks of at most `subblock` KV blocks (partial
 // outputs merged by an aggregation pass, not counted here) lets them spread.
+// The hardware starts tiles in grid order, each on the first unit to free up
+// (list scheduling, not LPT): the order is why whole rows leave units idle.
 #pragma once
 
 #include <cstdint>
@@ -47,10 +49,28 @@ CpAssignment ZigzagAssignment(const std::vector<int64_t>& block_work, int cp);
 CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp);
 
 // A rank's attention kernel over `units` compute units, in KV-block steps:
-// each of its query blocks' rows (`rows`: KV blocks per row) runs whole on one
-// unit (subblock 0), or cut into pieces of at most `subblock` KV blocks, the
-// pieces spread LPT over the units. Returns the busiest unit's steps.
+// each of its tiles' rows (`rows`: KV blocks per row, in grid order) runs
+// whole on one unit (subblock 0), or cut into pieces of at most `subblock` KV
+// blocks that follow one another in the grid; each tile or piece starts on the
+// first unit to free up. Returns the last unit's finish.
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock);
+
+// What Cornstarch's intra-GPU split (§3.3.2.2) saves on a CP stage: the
+// busiest rank's kernel with rows cut into sub-blocks over its kernel with
+// rows whole, each rank's tiles its query blocks' rows x `heads` over
+// `units`. Loom's attention costs are fitted to whole-row kernels, so the
+// ratio is what the split changes. Each kernel is estimated by Graham's bound
+// for list scheduling, work / units + longest piece x (1 - 1 / units): the
+// exact grid-order makespan (KernelMakespan) costs a heap operation per tile,
+// too slow for every microbatch of every candidate (bench/cornstarch_bench
+// runs it exactly). Long rows among few tiles make the tail; many tiles hide it.
+struct KernelShape {
+  int64_t heads = 1;   // per GPU (after TP)
+  int units = 1;       // the GPU's SMs
+  int subblock = 16;   // KV blocks per piece (the thesis leaves it open)
+};
+// Throws loom::Error for heads, units or subblock below 1.
+double SubBlockFactor(const std::vector<std::vector<int64_t>>& rank_rows, const KernelShape& kernel);
 
 // The busiest CP rank's attention work over the average, for sequences
 // `rows` (each the segments of a mask under `layout`, data/attention_mask.h)
@@ -59,8 +79,9 @@ double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock)
 // runtime's ContextRows) and a rank's work is its queries' keys; balanced
 // assigns every row's blocks of `block_tokens` together by LPT on their
 // block work. Read off the segments, never a per-token mask. Multiplies the
-// 1/cp share of attention pairs.
+// 1/cp share of attention pairs. With `kernel`, the balanced split (all of
+// Cornstarch's CP) also gets its intra-GPU split's SubBlockFactor.
 double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout layout, int cp, CpSplit split,
-                   int64_t block_tokens);
+                   int64_t block_tokens, const KernelShape* kernel = nullptr);
 
 }  // namespace loom

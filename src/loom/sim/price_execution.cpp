@@ -105,7 +105,7 @@ double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const Ex
   return total_s;
 }
 
-std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch,
+std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch, int sm_count,
                                   const std::vector<SamplePiece>& pieces) {
   std::vector<double> out(model.modules.size(), 1.0);
   if (stage.cp <= 1 || stage.cp_split == CpSplit::kIdeal) return out;
@@ -132,7 +132,17 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
         rows.push_back({{tokens, causal ? -1 : 0, doc}});
       }
     }
-    out[mi] = CpImbalance(rows, MaskLayout::kEmbedded, stage.cp, stage.cp_split, kBlockTokens);
+    // Cornstarch's kernel cuts long rows into sub-blocks over the GPU's SMs.
+    KernelShape kernel;
+    for (const Layer& l : mod.layers) {
+      if (l.heads > 0) {
+        kernel.heads = std::max<int64_t>(1, l.heads / stage.tp);
+        break;
+      }
+    }
+    kernel.units = sm_count;
+    out[mi] = CpImbalance(rows, MaskLayout::kEmbedded, stage.cp, stage.cp_split, kBlockTokens,
+                          sm_count > 0 ? &kernel : nullptr);
   }
   return out;
 }
@@ -274,7 +284,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         double flops = 0;
         // Only CP stages priced from their masks carry an imbalance (the pricing loop is a search's hot path).
         const bool masked = st.cp > 1 && st.cp_split != CpSplit::kIdeal;
-        const std::vector<double> imbalance = masked ? CpImbalanceOf(model, st, batch, mb.pieces) : std::vector<double>{};
+        const std::vector<double> imbalance = masked ? CpImbalanceOf(model, st, batch, c.gpu.sm_count, mb.pieces) : std::vector<double>{};
         pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
                                          want_options ? &options->at[s][j] : nullptr, masked ? &imbalance : nullptr));
         out.model_flops += flops * st.gpus;

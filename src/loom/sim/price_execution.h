@@ -52,7 +52,9 @@ StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage
 // Per module of the model, the busiest CP rank's share of `stage`'s attention
 // pairs over 1/cp (CpImbalance) on microbatch `pieces` of `batch`, each
 // sample's sequence split by the stage's cp_split; 1 where ideal or cp 1.
-std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch,
+// The balanced split (Cornstarch's) also gets its intra-GPU sub-block split
+// on `sm_count` SMs (SubBlockFactor; 0: not priced).
+std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch, int sm_count,
                                   const std::vector<SamplePiece>& pieces);
 
 // Parameters per GPU of one stage: trainable, frozen, and the trainable ones
