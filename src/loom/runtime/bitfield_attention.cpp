@@ -30,7 +30,8 @@ torch::Tensor Masked(const torch::Tensor& q, const torch::Tensor& k, const torch
   return torch::matmul(torch::softmax(scores, -1), v);
 }
 
-// allowed[i][j] for queries `qs` and keys `ks` (positions).
+// allowed[i][j] for queries `qs` and keys `ks` (positions), by MayAttend on
+// the host: the reference's, independent of the device rule below.
 torch::Tensor Allowed(const BitfieldMask& mask, const std::vector<int64_t>& qs, const std::vector<int64_t>& ks,
                       const torch::Device& device) {
   torch::Tensor a = torch::zeros({static_cast<int64_t>(qs.size()), static_cast<int64_t>(ks.size())}, torch::kBool);
@@ -39,6 +40,35 @@ torch::Tensor Allowed(const BitfieldMask& mask, const std::vector<int64_t>& qs, 
     for (size_t j = 0; j < ks.size(); ++j) acc[i][j] = MayAttend(mask, qs[i], ks[j]);
   }
   return a.to(device);
+}
+
+// The mask's fields and documents as tensors on the attention's device, so
+// the blocked path evaluates the rule there (on a GPU, beside its matmuls).
+struct DeviceMask {
+  torch::Tensor bits, doc;  // [T] int64; bit 63 (causal) is the sign bit
+};
+
+DeviceMask ToDevice(const BitfieldMask& mask, const torch::Device& device) {
+  std::vector<int64_t> bits(mask.size()), doc(mask.size());
+  for (size_t i = 0; i < mask.size(); ++i) {
+    bits[i] = static_cast<int64_t>(mask[i].bits);
+    doc[i] = mask[i].doc;
+  }
+  const auto opts = torch::TensorOptions(torch::kLong);
+  return {torch::tensor(bits, opts).to(device), torch::tensor(doc, opts).to(device)};
+}
+
+// MayAttend for every (query qi[i], key ki[j]) at once (data/attention_mask.h's rule).
+torch::Tensor AllowedOnDevice(const DeviceMask& m, const torch::Tensor& qi, const torch::Tensor& ki) {
+  const torch::Tensor qb = m.bits.index_select(0, qi).view({-1, 1}), kb = m.bits.index_select(0, ki).view({1, -1});
+  const torch::Tensor same_doc = m.doc.index_select(0, qi).view({-1, 1}) == m.doc.index_select(0, ki).view({1, -1});
+  constexpr int64_t kModalities = std::numeric_limits<int64_t>::max();  // bits 0..62
+  const torch::Tensor text = torch::bitwise_and(qb, 1).ne(0);
+  const torch::Tensor shared = torch::bitwise_and(torch::bitwise_and(qb, kb), kModalities).ne(0);
+  const torch::Tensor causal = qb.lt(0);  // bit 63
+  const torch::Tensor earlier = ki.view({1, -1}) <= qi.view({-1, 1});
+  const torch::Tensor text_ok = shared & (causal.logical_not() | earlier);
+  return same_doc & torch::where(text, text_ok, qb == kb);
 }
 
 }  // namespace
@@ -80,6 +110,8 @@ torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor&
     }
   }
   const auto kv_blocks = KvBlocks(mask, block_tokens);
+  const DeviceMask on_device = ToDevice(mask, q.device());
+  const auto index = torch::TensorOptions(torch::kLong);
   auto heads_first = [](const torch::Tensor& t) { return t[0].transpose(0, 1); };
   const torch::Tensor Q = heads_first(q), K = heads_first(k), V = heads_first(v);
   std::vector<torch::Tensor> out;
@@ -96,8 +128,9 @@ torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor&
       kparts.push_back(K.slice(1, k0, k1));
       vparts.push_back(V.slice(1, k0, k1));
     }
-    out.push_back(Masked(Q.slice(1, c0, c1), torch::cat(kparts, 1), torch::cat(vparts, 1),
-                         Allowed(mask, qs, ks, q.device())));
+    const torch::Tensor allowed =
+        AllowedOnDevice(on_device, torch::tensor(qs, index).to(q.device()), torch::tensor(ks, index).to(q.device()));
+    out.push_back(Masked(Q.slice(1, c0, c1), torch::cat(kparts, 1), torch::cat(vparts, 1), allowed));
   }
   // No queries (a CP rank without rows of this microbatch): an empty output
   // that still depends on k and v, so their backward (an all-reduce under CP)

@@ -8,6 +8,9 @@
 //     block may read (KvBlocks) and masks inside that window, so its work and
 //     memory grow with the mask's non-empty blocks, not T^2 (Cornstarch's
 //     Triton kernel skips fully masked tiles the same way).
+//     The rule inside a window is evaluated on the tensors' device from the
+//     fields and document ids (one int64 each per token), beside the matmuls;
+//     the reference evaluates MayAttend on the host.
 // Every query reads at least itself under the mask's rule, so no row is empty.
 // Torch types: include from runtime .cpp files and tests only.
 #pragma once
