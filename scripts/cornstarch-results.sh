@@ -113,6 +113,11 @@ PY
 import json, sys, collections, re
 m, name, plan, trace, out = sys.argv[1:6]
 p = json.load(open(plan))
+if len(p['units']) > 1:  # modality parallel: each unit a pipeline; its configuration is the story
+    it = float(re.search(r'([0-9.]+) s per iteration', open(out).read()).group(1))
+    units = '; '.join(f"{u['name']} ({'+'.join(u['modules'])}) tp{u['tp']} pp{u['pipelines'][0]['pp']}" for u in p['units'])
+    print(f"{m:<9} {name:<19} {it:7.3f} s  modality parallel: {units}")
+    sys.exit()
 stages = p['units'][0]['pipelines'][0]['stages']
 ev = json.load(open(trace))
 ev = ev['traceEvents'] if isinstance(ev, dict) else ev

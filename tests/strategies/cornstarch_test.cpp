@@ -44,6 +44,21 @@ TEST(CornstarchStrategy, PlansEncoderBranchesBesideTheLlm) {
   EXPECT_EQ(r.plan.units.back().modules, std::vector<std::string>{"llm"});
 }
 
+// Every encoder branch gets its own parallel configuration: its own depth and
+// its own TP (the LLM's, or 1 with the group's GPUs sharing its sequences).
+// On MLLM-LLM modality-parallel, the LLM at TP 2 on the A40 pairs, the search
+// runs the vision branch at TP 1 (its GPUs sharing the sequences) beside the
+// audio branch at TP 2.
+TEST(CornstarchStrategy, EachEncoderBranchHasItsOwnTensorParallelism) {
+  const Testbed t("mllm-llm");
+  const StrategyResult r = CornstarchPlan(t.ctx(), Balance::kTime, "cornstarch", {false, true});
+  ASSERT_EQ(r.plan.units.size(), 3u) << r.config;
+  const Unit& llm = r.plan.units.back();
+  bool own = false;
+  for (size_t u = 0; u + 1 < r.plan.units.size(); ++u) own = own || r.plan.units[u].tp != llm.tp;
+  EXPECT_TRUE(own) << r.config;
+}
+
 // Context parallelism for the LLM is searched only where documents are long
 // enough to split (4096 tokens per rank), and is token-balanced.
 TEST(CornstarchStrategy, SearchesBalancedContextParallelismForLongSequences) {

@@ -94,6 +94,23 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
       }
       branch_depths = std::move(next);
     }
+    // Each branch's TP: the LLM's, or (when that is above 1) TP 1 with the
+    // group's GPUs sharing the branch's sequences (Cornstarch gives every
+    // encoder its own parallel configuration; a small encoder gains nothing
+    // from TP's all-reduces).
+    std::vector<std::vector<int>> branch_tps{{}};
+    for (int b = 0; b < branches; ++b) {
+      std::vector<std::vector<int>> next;
+      for (const auto& t : branch_tps) {
+        for (int btp : tp > 1 ? std::vector<int>{tp, 1} : std::vector<int>{tp}) {
+          auto e = t;
+          e.push_back(btp);
+          next.push_back(e);
+        }
+      }
+      branch_tps = std::move(next);
+    }
+    for (const auto& tps : branch_tps)
     for (const auto& depths : branch_depths) {
       const int encoder_groups = std::accumulate(depths.begin(), depths.end(), 0);
       for (int llm_pp : Depths(llm_layers, groups)) {
@@ -109,8 +126,8 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
             Plan plan = EmptyPlan(ctx, name, tp * cp);  // encoders share each group's sequences
             int first = 0;
             for (int b = 0; b < branches; ++b) {
-              plan.units.push_back(MakeUnit(ctx, "encoder" + std::to_string(b), waves.upstream_branches[b], first, tp, 0,
-                                            dp, depths[b], m, ScheduleKind::kOneFOneB, r, balance));
+              plan.units.push_back(MakeUnit(ctx, "encoder" + std::to_string(b), waves.upstream_branches[b], first,
+                                            tps[b], 0, dp, depths[b], m, ScheduleKind::kOneFOneB, r, balance));
               first += dp * depths[b];
             }
             Unit unit = MakeUnit(ctx, "llm", llm, first, tp, 0, dp, llm_pp, m, ScheduleKind::kOneFOneB, r, balance);
@@ -130,8 +147,8 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
   // Megatron-LM cuts, so Cornstarch still plans every model Megatron-LM does.
   if (search.feasible() == 0 && modes.colocated) colocated(Balance::kParams);
   return search.Finish(fmt::format("colocated (one pipeline of every module) or modality-parallel (TP x the LLM's "
-                                   "token-balanced CP where documents reach 4096 tokens per rank x pipeline depth of "
-                                   "each encoder branch and of the LLM) x replicas x microbatches x recompute; stages "
+                                   "token-balanced CP where documents reach 4096 tokens per rank x each encoder branch's "
+                                   "TP (the LLM's or 1) and pipeline depth x the LLM's depth) x replicas x microbatches x recompute; stages "
                                    "balanced by {} forward + backward time (colocated by parameters where none fits)",
                                    balance == Balance::kTime ? "frozen-aware" : "frozen-unaware"),
                        Describe);
