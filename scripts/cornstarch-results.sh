@@ -19,6 +19,20 @@ L=${1:-build}/loom
 MODELS="mllm-sss mllm-mms mllm-lls mllm-ssm mllm-mmm mllm-llm mllm-ssl mllm-mml mllm-lll"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Mean forward / backward ms per microbatch of each stage, from a simulator trace.
+cat > "$tmp/stage_times.py" <<'PY'
+import collections, json
+
+def stage_times(path):
+    ev = json.load(open(path))
+    ev = ev['traceEvents'] if isinstance(ev, dict) else ev
+    d = collections.defaultdict(list)
+    for e in ev:
+        if e.get('ph') == 'X' and e.get('cat') in ('forward', 'backward'):
+            d[(e['cat'], e['args']['stage'])].append(e['dur'] / 1e3)
+    return lambda cat, stage: sum(d[(cat, stage)]) / len(d[(cat, stage)]) if d[(cat, stage)] else 0.0
+PY
+export PYTHONPATH="$tmp"
 
 echo "## 1. Iteration time (s), global batch 48"
 printf '%-9s %9s %9s %9s %11s %9s %8s %8s\n' model megatron fsdp megatron* cornstarch unaware vs-M* vs-fsdp
@@ -57,7 +71,7 @@ PY
   "$L" simulate --model "$m" --cluster cornstarch-testbed --workload cornstarch-synthetic --plan "$tmp/$m-plan.json" \
     --trace "$tmp/$m.trace.json" >/dev/null
   python3 - "$m" "$tmp/$m.trace.json" <<'PY'
-import json, sys, collections
+import sys
 m, path = sys.argv[1:3]
 # Table 3.2's frozen-unaware rows (ms; iteration s), seed 004 via notes/oobleck-cornstarch-entrain.md.
 thesis = {'mllm-sss': (207.13, 296.25, 0.86, 1032.63, 25.67), 'mllm-mms': (635.56, 297.62, 1.19, 1032.12, 41.21),
@@ -65,14 +79,9 @@ thesis = {'mllm-sss': (207.13, 296.25, 0.86, 1032.63, 25.67), 'mllm-mms': (635.5
           'mllm-mmm': (712.72, 1159.76, 1.60, 12113.67, 173.01), 'mllm-llm': (1403.97, 1161.76, 1.56, 12109.73, 177.39),
           'mllm-ssl': (774.19, 708.62, 3.84, 6306.18, 137.62), 'mllm-mml': (1015.60, 1154.85, 2.78, 10546.34, 180.28),
           'mllm-lll': (1597.36, 1686.28, 3.06, 15878.58, 247.79)}
-ev = json.load(open(path))
-ev = ev['traceEvents'] if isinstance(ev, dict) else ev
-d = collections.defaultdict(list)
-for e in ev:
-    if e.get('ph') == 'X' and e.get('cat') in ('forward', 'backward'):
-        d[(e['cat'], e['args']['stage'])].append(e['dur'] / 1e3)
-mean = lambda k: sum(d[k]) / len(d[k]) if d[k] else 0.0
-fe, fl, be, bl = mean(('forward', 0)), mean(('forward', 1)), mean(('backward', 0)), mean(('backward', 1))
+from stage_times import stage_times
+mean = stage_times(path)
+fe, fl, be, bl = mean('forward', 0), mean('forward', 1), mean('backward', 0), mean('backward', 1)
 t = thesis[m]
 print(f"{m:<9} {fe:9.1f} {fl:9.1f} {be:9.1f} {bl:9.1f} | {t[0]:8.1f} {t[1]:8.1f} {t[2]:6.2f} {t[3]:9.1f}  {t[4]:7.2f}")
 PY
@@ -110,7 +119,7 @@ PY
     "$L" simulate --model "$m" --cluster cornstarch-testbed --workload cornstarch-synthetic --plan "$tmp/$m-$s.json" \
       --trace "$tmp/$m-$s.trace.json" > "$tmp/$m-$s.txt"
     python3 - "$m" "$s" "$tmp/$m-$s.json" "$tmp/$m-$s.trace.json" "$tmp/$m-$s.txt" <<'PY'
-import json, sys, collections, re
+import json, sys, re
 m, name, plan, trace, out = sys.argv[1:6]
 p = json.load(open(plan))
 if len(p['units']) > 1:  # modality parallel: each unit a pipeline; its configuration is the story
@@ -119,18 +128,13 @@ if len(p['units']) > 1:  # modality parallel: each unit a pipeline; its configur
     print(f"{m:<9} {name:<19} {it:7.3f} s  modality parallel: {units}")
     sys.exit()
 stages = p['units'][0]['pipelines'][0]['stages']
-ev = json.load(open(trace))
-ev = ev['traceEvents'] if isinstance(ev, dict) else ev
-d = collections.defaultdict(list)
-for e in ev:
-    if e.get('ph') == 'X' and e.get('cat') in ('forward', 'backward'):
-        d[(e['cat'], e['args']['stage'])].append(e['dur'] / 1e3)
-mean = lambda k: sum(d[k]) / len(d[k]) if d[k] else 0.0
+from stage_times import stage_times
+mean = stage_times(trace)
 it = float(re.search(r'([0-9.]+) s per iteration', open(out).read()).group(1))
 cells = []
 for i, st in enumerate(stages):
     what = '+'.join(f"{l['module']}[{l['begin']}:{l['end']}]" for l in st['layers'])
-    cells.append(f"stage {i} ({what}): F {mean(('forward', i)):.0f} B {mean(('backward', i)):.0f}")
+    cells.append(f"stage {i} ({what}): F {mean('forward', i):.0f} B {mean('backward', i):.0f}")
 print(f"{m:<9} {name:<19} {it:7.3f} s  " + "; ".join(cells))
 PY
   done
