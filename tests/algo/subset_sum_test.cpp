@@ -80,5 +80,44 @@ TEST(SubsetSum, RejectsImpossibleCounts) {
   EXPECT_TRUE(ClosestSubsetOfSize({1, 2}, 0, 1).empty());
 }
 
+// Subsets of any size (Entrain's deferral set): exact on small integers,
+// within the grid's bound on reals, against every subset.
+TEST(ClosestSubset, AnySizeEqualsBruteForce) {
+  std::mt19937 rng(21);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 9);
+    const bool integers = trial % 2 == 0;
+    std::vector<double> v(n);
+    for (auto& x : v) x = integers ? static_cast<double>(rng() % 12) : (rng() % 10000) / 997.0;
+    double total = 0;
+    for (double x : v) total += x;
+    const double target = (rng() % 1000) / 1000.0 * total;
+    double best = 1e300;
+    for (int mask = 0; mask < (1 << n); ++mask) {
+      double sum = 0;
+      for (int i = 0; i < n; ++i) sum += (mask >> i & 1) ? v[i] : 0;
+      best = std::min(best, std::abs(sum - target));
+    }
+    const auto chosen = ClosestSubset(v, target);
+    double sum = 0;
+    for (size_t c = 0; c < chosen.size(); ++c) {
+      if (c > 0) {
+        ASSERT_LT(chosen[c - 1], chosen[c]);  // ascending, each once
+      }
+      sum += v[chosen[c]];
+    }
+    const double step = total / 4096;
+    if (integers) {
+      EXPECT_EQ(std::abs(sum - target), best) << "trial " << trial;
+    } else {
+      EXPECT_LE(std::abs(sum - target), best + n * step / 2 + 1e-9) << "trial " << trial;
+    }
+  }
+  // Equally close sums: the smaller (0 and 2 are both 1 from 1).
+  EXPECT_TRUE(ClosestSubset({2, 6}, 1).empty());
+  EXPECT_EQ(ClosestSubset({2, 6}, 2), std::vector<int>{0});
+  EXPECT_THROW(ClosestSubset({1, -1}, 0), Error);
+}
+
 }  // namespace
 }  // namespace loom

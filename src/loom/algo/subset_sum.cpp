@@ -82,4 +82,43 @@ std::vector<int> ClosestSubsetOfSize(const std::vector<double>& values, int k, d
   return chosen;
 }
 
+std::vector<int> ClosestSubset(const std::vector<double>& values, double target_sum, int grid_steps) {
+  if (grid_steps < 1) throw Error("subset sum: grid_steps must be >= 1");
+  const int n = static_cast<int>(values.size());
+  double total = 0;
+  bool integers = true;
+  for (int i = 0; i < n; ++i) {
+    if (values[i] < 0) throw Error("subset sum: value " + std::to_string(i) + " is negative; valid: >= 0");
+    total += values[i];
+    integers = integers && values[i] == std::floor(values[i]);
+  }
+  if (n == 0 || total <= 0) return {};
+  const double step = integers ? std::max(1.0, std::ceil(total / grid_steps)) : total / grid_steps;
+  std::vector<int> units(n);
+  int span = 0;
+  for (int i = 0; i < n; ++i) {
+    units[i] = static_cast<int>(std::lround(values[i] / step));
+    span += units[i];
+  }
+  // from[s]: the value that first reached grid sum s (items in order, sums
+  // descending, so s - units[from[s]] was reached by earlier values only).
+  std::vector<int> from(span + 1, -2);
+  from[0] = -1;
+  for (int i = 0; i < n; ++i) {
+    if (units[i] == 0) continue;
+    for (int s = span; s >= units[i]; --s) {
+      if (from[s] == -2 && from[s - units[i]] != -2) from[s] = i;
+    }
+  }
+  const double target_units = target_sum / step;
+  int best = 0;
+  for (int s = 1; s <= span; ++s) {
+    if (from[s] != -2 && std::abs(s - target_units) < std::abs(best - target_units)) best = s;
+  }
+  std::vector<int> chosen;
+  for (int s = best; s > 0; s -= units[from[s]]) chosen.push_back(from[s]);
+  std::sort(chosen.begin(), chosen.end());
+  return chosen;
+}
+
 }  // namespace loom

@@ -16,4 +16,14 @@ namespace loom {
 std::vector<int> ClosestSubsetOfSize(const std::vector<double>& values, int k, double target_sum,
                                      int grid_steps = 1024);
 
+// Indices (ascending) of a subset of any size whose sum is closest to
+// target_sum (Entrain's deferral set, §4.5.2: the samples of an overloaded
+// microbatch closest to half the gap to its partner). Dynamic program over
+// sums on a grid of step = max(1, total / grid_steps) when every value is an
+// integer, else total / grid_steps: exact for integers summing to at most
+// grid_steps; otherwise |sum - target| <= |optimum - target| + n x step / 2.
+// Equally close sums: the smaller wins (less work moved, less buffered).
+// Throws loom::Error for a negative value or grid_steps < 1.
+std::vector<int> ClosestSubset(const std::vector<double>& values, double target_sum, int grid_steps = 4096);
+
 }  // namespace loom

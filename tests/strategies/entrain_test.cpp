@@ -1,0 +1,155 @@
+// Entrain's microbatch assignment (seed 004 §4.5): stratified assignment and
+// pairwise deferral, on the thesis' worked example (Figs. 4.8-4.10) and
+// against brute force on small random instances.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "loom/error.h"
+#include "loom/strategies/entrain/deferral.h"
+#include "loom/strategies/entrain/stratified_assignment.h"
+
+namespace loom {
+namespace {
+
+// Figs. 4.8-4.10 (notes §4.10): six microbatches with pre-deferral LLM loads
+// MB1..MB6 = 3, 4, 8, 6, 6, 9. MB3 holds samples of 2 and 6 units, MB6 of 3
+// and 6, so the deferrals the figure shows exist.
+TEST(EntrainDeferral, TheThesisWorkedExample) {
+  const std::vector<double> llm = {3, 4, 2, 6, 6, 6, 3, 6};
+  const std::vector<std::vector<int>> mb = {{0}, {1}, {2, 3}, {4}, {5}, {6, 7}};  // MB1..MB6
+  const DeferralPlan p = PairwiseDeferral(mb, llm);
+  EXPECT_EQ(p.bottleneck, 6);
+  for (double l : p.llm_load) EXPECT_EQ(l, 6);  // every LLM microbatch ends at 6
+  ASSERT_EQ(p.pairs.size(), 3u);
+  EXPECT_EQ(p.unpaired, -1);
+  // By descending overloaded load: MB6 defers its 3-unit sample to MB1, MB3
+  // its 2-unit sample to MB2, MB4 (not critical at 6) pairs with MB5, deferring nothing.
+  EXPECT_EQ(p.pairs[0].overloaded, 5);
+  EXPECT_EQ(p.pairs[0].underloaded, 0);
+  EXPECT_EQ(p.pairs[0].deferred, std::vector<int>{6});
+  EXPECT_EQ(p.pairs[1].overloaded, 2);
+  EXPECT_EQ(p.pairs[1].underloaded, 1);
+  EXPECT_EQ(p.pairs[1].deferred, std::vector<int>{2});
+  EXPECT_EQ(p.pairs[2].overloaded, 3);
+  EXPECT_EQ(p.pairs[2].underloaded, 4);
+  EXPECT_TRUE(p.pairs[2].deferred.empty());
+  EXPECT_EQ(p.order, (std::vector<int>{5, 0, 2, 1, 3, 4}));  // interleaved pairs
+}
+
+// The least bottleneck over every pairing of S_ol with S_ul and every
+// deferral subset of each overloaded microbatch (the unpaired median alone).
+double BruteForceBottleneck(const std::vector<std::vector<int>>& mb, const std::vector<double>& llm) {
+  const int K = static_cast<int>(mb.size());
+  std::vector<double> load(K, 0);
+  for (int m = 0; m < K; ++m) {
+    for (int s : mb[m]) load[m] += llm[s];
+  }
+  std::vector<int> by(K);
+  std::iota(by.begin(), by.end(), 0);
+  std::stable_sort(by.begin(), by.end(), [&](int a, int b) { return load[a] > load[b]; });
+  const int half = K / 2;
+  auto pair_best = [&](int i, int j) {
+    double best = 1e300;
+    const int n = static_cast<int>(mb[i].size());
+    for (int mask = 0; mask < (1 << n); ++mask) {
+      double d = 0;
+      for (int t = 0; t < n; ++t) d += (mask >> t & 1) ? llm[mb[i][t]] : 0;
+      best = std::min(best, std::max(load[i] - d, load[j] + d));
+    }
+    return best;
+  };
+  std::vector<int> perm(half);
+  std::iota(perm.begin(), perm.end(), 0);
+  double best = 1e300;
+  do {
+    double worst = K % 2 == 1 ? load[by[half]] : 0;
+    for (int a = 0; a < half; ++a) worst = std::max(worst, pair_best(by[a], by[K - half + perm[a]]));
+    best = std::min(best, worst);
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return best;
+}
+
+TEST(EntrainDeferral, BottleneckMatchEqualsTheExhaustiveOptimum) {
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int K = 1 + static_cast<int>(rng() % 7);  // odd K too
+    std::vector<std::vector<int>> mb(K);
+    std::vector<double> llm;
+    for (auto& m : mb) {
+      const int n = static_cast<int>(rng() % 4);
+      for (int t = 0; t < n; ++t) {
+        m.push_back(static_cast<int>(llm.size()));
+        llm.push_back(static_cast<double>(rng() % 9));
+      }
+    }
+    const DeferralPlan p = PairwiseDeferral(mb, llm);
+    EXPECT_EQ(p.bottleneck, BruteForceBottleneck(mb, llm)) << "trial " << trial;
+    EXPECT_EQ(*std::max_element(p.llm_load.begin(), p.llm_load.end()), p.bottleneck) << "trial " << trial;
+    // Work is moved, never lost; each microbatch runs once; deferrals only to the partner just after.
+    EXPECT_DOUBLE_EQ(std::accumulate(p.llm_load.begin(), p.llm_load.end(), 0.0),
+                     std::accumulate(llm.begin(), llm.end(), 0.0));
+    std::vector<int> order = p.order;
+    std::sort(order.begin(), order.end());
+    std::vector<int> all(K);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(order, all);
+    for (size_t q = 0; q < p.pairs.size(); ++q) {
+      EXPECT_EQ(p.order[2 * q], p.pairs[q].overloaded);
+      EXPECT_EQ(p.order[2 * q + 1], p.pairs[q].underloaded);
+      for (int s : p.pairs[q].deferred) {
+        const auto& from = mb[p.pairs[q].overloaded];
+        EXPECT_TRUE(std::find(from.begin(), from.end(), s) != from.end());
+      }
+    }
+  }
+  EXPECT_THROW(PairwiseDeferral({{3}}, {1.0}), Error);
+}
+
+// Stratified assignment: K_eff, every sample once, coarse samples spread
+// before fine ones, and Graham's bound against the brute-force optimum.
+TEST(EntrainStratified, BalancesEncoderWorkWithinGrahamsBound) {
+  // K_eff: a sample of 5 among total 8 allows one microbatch only.
+  EXPECT_EQ(StratifiedAssignment({{5, 1}, {1, 1}, {1, 1}, {1, 1}}, 4).k_eff, 1);
+  EXPECT_EQ(StratifiedAssignment({{2, 1}, {2, 1}, {2, 1}, {2, 1}}, 4).k_eff, 4);
+  std::mt19937 rng(12);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 7), k = 1 + static_cast<int>(rng() % 4);
+    std::vector<SampleWork> s(n);
+    for (auto& x : s) x = {1.0 + rng() % 9, static_cast<double>(rng() % 9)};
+    const StratifiedMicrobatches r = StratifiedAssignment(s, k);
+    ASSERT_EQ(static_cast<int>(r.microbatches.size()), r.k_eff);
+    std::vector<int> seen;
+    for (const auto& m : r.microbatches) seen.insert(seen.end(), m.begin(), m.end());
+    std::sort(seen.begin(), seen.end());
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    ASSERT_EQ(seen, all);
+    // Brute force: the best max encoder load over every assignment to k_eff microbatches.
+    double opt = 1e300;
+    std::vector<int> to(n, 0);
+    std::function<void(int, std::vector<double>&)> go = [&](int i, std::vector<double>& loads) {
+      if (i == n) {
+        opt = std::min(opt, *std::max_element(loads.begin(), loads.end()));
+        return;
+      }
+      for (int b = 0; b < r.k_eff; ++b) {
+        loads[b] += s[i].encoder;
+        go(i + 1, loads);
+        loads[b] -= s[i].encoder;
+      }
+    };
+    std::vector<double> loads(r.k_eff, 0);
+    go(0, loads);
+    const double got = *std::max_element(r.encoder_load.begin(), r.encoder_load.end());
+    EXPECT_LE(got, (2.0 - 1.0 / r.k_eff) * opt + 1e-9) << "trial " << trial;
+  }
+  EXPECT_THROW(StratifiedAssignment({}, 2), Error);
+  EXPECT_THROW(StratifiedAssignment({{1, 1}}, 0), Error);
+}
+
+}  // namespace
+}  // namespace loom
