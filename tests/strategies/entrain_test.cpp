@@ -9,7 +9,12 @@
 #include <random>
 
 #include "loom/error.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/strategies/entrain/cost_fit.h"
 #include "loom/strategies/entrain/deferral.h"
+#include "loom/strategies/entrain/dp_assignment.h"
+#include "loom/strategies/entrain/profiling_batch.h"
 #include "loom/strategies/entrain/stratified_assignment.h"
 
 namespace loom {
@@ -149,6 +154,118 @@ TEST(EntrainStratified, BalancesEncoderWorkWithinGrahamsBound) {
   }
   EXPECT_THROW(StratifiedAssignment({}, 2), Error);
   EXPECT_THROW(StratifiedAssignment({{1, 1}}, 0), Error);
+}
+
+// Algorithm 2's pieces: k (Eq. C.5), the allocation's rounding, and b_min.
+TEST(EntrainProfiling, TrialsAndProportionalAllocation) {
+  EXPECT_EQ(ValidationTrials(0.05, 0.05), 59);  // ceil(58.4)
+  EXPECT_EQ(ValidationTrials(0.01, 0.05), 90);  // ceil(ln 0.01 / ln 0.95) = ceil(89.8)
+  EXPECT_THROW(ValidationTrials(0, 0.05), Error);
+  // The thesis' example: 1 : 0.98 and 1 : 1.12 both round to 1 : 1 on 2 GPUs.
+  EXPECT_EQ(ProportionalAllocation(2, {1, 0.98}, 1), (std::vector<int>{1, 1}));
+  EXPECT_EQ(ProportionalAllocation(2, {1, 1.12}, 1), (std::vector<int>{1, 1}));
+  // Whole quotas, then the largest remainder; units of a TP group of 2.
+  EXPECT_EQ(ProportionalAllocation(8, {1, 3}, 1), (std::vector<int>{2, 6}));
+  EXPECT_EQ(ProportionalAllocation(4, {0.3, 0.7}, 1), (std::vector<int>{1, 3}));  // quotas 1.2, 2.8
+  EXPECT_EQ(ProportionalAllocation(16, {0.3, 0.7}, 2), (std::vector<int>{4, 12}));  // 2.4 : 5.6 units of 2 GPUs
+  EXPECT_EQ(ProportionalAllocation(4, {1, 1, 1}, 1), (std::vector<int>{2, 1, 1}));  // ties: the lower component
+  EXPECT_EQ(ProportionalAllocation(4, {0, 1}, 1), (std::vector<int>{1, 3}));        // at least one unit each
+  EXPECT_THROW(ProportionalAllocation(2, {1, 1, 1}, 1), Error);
+  EXPECT_THROW(ProportionalAllocation(4, {1, -1}, 1), Error);
+}
+
+// b_min on samples whose encoder share of the work is 0.3 on average (4 GPUs:
+// quotas 1.2 : 2.8 give 1 : 3; the allocation flips at 0.375): noisier
+// samples need larger batches, none is needed without noise, and the stable
+// allocation is the population mean's.
+TEST(EntrainProfiling, StableBatchGrowsWithTheSamplesSpread) {
+  auto batch_of = [](double spread) {
+    return [spread](int64_t n, Rng& rng) {
+      double enc = 0, llm = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double share = std::clamp(0.3 + spread * (rng.Uniform() * 2 - 1), 0.0, 1.0);
+        enc += share;
+        llm += 1 - share;
+      }
+      return std::vector<double>{enc, llm};
+    };
+  };
+  const ProfilingBatch none = StableProfilingBatch(batch_of(0), 4, 1, 0.05, 0.05, 1, 1 << 16, 1);
+  EXPECT_EQ(none.samples, 1);
+  EXPECT_EQ(none.trials, 59);
+  EXPECT_EQ(none.gpus, (std::vector<int>{1, 3}));
+  int64_t previous = 0;
+  for (double spread : {0.1, 0.3, 0.6}) {
+    const ProfilingBatch b = StableProfilingBatch(batch_of(spread), 4, 1, 0.05, 0.05, 1, 1 << 16, 7);
+    EXPECT_EQ(b.gpus, (std::vector<int>{1, 3})) << spread;
+    EXPECT_EQ(b.tried.back(), b.samples);
+    for (size_t t = 1; t < b.tried.size(); ++t) EXPECT_EQ(b.tried[t], 2 * b.tried[t - 1]);
+    EXPECT_GE(b.samples, previous) << spread;
+    previous = b.samples;
+  }
+  EXPECT_GT(previous, 1);
+  // Same seed, same answer; a limit too small is an error naming it.
+  EXPECT_EQ(StableProfilingBatch(batch_of(0.6), 4, 1, 0.05, 0.05, 1, 1 << 16, 7).samples, previous);
+  EXPECT_THROW(StableProfilingBatch(batch_of(0.6), 4, 1, 0.05, 0.05, 1, 1, 7), Error);
+}
+
+// §4.3: equal minibatches, heaviest encoder work first, each to the replica
+// with the least LLM work so far.
+TEST(EntrainDp, HeaviestEncoderFirstToTheLeastLlmWork) {
+  // Encoder 9, 8, 7, 6 with LLM 5, 1, 1, 5 over 2 replicas: 9 -> r0 (LLM 5),
+  // 8 -> r1 (1), 7 -> r1 (least LLM: 1 < 5; now 2), 6 -> r0 (r1 full).
+  const auto r = DpAssignment({{9, 5}, {8, 1}, {7, 1}, {6, 5}}, 2);
+  EXPECT_EQ(r, (std::vector<std::vector<int>>{{0, 3}, {1, 2}}));
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int dp = 1 + static_cast<int>(rng() % 4), n = dp * (1 + static_cast<int>(rng() % 5));
+    std::vector<SampleWork> s(n);
+    for (auto& x : s) x = {static_cast<double>(rng() % 9), static_cast<double>(rng() % 9)};
+    const auto replicas = DpAssignment(s, dp);
+    std::vector<int> seen;
+    for (const auto& rep : replicas) {
+      EXPECT_EQ(static_cast<int>(rep.size()), n / dp);
+      seen.insert(seen.end(), rep.begin(), rep.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    std::vector<int> all(n);
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(seen, all);
+  }
+  EXPECT_THROW(DpAssignment({{1, 1}, {1, 1}, {1, 1}}, 2), Error);
+}
+
+// §4.4.1 (FitQuadratic itself: tests/cost/calibration_test.cpp): fitted to
+// Loom's cost model of Llama-3 8B's layer on an H100 at TP 2, the quadratic
+// predicts the layer between the profiled counts.
+TEST(EntrainCostFit, QuadraticPerLayer) {
+  const Model m = LoadModel("llama3-8b");
+  const Layer* block = nullptr;
+  for (const Layer& l : m.modules[0].layers) {
+    if (l.kind == LayerKind::kTransformer) block = &l;
+  }
+  ASSERT_NE(block, nullptr);
+  const Cluster cluster = LoadCluster("h100:1x8");
+  LayerParallelism par;
+  par.tp = 2;
+  const BackwardNeeds needs{true, true};
+  const QuadraticCost fit = FitLayerCost(*block, needs, cluster, par);
+  EXPECT_GT(fit.a, 0);  // attention
+  EXPECT_GT(fit.b, 0);  // matmuls
+  // Plain least squares (the thesis' linear regression) weighs the large
+  // counts: within 10% from 2K tokens up, 25% over at 512, where the measured
+  // profile's launch floor bends the curve. Entrain prices samples of
+  // thousands of tokens; small ones are its cost model's blind spot.
+  for (double x : {512.0, 2048.0, 8192.0}) {
+    TokenStats one;
+    one.tokens = x;
+    one.sum_sq = x * x;
+    one.sequences = 1;
+    const LayerTimes lt = PriceLayer(*block, one, needs, cluster, par);
+    const double want = lt.forward_s + lt.backward_data_s + lt.backward_weight_s;
+    EXPECT_NEAR(fit(x), want, (x < 1000 ? 0.3 : 0.1) * want) << x << " tokens";
+    if (x < 1000) EXPECT_GT(fit(x), 1.1 * want) << "the small-count miss the comment describes";
+  }
 }
 
 }  // namespace
