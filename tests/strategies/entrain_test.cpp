@@ -14,6 +14,7 @@
 #include "loom/strategies/entrain/cost_fit.h"
 #include "loom/strategies/entrain/deferral.h"
 #include "loom/strategies/entrain/dp_assignment.h"
+#include "loom/strategies/entrain/sample_work.h"
 #include "loom/strategies/entrain/profiling_batch.h"
 #include "loom/strategies/entrain/stratified_assignment.h"
 
@@ -266,6 +267,36 @@ TEST(EntrainCostFit, QuadraticPerLayer) {
     EXPECT_NEAR(fit(x), want, (x < 1000 ? 0.3 : 0.1) * want) << x << " tokens";
     if (x < 1000) EXPECT_GT(fit(x), 1.1 * want) << "the small-count miss the comment describes";
   }
+}
+
+// Per-sample work from token counts: the curves summed over a module's
+// sequences, by hand for one sample of vlm-s, and more images make more
+// encoder work and more LLM work (their tokens enter the LLM too).
+TEST(EntrainSampleWork, CurvesOverTheSamplesSequences) {
+  const Model m = LoadModel("vlm-s");
+  const Cluster cluster = LoadCluster("h100:1x8");
+  const LayerCurves curves = FitModelCurves(m, cluster, {1, 1, 2});
+  ASSERT_EQ(curves.encoder, (std::vector<bool>{true, true, false}));  // vision, projector | llm
+  Sample one;
+  const int d = one.AddDoc(300);
+  one.images.push_back({768, 768, d});
+  const SampleWork w = SampleWorkOf(m, curves, one);
+  const auto tokens = CountModuleTokens(m, one);
+  double enc = 0, llm = 0;
+  for (int mod = 0; mod < 3; ++mod) {
+    for (const auto& q : curves.curves[mod]) {
+      // one sequence per module here: the curve at its length
+      ASSERT_EQ(tokens[mod].sequences, 1);
+      (mod < 2 ? enc : llm) += q(tokens[mod].tokens);
+    }
+  }
+  EXPECT_NEAR(w.encoder, enc, 1e-9 * enc);
+  EXPECT_NEAR(w.llm, llm, 1e-9 * llm);
+  Sample two = one;
+  two.images.push_back({768, 768, d});
+  const SampleWork w2 = SampleWorkOf(m, curves, two);
+  EXPECT_GT(w2.encoder, 1.9 * w.encoder);
+  EXPECT_GT(w2.llm, w.llm);
 }
 
 }  // namespace

@@ -1,0 +1,47 @@
+#include "loom/strategies/entrain/sample_work.h"
+
+#include <algorithm>
+
+#include "loom/cost/frozen.h"
+#include "loom/cost/token_stats.h"
+#include "loom/strategies/entrain/cost_fit.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+LayerCurves FitModelCurves(const Model& model, const Cluster& cluster, const std::vector<int>& tp) {
+  LayerCurves out;
+  const auto needs = ComputeBackwardNeeds(model);
+  const ModuleWaves waves = SplitWaves(model);
+  for (size_t m = 0; m < model.modules.size(); ++m) {
+    LayerParallelism par;
+    par.tp = m < tp.size() ? std::max(1, tp[m]) : 1;
+    par.split = SplitsOverTensorParallel(model.modules[m], par.tp);
+    std::vector<QuadraticCost> layers;
+    for (size_t l = 0; l < model.modules[m].layers.size(); ++l) {
+      layers.push_back(FitLayerCost(model.modules[m].layers[l], needs[m][l], cluster, par));
+    }
+    out.curves.push_back(std::move(layers));
+    bool upstream = false;
+    for (const auto& branch : waves.upstream_branches) {
+      upstream = upstream || std::find(branch.begin(), branch.end(), model.modules[m].name) != branch.end();
+    }
+    out.encoder.push_back(upstream);
+  }
+  return out;
+}
+
+SampleWork SampleWorkOf(const Model& model, const LayerCurves& curves, const Sample& sample) {
+  const std::vector<TokenStats> tokens = CountModuleTokens(model, sample);
+  SampleWork w;
+  for (size_t m = 0; m < model.modules.size(); ++m) {
+    const TokenStats& t = tokens[m];
+    if (t.tokens <= 0) continue;
+    double s = 0;
+    for (const QuadraticCost& q : curves.curves[m]) s += q.a * t.sum_sq + q.b * t.tokens + q.c * t.sequences;
+    (curves.encoder[m] ? w.encoder : w.llm) += s;
+  }
+  return w;
+}
+
+}  // namespace loom
