@@ -199,6 +199,12 @@ void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
 }
 
 double CandidateSearch::Evaluate(const Plan& plan) {
+  const double t = Simulate(plan);
+  if (t >= 0) Keep(plan, t);
+  return t;
+}
+
+double CandidateSearch::Simulate(const Plan& plan) {
   ++candidates_;
   if (ctx_.progress && candidates_ % 16 == 0) {
     ctx_.progress(fmt::format("{}: {} candidates simulated, {} fit", strategy_, candidates_, feasible_));
@@ -212,13 +218,7 @@ double CandidateSearch::Evaluate(const Plan& plan) {
       overflow_reason_ = run.memory_violations.front();
       return -1;
     }
-    ++feasible_;
-    const double t = run.metrics.iteration_time_s;
-    if (best_time_s_ < 0 || t < best_time_s_) {
-      best_time_s_ = t;
-      best_ = plan;
-    }
-    return t;
+    return run.metrics.iteration_time_s;
   } catch (const Error& e) {
     ++invalid_;
     invalid_reason_ = e.what();
@@ -226,8 +226,30 @@ double CandidateSearch::Evaluate(const Plan& plan) {
   }
 }
 
+void CandidateSearch::Keep(const Plan& plan, double time_s) {
+  ++feasible_;
+  if (best_time_s_ < 0 || time_s < best_time_s_) {
+    best_time_s_ = time_s;
+    best_ = plan;
+  }
+}
+
 void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
-  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+  // Full recomputation holds the least activation memory: a candidate that
+  // does not fit with it fits with none, and is dropped after one simulation
+  // instead of three. Otherwise the first of none, selective, full that fits
+  // is kept, as before (the probe itself is kept only when it is that first).
+  Plan full;
+  try {
+    full = make(Recompute::kFull);
+  } catch (const Error& e) {
+    ++invalid_;
+    invalid_reason_ = e.what();
+    return;
+  }
+  const double full_s = Simulate(full);
+  if (full_s < 0) return;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective}) {
     Plan plan;
     try {
       plan = make(r);
@@ -238,6 +260,7 @@ void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
     }
     if (Evaluate(plan) >= 0) return;
   }
+  Keep(full, full_s);
 }
 
 StrategyResult CandidateSearch::Finish(const std::string& searched,

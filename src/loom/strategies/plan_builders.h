@@ -69,12 +69,14 @@ void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
                          const std::function<void(int tp, int pp, int dp, int microbatches)>& visit);
 
 // Simulates candidates on the representative batch and keeps the fastest that
-// is valid and fits. `Try(make)` tries recomputation none, selective, full in
-// turn (each slower, each using less memory) and keeps the first that fits.
+// is valid and fits. `Try(make)` keeps the first of recomputation none,
+// selective, full (each slower, each using less memory) that fits, probing
+// full first so a candidate that cannot fit costs one simulation.
 class CandidateSearch {
  public:
   CandidateSearch(const StrategyContext& ctx, std::string strategy) : ctx_(ctx), strategy_(std::move(strategy)) {}
-  // Returns the iteration time of the plan, or a negative number when it is invalid or does not fit.
+  // Returns the iteration time of the plan, or a negative number when it is
+  // invalid or does not fit; keeps the plan when it is the fastest so far.
   double Evaluate(const Plan& plan);
   void Try(const std::function<Plan(Recompute)>& make);
   int feasible() const { return feasible_; }
@@ -84,6 +86,9 @@ class CandidateSearch {
   StrategyResult Finish(const std::string& searched, const std::function<std::string(const Plan&)>& describe);
 
  private:
+  double Simulate(const Plan& plan);  // Evaluate without keeping
+  void Keep(const Plan& plan, double time_s);
+
   const StrategyContext& ctx_;
   std::string strategy_;
   Plan best_;
