@@ -93,6 +93,12 @@ TEST(BitfieldAttention, CausalMaskVisitsTheLowerTriangleOfBlocks) {
   const torch::Tensor q = torch::randn({1, 63, 1, 4});
   EXPECT_THROW(runtime::BitfieldAttention(q, q, q, mask, 8), Error);  // 63 tokens for a 64-token mask
   EXPECT_THROW(runtime::BitfieldAttention(torch::randn({1, 64, 1, 4}), q, q, mask, 0), Error);
+  // KV-block rows computed once for every layer must be the mask's at that block size.
+  const torch::Tensor x = torch::randn({1, 64, 1, 4});
+  const auto rows = KvBlocks(mask, 8);
+  EXPECT_TRUE(torch::allclose(runtime::BitfieldAttention(x, x, x, mask, 8, &rows),
+                              runtime::BitfieldAttention(x, x, x, mask, 8)));
+  EXPECT_THROW(runtime::BitfieldAttention(x, x, x, mask, 16, &rows), Error);
 }
 
 // tiny-vlm with `attention_mask: bitfield` on its LLM: the runtime's layers

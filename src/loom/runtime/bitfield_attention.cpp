@@ -87,16 +87,17 @@ torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Te
 }
 
 torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const BitfieldMask& mask, int64_t block_tokens) {
+                                const BitfieldMask& mask, int64_t block_tokens,
+                                const std::vector<std::vector<int64_t>>* kv_blocks) {
   CheckShapes(q, mask);
   std::vector<int64_t> all(q.size(1));
   for (int64_t i = 0; i < q.size(1); ++i) all[i] = i;
-  return BitfieldAttentionRows(q, k, v, mask, all, block_tokens);
+  return BitfieldAttentionRows(q, k, v, mask, all, block_tokens, kv_blocks);
 }
 
 torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const BitfieldMask& mask, const std::vector<int64_t>& rows,
-                                    int64_t block_tokens) {
+                                    int64_t block_tokens, const std::vector<std::vector<int64_t>>* kv_blocks_given) {
   CheckShapes(k, mask);
   const int64_t T = k.size(1), n = static_cast<int64_t>(rows.size());
   if (q.dim() != 4 || q.size(1) != n) {
@@ -109,7 +110,14 @@ torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor&
                               rows[i], T));
     }
   }
-  const auto kv_blocks = KvBlocks(mask, block_tokens);
+  if (block_tokens < 1) throw Error(fmt::format("bitfield attention: blocks of {} tokens; valid: >= 1", block_tokens));
+  std::vector<std::vector<int64_t>> computed;
+  if (kv_blocks_given == nullptr) computed = KvBlocks(mask, block_tokens);
+  const auto& kv_blocks = kv_blocks_given != nullptr ? *kv_blocks_given : computed;
+  if (static_cast<int64_t>(kv_blocks.size()) != (T + block_tokens - 1) / block_tokens) {
+    throw Error(fmt::format("bitfield attention: {} KV-block rows for {} tokens in blocks of {}", kv_blocks.size(), T,
+                            block_tokens));
+  }
   const DeviceMask on_device = ToDevice(mask, q.device());
   const auto index = torch::TensorOptions(torch::kLong);
   auto heads_first = [](const torch::Tensor& t) { return t[0].transpose(0, 1); };

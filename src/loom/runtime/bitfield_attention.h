@@ -25,8 +25,10 @@ torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Te
                                          const BitfieldMask& mask);
 
 // Throws loom::Error when the mask's length is not T or block_tokens < 1.
+// `kv_blocks` as for BitfieldAttentionRows below.
 torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                const BitfieldMask& mask, int64_t block_tokens);
+                                const BitfieldMask& mask, int64_t block_tokens,
+                                const std::vector<std::vector<int64_t>>* kv_blocks = nullptr);
 
 // The blocked path for some of the queries: q [1, rows.size(), heads, d] are
 // the queries at positions `rows` (ascending) of the mask's sequence, k and v
@@ -34,8 +36,11 @@ torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, 
 // runtime/context_parallel.h). Consecutive runs of `block_tokens` of `rows`
 // visit the union of their positions' KV blocks. Throws loom::Error when a row
 // is outside the mask or rows are not ascending.
+// `kv_blocks`, if given, is KvBlocks(mask, block_tokens) computed once for
+// every layer attending under the same mask.
 torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const BitfieldMask& mask, const std::vector<int64_t>& rows,
-                                    int64_t block_tokens);
+                                    int64_t block_tokens,
+                                    const std::vector<std::vector<int64_t>>* kv_blocks = nullptr);
 
 }  // namespace loom::runtime

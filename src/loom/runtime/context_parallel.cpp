@@ -218,6 +218,14 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
   return L;
 }
 
+const std::vector<std::vector<int64_t>>& AttentionLayout::KvBlocksOf(const BitfieldMask& m, int64_t block_tokens) {
+  for (const auto& c : kv_blocks) {
+    if (c.mask == &m && c.block_tokens == block_tokens) return c.blocks;
+  }
+  kv_blocks.push_back({&m, block_tokens, KvBlocks(m, block_tokens)});
+  return kv_blocks.back().blocks;
+}
+
 BitfieldMask DocumentMask(const std::vector<int64_t>& lengths, bool causal) {
   std::vector<MaskSegment> segments;
   for (size_t i = 0; i < lengths.size(); ++i) segments.push_back({lengths[i], causal ? -1 : 0, static_cast<int>(i)});
@@ -238,7 +246,8 @@ torch::Tensor AllGatherAttention(const torch::Tensor& q, const torch::Tensor& k,
     const int64_t heads = t.size(2), d = t.size(3);
     return GatherContext(t.reshape({1, t.size(1), heads * d}), layout, cp).view({1, layout->tokens, heads, d});
   };
-  return BitfieldAttentionRows(q, whole(k), whole(v), *mask, layout->mine_rows, block_tokens);
+  return BitfieldAttentionRows(q, whole(k), whole(v), *mask, layout->mine_rows, block_tokens,
+                               &layout->KvBlocksOf(*mask, block_tokens));
 }
 
 torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -89,6 +89,16 @@ struct AttentionLayout : torch::CustomClassHolder {
   // mask then reads the document mask of its causality (DocumentMask).
   bool all_gather = false;
   BitfieldMask causal_mask, full_mask;  // document masks, built on first use
+  // KvBlocks of the mask each layer attends under, built on its first layer
+  // and kept for the rest (keyed by the mask's address, mask, causal_mask or
+  // full_mask, and the block size).
+  struct CachedBlocks {
+    const BitfieldMask* mask;
+    int64_t block_tokens;
+    std::vector<std::vector<int64_t>> blocks;
+  };
+  std::vector<CachedBlocks> kv_blocks;
+  const std::vector<std::vector<int64_t>>& KvBlocksOf(const BitfieldMask& m, int64_t block_tokens);
 };
 // Document attention as a bitfield mask: each packed sequence a document, its
 // tokens text (causal) or, not causal, one modality (each reads its whole document).

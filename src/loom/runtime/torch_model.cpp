@@ -243,7 +243,10 @@ struct BlockImpl : torch::nn::Module {
       return layout->all_gather ? AllGatherAttention(Q, K, V, layout, causal, kBitfieldBlockTokens, cp)
                                 : RingAttention(Q, K, V, layout, causal, cp);
     }
-    if (!layout->mask.empty()) return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens);
+    if (!layout->mask.empty()) {
+      return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens,
+                               &layout->KvBlocksOf(layout->mask, kBitfieldBlockTokens));
+    }
     return Attend(Q, K, V, layout->lengths, causal);
   }
   torch::Tensor Run(const torch::Tensor& x, const Layout& layout, bool selective) {
