@@ -92,10 +92,10 @@ double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout
     int64_t L = 0;
     for (const auto& s : row) L += s.tokens;
     const int64_t chunks = 2 * static_cast<int64_t>(cp);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int r = static_cast<int>(c < cp ? c : chunks - 1 - c);
-      work[r] += KeysInRange(row, layout, c * L / chunks, (c + 1) * L / chunks);
-    }
+    std::vector<int64_t> bounds;
+    for (int64_t c = 0; c <= chunks; ++c) bounds.push_back(c * L / chunks);
+    const std::vector<double> keys = KeysInRanges(row, layout, bounds);
+    for (int64_t c = 0; c < chunks; ++c) work[c < cp ? c : chunks - 1 - c] += keys[c];
   }
   double intra = 1.0;
   if (split == CpSplit::kBalanced) {

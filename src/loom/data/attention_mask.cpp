@@ -106,25 +106,6 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
   return mask;
 }
 
-double AllowedPairs(const std::vector<MaskSegment>& segments, MaskLayout layout) {
-  const std::vector<MaskSegment> order = InOrder(segments, layout);
-  std::map<int, double> earlier;                       // per document: its tokens so far
-  std::map<std::pair<int, int>, double> of_modality;  // per (document, modality): all its tokens
-  for (const auto& s : order) {
-    if (s.modality >= 0) of_modality[{s.doc, s.modality}] += static_cast<double>(s.tokens);
-  }
-  double pairs = 0;
-  for (const auto& s : order) {
-    const double n = static_cast<double>(s.tokens);
-    if (s.modality < 0) {
-      pairs += n * earlier[s.doc] + n * (n + 1) / 2;  // causal: every earlier token and itself
-    } else {
-      pairs += n * of_modality[{s.doc, s.modality}];  // bidirectional within the modality
-    }
-    earlier[s.doc] += n;
-  }
-  return pairs;
-}
 
 std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask) {
   std::map<std::pair<int32_t, uint64_t>, int64_t> total, seen;  // per (document, field): tokens
@@ -148,7 +129,7 @@ std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask) {
 namespace {
 
 // The ordered segments with their positions, for reading the mask's rule
-// off the segments (BlockWorkOfSegments, KeysInRange).
+// off the segments (BlockWorkOfSegments, KeysInRanges).
 struct Placed {
   MaskSegment seg;
   int64_t begin = 0, end = 0;       // positions [begin, end)
@@ -219,22 +200,43 @@ std::vector<int64_t> BlockWorkOfSegments(const std::vector<MaskSegment>& segment
   return work;
 }
 
-double KeysInRange(const std::vector<MaskSegment>& segments, MaskLayout layout, int64_t begin, int64_t end) {
-  double keys = 0;
-  for (const Placed& p : Place(segments, layout)) {
-    const int64_t a = std::max(begin, p.begin), b = std::min(end, p.end);
-    if (a >= b) continue;
-    const double n = static_cast<double>(b - a);
-    if (p.seg.modality >= 0) {
-      keys += n * p.modality_total;
-    } else {
-      // Position x reads doc_before + (x - p.begin) + 1 keys: an arithmetic series over [a, b).
-      const double first = p.doc_before + static_cast<double>(a - p.begin) + 1;
-      keys += n * first + n * (n - 1) / 2;
+std::vector<double> KeysInRanges(const std::vector<MaskSegment>& segments, MaskLayout layout,
+                                 const std::vector<int64_t>& bounds) {
+  const std::vector<Placed> placed = Place(segments, layout);
+  std::vector<double> keys(bounds.size() < 2 ? 0 : bounds.size() - 1, 0.0);
+  size_t first = 0;  // the first segment a range may overlap (ranges ascend)
+  for (size_t r = 0; r + 1 < bounds.size(); ++r) {
+    const int64_t begin = bounds[r], end = bounds[r + 1];
+    while (first < placed.size() && placed[first].end <= begin) ++first;
+    for (size_t k = first; k < placed.size() && placed[k].begin < end; ++k) {
+      const Placed& p = placed[k];
+      const int64_t a = std::max(begin, p.begin), b = std::min(end, p.end);
+      if (a >= b) continue;
+      const double n = static_cast<double>(b - a);
+      if (p.seg.modality >= 0) {
+        keys[r] += n * p.modality_total;  // its modality in its document, both ways
+      } else {
+        // Position x reads doc_before + (x - p.begin) + 1 keys: an arithmetic series over [a, b).
+        const double first_keys = p.doc_before + static_cast<double>(a - p.begin) + 1;
+        keys[r] += n * first_keys + n * (n - 1) / 2;
+      }
     }
   }
   return keys;
 }
+
+double AllowedPairs(const std::vector<MaskSegment>& segments, MaskLayout layout) {
+  int64_t tokens = 0;
+  for (const auto& s : segments) tokens += std::max<int64_t>(0, s.tokens);
+  return KeysInRanges(segments, layout, {0, tokens}).front();
+}
+
+std::vector<MaskSegment> DocumentSegments(const std::vector<int64_t>& lengths, bool causal) {
+  std::vector<MaskSegment> out;
+  for (size_t i = 0; i < lengths.size(); ++i) out.push_back({lengths[i], causal ? -1 : 0, static_cast<int>(i)});
+  return out;
+}
+
 
 std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t block_tokens) {
   if (block_tokens < 1) throw Error(fmt::format("attention mask: block of {} tokens; valid: >= 1", block_tokens));

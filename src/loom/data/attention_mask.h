@@ -63,9 +63,15 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
 // allows, from the segments in O(segments x modalities), never the mask:
 // a text token reads every earlier token of its document and itself, a
 // modality token every token of its modality in its document. What the
-// simulator prices a bitfield-masked layer's attention by (TokenStats::mask_pairs).
-// Throws as BuildMask does.
+// simulator prices a bitfield-masked layer's attention by (TokenStats::mask_pairs):
+// KeysInRanges over the whole sequence. Throws as BuildMask does.
 double AllowedPairs(const std::vector<MaskSegment>& segments, MaskLayout layout);
+
+// Document attention as segments: each sequence of `lengths` a document of
+// its own, its tokens text (causal) or, not causal, one modality (every token
+// reads its whole document). What a module without a bitfield mask attends
+// under, for the simulator's CP pricing and the runtime's all-gather CP alike.
+std::vector<MaskSegment> DocumentSegments(const std::vector<int64_t>& lengths, bool causal);
 
 // Per query token, the number of keys it may read (MayAttend), in
 // O(tokens x distinct fields per document), never the S x S mask.
@@ -79,8 +85,11 @@ std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask);
 // (cost/cp_assignment.h). Throw as BuildMask does; block_tokens >= 1.
 std::vector<int64_t> BlockWorkOfSegments(const std::vector<MaskSegment>& segments, MaskLayout layout,
                                          int64_t block_tokens);
-// Keys per query summed over the positions [begin, end) of the sequence.
-double KeysInRange(const std::vector<MaskSegment>& segments, MaskLayout layout, int64_t begin, int64_t end);
+// Keys per query summed over each range [bounds[i], bounds[i + 1]) of the
+// sequence's positions (bounds ascending), the segments placed once: zigzag
+// CP's chunks, or {0, T} for the whole mask.
+std::vector<double> KeysInRanges(const std::vector<MaskSegment>& segments, MaskLayout layout,
+                                 const std::vector<int64_t>& bounds);
 
 // Block-sparse attention's work (Cornstarch §3.3.2.1): per query block of
 // `block_tokens` tokens (the last one short), the number of KV blocks holding

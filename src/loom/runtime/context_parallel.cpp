@@ -227,9 +227,7 @@ const std::vector<std::vector<int64_t>>& AttentionLayout::KvBlocksOf(const Bitfi
 }
 
 BitfieldMask DocumentMask(const std::vector<int64_t>& lengths, bool causal) {
-  std::vector<MaskSegment> segments;
-  for (size_t i = 0; i < lengths.size(); ++i) segments.push_back({lengths[i], causal ? -1 : 0, static_cast<int>(i)});
-  return BuildMask(segments, MaskLayout::kPacked);
+  return BuildMask(DocumentSegments(lengths, causal), MaskLayout::kPacked);
 }
 
 torch::Tensor AllGatherAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

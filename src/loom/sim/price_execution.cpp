@@ -129,7 +129,7 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
         }
         int64_t tokens = 0;
         for (const auto& seg : segments) tokens += seg.tokens;
-        rows.push_back({{tokens, causal ? -1 : 0, doc}});
+        rows.push_back(DocumentSegments({tokens}, causal));
       }
     }
     // Cornstarch's kernel cuts long rows into sub-blocks over the GPU's SMs.
