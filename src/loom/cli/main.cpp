@@ -418,6 +418,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   plan->add_option("--pp", compare.fixed_pp, "pin pipeline parallelism of pipeline strategies (paper configs)")
       ->check(CLI::PositiveNumber);
+  plan->add_option("--dp", compare.fixed_dp,
+                   "pin data parallelism of pipeline strategies and entrain (Entrain's DP 4; paper configs)")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--schedule-budget", compare.schedule_budget_s,
                    "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
       ->check(CLI::PositiveNumber);

@@ -1,6 +1,7 @@
 #include "loom/data/sample_source.h"
 
 #include "loom/data/dynamic_images.h"
+#include "loom/data/finevision.h"
 #include "loom/data/jsonl_source.h"
 #include "loom/data/synthetic_sources.h"
 #include "loom/error.h"
@@ -24,6 +25,9 @@ std::unique_ptr<SampleSource> MakeSampleSource(const SourceSpec& spec) {
     draw = DrawCornstarchSample;
   } else if (spec.kind == "dynamic-images") {
     return std::make_unique<DynamicImagesSource>(spec);
+  } else if (const FineVisionShape* shape = FindFineVisionShape(spec.kind)) {
+    const FineVisionShape fv = *shape;
+    return std::make_unique<SyntheticSource>([fv](Rng& rng) { return DrawFineVisionSample(fv, rng); });
   } else if (spec.kind == "jsonl") {
     return std::make_unique<JsonlSource>(spec.path);
   } else {

@@ -66,6 +66,33 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
                               unit, got.size(), want.size()));
     }
   }
+  for (const auto& [unit, replicas] : it.replica_microbatch_samples) {
+    const std::string f = "iteration schedule: replica_microbatch_samples." + unit;
+    const int u = plan.FindUnit(unit);
+    if (u < 0) throw Error(fmt::format("iteration schedule: replica_microbatch_samples: no unit {}", unit));
+    if (it.sub_microbatches.count(unit) || it.unit_microbatch_samples.count(unit)) {
+      throw Error(fmt::format("{}: the unit also has sub_microbatches or unit_microbatch_samples; give one", f));
+    }
+    if (static_cast<int>(replicas.size()) != plan.units[u].num_replicas()) {
+      throw Error(fmt::format("{}: {} replicas, the unit has {}", f, replicas.size(), plan.units[u].num_replicas()));
+    }
+    std::vector<int> want, got;
+    for (const auto& mb : it.microbatch_samples) want.insert(want.end(), mb.begin(), mb.end());
+    for (size_t d = 0; d < replicas.size(); ++d) {
+      if (replicas[d].empty()) throw Error(fmt::format("{}[{}]: no microbatch; every replica needs one", f, d));
+      for (size_t k = 0; k < replicas[d].size(); ++k) {
+        if (replicas[d][k].empty()) throw Error(fmt::format("{}[{}][{}]: an empty microbatch", f, d, k));
+        got.insert(got.end(), replicas[d][k].begin(), replicas[d][k].end());
+      }
+    }
+    std::sort(want.begin(), want.end());
+    std::sort(got.begin(), got.end());
+    if (got != want) {
+      throw Error(fmt::format("{}: holds {} sample placements; it must place every sample of microbatch_samples ({}) "
+                              "exactly once",
+                              f, got.size(), want.size()));
+    }
+  }
   for (const auto& [unit, counts] : it.sub_microbatches) {
     if (plan.FindUnit(unit) < 0) throw Error(fmt::format("iteration schedule: sub_microbatches: no unit {}", unit));
     if (static_cast<int>(counts.size()) != m) {
@@ -243,7 +270,8 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
   }
   for (const auto& u : plan.units) {
     for (const auto& p : u.pipelines) {
-      if (p.schedule == ScheduleKind::kCustom && (it == nullptr || it->rank_orders.empty())) {
+      if (p.schedule == ScheduleKind::kCustom &&
+          (it == nullptr || (it->rank_orders.empty() && !it->unit_rank_orders.count(u.name)))) {
         throw Error(fmt::format("plan {}: unit {} runs the custom schedule, whose per-rank orders come with each "
                                 "batch (iteration schedule rank_orders); none was given",
                                 plan.strategy, u.name));
@@ -272,7 +300,8 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
 
   if (it != nullptr && it->woven()) {
     CompileWoven(model, plan, batch, *it, out);
-  } else if (plan.units.size() == 1 && plan.units[0].pipelines.size() == 1) {
+  } else if (plan.units.size() == 1 && plan.units[0].pipelines.size() == 1 &&
+             (it == nullptr || (it->replica_microbatch_samples.empty() && it->unit_rank_orders.empty()))) {
     CompilePipeline(model, plan, it, global_mbs, out);
   } else {
     CompileUnits(model, plan, it, global_mbs, out);

@@ -22,6 +22,7 @@
 
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
+#include "loom/pipeline/validate.h"
 #include "loom/plan/compile_shapes.h"
 #include "loom/plan/validate_plan.h"
 
@@ -37,6 +38,7 @@ struct UnitLayout {
   std::vector<int> submb_count;                        // per global microbatch (uniform plans)
   std::vector<std::vector<std::vector<int>>> samples;  // [replica][unit microbatch] -> sample indices
   int microbatches = 0;                                // per replica, after sub-microbatching (uniform plans)
+  std::vector<int> replica_microbatches;               // [replica] -> its microbatch count (uniform plans)
   int template_of(int replica) const {
     int t = 0;
     while (t + 1 < static_cast<int>(replica_base.size()) && replica_base[t + 1] <= replica) ++t;
@@ -63,7 +65,14 @@ UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, cons
   }
   const int D = unit.num_replicas();
   L.samples.assign(D, {});
-  if (uniform) {
+  if (uniform && it != nullptr && it->replica_microbatch_samples.count(unit.name)) {
+    // Each replica's own microbatches (Entrain's DP-level and stratified assignment).
+    L.samples = it->replica_microbatch_samples.at(unit.name);
+    for (const auto& mbs : L.samples) {
+      L.replica_microbatches.push_back(static_cast<int>(mbs.size()));
+      L.microbatches = std::max(L.microbatches, static_cast<int>(mbs.size()));
+    }
+  } else if (uniform) {
     // The unit's own regrouping of the samples (Entrain), else the global microbatches.
     const auto& mbs = it != nullptr && it->unit_microbatch_samples.count(unit.name)
                           ? it->unit_microbatch_samples.at(unit.name)
@@ -79,6 +88,7 @@ UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, cons
     }
     L.submb_count = subs;
     L.microbatches = std::accumulate(subs.begin(), subs.end(), 0);
+    L.replica_microbatches.assign(D, L.microbatches);
   } else {  // one unit, templates with different microbatch counts: replica-major slots
     int slots = 0;
     for (const auto& p : unit.pipelines) slots += p.replicas * p.microbatches;
@@ -198,11 +208,24 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
     int group = unit.first_group;
     for (size_t t = 0; t < unit.pipelines.size(); ++t) {
       const PipelineSpec& ps = unit.pipelines[t];
-      const int M = uniform ? L.microbatches : ps.microbatches;
       const int depth = before[u] + ps.pp + after[u];
-      const Schedule tmpl = MakeSchedule(ps.schedule, depth, M / rounds, ps.vpp());
+      const std::vector<std::vector<std::vector<StageStep>>>* orders = nullptr;
+      if (it != nullptr && it->unit_rank_orders.count(unit.name)) {
+        orders = &it->unit_rank_orders.at(unit.name);
+        if (static_cast<int>(orders->size()) != D) {
+          throw Error(fmt::format("iteration schedule: unit_rank_orders.{}: {} replicas, the unit has {}", unit.name,
+                                  orders->size(), D));
+        }
+      }
+      Schedule tmpl;
+      int tmpl_m = -1;
       for (int j = 0; j < ps.replicas; ++j) {
         const int d = L.replica_base[t] + j;
+        const int M = uniform ? L.replica_microbatches[d] : ps.microbatches;
+        if (orders == nullptr && M != tmpl_m) {
+          tmpl = MakeSchedule(ps.schedule, depth, M / rounds, ps.vpp());
+          tmpl_m = M;
+        }
         for (ExecRank& er : TemplateRanks(plan, u, static_cast<int>(t), j, group,
                                           fmt::format("{} p{} r{}", unit.name, t, j))) {
           const int rank = sch.num_ranks++;
@@ -225,6 +248,32 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
             contents.back().push_back(std::move(mb));
           }
           if (s > 0) sch.edges.push_back({id - 1, id, {}});
+        }
+        if (orders != nullptr) {  // this batch's own order (Entrain)
+          const auto& mine = (*orders)[d];
+          const std::string f = fmt::format("iteration schedule: unit_rank_orders.{}[{}]", unit.name, d);
+          if (static_cast<int>(mine.size()) != ps.pp) {
+            throw Error(fmt::format("{}: {} pipeline ranks, the unit's template has {}", f, mine.size(), ps.pp));
+          }
+          std::vector<int> seen(2 * ps.stages.size() * M, 0);
+          for (int r = 0; r < ps.pp; ++r) {
+            for (const StageStep& step : mine[r]) {
+              if (step.stage < 0 || step.stage >= static_cast<int>(ps.stages.size()) || step.microbatch < 0 ||
+                  step.microbatch >= M || ps.stages[step.stage].rank != r) {
+                throw Error(fmt::format("{}[{}]: step {}{}@{} names no stage of rank {} or no microbatch of the "
+                                        "replica's {}",
+                                        f, r, step.forward ? "F" : "B", step.microbatch, step.stage, r, M));
+              }
+              ++seen[(step.stage * M + step.microbatch) * 2 + (step.forward ? 0 : 1)];
+              sch.ranks[rank_id[u][d][r]].push_back(
+                  {step.forward ? ActionKind::kForward : ActionKind::kBackward, stage_id[u][d][step.stage],
+                   step.microbatch});
+            }
+          }
+          if (std::any_of(seen.begin(), seen.end(), [](int n) { return n != 1; })) {
+            throw Error(fmt::format("{}: every (stage, microbatch) needs exactly one forward and one backward", f));
+          }
+          continue;
         }
         // Compute order: this replica's ranks are ranks before[u] .. of the template.
         for (int r = 0; r < ps.pp; ++r) {
@@ -251,7 +300,8 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   // instead: consumer microbatch k of replica e waits for every microbatch of
   // producer replica d that holds one of its samples.
   auto regroups = [&](int x) {
-    return it != nullptr && it->unit_microbatch_samples.count(plan.units[x].name) > 0;
+    return it != nullptr && (it->unit_microbatch_samples.count(plan.units[x].name) > 0 ||
+                             it->replica_microbatch_samples.count(plan.units[x].name) > 0);
   };
   for (int v = 0; v < num_units; ++v) {
     for (int u : inputs[v]) {
@@ -323,6 +373,13 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
     }
   }
   AddPointToPoint(sch);
+  if (it != nullptr && !it->unit_rank_orders.empty()) {
+    try {
+      ValidateSchedule(sch);  // a batch's own orders may deadlock; generated ones cannot
+    } catch (const Error& e) {
+      throw Error(fmt::format("iteration schedule: unit_rank_orders: {}", e.what()));
+    }
+  }
 
   // Barriers between temporal phases sharing a group, per round.
   auto in_round = [&](const Action& a, int round) {

@@ -153,6 +153,21 @@ struct IterationSchedule {
   // many, each consumer microbatch waiting for every producer microbatch it
   // shares a sample with. Absent units use microbatch_samples.
   std::map<std::string, std::vector<std::vector<int>>> unit_microbatch_samples;
+  // unit -> [replica] -> [microbatch] -> samples: the unit's own microbatches
+  // per data-parallel replica, any count per replica (Entrain: the DP-level
+  // assignment gives each replica its own samples, stratified assignment and
+  // split backward give microbatches of any size). Replaces the even split of
+  // microbatch_samples (or unit_microbatch_samples) over the unit's replicas;
+  // its edges are many to many like unit_microbatch_samples'. It must place
+  // exactly the samples of microbatch_samples, each once.
+  std::map<std::string, std::vector<std::vector<std::vector<int>>>> replica_microbatch_samples;
+  // unit -> [replica] -> [pipeline rank] -> compute order: this batch's order
+  // of the unit's stages (StageStep::stage indexes the unit's template) over
+  // the replica's microbatches, instead of its schedule generator's
+  // (Entrain's deferral-aware 1F1B, strategies/entrain/deferral_schedule.h).
+  // Every (stage, microbatch) of the replica appears once forward and once
+  // backward on its stage's rank; CompilePlan rejects an order that deadlocks.
+  std::map<std::string, std::vector<std::vector<std::vector<StageStep>>>> unit_rank_orders;
   std::map<std::string, std::vector<int>> module_sub_microbatches;  // module -> per global microbatch count
   std::vector<std::vector<StageStep>> rank_orders;        // [pipeline rank] -> compute order; empty: GPipe order
   std::optional<Recompute> recompute;                     // woven: every layer's; unset: the unit's

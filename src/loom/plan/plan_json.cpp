@@ -323,6 +323,24 @@ json IterationScheduleToJson(const IterationSchedule& s) {
             {"sub_microbatches", s.sub_microbatches}};
   if (!s.module_sub_microbatches.empty()) j["module_sub_microbatches"] = s.module_sub_microbatches;
   if (!s.unit_microbatch_samples.empty()) j["unit_microbatch_samples"] = s.unit_microbatch_samples;
+  if (!s.replica_microbatch_samples.empty()) j["replica_microbatch_samples"] = s.replica_microbatch_samples;
+  if (!s.unit_rank_orders.empty()) {
+    json units = json::object();
+    for (const auto& [unit, replicas] : s.unit_rank_orders) {
+      json rs = json::array();
+      for (const auto& ranks : replicas) {
+        json ps = json::array();
+        for (const auto& rank : ranks) {
+          json steps = json::array();
+          for (const auto& step : rank) steps.push_back(StepToString(step));
+          ps.push_back(std::move(steps));
+        }
+        rs.push_back(std::move(ps));
+      }
+      units[unit] = std::move(rs);
+    }
+    j["unit_rank_orders"] = std::move(units);
+  }
   if (!s.rank_orders.empty()) {
     json orders = json::array();
     for (const auto& rank : s.rank_orders) {
@@ -348,7 +366,7 @@ json IterationScheduleToJson(const IterationSchedule& s) {
 IterationSchedule IterationScheduleFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
            {"iteration", "microbatch_samples", "deferred", "sub_microbatches", "module_sub_microbatches",
-            "unit_microbatch_samples",
+            "unit_microbatch_samples", "replica_microbatch_samples", "unit_rank_orders",
             "rank_orders", "recompute", "layer_recompute"});
   IterationSchedule s;
   s.iteration = r.Int("iteration", 0);
@@ -369,6 +387,48 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
       for (size_t k = 0; k < mbs.size(); ++k) {
         if (!mbs[k].is_array()) r.Fail(fmt::format("{}[{}]", f, k), "must be an array of sample indices");
         s.unit_microbatch_samples[name].push_back(r.Ints(fmt::format("{}[{}]", f, k), mbs[k]));
+      }
+    }
+  }
+  if (r.Has("replica_microbatch_samples")) {
+    const json& u = r.Get("replica_microbatch_samples");
+    if (!u.is_object()) r.Fail("replica_microbatch_samples", "must be an object of unit -> [[[sample, ...], ...], ...]");
+    for (const auto& [name, replicas] : u.items()) {
+      const std::string f = "replica_microbatch_samples." + name;
+      if (!replicas.is_array()) r.Fail(f, "must be an array of replicas");
+      auto& out = s.replica_microbatch_samples[name];
+      for (size_t d = 0; d < replicas.size(); ++d) {
+        const std::string fd = fmt::format("{}[{}]", f, d);
+        if (!replicas[d].is_array()) r.Fail(fd, "must be an array of microbatches");
+        out.emplace_back();
+        for (size_t k = 0; k < replicas[d].size(); ++k) {
+          if (!replicas[d][k].is_array()) r.Fail(fmt::format("{}[{}]", fd, k), "must be an array of sample indices");
+          out.back().push_back(r.Ints(fmt::format("{}[{}]", fd, k), replicas[d][k]));
+        }
+      }
+    }
+  }
+  if (r.Has("unit_rank_orders")) {
+    const json& u = r.Get("unit_rank_orders");
+    if (!u.is_object()) r.Fail("unit_rank_orders", "must be an object of unit -> [replica][rank] -> steps");
+    for (const auto& [name, replicas] : u.items()) {
+      const std::string f = "unit_rank_orders." + name;
+      if (!replicas.is_array()) r.Fail(f, "must be an array of replicas");
+      auto& out = s.unit_rank_orders[name];
+      for (size_t d = 0; d < replicas.size(); ++d) {
+        const std::string fd = fmt::format("{}[{}]", f, d);
+        if (!replicas[d].is_array()) r.Fail(fd, "must be an array of pipeline ranks");
+        out.emplace_back();
+        for (size_t p = 0; p < replicas[d].size(); ++p) {
+          const std::string fp = fmt::format("{}[{}]", fd, p);
+          if (!replicas[d][p].is_array()) r.Fail(fp, "must be an array of steps");
+          out.back().emplace_back();
+          for (size_t i = 0; i < replicas[d][p].size(); ++i) {
+            const std::string fi = fmt::format("{}[{}]", fp, i);
+            if (!replicas[d][p][i].is_string()) r.Fail(fi, "must be a string F:STAGE:MICROBATCH or B:STAGE:MICROBATCH");
+            out.back().back().push_back(StepFromString(replicas[d][p][i].get<std::string>(), r, fi));
+          }
+        }
       }
     }
   }

@@ -39,6 +39,7 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     StrategyContext ctx{model, cluster, workload, batches[0], progress};
     ctx.fixed_tp = options.fixed_tp;
     ctx.fixed_pp = options.fixed_pp;
+    ctx.fixed_dp = options.fixed_dp;
     ctx.schedule_budget_s = options.schedule_budget_s;
     ctx.fault_tolerance = options.fault_tolerance;
     const auto t0 = std::chrono::steady_clock::now();

@@ -53,6 +53,7 @@ struct Comparison {
 struct CompareOptions {
   int fixed_tp = 0;
   int fixed_pp = 0;
+  int fixed_dp = 0;
   double schedule_budget_s = 1.0;
   int fault_tolerance = 0;  // Oobleck's f
 };

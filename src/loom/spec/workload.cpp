@@ -14,7 +14,8 @@ namespace {
 
 const std::vector<std::string> kSourceKinds = {"text",  "laion",        "obelics",
                                                "video", "mosaic-fixed", "cornstarch-synthetic",
-                                               "dynamic-images", "jsonl"};
+                                               "dynamic-images", "synthchartnet", "chartqa",
+                                               "cocoqa", "llava-150k", "jsonl"};
 
 // Default global batches follow each seed's evaluation: MMScale 1920 (LAION),
 // Mosaic 32, Cornstarch 48, Entrain 512; the others are common choices.
@@ -40,6 +41,9 @@ Workload Named(const std::string& kind) {
   } else if (kind == "cornstarch-synthetic") {
     w.global_batch = 48;
     w.microbatch_size = 4;
+  } else if (kind == "synthchartnet" || kind == "chartqa" || kind == "cocoqa" || kind == "llava-150k") {
+    w.global_batch = 512;  // Entrain §4.7: microbatch 4, global batch 512
+    w.microbatch_size = 4;
   }
   return w;
 }
@@ -47,7 +51,8 @@ Workload Named(const std::string& kind) {
 }  // namespace
 
 std::vector<std::string> WorkloadNames() {
-  return {"text", "laion", "obelics", "video", "mosaic-fixed", "cornstarch-synthetic", "dynamic-images"};
+  return {"text",           "laion",         "obelics", "video",  "mosaic-fixed", "cornstarch-synthetic",
+          "dynamic-images", "synthchartnet", "chartqa", "cocoqa", "llava-150k"};
 }
 
 Workload DefaultWorkload(const Model& model) {

@@ -15,7 +15,7 @@ namespace loom {
 // Parameters of a sample source; which ones matter depends on `kind`
 // (docs/spec-format.md lists them per kind).
 struct SourceSpec {
-  std::string kind = "text";  // text | laion | obelics | video | mosaic-fixed | cornstarch-synthetic | jsonl
+  std::string kind = "text";  // text | laion | obelics | video | mosaic-fixed | cornstarch-synthetic | dynamic-images | synthchartnet | chartqa | cocoqa | llava-150k | jsonl
   int64_t seq_len = 2048;     // text: tokens per sample
   int64_t pack_tokens = 8192; // laion, obelics: LLM tokens per packed sequence
   int64_t image_tokens = 169; // laion, obelics: LLM tokens one image becomes (used for packing)
@@ -44,7 +44,8 @@ struct Model;
 // mosaic-fixed for audio alone, obelics for images, else text.
 Workload DefaultWorkload(const Model& model);
 
-// Named workloads: text, laion, obelics, video, mosaic-fixed, cornstarch-synthetic.
+// Named workloads: text, laion, obelics, video, mosaic-fixed, cornstarch-synthetic,
+// dynamic-images, and Entrain's FineVision subsets synthchartnet, chartqa, cocoqa, llava-150k.
 std::vector<std::string> WorkloadNames();
 // A named workload or a workload YAML file; throws loom::Error otherwise.
 Workload LoadWorkload(const std::string& name_or_path);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "loom/cost/frozen.h"
@@ -188,7 +189,7 @@ void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
       if (pp > max_pp) break;
       if (ctx.fixed_pp > 0 && pp != ctx.fixed_pp) continue;
       const int dp = n / tp / pp;
-      if (ctx.workload.global_batch % dp != 0) continue;
+      if (ctx.workload.global_batch % dp != 0 || (ctx.fixed_dp > 0 && dp != ctx.fixed_dp)) continue;
       const int64_t per_replica = ctx.workload.global_batch / dp;
       for (int m : Divisors(per_replica)) {
         if (m < pp && m != per_replica) continue;  // a pipeline needs >= pp microbatches to fill
@@ -212,7 +213,10 @@ double CandidateSearch::Simulate(const Plan& plan) {
   SimOptions opt;
   opt.record_intervals = false;
   try {
-    PlanRun run = RunPlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative, nullptr, opt);
+    std::optional<IterationSchedule> it;
+    if (schedule_) it = schedule_(plan);
+    PlanRun run = RunPlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative,
+                          it ? &*it : nullptr, opt);
     if (!run.memory_violations.empty()) {
       ++overflow_;
       overflow_reason_ = run.memory_violations.front();

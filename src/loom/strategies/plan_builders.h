@@ -80,6 +80,9 @@ class CandidateSearch {
   double Evaluate(const Plan& plan);
   void Try(const std::function<Plan(Recompute)>& make);
   int feasible() const { return feasible_; }
+  // Candidates run this batch's schedule from `schedule` (strategies whose
+  // plans adapt per batch: Entrain); unset, the plan's own schedule.
+  void SetBatchSchedule(std::function<IterationSchedule(const Plan&)> schedule) { schedule_ = std::move(schedule); }
   // Records why a whole part of the space was not tried (shown if nothing fits).
   void Skip(const std::string& reason) { skipped_ = reason; }
   // Throws loom::Error when nothing fit. Fills config from `describe(best)`.
@@ -91,6 +94,7 @@ class CandidateSearch {
 
   const StrategyContext& ctx_;
   std::string strategy_;
+  std::function<IterationSchedule(const Plan&)> schedule_;
   Plan best_;
   double best_time_s_ = -1;
   int candidates_ = 0, feasible_ = 0;

@@ -30,6 +30,9 @@ struct StrategyContext {
   // (ForEachPipelineGrid) to a paper's configuration; 0 searches all.
   int fixed_tp = 0;
   int fixed_pp = 0;
+  // Pin the data-parallel degree (Entrain §4.7 runs every framework at DP 4);
+  // 0 searches all. Honoured by the Megatron-style grid and Entrain's search.
+  int fixed_dp = 0;
   // Wall-clock budget of a per-batch schedule search (PipeWeaver's MCTS, §6.1).
   double schedule_budget_s = 1.0;
   // Oobleck's fault-tolerance threshold f: pipelines that may fail at once
