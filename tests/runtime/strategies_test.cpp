@@ -311,5 +311,43 @@ TEST(RuntimeStrategies, PhaseRoundsWithAPipelinedModuleEqualSingleProcessTrainin
   ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
 }
 
+
+// Entrain's per-batch schedule on the runtime (issue 19): samples of varying
+// encoder and LLM work, stratified microbatches of 1-4 samples, pairwise
+// deferral moving some samples' LLM work to the next slot, the encoder's
+// forward cut into the kept and the deferred pieces with split backward and
+// an eager warm-up. On 2 GPUs (one replica: encoder and LLM on one GPU each)
+// and on 4 GPUs at DP 2 (the DP-level assignment gives each replica its own
+// samples). Every deferred sample gets its backward: the run ends with the
+// reference's losses and parameters after 3 steps.
+TEST(RuntimeStrategies, EntrainsDeferralScheduleEqualsSingleProcessTraining) {
+  const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/tiny-entrain-data.yaml";
+  const TinyRun s(kVlm, data);
+  const Reference ref = TrainInOneProcess(s);
+  for (const auto& [cluster, args] : std::vector<std::pair<std::string, std::string>>{{"h100:1x2", ""},
+                                                                                      {"h100:1x4", "--dp 2"}}) {
+    SCOPED_TRACE(cluster);
+    const std::string plans = test::WriteTemp("entrain-" + cluster.substr(5) + ".json", "");
+    auto [code, out] = LoomCli("plan --model " + kVlm + " --cluster " + cluster + " " + s.data_args +
+                               " --precision fp32 --iterations 3 --strategy entrain --json " + plans + " " + args);
+    ASSERT_EQ(code, 0) << out;
+    std::ifstream in(plans);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    const auto& entry = j["strategies"][0];
+    int deferring = 0, replicas = 0;
+    for (const auto& b : entry["batches"]) {
+      const auto& placed = b["schedule"]["replica_microbatch_samples"];
+      replicas = static_cast<int>(placed["encoder"].size());
+      for (size_t d = 0; d < placed["encoder"].size(); ++d) {
+        if (placed["encoder"][d].size() > placed["llm"][d].size()) ++deferring;  // a deferred piece
+      }
+    }
+    EXPECT_GT(deferring, 0);
+    EXPECT_EQ(replicas, args.empty() ? 1 : 2);
+    ExpectRunMatches(ref, "run --model " + kVlm + " --cluster " + cluster + " " + s.data_args + " --plan " + plans +
+                              " --strategy entrain");
+  }
+}
+
 }  // namespace
 }  // namespace loom
