@@ -234,6 +234,8 @@ TEST(EntrainStrategy, PlansTheThesisModelsOnEveryFineVisionSubset) {
         EXPECT_EQ(enc.pipelines[0].pp, 4);
         EXPECT_NE(r.plan.searched.find("b_min 64 "), std::string::npos) << r.plan.searched;
         EXPECT_NE(r.plan.searched.find("sizes 1 2 4 8 16 32 64;"), std::string::npos) << r.plan.searched;
+        EXPECT_NE(r.plan.searched.find("32 unstable{8:8 10:6}"), std::string::npos) << r.plan.searched;
+        EXPECT_NE(r.plan.searched.find("64 stable{8:8}"), std::string::npos) << r.plan.searched;
       }
     }
   }

@@ -17,7 +17,7 @@ const std::vector<FineVisionShape>& FineVisionShapes() {
   static const std::vector<FineVisionShape> shapes = {
       // Synthetic chart renderings with their full table transcription: the
       // widest spread of both image size and text length (the thesis' "most variable").
-      {"synthchartnet", 0.72, 0.7, 1.4, 0.25, 130, 0.9, 4096},
+      {"synthchartnet", 0.68, 0.7, 1.4, 0.25, 170, 0.9, 4096},
       // Real charts, short questions and answers.
       {"chartqa", 0.42, 0.35, 1.35, 0.2, 48, 0.5, 1024},
       // COCO photographs (about 640 x 480), one-line questions.

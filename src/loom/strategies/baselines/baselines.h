@@ -11,6 +11,11 @@ StrategyResult FsdpStrategy(const StrategyContext& ctx);
 StrategyResult DistMmStrategy(const StrategyContext& ctx);
 StrategyResult OptimusStrategy(const StrategyContext& ctx);
 StrategyResult NnScalerStrategy(const StrategyContext& ctx);
+// Entrain's baselines (seed 004 §4.7): DistTrain (MMScale's allocation on a
+// one-sample profile, its reordering per batch) and DIP (encoder and LLM
+// co-located in two phases over every group, profiled on one microbatch).
+StrategyResult DisttrainStrategy(const StrategyContext& ctx);
+StrategyResult DipStrategy(const StrategyContext& ctx);
 
 // Every module data parallel on every GPU (TP 1, PP 1) at ZeRO `zero_stage`;
 // searched: accumulation steps and recomputation. FSDP and megatron-dp.

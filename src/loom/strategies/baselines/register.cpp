@@ -1,5 +1,6 @@
 // The baselines the seed papers compare against (docs/strategies.md).
 #include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/mmscale/batch_reorder.h"
 #include "loom/strategies/registry.h"
 
 namespace loom {
@@ -22,6 +23,18 @@ const StrategyRegistration kOptimus({"optimus",
                                      "Optimus (coarse-grained): encoders data parallel on the backbone's GPUs, "
                                      "scheduled around its pipeline",
                                      30, OptimusStrategy});
+IterationSchedule DisttrainBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration) {
+  return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, batch, iteration);
+}
+
+const StrategyRegistration kDisttrain({"disttrain",
+                                       "DistTrain (Entrain's baseline): MMScale's disaggregated allocation profiled "
+                                       "on one sample, its per-batch reordering",
+                                       50, DisttrainStrategy, StatelessScheduler(DisttrainBatch)});
+const StrategyRegistration kDip({"dip",
+                                 "DIP (Entrain's baseline): encoder and LLM pipelined over the same GPUs, every "
+                                 "encoder forward before the LLM, stages from a one-microbatch profile",
+                                 60, DipStrategy});
 const StrategyRegistration kNnScaler({"nnscaler",
                                       "nnScaler*: one static 1F1B plan, stages balanced by time on a representative "
                                       "batch",

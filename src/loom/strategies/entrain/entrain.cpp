@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "loom/cost/frozen.h"
@@ -260,11 +261,13 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   const int N = ctx.cluster.num_gpus();
   const int64_t B = ctx.workload.global_batch, mu = ctx.workload.microbatch_size;
   const auto source = MakeSampleSource(ctx.workload.source);
-  // Macroscopic proportions at TP 1 (a share of work barely depends on it).
-  const LayerCurves curves1 = FitModelCurves(ctx.model, ctx.cluster, {});
+  // Macroscopic proportions priced at the group's TP (the encoder and the
+  // LLM scale differently with it), curves fitted once per TP.
+  std::map<int, LayerCurves> curves_at;
+  const LayerCurves* curves = nullptr;
   auto proportions = [&](int64_t n, Rng& rng) {
     const Batch b = source->Draw(n, DrawSeed(rng), 0);
-    return MacroscopicProportions(ctx.model, curves1, b.samples);
+    return MacroscopicProportions(ctx.model, *curves, b.samples);
   };
   std::vector<Candidate> candidates;
   std::string skipped;
@@ -276,6 +279,10 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
     for (int g : TpChoices(ctx.cluster)) {
       if (ctx.fixed_tp > 0 && g != ctx.fixed_tp) continue;
       if (per_replica % g != 0 || per_replica / g < 2) continue;
+      if (!curves_at.count(g)) {
+        curves_at[g] = FitModelCurves(ctx.model, ctx.cluster, std::vector<int>(ctx.model.modules.size(), g));
+      }
+      curves = &curves_at[g];
       Candidate c;
       c.dp = dp;
       c.group = g;
@@ -286,7 +293,6 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
         skipped = e.what();
         continue;
       }
-      c.gpus = c.profiling.gpus;
       // Tier 1 costs at the mean microbatch of a b_min batch.
       Rng rng(Rng::Mix(ctx.workload.seed, 1));
       const Batch profile = source->Draw(c.profiling.samples, DrawSeed(rng), 0);
@@ -294,7 +300,6 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
       ConfigProblem p;
       p.microbatches = K;
       p.group_gpus = g;
-      p.gpus = c.gpus;
       p.gpu_mem_bytes = static_cast<double>(ctx.cluster.gpu.mem_bytes);
       for (const auto& mods : comps) {
         p.options.emplace_back();
@@ -312,10 +317,23 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
         const Link link = ctx.cluster.LinkForSpan(per_replica);
         p.reshard_s.push_back(bytes / link.bytes_per_s + link.latency_s);
       }
-      for (EntrainConfig& cfg : SearchConfigs(p)) {  // Algorithm 3 lines 8-15
-        Candidate x = c;
-        x.config = std::move(cfg);
-        candidates.push_back(std::move(x));
+      // Algorithm 3 lines 3-15 over the proportional split M and its two
+      // neighbours (one group more or less for the encoder): the thesis'
+      // converged splits (Tables 4.2, C.2-C.8) and its chosen configurations
+      // (Tables 4.1, C.1) differ by one such step, so its throughput-based
+      // search must override pure rounding; Eq. 4.2 and the simulator decide.
+      for (int step : {0, -1, 1}) {
+        std::vector<int> gpus = c.profiling.gpus;
+        gpus[0] += step * g;
+        gpus[1] -= step * g;
+        if (gpus[0] < g || gpus[1] < g) continue;
+        p.gpus = gpus;
+        for (EntrainConfig& cfg : SearchConfigs(p)) {
+          Candidate x = c;
+          x.gpus = gpus;
+          x.config = std::move(cfg);
+          candidates.push_back(std::move(x));
+        }
       }
     }
   }
@@ -344,10 +362,20 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
     });
     if (profiled.empty()) {
       std::string alloc;
-      for (int x : c.gpus) alloc += fmt::format("{}{}", alloc.empty() ? "" : ":", x);
+      for (int x : c.profiling.gpus) alloc += fmt::format("{}{}", alloc.empty() ? "" : ":", x);
       profiled = fmt::format("b_min {} ({} trials, sizes", c.profiling.samples, c.profiling.trials);
       for (int64_t n : c.profiling.tried) profiled += fmt::format(" {}", n);
-      profiled += fmt::format("; encoder:llm GPUs per replica {})", alloc);
+      // Table 4.2's view: what the k + 1 draws at each size allocated.
+      profiled += "; allocations over the trials:";
+      for (size_t t = 0; t < c.profiling.tried.size(); ++t) {
+        const auto& seen = c.profiling.seen[t];
+        profiled += fmt::format(" {} {}{{", c.profiling.tried[t], seen.size() == 1 ? "stable" : "unstable");
+        for (size_t i = 0; i < seen.size(); ++i) {
+          profiled += fmt::format("{}{}:{}", i ? " " : "", seen[i][0], seen[i][1]);
+        }
+        profiled += "}";
+      }
+      profiled += fmt::format("; proportional encoder:llm GPUs per replica {})", alloc);
       if (c.profiling.samples > B) {
         profiled += fmt::format("; WARNING: global batch {} < b_min, balance not guaranteed (§4.2)", B);
       }
@@ -360,7 +388,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
                                 : skipped);
   }
   return search.Finish(fmt::format("entrain: Algorithm 2 ({}), then Algorithm 3 over DP x group x per-component "
-                                   "TP x CP x PP (Eq. 4.1-4.2 ranking {} configurations); the best {} "
+                                   "TP x CP x PP on that split and one group either side (Eq. 4.1-4.2 ranking {} configurations); the best {} "
                                    "simulated with the deferral schedule until {} fit",
                                    profiled.empty() ? "no stable batch" : profiled, candidates.size(), kSimulated,
                                    kConfirmed),

@@ -59,10 +59,26 @@ ProfilingBatch StableProfilingBatch(const std::function<std::vector<double>(int6
   for (int64_t n = n0; n <= max_samples; n *= 2) {  // Algorithm 2 lines 3-15
     out.tried.push_back(n);
     const std::vector<int> reference = ProportionalAllocation(gpus, proportions(n, rng), unit);
-    bool stable = true;
-    for (int t = 0; t < out.trials && stable; ++t) {
-      stable = ProportionalAllocation(gpus, proportions(n, rng), unit) == reference;
+    // Every trial is drawn (no early exit) so the report shows all the
+    // allocations a size gives; stability is decided as Algorithm 2 does.
+    std::vector<std::vector<int>> seen{reference};
+    std::vector<int> count{1};
+    for (int t = 0; t < out.trials; ++t) {
+      const std::vector<int> a = ProportionalAllocation(gpus, proportions(n, rng), unit);
+      const auto at = std::find(seen.begin(), seen.end(), a);
+      if (at == seen.end()) {
+        seen.push_back(a);
+        count.push_back(1);
+      } else {
+        ++count[at - seen.begin()];
+      }
     }
+    const bool stable = seen.size() == 1;
+    std::vector<int> order(seen.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return count[a] > count[b]; });
+    out.seen.emplace_back();
+    for (int i : order) out.seen.back().push_back(seen[i]);
     if (stable) {
       out.samples = n;
       out.gpus = reference;

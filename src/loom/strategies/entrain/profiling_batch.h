@@ -34,6 +34,9 @@ struct ProfilingBatch {
   int trials = 0;          // k
   std::vector<int> gpus;   // the allocation every trial agreed on
   std::vector<int64_t> tried;  // batch sizes tried, doubling
+  // Per size tried: the distinct allocations its k + 1 draws gave, most
+  // frequent first (ties: first seen); one entry where it was stable (Table 4.2).
+  std::vector<std::vector<std::vector<int>>> seen;
 };
 
 // `proportions(n, rng)`: the per-component workload of a random batch of n

@@ -1,0 +1,78 @@
+// DistTrain (Entrain §4.7's baseline; the system MMScale's paper describes,
+// strategies/mmscale/): MMScale's disaggregated units and Alg. 1 allocation,
+// profiled as DistTrain profiles, on one sample (Entrain Table 4.1), and its
+// per-batch data reordering. Entrain runs every framework at one TP and DP
+// with microbatches of mu samples; with --tp / --dp pinned, Alg. 1 keeps only
+// that TP and DP for every unit, and each replica runs B / (DP mu)
+// microbatches. The allocation is Alg. 1's best (its own choice from the
+// one-sample profile) that fits in memory, not re-ranked by the simulator: the
+// thesis' point is what that profile chooses.
+#include <fmt/format.h>
+
+#include "loom/error.h"
+#include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/mmscale/mmscale.h"
+#include "loom/strategies/plan_builders.h"
+
+namespace loom {
+
+namespace {
+
+constexpr int kRanked = 48;
+
+}  // namespace
+
+StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
+  if (ctx.representative.samples.empty()) throw Error("disttrain: the representative batch is empty");
+  const Batch one{{ctx.representative.samples.front()}};  // DistTrain's profile: one sample
+  StrategyContext profiled{ctx.model, ctx.cluster, ctx.workload, one, ctx.progress};
+  const MmscaleUnits units = SplitMmscaleUnits(ctx.model);
+  const int64_t mu = ctx.workload.microbatch_size;
+  CandidateSearch search(ctx, "disttrain");
+  int ranked = 0;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    AllocationProblem p = MakeAllocationProblem(profiled, units, r);
+    for (auto& u : p.units) {
+      std::vector<UnitModel> keep;
+      for (const UnitModel& m : u.options) {
+        if (ctx.fixed_tp <= 0 || m.tp == ctx.fixed_tp) keep.push_back(m);
+      }
+      u.options = keep;
+    }
+    if (ctx.fixed_dp > 0) p.dp_choices = {ctx.fixed_dp};
+    const std::vector<Allocation> allocations = AllocateResources(p, kRanked);
+    ranked += static_cast<int>(allocations.size());
+    bool fitted = false;
+    for (const Allocation& a : allocations) {
+      Plan plan = AllocationPlan(profiled, "disttrain", units, a, r);
+      int dp_lm = 1;
+      for (size_t u = 0; u < units.names.size(); ++u) {
+        if (units.names[u] == "backbone") dp_lm = a.units[u].dp;
+      }
+      if (mu > 1 && ctx.workload.global_batch % (dp_lm * mu) == 0) {
+        for (auto& u : plan.units) u.pipelines[0].microbatches = static_cast<int>(ctx.workload.global_batch / (dp_lm * mu));
+      }
+      if (search.Evaluate(plan) >= 0) {
+        fitted = true;
+        break;  // Alg. 1's own choice
+      }
+    }
+    if (fitted) break;
+  }
+  if (ranked == 0) search.Skip("no TP x DP x PP split fits every unit in memory under MMScale's model");
+  return search.Finish(fmt::format("disttrain: MMScale Alg. 1 on a one-sample profile{}{}, the best allocation that "
+                                   "fits, lowest recomputation first",
+                                   ctx.fixed_tp > 0 ? fmt::format(", TP {}", ctx.fixed_tp) : "",
+                                   ctx.fixed_dp > 0 ? fmt::format(", DP {}", ctx.fixed_dp) : ""),
+                       [](const Plan& p) {
+                         std::string s;
+                         for (const auto& u : p.units) {
+                           s += fmt::format("{}{} tp{} pp{} dp{}", s.empty() ? "" : "; ", u.name, u.tp,
+                                            u.pipelines[0].pp, u.num_replicas() * p.group_gpus / u.tp);
+                         }
+                         return s + fmt::format("; m{} 1f1b, recompute={}", p.units[0].pipelines[0].microbatches,
+                                                RecomputeName(p.units[0].recompute));
+                       });
+}
+
+}  // namespace loom
