@@ -28,15 +28,16 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   auto [code, out] = LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
                          "--json " + json + " --report " + html + " --trace " + trace + " --export megatron");
   ASSERT_EQ(code, 0) << out;
-  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "pipeweaver", "oobleck", "cornstarch", "vs megatron", "* best:",
+  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "disttrain", "dip", "mmscale", "pipeweaver",
+                        "oobleck", "cornstarch", "entrain", "vs megatron", "* best:",
                         "--tensor-model-parallel-size", "cannot express"}) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
   }
   auto j = nlohmann::json::parse(Slurp(json));
   ASSERT_TRUE(j["best"].is_string());
   // `all` is every strategy but the variants (mmscale-ratio, mmscale-noreorder, pipeweaver-*, mosaic-*,
-  // cornstarch-unaware, megatron-encoders-first).
-  ASSERT_EQ(j["strategies"].size(), 11u);
+  // cornstarch-unaware, megatron-encoders-first, entrain-*).
+  ASSERT_EQ(j["strategies"].size(), 14u);
   double best_time = 1e30;
   for (const auto& s : j["strategies"]) {
     for (const char* k : {"name", "config", "iteration_time_s", "throughput_samples_per_s", "mfu", "bubble_ratio",
@@ -44,8 +45,10 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
       EXPECT_TRUE(s.contains(k)) << s["name"] << " lacks " << k;
     }
     best_time = std::min(best_time, s["iteration_time_s"].get<double>());
-    // mmscale (data-aware reordering) and pipeweaver (woven pipelines) schedule each batch.
-    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0, s["name"] == "mmscale" || s["name"] == "pipeweaver")
+    // mmscale and disttrain (data-aware reordering), pipeweaver (woven pipelines) and entrain
+    // (stratified microbatches, deferral) schedule each batch.
+    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0, s["name"] == "mmscale" || s["name"] == "disttrain" ||
+                                                                 s["name"] == "pipeweaver" || s["name"] == "entrain")
         << s["name"];
   }
   for (const auto& s : j["strategies"]) {

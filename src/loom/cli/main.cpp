@@ -19,6 +19,7 @@
 #include "loom/session/failure_replay.h"
 #include "loom/report/html_report.h"
 #include "loom/report/inspect.h"
+#include "loom/strategies/registry.h"
 #include "loom/strategies/strategy.h"
 #include "loom/report/table.h"
 #include "loom/report/timeline_svg.h"
@@ -861,15 +862,23 @@ int main(int argc, char** argv) {
         const loom::RecordedBatch& rb = file.batches[b];
         loom::SimOptions opt;
         opt.record_intervals = b == 0;
-        loom::PlanRun run = loom::ReplayBatch(model, cluster, workload, p, loom::DrawBatch(workload, rb.iteration),
-                                              rb.schedule ? &*rb.schedule : nullptr, opt);
+        const loom::Batch batch = loom::DrawBatch(workload, rb.iteration);
+        std::optional<loom::IterationSchedule> own;
+        if (!rb.schedule && loom::FindStrategy(p.strategy) != nullptr && loom::SchedulesBatches(p.strategy)) {
+          // A plan of a strategy that schedules every batch, with none recorded: its own schedule.
+          own = loom::ScheduleBatch(p.strategy, loom::StrategyContext{model, cluster, workload, batch, {}}, p, batch,
+                                    rb.iteration);
+        }
+        loom::PlanRun run = loom::ReplayBatch(model, cluster, workload, p, batch,
+                                              rb.schedule ? &*rb.schedule : (own ? &*own : nullptr), opt);
         loom::CheckFits(run, fmt::format("{} batch {}", sim_plan, rb.iteration));
         const double t = run.metrics.iteration_time_s;
         sum_s += t;
         nlohmann::json jb = {{"iteration", rb.iteration}, {"iteration_time_s", t}};
         if (rb.iteration_time_s > 0) jb["recorded_iteration_time_s"] = rb.iteration_time_s;
         batches.push_back(std::move(jb));
-        lines += fmt::format("  batch {}{}: {:.3f} s", rb.iteration, rb.schedule ? " (its schedule)" : "", t);
+        lines += fmt::format("  batch {}{}: {:.3f} s", rb.iteration,
+                             rb.schedule ? " (its schedule)" : (own ? " (the strategy's schedule)" : ""), t);
         if (rb.iteration_time_s > 0) {
           lines += t == rb.iteration_time_s ? fmt::format(" (recorded {:.3f} s, equal)", rb.iteration_time_s)
                                             : fmt::format(" (recorded {:.3f} s, DIFFERS)", rb.iteration_time_s);

@@ -11,6 +11,7 @@
 
 #include "loom/error.h"
 #include "loom/strategies/baselines/baselines.h"
+#include "loom/strategies/mmscale/batch_reorder.h"
 #include "loom/strategies/mmscale/mmscale.h"
 #include "loom/strategies/plan_builders.h"
 
@@ -29,6 +30,11 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
   const MmscaleUnits units = SplitMmscaleUnits(ctx.model);
   const int64_t mu = ctx.workload.microbatch_size;
   CandidateSearch search(ctx, "disttrain");
+  // Judged as it trains: with its per-batch reordering (which samples share a
+  // microbatch changes the activations each one holds).
+  search.SetBatchSchedule([&](const Plan& plan) {
+    return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, ctx.representative, 0);
+  });
   int ranked = 0;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     AllocationProblem p = MakeAllocationProblem(profiled, units, r);
