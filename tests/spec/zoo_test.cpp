@@ -60,6 +60,11 @@ const Reference kReferences[] = {
     {"qwen2-vision-m", 3.9e9, kPaper, "Cornstarch Table 3.1 (3.9b)"},
     {"qwen2-vision-l", 11.6e9, kPaper, "Cornstarch Table 3.1 (11.6b)"},
     {"phi4-audio-s", 0.5e9, kPaper, "Cornstarch Table 3.1 (0.5b)"},
+    // Qwen2.5-VL's 675M vision encoder less its 44M patch merger (the
+    // projector of entrain-1b / 3b: 5120 -> 5120 -> LLM width).
+    {"qwen2.5-vision", 0.631e9, kPublic, "Qwen2.5-VL report Table 1 (675M with merger)"},
+    {"entrain-1b", 0.675e9 + 1.24e9 - 0.011e9, kPaper, "Qwen2.5-VL ViT 675M + Llama 3.2 1B (merger to 2048)"},
+    {"entrain-3b", 0.675e9 + 3.21e9 + 0.005e9, kPaper, "Qwen2.5-VL ViT 675M + Llama 3.2 3B (merger to 3072)"},
     {"phi4-audio-m", 3.4e9, kPaper, "Cornstarch Table 3.1 (3.4b)"},
     {"phi4-audio-l", 12.4e9, kPaper, "Cornstarch Table 3.1 (12.4b)"},
 };
