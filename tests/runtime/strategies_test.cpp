@@ -14,6 +14,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "reference.h"
 
@@ -318,18 +319,20 @@ TEST(RuntimeStrategies, PhaseRoundsWithAPipelinedModuleEqualSingleProcessTrainin
 // forward cut into the kept and the deferred pieces with split backward and
 // an eager warm-up. On 2 GPUs (one replica: encoder and LLM on one GPU each)
 // and on 4 GPUs at DP 2 (the DP-level assignment gives each replica its own
-// samples). Every deferred sample gets its backward: the run ends with the
-// reference's losses and parameters after 3 steps.
+// samples); and with zero-bubble backwards (entrain-zb: data and weight
+// halves, weight halves lagged). Every deferred sample gets its backward: the
+// run ends with the reference's losses and parameters after 3 steps.
 TEST(RuntimeStrategies, EntrainsDeferralScheduleEqualsSingleProcessTraining) {
   const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/tiny-entrain-data.yaml";
   const TinyRun s(kVlm, data);
   const Reference ref = TrainInOneProcess(s);
-  for (const auto& [cluster, args] : std::vector<std::pair<std::string, std::string>>{{"h100:1x2", ""},
-                                                                                      {"h100:1x4", "--dp 2"}}) {
+  for (const auto& [cluster, args, strategy] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"h100:1x2", "", "entrain"}, {"h100:1x4", "--dp 2", "entrain"}, {"h100:1x4", "--dp 1", "entrain-zb"}}) {
     SCOPED_TRACE(cluster);
-    const std::string plans = test::WriteTemp("entrain-" + cluster.substr(5) + ".json", "");
+    const std::string plans = test::WriteTemp(strategy + "-" + cluster.substr(5) + ".json", "");
     auto [code, out] = LoomCli("plan --model " + kVlm + " --cluster " + cluster + " " + s.data_args +
-                               " --precision fp32 --iterations 3 --strategy entrain --json " + plans + " " + args);
+                               " --precision fp32 --iterations 3 --strategy " + strategy + " --json " + plans + " " +
+                               args);
     ASSERT_EQ(code, 0) << out;
     std::ifstream in(plans);
     const nlohmann::json j = nlohmann::json::parse(in);
@@ -343,9 +346,10 @@ TEST(RuntimeStrategies, EntrainsDeferralScheduleEqualsSingleProcessTraining) {
       }
     }
     EXPECT_GT(deferring, 0);
-    EXPECT_EQ(replicas, args.empty() ? 1 : 2);
+    EXPECT_EQ(replicas, args == "--dp 2" ? 2 : 1);
+    if (strategy == "entrain-zb") EXPECT_NE(j.dump().find("\"Bd:0:"), std::string::npos);  // split backwards
     ExpectRunMatches(ref, "run --model " + kVlm + " --cluster " + cluster + " " + s.data_args + " --plan " + plans +
-                              " --strategy entrain");
+                              " --strategy " + strategy);
   }
 }
 

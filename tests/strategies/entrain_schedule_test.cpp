@@ -40,6 +40,28 @@ TEST(EntrainSchedule, OneItemPerSlotIsOneFOneB) {
   test::ExpectError([] { SlotOneFOneB({1}, {0}, 1, 0); }, {"before its forward"});
 }
 
+// And with backwards split and rank r's weight halves lagged r, ZB-H1's order.
+TEST(EntrainSchedule, OneItemPerSlotWithWeightLagIsZbH1) {
+  for (int p : {1, 2, 4}) {
+    for (int m : {1, 3, 8}) {
+      const Schedule ref = MakeZbH1(p, m, false);
+      std::vector<int> slots(m);
+      std::iota(slots.begin(), slots.end(), 0);
+      for (int r = 0; r < p; ++r) {
+        std::vector<StageStep> want;
+        for (const Action& a : ref.ranks[r]) {
+          if (!a.is_compute()) continue;
+          StageStep s{a.kind == ActionKind::kForward, r, a.microbatch};
+          if (a.kind == ActionKind::kBackwardData) s.part = BackwardPart::kData;
+          if (a.kind == ActionKind::kBackwardWeight) s.part = BackwardPart::kWeight;
+          want.push_back(s);
+        }
+        EXPECT_EQ(SlotOneFOneB(slots, slots, p - r - 1, r, r), want) << "p " << p << " m " << m << " rank " << r;
+      }
+    }
+  }
+}
+
 // Figs. 4.8-4.10 (notes §4.10): MB6 defers sample 6 (3 units) to MB1, MB3
 // defers sample 2 (2 units) to MB2, MB4 pairs with MB5 deferring nothing.
 // The encoder runs MB6, MB1, MB3, MB2, MB4, MB5 in slots 0-5; MB6's deferred
@@ -78,7 +100,7 @@ TEST(EntrainSchedule, SplitForDeferralOnTheWorkedExample) {
 }
 
 // Random batches on a disaggregated plan (one replica: encoder pp 2 on groups
-// 0-1, llm pp 2 on groups 2-3), eager warm-ups 0, 1, 3: every Entrain schedule
+// 0-1, llm pp 2 on groups 2-3), eager warm-ups 0, 1, 3 and zero-bubble backwards: every Entrain schedule
 // compiles (the validator finds no deadlock), places every sample once per
 // unit, and simulates.
 TEST(EntrainSchedule, EveryBatchCompilesAndSimulates) {
@@ -94,8 +116,8 @@ TEST(EntrainSchedule, EveryBatchCompilesAndSimulates) {
   int deferring = 0;
   for (int it = 0; it < 6; ++it) {
     const Batch batch = DrawBatch(f.workload, it);
-    for (int eager : {0, 1, 3}) {
-      const IterationSchedule s = EntrainScheduleBatch(f.model, p, batch, it, curves, {true, eager});
+    for (auto [eager, zb] : std::vector<std::pair<int, bool>>{{0, false}, {1, false}, {3, false}, {1, true}}) {
+      const IterationSchedule s = EntrainScheduleBatch(f.model, p, batch, it, curves, {true, eager, zb});
       const auto& enc = s.replica_microbatch_samples.at("encoder")[0];
       const auto& llm = s.replica_microbatch_samples.at("llm")[0];
       deferring += enc.size() > llm.size();

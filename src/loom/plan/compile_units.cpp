@@ -255,7 +255,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
           if (static_cast<int>(mine.size()) != ps.pp) {
             throw Error(fmt::format("{}: {} pipeline ranks, the unit's template has {}", f, mine.size(), ps.pp));
           }
-          std::vector<int> seen(2 * ps.stages.size() * M, 0);
+          std::vector<int> seen(4 * ps.stages.size() * M, 0);  // F, B, Bd, W per (stage, microbatch)
           for (int r = 0; r < ps.pp; ++r) {
             for (const StageStep& step : mine[r]) {
               if (step.stage < 0 || step.stage >= static_cast<int>(ps.stages.size()) || step.microbatch < 0 ||
@@ -264,14 +264,19 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
                                         "replica's {}",
                                         f, r, step.forward ? "F" : "B", step.microbatch, step.stage, r, M));
               }
-              ++seen[(step.stage * M + step.microbatch) * 2 + (step.forward ? 0 : 1)];
+              ++seen[(step.stage * M + step.microbatch) * 4 + (step.forward ? 0 : 1 + static_cast<int>(step.part))];
               sch.ranks[rank_id[u][d][r]].push_back(
-                  {step.forward ? ActionKind::kForward : ActionKind::kBackward, stage_id[u][d][step.stage],
-                   step.microbatch});
+                  {StepActionKind(step), stage_id[u][d][step.stage], step.microbatch});
             }
           }
-          if (std::any_of(seen.begin(), seen.end(), [](int n) { return n != 1; })) {
-            throw Error(fmt::format("{}: every (stage, microbatch) needs exactly one forward and one backward", f));
+          for (size_t x = 0; x < seen.size(); x += 4) {
+            const bool fused = seen[x + 1] == 1 && seen[x + 2] == 0 && seen[x + 3] == 0;
+            const bool split = seen[x + 1] == 0 && seen[x + 2] == 1 && seen[x + 3] == 1;
+            if (seen[x] != 1 || !(fused || split)) {
+              throw Error(fmt::format("{}: every (stage, microbatch) needs exactly one forward and one backward (fused, "
+                                      "or its data and weight halves)",
+                                      f));
+            }
           }
           continue;
         }

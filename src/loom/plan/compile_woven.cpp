@@ -243,9 +243,10 @@ void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, cons
       for (size_t i = 0; i < it.rank_orders[p].size(); ++i) {
         const StageStep& st = it.rank_orders[p][i];
         if (st.stage < 0 || st.stage >= S || sch.stage_rank[st.stage] != p ||
-            st.microbatch >= sch.stage_microbatches[st.stage]) {
+            st.microbatch >= sch.stage_microbatches[st.stage] || st.part != BackwardPart::kFused) {
           throw Error(fmt::format("iteration schedule: rank_orders[{}][{}]: {}:{}:{} is not a stage of rank {} with "
-                                  "that sub-microbatch",
+                                  "that sub-microbatch, or not a forward or fused backward (woven orders fuse "
+                                  "backwards)",
                                   p, i, st.forward ? 'F' : 'B', st.stage, st.microbatch, p));
         }
         sch.ranks[p].push_back(

@@ -116,15 +116,32 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
-// One compute step of an explicit per-rank order: the forward or the (fused)
-// backward of `microbatch` at pipeline stage `stage` (an index into the plan's
-// single template; microbatch counts the stage's sub-microbatches).
+// Which part of a backward a step runs: the fused backward, or its
+// zero-bubble halves (input gradient, then weight gradient). Stored in plan
+// files ("B", "Bd", "W"): append, never renumber.
+enum class BackwardPart : uint8_t { kFused = 0, kData = 1, kWeight = 2 };
+
+// One compute step of an explicit per-rank order: the forward or a backward
+// (`part`) of `microbatch` at pipeline stage `stage` (an index into the plan's
+// single template, or the unit's; microbatch counts the stage's
+// sub-microbatches).
 struct StageStep {
   bool forward = true;
   int stage = 0;
   int microbatch = 0;
+  BackwardPart part = BackwardPart::kFused;  // backward steps only
   bool operator==(const StageStep&) const = default;
 };
+
+// The schedule action a step runs.
+inline ActionKind StepActionKind(const StageStep& s) {
+  if (s.forward) return ActionKind::kForward;
+  switch (s.part) {
+    case BackwardPart::kData: return ActionKind::kBackwardData;
+    case BackwardPart::kWeight: return ActionKind::kBackwardWeight;
+    default: return ActionKind::kBackward;
+  }
+}
 
 // Per-layer recomputation of one (stage, sub-microbatch): one choice per layer
 // of the stage, in order (JSON writes them as letters n, s, f). PipeWeaver §6.3.

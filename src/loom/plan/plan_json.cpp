@@ -283,20 +283,28 @@ PlanFile LoadPlanFile(const std::string& path, const std::string& strategy) {
 
 namespace {
 
-// "F:3:12" is the forward of sub-microbatch 12 at stage 3; "B:..." its backward.
+// "F:3:12" is the forward of sub-microbatch 12 at stage 3; "B:..." its fused
+// backward, "Bd:..." and "W:..." its zero-bubble halves.
 std::string StepToString(const StageStep& step) {
-  return fmt::format("{}:{}:{}", step.forward ? 'F' : 'B', step.stage, step.microbatch);
+  const char* kind = step.forward                               ? "F"
+                     : step.part == BackwardPart::kData   ? "Bd"
+                     : step.part == BackwardPart::kWeight ? "W"
+                                                          : "B";
+  return fmt::format("{}:{}:{}", kind, step.stage, step.microbatch);
 }
 
 StageStep StepFromString(const std::string& text, const Reader& r, const std::string& field) {
   StageStep step;
-  char kind = 0;
+  char kind[3] = {0, 0, 0};
   int stage = -1, mb = -1, used = 0;
-  if (std::sscanf(text.c_str(), "%c:%d:%d%n", &kind, &stage, &mb, &used) != 3 || used != static_cast<int>(text.size()) ||
-      (kind != 'F' && kind != 'B') || stage < 0 || mb < 0) {
-    r.Fail(field, fmt::format("'{}' is not a step; valid: F:STAGE:MICROBATCH or B:STAGE:MICROBATCH", text));
+  const std::string k = std::sscanf(text.c_str(), "%2[A-Za-z]:%d:%d%n", kind, &stage, &mb, &used) == 3 ? kind : "";
+  if (used != static_cast<int>(text.size()) || (k != "F" && k != "B" && k != "Bd" && k != "W") || stage < 0 || mb < 0) {
+    r.Fail(field, fmt::format("'{}' is not a step; valid: F:STAGE:MICROBATCH, B:..., Bd:... or W:... (a "
+                              "backward, or its data and weight halves)",
+                              text));
   }
-  step.forward = kind == 'F';
+  step.forward = k == "F";
+  step.part = k == "Bd" ? BackwardPart::kData : k == "W" ? BackwardPart::kWeight : BackwardPart::kFused;
   step.stage = stage;
   step.microbatch = mb;
   return step;

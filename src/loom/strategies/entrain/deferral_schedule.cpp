@@ -58,7 +58,7 @@ ReplicaDeferralSchedule SplitForDeferral(const std::vector<std::vector<int>>& mi
 }
 
 std::vector<StageStep> SlotOneFOneB(const std::vector<int>& forward_slot, const std::vector<int>& backward_slot,
-                                    int warmup_slots, int stage) {
+                                    int warmup_slots, int stage, int weight_lag) {
   const int n = static_cast<int>(forward_slot.size());
   if (static_cast<int>(backward_slot.size()) != n) throw Error("entrain: one backward slot per forward slot");
   int slots = 0;
@@ -76,9 +76,20 @@ std::vector<StageStep> SlotOneFOneB(const std::vector<int>& forward_slot, const 
       if (forward_slot[i] >= lo && forward_slot[i] < hi) order.push_back({true, stage, i});
     }
   };
+  std::vector<int> done;  // items whose data half ran, in order
+  size_t weights = 0;     // weight halves emitted
   auto backwards = [&](int s) {
     for (int i = 0; i < n; ++i) {
-      if (backward_slot[i] == s) order.push_back({false, stage, i});
+      if (backward_slot[i] != s) continue;
+      if (weight_lag < 0) {
+        order.push_back({false, stage, i});
+        continue;
+      }
+      order.push_back({false, stage, i, BackwardPart::kData});
+      done.push_back(i);
+      if (done.size() > static_cast<size_t>(weight_lag)) {
+        order.push_back({false, stage, done[weights++], BackwardPart::kWeight});
+      }
     }
   };
   forwards(0, w);
@@ -86,6 +97,7 @@ std::vector<StageStep> SlotOneFOneB(const std::vector<int>& forward_slot, const 
     if (w + t < slots) forwards(w + t, w + t + 1);
     backwards(t);
   }
+  while (weights < done.size()) order.push_back({false, stage, done[weights++], BackwardPart::kWeight});
   return order;
 }
 

@@ -25,8 +25,10 @@
 // the back-loaded deferred backwards. Deadlock-free: a piece's forward slot
 // never follows its backward slot, and the LLM's slot t needs forwards of
 // slots <= t only (the 1F1B argument, in slots).
-// Compatible with zero-bubble splitting of each backward (not yet generated:
-// the spine's StageStep holds fused backwards).
+// Zero-bubble compatible: with `weight_lag` >= 0 every backward is split into
+// its data half (in the backward's place) and its weight half, which runs
+// right after the data half `weight_lag` backwards later (ZB-H1's rule,
+// pipeline/zb_h1.cpp: rank r of the chain lags r), the last ones at the end.
 #pragma once
 
 #include <vector>
@@ -63,6 +65,6 @@ ReplicaDeferralSchedule SplitForDeferral(const std::vector<std::vector<int>>& mi
 // index order. `warmup_slots` >= 0 (0: the last stage, F then B per slot). Throws loom::Error on a backward slot
 // before its forward slot.
 std::vector<StageStep> SlotOneFOneB(const std::vector<int>& forward_slot, const std::vector<int>& backward_slot,
-                                    int warmup_slots, int stage);
+                                    int warmup_slots, int stage, int weight_lag = -1);
 
 }  // namespace loom

@@ -237,10 +237,13 @@ IterationSchedule EntrainScheduleBatch(const Model& model, const Plan& plan, con
     // §4.5.3: split backward and eager forward, 1F1B counted in slots.
     enc_orders.emplace_back();
     for (int r = 0; r < pe; ++r) {
-      enc_orders.back().push_back(SlotOneFOneB(fslot, bslot, depth - r - 1 + options.eager_slots, r));
+      enc_orders.back().push_back(
+          SlotOneFOneB(fslot, bslot, depth - r - 1 + options.eager_slots, r, options.zero_bubble ? r : -1));
     }
     llm_orders.emplace_back();
-    for (int r = 0; r < pl; ++r) llm_orders.back().push_back(SlotOneFOneB(slot, slot, depth - (pe + r) - 1, r));
+    for (int r = 0; r < pl; ++r) {
+      llm_orders.back().push_back(SlotOneFOneB(slot, slot, depth - (pe + r) - 1, r, options.zero_bubble ? pe + r : -1));
+    }
   }
   return it;
 }

@@ -37,6 +37,17 @@ const StrategyRegistration kNoDeferral({"entrain-nodefer",
                                         EntrainNoDeferral,
                                         [] { return std::make_unique<EntrainScheduler>(EntrainScheduleOptions{false, 1}); },
                                         true});
+StrategyResult EntrainZeroBubble(const StrategyContext& ctx) {
+  StrategyResult r = EntrainStrategy(ctx);
+  r.plan.strategy = "entrain-zb";
+  r.config = ReplaceAll(r.config, "deferral-aware 1f1b", "deferral-aware zb-h1");
+  return r;
+}
+const StrategyRegistration kZeroBubble({"entrain-zb",
+                                        "Entrain's plan and deferral with zero-bubble backwards (ZB-H1's weight lag)",
+                                        1042, EntrainZeroBubble,
+                                        [] { return std::make_unique<EntrainScheduler>(EntrainScheduleOptions{true, 1, true}); },
+                                        true});
 const StrategyRegistration kNoEager({"entrain-noeager", "Entrain without the eager warm-up slot", 1041, EntrainNoEager,
                                      [] { return std::make_unique<EntrainScheduler>(EntrainScheduleOptions{true, 0}); },
                                      true});
