@@ -33,11 +33,14 @@ uint64_t DrawSeed(Rng& rng) { return static_cast<uint64_t>(rng.Uniform() * 0x1.0
 constexpr double kAlpha = 0.05;
 constexpr double kPError = 0.05;
 constexpr int64_t kMaxProfilingSamples = 8192;
-// The analytic ranking (Eq. 4.2) orders candidates; the simulator, with the
-// per-batch deferral schedule and Loom's memory model, decides among the best
-// until kConfirmed fit (at most kSimulated tried).
-constexpr int kConfirmed = 3;
-constexpr int kSimulated = 12;
+// The analytic ranking (Eq. 4.2) orders candidates within each (DP, group)
+// choice; Eq. 4.2 prices neither the gradient all-reduce nor activations, so
+// across DP choices the simulator (with the per-batch deferral schedule and
+// Loom's memory model) decides: candidates are tried round-robin over the
+// (DP, group) choices, each choice's best first, until kConfirmed fit (at
+// most kSimulated tried).
+constexpr int kConfirmed = 6;
+constexpr int kSimulated = 24;
 
 const std::vector<std::string>& Names() {
   static const std::vector<std::string> names = {"encoder", "llm"};
@@ -343,6 +346,17 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.cluster_throughput() > b.cluster_throughput();
   });
+  {  // round-robin over (DP, group): each choice's n-th best in round n, rounds by Eq. 4.2
+    std::map<std::pair<int, int>, int> seen;
+    std::vector<std::pair<int, size_t>> key;  // (round, position by Eq. 4.2)
+    for (size_t i = 0; i < candidates.size(); ++i) key.push_back({seen[{candidates[i].dp, candidates[i].group}]++, i});
+    std::vector<size_t> order(candidates.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key[a] < key[b]; });
+    std::vector<Candidate> sorted;
+    for (size_t i : order) sorted.push_back(std::move(candidates[i]));
+    candidates = std::move(sorted);
+  }
   CandidateSearch search(ctx, "entrain");
   EntrainScheduler scheduler;
   search.SetBatchSchedule(
@@ -391,8 +405,8 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
                                 : skipped);
   }
   return search.Finish(fmt::format("entrain: Algorithm 2 ({}), then Algorithm 3 over DP x group x per-component "
-                                   "TP x CP x PP on that split and one group either side (Eq. 4.1-4.2 ranking {} configurations); the best {} "
-                                   "simulated with the deferral schedule until {} fit",
+                                   "TP x CP x PP on that split and one group either side (Eq. 4.1-4.2 ranking {} configurations); up to {} "
+                                   "simulated with the deferral schedule, round-robin over DP x group, until {} fit",
                                    profiled.empty() ? "no stable batch" : profiled, candidates.size(), kSimulated,
                                    kConfirmed),
                        Describe);
