@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Entrain's evaluation (docs/results/entrain.md), simulated on the thesis'
-# setting: 64 A40s (16 nodes x 4; the thesis emulates them with four runs of a
-# 16-GPU replica), DP 4 and TP 2 for every framework, microbatch 4, global
+# setting: 64 A40s (the entrain-64 testbed, 16 nodes x 4; the thesis emulates
+# them with four runs of a 16-GPU replica of entrain-testbed), DP 4 and TP 2 for every framework, microbatch 4, global
 # batch 512, Qwen2.5-Vision + Llama3-1b / 3b on the four FineVision-shaped
 # subsets.
 #  1. Table 4.1 / C.1: E.PP / L.PP per framework, iteration time, Entrain's
@@ -15,7 +15,7 @@
 #   scripts/entrain-results.sh [build-dir]
 set -euo pipefail
 L=${1:-build}/loom
-CL=a40:16x4
+CL=entrain-64  # 16 nodes x 4 A40
 PIN="--dp 4 --tp 2"
 DATA="synthchartnet chartqa cocoqa llava-150k"
 tmp=$(mktemp -d)

@@ -33,6 +33,8 @@ TEST(Cluster, TestbedsMatchThePapers) {
   EXPECT_EQ(LoadCluster("mmscale-cluster").num_gpus(), 1296);
   EXPECT_DOUBLE_EQ(LoadCluster("mmscale-cluster").nvlink.bytes_per_s, 150e9);
   EXPECT_EQ(LoadCluster("entrain-testbed").num_gpus(), 16);
+  EXPECT_EQ(LoadCluster("entrain-64").num_gpus(), 64);  // the thesis' emulated scale
+  EXPECT_EQ(LoadCluster("entrain-64").gpus_per_node, 4);
   EXPECT_EQ(LoadCluster("oobleck-testbed").num_gpus(), 30);
   EXPECT_EQ(LoadCluster("oobleck-testbed").gpus_per_node, 1);
 }

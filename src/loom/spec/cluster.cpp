@@ -82,6 +82,10 @@ const std::vector<Testbed>& Testbeds() {
        [] { return Server("a40", 6, 4); }},
       {"entrain-testbed", "Entrain §4.7: 4 nodes x 4 A40-48GB, NVLink pairs + PCIe 4.0, 200 Gb/s IB",
        [] { return Server("a40", 4, 4); }},
+      {"entrain-64",
+       "Entrain §4.7's emulated 64 GPUs: 16 nodes x 4 A40-48GB (the thesis runs one 16-GPU replica of "
+       "entrain-testbed at a time, four times, and takes the slowest)",
+       [] { return Server("a40", 16, 4); }},
       {"oobleck-testbed", "Oobleck §2.7: 30 nodes x 1 A40, 200 Gb/s IB",
        [] { return Server("a40", 30, 1); }},
   };
