@@ -5,7 +5,8 @@
 # batch 512, Qwen2.5-Vision + Llama3-1b / 3b on the four FineVision-shaped
 # subsets.
 #  1. Table 4.1 / C.1: E.PP / L.PP per framework, iteration time, Entrain's
-#     throughput over DistTrain and DIP, peak memory beside DIP's;
+#     throughput over DistTrain and DIP, peak memory beside DIP's; Entrain
+#     without deferral, without its eager slot, with zero-bubble backwards;
 #  2. Table 4.2 / C.2-C.8: Algorithm 2's trials per batch size;
 #  3. Table 4.3: standard deviation of per-microbatch forward time per module
 #     (each microbatch's forward summed over its module's stages; Entrain's
@@ -27,7 +28,7 @@ printf '%-11s %-14s %-8s %-8s %-8s %9s %9s %9s %9s %8s %8s %9s %9s\n' model data
 for m in entrain-1b entrain-3b; do
   for d in $DATA; do
     "$L" plan --model $m --cluster $CL --workload $d $PIN --iterations 3 \
-      --strategy megatron,disttrain,dip,entrain,entrain-nodefer,entrain-noeager --json "$tmp/$m-$d.json" >/dev/null
+      --strategy megatron,disttrain,dip,entrain,entrain-nodefer,entrain-noeager,entrain-zb --json "$tmp/$m-$d.json" >/dev/null
     python3 - "$m" "$d" "$tmp/$m-$d.json" <<'PY'
 import json, sys
 m, d, path = sys.argv[1:4]
@@ -45,15 +46,16 @@ PY
 done
 
 echo
-echo "## 1b. Ablations: Entrain's plan without deferral, without the eager slot (iteration time, s)"
-printf '%-11s %-14s %9s %9s %9s\n' model dataset entrain nodefer noeager
+echo "## 1b. Ablations: Entrain's plan without deferral, without the eager slot, with zero-bubble backwards (s)"
+printf '%-11s %-14s %9s %9s %9s %9s\n' model dataset entrain nodefer noeager zb
 for m in entrain-1b entrain-3b; do
   for d in $DATA; do
     python3 - "$m" "$d" "$tmp/$m-$d.json" <<'PY'
 import json, sys
 m, d, path = sys.argv[1:4]
 t = {x['name']: x['iteration_time_s'] for x in json.load(open(path))['strategies']}
-print(f"{m:<11} {d:<14} {t['entrain']:9.3f} {t['entrain-nodefer']:9.3f} {t['entrain-noeager']:9.3f}")
+print(f"{m:<11} {d:<14} {t['entrain']:9.3f} {t['entrain-nodefer']:9.3f} {t['entrain-noeager']:9.3f} "
+      f"{t['entrain-zb']:9.3f}")
 PY
   done
 done

@@ -28,6 +28,17 @@ struct TokenStats {
   // each sequence, or (causal) half of them.
   double AttentionPairs(bool causal) const { return mask_pairs > 0 ? mask_pairs : (causal ? sum_sq / 2 : sum_sq); }
 
+  // Every statistic times `f` (a share of a batch: a mean microbatch, a sample's share).
+  TokenStats& operator*=(double f) {
+    tokens *= f;
+    sum_sq *= f;
+    mask_pairs *= f;
+    sequences *= f;
+    context_tokens *= f;
+    cross *= f;
+    return *this;
+  }
+
   TokenStats& operator+=(const TokenStats& o) {
     tokens += o.tokens;
     sum_sq += o.sum_sq;

@@ -51,14 +51,7 @@ const std::vector<std::string>& Names() {
 std::vector<TokenStats> MeanMicrobatchTokens(const Model& model, const std::vector<Sample>& samples, int64_t mu) {
   std::vector<TokenStats> t = CountModuleTokens(model, samples);
   const double scale = static_cast<double>(mu) / static_cast<double>(samples.size());
-  for (auto& s : t) {
-    s.tokens *= scale;
-    s.sum_sq *= scale;
-    s.sequences *= scale;
-    s.context_tokens *= scale;
-    s.cross *= scale;
-    s.mask_pairs *= scale;
-  }
+  for (auto& s : t) s *= scale;
   return t;
 }
 

@@ -12,45 +12,38 @@ const StrategyRegistration kEntrain({"entrain",
                                      140, EntrainStrategy,
                                      [] { return std::make_unique<EntrainScheduler>(); }});
 
-std::string ReplaceAll(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
-  return s;
-}
-
 // Ablations (§4.7's breakdown): Entrain's plan, each batch without pairwise
-// deferral (stratified microbatches, plain 1F1B in slots), or without the
-// eager warm-up slot.
-StrategyResult EntrainNoDeferral(const StrategyContext& ctx) {
+// deferral (stratified microbatches, plain 1F1B in slots), without the eager
+// warm-up slot, or with zero-bubble backwards; `schedule` names the batch
+// schedule in the configuration line.
+StrategyResult Variant(const StrategyContext& ctx, const std::string& name, const std::string& schedule) {
   StrategyResult r = EntrainStrategy(ctx);
-  r.plan.strategy = "entrain-nodefer";
-  r.config = ReplaceAll(r.config, "deferral-aware 1f1b", "stratified 1f1b, no deferral");
+  r.plan.strategy = name;
+  const std::string from = "deferral-aware 1f1b";
+  if (const size_t at = r.config.find(from); at != std::string::npos) r.config.replace(at, from.size(), schedule);
   return r;
+}
+StrategyResult EntrainNoDeferral(const StrategyContext& ctx) {
+  return Variant(ctx, "entrain-nodefer", "stratified 1f1b, no deferral");
 }
 StrategyResult EntrainNoEager(const StrategyContext& ctx) {
-  StrategyResult r = EntrainStrategy(ctx);
-  r.plan.strategy = "entrain-noeager";
-  r.config = ReplaceAll(r.config, "deferral-aware 1f1b", "deferral-aware 1f1b, no eager slot");
-  return r;
+  return Variant(ctx, "entrain-noeager", "deferral-aware 1f1b, no eager slot");
 }
+StrategyResult EntrainZeroBubble(const StrategyContext& ctx) {
+  return Variant(ctx, "entrain-zb", "deferral-aware zb-h1");
+}
+std::function<std::unique_ptr<BatchScheduler>()> Scheduler(EntrainScheduleOptions options) {
+  return [options] { return std::make_unique<EntrainScheduler>(options); };
+}
+
 const StrategyRegistration kNoDeferral({"entrain-nodefer",
                                         "Entrain's plan and stratified microbatches without pairwise deferral", 1040,
-                                        EntrainNoDeferral,
-                                        [] { return std::make_unique<EntrainScheduler>(EntrainScheduleOptions{false, 1}); },
-                                        true});
-StrategyResult EntrainZeroBubble(const StrategyContext& ctx) {
-  StrategyResult r = EntrainStrategy(ctx);
-  r.plan.strategy = "entrain-zb";
-  r.config = ReplaceAll(r.config, "deferral-aware 1f1b", "deferral-aware zb-h1");
-  return r;
-}
+                                        EntrainNoDeferral, Scheduler({false, 1, false}), true});
+const StrategyRegistration kNoEager({"entrain-noeager", "Entrain without the eager warm-up slot", 1041, EntrainNoEager,
+                                     Scheduler({true, 0, false}), true});
 const StrategyRegistration kZeroBubble({"entrain-zb",
                                         "Entrain's plan and deferral with zero-bubble backwards (ZB-H1's weight lag)",
-                                        1042, EntrainZeroBubble,
-                                        [] { return std::make_unique<EntrainScheduler>(EntrainScheduleOptions{true, 1, true}); },
-                                        true});
-const StrategyRegistration kNoEager({"entrain-noeager", "Entrain without the eager warm-up slot", 1041, EntrainNoEager,
-                                     [] { return std::make_unique<EntrainScheduler>(EntrainScheduleOptions{true, 0}); },
-                                     true});
+                                        1042, EntrainZeroBubble, Scheduler({true, 1, true}), true});
 
 }  // namespace
 }  // namespace loom

@@ -56,12 +56,7 @@ double Throughput(const StrategyContext& ctx, const ModalityModule& module, int 
   for (const auto& name : module.modules) {
     const int mi = ctx.model.FindModule(name);
     TokenStats t = tokens[mi];
-    t.tokens *= scale;
-    t.sum_sq *= scale;
-    t.mask_pairs *= scale;
-    t.sequences *= scale;
-    t.context_tokens *= scale;
-    t.cross *= scale;
+    t *= scale;
     LayerParallelism par;
     par.tp = tp;
     // A module whose heads do not divide by tp is replicated over the TP group:
