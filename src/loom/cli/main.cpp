@@ -776,7 +776,8 @@ int main(int argc, char** argv) {
         nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},
                             {"measured_busy_s", r.measured.busy_s},
                             {"measured_iteration_time_s", r.measured.iteration_time_s},
-                            {"peak_rss_bytes", r.peak_rss_bytes}, {"first_step", r.first_step}};
+                            {"peak_rss_bytes", r.peak_rss_bytes}, {"peak_tensor_bytes", r.peak_tensor_bytes},
+                            {"first_step", r.first_step}};
         nlohmann::json events = nlohmann::json::array();
         for (const auto& e : r.events) {
           events.push_back({{"step", e.step}, {"kind", e.kind}, {"nodes", e.nodes}, {"outcome", e.outcome},
@@ -787,13 +788,17 @@ int main(int argc, char** argv) {
         if (run_compare) {
           j["simulated_iteration_time_s"] = simulated.metrics.iteration_time_s;
           j["simulated_busy_s"] = simulated.result.busy_s;
+          j["simulated_group_peak_mem_bytes"] = simulated.group_peak_mem_bytes;
         }
         std::cout << j.dump(2) << "\n";
       } else {
-        double peak = 0;
+        double peak = 0, tensors = 0;
         for (double b : r.peak_rss_bytes) peak = std::max(peak, b);
-        std::cout << fmt::format("ran {} ({}) on {} process(es), {} step(s); peak resident memory {} per process\n",
-                                 run_plan, p.strategy, r.step_s.size(), r.losses.size(), loom::HumanBytes(peak));
+        for (double b : r.peak_tensor_bytes) tensors = std::max(tensors, b);
+        std::cout << fmt::format("ran {} ({}) on {} process(es), {} step(s); peak resident memory {} per process, "
+                                 "peak tensor memory of the steps {}\n",
+                                 run_plan, p.strategy, r.step_s.size(), r.losses.size(), loom::HumanBytes(peak),
+                                 loom::HumanBytes(tensors));
         for (const auto& n : r.notes) std::cout << "  " << n << "\n";
         for (const auto& u : p.units) {
           if (u.sm_fraction < 1 && run_device != "cuda") {
@@ -837,6 +842,18 @@ int main(int argc, char** argv) {
                                    simulated.metrics.iteration_time_s,
                                    loom::CostModelOf(cluster).name(), r.measured.iteration_time_s)
                     << t.Render();
+          // Memory: each process's peak tensor bytes (weights, gradients,
+          // optimizer state, activations) beside its GPU group's simulated peak.
+          const auto& sim_mem = simulated.group_peak_mem_bytes;
+          if (!sim_mem.empty() && r.peak_tensor_bytes.size() == sim_mem.size() * p.group_gpus) {
+            loom::TextTable m({"process", "simulated peak", "measured peak tensors", "measured / simulated"});
+            for (size_t i = 0; i < r.peak_tensor_bytes.size(); ++i) {
+              const double s = sim_mem[i / p.group_gpus];
+              m.AddRow({fmt::format("{} (GPU group {})", i, i / p.group_gpus), loom::HumanBytes(s),
+                        loom::HumanBytes(r.peak_tensor_bytes[i]), fmt::format("{:.2f}x", r.peak_tensor_bytes[i] / s)});
+            }
+            std::cout << "\n" << m.Render();
+          }
         }
       }
 #else

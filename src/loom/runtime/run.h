@@ -101,6 +101,10 @@ struct RunResult {
   // sums each rank's compute actions; iteration_time_s is the slowest rank's step.
   SimResult measured;
   std::vector<double> peak_rss_bytes;         // [process] peak resident memory (CPU)
+  // [process] peak bytes of live tensors (tensor_memory.h): the weights of its
+  // stages plus the peak of what the steps allocated (activations, gradients,
+  // optimizer state); what the simulator's per-GPU peak predicts.
+  std::vector<double> peak_tensor_bytes;
   std::vector<std::string> notes;             // what workers said about the run ("phase 0: 2 green context(s) ...")
   // A fault-tolerant run: what happened to its nodes, in order.
   struct NodeEvent {

@@ -25,6 +25,7 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
   out.step_s.assign(world, std::vector<double>(steps, 0.0));
   out.params.assign(world, {});
   out.peak_rss_bytes.assign(world, 0.0);
+  out.peak_tensor_bytes.assign(world, 0.0);
   const int instances = layout.instances();
   out.measured.busy_s.assign(instances, 0.0);
   out.measured.peak_mem_bytes.assign(instances, 0.0);
@@ -52,6 +53,8 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
         if (r % tp == 0 && r / tp < static_cast<int>(layout.of_group.size())) {
           for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = bytes;
         }
+      } else if (kind == "tmem") {
+        in >> out.peak_tensor_bytes[r];
       } else if (kind == "iv") {
         Interval iv;  // on the simulator's rank of the copy (replica * ranks + rank)
         in >> iv.rank >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;

@@ -1,3 +1,4 @@
+#include "loom/runtime/tensor_memory.h"
 #include "loom/runtime/worker.h"
 
 #include <fmt/format.h>
@@ -748,6 +749,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       }
     }
 #endif
+    // Tensors the steps allocate (activations, gradients, optimizer state), counted exactly.
+    std::unique_ptr<TensorMemoryCounter> tensor_memory;
+    double weight_bytes = 0;
     try {
     if (gen) {
       // Generation 0 starts from the seed or a checkpoint (`loom run
@@ -767,6 +771,13 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       Report(fd, fmt::format("ready {} {:.6f} {}", gen->id,
                              std::chrono::duration<double>(std::chrono::steady_clock::now() - gen->commanded).count(),
                              received));
+    }
+    tensor_memory = std::make_unique<TensorMemoryCounter>();
+    weight_bytes = 0;  // held before the counter: added to its peak so it compares with the simulator's
+    for (const auto& [v, stack] : stages) {
+      for (const auto& item : stack->named_parameters()) {
+        weight_bytes += static_cast<double>(item.value().numel() * item.value().element_size());
+      }
     }
     for (int step = first_step; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
@@ -1347,6 +1358,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     // On a GPU: the caching allocator's peak of allocated bytes instead.
     Report(fd, fmt::format("mem {}", cuda ? CudaPeakAllocatedBytes(device.index())
                                           : static_cast<double>(usage.ru_maxrss) * 1024.0));
+    Report(fd, fmt::format("tmem {}", weight_bytes + static_cast<double>(tensor_memory->peak_bytes())));
     // The weights of every unit's replica 0 (every replica holds the same
     // after the sync), frozen ones too (they must come back unchanged); a
     // sharded weight's statistics are summed over its TP shards, so they

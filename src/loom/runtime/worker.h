@@ -32,7 +32,7 @@ struct WorkerSpec {
 };
 
 // Report lines written to report_fd: "loss STEP VALUE", "time STEP SECONDS",
-// "param SUM SUMSQ ABSSUM", "mem BYTES", "iv INSTANCE STREAM ACTION START END", "error MESSAGE". Returns the process exit code.
+// "param SUM SUMSQ ABSSUM", "mem BYTES", "tmem BYTES" (peak live tensor bytes), "iv INSTANCE STREAM ACTION START END", "error MESSAGE". Returns the process exit code.
 int RunWorker(const WorkerSpec& spec, int report_fd);
 
 // The ExecutionPlan of `batch`, checked for what the runtime supports (throws
