@@ -66,6 +66,10 @@ struct WorkloadFlags {
       return std::nullopt;
     }
     loom::Workload w = loom::LoadWorkload(name);
+    if (global_batch && *global_batch > loom::kMaxGlobalBatch) {
+      throw loom::Error(fmt::format("--global-batch: at most {} samples per iteration, got {}", loom::kMaxGlobalBatch,
+                                    *global_batch));
+    }
     if (global_batch) w.global_batch = *global_batch;
     if (seed) w.seed = *seed;
     for (loom::Precision p : {loom::Precision::kBf16, loom::Precision::kFp16, loom::Precision::kTf32,
@@ -941,6 +945,13 @@ int main(int argc, char** argv) {
     }
   } catch (const loom::Error& e) {
     std::cerr << "loom: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::bad_alloc&) {  // rule 4: nothing aborts
+    std::cerr << "loom: error: out of memory: the problem is larger than this machine holds (cluster, global batch, "
+                 "iterations or model size)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "loom: error: internal error (a bug; please report it with the command): " << e.what() << "\n";
     return 2;
   }
   return 0;

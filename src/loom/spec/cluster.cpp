@@ -109,6 +109,10 @@ Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node) {
     throw Error(fmt::format("cluster {}:{}x{}: node and GPU counts must be >= 1", gpu_name, nodes,
                             gpus_per_node));
   }
+  if (nodes > kMaxNodes) {
+    throw Error(fmt::format("cluster {}:{}x{}: at most {} nodes ({} GPUs of 16 per node)", gpu_name, nodes,
+                            gpus_per_node, kMaxNodes, kMaxNodes * 16));
+  }
   if (gpus_per_node > 16) {
     throw Error(fmt::format("cluster {}:{}x{}: at most 16 GPUs per node (servers hold 1-16)",
                             gpu_name, nodes, gpus_per_node));
@@ -133,8 +137,10 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
   } catch (const Error& e) {
     throw doc.ErrorAt("gpu", e.what());
   }
-  int nodes = static_cast<int>(doc.PositiveInt("nodes"));
-  int per_node = static_cast<int>(doc.PositiveInt("gpus_per_node"));
+  if (!doc.Has("nodes")) doc.PositiveInt("nodes");  // says it is missing
+  if (!doc.Has("gpus_per_node")) doc.PositiveInt("gpus_per_node");
+  int nodes = static_cast<int>(doc.PositiveIntAtMost("nodes", 0, kMaxNodes));
+  int per_node = static_cast<int>(doc.PositiveIntAtMost("gpus_per_node", 0, 16));
   Cluster c = Server(gpu_name, nodes, per_node);
   c.name = name;
   c.description = doc.String("description", "");
@@ -167,7 +173,15 @@ Cluster LoadCluster(const std::string& name_or_path) {
   std::smatch m;
   if (std::regex_match(name_or_path, m, shape)) {
     FindGpu(m[1]);  // names the valid GPUs when unknown
-    return MakeCluster(m[1], std::stoi(m[2]), std::stoi(m[3]));
+    // Counts past MakeCluster's limits are errors there; keep them in range of an int first.
+    auto count = [&](const std::string& digits) {
+      if (digits.size() > 9) {
+        throw Error(fmt::format("cluster {}: {} is out of range; at most {} nodes of at most 16 GPUs", name_or_path,
+                                digits, kMaxNodes));
+      }
+      return std::stoi(digits);
+    };
+    return MakeCluster(m[1], count(m[2]), count(m[3]));
   }
   if (std::filesystem::is_regular_file(name_or_path)) {
     return ParseCluster(ReadTextFile(name_or_path), name_or_path);

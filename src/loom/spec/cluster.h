@@ -53,6 +53,9 @@ Cluster LoadCluster(const std::string& name_or_path);
 Cluster ParseCluster(const std::string& yaml_text, const std::string& file);
 // The GPU's typical server (DGX/HGX for H*, A800; 4x A40 with NVLink pairs) at
 // the given size. Throws loom::Error when a count is < 1.
+// The largest cluster Loom plans: 65,536 nodes (a million GPUs), so GPU counts
+// and their products with small factors stay inside an int.
+constexpr int kMaxNodes = 65536;
 Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node);
 // Named testbeds of the seed papers' evaluations (docs/clusters.md).
 std::vector<std::string> TestbedNames();

@@ -51,10 +51,26 @@ const std::vector<std::pair<std::string, TokenSource>> kSources = {
     {"video", TokenSource::kVideo},   {"audio", TokenSource::kAudio},
     {"inputs", TokenSource::kInputs}, {"text+inputs", TokenSource::kTextAndInputs}};
 
+// A layer's widths and sizes: products of two or three of them (parameters,
+// FLOPs, activation bytes) must stay far inside int64, so each is at most
+// 2^24 (the widest published layers are below 2^17).
+constexpr int64_t kMaxDim = int64_t{1} << 24;
+int64_t Dim(YamlMap& m, const std::string& key) {
+  return m.Has(key) ? m.PositiveIntAtMost(key, 0, kMaxDim) : m.PositiveInt(key);  // missing: PositiveInt says so
+}
+int64_t Dim(YamlMap& m, const std::string& key, int64_t default_value) {
+  return m.PositiveIntAtMost(key, default_value, kMaxDim);
+}
+int64_t Dim0(YamlMap& m, const std::string& key) {  // may be 0
+  const int64_t v = m.NonNegativeInt(key, 0);
+  if (v > kMaxDim) throw m.ErrorAt(key, fmt::format("must be at most {}, got {}", kMaxDim, v));
+  return v;
+}
+
 void ReadAttention(YamlMap& m, Layer& l) {
-  l.hidden = m.PositiveInt("hidden");
-  l.heads = m.PositiveInt("heads");
-  l.kv_heads = m.PositiveInt("kv_heads", l.heads);
+  l.hidden = Dim(m, "hidden");
+  l.heads = Dim(m, "heads");
+  l.kv_heads = Dim(m, "kv_heads", l.heads);
   if (l.hidden % l.heads != 0) {
     throw m.ErrorAt("heads", fmt::format("heads ({}) must divide hidden ({})", l.heads, l.hidden));
   }
@@ -71,68 +87,68 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
   switch (l.kind) {
     case LayerKind::kTransformer:
       ReadAttention(m, l);
-      l.ffn_hidden = m.PositiveInt("ffn_hidden");
+      l.ffn_hidden = Dim(m, "ffn_hidden");
       l.gated_mlp = m.Bool("gated_mlp", false);
       l.cross_attention = m.Bool("cross_attention", false);
-      l.context_dim = m.PositiveInt("context_dim", l.hidden);
+      l.context_dim = Dim(m, "context_dim", l.hidden);
       break;
     case LayerKind::kConformer:
       ReadAttention(m, l);
-      l.ffn_hidden = m.PositiveInt("ffn_hidden");
-      l.conv_kernel = m.PositiveInt("conv_kernel", 3);
+      l.ffn_hidden = Dim(m, "ffn_hidden");
+      l.conv_kernel = Dim(m, "conv_kernel", 3);
       break;
     case LayerKind::kPatchEmbed:
-      l.in_channels = m.PositiveInt("in_channels", 3);
-      l.kernel = m.PositiveInt("patch_px");
+      l.in_channels = Dim(m, "in_channels", 3);
+      l.kernel = Dim(m, "patch_px");
       l.temporal_patch = m.PositiveInt("temporal_patch", 1);
-      l.hidden = m.PositiveInt("hidden");
-      l.positions = m.NonNegativeInt("positions", 0);
+      l.hidden = Dim(m, "hidden");
+      l.positions = Dim0(m, "positions");
       break;
     case LayerKind::kConv:
-      l.in_channels = m.PositiveInt("in_channels");
-      l.out_channels = m.PositiveInt("out_channels");
-      l.kernel = m.PositiveInt("kernel");
+      l.in_channels = Dim(m, "in_channels");
+      l.out_channels = Dim(m, "out_channels");
+      l.kernel = Dim(m, "kernel");
       l.dims = m.PositiveInt("dims", 2);
       if (l.dims > 3) {
         throw m.ErrorAt("dims", fmt::format("must be 1, 2 or 3, got {}", l.dims));
       }
-      l.positions = m.NonNegativeInt("positions", 0);
+      l.positions = Dim0(m, "positions");
       l.stride = m.PositiveInt("stride", 1);
       l.spatial_divisor = m.PositiveInt("spatial_divisor", 1);
       break;
     case LayerKind::kEmbedding:
-      l.vocab = m.PositiveInt("vocab");
-      l.hidden = m.PositiveInt("hidden");
-      l.positions = m.NonNegativeInt("positions", 0);
+      l.vocab = Dim(m, "vocab");
+      l.hidden = Dim(m, "hidden");
+      l.positions = Dim0(m, "positions");
       break;
     case LayerKind::kLmHead:
-      l.vocab = m.PositiveInt("vocab");
-      l.hidden = m.PositiveInt("hidden");
+      l.vocab = Dim(m, "vocab");
+      l.hidden = Dim(m, "hidden");
       l.tied = m.Bool("tied", false);
       break;
     case LayerKind::kMlpProjector:
-      l.in_dim = m.PositiveInt("in_dim");
-      l.hidden = m.PositiveInt("hidden");
-      l.out_dim = m.PositiveInt("out_dim");
+      l.in_dim = Dim(m, "in_dim");
+      l.hidden = Dim(m, "hidden");
+      l.out_dim = Dim(m, "out_dim");
       break;
     case LayerKind::kResnetBlock:
-      l.in_channels = m.PositiveInt("in_channels");
-      l.out_channels = m.PositiveInt("out_channels");
+      l.in_channels = Dim(m, "in_channels");
+      l.out_channels = Dim(m, "out_channels");
       l.spatial_divisor = m.PositiveInt("spatial_divisor", 1);
-      l.time_embed_dim = m.NonNegativeInt("time_embed_dim", 0);
+      l.time_embed_dim = Dim0(m, "time_embed_dim");
       break;
     case LayerKind::kSpatialTransformer:
-      l.hidden = m.PositiveInt("channels");
-      l.heads = m.PositiveInt("heads");
+      l.hidden = Dim(m, "channels");
+      l.heads = Dim(m, "heads");
       if (l.hidden % l.heads != 0) {
         throw m.ErrorAt("heads",
                         fmt::format("heads ({}) must divide channels ({})", l.heads, l.hidden));
       }
       l.kv_heads = l.heads;
-      l.ffn_hidden = m.PositiveInt("ffn_hidden", 4 * l.hidden);
+      l.ffn_hidden = Dim(m, "ffn_hidden", 4 * l.hidden);
       l.gated_mlp = m.Bool("gated_mlp", true);
       l.cross_attention = true;
-      l.context_dim = m.PositiveInt("context_dim");
+      l.context_dim = Dim(m, "context_dim");
       l.spatial_divisor = m.PositiveInt("spatial_divisor", 1);
       break;
   }
@@ -307,7 +323,8 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       }
       for (size_t j = 0; j < layers.size(); ++j) {
         YamlMap lm(layers[j], file, m.PathOf(fmt::format("layers[{}]", j)));
-        int64_t count = lm.PositiveInt("count", 1);
+        // A model of more layers than any trained one by orders of magnitude is a typo.
+        int64_t count = lm.PositiveIntAtMost("count", 1, 100000);
         Layer layer = ReadLayer(lm, mod.frozen);
         lm.RejectUnknownKeys();
         mod.layers.insert(mod.layers.end(), count, layer);

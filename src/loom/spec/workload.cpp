@@ -99,8 +99,8 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
     s.path = p.string();
   }
   src.RejectUnknownKeys();
-  w.global_batch = doc.PositiveInt("global_batch", w.global_batch);
-  w.microbatch_size = doc.PositiveInt("microbatch_size", w.microbatch_size);
+  w.global_batch = doc.PositiveIntAtMost("global_batch", w.global_batch, kMaxGlobalBatch);
+  w.microbatch_size = doc.PositiveIntAtMost("microbatch_size", w.microbatch_size, kMaxGlobalBatch);
   const std::string precision = doc.Enum("precision", {"bf16", "fp16", "tf32", "fp32"}, "bf16");
   for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kTf32, Precision::kFp32}) {
     if (precision == PrecisionName(p)) w.precision = p;

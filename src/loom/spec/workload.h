@@ -27,6 +27,10 @@ struct SourceSpec {
   std::string path;           // jsonl: file of per-sample metadata
 };
 
+// The largest global batch Loom draws (samples per iteration): 2^24, above any
+// published run by two orders of magnitude; a batch is held in memory at once.
+constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
+
 struct Workload {
   std::string name;
   std::string source_file;  // where it was defined ("builtin" or a path)

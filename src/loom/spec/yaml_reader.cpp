@@ -93,7 +93,47 @@ T YamlMap::Scalar(const std::string& key, const char* type_name) {
   }
 }
 
-std::string YamlMap::String(const std::string& key) { return Scalar<std::string>(key, "a string"); }
+namespace {
+
+// RFC 3629: YAML text is Unicode; names flow into JSON, which must be UTF-8.
+bool IsValidUtf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n = 0;  // continuation bytes
+    unsigned char lo = 0x80, hi = 0xBF;  // the first continuation byte's range (no overlongs, no surrogates)
+    if (c < 0x80) {
+      n = 0;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + n >= s.size() && n > 0) return false;
+    for (int k = 1; k <= n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b >> 6) != 0x2) return false;
+    }
+    i += n + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string YamlMap::String(const std::string& key) {
+  std::string s = Scalar<std::string>(key, "a string");
+  if (!IsValidUtf8(s)) throw ErrorAt(key, "is not valid UTF-8");
+  return s;
+}
 
 std::string YamlMap::String(const std::string& key, const std::string& default_value) {
   return Has(key) ? String(key) : default_value;
@@ -114,34 +154,40 @@ std::string YamlMap::Enum(const std::string& key, const std::vector<std::string>
   return Has(key) ? Enum(key, allowed) : default_value;
 }
 
-int64_t YamlMap::PositiveInt(const std::string& key) {
+int64_t YamlMap::PositiveIntIn(const std::string& key, int64_t max) {
   YAML::Node child = Get(key);
-  double as_real = Scalar<double>(key, "a positive integer");
-  int64_t value = static_cast<int64_t>(as_real);
+  const double as_real = Scalar<double>(key, "a positive integer");
+  if (as_real > static_cast<double>(max)) {  // before the cast: a huge double does not convert
+    throw ErrorAt(key, fmt::format("must be at most {}, got {}", max, child.Scalar()));
+  }
+  if (!(as_real > 0)) {
+    throw ErrorAt(key, fmt::format("must be > 0, got {}", child.Scalar()));
+  }
+  const int64_t value = static_cast<int64_t>(as_real);
   if (static_cast<double>(value) != as_real) {
     throw ErrorAt(key, fmt::format("expected a positive integer, got '{}'", child.Scalar()));
-  }
-  if (value <= 0) {
-    throw ErrorAt(key, fmt::format("must be > 0, got {}", value));
   }
   return value;
 }
 
-int64_t YamlMap::PositiveInt(const std::string& key, int64_t default_value) {
-  return Has(key) ? PositiveInt(key) : default_value;
+int64_t YamlMap::PositiveIntAtMost(const std::string& key, int64_t default_value, int64_t max) {
+  return Has(key) ? PositiveIntIn(key, max) : default_value;
 }
 
 int64_t YamlMap::NonNegativeInt(const std::string& key, int64_t default_value) {
+  const int64_t max = kMaxInt;
   if (!Has(key)) {
     return default_value;
   }
   YAML::Node child = Get(key);
-  double as_real = Scalar<double>(key, "an integer >= 0");
-  int64_t value = static_cast<int64_t>(as_real);
-  if (static_cast<double>(value) != as_real || value < 0) {
+  const double as_real = Scalar<double>(key, "an integer >= 0");
+  if (as_real > static_cast<double>(max)) {
+    throw ErrorAt(key, fmt::format("must be at most {}, got {}", max, child.Scalar()));
+  }
+  if (!(as_real >= 0) || static_cast<double>(static_cast<int64_t>(as_real)) != as_real) {
     throw ErrorAt(key, fmt::format("expected an integer >= 0, got '{}'", child.Scalar()));
   }
-  return value;
+  return static_cast<int64_t>(as_real);
 }
 
 double YamlMap::PositiveReal(const std::string& key) {

@@ -46,8 +46,15 @@ class YamlMap {
   std::string Enum(const std::string& key, const std::vector<std::string>& allowed,
                    const std::string& default_value);
   // Integers and reals must be > 0 (sizes, counts, rates): zero or negative is an error.
-  int64_t PositiveInt(const std::string& key);
-  int64_t PositiveInt(const std::string& key, int64_t default_value);
+  // Integers are at most `max` (default 2^31 - 1: every count Loom stores fits an
+  // int), checked before any conversion, the message naming the limit.
+  static constexpr int64_t kMaxInt = 2147483647;
+  int64_t PositiveInt(const std::string& key) { return PositiveIntIn(key, kMaxInt); }
+  int64_t PositiveInt(const std::string& key, int64_t default_value) {
+    return PositiveIntAtMost(key, default_value, kMaxInt);
+  }
+  // Optional, at most `max` (a tighter limit where products of sizes must not overflow).
+  int64_t PositiveIntAtMost(const std::string& key, int64_t default_value, int64_t max);
   int64_t NonNegativeInt(const std::string& key, int64_t default_value);
   double PositiveReal(const std::string& key);
   double PositiveReal(const std::string& key, double default_value);
@@ -66,6 +73,7 @@ class YamlMap {
   Error ErrorAt(const std::string& key, const std::string& message) const;
 
  private:
+  int64_t PositiveIntIn(const std::string& key, int64_t max);
   YAML::Node Get(const std::string& key);  // marks read; throws if missing
   template <typename T>
   T Scalar(const std::string& key, const char* type_name);

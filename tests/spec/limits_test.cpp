@@ -1,0 +1,69 @@
+// Issue 20: numbers past what Loom can hold are errors naming the field and
+// the limit, checked before any conversion or allocation (a layer count of a
+// billion, a 20-digit node count, a hidden size whose square overflows, a
+// trillion-sample batch); text that is not UTF-8 is refused where it is read;
+// the CLI exits 2 with the message instead of aborting.
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+
+namespace loom {
+namespace {
+
+std::string Llm(const std::string& layer_fields, const std::string& name = "llm") {
+  return "model: m\nmodules:\n  - name: " + name +
+         "\n    role: backbone\n    modality: text\n    tokens: {source: text}\n    layers:\n"
+         "      - {kind: embedding, vocab: 100, hidden: 64}\n"
+         "      - {kind: transformer, " + layer_fields + "}\n";
+}
+
+TEST(Limits, ModelSizesAreBoundedBeforeTheyAreUsed) {
+  EXPECT_NO_THROW(ParseModel(Llm("count: 100000, hidden: 64, ffn_hidden: 128, heads: 4"), "m.yaml"));
+  test::ExpectError([] { ParseModel(Llm("count: 1000000000, hidden: 64, ffn_hidden: 128, heads: 4"), "m.yaml"); },
+                    {"m.yaml:9:", "layers[1].count", "must be at most 100000", "1000000000"});
+  test::ExpectError([] { ParseModel(Llm("hidden: 1000000000000, ffn_hidden: 128, heads: 4"), "m.yaml"); },
+                    {"layers[1].hidden", "must be at most 16777216"});
+  // A double far past int64 is refused before the cast (no undefined behaviour).
+  test::ExpectError([] { ParseModel(Llm("hidden: 64, ffn_hidden: 1e30, heads: 4"), "m.yaml"); },
+                    {"ffn_hidden", "must be at most"});
+  test::ExpectError([] { ParseModel(Llm("hidden: 64, ffn_hidden: 128, heads: .inf"), "m.yaml"); },
+                    {"heads", "must be at most"});
+  test::ExpectError([] { ParseModel(Llm("hidden: 64, ffn_hidden: 128, heads: 0"), "m.yaml"); },
+                    {"heads", "must be > 0"});
+}
+
+TEST(Limits, ClusterSizesAreBounded) {
+  EXPECT_EQ(LoadCluster("h100:65536x16").num_gpus(), 65536 * 16);
+  test::ExpectError([] { LoadCluster("h100:99999999999999999999x8"); },
+                    {"99999999999999999999 is out of range", "at most 65536 nodes"});
+  test::ExpectError([] { LoadCluster("h100:1000000000x8"); }, {"at most 65536 nodes"});
+  test::ExpectError([] { ParseCluster("cluster: c\ngpu: h100\nnodes: 1000000000\ngpus_per_node: 8\n", "c.yaml"); },
+                    {"c.yaml:3:", "nodes", "must be at most 65536"});
+  test::ExpectError([] { ParseCluster("cluster: c\ngpu: h100\nnodes: 2\ngpus_per_node: 64\n", "c.yaml"); },
+                    {"gpus_per_node", "must be at most 16"});
+  test::ExpectError([] { ParseCluster("cluster: c\ngpu: h100\ngpus_per_node: 8\n", "c.yaml"); }, {"nodes"});
+}
+
+TEST(Limits, GlobalBatchIsBounded) {
+  const std::string w = "workload: w\nsource: {kind: text}\nglobal_batch: 1e12\n";
+  test::ExpectError([&] { ParseWorkload(w, "w.yaml"); }, {"w.yaml:3:", "global_batch", "must be at most 16777216"});
+  auto [code, out] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --workload text --global-batch "
+                                   "2000000000");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--global-batch: at most 16777216"), std::string::npos) << out;
+}
+
+TEST(Limits, TextMustBeUtf8) {
+  EXPECT_NO_THROW(ParseModel(Llm("hidden: 64, ffn_hidden: 128, heads: 4", "\"\xe8\xaf\xad\xe8\xa8\x80\""), "m.yaml"));
+  for (const char* bad : {"\"x\xff\"", "\"x\xc3\"", "\"\xed\xa0\x80\"", "\"\xc0\xaf\""}) {
+    SCOPED_TRACE(bad);
+    test::ExpectError([&] { ParseModel(Llm("hidden: 64, ffn_hidden: 128, heads: 4", bad), "m.yaml"); },
+                      {"m.yaml:3:", "name", "not valid UTF-8"});
+  }
+}
+
+}  // namespace
+}  // namespace loom
