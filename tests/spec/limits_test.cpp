@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
+#include "../plan/plan_test_util.h"
+#include "loom/plan/plan_json.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -62,6 +64,48 @@ TEST(Limits, TextMustBeUtf8) {
     SCOPED_TRACE(bad);
     test::ExpectError([&] { ParseModel(Llm("hidden: 64, ffn_hidden: 128, heads: 4", bad), "m.yaml"); },
                       {"m.yaml:3:", "name", "not valid UTF-8"});
+  }
+}
+
+
+// A key twice in one mapping, infinities where a size is expected, plan
+// integers past an int: errors naming the field, not silently read.
+TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
+  test::ExpectError([] { ParseModel("model: a\nmodel: b\n" + Llm("hidden: 64, ffn_hidden: 128, heads: 4").substr(9), "m.yaml"); },
+                    {"m.yaml:2:", "model: duplicate key"});
+  test::ExpectError(
+      [] { ParseCluster("cluster: c\ngpu: h100\nnodes: 1\ngpus_per_node: 8\ngpu_mem_GiB: .inf\n", "c.yaml"); },
+      {"gpu_mem_GiB", "must be a finite number"});
+  test::Fixture f;
+  nlohmann::json j = PlanToJson(test::DisaggregatedShape(f));
+  EXPECT_NO_THROW(PlanFromJson(j, "p.json"));
+  j["units"][1]["first_group"] = 1000000000000LL;
+  test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"p.json", "first_group", "out of range"});
+  j = PlanToJson(test::DisaggregatedShape(f));
+  j["units"][0]["pipelines"][0]["replicas"] = int64_t{1} << 40;
+  test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"replicas", "out of range"});
+}
+
+// The CLI's flags: what CLI11 lets through is checked, and writes that fail
+// (a full disk) are errors, not reported as written.
+TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
+  const std::string base = "plan --model llama3-1b --cluster h100:1x8 --iterations 1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--schedule-budget nan --strategy megatron", "--schedule-budget: must be a finite number"},
+      {"--workload text --seed -1 --strategy megatron", "--seed: must be >= 0"},
+      {"--json '' --strategy megatron", "--json: a file name is required"},
+      {"--strategy ''", "--strategy: empty"},
+      {"--strategy megatron,megatron", "megatron is named twice"},
+      {"--tp 3 --strategy megatron", "no candidate matched --tp 3 with the global batch 512 on 8 GPUs"},
+      {"--strategy megatron --json /dev/full", "--json /dev/full: writing the file failed"},
+      {"--strategy megatron --trace /dev/full", "/dev/full: writing the trace failed"},
+      {"--strategy megatron --report /dev/full", "--report /dev/full: writing the file failed"},
+  };
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    auto [code, out] = test::RunLoom(base + args);
+    EXPECT_EQ(code, 2) << out;
+    EXPECT_NE(out.find(message), std::string::npos) << out;
   }
 }
 

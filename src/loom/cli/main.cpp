@@ -42,6 +42,24 @@
 
 namespace {
 
+// Flag values CLI11's own checks let through: an empty file name, NaN and
+// infinities, a negative number for an unsigned option (it would wrap).
+const CLI::Validator kFileName(
+    [](std::string& v) { return v.empty() ? std::string("a file name is required, got an empty one") : std::string(); },
+    "FILE");
+const CLI::Validator kFinite(
+    [](std::string& v) {
+      try {
+        return std::isfinite(std::stod(v)) ? std::string() : "must be a finite number, got " + v;
+      } catch (const std::exception&) {
+        return "must be a number, got '" + v + "'";
+      }
+    },
+    "NUMBER");
+const CLI::Validator kNotNegative(
+    [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "UINT");
+
+
 struct WorkloadFlags {
   std::string name;
   std::optional<int64_t> global_batch;
@@ -52,7 +70,7 @@ struct WorkloadFlags {
   void Add(CLI::App* app) {
     app->add_option("--workload", name, "built-in workload or YAML file");
     app->add_option("--global-batch", global_batch, "samples per iteration")->check(CLI::PositiveNumber);
-    app->add_option("--seed", seed, "seed of the sample draw");
+    app->add_option("--seed", seed, "seed of the sample draw")->check(kNotNegative);
     app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")
         ->check(CLI::PositiveNumber);
     app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
@@ -127,6 +145,8 @@ void WriteText(const std::string& path, const std::string& text, const char* fla
   std::ofstream out(path);
   if (!out) throw loom::Error(fmt::format("{} {}: cannot write the file", flag, path));
   out << text;
+  out.close();  // a full disk shows only when the buffer is written out
+  if (!out) throw loom::Error(fmt::format("{} {}: writing the file failed (disk full?)", flag, path));
 }
 
 #ifdef LOOM_HAVE_RUNTIME
@@ -284,7 +304,7 @@ int main(int argc, char** argv) {
   run->add_option("--node-rank", run_node_rank, "this machine's index (default: NODE_RANK, else 0)");
   run->add_option("--master", run_master, "ADDR:PORT of node 0's store (default: MASTER_ADDR:MASTER_PORT)");
   run->add_option("--host", run_host, "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
-  run->add_option("--trace", run_trace, "write a Chrome trace (Perfetto) of the last step as it ran");
+  run->add_option("--trace", run_trace, "write a Chrome trace (Perfetto) of the last step as it ran")->check(kFileName);
   std::string run_timeline;
   run->add_option("--timeline", run_timeline,
                   "write an SVG of the last step as predicted (top) and as it ran (bottom), on one time axis");
@@ -329,7 +349,7 @@ int main(int argc, char** argv) {
   prof->add_option("--concurrent", prof_options.concurrent,
                    "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its cores)")
       ->check(CLI::PositiveNumber);
-  prof->add_option("--out", prof_out, "write the profile here (default: standard output)");
+  prof->add_option("--out", prof_out, "write the profile here (default: standard output)")->check(kFileName);
 
   CLI::App* probe_sm = app.add_subcommand("probe-sm", "measure green contexts on this GPU (CUDA builds): creation "
                                                       "per SM quota, launches on pre-created streams, co-located stacks");
@@ -373,7 +393,7 @@ int main(int argc, char** argv) {
   simulate->add_option("--schedule", sim_schedule, "gpipe | 1f1b | interleaved | zb-h1");
   simulate->add_option("--recompute", recompute, "none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
-  simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration");
+  simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration")->check(kFileName);
   simulate->add_flag("--json", sim_json, "print JSON");
 
   CLI::App* replay = app.add_subcommand("replay", "replay training over node failures: oobleck against varuna "
@@ -404,9 +424,9 @@ int main(int argc, char** argv) {
   replay->add_flag("--free-checkpoints", rp_free_checkpoints,
                    "varuna's checkpoints cost nothing to write or load (thesis Table 2.4's ablation)");
   replay->add_option("--svg", rp_svg, "write samples/s over time of every system as an SVG plot");
-  replay->add_option("--json", rp_json, "write the replay as JSON");
+  replay->add_option("--json", rp_json, "write the replay as JSON")->check(kFileName);
   std::string rp_report;
-  replay->add_option("--report", rp_report, "write an HTML report: the plot, the table, every system's events");
+  replay->add_option("--report", rp_report, "write an HTML report: the plot, the table, every system's events")->check(kFileName);
 
   CLI::App* plan = app.add_subcommand("plan", "plan with each strategy, simulate, compare (the main job)");
   std::string plan_model, plan_cluster, strategies = "all", plan_json, plan_report, plan_trace, plan_export;
@@ -428,13 +448,14 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   plan->add_option("--schedule-budget", compare.schedule_budget_s,
                    "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
+      ->check(kFinite)
       ->check(CLI::PositiveNumber);
   plan->add_option("--fault-tolerance", compare.fault_tolerance,
                    "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")
       ->check(CLI::Range(0, 1000));
-  plan->add_option("--json", plan_json, "write the comparison and every plan as JSON");
-  plan->add_option("--report", plan_report, "write a self-contained HTML report");
-  plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration");
+  plan->add_option("--json", plan_json, "write the comparison and every plan as JSON")->check(kFileName);
+  plan->add_option("--report", plan_report, "write a self-contained HTML report")->check(kFileName);
+  plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration")->check(kFileName);
   plan->add_option("--export", plan_export, "print launch arguments for a framework: megatron")
       ->check(CLI::IsMember({"megatron"}));
   bool plan_run = false;
@@ -524,15 +545,23 @@ int main(int argc, char** argv) {
         names = loom::StrategyNames();
       } else {
         std::string rest = strategies;
-        while (!rest.empty()) {
+        if (rest.empty()) {
+          throw loom::Error(fmt::format("--strategy: empty; valid: NAME[,NAME...] of {}, or all",
+                                        fmt::join(loom::StrategyNames(true), ", ")));
+        }
+        while (true) {
           auto comma = rest.find(',');
           std::string name = rest.substr(0, comma);
-          rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
           if (loom::StrategyDescription(name).empty()) {
             throw loom::Error(fmt::format("--strategy: unknown strategy '{}'; valid: {}, or all", name,
                                           fmt::join(loom::StrategyNames(true), ", ")));
           }
+          if (std::find(names.begin(), names.end(), name) != names.end()) {
+            throw loom::Error(fmt::format("--strategy: {} is named twice; name each strategy once", name));
+          }
           names.push_back(name);
+          if (comma == std::string::npos) break;
+          rest = rest.substr(comma + 1);
         }
       }
       std::function<void(const std::string&)> progress;
@@ -598,6 +627,7 @@ int main(int argc, char** argv) {
         std::ofstream out(prof_out);
         out << "# Written by `loom profile --model " << prof_model << " --device " << prof_options.device
             << " --threads " << prof_options.threads << " --tokens " << prof_tokens << "`\n" << yaml;
+        out.close();
         if (!out) throw loom::Error(fmt::format("--out {}: cannot write", prof_out));
         std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", prof_out, profile.layers.size(),
                                  profile.ops.size());
@@ -774,6 +804,7 @@ int main(int argc, char** argv) {
               &r.measured, &simulated.exec.schedule, run_names}});
         std::ofstream out(run_timeline);
         out << svg;
+        out.close();
         if (!out) throw loom::Error(fmt::format("--timeline {}: cannot write", run_timeline));
       }
       if (run_json) {

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -52,12 +54,14 @@ class Reader {
       return fallback;
     }
     if (!j_.at(key).is_number_integer()) Fail(Field(key), "must be an integer");
-    return j_.at(key).get<int64_t>();
+    return InRange(Field(key), j_.at(key));
   }
   double Number(const std::string& key, double fallback) const {
     if (!Has(key)) return fallback;
     if (!j_.at(key).is_number()) Fail(Field(key), "must be a number");
-    return j_.at(key).get<double>();
+    const double v = j_.at(key).get<double>();
+    if (!std::isfinite(v)) Fail(Field(key), "must be a finite number");
+    return v;
   }
   const json& Array(const std::string& key, bool required = true) const {
     static const json empty = json::array();
@@ -72,13 +76,20 @@ class Reader {
     std::vector<int> out;
     for (size_t i = 0; i < arr.size(); ++i) {
       if (!arr[i].is_number_integer()) Fail(fmt::format("{}[{}]", Field(key), i), "must be an integer");
-      out.push_back(arr[i].get<int>());
+      out.push_back(static_cast<int>(InRange(fmt::format("{}[{}]", Field(key), i), arr[i])));
     }
     return out;
   }
   const std::string& file() const { return file_; }
 
  private:
+  // Every integer of a plan is stored in an int: larger ones are errors, not truncated.
+  int64_t InRange(const std::string& field, const json& v) const {
+    const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= 2147483647ULL
+                                             : v.get<int64_t>() >= -2147483648LL && v.get<int64_t>() <= 2147483647LL;
+    if (!fits) Fail(field, fmt::format("{} is out of range; valid: -2147483648 to 2147483647", v.dump()));
+    return v.get<int64_t>();
+  }
   const json& j_;
   std::string file_;
   std::string path_;

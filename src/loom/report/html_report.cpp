@@ -277,6 +277,8 @@ void WriteHtmlReport(const std::string& path, const Comparison& c) {
   std::ofstream out(path);
   if (!out) throw Error(fmt::format("--report {}: cannot write the file", path));
   out << HtmlReport(c);
+  out.close();  // a full disk shows only when the buffer is written out
+  if (!out) throw Error(fmt::format("--report {}: writing the file failed (disk full?)", path));
 }
 
 }  // namespace loom

@@ -47,6 +47,8 @@ void WriteChromeTrace(const std::string& path, const nlohmann::json& trace) {
   std::ofstream out(path);
   if (!out) throw Error(fmt::format("{}: cannot write the trace file", path));
   out << trace.dump();
+  out.close();  // a full disk shows only when the buffer is written out
+  if (!out) throw Error(fmt::format("{}: writing the trace failed (disk full?)", path));
 }
 
 }  // namespace loom

@@ -54,6 +54,16 @@ YamlMap::YamlMap(const YAML::Node& node, std::string file, std::string path)
     throw Error(fmt::format("{}: {}: expected a mapping (key: value lines)", Where(node_, file_),
                             path_.empty() ? "document" : path_));
   }
+  // YAML forbids a key twice in one mapping; the parser keeps both and reads the first.
+  std::set<std::string> seen;
+  for (const auto& kv : node_) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string key = kv.first.Scalar();
+    if (!seen.insert(key).second) {
+      throw Error(fmt::format("{}: {}: duplicate key; give each key once", Where(kv.first, file_),
+                              path_.empty() ? key : path_ + "." + key));
+    }
+  }
 }
 
 bool YamlMap::Has(const std::string& key) const {
@@ -195,6 +205,7 @@ double YamlMap::PositiveReal(const std::string& key) {
   if (!(value > 0)) {
     throw ErrorAt(key, fmt::format("must be > 0, got {}", value));
   }
+  if (!std::isfinite(value)) throw ErrorAt(key, fmt::format("must be a finite number, got {}", value));
   return value;
 }
 
@@ -210,6 +221,7 @@ double YamlMap::NonNegativeReal(const std::string& key, double default_value) {
   if (!(value >= 0)) {
     throw ErrorAt(key, fmt::format("must be >= 0, got {}", value));
   }
+  if (!std::isfinite(value)) throw ErrorAt(key, fmt::format("must be a finite number, got {}", value));
   return value;
 }
 

@@ -274,6 +274,13 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
     if (overflow_ > 0) why += fmt::format("\n  {} do not fit in memory, e.g. {}", overflow_, overflow_reason_);
     if (invalid_ > 0) why += fmt::format("\n  {} are invalid, e.g. {}", invalid_, invalid_reason_);
     if (!skipped_.empty()) why += "\n  " + skipped_;
+    if (why.empty()) {  // nothing was even tried: the pins (or the batch) leave no candidate
+      why = fmt::format("\n  no candidate matched{}{}{} with the global batch {} on {} GPUs",
+                        ctx_.fixed_tp > 0 ? fmt::format(" --tp {}", ctx_.fixed_tp) : "",
+                        ctx_.fixed_pp > 0 ? fmt::format(" --pp {}", ctx_.fixed_pp) : "",
+                        ctx_.fixed_dp > 0 ? fmt::format(" --dp {}", ctx_.fixed_dp) : "", ctx_.workload.global_batch,
+                        ctx_.cluster.num_gpus());
+    }
     throw Error(fmt::format("strategy {}: no configuration it tried ({}) works for {} on {}:{}", strategy_, searched,
                             ctx_.model.name, ctx_.cluster.name, why));
   }

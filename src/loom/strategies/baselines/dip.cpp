@@ -26,7 +26,8 @@ StrategyResult DipStrategy(const StrategyContext& ctx) {
     (up ? encoder : llm).push_back(m.name);
   }
   if (encoder.empty()) {
-    throw Error(fmt::format("dip: model {} has no module upstream of its backbone (valid: a model with an encoder)",
+    throw Error(fmt::format("model {} has no module upstream of its backbone; DIP co-locates an encoder with an "
+                            "LLM (valid: a model with an encoder)",
                             ctx.model.name));
   }
   const int64_t mu = ctx.workload.microbatch_size, B = ctx.workload.global_batch;

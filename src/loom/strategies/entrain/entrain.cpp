@@ -135,8 +135,8 @@ EntrainUnits SplitEntrainUnits(const Model& model) {
     (up ? out.encoder : out.llm).push_back(m.name);
   }
   if (out.encoder.empty()) {
-    throw Error(fmt::format("entrain: model {} has no module upstream of its backbone; Entrain balances an encoder "
-                            "against an LLM (valid: a multimodal model with an encoder)",
+    throw Error(fmt::format("model {} has no module upstream of its backbone; Entrain balances an encoder against "
+                            "an LLM (valid: a multimodal model with an encoder)",
                             model.name));
   }
   if (out.llm.empty()) throw Error(fmt::format("entrain: model {} has no backbone", model.name));
