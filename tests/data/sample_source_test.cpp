@@ -149,6 +149,15 @@ TEST(JsonlSource, BadLinesAreNamed) {
                     {"b4.jsonl:1:", "txt", "unknown field"});
   test::ExpectError([] { JsonlSource(test::WriteTemp("b5.jsonl", "\n")); }, {"no samples"});
   test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); }, {"/nonexistent/x.jsonl", "cannot open"});
+  // Issue 20: sizes no real sample has (5e15 tokens from one image) are named, not accepted.
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b6.jsonl", "{\"images\": [[1000000000, 1000000000]]}\n")); },
+                    {"b6.jsonl:1:", "images[0][0]", "at most 65536"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b7.jsonl", "{\"text_tokens\": 1000000000000}\n")); },
+                    {"b7.jsonl:1:", "text_tokens", "at most 16777216"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b8.jsonl", "{\"videos\": [[1000000000, 64, 64]]}\n")); },
+                    {"b8.jsonl:1:", "videos[0][0]", "at most 100000"});
+  test::ExpectError([] { JsonlSource(test::WriteTemp("b9.jsonl", "{\"audio_s\": [1e300]}\n")); },
+                    {"b9.jsonl:1:", "audio_s[0]", "at most 86400"});
 }
 
 }  // namespace

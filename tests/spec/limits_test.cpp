@@ -87,11 +87,13 @@ TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
 }
 
 // The CLI's flags: what CLI11 lets through is checked, and writes that fail
-// (a full disk) are errors, not reported as written.
+// (a full disk) are errors, not reported as written. Directories given as
+// files, and a workload's missing JSONL, are named as such.
 TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
   const std::string base = "plan --model llama3-1b --cluster h100:1x8 --iterations 1 ";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--schedule-budget nan --strategy megatron", "--schedule-budget: must be a finite number"},
+      {"--schedule-budget nan --strategy megatron", "--schedule-budget: must be > 0, got nan"},
+      {"--workload text --global-batch 0 --strategy megatron", "--global-batch: must be > 0, got 0"},
       {"--workload text --seed -1 --strategy megatron", "--seed: must be >= 0"},
       {"--json '' --strategy megatron", "--json: a file name is required"},
       {"--strategy ''", "--strategy: empty"},
@@ -100,7 +102,17 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
       {"--strategy megatron --json /dev/full", "--json /dev/full: writing the file failed"},
       {"--strategy megatron --trace /dev/full", "/dev/full: writing the trace failed"},
       {"--strategy megatron --report /dev/full", "--report /dev/full: writing the file failed"},
+      {"--strategy megatron --workload " + test::WriteTemp("lim-missing.yaml", "workload: w\nsource: {kind: jsonl, path: "
+                                                            "/nonexistent/s.jsonl}\n"),
+       "lim-missing.yaml: source.path: /nonexistent/s.jsonl: cannot open"},
   };
+  auto [dcode, dout] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --plan /tmp");
+  EXPECT_EQ(dcode, 2);
+  EXPECT_NE(dout.find("/tmp: is a directory; expected a plan JSON file"), std::string::npos) << dout;
+  auto [mcode, mout] = test::RunLoom("inspect /tmp");
+  EXPECT_EQ(mcode, 2);
+  EXPECT_NE(mout.find("/tmp: is a directory; expected a built-in model name or a model YAML file"), std::string::npos)
+      << mout;
   for (const auto& [args, message] : cases) {
     SCOPED_TRACE(args);
     auto [code, out] = test::RunLoom(base + args);

@@ -43,19 +43,22 @@
 namespace {
 
 // Flag values CLI11's own checks let through: an empty file name, NaN and
-// infinities, a negative number for an unsigned option (it would wrap).
+// infinities and zero where a positive number is needed (CLI11's own check
+// says "Value 0 not in range 0.000000 to 1.797693e+308"), a negative number
+// for an unsigned option (it would wrap).
 const CLI::Validator kFileName(
     [](std::string& v) { return v.empty() ? std::string("a file name is required, got an empty one") : std::string(); },
     "FILE");
-const CLI::Validator kFinite(
+const CLI::Validator kPositive(
     [](std::string& v) {
       try {
-        return std::isfinite(std::stod(v)) ? std::string() : "must be a finite number, got " + v;
+        const double x = std::stod(v);
+        return x > 0 && std::isfinite(x) ? std::string() : "must be > 0, got " + v;
       } catch (const std::exception&) {
-        return "must be a number, got '" + v + "'";
+        return "must be a number > 0, got '" + v + "'";
       }
     },
-    "NUMBER");
+    "POSITIVE");
 const CLI::Validator kNotNegative(
     [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "UINT");
 
@@ -69,10 +72,10 @@ struct WorkloadFlags {
 
   void Add(CLI::App* app) {
     app->add_option("--workload", name, "built-in workload or YAML file");
-    app->add_option("--global-batch", global_batch, "samples per iteration")->check(CLI::PositiveNumber);
+    app->add_option("--global-batch", global_batch, "samples per iteration")->check(kPositive);
     app->add_option("--seed", seed, "seed of the sample draw")->check(kNotNegative);
     app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
         ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
   }
@@ -257,10 +260,10 @@ int main(int argc, char** argv) {
                                       "Megatron flags below describe");
   run->add_option("--strategy", run_strategy, "with a `loom plan --json` file: whose plan (default: the best)");
   run_workload.Add(run);
-  run->add_option("--steps", run_steps, "training steps")->check(CLI::PositiveNumber);
+  run->add_option("--steps", run_steps, "training steps")->check(kPositive);
   run->add_option("--timeout", run_timeout_s, "seconds a rank may stay silent before the run fails")
-      ->check(CLI::PositiveNumber);
-  run->add_option("--lr", run_lr, "AdamW learning rate")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  run->add_option("--lr", run_lr, "AdamW learning rate")->check(kPositive);
   run->add_option("--kill-rank", run_kill_rank, "fault injection: this rank exits at the start of --kill-step")
       ->group("");
   run->add_option("--kill-step", run_kill_step, "fault injection step")->group("");
@@ -284,7 +287,7 @@ int main(int argc, char** argv) {
   run->add_option("--rejoin", run_rejoins, "NODE:STEP: a failed node comes back before STEP; repeatable")
       ->group("Fault tolerance");
   run->add_option("--heartbeat-timeout", run_heartbeat_timeout_s, "seconds without a heartbeat before a worker is dead")
-      ->check(CLI::PositiveNumber)
+      ->check(kPositive)
       ->group("Fault tolerance");
   run->add_option("--checkpoint", run_checkpoint,
                   "where a fault-tolerant run that cannot recover writes its state (default: its run directory)")
@@ -313,15 +316,15 @@ int main(int argc, char** argv) {
   // Without --plan: a Megatron-LM layout, as `loom simulate` takes it.
   loom::ParallelConfig run_cfg;
   std::string run_schedule = "1f1b", run_recompute = "none";
-  run->add_option("--tp", run_cfg.tp, "without --plan: tensor parallel degree")->check(CLI::PositiveNumber);
-  run->add_option("--pp", run_cfg.pp, "without --plan: pipeline parallel degree")->check(CLI::PositiveNumber);
-  run->add_option("--dp", run_cfg.dp, "without --plan: data parallel degree")->check(CLI::PositiveNumber);
+  run->add_option("--tp", run_cfg.tp, "without --plan: tensor parallel degree")->check(kPositive);
+  run->add_option("--pp", run_cfg.pp, "without --plan: pipeline parallel degree")->check(kPositive);
+  run->add_option("--dp", run_cfg.dp, "without --plan: data parallel degree")->check(kPositive);
   run->add_option("--cp", run_cfg.cp, "without --plan: context parallel degree (ring attention)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   run->add_option("--vpp", run_cfg.vpp, "without --plan: virtual stages per rank (interleaved)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   run->add_option("--microbatches", run_cfg.microbatches, "without --plan: microbatches per replica")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   run->add_option("--schedule", run_schedule, "without --plan: gpipe | 1f1b | interleaved | zb-h1");
   run->add_option("--recompute", run_recompute, "without --plan: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));
@@ -330,7 +333,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   int run_threads = 1;
   run->add_option("--threads", run_threads, "intra-op threads per rank (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   app.add_subcommand("clusters", "list the built-in GPUs and testbeds");
 
   CLI::App* prof = app.add_subcommand("profile", "measure the runtime's layers and kernels on this machine and "
@@ -343,18 +346,18 @@ int main(int argc, char** argv) {
   prof->add_option("--device", prof_options.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   prof->add_option("--gpu", prof_options.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
   prof->add_option("--threads", prof_options.threads, "intra-op threads (the runtime's per rank)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   prof->add_option("--tokens", prof_tokens, "token counts to measure, comma-separated");
-  prof->add_option("--repeats", prof_options.repeats, "timed runs per point (median)")->check(CLI::PositiveNumber);
+  prof->add_option("--repeats", prof_options.repeats, "timed runs per point (median)")->check(kPositive);
   prof->add_option("--concurrent", prof_options.concurrent,
                    "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its cores)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   prof->add_option("--out", prof_out, "write the profile here (default: standard output)")->check(kFileName);
 
   CLI::App* probe_sm = app.add_subcommand("probe-sm", "measure green contexts on this GPU (CUDA builds): creation "
                                                       "per SM quota, launches on pre-created streams, co-located stacks");
   int probe_repeats = 30;
-  probe_sm->add_option("--repeats", probe_repeats, "runs per measurement (median)")->check(CLI::PositiveNumber);
+  probe_sm->add_option("--repeats", probe_repeats, "runs per measurement (median)")->check(kPositive);
   CLI::App* fit_sm = app.add_subcommand("fit-sm", "fit the SM-sharing model (Mosaic §3.3: SM scaling, launch floor, "
                                                   "interference Eq. 8) to measured green-context runs");
   std::string fit_sm_dir, fit_sm_gpu = "h100";
@@ -411,15 +414,15 @@ int main(int argc, char** argv) {
   rp_workload.Add(replay);
   replay->add_option("--systems", rp_systems, "oobleck,varuna,bamboo (default all three)");
   replay->add_option("--mtbf", rp_mtbf_s, "seconds between failures of the cluster, mean (default 3600)")
-      ->check(CLI::PositiveNumber);
-  replay->add_option("--hours", rp_hours, "wall-clock hours replayed (default 12)")->check(CLI::PositiveNumber);
+      ->check(kPositive);
+  replay->add_option("--hours", rp_hours, "wall-clock hours replayed (default 12)")->check(kPositive);
   replay->add_option("--trace-seed", rp_seed, "seed of the generated failure trace (default 0)");
   replay->add_option("--min-nodes", rp_min_nodes, "failures stop at this many nodes (default: half)");
   replay->add_option("--failures", rp_trace, "read the trace from a file of \"TIME_S fail|join NODE\" lines instead");
   replay->add_option("--fault-tolerance", rp_options.fault_tolerance, "oobleck's f (default 1)")
       ->check(CLI::Range(0, 1000));
   replay->add_option("--checkpoint-every", rp_options.checkpoint_every, "varuna's iterations per checkpoint (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   bool rp_free_checkpoints = false;
   replay->add_flag("--free-checkpoints", rp_free_checkpoints,
                    "varuna's checkpoints cost nothing to write or load (thesis Table 2.4's ablation)");
@@ -440,16 +443,15 @@ int main(int argc, char** argv) {
   plan->add_option("--iterations", iterations, "sampled batches to simulate per strategy (default 10)");
   loom::CompareOptions compare;
   plan->add_option("--tp", compare.fixed_tp, "pin tensor parallelism of pipeline strategies (paper configs)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--pp", compare.fixed_pp, "pin pipeline parallelism of pipeline strategies (paper configs)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--dp", compare.fixed_dp,
                    "pin data parallelism of pipeline strategies and entrain (Entrain's DP 4; paper configs)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--schedule-budget", compare.schedule_budget_s,
                    "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
-      ->check(kFinite)
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   plan->add_option("--fault-tolerance", compare.fault_tolerance,
                    "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")
       ->check(CLI::Range(0, 1000));

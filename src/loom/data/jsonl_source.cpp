@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -14,9 +15,18 @@ namespace {
 
 using nlohmann::json;
 
-int64_t PositiveIntAt(const json& j, const std::string& where, const std::string& field) {
+// Per-sample sizes far past any real input (a 65,536-pixel side, 100,000
+// frames, 2^24 text tokens in one document, a day of audio) are typos: with
+// them one sample alone would hold more tokens than any cluster trains.
+constexpr int64_t kMaxSidePx = 65536, kMaxFrames = 100000, kMaxTextTokens = int64_t{1} << 24;
+constexpr double kMaxAudioS = 86400;
+
+int64_t PositiveIntAt(const json& j, const std::string& where, const std::string& field, int64_t max) {
   if (!j.is_number_integer() || j.get<int64_t>() <= 0) {
     throw Error(fmt::format("{}: {}: expected an integer > 0, got {}", where, field, j.dump()));
+  }
+  if (j.is_number_unsigned() ? j.get<uint64_t>() > static_cast<uint64_t>(max) : j.get<int64_t>() > max) {
+    throw Error(fmt::format("{}: {}: at most {}, got {}", where, field, max, j.dump()));
   }
   return j.get<int64_t>();
 }
@@ -38,6 +48,10 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
       throw Error(fmt::format("{}: {}text_tokens: expected an integer >= 0, got {}", where, path,
                               t.dump()));
     }
+    if (t.get<int64_t>() > kMaxTextTokens) {
+      throw Error(fmt::format("{}: {}text_tokens: at most {} in one document, got {}", where, path, kMaxTextTokens,
+                              t.dump()));
+    }
     text = t.get<int64_t>();
   }
   int doc = s.AddDoc(text);
@@ -48,8 +62,8 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
       if (!im.is_array() || im.size() != 2) {
         throw Error(fmt::format("{}: {}: expected [width_px, height_px]", where, f));
       }
-      s.images.push_back({PositiveIntAt(im[0], where, f + "[0]"),
-                          PositiveIntAt(im[1], where, f + "[1]"), doc});
+      s.images.push_back({PositiveIntAt(im[0], where, f + "[0]", kMaxSidePx),
+                          PositiveIntAt(im[1], where, f + "[1]", kMaxSidePx), doc});
     }
   }
   if (d.contains("videos")) {
@@ -59,16 +73,17 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
       if (!v.is_array() || v.size() != 3) {
         throw Error(fmt::format("{}: {}: expected [frames, width_px, height_px]", where, f));
       }
-      s.videos.push_back({PositiveIntAt(v[0], where, f + "[0]"), PositiveIntAt(v[1], where, f + "[1]"),
-                          PositiveIntAt(v[2], where, f + "[2]"), doc});
+      s.videos.push_back({PositiveIntAt(v[0], where, f + "[0]", kMaxFrames),
+                          PositiveIntAt(v[1], where, f + "[1]", kMaxSidePx),
+                          PositiveIntAt(v[2], where, f + "[2]", kMaxSidePx), doc});
     }
   }
   if (d.contains("audio_s")) {
     for (size_t i = 0; i < d["audio_s"].size(); ++i) {
       const json& a = d["audio_s"][i];
-      if (!a.is_number() || !(a.get<double>() > 0)) {
-        throw Error(fmt::format("{}: {}audio_s[{}]: expected seconds > 0, got {}", where, path, i,
-                                a.dump()));
+      if (!a.is_number() || !(a.get<double>() > 0) || !(a.get<double>() <= kMaxAudioS)) {
+        throw Error(fmt::format("{}: {}audio_s[{}]: expected seconds > 0 and at most {}, got {}", where, path, i,
+                                kMaxAudioS, a.dump()));
       }
       s.audios.push_back({a.get<double>(), doc});
     }
@@ -109,6 +124,9 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where) {
 }
 
 JsonlSource::JsonlSource(const std::string& path) {
+  if (std::filesystem::is_directory(path)) {
+    throw Error(fmt::format("{}: is a directory; expected a JSONL file of samples", path));
+  }
   std::ifstream in(path);
   if (!in) {
     throw Error(fmt::format("{}: cannot open sample file", path));

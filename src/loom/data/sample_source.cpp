@@ -1,5 +1,7 @@
 #include "loom/data/sample_source.h"
 
+#include <fmt/format.h>
+
 #include "loom/data/dynamic_images.h"
 #include "loom/data/finevision.h"
 #include "loom/data/jsonl_source.h"
@@ -37,7 +39,15 @@ std::unique_ptr<SampleSource> MakeSampleSource(const SourceSpec& spec) {
 }
 
 Batch DrawBatch(const Workload& workload, int64_t iteration) {
-  return MakeSampleSource(workload.source)->Draw(workload.global_batch, workload.seed, iteration);
+  std::unique_ptr<SampleSource> source;
+  try {
+    source = MakeSampleSource(workload.source);
+  } catch (const Error& e) {
+    if (workload.source.kind != "jsonl") throw;
+    // Name the workload file that points at the samples, not only the samples' path.
+    throw Error(fmt::format("{}: source.path: {}", workload.source_file, e.what()));
+  }
+  return source->Draw(workload.global_batch, workload.seed, iteration);
 }
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -246,6 +247,9 @@ Plan PlanFromJson(const json& j, const std::string& file) {
 Plan LoadPlan(const std::string& path) { return LoadPlanFile(path).plan; }
 
 PlanFile LoadPlanFile(const std::string& path, const std::string& strategy) {
+  if (std::filesystem::is_directory(path)) {
+    throw Error(fmt::format("{}: is a directory; expected a plan JSON file (`loom plan --json`)", path));
+  }
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("{}: cannot open plan file", path));
   std::stringstream text;

@@ -215,6 +215,9 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
       throw at.ErrorAt(key, fmt::format("unknown model '{}': not a zoo name (see `loom models`) "
                                         "and no file {}", ref, p.string()));
     }
+    if (std::filesystem::is_directory(p)) {
+      throw at.ErrorAt(key, fmt::format("'{}' is a directory; expected a zoo name or a model YAML file", p.string()));
+    }
     m = Parse(ReadTextFile(p.string()), p.string());
   }
   loading.erase(ref);
@@ -451,7 +454,11 @@ Model LoadModel(const std::string& name_or_path) {
   if (const char* text = FindZooModelText(name_or_path)) {
     return ParseModel(text, "zoo:" + name_or_path + ".yaml");
   }
-  if (std::filesystem::exists(name_or_path) && !std::filesystem::is_directory(name_or_path)) {
+  if (std::filesystem::is_directory(name_or_path)) {
+    throw Error(fmt::format("{}: is a directory; expected a built-in model name or a model YAML file",
+                            name_or_path));
+  }
+  if (std::filesystem::exists(name_or_path)) {
     return ParseModel(ReadTextFile(name_or_path), name_or_path);
   }
   std::string names;

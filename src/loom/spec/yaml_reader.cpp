@@ -3,6 +3,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -30,6 +31,7 @@ YAML::Node ParseYaml(const std::string& text, const std::string& file) {
 }
 
 std::string ReadTextFile(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw Error(fmt::format("{}: is a directory; expected a file", path));
   std::ifstream in(path);
   if (!in) {
     throw Error(fmt::format("{}: cannot open file", path));
