@@ -121,5 +121,41 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
   }
 }
 
+// docs/spec-format.md: consecutive layers agree on the width they pass, and a
+// projector takes its input module's output width (times a patch merge).
+TEST(Limits, InconsistentWidthsAreErrors) {
+  const std::string head = "model: m\nmodules:\n  - name: llm\n    role: backbone\n    modality: text\n"
+                           "    tokens: {source: text}\n    layers:\n";
+  test::ExpectError([&] {
+    ParseModel(head + "      - {kind: embedding, vocab: 100, hidden: 512}\n"
+                      "      - {kind: transformer, hidden: 1024, ffn_hidden: 128, heads: 4}\n", "w.yaml");
+  }, {"w.yaml:9:", "layers[1].hidden", "transformer takes width 1024, but layers[0] hands on 512"});
+  test::ExpectError([&] {
+    ParseModel(head + "      - {kind: embedding, vocab: 100, hidden: 1024}\n"
+                      "      - {kind: transformer, count: 2, hidden: 1024, ffn_hidden: 128, heads: 4}\n"
+                      "      - {kind: lm_head, vocab: 100, hidden: 2048}\n", "w.yaml");
+  }, {"layers[2].hidden", "lm_head takes width 2048, but layers[1] hands on 1024"});
+  const std::string vlm = "model: v\nmodules:\n"
+                          "  - name: vision\n    role: encoder\n    modality: image\n"
+                          "    tokens: {source: image, patch_px: 14, merge: MERGE}\n    layers:\n"
+                          "      - {kind: patch_embed, patch_px: 14, hidden: 1024}\n"
+                          "      - {kind: transformer, hidden: 1024, ffn_hidden: 4096, heads: 16}\n"
+                          "  - name: projector\n    role: projector\n    modality: image\n    inputs: [vision]\n"
+                          "    tokens: {source: inputs}\n    layers:\n"
+                          "      - {kind: mlp_projector, in_dim: IN, hidden: 2048, out_dim: 2048}\n";
+  auto with = [&](const std::string& merge, const std::string& in) {
+    std::string y = vlm;
+    y.replace(y.find("MERGE"), 5, merge);
+    y.replace(y.find("IN"), 2, in);
+    return y;
+  };
+  EXPECT_NO_THROW(ParseModel(with("1", "1024"), "v.yaml"));
+  EXPECT_NO_THROW(ParseModel(with("2", "4096"), "v.yaml"));  // 2x2 merged patches
+  test::ExpectError([&] { ParseModel(with("1", "77"), "v.yaml"); },
+                    {"module projector: its projector takes in_dim 77, but vision hands on 1024"});
+  test::ExpectError([&] { ParseModel(with("2", "1024"), "v.yaml"); },
+                    {"vision hands on 4096 (width 1024 x its 2x2 merge)"});
+}
+
 }  // namespace
 }  // namespace loom

@@ -224,6 +224,29 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
   return m;
 }
 
+// The width a layer reads and the width it hands on (0: not checked: U-Net
+// blocks change channels by design, a patch embedding reads pixels).
+std::pair<int64_t, int64_t> LayerWidths(const Layer& l) {
+  switch (l.kind) {
+    case LayerKind::kTransformer:
+    case LayerKind::kConformer: return {l.hidden, l.hidden};
+    case LayerKind::kPatchEmbed: return {0, l.hidden};
+    case LayerKind::kConv: return {l.in_channels, l.out_channels};
+    case LayerKind::kEmbedding: return {0, l.hidden};
+    case LayerKind::kLmHead: return {l.hidden, 0};
+    case LayerKind::kMlpProjector: return {l.in_dim, l.out_dim};
+    default: return {0, 0};
+  }
+}
+// The field that states a layer's input width.
+const char* WidthKey(const Layer& l) {
+  switch (l.kind) {
+    case LayerKind::kConv: return "in_channels";
+    case LayerKind::kMlpProjector: return "in_dim";
+    default: return "hidden";
+  }
+}
+
 Model Loader::Parse(const std::string& text, const std::string& file) {
   YAML::Node root = ParseYaml(text, file);
   if (!root.IsDefined() || root.IsNull()) {
@@ -324,13 +347,27 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       if (!layers.IsSequence() || layers.size() == 0) {
         throw m.ErrorAt("layers", "expected a non-empty list of layers");
       }
+      std::vector<std::pair<Layer, size_t>> entries;  // (layer, entry index)
+      bool unet = false;  // U-Net blocks form no chain (side branches, skips): not width-checked
       for (size_t j = 0; j < layers.size(); ++j) {
         YamlMap lm(layers[j], file, m.PathOf(fmt::format("layers[{}]", j)));
         // A model of more layers than any trained one by orders of magnitude is a typo.
         int64_t count = lm.PositiveIntAtMost("count", 1, 100000);
         Layer layer = ReadLayer(lm, mod.frozen);
         lm.RejectUnknownKeys();
+        unet = unet || layer.kind == LayerKind::kResnetBlock || layer.kind == LayerKind::kSpatialTransformer;
+        entries.emplace_back(layer, j);
         mod.layers.insert(mod.layers.end(), count, layer);
+      }
+      // Consecutive layers agree on the width they pass (docs/spec-format.md).
+      for (size_t e = 1; e < entries.size() && !unet; ++e) {
+        const int64_t out = LayerWidths(entries[e - 1].first).second, in = LayerWidths(entries[e].first).first;
+        if (out > 0 && in > 0 && in != out) {
+          YamlMap lm(layers[entries[e].second], file, m.PathOf(fmt::format("layers[{}]", entries[e].second)));
+          throw lm.ErrorAt(WidthKey(entries[e].first), fmt::format("{} takes width {}, but layers[{}] hands on {}",
+                                                                   LayerKindName(entries[e].first.kind), in,
+                                                                   entries[e - 1].second, out));
+        }
       }
     }
     std::vector<std::string> ins;
@@ -374,6 +411,25 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
     bool needs_inputs = mod.tokens.source == TokenSource::kInputs;
     if (needs_inputs && preds[i].empty()) {
       throw m.ErrorAt("tokens", "source 'inputs' needs a non-empty `inputs` list");
+    }
+    // A projector reading one module takes that module's output width, times
+    // the merged patches (Qwen2-VL's 2x2 merge: 4 x hidden). A U-Net's first
+    // MLP embeds the timestep; what it reads comes as cross-attention context.
+    const bool unet = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) {
+      return l.kind == LayerKind::kResnetBlock || l.kind == LayerKind::kSpatialTransformer;
+    });
+    if (preds[i].size() == 1 && !unet && !mod.layers.empty() && mod.layers.front().kind == LayerKind::kMlpProjector) {
+      const Module& from = model.modules[preds[i][0]];
+      const int64_t out = from.layers.empty() ? 0 : LayerWidths(from.layers.back()).second;
+      const int64_t want = out * from.tokens.merge * from.tokens.merge;
+      if (out > 0 && mod.layers.front().in_dim != want) {
+        throw m.ErrorAt("name", fmt::format("module {}: its projector takes in_dim {}, but {} hands on {}{}", mod.name,
+                                            mod.layers.front().in_dim, from.name, want,
+                                            from.tokens.merge > 1
+                                                ? fmt::format(" (width {} x its {}x{} merge)", out, from.tokens.merge,
+                                                              from.tokens.merge)
+                                                : ""));
+      }
     }
   }
   // Kahn's algorithm, stable (keeps file order among ready modules).
