@@ -84,6 +84,8 @@ TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
   j = PlanToJson(test::DisaggregatedShape(f));
   j["units"][0]["pipelines"][0]["replicas"] = int64_t{1} << 40;
   test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"replicas", "out of range"});
+  test::ExpectError([&] { PlanFromJson(nlohmann::json::array({1, 2}), "p_array.json"); },
+                    {"p_array.json: the document: must be an object, got array"});
 }
 
 // The CLI's flags: what CLI11 lets through is checked, and writes that fail

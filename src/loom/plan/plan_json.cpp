@@ -23,7 +23,7 @@ class Reader {
  public:
   Reader(const json& j, std::string file, std::string path, std::set<std::string> keys)
       : j_(j), file_(std::move(file)), path_(std::move(path)) {
-    if (!j_.is_object()) Fail(path_, "must be an object");
+    if (!j_.is_object()) Fail(path_.empty() ? "the document" : path_, fmt::format("must be an object, got {}", j_.type_name()));
     for (const auto& [k, v] : j_.items()) {
       if (!keys.count(k)) {
         std::string valid;
