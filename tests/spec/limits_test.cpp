@@ -7,6 +7,7 @@
 
 #include "test_util.h"
 #include "../plan/plan_test_util.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -84,6 +85,11 @@ TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
   j = PlanToJson(test::DisaggregatedShape(f));
   j["units"][0]["pipelines"][0]["replicas"] = int64_t{1} << 40;
   test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"replicas", "out of range"});
+  // A negative tp is said to be one, not that it fails to divide the group.
+  j = PlanToJson(test::DisaggregatedShape(f));
+  j["units"][0]["tp"] = -8;
+  test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, PlanFromJson(j, "p.json"), f.batch); },
+                    {"unit encoder: tp (-8) and cp (1) must be >= 1"});
   test::ExpectError([&] { PlanFromJson(nlohmann::json::array({1, 2}), "p_array.json"); },
                     {"p_array.json: the document: must be an object, got array"});
 }

@@ -86,7 +86,9 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
   const bool uniform = UniformMicrobatches(plan);
   for (const Unit& u : plan.units) {
     const std::string un = "unit " + u.name;
-    if (u.tp < 1 || u.cp < 1 || plan.group_gpus % (u.tp * u.cp) != 0) {
+    if (u.tp < 1 || u.cp < 1) {
+      bad(fmt::format("{}: tp ({}) and cp ({}) must be >= 1", un, u.tp, u.cp));
+    } else if (plan.group_gpus % (u.tp * u.cp) != 0) {
       bad(fmt::format("{}: tp ({}) x cp ({}) = {} must divide group_gpus ({})", un, u.tp, u.cp, u.tp * u.cp,
                       plan.group_gpus));
     }
@@ -145,7 +147,9 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         const int stp = p.stages[s].tp;
         const int gpus = (r >= 0 && r < p.pp && static_cast<int>(p.rank_groups.size()) == p.pp ? p.rank_groups[r] : 1) *
                          plan.group_gpus;
-        if (stp < 0 || (stp > 0 && (gpus % (stp * u.cp) != 0 || stp > plan.group_gpus))) {
+        if (stp < 0) {
+          bad(fmt::format("{}: stage {} has tp {}; valid: 0 (the unit's) or >= 1", pn, s, stp));
+        } else if (stp > 0 && u.cp >= 1 && (gpus % (stp * u.cp) != 0 || stp > plan.group_gpus)) {
           bad(fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the {} GPUs of "
                           "its rank, and tp stays inside one group of {} GPUs",
                           pn, s, stp, u.cp, gpus, plan.group_gpus));
