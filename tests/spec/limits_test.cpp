@@ -107,6 +107,8 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
       {"--strategy ''", "--strategy: empty"},
       {"--strategy megatron,megatron", "megatron is named twice"},
       {"--tp 3 --strategy megatron", "no candidate matched --tp 3 with the global batch 512 on 8 GPUs"},
+      {"--tp 2 --strategy fsdp", "strategy fsdp searches its own parallel degrees and takes no --tp / --pp / --dp pin"},
+      {"--pp 2 --strategy mmscale,distmm", "strategy distmm searches its own parallel degrees"},
       {"--strategy megatron --json /dev/full", "--json /dev/full: writing the file failed"},
       {"--strategy megatron --trace /dev/full", "/dev/full: writing the trace failed"},
       {"--strategy megatron --report /dev/full", "--report /dev/full: writing the file failed"},

@@ -35,7 +35,19 @@ std::string StrategyDescription(const std::string& name) {
   return e == nullptr ? "" : e->description;
 }
 
-StrategyResult RunStrategy(const std::string& name, const StrategyContext& ctx) { return Find(name).plan(ctx); }
+StrategyResult RunStrategy(const std::string& name, const StrategyContext& ctx) {
+  const StrategyInfo& info = Find(name);
+  if (!info.pinnable && (ctx.fixed_tp > 0 || ctx.fixed_pp > 0 || ctx.fixed_dp > 0)) {
+    std::vector<std::string> pinnable;
+    for (const auto& s : RegisteredStrategies()) {
+      if (s.pinnable) pinnable.push_back(s.name);
+    }
+    throw Error(fmt::format("strategy {} searches its own parallel degrees and takes no --tp / --pp / --dp pin; "
+                            "strategies that do: {}",
+                            name, fmt::join(pinnable, ", ")));
+  }
+  return info.plan(ctx);
+}
 
 bool SchedulesBatches(const std::string& name) {
   const StrategyInfo* e = FindStrategy(name);

@@ -9,7 +9,7 @@ namespace {
 const StrategyRegistration kMegatron({"megatron",
                                       "Megatron-LM: one pipeline, encoders first, stages balanced by parameters; "
                                       "TP/PP/DP/microbatches/1F1B or interleaved/recompute searched",
-                                      0, MegatronStrategy});
+                                      0, MegatronStrategy, {}, false, true});
 const StrategyRegistration kMegatronDp({"megatron-dp",
                                         "Megatron-LM as Mosaic runs it: every module data parallel over all GPUs "
                                         "(tp 1, pp 1), one after another; microbatches and recompute searched",
@@ -22,7 +22,7 @@ const StrategyRegistration kDistMm({"distmm",
 const StrategyRegistration kOptimus({"optimus",
                                      "Optimus (coarse-grained): encoders data parallel on the backbone's GPUs, "
                                      "scheduled around its pipeline",
-                                     30, OptimusStrategy});
+                                     30, OptimusStrategy, {}, false, true});
 IterationSchedule DisttrainBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration) {
   return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, batch, iteration);
 }
@@ -30,15 +30,15 @@ IterationSchedule DisttrainBatch(const StrategyContext& ctx, const Plan& plan, c
 const StrategyRegistration kDisttrain({"disttrain",
                                        "DistTrain (Entrain's baseline): MMScale's disaggregated allocation profiled "
                                        "on one sample, its per-batch reordering",
-                                       50, DisttrainStrategy, StatelessScheduler(DisttrainBatch)});
+                                       50, DisttrainStrategy, StatelessScheduler(DisttrainBatch), false, true});
 const StrategyRegistration kDip({"dip",
                                  "DIP (Entrain's baseline): encoder and LLM pipelined over the same GPUs, every "
                                  "encoder forward before the LLM, stages from a one-microbatch profile",
-                                 60, DipStrategy});
+                                 60, DipStrategy, {}, false, true});
 const StrategyRegistration kNnScaler({"nnscaler",
                                       "nnScaler*: one static 1F1B plan, stages balanced by time on a representative "
                                       "batch",
-                                      40, NnScalerStrategy});
+                                      40, NnScalerStrategy, {}, false, true});
 
 }  // namespace
 }  // namespace loom

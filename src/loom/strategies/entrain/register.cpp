@@ -10,7 +10,7 @@ const StrategyRegistration kEntrain({"entrain",
                                      "(Alg. 2) and configuration search (Alg. 3); per batch stratified microbatches, "
                                      "pairwise deferral, split-backward eager 1F1B",
                                      140, EntrainStrategy,
-                                     [] { return std::make_unique<EntrainScheduler>(); }});
+                                     [] { return std::make_unique<EntrainScheduler>(); }, false, true});
 
 // Ablations (§4.7's breakdown): Entrain's plan, each batch without pairwise
 // deferral (stratified microbatches, plain 1F1B in slots), without the eager
@@ -38,12 +38,12 @@ std::function<std::unique_ptr<BatchScheduler>()> Scheduler(EntrainScheduleOption
 
 const StrategyRegistration kNoDeferral({"entrain-nodefer",
                                         "Entrain's plan and stratified microbatches without pairwise deferral", 1040,
-                                        EntrainNoDeferral, Scheduler({false, 1, false}), true});
+                                        EntrainNoDeferral, Scheduler({false, 1, false}), true, true});
 const StrategyRegistration kNoEager({"entrain-noeager", "Entrain without the eager warm-up slot", 1041, EntrainNoEager,
-                                     Scheduler({true, 0, false}), true});
+                                     Scheduler({true, 0, false}), true, true});
 const StrategyRegistration kZeroBubble({"entrain-zb",
                                         "Entrain's plan and deferral with zero-bubble backwards (ZB-H1's weight lag)",
-                                        1042, EntrainZeroBubble, Scheduler({true, 1, true}), true});
+                                        1042, EntrainZeroBubble, Scheduler({true, 1, true}), true, true});
 
 }  // namespace
 }  // namespace loom

@@ -9,18 +9,18 @@ const StrategyRegistration kPipeweaver({"pipeweaver",
                                         "PipeWeaver: modality-aware layout (P x K_i chunks per module), per batch "
                                         "sub-microbatches, MCTS-ranked dual-queue interleaving and per-layer "
                                         "recomputation by ILP (CBC)",
-                                        110, PipeweaverStrategy, StatelessScheduler(PipeweaverBatch)});
+                                        110, PipeweaverStrategy, StatelessScheduler(PipeweaverBatch), false, true});
 const StrategyRegistration kPartition({"pipeweaver-partition",
                                        "PipeWeaver ablation: the modality-aware layout with its static interleaved "
                                        "schedule",
-                                       1010, PipeweaverPartitionStrategy, {}, true});
+                                       1010, PipeweaverPartitionStrategy, {}, true, true});
 const StrategyRegistration kInterleave({"pipeweaver-interleave",
                                         "PipeWeaver ablation: + sub-microbatches and dual-queue interleaving, default "
                                         "ranking",
                                         1011, PipeweaverInterleaveStrategy,
-                                        StatelessScheduler(PipeweaverInterleaveBatch), true});
+                                        StatelessScheduler(PipeweaverInterleaveBatch), true, true});
 const StrategyRegistration kRank({"pipeweaver-rank", "PipeWeaver ablation: + MCTS ranking, no layer tuning", 1012,
-                                  PipeweaverRankStrategy, StatelessScheduler(PipeweaverRankBatch), true});
+                                  PipeweaverRankStrategy, StatelessScheduler(PipeweaverRankBatch), true, true});
 
 }  // namespace
 }  // namespace loom
