@@ -159,6 +159,10 @@ TEST(Limits, InconsistentWidthsAreErrors) {
     y.replace(y.find("IN"), 2, in);
     return y;
   };
+  // `from:` an empty file names the including file and line, and the empty one.
+  const std::string empty = test::WriteTemp("lim-empty.yaml", "");
+  test::ExpectError([&] { ParseModel("model: m\nmodules:\n  - name: v\n    from: " + empty + "\n", "f.yaml"); },
+                    {"f.yaml:4:", "modules[0].from", "lim-empty.yaml: empty model spec"});
   EXPECT_NO_THROW(ParseModel(with("1", "1024"), "v.yaml"));
   EXPECT_NO_THROW(ParseModel(with("2", "4096"), "v.yaml"));  // 2x2 merged patches
   test::ExpectError([&] { ParseModel(with("1", "77"), "v.yaml"); },

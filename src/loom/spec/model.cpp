@@ -218,7 +218,11 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
     if (std::filesystem::is_directory(p)) {
       throw at.ErrorAt(key, fmt::format("'{}' is a directory; expected a zoo name or a model YAML file", p.string()));
     }
-    m = Parse(ReadTextFile(p.string()), p.string());
+    try {
+      m = Parse(ReadTextFile(p.string()), p.string());
+    } catch (const Error& e) {  // say which file's `from:` led there
+      throw at.ErrorAt(key, fmt::format("in '{}': {}", p.string(), e.what()));
+    }
   }
   loading.erase(ref);
   return m;
