@@ -159,6 +159,11 @@ TEST(Limits, InconsistentWidthsAreErrors) {
     y.replace(y.find("IN"), 2, in);
     return y;
   };
+  // A model with nothing to train is refused (it would be "planned" at a
+  // forward-only MFU); a frozen component beside a trained one is fine.
+  test::ExpectError([] { ParseModel("model: f\nmodules:\n  - name: llm\n    from: llama3-1b\n    frozen: true\n", "f.yaml"); },
+                    {"f.yaml: model f: every layer is frozen", "nothing to train"});
+  EXPECT_NO_THROW(LoadModel("mllm-sss"));  // frozen encoders and LLM, trained projectors
   // `from:` an empty file names the including file and line, and the empty one.
   const std::string empty = test::WriteTemp("lim-empty.yaml", "");
   test::ExpectError([&] { ParseModel("model: m\nmodules:\n  - name: v\n    from: " + empty + "\n", "f.yaml"); },

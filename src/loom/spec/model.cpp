@@ -507,7 +507,20 @@ int Model::num_layers() const {
 
 Model ParseModel(const std::string& yaml_text, const std::string& file) {
   Loader loader;
-  return loader.Parse(yaml_text, file);
+  Model m = loader.Parse(yaml_text, file);
+  // Loom plans training: a model with no trainable layer has nothing to train
+  // (its "MFU" would count forwards only). Components reached by `from:` may
+  // be frozen whole; the model as a whole may not.
+  bool trainable = false;
+  for (const auto& mod : m.modules) {
+    for (const auto& l : mod.layers) trainable = trainable || !l.frozen;
+  }
+  if (!trainable) {
+    throw Error(fmt::format("{}: model {}: every layer is frozen, so there is nothing to train; valid: at least one "
+                            "module or layer without `frozen: true`",
+                            file, m.name));
+  }
+  return m;
 }
 
 Model LoadModel(const std::string& name_or_path) {
