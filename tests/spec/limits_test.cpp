@@ -176,5 +176,21 @@ TEST(Limits, InconsistentWidthsAreErrors) {
                     {"vision hands on 4096 (width 1024 x its 2x2 merge)"});
 }
 
+// A global batch far too small for the cluster: the best plan idles most of
+// the time, and the output says so with a batch that fills its pipelines.
+TEST(Limits, ASmallBatchForTheClusterIsWarnedAbout) {
+  auto [code, out] = test::RunLoom("plan --model llama3-8b --cluster h100:32x8 --workload text --global-batch 16 "
+                                   "--strategy megatron --iterations 1");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("warning: the best plan idles"), std::string::npos) << out;
+  EXPECT_NE(out.find("a global batch of 16 is small for 256 GPUs; 256 (32 microbatches per replica for its 8 stages)"),
+            std::string::npos)
+      << out;
+  auto [code2, out2] = test::RunLoom("plan --model llama3-8b --cluster h100:32x8 --workload text --global-batch 512 "
+                                     "--strategy megatron --iterations 1");
+  EXPECT_EQ(code2, 0) << out2;
+  EXPECT_EQ(out2.find("warning: the best plan idles"), std::string::npos) << out2;
+}
+
 }  // namespace
 }  // namespace loom

@@ -119,6 +119,26 @@ std::string FormatComparison(const Comparison& c) {
     const double s = c.SpeedupOverMegatron(c.best);
     if (s > 0 && c.best != c.megatron) out += fmt::format(", {:.2f}x megatron", s);
     out += "\n";
+    // Issue 20: a batch far too small for the cluster leaves even the best plan
+    // mostly idle; say so, with a batch that fills its pipelines (1F1B's bubble
+    // is (p - 1) / (m + p - 1): m >= 4 p keeps it under about 20%).
+    if (b.bubble_ratio > 0.5) {
+      int pp = 1, m = 0;
+      for (const auto& u : b.result.plan.units) {
+        for (const auto& p : u.pipelines) {
+          pp = std::max(pp, p.pp);
+          m = m == 0 ? p.microbatches : std::min(m, p.microbatches);
+        }
+      }
+      const int64_t factor = m > 0 ? (4 * pp + m - 1) / m : 1;
+      out += fmt::format("warning: the best plan idles {:.0f}% of the time (MFU {:.1f}%): a global batch of {} is small "
+                         "for {} GPUs{}\n",
+                         100 * b.bubble_ratio, 100 * b.mfu, c.global_batch, c.num_gpus,
+                         factor > 1 ? fmt::format("; {} ({} microbatches per replica for its {} stages) would fill "
+                                                  "its pipelines",
+                                                  c.global_batch * factor, m * factor, pp)
+                                    : "");
+    }
   }
   for (const auto& o : c.outcomes) {
     if (!o.ok()) out += fmt::format("\n{}: {}\n", o.name, o.error);
