@@ -8,6 +8,8 @@
 #include "test_util.h"
 #include "../plan/plan_test_util.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/report/simulation_report.h"
+#include "loom/sim/plan_run.h"
 #include "loom/plan/plan_json.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -190,6 +192,19 @@ TEST(Limits, ASmallBatchForTheClusterIsWarnedAbout) {
                                      "--strategy megatron --iterations 1");
   EXPECT_EQ(code2, 0) << out2;
   EXPECT_EQ(out2.find("warning: the best plan idles"), std::string::npos) << out2;
+}
+
+// simulate's table: rows are replica 0's ranks, the metric the largest over
+// every replica; when it exceeds every row the output says why.
+TEST(Limits, PeakAboveEveryRowIsExplained) {
+  test::Fixture f;
+  PlanRun run = RunPlan(f.model, f.cluster, f.workload, test::MegatronShape(f), f.batch);
+  ASSERT_GT(run.costs.replicas.size(), 1u);
+  EXPECT_EQ(FormatPlanRun(run, f.model, f.workload, "x").find("distinct replicas (each trains"), std::string::npos);
+  double rows = 0;
+  for (double p : run.result.peak_mem_bytes) rows = std::max(rows, p);
+  run.metrics.peak_mem_bytes = rows * 1.2;  // as when another replica's samples peak higher
+  EXPECT_NE(FormatPlanRun(run, f.model, f.workload, "x").find("is the largest over all"), std::string::npos);
 }
 
 }  // namespace

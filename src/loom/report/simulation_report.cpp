@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "loom/report/table.h"
 
 namespace loom {
@@ -33,7 +35,17 @@ std::string FormatPlanRun(const PlanRun& run, const Model& model, const Workload
   metrics.AddRow({fmt::format("{:.3f}", x.iteration_time_s), fmt::format("{:.2f}", x.throughput_samples_per_s),
                   fmt::format("{:.0f}", x.throughput_tokens_per_s), fmt::format("{:.1f}%", 100 * x.mfu),
                   fmt::format("{:.1f}%", 100 * x.bubble_ratio), HumanBytes(x.peak_mem_bytes)});
-  return out + stages.Render() + "\n" + metrics.Render();
+  out += stages.Render() + "\n" + metrics.Render();
+  // The rows are replica 0's; the metric is the largest over every distinct
+  // replica (their samples differ), so it can exceed every row: say why.
+  double row_peak = 0;
+  for (double p : run.result.peak_mem_bytes) row_peak = std::max(row_peak, p);
+  if (x.peak_mem_bytes > row_peak * (1 + 1e-9) && run.costs.replicas.size() > 1) {
+    out += fmt::format("peak mem/GPU is the largest over all {} distinct replicas (each trains other samples); the "
+                       "rows show replica 0's ranks, whose peak is {}\n",
+                       run.costs.replicas.size(), HumanBytes(row_peak));
+  }
+  return out;
 }
 
 }  // namespace loom
