@@ -82,6 +82,7 @@ TEST(Cli, BadInputExitsTwoWithTheReason) {
   EXPECT_NE(seq.out.find("--seq-len applies to the `text` workload"), std::string::npos);
 }
 
+
 }  // namespace
 }  // namespace loom
 
@@ -113,6 +114,19 @@ TEST(Cli, SimulateOutOfMemoryNamesTheGpu) {
   EXPECT_NE(r.out.find("does not fit in memory"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GPU group 0 (GPUs 0..7: all pp0)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("over the 80.0 GiB of an h100"), std::string::npos) << r.out;
+}
+
+// Issue 22's small items: `loom --version`; `simulate` takes DP from the
+// cluster when TP, PP (and CP) are given; --global-batch applies to the
+// model's default workload without --workload.
+TEST(Cli, VersionInferredDpAndDefaultWorkloadOverrides) {
+  auto [vcode, vout] = test::RunLoom("--version");
+  EXPECT_EQ(vcode, 0) << vout;
+  EXPECT_EQ(vout.rfind("loom 0.", 0), 0u) << vout;
+  auto [code, out] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --tp 2 --pp 2 --global-batch 64 "
+                                   "--microbatches 4");
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("workload text (global batch 64): tp 2 pp 2 dp 2 cp 1"), std::string::npos) << out;
 }
 
 }  // namespace

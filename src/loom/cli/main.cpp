@@ -35,6 +35,7 @@
 #include "loom/runtime/profiler.h"
 #ifdef LOOM_HAVE_RUNTIME
 #include "loom/runtime/run.h"
+#include "loom/runtime/worker.h"
 #endif
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -79,14 +80,15 @@ struct WorkloadFlags {
     app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
         ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
   }
-  std::optional<loom::Workload> Resolve() const {
-    if (name.empty()) {
-      if (global_batch || seed || seq_len || !precision.empty()) {
-        throw loom::Error("--global-batch, --seed, --seq-len and --precision need --workload");
-      }
+  // The named workload, else (with `model`) the model's default one, with the
+  // flags' overrides; nullopt when neither a name nor an override is given.
+  std::optional<loom::Workload> Resolve(const loom::Model* model = nullptr) const {
+    const bool overrides = global_batch || seed || seq_len || !precision.empty();
+    if (name.empty() && (!overrides || model == nullptr)) {
+      if (overrides) throw loom::Error("--global-batch, --seed, --seq-len and --precision need --workload here");
       return std::nullopt;
     }
-    loom::Workload w = loom::LoadWorkload(name);
+    loom::Workload w = name.empty() ? loom::DefaultWorkload(*model) : loom::LoadWorkload(name);
     if (global_batch && *global_batch > loom::kMaxGlobalBatch) {
       throw loom::Error(fmt::format("--global-batch: at most {} samples per iteration, got {}", loom::kMaxGlobalBatch,
                                     *global_batch));
@@ -243,6 +245,12 @@ void CheckPlanIsFor(const loom::Plan& p, const loom::Model& model, const loom::C
 
 int main(int argc, char** argv) {
   CLI::App app{"Loom: plan, schedule and simulate multimodal model training on GPU clusters"};
+#ifdef LOOM_HAVE_RUNTIME
+  const std::string runtime = fmt::format("runtime: libtorch {}", loom::runtime::LibtorchVersion());
+#else
+  const std::string runtime = "no runtime (libtorch was not found at configure time)";
+#endif
+  app.set_version_flag("--version", fmt::format("loom {} ({})", LOOM_VERSION, runtime));
   app.require_subcommand(1);
 
   app.add_subcommand("models", "list the built-in model zoo");
@@ -477,6 +485,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return 2;
@@ -507,7 +517,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("replay")) {
       const loom::Model model = loom::LoadModel(rp_model);
       const loom::Cluster cluster = LoadClusterWithProfile(rp_cluster, rp_profile);
-      std::optional<loom::Workload> w = rp_workload.Resolve();
+      std::optional<loom::Workload> w = rp_workload.Resolve(&model);
       const loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       const double duration_s = rp_hours * 3600;
       const loom::FailureTrace trace =
@@ -540,7 +550,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("plan")) {
       loom::Model model = loom::LoadModel(plan_model);
       loom::Cluster cluster = LoadClusterWithProfile(plan_cluster, plan_profile);
-      std::optional<loom::Workload> w = plan_workload.Resolve();
+      std::optional<loom::Workload> w = plan_workload.Resolve(&model);
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       std::vector<std::string> names;
       if (strategies == "all") {
@@ -642,7 +652,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("run")) {
       loom::Model model = loom::LoadModel(run_model);
       loom::Cluster cluster = loom::LoadCluster(run_cluster);
-      std::optional<loom::Workload> w = run_workload.Resolve();
+      std::optional<loom::Workload> w = run_workload.Resolve(&model);
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::Plan p;
       std::vector<loom::RecordedBatch> recorded;
@@ -902,7 +912,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("simulate") && !sim_plan.empty()) {
       loom::Model model = loom::LoadModel(sim_model);
       loom::Cluster cluster = LoadClusterWithProfile(sim_cluster, sim_profile);
-      std::optional<loom::Workload> w = sim_workload.Resolve();
+      std::optional<loom::Workload> w = sim_workload.Resolve(&model);
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       loom::PlanFile file = loom::LoadPlanFile(sim_plan, sim_strategy);
       const loom::Plan& p = file.plan;
@@ -958,9 +968,15 @@ int main(int argc, char** argv) {
       cfg.schedule = loom::ParseScheduleKind(sim_schedule, "--schedule");
       cfg.recompute = loom::ParseRecompute(recompute, "--recompute");
       loom::Model model = loom::LoadModel(sim_model);
-      std::optional<loom::Workload> w = sim_workload.Resolve();
+      std::optional<loom::Workload> w = sim_workload.Resolve(&model);
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
-      loom::PlanRun run = loom::SimulateConfig(model, LoadClusterWithProfile(sim_cluster, sim_profile), workload, cfg);
+      const loom::Cluster sim_c = LoadClusterWithProfile(sim_cluster, sim_profile);
+      // --dp left out: what TP x PP x CP leave of the cluster (issue 22).
+      if (app.get_subcommand("simulate")->get_option("--dp")->count() == 0 && cfg.tp > 0 && cfg.pp > 0 && cfg.cp > 0 &&
+          sim_c.num_gpus() % (cfg.tp * cfg.pp * cfg.cp) == 0) {
+        cfg.dp = sim_c.num_gpus() / (cfg.tp * cfg.pp * cfg.cp);
+      }
+      loom::PlanRun run = loom::SimulateConfig(model, sim_c, workload, cfg);
       if (!trace_path.empty()) {
         loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
       }

@@ -35,6 +35,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
 #endif
 
 namespace loom::runtime {
@@ -1440,5 +1441,7 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     return 3;
   }
 }
+
+std::string LibtorchVersion() { return TORCH_VERSION; }
 
 }  // namespace loom::runtime
