@@ -85,6 +85,17 @@ Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int
 Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
               int first_group, int tp, int phase, int replicas, int pp, int microbatches, ScheduleKind schedule,
               Recompute recompute, Balance balance) {
+  const auto layers = UnitLayers(ctx.model, modules);
+  if (static_cast<int>(layers.size()) < pp) {
+    throw Error(fmt::format("unit {}: {} layers cannot fill {} stages", name, layers.size(), pp));
+  }
+  return MakeUnit(ctx, name, modules, first_group, tp, phase, replicas, pp, microbatches, schedule, recompute,
+                  MinMaxPartition(LayerWeights(ctx, layers, balance, tp), pp));
+}
+
+Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
+              int first_group, int tp, int phase, int replicas, int pp, int microbatches, ScheduleKind schedule,
+              Recompute recompute, const Partition& partition) {
   Unit u;
   u.name = name;
   u.modules = modules;
@@ -97,11 +108,7 @@ Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::ve
   ps.pp = pp;
   ps.microbatches = microbatches;
   ps.schedule = schedule;
-  const auto layers = UnitLayers(ctx.model, modules);
-  if (static_cast<int>(layers.size()) < pp) {
-    throw Error(fmt::format("unit {}: {} layers cannot fill {} stages", name, layers.size(), pp));
-  }
-  ps.stages = StagesFromPartition(ctx.model, layers, MinMaxPartition(LayerWeights(ctx, layers, balance, tp), pp), pp);
+  ps.stages = StagesFromPartition(ctx.model, UnitLayers(ctx.model, modules), partition, pp);
   u.pipelines.push_back(std::move(ps));
   return u;
 }
@@ -115,6 +122,13 @@ Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int grou
   plan.global_batch = ctx.workload.global_batch;
   plan.group_gpus = group_gpus;
   return plan;
+}
+
+bool ModuleWaves::IsUpstream(const std::string& module) const {
+  for (const auto& b : upstream_branches) {
+    if (std::find(b.begin(), b.end(), module) != b.end()) return true;
+  }
+  return false;
 }
 
 ModuleWaves SplitWaves(const Model& model) {

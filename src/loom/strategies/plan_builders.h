@@ -41,6 +41,11 @@ Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int
 Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
               int first_group, int tp, int phase, int replicas, int pp, int microbatches, ScheduleKind schedule,
               Recompute recompute, Balance balance);
+// The same with the stages cut by a partition the strategy computed itself
+// (Entrain's Eq. 4.1 on its fitted curves). REQUIRES: partition has pp stages.
+Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
+              int first_group, int tp, int phase, int replicas, int pp, int microbatches, ScheduleKind schedule,
+              Recompute recompute, const Partition& partition);
 // An empty plan for the context (names, batch, group size).
 Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int group_gpus);
 
@@ -52,6 +57,8 @@ struct ModuleWaves {
   std::vector<std::vector<std::string>> upstream_branches;
   std::vector<std::string> backbone;
   std::vector<std::string> downstream;
+  // Whether `module` is in some upstream branch (an encoder or projector).
+  bool IsUpstream(const std::string& module) const;
 };
 ModuleWaves SplitWaves(const Model& model);
 

@@ -20,11 +20,7 @@ namespace loom {
 StrategyResult DipStrategy(const StrategyContext& ctx) {
   const ModuleWaves waves = SplitWaves(ctx.model);
   std::vector<std::string> encoder, llm;
-  for (const auto& m : ctx.model.modules) {
-    bool up = false;
-    for (const auto& b : waves.upstream_branches) up = up || std::find(b.begin(), b.end(), m.name) != b.end();
-    (up ? encoder : llm).push_back(m.name);
-  }
+  for (const auto& m : ctx.model.modules) (waves.IsUpstream(m.name) ? encoder : llm).push_back(m.name);
   if (encoder.empty()) {
     throw Error(fmt::format("model {} has no module upstream of its backbone; DIP co-locates an encoder with an "
                             "LLM (valid: a model with an encoder)",

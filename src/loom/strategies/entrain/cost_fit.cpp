@@ -10,6 +10,10 @@ const std::vector<double>& ProfileTokenCounts() {
   return counts;
 }
 
+double CurveTime(const QuadraticCost& q, const TokenStats& t) {
+  return t.tokens > 0 ? q.a * t.sum_sq + q.b * t.tokens + q.c * t.sequences : 0.0;
+}
+
 QuadraticCost FitLayerCost(const Layer& layer, const BackwardNeeds& needs, const Cluster& cluster,
                            const LayerParallelism& par) {
   std::vector<double> times;

@@ -12,6 +12,7 @@
 #include "loom/cost/frozen.h"
 #include "loom/cost/layer_pricing.h"
 #include "loom/cost/quadratic_fit.h"
+#include "loom/cost/token_stats.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/layer.h"
 
@@ -19,6 +20,10 @@ namespace loom {
 
 // The token counts Entrain profiles at.
 const std::vector<double>& ProfileTokenCounts();
+
+// A fitted curve summed over the sequences `t` describes:
+// a sum_sq + b tokens + c sequences (0 when there are no tokens).
+double CurveTime(const QuadraticCost& q, const TokenStats& t);
 
 // A layer's forward + backward time fitted over ProfileTokenCounts().
 QuadraticCost FitLayerCost(const Layer& layer, const BackwardNeeds& needs, const Cluster& cluster,

@@ -72,7 +72,7 @@ ComponentOption PriceComponent(const Model& model, const Cluster& cluster, const
     par.split = SplitsOverTensorParallel(mod, tp);
     const QuadraticCost q = FitLayerCost(layer, needs[mi][li], cluster, par);  // §4.4.1
     const TokenStats& t = tokens[mi];
-    o.layer_s.push_back(t.tokens > 0 ? q.a * t.sum_sq + q.b * t.tokens + q.c * t.sequences : 0.0);
+    o.layer_s.push_back(CurveTime(q, t));
     const double params = static_cast<double>(LayerParams(layer)) / (par.split ? tp : 1);
     const ModelStateBytes st = ModelState(layer.frozen ? 0 : params, layer.frozen ? params : 0, dp, w.zero_stage,
                                           w.precision);
@@ -89,27 +89,17 @@ struct Candidate {
   double cluster_throughput() const { return dp * config.throughput; }
 };
 
+// A component's unit, its stages Eq. 4.1's cut (config_search.h).
 Unit MakeEntrainUnit(const StrategyContext& ctx, const std::string& name, const std::vector<std::string>& modules,
                      int first_group, const ComponentChoice& c, int dp, int microbatches, Recompute recompute) {
-  Unit u;
-  u.name = name;
-  u.modules = modules;
-  u.first_group = first_group;
-  u.tp = c.tp;
-  u.cp = c.cp;
-  u.recompute = recompute;
-  u.zero_stage = ctx.workload.zero_stage;
-  PipelineSpec ps;
-  ps.replicas = dp;
-  ps.pp = c.pp;
-  ps.microbatches = microbatches;
-  ps.schedule = ScheduleKind::kOneFOneB;
   Partition part;
   part.begin.push_back(0);
   for (int n : c.stage_layers) part.begin.push_back(part.begin.back() + n);
   part.stage_cost = c.stage_s;
-  ps.stages = StagesFromPartition(ctx.model, UnitLayers(ctx.model, modules), part, c.pp);
-  u.pipelines.push_back(std::move(ps));
+  Unit u = MakeUnit(ctx, name, modules, first_group, c.tp, 0, dp, c.pp, microbatches, ScheduleKind::kOneFOneB,
+                    recompute, part);
+  u.cp = c.cp;
+  u.zero_stage = ctx.workload.zero_stage;
   return u;
 }
 
@@ -129,11 +119,7 @@ std::string Describe(const Plan& p) {
 EntrainUnits SplitEntrainUnits(const Model& model) {
   const ModuleWaves waves = SplitWaves(model);
   EntrainUnits out;
-  for (const auto& m : model.modules) {
-    bool up = false;
-    for (const auto& b : waves.upstream_branches) up = up || std::find(b.begin(), b.end(), m.name) != b.end();
-    (up ? out.encoder : out.llm).push_back(m.name);
-  }
+  for (const auto& m : model.modules) (waves.IsUpstream(m.name) ? out.encoder : out.llm).push_back(m.name);
   if (out.encoder.empty()) {
     throw Error(fmt::format("model {} has no module upstream of its backbone; Entrain balances an encoder against "
                             "an LLM (valid: a multimodal model with an encoder)",

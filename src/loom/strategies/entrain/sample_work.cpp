@@ -22,11 +22,7 @@ LayerCurves FitModelCurves(const Model& model, const Cluster& cluster, const std
       layers.push_back(FitLayerCost(model.modules[m].layers[l], needs[m][l], cluster, par));
     }
     out.curves.push_back(std::move(layers));
-    bool upstream = false;
-    for (const auto& branch : waves.upstream_branches) {
-      upstream = upstream || std::find(branch.begin(), branch.end(), model.modules[m].name) != branch.end();
-    }
-    out.encoder.push_back(upstream);
+    out.encoder.push_back(waves.IsUpstream(model.modules[m].name));
   }
   return out;
 }
@@ -38,7 +34,7 @@ SampleWork SampleWorkOf(const Model& model, const LayerCurves& curves, const Sam
     const TokenStats& t = tokens[m];
     if (t.tokens <= 0) continue;
     double s = 0;
-    for (const QuadraticCost& q : curves.curves[m]) s += q.a * t.sum_sq + q.b * t.tokens + q.c * t.sequences;
+    for (const QuadraticCost& q : curves.curves[m]) s += CurveTime(q, t);
     (curves.encoder[m] ? w.encoder : w.llm) += s;
   }
   return w;

@@ -136,9 +136,7 @@ MmscaleUnits SplitMmscaleUnits(const Model& model) {
   const ModuleWaves waves = SplitWaves(model);
   std::vector<std::string> upstream;
   for (const auto& m : model.modules) {
-    for (const auto& b : waves.upstream_branches) {
-      if (std::find(b.begin(), b.end(), m.name) != b.end()) upstream.push_back(m.name);
-    }
+    if (waves.IsUpstream(m.name)) upstream.push_back(m.name);
   }
   add("encoder", upstream);
   add("backbone", waves.backbone);
