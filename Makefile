@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test demo bench screenshot clean
+.PHONY: deps configure build test test-asan fuzz demo bench screenshot clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -17,6 +17,34 @@ build: configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The sanitizer pass (docs/testing.md): every test built with ASan + UBSan
+# (float-cast-overflow included) in its own folder; `.ci/run` runs it after
+# `make test`. Leaks are reported by LeakSanitizer; libtorch's own one-time
+# allocations are suppressed by name in scripts/lsan.supp.
+ASAN_BUILD ?= build-asan
+test-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" -DLOOM_SANITIZE=ON
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
+	  ctest --output-on-failure -j $(JOBS) -LE slow-under-asan
+
+# The libFuzzer harnesses (fuzz/, clang): each runs FUZZ_SECONDS on its seed
+# corpus (fuzz/corpus/, from examples/ and the zoo); a crash, a hang past
+# FUZZ_TIMEOUT seconds or a sanitizer report fails the target and leaves the
+# input in $(FUZZ_BUILD)/artifacts/.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TIMEOUT ?= 10
+fuzz:
+	@bash scripts/install-deps.sh --with-fuzz
+	CC=clang-14 CXX=clang++-14 cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only" -DLOOM_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	bash scripts/run-fuzzers.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_TIMEOUT)
 
 # The main job on the built-in example: vlm-s (ViT-5B + Llama3-8B, PipeWeaver's
 # VLM-S) on 16 H800 GPUs (2 nodes of 8) with OBELICS interleaved image-text data.

@@ -2,7 +2,8 @@
 # Installs the Debian packages Loom builds and tests with. Idempotent: installs
 # only what is missing, so a second run does nothing and needs no network.
 # `--with-chromium` also installs headless Chromium, which only
-# scripts/screenshot-report.sh needs (not the build or the tests).
+# scripts/screenshot-report.sh needs (not the build or the tests);
+# `--with-fuzz` clang and its runtimes, which only `make fuzz` needs.
 set -euo pipefail
 
 packages=(
@@ -12,9 +13,14 @@ packages=(
   coinor-libcbc-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
 )
-if [ "${1:-}" = "--with-chromium" ]; then
-  packages+=(chromium fonts-dejavu-core)
-fi
+for flag in "$@"; do
+  case "$flag" in
+    --with-chromium) packages+=(chromium fonts-dejavu-core) ;;
+    # `make fuzz`: clang with its libFuzzer and sanitizer runtimes.
+    --with-fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
+    *) echo "install-deps: unknown flag $flag (--with-chromium, --with-fuzz)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

@@ -226,7 +226,25 @@ TEST(PlanSimulation, MemoryOverflowNamesTheGroup) {
   PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch);
   ASSERT_FALSE(run.memory_violations.empty());
   EXPECT_NE(run.memory_violations[0].find("GPU group 0 (GPUs 0..3"), std::string::npos) << run.memory_violations[0];
-  test::ExpectError([&] { CheckFits(run, "plan.json"); }, {"plan.json: does not fit in memory", "over the 80.0 GiB"});
+  test::ExpectError([&] { CheckFits(run, "plan.json"); },
+                    {"plan.json: does not fit in memory", "over the 78.0 GiB usable on an h800",
+                     "its 80.0 GiB less 2.0 GiB of headroom"});
+}
+
+// A plan that fits the GPU's whole memory but not what is left after the
+// CUDA context and communication buffers is refused; the headroom is the
+// cluster's to set (issue 20: a fit at exactly 80.0 GiB).
+TEST(PlanSimulation, PeakMemoryIsCheckedAgainstTheMemoryLessTheHeadroom) {
+  test::Fixture f;
+  EXPECT_DOUBLE_EQ(f.cluster.mem_headroom_bytes, 2.0 * (1 << 30));  // 2.5% of an H800's 80 GiB
+  Plan p = test::MegatronShape(f, 2, 1, 1);
+  const double peak = RunPlan(f.model, f.cluster, f.workload, p, f.batch).metrics.peak_mem_bytes;
+  Cluster c = f.cluster;
+  c.gpu.mem_bytes = static_cast<int64_t>(peak) + (1 << 30);  // the whole memory holds it with 1 GiB to spare
+  c.mem_headroom_bytes = 2.0 * (1 << 30);
+  EXPECT_FALSE(RunPlan(f.model, c, f.workload, p, f.batch).memory_violations.empty());
+  c.mem_headroom_bytes = 0.5 * (1 << 30);
+  EXPECT_TRUE(RunPlan(f.model, c, f.workload, p, f.batch).memory_violations.empty());
 }
 
 

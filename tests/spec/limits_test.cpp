@@ -11,6 +11,8 @@
 #include "loom/report/simulation_report.h"
 #include "loom/sim/plan_run.h"
 #include "loom/plan/plan_json.h"
+#include "loom/cost/calibration.h"
+#include "loom/cost/profile.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -79,6 +81,13 @@ TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
   test::ExpectError(
       [] { ParseCluster("cluster: c\ngpu: h100\nnodes: 1\ngpus_per_node: 8\ngpu_mem_GiB: .inf\n", "c.yaml"); },
       {"gpu_mem_GiB", "must be a finite number"});
+  const std::string c48 = "cluster: c\ngpu: h100\nnodes: 1\ngpus_per_node: 8\ngpu_mem_GiB: 48\n";
+  EXPECT_DOUBLE_EQ(ParseCluster(c48, "c.yaml").mem_headroom_bytes, 0.025 * 48 * (1 << 30));  // the default
+  EXPECT_DOUBLE_EQ(ParseCluster(c48 + "mem_headroom_GiB: 4\n", "c.yaml").usable_mem_bytes(), 44.0 * (1 << 30));
+  EXPECT_DOUBLE_EQ(ParseCluster(c48 + "mem_headroom_GiB: 0\n", "c.yaml").usable_mem_bytes(), 48.0 * (1 << 30));
+  test::ExpectError([&] { ParseCluster(c48 + "mem_headroom_GiB: 48\n", "c.yaml"); },
+                    {"c.yaml:6:", "mem_headroom_GiB", "must be less than gpu_mem_GiB (48), got 48"});
+  test::ExpectError([&] { ParseCluster(c48 + "mem_headroom_GiB: -1\n", "c.yaml"); }, {"c.yaml:6:", "mem_headroom_GiB"});
   test::Fixture f;
   nlohmann::json j = PlanToJson(test::DisaggregatedShape(f));
   EXPECT_NO_THROW(PlanFromJson(j, "p.json"));
@@ -205,6 +214,25 @@ TEST(Limits, PeakAboveEveryRowIsExplained) {
   for (double p : run.result.peak_mem_bytes) rows = std::max(rows, p);
   run.metrics.peak_mem_bytes = rows * 1.2;  // as when another replica's samples peak higher
   EXPECT_NE(FormatPlanRun(run, f.model, f.workload, "x").find("is the largest over all"), std::string::npos);
+}
+
+// What the fuzzers (fuzz/, `make fuzz`) found, each reduced to its input:
+// yaml-cpp's conversions of a list or mapping where a name belongs, and a
+// path too long for the system, escaped as other exceptions than loom::Error.
+TEST(Limits, FuzzerFindingsAreLocatedErrors) {
+  const std::string llm = Llm("hidden: 64, ffn_hidden: 128, heads: 4");
+  test::ExpectError([&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    inputs: [text: x]\n", "m.yaml"); },
+                    {"m.yaml:12:14:", "modules[1].inputs[0]: expected a name, got a mapping"});
+  test::ExpectError([&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    drop_kinds: [[lm_head]]\n", "m.yaml"); },
+                    {"m.yaml:12:18:", "modules[1].drop_kinds[0]: expected a name, got a list"});
+  test::ExpectError([] { ParseCalibration("gpu: h100\n[a]: 1\npoints: []\n", "c.yaml"); },
+                    {"c.yaml:2:", "a key must be a plain name, not a list"});
+  test::ExpectError([] { ParseProfile("gpu: h100\napplies_to: [{h100: 1}]\n", "p.yaml"); },
+                    {"p.yaml:2:", "applies_to[0]: expected a name, got a mapping"});
+  const std::string long_name(5000, 'x');
+  test::ExpectError([&] { LoadCluster(long_name); }, {"unknown cluster"});
+  test::ExpectError([&] { LoadModel(long_name); }, {"xxxx"});
+  test::ExpectError([&] { LoadWorkload(long_name); }, {"xxxx"});
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     if (!node->IsSequence()) throw doc.ErrorAt("applies_to", "expected a list of built-in GPU names");
     p.applies_to.clear();
     for (size_t i = 0; i < node->size(); ++i) {
-      const std::string name = (*node)[i].as<std::string>();
+      const std::string name = ScalarText((*node)[i], file, fmt::format("applies_to[{}]", i));
       try {
         FindGpu(name);
       } catch (const Error& e) {

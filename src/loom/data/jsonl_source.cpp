@@ -1,4 +1,5 @@
 #include "loom/data/jsonl_source.h"
+#include "loom/path_kind.h"
 
 #include <fmt/format.h>
 
@@ -34,6 +35,10 @@ int64_t PositiveIntAt(const json& j, const std::string& where, const std::string
 void ReadDoc(const json& d, const std::string& where, const std::string& path, Sample& s) {
   static const std::vector<std::string> kKeys = {"text_tokens", "images", "videos", "audio_s",
                                                  "docs"};
+  if (!d.is_object()) {
+    throw Error(fmt::format("{}: {}: expected a document object ({{\"text_tokens\": ..., \"images\": ...}}), got {}",
+                            where, path.empty() ? "sample" : path.substr(0, path.size() - 1), d.dump()));
+  }
   for (auto it = d.begin(); it != d.end(); ++it) {
     if (std::find(kKeys.begin(), kKeys.end(), it.key()) == kKeys.end()) {
       throw Error(fmt::format("{}: {}{}: unknown field; valid: text_tokens, images ([[w, h], ...]), "
@@ -56,6 +61,9 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
   }
   int doc = s.AddDoc(text);
   if (d.contains("images")) {
+    if (!d["images"].is_array()) {
+      throw Error(fmt::format("{}: {}images: expected a list [[width_px, height_px], ...], got {}", where, path, d["images"].dump()));
+    }
     for (size_t i = 0; i < d["images"].size(); ++i) {
       const json& im = d["images"][i];
       std::string f = fmt::format("{}images[{}]", path, i);
@@ -67,6 +75,9 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
     }
   }
   if (d.contains("videos")) {
+    if (!d["videos"].is_array()) {
+      throw Error(fmt::format("{}: {}videos: expected a list [[frames, width_px, height_px], ...], got {}", where, path, d["videos"].dump()));
+    }
     for (size_t i = 0; i < d["videos"].size(); ++i) {
       const json& v = d["videos"][i];
       std::string f = fmt::format("{}videos[{}]", path, i);
@@ -79,6 +90,9 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
     }
   }
   if (d.contains("audio_s")) {
+    if (!d["audio_s"].is_array()) {
+      throw Error(fmt::format("{}: {}audio_s: expected a list [seconds, ...], got {}", where, path, d["audio_s"].dump()));
+    }
     for (size_t i = 0; i < d["audio_s"].size(); ++i) {
       const json& a = d["audio_s"][i];
       if (!a.is_number() || !(a.get<double>() > 0) || !(a.get<double>() <= kMaxAudioS)) {
@@ -96,7 +110,7 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where) {
   json j;
   try {
     j = json::parse(line);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past a double
     throw Error(fmt::format("{}: malformed JSON: {}", where, e.what()));
   }
   if (!j.is_object()) {
@@ -124,7 +138,7 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where) {
 }
 
 JsonlSource::JsonlSource(const std::string& path) {
-  if (std::filesystem::is_directory(path)) {
+  if (KindOfPath(path) == PathKind::kDirectory) {
     throw Error(fmt::format("{}: is a directory; expected a JSONL file of samples", path));
   }
   std::ifstream in(path);

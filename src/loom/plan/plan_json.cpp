@@ -1,4 +1,5 @@
 #include "loom/plan/plan_json.h"
+#include "loom/path_kind.h"
 
 #include <fmt/format.h>
 
@@ -247,18 +248,24 @@ Plan PlanFromJson(const json& j, const std::string& file) {
 Plan LoadPlan(const std::string& path) { return LoadPlanFile(path).plan; }
 
 PlanFile LoadPlanFile(const std::string& path, const std::string& strategy) {
-  if (std::filesystem::is_directory(path)) {
+  if (KindOfPath(path) == PathKind::kDirectory) {
     throw Error(fmt::format("{}: is a directory; expected a plan JSON file (`loom plan --json`)", path));
   }
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("{}: cannot open plan file", path));
   std::stringstream text;
   text << in.rdbuf();
+  return ParsePlanFile(text.str(), path, strategy);
+}
+
+PlanFile ParsePlanFile(const std::string& text, const std::string& path, const std::string& strategy) {
   json j;
   try {
-    j = json::parse(text.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(fmt::format("{}: malformed JSON at byte {}: {}", path, e.byte, e.what()));
+  } catch (const json::exception& e) {  // a number too large for a double (out_of_range.406)
+    throw Error(fmt::format("{}: malformed JSON: {}", path, e.what()));
   }
   // A `loom plan --json` output: take the named (or the best) strategy's plan and batches.
   if (j.is_object() && j.contains("strategies") && j.contains("best")) {

@@ -35,6 +35,8 @@ struct PlanFile {
   std::vector<RecordedBatch> batches;  // empty for a bare plan
 };
 PlanFile LoadPlanFile(const std::string& path, const std::string& strategy = "");
+// The same from the file's text; `path` names it in errors.
+PlanFile ParsePlanFile(const std::string& text, const std::string& path, const std::string& strategy = "");
 
 nlohmann::json IterationScheduleToJson(const IterationSchedule& schedule);
 IterationSchedule IterationScheduleFromJson(const nlohmann::json& json, const std::string& file);

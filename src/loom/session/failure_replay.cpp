@@ -44,7 +44,7 @@ class Planner {
     if (used < nodes) c.why = fmt::format("{} of {} nodes used", used, nodes);
     if (system == "bamboo") {
       // Every node also holds its successor's stage.
-      if (2 * c.peak_bytes > static_cast<double>(cluster_.gpu.mem_bytes)) {
+      if (2 * c.peak_bytes > cluster_.usable_mem_bytes()) {
         c.why = fmt::format("bamboo: twice the plan's peak ({:.1f} GiB) does not fit a GPU",
                             2 * c.peak_bytes / (1 << 30));
         c.iteration_s = 0;

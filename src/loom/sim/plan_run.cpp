@@ -113,15 +113,17 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
     }
   }
   m.bubble_ratio = capacity > 0 ? 1.0 - busy / capacity : 0.0;
-  const double cap = static_cast<double>(c.gpu.mem_bytes);
+  const double cap = c.usable_mem_bytes();
   for (size_t i = 0; i < run.groups.size(); ++i) {
     m.peak_mem_bytes = std::max(m.peak_mem_bytes, run.group_peak_mem_bytes[i]);
     if (run.group_peak_mem_bytes[i] > cap) {
       const int g = run.groups[i];
-      run.memory_violations.push_back(
-          fmt::format("GPU group {} (GPUs {}..{}: {}) peaks at {}, {} over the {} of an {}", g, g * s.group_gpus,
-                      (g + 1) * s.group_gpus - 1, run.group_names[i], HumanBytes(run.group_peak_mem_bytes[i]),
-                      HumanBytes(run.group_peak_mem_bytes[i] - cap), HumanBytes(cap), c.gpu.name));
+      run.memory_violations.push_back(fmt::format(
+          "GPU group {} (GPUs {}..{}: {}) peaks at {}, {} over the {} usable on an {} (its {} less {} of headroom "
+          "for the CUDA context and communication buffers)",
+          g, g * s.group_gpus, (g + 1) * s.group_gpus - 1, run.group_names[i], HumanBytes(run.group_peak_mem_bytes[i]),
+          HumanBytes(run.group_peak_mem_bytes[i] - cap), HumanBytes(cap), c.gpu.name,
+          HumanBytes(static_cast<double>(c.gpu.mem_bytes)), HumanBytes(c.mem_headroom_bytes)));
     }
   }
   return run;

@@ -1,4 +1,5 @@
 #include "loom/spec/cluster.h"
+#include "loom/path_kind.h"
 
 #include <fmt/format.h>
 
@@ -22,6 +23,7 @@ constexpr double kPcieLatency_s = 5e-6;
 constexpr double kNetworkLatency_s = 10e-6;
 
 void Finish(Cluster& c) {
+  c.mem_headroom_bytes = kDefaultMemHeadroomFraction * static_cast<double>(c.gpu.mem_bytes);
   c.nvlink = {c.gpu.nvlink_bytes_per_s, kNvlinkLatency_s};
   c.pcie = {c.gpu.pcie_bytes_per_s, kPcieLatency_s};
   if (c.nvlink_domain == c.gpus_per_node) {
@@ -155,8 +157,16 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
       doc.PositiveReal("gpu_mem_GiB", static_cast<double>(c.gpu.mem_bytes) / (1 << 30)) * (1 << 30));
   c.nics_per_node = static_cast<int>(doc.PositiveInt("nics_per_node", c.nics_per_node));
   c.nic_bytes_per_s = doc.PositiveReal("nic_Gbps", c.nic_bytes_per_s / kGbit) * kGbit;
-  doc.RejectUnknownKeys();
   Finish(c);
+  if (doc.Has("mem_headroom_GiB")) {
+    const double gib = doc.NonNegativeReal("mem_headroom_GiB", 0);
+    c.mem_headroom_bytes = gib * (1 << 30);
+    if (c.mem_headroom_bytes >= static_cast<double>(c.gpu.mem_bytes)) {
+      throw doc.ErrorAt("mem_headroom_GiB", fmt::format("must be less than gpu_mem_GiB ({}), got {}",
+                                                        static_cast<double>(c.gpu.mem_bytes) / (1 << 30), gib));
+    }
+  }
+  doc.RejectUnknownKeys();
   return c;
 }
 
@@ -183,7 +193,7 @@ Cluster LoadCluster(const std::string& name_or_path) {
     };
     return MakeCluster(m[1], count(m[2]), count(m[3]));
   }
-  if (std::filesystem::is_regular_file(name_or_path)) {
+  if (KindOfPath(name_or_path) == PathKind::kFile) {
     return ParseCluster(ReadTextFile(name_or_path), name_or_path);
   }
   std::string beds;

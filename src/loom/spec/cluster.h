@@ -37,11 +37,20 @@ struct Cluster {
   Link collective;
   int nics_per_node = 1;
   double nic_bytes_per_s = 0;
+  // Device memory a plan may not use: the CUDA context, NCCL's communicator
+  // buffers and the caching allocator's fragmentation live there (about
+  // 0.5 GiB of context on an H100 plus buffers per communicator). Default
+  // kDefaultMemHeadroomFraction of gpu.mem_bytes (2 GiB of 80); cluster YAML
+  // `mem_headroom_GiB` sets it. 0 <= mem_headroom_bytes < gpu.mem_bytes.
+  double mem_headroom_bytes = 0;
   // What prices layers on this cluster's GPUs; null: the GPU's default (a
   // shipped measured profile, else the roofline). Set by `--profile`.
   std::shared_ptr<const CostModel> cost_model;
 
   int num_gpus() const { return nodes * gpus_per_node; }
+  // What a plan's peak memory per GPU is checked against: gpu.mem_bytes
+  // less the headroom.
+  double usable_mem_bytes() const { return static_cast<double>(gpu.mem_bytes) - mem_headroom_bytes; }
   // The slowest link crossed by a group of `span` consecutive ranks (ranks are
   // packed node by node): NVLink inside a domain, PCIe inside a node, else network.
   Link LinkForSpan(int span) const;
@@ -56,6 +65,7 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file);
 // The largest cluster Loom plans: 65,536 nodes (a million GPUs), so GPU counts
 // and their products with small factors stay inside an int.
 constexpr int kMaxNodes = 65536;
+constexpr double kDefaultMemHeadroomFraction = 0.025;
 Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node);
 // Named testbeds of the seed papers' evaluations (docs/clusters.md).
 std::vector<std::string> TestbedNames();

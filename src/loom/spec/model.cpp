@@ -1,4 +1,5 @@
 #include "loom/spec/model.h"
+#include "loom/path_kind.h"
 
 #include <fmt/format.h>
 
@@ -211,11 +212,11 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
     if (p.is_relative() && !relative_to.empty()) {
       p = std::filesystem::path(relative_to).parent_path() / p;
     }
-    if (!std::filesystem::exists(p)) {
+    if (KindOfPath(p.string()) == PathKind::kNone) {
       throw at.ErrorAt(key, fmt::format("unknown model '{}': not a zoo name (see `loom models`) "
                                         "and no file {}", ref, p.string()));
     }
-    if (std::filesystem::is_directory(p)) {
+    if (KindOfPath(p.string()) == PathKind::kDirectory) {
       throw at.ErrorAt(key, fmt::format("'{}' is a directory; expected a zoo name or a model YAML file", p.string()));
     }
     try {
@@ -303,8 +304,9 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       mod.inputs.clear();
       // `drop_kinds: [lm_head]` reuses an LLM as a text encoder without its head.
       if (auto drop = m.OptionalChild("drop_kinds")) {
-        for (const auto& k : *drop) {
-          std::string kind = k.as<std::string>();
+        if (!drop->IsSequence()) throw m.ErrorAt("drop_kinds", "expected a list of layer kinds");
+        for (size_t k = 0; k < drop->size(); ++k) {
+          const std::string kind = ScalarText((*drop)[k], m.file(), m.PathOf(fmt::format("drop_kinds[{}]", k)));
           bool known = false;
           for (const auto& [n, e] : kLayerKinds) {
             if (n == kind) {
@@ -381,8 +383,8 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       if (!in->IsSequence()) {
         throw m.ErrorAt("inputs", "expected a list of module names");
       }
-      for (const auto& n : *in) {
-        ins.push_back(n.as<std::string>());
+      for (size_t i = 0; i < in->size(); ++i) {
+        ins.push_back(ScalarText((*in)[i], m.file(), m.PathOf(fmt::format("inputs[{}]", i))));
       }
     }
     m.RejectUnknownKeys();
@@ -527,11 +529,11 @@ Model LoadModel(const std::string& name_or_path) {
   if (const char* text = FindZooModelText(name_or_path)) {
     return ParseModel(text, "zoo:" + name_or_path + ".yaml");
   }
-  if (std::filesystem::is_directory(name_or_path)) {
+  if (KindOfPath(name_or_path) == PathKind::kDirectory) {
     throw Error(fmt::format("{}: is a directory; expected a built-in model name or a model YAML file",
                             name_or_path));
   }
-  if (std::filesystem::exists(name_or_path)) {
+  if (KindOfPath(name_or_path) != PathKind::kNone) {
     return ParseModel(ReadTextFile(name_or_path), name_or_path);
   }
   std::string names;

@@ -1,4 +1,5 @@
 #include "loom/spec/workload.h"
+#include "loom/path_kind.h"
 
 #include <fmt/format.h>
 
@@ -120,7 +121,7 @@ Workload LoadWorkload(const std::string& name_or_path) {
       return Named(n);
     }
   }
-  if (std::filesystem::is_regular_file(name_or_path)) {
+  if (KindOfPath(name_or_path) == PathKind::kFile) {
     return ParseWorkload(ReadTextFile(name_or_path), name_or_path);
   }
   std::string names;

@@ -1,4 +1,5 @@
 #include "loom/spec/yaml_reader.h"
+#include "loom/path_kind.h"
 
 #include <cmath>
 #include <fmt/format.h>
@@ -30,8 +31,16 @@ YAML::Node ParseYaml(const std::string& text, const std::string& file) {
   }
 }
 
+std::string ScalarText(const YAML::Node& node, const std::string& file, const std::string& field) {
+  if (!node.IsScalar()) {
+    throw Error(fmt::format("{}: {}: expected a name, got a {}", Where(node, file), field,
+                            node.IsMap() ? "mapping" : node.IsSequence() ? "list" : "null"));
+  }
+  return node.Scalar();
+}
+
 std::string ReadTextFile(const std::string& path) {
-  if (std::filesystem::is_directory(path)) throw Error(fmt::format("{}: is a directory; expected a file", path));
+  if (KindOfPath(path) == PathKind::kDirectory) throw Error(fmt::format("{}: is a directory; expected a file", path));
   std::ifstream in(path);
   if (!in) {
     throw Error(fmt::format("{}: cannot open file", path));
@@ -59,7 +68,10 @@ YamlMap::YamlMap(const YAML::Node& node, std::string file, std::string path)
   // YAML forbids a key twice in one mapping; the parser keeps both and reads the first.
   std::set<std::string> seen;
   for (const auto& kv : node_) {
-    if (!kv.first.IsScalar()) continue;
+    if (!kv.first.IsScalar()) {  // `{a: 1}: x` or `[a]: x`; yaml-cpp would throw converting it
+      throw Error(fmt::format("{}: {}: a key must be a plain name, not a {}", Where(kv.first, file_),
+                              path_.empty() ? "document" : path_, kv.first.IsMap() ? "mapping" : "list"));
+    }
     const std::string key = kv.first.Scalar();
     if (!seen.insert(key).second) {
       throw Error(fmt::format("{}: {}: duplicate key; give each key once", Where(kv.first, file_),
@@ -249,7 +261,7 @@ std::optional<YAML::Node> YamlMap::OptionalChild(const std::string& key) {
 
 void YamlMap::RejectUnknownKeys() const {
   for (const auto& kv : node_) {
-    std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();  // a plain name: the constructor checked
     if (known_.count(key) == 0) {
       std::vector<std::string> valid(known_.begin(), known_.end());
       throw Error(fmt::format("{}: {}: unknown field; valid fields here: {}",

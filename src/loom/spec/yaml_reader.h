@@ -26,6 +26,9 @@ std::string ReadTextFile(const std::string& path);
 YAML::Node LoadYamlFile(const std::string& path);
 // "FILE:LINE:COL" of a node (1-based), or just FILE when the node has no mark.
 std::string Where(const YAML::Node& node, const std::string& file);
+// The text of a list item or other node that must be a plain string; a list
+// or mapping there is a loom::Error naming `field` ("inputs[2]").
+std::string ScalarText(const YAML::Node& node, const std::string& file, const std::string& field);
 
 class YamlMap {
  public:

@@ -285,7 +285,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
       ConfigProblem p;
       p.microbatches = K;
       p.group_gpus = g;
-      p.gpu_mem_bytes = static_cast<double>(ctx.cluster.gpu.mem_bytes);
+      p.gpu_mem_bytes = ctx.cluster.usable_mem_bytes();
       for (const auto& mods : comps) {
         p.options.emplace_back();
         for (int tp : Divisors(g)) {

@@ -148,7 +148,7 @@ AllocationProblem MakeAllocationProblem(const StrategyContext& ctx, const Mmscal
   AllocationProblem p;
   p.num_gpus = ctx.cluster.num_gpus();
   p.global_batch = ctx.workload.global_batch;
-  p.gpu_mem_bytes = static_cast<double>(ctx.cluster.gpu.mem_bytes);
+  p.gpu_mem_bytes = ctx.cluster.usable_mem_bytes();
   p.node_gpus = ctx.cluster.gpus_per_node;
   const double samples = static_cast<double>(ctx.representative.samples.size());
   if (samples <= 0) throw Error("mmscale: the representative batch is empty");

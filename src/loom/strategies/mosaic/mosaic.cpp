@@ -40,7 +40,7 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
   so.whole_gpus = options.whole_gpus;
   so.tp = tp;
   so.pp = pp;
-  const double mem = static_cast<double>(ctx.cluster.gpu.mem_bytes) * options.mem_fraction;
+  const double mem = ctx.cluster.usable_mem_bytes() * options.mem_fraction;
   const SmPartitionRules rules = PartitionRules(ctx.cluster);
   const SmSharing sharing = ctx.cluster.cost_model ? ctx.cluster.cost_model->sm_sharing() : SmSharing{};
   const auto deps = ModuleDeps(ctx.model);

@@ -22,7 +22,7 @@ using namespace oobleck;
 
 int OobleckMinNodes(const StrategyContext& ctx) {
   const double state = ModelStateTotalBytes(ctx.model, ctx.workload.precision);
-  const double node = 0.8 * static_cast<double>(ctx.cluster.gpu.mem_bytes) * ctx.cluster.gpus_per_node;
+  const double node = 0.8 * ctx.cluster.usable_mem_bytes() * ctx.cluster.gpus_per_node;
   return std::max(1, static_cast<int>(std::ceil(state / node)));
 }
 
@@ -38,7 +38,7 @@ LayerCosts OobleckLayerCosts(const StrategyContext& ctx, int microbatch_samples,
   LayerCosts out;
   if (memory) {
     *memory = {};
-    memory->capacity_bytes = 0.9 * static_cast<double>(ctx.cluster.gpu.mem_bytes);
+    memory->capacity_bytes = 0.9 * ctx.cluster.usable_mem_bytes();
   }
   for (size_t mi = 0; mi < model.modules.size(); ++mi) {
     const Module& mod = model.modules[mi];

@@ -79,7 +79,7 @@ Woven BuildWoven(const StrategyContext& ctx, const Plan& plan, const Batch& batc
   w.exec = CompilePlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, &it);
   w.costs = PriceExecution(w.exec, ctx.model, ctx.cluster, batch, &w.layers);
   w.flow = BuildStageFlow(w.exec.schedule, w.costs.replicas[0], stage_module, WovenStageMicrobatches(plan, it),
-                          static_cast<double>(ctx.cluster.gpu.mem_bytes));
+                          ctx.cluster.usable_mem_bytes());
   w.schedule = std::move(it);
   return w;
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer harness of a `make fuzz` build (fuzz/*_fuzzer.cpp) for
+# SECONDS each, two at a time, on a seed corpus built from examples/, the zoo,
+# the shipped profile and tests/data, plus plans the build's own `loom` makes
+# for plan_json_fuzzer's fixed setting. Prints executions per harness and in
+# all; exits 1 when any harness found a crash, a hang past TIMEOUT seconds, an
+# allocation past 2 GiB or a sanitizer report (the input is kept in
+# BUILD/artifacts/). Usage: run-fuzzers.sh BUILD SECONDS TIMEOUT
+set -uo pipefail
+build=${1:?build folder}
+seconds=${2:-60}
+timeout=${3:-10}
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "$build" && pwd)
+corpus=$build/corpus
+mkdir -p "$build/artifacts" "$build/logs"
+
+seed() {  # seed NAME FILES...: copies files into the harness's corpus
+  local name=$1
+  shift
+  mkdir -p "$corpus/$name"
+  for f in "$@"; do [ -f "$f" ] && cp "$f" "$corpus/$name/seed-$(basename "$(dirname "$f")")-$(basename "$f")"; done
+}
+seed model_yaml_fuzzer "$src"/src/loom/spec/zoo/*.yaml "$src"/examples/my-vlm.yaml "$src"/examples/runtime/*vlm*.yaml \
+  "$src"/examples/runtime/mosaic-encoders.yaml "$src"/examples/mosaic/*.yaml "$src"/tests/data/runtime/tiny-*.yaml
+seed cluster_fuzzer "$src"/examples/lab-cluster.yaml "$src"/examples/runtime/*gpus.yaml "$src"/examples/runtime/one-h100.yaml
+for shape in h100:2x8 a40:16x4 h800:1x1 mmscale-cluster entrain-64; do
+  printf '%s\n' "$shape" > "$corpus/cluster_fuzzer/seed-shape-${shape//:/_}"
+done
+seed workload_yaml_fuzzer "$src"/examples/my-data.yaml "$src"/examples/runtime/image-heavy.yaml \
+  "$src"/examples/runtime/captions.yaml "$src"/tests/data/runtime/tiny-*data.yaml "$src"/tests/data/runtime/tiny-laion.yaml \
+  "$src"/tests/data/runtime/tiny-obelics.yaml
+seed jsonl_fuzzer "$src"/examples/*.jsonl "$src"/examples/runtime/*.jsonl "$src"/tests/data/runtime/*.jsonl
+seed profile_yaml_fuzzer "$src"/src/loom/cost/profiles/*.yaml
+mkdir -p "$corpus/calibration_yaml_fuzzer"
+printf 'gpu: h100\nmeasured_with: "bench"\npoints:\n  - {op: gemm, flops: 1.0e12, bytes: 1.0e8, time_s: 2.0e-3}\n  - {op: attention, flops: 4.0e11, bytes: 2.0e8, time_s: 1.5e-3, label: fa}\n' \
+  > "$corpus/calibration_yaml_fuzzer/seed-gemm"
+# Plans for plan_json_fuzzer's setting (tiny-vlm on h100:1x4, 8 samples), one file per strategy.
+mkdir -p "$corpus/plan_json_fuzzer"
+for s in megatron fsdp distmm optimus nnscaler disttrain dip spindle mmscale pipeweaver oobleck mosaic entrain entrain-zb cornstarch; do
+  "$build/loom" plan --model "$src/tests/data/runtime/tiny-vlm.yaml" --cluster h100:1x4 --global-batch 8 \
+    --iterations 2 --strategy "$s" --json "$corpus/plan_json_fuzzer/seed-$s.json" > /dev/null 2>&1 ||
+    rm -f "$corpus/plan_json_fuzzer/seed-$s.json"
+done
+# The CLI: the first byte picks cli_fuzzer's prefix, then one argument a line.
+mkdir -p "$corpus/cli_fuzzer"
+printf '\0--tp\n2\n--pp\n2\n--json\n' > "$corpus/cli_fuzzer/seed-simulate"
+printf '\1--global-batch\n16\n--seed\n3\n' > "$corpus/cli_fuzzer/seed-plan"
+printf '\2--cluster\nh100:2x2\n--strategy\nall\n' > "$corpus/cli_fuzzer/seed-plan-all"
+printf '\3--workload\nobelics\n' > "$corpus/cli_fuzzer/seed-inspect"
+printf '\4--cluster\nh100:1x2\n--schedule\nzb-h1\n--recompute\nselective\n' > "$corpus/cli_fuzzer/seed-simulate-zb"
+printf '\5models\n' > "$corpus/cli_fuzzer/seed-models"
+
+run_one() {
+  local name=$1
+  (cd "$build/logs" && "$build/$name" -max_total_time="$seconds" -timeout="$timeout" -rss_limit_mb=4096 \
+    -malloc_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$build/artifacts/$name-" \
+    "$corpus/$name" > "$build/logs/$name.log" 2>&1)
+  echo "$name $?"
+}
+export -f run_one
+export build seconds timeout corpus
+fuzzers=$(cd "$build" && ls ./*_fuzzer | xargs -n1 basename)
+results=$(printf '%s\n' $fuzzers | xargs -P "$(nproc)" -I{} bash -c 'run_one {}')
+
+status=0
+total=0
+printf '%-26s %12s %s\n' harness executions result
+for name in $fuzzers; do
+  rc=$(printf '%s\n' "$results" | awk -v n="$name" '$1 == n {print $2}')
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$build/logs/$name.log" | tail -1)
+  runs=${runs:-0}
+  total=$((total + runs))
+  if [ "$rc" = 0 ]; then verdict=clean; else verdict="FAILED (exit $rc; $build/logs/$name.log)"; status=1; fi
+  printf '%-26s %12s %s\n' "$name" "$runs" "$verdict"
+done
+printf '%-26s %12s\n' total "$total"
+exit $status
