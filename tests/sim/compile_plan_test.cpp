@@ -6,6 +6,7 @@
 #include <map>
 #include <tuple>
 
+#include "loom/cost/collectives.h"
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/validate_plan.h"
@@ -368,6 +369,47 @@ TEST(ExecutionPlan, PricingSumsItsLayersOnce) {
   }
   ASSERT_EQ(costs.replicas.size(), 1u);
   EXPECT_NEAR(costs.replicas[0].stage[0][0].forward_s, forward_s, 1e-12 * forward_s);
+}
+
+// ZeRO-3 all-gathers each layer's weights before its forward (and again,
+// with the reduce-scatter, in its backward); when the gather is slower than
+// the layer's compute the SMs wait, and that wait is idle time in the bubble,
+// not busy time (issue 20: FSDP showed "bubble 0.0%" at low MFU). Here, 16
+// GPUs over two nodes: the waits are max(0, gather - compute) per layer, by
+// hand, and with one stage and no gradient all-reduce they are all the idle.
+TEST(ExecutionPlan, ZeroThreeGathersSlowerThanComputeAreIdleTime) {
+  test::Fixture f;
+  const Cluster c = MakeCluster("h800", 2, 8);
+  Workload w = f.workload;
+  w.global_batch = 16;
+  Batch batch = DrawBatch(w, 0);
+  batch.samples.assign(16, batch.samples[0]);  // every replica the same work: no idle but the waits
+  StrategyContext ctx{f.model, c, w, batch, {}};
+  const Plan plan = SingleUnitPlan(ctx, "fsdp", 1, 1, 16, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone,
+                                   Balance::kParams, 3);
+  const ExecutionPlan e = CompilePlan(f.model, c, w, plan, batch);
+  const ExecutionCosts costs = PriceExecution(e, f.model, c, batch);
+  const auto needs = ComputeBackwardNeeds(f.model);
+  double forward_wait_s = 0, backward_wait_s = 0;
+  const StageCost& sc = costs.replicas[0].stage[0][0];
+  {
+    const auto tokens = CountModuleTokens(f.model, std::vector<Sample>(1, batch.samples[0]));
+    for (size_t mi = 0; mi < f.model.modules.size(); ++mi) {
+      for (size_t li = 0; li < f.model.modules[mi].layers.size(); ++li) {
+        const Layer& l = f.model.modules[mi].layers[li];
+        const LayerTimes plain = PriceLayer(l, tokens[mi], needs[mi][li], c, {});
+        const double gather_s = GroupAllGatherTime_s(2.0 * static_cast<double>(LayerParams(l)), 16, 1, c);
+        forward_wait_s += std::max(0.0, gather_s - plain.forward_s);
+        if (needs[mi][li].weight) backward_wait_s += std::max(0.0, 2 * gather_s - plain.backward_weight_s);
+      }
+    }
+  }
+  ASSERT_GT(forward_wait_s, 0);
+  EXPECT_NEAR(sc.forward_wait_s, forward_wait_s, 1e-9 * forward_wait_s);
+  EXPECT_NEAR(sc.backward_wait_s, backward_wait_s, 1e-9 * backward_wait_s);
+  const PlanRun run = RunPlan(f.model, c, w, plan, batch);
+  EXPECT_NEAR(run.metrics.bubble_ratio * run.metrics.iteration_time_s, forward_wait_s + backward_wait_s,
+              0.02 * (forward_wait_s + backward_wait_s));
 }
 
 TEST(ExecutionPlan, CustomScheduleNeedsItsRankOrders) {

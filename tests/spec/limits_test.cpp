@@ -127,6 +127,14 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
                                                             "/nonexistent/s.jsonl}\n"),
        "lim-missing.yaml: source.path: /nonexistent/s.jsonl: cannot open"},
   };
+  // A pin a strategy cannot honour is said, not ignored (disttrain kept PP 1 under --pp 64).
+  auto [pcode, pout] = test::RunLoom("plan --model vlm-s --cluster h100:1x8 --iterations 1 --strategy disttrain --pp 64");
+  EXPECT_EQ(pcode, 2);
+  EXPECT_NE(pout.find("TP x DP x PP splits that fit has the backbone at --pp 64"), std::string::npos) << pout;
+  // Every sampled batch is kept for --json: their number is bounded (1e9 reached 8 GB before bad_alloc).
+  auto [icode, iout] = test::RunLoom("plan --model llama3-1b --cluster h100:1x8 --strategy megatron --iterations 1000000000");
+  EXPECT_EQ(icode, 2);
+  EXPECT_NE(iout.find("--iterations: at most 10000 sampled batches per strategy"), std::string::npos) << iout;
   auto [dcode, dout] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --plan /tmp");
   EXPECT_EQ(dcode, 2);
   EXPECT_NE(dout.find("/tmp: is a directory; expected a plan JSON file"), std::string::npos) << dout;

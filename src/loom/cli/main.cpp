@@ -41,6 +41,12 @@
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
 
+// fuzz/cli_main.cpp defines this to abort, so that an exception other than
+// loom::Error reaching main is a crash the fuzzer reports, not an exit 2.
+#ifndef LOOM_ON_INTERNAL_ERROR
+#define LOOM_ON_INTERNAL_ERROR()
+#endif
+
 namespace {
 
 // Flag values CLI11's own checks let through: an empty file name, NaN and
@@ -1000,6 +1006,7 @@ int main(int argc, char** argv) {
                  "iterations or model size)\n";
     return 2;
   } catch (const std::exception& e) {
+    LOOM_ON_INTERNAL_ERROR();
     std::cerr << "loom: error: internal error (a bug; please report it with the command): " << e.what() << "\n";
     return 2;
   }

@@ -103,9 +103,11 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     // prefetching overlaps them with compute, so a phase takes the longer of the two.
     const double weight_bytes = elem * static_cast<double>(LayerParams(l)) / tp;
     const double gather_s = GroupAllGatherTime_s(weight_bytes, par.fsdp_ranks, 1, c);
-    out.forward_s = std::max(out.forward_s, gather_s);
-    if (needs.weight) {
-      out.backward_weight_s = std::max(out.backward_weight_s, 2 * gather_s);  // re-gather + reduce-scatter
+    out.forward_wait_s = std::max(0.0, gather_s - out.forward_s);
+    out.forward_s += out.forward_wait_s;
+    if (needs.weight) {  // re-gather + reduce-scatter
+      out.backward_wait_s = std::max(0.0, 2 * gather_s - out.backward_weight_s);
+      out.backward_weight_s += out.backward_wait_s;
     }
   }
   return out;

@@ -18,6 +18,10 @@ namespace loom {
 struct LayerTimes {
   double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
   double flops = 0;  // useful FLOPs on one GPU (recompute excluded)
+  // Of forward_s and backward_weight_s, the seconds the SMs wait for a
+  // communication the phase cannot hide (ZeRO-3's per-layer gathers slower
+  // than the layer's compute): idle time, counted in the bubble, not busy.
+  double forward_wait_s = 0, backward_wait_s = 0;
 };
 
 struct LayerParallelism {

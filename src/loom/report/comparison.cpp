@@ -23,6 +23,11 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
                              const std::function<void(const std::string&)>& progress,
                              const CompareOptions& options) {
   if (iterations < 1) throw Error(fmt::format("--iterations: must be >= 1, got {}", iterations));
+  if (iterations > kMaxIterations) {
+    throw Error(fmt::format("--iterations: at most {} sampled batches per strategy (each is drawn, scheduled and "
+                            "simulated, and kept for --json), got {}",
+                            kMaxIterations, iterations));
+  }
   Comparison cmp;
   cmp.model = model.name;
   cmp.cluster = cluster.name;
@@ -31,12 +36,13 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
   cmp.num_gpus = cluster.num_gpus();
   cmp.gpu_mem_bytes = static_cast<double>(cluster.gpu.mem_bytes);
   cmp.iterations = iterations;
-  std::vector<Batch> batches;
-  for (int i = 0; i < iterations; ++i) batches.push_back(DrawBatch(workload, i));
+  // Batch 0 plans; every batch is drawn again when simulated (draws are
+  // deterministic), so memory does not grow with --iterations x the batch.
+  const Batch representative = DrawBatch(workload, 0);
   for (const auto& name : strategies) {
     StrategyOutcome o;
     o.name = name;
-    StrategyContext ctx{model, cluster, workload, batches[0], progress};
+    StrategyContext ctx{model, cluster, workload, representative, progress};
     ctx.fixed_tp = options.fixed_tp;
     ctx.fixed_pp = options.fixed_pp;
     ctx.fixed_dp = options.fixed_dp;
@@ -56,7 +62,7 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
       for (int i = 0; i < iterations; ++i) {
         SimOptions opt;
         opt.record_intervals = i == 0;
-        BatchOutcome step = session.Step(batches[i], i, opt);
+        BatchOutcome step = session.Step(i == 0 ? representative : DrawBatch(workload, i), i, opt);
         o.batch_schedule_time_s += step.schedule_time_s / iterations;
         PlanRun& run = step.run;
         const PlanMetrics& m = run.metrics;

@@ -58,6 +58,11 @@ struct CompareOptions {
   int fault_tolerance = 0;  // Oobleck's f
 };
 
+// The most sampled batches a comparison simulates per strategy: every one
+// is kept (its time and schedule, for --json and replay), so memory grows
+// with it.
+constexpr int kMaxIterations = 10000;
+
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
                              const std::vector<std::string>& strategies, int iterations,
                              const std::function<void(const std::string&)>& progress = {},

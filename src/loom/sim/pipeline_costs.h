@@ -17,6 +17,9 @@ struct StageCost {
   double activation_bytes = 0;   // kept from the forward until the backward finishes
   double transient_bytes = 0;    // extra live bytes while the backward runs (recomputed activations)
   double send_bytes = 0;         // the stage's output activation; its gradient has the same size
+  // Of forward_s and backward_weight_s, time the SMs wait on communication
+  // the phase cannot hide (LayerTimes::forward_wait_s): not busy.
+  double forward_wait_s = 0, backward_wait_s = 0;
 };
 
 struct PipelineCosts {

@@ -176,6 +176,8 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       sc.forward_s += sharing.PhaseTime_s(lt.forward_s, st.sm_fraction);
       sc.backward_data_s += sharing.PhaseTime_s(lt.backward_data_s, st.sm_fraction);
       sc.backward_weight_s += sharing.PhaseTime_s(lt.backward_weight_s, st.sm_fraction);
+      sc.forward_wait_s += lt.forward_wait_s;
+      sc.backward_wait_s += lt.backward_wait_s;
       sc.activation_bytes += lt.activation_bytes;
       sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
       if (flops != nullptr) *flops += lt.flops;

@@ -329,8 +329,12 @@ void Simulator::ComputeMemory() {
         }
         if (step) result_.busy_s[out] += e - s;
         if (!a.is_compute()) continue;
-        result_.busy_s[out] += e - s;
         const StageCost& sc = c.at(a.stage, a.microbatch);
+        // Waits on unhidden communication inside the op are idle, not busy.
+        const double wait_s = a.kind == ActionKind::kForward          ? sc.forward_wait_s
+                              : a.kind == ActionKind::kBackwardData ? 0.0
+                                                                      : sc.backward_wait_s;
+        result_.busy_s[out] += std::max(0.0, e - s - wait_s);
         if (a.kind == ActionKind::kForward) {
           deltas.push_back({s, sc.activation_bytes});
         }

@@ -21,6 +21,13 @@ namespace {
 
 constexpr int kRanked = 48;
 
+int BackbonePp(const AllocationProblem& p, const Allocation& a) {
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    if (p.units[u].backbone) return a.units[u].pp;
+  }
+  return 0;
+}
+
 }  // namespace
 
 StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
@@ -35,7 +42,7 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
   search.SetBatchSchedule([&](const Plan& plan) {
     return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, ctx.representative, 0);
   });
-  int ranked = 0;
+  int ranked = 0, matched = 0;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     AllocationProblem p = MakeAllocationProblem(profiled, units, r);
     for (auto& u : p.units) {
@@ -50,6 +57,9 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
     ranked += static_cast<int>(allocations.size());
     bool fitted = false;
     for (const Allocation& a : allocations) {
+      // --pp pins the backbone's pipeline (the unit Megatron-LM's PP means).
+      if (ctx.fixed_pp > 0 && BackbonePp(p, a) != ctx.fixed_pp) continue;
+      ++matched;
       Plan plan = AllocationPlan(profiled, "disttrain", units, a, r);
       int dp_lm = 1;
       for (size_t u = 0; u < units.names.size(); ++u) {
@@ -66,10 +76,15 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
     if (fitted) break;
   }
   if (ranked == 0) search.Skip("no TP x DP x PP split fits every unit in memory under MMScale's model");
+  if (ranked > 0 && matched == 0) {
+    search.Skip(fmt::format("none of the {} best-ranked TP x DP x PP splits that fit has the backbone at --pp {}", ranked,
+                            ctx.fixed_pp));
+  }
   return search.Finish(fmt::format("disttrain: MMScale Alg. 1 on a one-sample profile{}{}, the best allocation that "
                                    "fits, lowest recomputation first",
                                    ctx.fixed_tp > 0 ? fmt::format(", TP {}", ctx.fixed_tp) : "",
-                                   ctx.fixed_dp > 0 ? fmt::format(", DP {}", ctx.fixed_dp) : ""),
+                                   ctx.fixed_dp > 0 ? fmt::format(", DP {}", ctx.fixed_dp) : "") +
+                           (ctx.fixed_pp > 0 ? fmt::format(", backbone PP {}", ctx.fixed_pp) : ""),
                        [](const Plan& p) {
                          std::string s;
                          for (const auto& u : p.units) {
