@@ -42,6 +42,15 @@ for s in megatron fsdp distmm optimus nnscaler disttrain dip spindle mmscale pip
     --iterations 2 --strategy "$s" --json "$corpus/plan_json_fuzzer/seed-$s.json" > /dev/null 2>&1 ||
     rm -f "$corpus/plan_json_fuzzer/seed-$s.json"
 done
+# PyTorch schedules the build's `loom` exports (compute_only and compute_comms).
+mkdir -p "$corpus/pytorch_csv_fuzzer"
+for s in gpipe 1f1b zb-h1; do
+  "$build/loom" simulate --model llama3-8b --cluster h100:1x8 --workload text --global-batch 16 --tp 2 --pp 4 \
+    --microbatches 8 --schedule "$s" --export-pytorch-csv "$corpus/pytorch_csv_fuzzer/seed-$s.csv" > /dev/null 2>&1
+done
+"$build/loom" simulate --model llama3-8b --cluster h100:1x8 --workload text --global-batch 16 --tp 4 --pp 2 --vpp 2 \
+  --microbatches 4 --schedule interleaved --export-pytorch-csv "$corpus/pytorch_csv_fuzzer/seed-comms.csv" \
+  --pytorch-csv-comms > /dev/null 2>&1
 # The CLI: the first byte picks cli_fuzzer's prefix, then one argument a line.
 mkdir -p "$corpus/cli_fuzzer"
 printf '\0--tp\n2\n--pp\n2\n--json\n' > "$corpus/cli_fuzzer/seed-simulate"

@@ -119,6 +119,27 @@ TEST(Cli, SimulateOutOfMemoryNamesTheGpu) {
 // Issue 22's small items: `loom --version`; `simulate` takes DP from the
 // cluster when TP, PP (and CP) are given; --global-batch applies to the
 // model's default workload without --workload.
+// Issue 22: a schedule written as PyTorch pipelining's CSV and read back
+// simulates to the same iteration; a plan PyTorch cannot run is said.
+TEST(Cli, PytorchCsvRoundTripAndRefusal) {
+  const std::string csv = test::WriteTemp("cli-zb.csv", "");
+  const std::string common = "simulate --model llama3-8b --cluster h100:1x8 --workload text --global-batch 16 --tp 2 ";
+  CliRun out = Loom(common + "--pp 4 --microbatches 8 --schedule zb-h1 --json --export-pytorch-csv " + csv);
+  ASSERT_EQ(out.exit_code, 0) << out.out;
+  CliRun back = Loom(common + "--import-pytorch-csv " + csv + " --json");
+  ASSERT_EQ(back.exit_code, 0) << back.out;
+  const double t_out = nlohmann::json::parse(out.out.substr(out.out.find('{'))).at("iteration_time_s");
+  const double t_back = nlohmann::json::parse(back.out.substr(back.out.find('{'))).at("iteration_time_s");
+  EXPECT_DOUBLE_EQ(t_out, t_back);
+  std::ifstream in(csv);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first.substr(0, 16), "0F0,0F1,0F2,0F3,") << first;  // ZB-H1: rank 0 warms up with pp forwards
+  CliRun bad = Loom(common + "--import-pytorch-csv " + test::WriteTemp("cli-bad.csv", "0F0,0B0\n0F1,0B1\n"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("stage 0 is on both rank 0 and rank 1"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, VersionInferredDpAndDefaultWorkloadOverrides) {
   auto [vcode, vout] = test::RunLoom("--version");
   EXPECT_EQ(vcode, 0) << vout;

@@ -13,6 +13,7 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/export/megatron_args.h"
+#include "loom/export/pytorch_schedule.h"
 #include "loom/plan/plan_json.h"
 #include "loom/report/comparison.h"
 #include "loom/report/replay_report.h"
@@ -40,6 +41,7 @@
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
+#include "loom/spec/yaml_reader.h"
 
 // fuzz/cli_main.cpp defines this to abort, so that an exception other than
 // loom::Error reaching main is a crash the fuzzer reports, not an exit 2.
@@ -232,6 +234,18 @@ std::string RunEveryPlan(const loom::Model& model, const loom::Cluster& cluster,
 }
 #endif
 
+// `loom simulate --export-pytorch-csv`: the schedule of the simulated
+// batch, or why PyTorch cannot run it (an error: the file asked for is not written).
+std::string ExportPytorchCsv(const loom::PlanRun& run, const std::string& path, bool comms) {
+  const loom::PytorchExport e = loom::ExportPytorchSchedule(run.exec, comms);
+  if (!e.expressible) {
+    throw loom::Error(fmt::format("--export-pytorch-csv {}: PyTorch cannot run this plan: {}", path, e.notes));
+  }
+  WriteText(path, loom::FormatPytorchCsv(e.order), "--export-pytorch-csv");
+  return fmt::format("PyTorch schedule ({}) written to {}: {}\n", comms ? "compute_comms" : "compute_only", path,
+                     e.notes);
+}
+
 // A plan file read for `loom simulate` or `loom run` must be for this model
 // (every violation listed first, when its shape differs), cluster and workload.
 void CheckPlanIsFor(const loom::Plan& p, const loom::Model& model, const loom::Cluster& cluster,
@@ -412,6 +426,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"none", "selective", "full"}));
   simulate->add_option("--trace", trace_path, "write a Chrome trace (Perfetto) of the iteration")->check(kFileName);
   simulate->add_flag("--json", sim_json, "print JSON");
+  std::string sim_export_csv, sim_import_csv;
+  bool sim_csv_comms = false;
+  simulate->add_option("--export-pytorch-csv", sim_export_csv,
+                       "write the simulated schedule as PyTorch pipelining's CSV (torchtitan's "
+                       "pipeline_parallel_schedule_csv), or say why PyTorch cannot run it")
+      ->check(kFileName);
+  simulate->add_flag("--pytorch-csv-comms", sim_csv_comms,
+                     "with --export-pytorch-csv: the compute_comms form (SEND_F / RECV_F / SEND_B / RECV_B cells)");
+  simulate->add_option("--import-pytorch-csv", sim_import_csv,
+                       "simulate a PyTorch pipelining CSV's order: PP, stages per rank and microbatches from the file, "
+                       "TP / DP / CP / --recompute from the flags")
+      ->check(kFileName);
 
   CLI::App* replay = app.add_subcommand("replay", "replay training over node failures: oobleck against varuna "
                                                   "(checkpoint and restart) and bamboo (redundant computation)");
@@ -959,6 +985,7 @@ int main(int argc, char** argv) {
       if (!trace_path.empty()) {
         loom::WriteChromeTrace(trace_path, loom::ChromeTrace(first.result, first.exec.schedule, RankNames(first)));
       }
+      if (!sim_export_csv.empty()) lines += ExportPytorchCsv(first, sim_export_csv, sim_csv_comms);
       const auto& m = first.metrics;
       const double mean_s = sum_s / static_cast<double>(file.batches.size());
       nlohmann::json j = {{"iteration_time_s", mean_s}, {"mfu", m.mfu},
@@ -982,10 +1009,26 @@ int main(int argc, char** argv) {
           sim_c.num_gpus() % (cfg.tp * cfg.pp * cfg.cp) == 0) {
         cfg.dp = sim_c.num_gpus() / (cfg.tp * cfg.pp * cfg.cp);
       }
-      loom::PlanRun run = loom::SimulateConfig(model, sim_c, workload, cfg);
+      std::optional<loom::ImportedPytorchSchedule> imported;
+      if (!sim_import_csv.empty()) {
+        imported = loom::ImportPytorchSchedule(
+            loom::ParsePytorchCsv(loom::ReadTextFile(sim_import_csv), sim_import_csv), sim_import_csv);
+        cfg.pp = imported->pp;
+        cfg.vpp = imported->num_stages / imported->pp;
+        cfg.microbatches = imported->num_microbatches;
+        if (app.get_subcommand("simulate")->get_option("--dp")->count() == 0 &&
+            sim_c.num_gpus() % (cfg.tp * cfg.pp * cfg.cp) == 0) {
+          cfg.dp = sim_c.num_gpus() / (cfg.tp * cfg.pp * cfg.cp);
+        }
+      }
+      loom::PlanRun run = imported ? loom::SimulatePytorchSchedule(model, sim_c, workload, cfg, *imported,
+                                                                   sim_import_csv)
+                                   : loom::SimulateConfig(model, sim_c, workload, cfg);
       if (!trace_path.empty()) {
         loom::WriteChromeTrace(trace_path, loom::ChromeTrace(run.result, run.exec.schedule, RankNames(run)));
       }
+      std::string exported;
+      if (!sim_export_csv.empty()) exported = ExportPytorchCsv(run, sim_export_csv, sim_csv_comms);
       const auto& m = run.metrics;
       if (sim_json) {
         nlohmann::json j = {{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu},
@@ -994,8 +1037,10 @@ int main(int argc, char** argv) {
         std::cout << j.dump(2) << "\n";
       } else {
         std::cout << loom::FormatPlanRun(run, model, workload,
-                                         fmt::format("tp {} pp {} dp {} cp {} vpp {}, {} microbatches", cfg.tp,
-                                                     cfg.pp, cfg.dp, cfg.cp, cfg.vpp, cfg.microbatches));
+                                         fmt::format("tp {} pp {} dp {} cp {} vpp {}, {} microbatches{}", cfg.tp,
+                                                     cfg.pp, cfg.dp, cfg.cp, cfg.vpp, cfg.microbatches,
+                                                     imported ? ", the order of " + sim_import_csv : ""))
+                  << exported;
       }
     }
   } catch (const loom::Error& e) {
