@@ -2,95 +2,306 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <set>
 
 namespace loom {
 
-MegatronExport ExportMegatron(const Plan& plan, const Model& model) {
-  MegatronExport e;
-  std::vector<std::string> why;
-  if (plan.units.size() != 1) {
-    why.push_back(fmt::format("it has {} units on separate GPUs or phases; Megatron-LM runs every module in one "
-                              "pipeline with one parallel configuration",
-                              plan.units.size()));
+namespace {
+
+// Which Megatron-LM each form targets (docs/cli.md, "--export megatron").
+constexpr const char* kLayoutVersion =
+    "Megatron-LM core 0.13 and later (`--pipeline-model-parallel-layout`; the `--encoder-*-parallel-size` flags were "
+    "removed in July 2025)";
+constexpr const char* kMimoVersion =
+    "Megatron-LM's MIMO example (examples/mimo, 2025): the encoder and the LLM on their own rank grids";
+
+bool WholeModuleFrozen(const Module& m) {
+  for (const auto& l : m.layers) {
+    if (!l.frozen) return false;
   }
-  if (!plan.units.empty()) {
-    const Unit& u = plan.units[0];
-    if (u.pipelines.size() != 1) {
-      why.push_back(fmt::format("it runs {} pipeline templates of different depths as data-parallel replicas "
-                                "(Oobleck); Megatron-LM replicas are identical",
-                                u.pipelines.size()));
+  return true;
+}
+
+bool AnyLayerFrozen(const Module& m) {
+  for (const auto& l : m.layers) {
+    if (l.frozen) return true;
+  }
+  return false;
+}
+
+// Megatron's freezing flags (its LLaVA / MIMO examples): the whole LLM, the
+// whole vision encoder. Anything finer is a note.
+void FreezeArgs(const Model& model, std::vector<std::string>& args, std::vector<std::string>& notes) {
+  for (const auto& m : model.modules) {
+    if (!AnyLayerFrozen(m)) continue;
+    const bool whole = WholeModuleFrozen(m);
+    if (whole && m.role == ModuleRole::kBackbone) {
+      args.push_back("--freeze-LM");
+    } else if (whole && m.modality == Modality::kImage && m.role == ModuleRole::kEncoder) {
+      args.push_back("--freeze-ViT");
+    } else {
+      notes.push_back(fmt::format("{} is {}frozen; Megatron-LM's flags freeze only the whole LLM (--freeze-LM) or "
+                                  "the whole vision encoder (--freeze-ViT): freeze it in your model code",
+                                  m.name, whole ? "" : "partly "));
     }
-    if (u.sm_fraction < 1) why.push_back("it gives a unit a fraction of each GPU's SMs (Green Contexts)");
-    if (u.zero_stage > 1) {
-      why.push_back(fmt::format("it uses ZeRO stage {}; Megatron-LM's distributed optimizer shards optimizer state "
-                                "only (stage 1)",
-                                u.zero_stage));
+  }
+}
+
+// Data-parallel replicas as Megatron-LM counts them: the unit's replicas,
+// times the members of each group that share sequences (pp 1 only).
+int EffectiveDp(const Unit& u, const Plan& plan) {
+  return u.pipelines[0].replicas * std::max(1, plan.group_gpus / (u.tp * u.cp));
+}
+
+void BatchArgs(const Plan& plan, int dp, int microbatches, std::vector<std::string>& args) {
+  args.push_back(fmt::format("--micro-batch-size {}", plan.global_batch / (static_cast<int64_t>(dp) * microbatches)));
+  args.push_back(fmt::format("--global-batch-size {}", plan.global_batch));
+}
+
+void RecomputeArgs(const Unit& u, std::vector<std::string>& args) {
+  if (u.recompute == Recompute::kFull) {
+    args.push_back("--recompute-granularity full");
+    args.push_back("--recompute-method uniform");
+    args.push_back("--recompute-num-layers 1");
+  } else if (u.recompute == Recompute::kSelective) {
+    args.push_back("--recompute-granularity selective");
+  }
+}
+
+// Reasons a unit cannot be one Megatron-LM rank grid.
+void UnitObstacles(const Unit& u, const Plan& plan, std::vector<std::string>& why) {
+  if (u.pipelines.size() != 1) {
+    why.push_back(fmt::format("unit {} runs {} pipeline templates of different depths as data-parallel replicas "
+                              "(Oobleck); Megatron-LM replicas are identical",
+                              u.name, u.pipelines.size()));
+  }
+  if (u.sm_fraction < 1) why.push_back("it gives a unit a fraction of each GPU's SMs (Green Contexts)");
+  if (u.zero_stage > 1) {
+    why.push_back(fmt::format("it uses ZeRO stage {}; Megatron-LM's distributed optimizer shards optimizer state "
+                              "only (stage 1)",
+                              u.zero_stage));
+  }
+  for (const auto& p : u.pipelines) {
+    // Without a pipeline, sequences shared inside a group are data parallelism (EffectiveDp).
+    if (u.tp * u.cp != plan.group_gpus && p.pp > 1) {
+      why.push_back(fmt::format("unit {} shares sequences inside each pipeline stage's GPU group instead of splitting "
+                                "every module by TP; Megatron-LM's data-parallel replicas are whole pipelines",
+                                u.name));
     }
-    if (u.tp * u.cp != plan.group_gpus) {
-      why.push_back("it shares sequences inside a GPU group instead of splitting every module by TP");
+    if (!p.rank_groups.empty() && p.groups() != p.pp) {
+      why.push_back("its pipeline ranks span different GPU counts; Megatron-LM gives every stage the same");
     }
-    for (const auto& p : u.pipelines) {
-      if (!p.rank_groups.empty() && p.groups() != p.pp) {
-        why.push_back("its pipeline ranks span different GPU counts; Megatron-LM gives every stage the same");
+    if (p.schedule == ScheduleKind::kCustom) {
+      why.push_back("it runs a custom per-batch order; Megatron-LM's schedules are 1F1B and interleaved 1F1B "
+                    "(export the order for PyTorch instead: `loom simulate --plan ... --export-pytorch-csv`)");
+    }
+    if (p.vpp() > 1 && p.pp < 2) {
+      why.push_back(fmt::format("it interleaves {} chunks on a single pipeline rank; Megatron-LM interleaves only "
+                                "across pipeline ranks (pipeline parallel size >= 2)",
+                                p.vpp()));
+    }
+    for (size_t s = 0; s < p.stages.size(); ++s) {
+      if (p.stages[s].rank != static_cast<int>(s) % p.pp) {
+        why.push_back(fmt::format("stage {} is on rank {}; Megatron-LM puts virtual stage v on rank v mod pp", s,
+                                  p.stages[s].rank));
+        break;
       }
-      if (p.schedule == ScheduleKind::kCustom) {
-        why.push_back("it runs a custom per-batch order; Megatron-LM's schedules are gpipe-like, 1f1b, interleaved");
+    }
+    for (const auto& st : p.stages) {
+      if (st.tp > 0 && st.tp != u.tp) {
+        why.push_back("a stage runs its own tensor-parallel degree; Megatron-LM uses one for every stage");
+        break;
       }
-      for (const auto& st : p.stages) {
-        if (st.tp > 0 && st.tp != u.tp) {
-          why.push_back("a stage runs its own tensor-parallel degree; Megatron-LM uses one for every stage");
-          break;
-        }
+    }
+  }
+}
+
+// The backbone's layers of one stage in Megatron's layout symbols: E the
+// embedding, t a decoder layer, L the output layer and loss. Empty string and
+// a reason when a layer has no symbol.
+std::string StageLayout(const StageSpec& stage, const Model& model, const std::string& backbone, std::string* why) {
+  std::string out;
+  int run = 0;
+  auto flush = [&] {
+    if (run == 1) out += "t";
+    if (run > 1) out += fmt::format("t*{}", run);
+    run = 0;
+  };
+  for (const auto& r : stage.layers) {
+    if (r.module != backbone) continue;
+    const Module& m = model.modules[model.FindModule(r.module)];
+    for (int l = r.begin; l < r.end; ++l) {
+      switch (m.layers[l].kind) {
+        case LayerKind::kTransformer: ++run; break;
+        case LayerKind::kEmbedding: flush(); out += "E"; break;
+        case LayerKind::kLmHead: flush(); out += "L"; break;
+        default:
+          *why = fmt::format("{} layer {} is a {}, which Megatron-LM's GPT layout has no symbol for", r.module, l,
+                             LayerKindName(m.layers[l].kind));
+          return "";
       }
+    }
+  }
+  flush();
+  return out;
+}
+
+MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
+  MegatronExport e;
+  std::vector<std::string> why, notes;
+  const Unit& u = plan.units[0];
+  UnitObstacles(u, plan, why);
+  int backbone = -1;
+  for (size_t i = 0; i < model.modules.size(); ++i) {
+    if (model.modules[i].role == ModuleRole::kBackbone) backbone = static_cast<int>(i);
+  }
+  if (backbone < 0) why.push_back("the model has no backbone module (an LLM) for Megatron-LM's GPT/LLaVA models");
+  for (size_t i = 0; backbone >= 0 && i < model.modules.size(); ++i) {
+    if (static_cast<int>(i) > backbone && model.modules[i].role != ModuleRole::kBackbone) {
+      why.push_back(fmt::format("{} runs after the LLM (a {}); Megatron-LM's multimodal models end with the LLM",
+                                model.modules[i].name, ModuleRoleName(model.modules[i].role)));
+    }
+  }
+  const PipelineSpec& p = u.pipelines[0];
+  std::string layout;
+  if (why.empty()) {
+    const std::string bb = model.modules[backbone].name;
+    int last_encoder_stage = -1;
+    std::vector<int> empty_stages;
+    for (size_t s = 0; s < p.stages.size(); ++s) {
+      std::string bad;
+      const std::string part = StageLayout(p.stages[s], model, bb, &bad);
+      if (!bad.empty()) {
+        why.push_back(bad);
+        break;
+      }
+      if (part.empty()) empty_stages.push_back(static_cast<int>(s));
+      layout += (s == 0 ? "" : "|") + part;
+      for (const auto& r : p.stages[s].layers) {
+        if (r.module != bb) last_encoder_stage = static_cast<int>(s);
+      }
+    }
+    if (why.empty() && !empty_stages.empty()) {
+      why.push_back(fmt::format("stages {} hold no LLM layer (encoders only); Megatron-LM runs the encoders with the "
+                                "first stage's LLM layers and cannot give them stages of their own (the "
+                                "--encoder-pipeline-model-parallel-size that did was removed in July 2025)",
+                                fmt::join(empty_stages, ", ")));
+    } else if (last_encoder_stage > 0) {
+      notes.push_back(fmt::format("the plan spreads the encoders over stages 0..{}; Megatron-LM runs every encoder "
+                                  "and projector with the first pipeline stage, so that stage will be heavier than "
+                                  "planned (a layout with fewer LLM layers there balances it)",
+                                  last_encoder_stage));
+    }
+    if (p.schedule == ScheduleKind::kZbH1) {
+      notes.push_back("the plan runs ZB-H1 (split backward); Megatron-LM will run 1F1B, with the larger bubble");
     }
   }
   if (!why.empty()) {
     e.notes = "Megatron-LM cannot express this plan: " + fmt::format("{}", fmt::join(why, "; ")) + ".";
     return e;
   }
-  const Unit& u = plan.units[0];
-  const PipelineSpec& p = u.pipelines[0];
-  const int dp = p.replicas;
-  const int64_t mbs = plan.global_batch / (static_cast<int64_t>(dp) * p.microbatches);
   std::vector<std::string> a;
   a.push_back(fmt::format("--tensor-model-parallel-size {}", u.tp));
   a.push_back(fmt::format("--pipeline-model-parallel-size {}", p.pp));
+  if (p.stages.size() > 1) a.push_back(fmt::format("--pipeline-model-parallel-layout \"{}\"", layout));
   if (u.cp > 1) a.push_back(fmt::format("--context-parallel-size {}", u.cp));
-  if (p.vpp() > 1) {
-    a.push_back(fmt::format("--num-layers-per-virtual-pipeline-stage {}",
-                            model.num_layers() / static_cast<int>(p.stages.size())));
-  }
-  a.push_back(fmt::format("--micro-batch-size {}", mbs));
-  a.push_back(fmt::format("--global-batch-size {}", plan.global_batch));
-  if (u.recompute == Recompute::kFull) {
-    a.push_back("--recompute-granularity full");
-    a.push_back("--recompute-method uniform");
-    a.push_back("--recompute-num-layers 1");
-  } else if (u.recompute == Recompute::kSelective) {
-    a.push_back("--recompute-granularity selective");
-  }
+  if (u.tp > 1 && u.sequence_parallel) a.push_back("--sequence-parallel");
+  BatchArgs(plan, EffectiveDp(u, plan), p.microbatches, a);
+  RecomputeArgs(u, a);
   if (u.zero_stage == 1) a.push_back("--use-distributed-optimizer");
   a.push_back("--overlap-grad-reduce");
+  FreezeArgs(model, a, notes);
   e.expressible = true;
   e.args = fmt::format("{}", fmt::join(a, " \\\n  "));
-  // Stage contents: Megatron-LM splits the decoder evenly and puts encoders in
-  // their own first stages; list the plan's stages so a user can check.
-  std::vector<std::string> notes;
-  std::set<std::string> split_modules;
+  std::string stages;
   for (size_t s = 0; s < p.stages.size(); ++s) {
     std::string label;
     for (const auto& r : p.stages[s].layers) {
       label += fmt::format("{}{}[{}:{}]", label.empty() ? "" : "+", r.module, r.begin, r.end);
     }
-    notes.push_back(fmt::format("stage {} (rank {}): {}", s, p.stages[s].rank, label));
+    stages += fmt::format("\n  stage {} (rank {}): {}", s, p.stages[s].rank, label);
   }
-  e.notes = "Microbatches per iteration: " + std::to_string(p.microbatches) + " per replica, data parallel " +
-            std::to_string(dp) + ".\nThe plan's stages (Megatron-LM places whole encoders on the first pipeline "
-            "stages and splits the backbone evenly; set --decoder-first-pipeline-num-layers / "
-            "--decoder-last-pipeline-num-layers where your version has them to match):\n  " +
-            fmt::format("{}", fmt::join(notes, "\n  "));
+  e.notes = fmt::format("For {}. {} microbatches per replica, data parallel {}{}.{}\nThe plan's stages (the layout "
+                        "above: E embedding, t decoder layer, L output layer and loss; virtual stage v on rank v mod "
+                        "{}):{}",
+                        kLayoutVersion, p.microbatches, EffectiveDp(u, plan), p.vpp() > 1 ? fmt::format(", {} virtual stages per rank", p.vpp()) : "",
+                        notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".",
+                        p.pp, stages);
   return e;
+}
+
+// Encoders on one rank grid, the LLM on another (MMScale, DistMM, DistTrain):
+// the MIMO example's arguments.
+MegatronExport ExportMimo(const Plan& plan, const Model& model) {
+  MegatronExport e;
+  std::vector<std::string> why, notes;
+  int llm = -1;
+  for (size_t i = 0; i < plan.units.size(); ++i) {
+    for (const auto& name : plan.units[i].modules) {
+      if (model.modules[model.FindModule(name)].role == ModuleRole::kBackbone) llm = static_cast<int>(i);
+    }
+  }
+  if (plan.units.size() != 2 || llm < 0) {
+    why.push_back(fmt::format("it has {} units on separate GPUs or phases; Megatron-LM runs one grid for every "
+                              "module, or (MIMO) one for the encoders and one for the LLM",
+                              plan.units.size()));
+  }
+  if (why.empty()) {
+    const Unit& enc = plan.units[1 - llm];
+    const Unit& lm = plan.units[llm];
+    for (const Unit* u : {&enc, &lm}) UnitObstacles(*u, plan, why);
+    for (const auto& name : enc.modules) {
+      if (model.modules[model.FindModule(name)].role == ModuleRole::kBackbone) why.push_back("both units hold an LLM");
+    }
+    for (const auto& name : lm.modules) {
+      if (model.modules[model.FindModule(name)].role != ModuleRole::kBackbone) {
+        why.push_back(fmt::format("{} shares the LLM's grid; MIMO's LLM grid holds the LLM alone", name));
+      }
+    }
+    if (enc.phase != lm.phase) why.push_back("its units take turns on the same GPUs (temporal phases)");
+    if (why.empty() && enc.pipelines[0].pp > 1) {
+      why.push_back(fmt::format("the encoders are pipelined over {} ranks; MIMO's encoder grid has TP and DP only",
+                                enc.pipelines[0].pp));
+    }
+    if (why.empty()) {
+      const PipelineSpec& ep = enc.pipelines[0];
+      const PipelineSpec& lp = lm.pipelines[0];
+      std::vector<std::string> a;
+      a.push_back(fmt::format("--encoder-tp {}", enc.tp));
+      a.push_back(fmt::format("--encoder-dp {}", EffectiveDp(enc, plan)));
+      a.push_back(fmt::format("--llm-offset {}", lm.first_group * plan.group_gpus));
+      a.push_back(fmt::format("--llm-tp {}", lm.tp));
+      a.push_back(fmt::format("--llm-pp {}", lp.pp));
+      a.push_back(fmt::format("--llm-dp {}", EffectiveDp(lm, plan)));
+      BatchArgs(plan, EffectiveDp(lm, plan), lp.microbatches, a);
+      RecomputeArgs(lm, a);
+      FreezeArgs(model, a, notes);
+      if (ep.microbatches != lp.microbatches) {
+        notes.push_back(fmt::format("the encoders run {} microbatches per replica and the LLM {}; MIMO hands each "
+                                    "LLM microbatch its encoder outputs as they come",
+                                    ep.microbatches, lp.microbatches));
+      }
+      e.expressible = true;
+      e.args = fmt::format("{}", fmt::join(a, " \\\n  "));
+      e.notes = fmt::format("For {}. Encoders ({}) on GPUs {}..{}, the LLM on GPUs {}..{}.{}", kMimoVersion,
+                            fmt::join(enc.modules, ", "), enc.first_group * plan.group_gpus,
+                            (enc.first_group + enc.num_groups()) * plan.group_gpus - 1,
+                            lm.first_group * plan.group_gpus,
+                            (lm.first_group + lm.num_groups()) * plan.group_gpus - 1,
+                            notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".");
+      return e;
+    }
+  }
+  e.notes = "Megatron-LM cannot express this plan: " + fmt::format("{}", fmt::join(why, "; ")) + ".";
+  return e;
+}
+
+}  // namespace
+
+MegatronExport ExportMegatron(const Plan& plan, const Model& model) {
+  if (plan.units.empty()) return {false, "", "Megatron-LM cannot express this plan: it has no units."};
+  return plan.units.size() == 1 ? ExportOneGrid(plan, model) : ExportMimo(plan, model);
 }
 
 std::string FormatMegatronExport(const std::string& strategy, const MegatronExport& e) {

@@ -30,6 +30,11 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
     throw Error(fmt::format("pp ({}) x vpp ({}) = {} stages but {} has only {} layers", pp, vpp, pp * vpp, model.name,
                             model.num_layers()));
   }
+  if (vpp > 1 && pp < 2) {
+    throw Error(fmt::format("--vpp {} needs --pp >= 2: Megatron-LM interleaves model chunks across pipeline ranks, "
+                            "and refuses virtual stages on a single rank",
+                            vpp));
+  }
   if (vpp > 1 && schedule != ScheduleKind::kInterleaved) {
     throw Error(fmt::format("--vpp {} needs --schedule interleaved", vpp));
   }
