@@ -117,6 +117,18 @@ void UnitObstacles(const Unit& u, const Plan& plan, std::vector<std::string>& wh
   }
 }
 
+// "0..7, 9" for ascending stage indices.
+std::string Ranges(const std::vector<int>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + (j > i ? fmt::format("{}..{}", v[i], v[j]) : std::to_string(v[i]));
+    i = j + 1;
+  }
+  return out;
+}
+
 // The backbone's layers of one stage in Megatron's layout symbols: E the
 // embedding, t a decoder layer, L the output layer and loss. Empty string and
 // a reason when a layer has no symbol.
@@ -186,7 +198,7 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
       why.push_back(fmt::format("stages {} hold no LLM layer (encoders only); Megatron-LM runs the encoders with the "
                                 "first stage's LLM layers and cannot give them stages of their own (the "
                                 "--encoder-pipeline-model-parallel-size that did was removed in July 2025)",
-                                fmt::join(empty_stages, ", ")));
+                                Ranges(empty_stages)));
     } else if (last_encoder_stage > 0) {
       notes.push_back(fmt::format("the plan spreads the encoders over stages 0..{}; Megatron-LM runs every encoder "
                                   "and projector with the first pipeline stage, so that stage will be heavier than "
