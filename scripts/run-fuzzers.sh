@@ -21,7 +21,7 @@ seed() {  # seed NAME FILES...: copies files into the harness's corpus
   mkdir -p "$corpus/$name"
   for f in "$@"; do [ -f "$f" ] && cp "$f" "$corpus/$name/seed-$(basename "$(dirname "$f")")-$(basename "$f")"; done
 }
-seed model_yaml_fuzzer "$src"/src/loom/spec/zoo/*.yaml "$src"/examples/my-vlm.yaml "$src"/examples/runtime/*vlm*.yaml \
+seed model_yaml_fuzzer "$src"/examples/hf/*/config.json "$src"/src/loom/spec/zoo/*.yaml "$src"/examples/my-vlm.yaml "$src"/examples/runtime/*vlm*.yaml \
   "$src"/examples/runtime/mosaic-encoders.yaml "$src"/examples/mosaic/*.yaml "$src"/tests/data/runtime/tiny-*.yaml
 seed cluster_fuzzer "$src"/examples/lab-cluster.yaml "$src"/examples/runtime/*gpus.yaml "$src"/examples/runtime/one-h100.yaml
 for shape in h100:2x8 a40:16x4 h800:1x1 mmscale-cluster entrain-64; do

@@ -1,5 +1,4 @@
 #include "loom/spec/model.h"
-#include "loom/path_kind.h"
 
 #include <fmt/format.h>
 
@@ -7,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "loom/path_kind.h"
+#include "loom/spec/hf_config.h"
 #include "loom/spec/yaml_reader.h"
 #include "loom/spec/zoo.h"
 
@@ -253,6 +254,14 @@ const char* WidthKey(const Layer& l) {
 }
 
 Model Loader::Parse(const std::string& text, const std::string& file) {
+  // A Hugging Face config.json: its translation into model YAML (spec/hf_config.h),
+  // named after its folder (`Qwen2-VL-7B/config.json`) or else its file.
+  if (LooksLikeHfConfig(text)) {
+    const std::filesystem::path p(file);
+    std::string name = p.stem().string();
+    if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();
+    return Parse(HfConfigToModelYaml(text, file, name), file + " (as Loom model YAML)");
+  }
   YAML::Node root = ParseYaml(text, file);
   if (!root.IsDefined() || root.IsNull()) {
     throw Error(fmt::format("{}: empty model spec; expected fields model, modules", file));

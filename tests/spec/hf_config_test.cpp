@@ -1,0 +1,165 @@
+// Hugging Face config.json files as models (issue 22): configs written here
+// in the shape the published models ship (fields as on the Hub; no
+// download), loaded as any MODEL is, and their parameter counts checked
+// against the counts the model cards publish. Loom counts no biases or norm
+// weights, so it may fall short by a little: 0.5% is the bar.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "loom/cost/layer_work.h"
+#include "loom/spec/hf_config.h"
+#include "loom/spec/model.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+int64_t Params(const Model& m) {
+  int64_t n = 0;
+  for (const auto& mod : m.modules) {
+    for (const auto& l : mod.layers) n += LayerParams(l);
+  }
+  return n;
+}
+
+std::string WriteConfig(const std::string& folder, const std::string& json) {
+  const auto dir = std::filesystem::temp_directory_path() / "loom_tests" / "hf" / folder;
+  std::filesystem::create_directories(dir);
+  return test::WriteTemp("hf/" + folder + "/config.json", json);
+}
+
+struct Published {
+  const char* folder;
+  const char* json;
+  double params;  // the model card's count
+  std::vector<std::string> modules;
+};
+
+const std::vector<Published>& Models() {
+  static const std::vector<Published> m = {
+      {"Meta-Llama-3-8B",
+       R"({"architectures": ["LlamaForCausalLM"], "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu",
+           "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
+           "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+           "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 500000.0,
+           "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 128256})",
+       8.03e9, {"llm"}},
+      {"Mistral-7B-v0.1",
+       R"({"architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
+           "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+           "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+           "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000})",
+       7.24e9, {"llm"}},
+      {"Qwen2-0.5B",
+       R"({"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 896, "intermediate_size": 4864,
+           "max_position_embeddings": 131072, "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+           "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true,
+           "torch_dtype": "bfloat16", "vocab_size": 151936})",
+       0.494e9, {"llm"}},
+      {"clip-vit-large-patch14",
+       R"({"architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 768,
+           "text_config": {"hidden_size": 768, "intermediate_size": 3072, "max_position_embeddings": 77,
+                           "num_attention_heads": 12, "num_hidden_layers": 12, "vocab_size": 49408, "projection_dim": 768},
+           "vision_config": {"hidden_size": 1024, "image_size": 224, "intermediate_size": 4096, "num_attention_heads": 16,
+                             "num_hidden_layers": 24, "patch_size": 14, "projection_dim": 768}})",
+       0.428e9, {"vision", "text"}},
+      {"siglip-so400m-patch14-384-vision",
+       R"({"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 384, "intermediate_size": 4304,
+           "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14})",
+       0.428e9, {"vision"}},
+      {"whisper-large-v3",
+       R"({"architectures": ["WhisperForConditionalGeneration"], "d_model": 1280, "decoder_attention_heads": 20,
+           "decoder_ffn_dim": 5120, "decoder_layers": 32, "encoder_attention_heads": 20, "encoder_ffn_dim": 5120,
+           "encoder_layers": 32, "max_source_positions": 1500, "max_target_positions": 448, "model_type": "whisper",
+           "num_mel_bins": 128, "vocab_size": 51866})",
+       0.635e9, {"audio"}},  // the encoder's share of the 1.55B
+      {"llava-1.5-7b-hf",
+       R"({"architectures": ["LlavaForConditionalGeneration"], "ignore_index": -100, "image_token_index": 32000,
+           "model_type": "llava", "pad_token_id": 32001, "projector_hidden_act": "gelu",
+           "text_config": {"_name_or_path": "lmsys/vicuna-7b-v1.5", "architectures": ["LlamaForCausalLM"],
+                           "max_position_embeddings": 4096, "model_type": "llama", "rms_norm_eps": 1e-05,
+                           "torch_dtype": "float16", "vocab_size": 32064},
+           "tie_word_embeddings": false, "torch_dtype": "float16",
+           "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096,
+                             "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
+                             "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+           "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "vocab_size": 32064})",
+       7.06e9, {"vision", "projector", "llm"}},
+      {"Qwen2-VL-7B-Instruct",
+       R"({"architectures": ["Qwen2VLForConditionalGeneration"], "hidden_act": "silu", "hidden_size": 3584,
+           "intermediate_size": 18944, "max_position_embeddings": 32768, "model_type": "qwen2_vl",
+           "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+           "rope_theta": 1000000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+           "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3,
+                             "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
+                             "temporal_patch_size": 2},
+           "vocab_size": 152064})",
+       8.29e9, {"vision", "merger", "llm"}},
+  };
+  return m;
+}
+
+TEST(HfConfig, PublishedModelsLoadWithTheirPublishedParameterCounts) {
+  for (const auto& p : Models()) {
+    SCOPED_TRACE(p.folder);
+    const std::string path = WriteConfig(p.folder, p.json);
+    const Model m = LoadModel(path);
+    EXPECT_EQ(m.name, p.folder);  // named after its folder
+    std::vector<std::string> names;
+    for (const auto& mod : m.modules) names.push_back(mod.name);
+    EXPECT_EQ(names, p.modules);
+    const double n = static_cast<double>(Params(m));
+    EXPECT_NEAR(n / p.params, 1.0, 0.005) << n;
+  }
+}
+
+// The zoo's hand-written YAML for the same models agrees with the configs' translation.
+TEST(HfConfig, TranslationsMatchTheZoosHandWrittenModels) {
+  const std::vector<std::pair<std::string, std::string>> same = {
+      {"Meta-Llama-3-8B", "llama3-8b"}, {"clip-vit-large-patch14", "clip-vit-l"},
+      {"siglip-so400m-patch14-384-vision", "siglip"}, {"whisper-large-v3", "whisper-encoder"}};
+  for (const auto& [folder, zoo] : same) {
+    SCOPED_TRACE(folder);
+    for (const auto& p : Models()) {
+      if (p.folder != folder) continue;
+      EXPECT_EQ(Params(LoadModel(WriteConfig(p.folder, p.json))), Params(LoadModel(zoo)));
+    }
+  }
+}
+
+TEST(HfConfig, ItWorksAnywhereAModelIsTaken) {
+  // `from:` a config.json, relative to the including file.
+  WriteConfig("Qwen2-0.5B", Models()[2].json);
+  const std::string spec = test::WriteTemp("hf/with-from.yaml",
+                                           "model: m\nmodules:\n  - name: llm\n    from: Qwen2-0.5B/config.json\n");
+  const Model m = LoadModel(spec);
+  ASSERT_EQ(m.modules.size(), 1u);
+  EXPECT_NEAR(static_cast<double>(Params(m)) / 0.494e9, 1.0, 0.005);
+}
+
+TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {
+  test::ExpectError([] { LoadModel(WriteConfig("mamba", R"({"model_type": "mamba", "hidden_size": 768})")); },
+                    {"config.json: model_type: 'mamba' is not an architecture Loom reads", "valid: llama, mistral"});
+  test::ExpectError([] { LoadModel(WriteConfig("noname", R"({"architectures": ["X"], "hidden_size": 768})")); },
+                    {"config.json: model_type: missing"});
+  test::ExpectError(
+      [] { LoadModel(WriteConfig("badfield", R"({"model_type": "llama", "hidden_size": "big"})")); },
+      {"config.json: hidden_size: expected an integer from 1 to 16777216, got \"big\""});
+  test::ExpectError(
+      [] {
+        LoadModel(WriteConfig("badtext", R"({"model_type": "llava", "text_config": {"model_type": "gpt_neox"}})"));
+      },
+      {"text_config.model_type: unknown language model 'gpt_neox'"});
+  test::ExpectError(
+      [] {
+        LoadModel(WriteConfig("headdim", R"({"model_type": "qwen3", "hidden_size": 1024, "num_attention_heads": 16,
+                                             "head_dim": 128})"));
+      },
+      {"head_dim 128 x num_attention_heads 16 is not hidden_size 1024"});
+  EXPECT_FALSE(LooksLikeHfConfig("model: m\nmodules: []\n"));
+  EXPECT_TRUE(LooksLikeHfConfig(" {\"model_type\": \"llama\"}"));
+}
+
+}  // namespace
+}  // namespace loom
