@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   coinor-libcbc-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
+  pybind11-dev python3-dev python3-torch
 )
 for flag in "$@"; do
   case "$flag" in

@@ -157,6 +157,9 @@ TEST(MegatronLayout, ConfigurationErrorsNameTheFactors) {
   test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:1x8"), w); }, {"global batch (8)", "microbatches (3)"});
   cfg.microbatches = 1;
   cfg.vpp = 2;
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:1x8"), w); }, {"--vpp 2 needs --pp >= 2"});
+  cfg.tp = 4;
+  cfg.pp = 2;
   test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:1x8"), w); }, {"needs --schedule interleaved"});
 }
 

@@ -163,11 +163,11 @@ PtSchedule ParsePytorchCsv(const std::string& text, const std::string& file) {
     for (int column = 1; c0 <= row.size(); ++column) {
       size_t c1 = row.find(',', c0);
       if (c1 == std::string::npos) c1 = row.size();
-      std::string v = row.substr(c0, c1 - c0);
+      const std::string raw = row.substr(c0, c1 - c0);
       c0 = c1 + 1;
-      v.erase(0, v.find_first_not_of(" \t"));
-      v.erase(v.find_last_not_of(" \t") + 1);
-      if (v.empty()) continue;  // a bubble
+      const size_t first = raw.find_first_not_of(" \t");
+      if (first == std::string::npos) continue;  // a bubble
+      const std::string v = raw.substr(first, raw.find_last_not_of(" \t") - first + 1);
       std::smatch mt;
       if (!std::regex_match(v, mt, cell)) {
         throw Error(fmt::format("{}:{}:{}: cell '{}': expected STAGE TYPE MICROBATCH, TYPE one of F, B, I, W, SEND_F, "

@@ -1,0 +1,196 @@
+// The `loom` Python module's native half (`loom._loom`, pybind11): planning,
+// simulating and the per-batch schedulers, for python/loom/__init__.py's
+// `plan`, `simulate` and `LoomBatchSampler`. Values cross as JSON text and
+// plain lists, so the Python side needs nothing of Loom's types; every
+// loom::Error becomes a Python ValueError with the same message.
+#include <fmt/format.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loom/cost/cost_model.h"
+#include "loom/data/jsonl_source.h"
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/pipeline/schedules.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/comparison.h"
+#include "loom/session/training_session.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+#include "loom/strategies/baselines/megatron_config.h"
+#include "loom/strategies/registry.h"
+#include "loom/strategies/strategy.h"
+
+namespace py = pybind11;
+
+namespace {
+
+// As the CLI's --profile: default (the GPU's shipped measured profile), roofline, or a profile file.
+loom::Cluster LoadClusterWith(const std::string& name, const std::string& profile) {
+  loom::Cluster c = loom::LoadCluster(name);
+  loom::ApplyCostModel(c, profile);
+  return c;
+}
+
+loom::Workload MakeWorkload(const loom::Model& model, const std::optional<std::string>& workload,
+                            std::optional<int64_t> global_batch) {
+  loom::Workload w = workload ? loom::LoadWorkload(*workload) : loom::DefaultWorkload(model);
+  if (global_batch) {
+    if (*global_batch < 1 || *global_batch > loom::kMaxGlobalBatch) {
+      throw loom::Error(fmt::format("global_batch: must be 1..{}, got {}", loom::kMaxGlobalBatch, *global_batch));
+    }
+    w.global_batch = *global_batch;
+  }
+  return w;
+}
+
+std::vector<std::string> SplitNames(const std::string& strategies) {
+  if (strategies == "all") return loom::StrategyNames();
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= strategies.size()) {
+    size_t e = strategies.find(',', b);
+    if (e == std::string::npos) e = strategies.size();
+    out.push_back(strategies.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
+}
+
+// `loom plan`: every strategy's plan, simulated on `iterations` batches; the
+// comparison as `loom plan --json` writes it.
+std::string Plan(const std::string& model_name, const std::string& cluster_name,
+                 const std::optional<std::string>& workload, std::optional<int64_t> global_batch,
+                 const std::string& strategies, int iterations, const std::string& profile) {
+  const loom::Model model = loom::LoadModel(model_name);
+  const loom::Cluster cluster = LoadClusterWith(cluster_name, profile);
+  const loom::Workload w = MakeWorkload(model, workload, global_batch);
+  const loom::Comparison cmp = loom::CompareStrategies(model, cluster, w, SplitNames(strategies), iterations, {}, {});
+  return loom::ComparisonJson(cmp).dump();
+}
+
+// `loom simulate`: the Megatron-LM layout of the flags, iteration 0.
+std::string Simulate(const std::string& model_name, const std::string& cluster_name, int tp, int pp, int dp, int cp,
+                     int vpp, int microbatches, const std::string& schedule, const std::string& recompute,
+                     const std::optional<std::string>& workload, std::optional<int64_t> global_batch,
+                     const std::string& profile) {
+  const loom::Model model = loom::LoadModel(model_name);
+  const loom::Cluster cluster = LoadClusterWith(cluster_name, profile);
+  const loom::Workload w = MakeWorkload(model, workload, global_batch);
+  loom::ParallelConfig cfg;
+  cfg.tp = tp;
+  cfg.pp = pp;
+  cfg.dp = dp;
+  cfg.cp = cp;
+  cfg.vpp = vpp;
+  cfg.microbatches = microbatches;
+  cfg.schedule = loom::ParseScheduleKind(schedule, "schedule");
+  cfg.recompute = loom::ParseRecompute(recompute, "recompute");
+  const loom::PlanRun run = loom::SimulateConfig(model, cluster, w, cfg);
+  const auto& m = run.metrics;
+  return nlohmann::json{{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu}, {"bubble_ratio", m.bubble_ratio},
+                        {"peak_mem_bytes", m.peak_mem_bytes},
+                        {"throughput_samples_per_s", m.throughput_samples_per_s}}
+      .dump();
+}
+
+loom::Batch ParseBatch(const std::vector<std::string>& lines) {
+  loom::Batch b;
+  for (size_t i = 0; i < lines.size(); ++i) b.samples.push_back(loom::ParseJsonlSample(lines[i], fmt::format("samples[{}]", i)));
+  return b;
+}
+
+// A strategy's plan for one representative batch, then its schedule of every
+// later batch (the state a strategy keeps between batches is kept here).
+class Scheduler {
+ public:
+  Scheduler(const std::string& model, const std::string& cluster, const std::string& strategy,
+            const std::vector<std::string>& representative, const std::string& precision, const std::string& profile)
+      : model_(loom::LoadModel(model)), cluster_(LoadClusterWith(cluster, profile)), batch_(ParseBatch(representative)) {
+    if (batch_.samples.empty()) throw loom::Error("representative: give at least one sample");
+    workload_ = loom::DefaultWorkload(model_);
+    workload_.name = "python";
+    workload_.global_batch = static_cast<int64_t>(batch_.samples.size());
+    bool known = false;
+    for (loom::Precision p : {loom::Precision::kBf16, loom::Precision::kFp16, loom::Precision::kTf32,
+                              loom::Precision::kFp32}) {
+      if (precision == loom::PrecisionName(p)) workload_.precision = p, known = true;
+    }
+    if (!known) throw loom::Error(fmt::format("precision: '{}'; valid: bf16, fp16, tf32, fp32", precision));
+    context_ = std::make_unique<loom::StrategyContext>(loom::StrategyContext{model_, cluster_, workload_, batch_, {}});
+    result_ = loom::RunStrategy(strategy, *context_);
+    session_ = std::make_unique<loom::TrainingSession>(*context_, strategy, result_.plan);
+  }
+
+  std::string plan_json() const { return loom::PlanToJson(result_.plan).dump(); }
+
+  // {"microbatches": [[positions in the batch]...], "replicas": [[[...]]] or absent,
+  //  "deferred": [...], "predicted_iteration_time_s": t}
+  py::dict Schedule(const std::vector<std::string>& lines, int64_t iteration) {
+    const loom::Batch batch = ParseBatch(lines);
+    if (batch.samples.size() != batch_.samples.size()) {
+      throw loom::Error(fmt::format("batch: {} samples, the plan's global batch is {}", batch.samples.size(),
+                                    batch_.samples.size()));
+    }
+    const loom::BatchOutcome out = session_->Step(batch, iteration);
+    py::dict d;
+    std::vector<std::vector<int>> mbs;
+    std::vector<int> deferred;
+    if (out.schedule) {
+      mbs = out.schedule->microbatch_samples;
+      deferred = out.schedule->deferred;
+      for (const auto& [unit, replicas] : out.schedule->replica_microbatch_samples) {
+        d["replicas"] = replicas;  // the units share one placement of samples on replicas
+        (void)unit;
+      }
+    } else {  // a static plan: the loader's order, cut into its microbatches
+      const int m = result_.plan.units[0].pipelines[0].microbatches;
+      const int per = static_cast<int>(batch.samples.size()) / m;
+      for (int k = 0; k < m; ++k) {
+        mbs.emplace_back();
+        for (int x = k * per; x < (k + 1) * per; ++x) mbs.back().push_back(x);
+      }
+    }
+    d["microbatches"] = mbs;
+    d["deferred"] = deferred;
+    d["predicted_iteration_time_s"] = out.run.metrics.iteration_time_s;
+    return d;
+  }
+
+ private:
+  loom::Model model_;
+  loom::Cluster cluster_;
+  loom::Workload workload_;
+  loom::Batch batch_;
+  std::unique_ptr<loom::StrategyContext> context_;
+  loom::StrategyResult result_;
+  std::unique_ptr<loom::TrainingSession> session_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_loom, m) {
+  m.doc() = "Loom's planner, simulator and per-batch schedulers (the native half of the `loom` package)";
+  py::register_exception<loom::Error>(m, "LoomError", PyExc_ValueError);
+  m.def("plan", &Plan, py::arg("model"), py::arg("cluster"), py::arg("workload") = std::nullopt,
+        py::arg("global_batch") = std::nullopt, py::arg("strategies") = "all", py::arg("iterations") = 1,
+        py::arg("profile") = "default");
+  m.def("simulate", &Simulate, py::arg("model"), py::arg("cluster"), py::arg("tp") = 1, py::arg("pp") = 1,
+        py::arg("dp") = 1, py::arg("cp") = 1, py::arg("vpp") = 1, py::arg("microbatches") = 1,
+        py::arg("schedule") = "1f1b", py::arg("recompute") = "none", py::arg("workload") = std::nullopt,
+        py::arg("global_batch") = std::nullopt, py::arg("profile") = "default");
+  m.def("strategies", [] { return loom::StrategyNames(); });
+  py::class_<Scheduler>(m, "Scheduler")
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&,
+                    const std::string&, const std::string&>(),
+           py::arg("model"), py::arg("cluster"), py::arg("strategy"), py::arg("representative"),
+           py::arg("precision") = "bf16", py::arg("profile") = "default")
+      .def("plan_json", &Scheduler::plan_json)
+      .def("schedule", &Scheduler::Schedule, py::arg("batch"), py::arg("iteration"));
+}
