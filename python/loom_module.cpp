@@ -19,6 +19,7 @@
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/plan_json.h"
 #include "loom/report/comparison.h"
+#include "loom/report/simulation_report.h"
 #include "loom/session/training_session.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -93,11 +94,7 @@ std::string Simulate(const std::string& model_name, const std::string& cluster_n
   cfg.schedule = loom::ParseScheduleKind(schedule, "schedule");
   cfg.recompute = loom::ParseRecompute(recompute, "recompute");
   const loom::PlanRun run = loom::SimulateConfig(model, cluster, w, cfg);
-  const auto& m = run.metrics;
-  return nlohmann::json{{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu}, {"bubble_ratio", m.bubble_ratio},
-                        {"peak_mem_bytes", m.peak_mem_bytes},
-                        {"throughput_samples_per_s", m.throughput_samples_per_s}}
-      .dump();
+  return loom::PlanMetricsJson(run.metrics).dump();
 }
 
 loom::Batch ParseBatch(const std::vector<std::string>& lines) {

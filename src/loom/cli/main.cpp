@@ -988,9 +988,9 @@ int main(int argc, char** argv) {
       if (!sim_export_csv.empty()) lines += ExportPytorchCsv(first, sim_export_csv, sim_csv_comms);
       const auto& m = first.metrics;
       const double mean_s = sum_s / static_cast<double>(file.batches.size());
-      nlohmann::json j = {{"iteration_time_s", mean_s}, {"mfu", m.mfu},
-                          {"bubble_ratio", m.bubble_ratio}, {"peak_mem_bytes", m.peak_mem_bytes},
-                          {"throughput_samples_per_s", m.throughput_samples_per_s}, {"batches", batches}};
+      nlohmann::json j = loom::PlanMetricsJson(m);
+      j["iteration_time_s"] = mean_s;
+      j["batches"] = batches;
       std::cout << (sim_json ? j.dump(2) + "\n"
                              : fmt::format("plan {} ({}): {:.3f} s per iteration over {} batch(es); batch {}: MFU "
                                            "{:.1f}%, bubble {:.1f}%, peak {} per GPU\n{}",
@@ -1031,10 +1031,7 @@ int main(int argc, char** argv) {
       if (!sim_export_csv.empty()) exported = ExportPytorchCsv(run, sim_export_csv, sim_csv_comms);
       const auto& m = run.metrics;
       if (sim_json) {
-        nlohmann::json j = {{"iteration_time_s", m.iteration_time_s}, {"mfu", m.mfu},
-                            {"bubble_ratio", m.bubble_ratio}, {"peak_mem_bytes", m.peak_mem_bytes},
-                            {"throughput_samples_per_s", m.throughput_samples_per_s}};
-        std::cout << j.dump(2) << "\n";
+        std::cout << loom::PlanMetricsJson(m).dump(2) << "\n";
       } else {
         std::cout << loom::FormatPlanRun(run, model, workload,
                                          fmt::format("tp {} pp {} dp {} cp {} vpp {}, {} microbatches{}", cfg.tp,

@@ -48,4 +48,12 @@ std::string FormatPlanRun(const PlanRun& run, const Model& model, const Workload
   return out;
 }
 
+nlohmann::json PlanMetricsJson(const PlanMetrics& m) {
+  return {{"iteration_time_s", m.iteration_time_s},
+          {"mfu", m.mfu},
+          {"bubble_ratio", m.bubble_ratio},
+          {"peak_mem_bytes", m.peak_mem_bytes},
+          {"throughput_samples_per_s", m.throughput_samples_per_s}};
+}
+
 }  // namespace loom
