@@ -92,9 +92,12 @@ class LoomModule(unittest.TestCase):
         self.assertEqual([i for b in batches for i in b], order[:48])  # megatron keeps the order
 
     def test_reordering_strategies_regroup_every_sample_once(self):
-        batches, order = self.check_partition("mmscale", False)
-        flat = [i for b in batches for i in b]
-        self.assertEqual(sorted(flat), sorted(order[:48]))
+        # MMScale's reordering and PipeWeaver's per-batch (woven) schedule.
+        for strategy in ("mmscale", "pipeweaver"):
+            with self.subTest(strategy=strategy):
+                batches, order = self.check_partition(strategy, False)
+                flat = [i for b in batches for i in b]
+                self.assertEqual(sorted(flat), sorted(order[:48]))
 
     def test_entrain_assigns_samples_to_replicas(self):
         self.check_partition("entrain", True)
