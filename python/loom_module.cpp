@@ -142,10 +142,9 @@ class Scheduler {
     if (out.schedule) {
       mbs = out.schedule->microbatch_samples;
       deferred = out.schedule->deferred;
-      for (const auto& [unit, replicas] : out.schedule->replica_microbatch_samples) {
-        d["replicas"] = replicas;  // the units share one placement of samples on replicas
-        (void)unit;
-      }
+      // Every unit places the samples on replicas alike (Entrain's DP-level assignment): the first says it.
+      const auto& per_replica = out.schedule->replica_microbatch_samples;
+      if (!per_replica.empty()) d["replicas"] = per_replica.begin()->second;
     } else {  // a static plan: the loader's order, cut into its microbatches
       const int m = result_.plan.units[0].pipelines[0].microbatches;
       const int per = static_cast<int>(batch.samples.size()) / m;

@@ -59,6 +59,8 @@ class LoomBatchSampler(Sampler):
 
     def __init__(self, metadata, model, cluster, strategy, global_batch, iterations=None, seed=0, replica=0,
                  num_replicas=1, precision="bf16", profile="default"):
+        if torch is None:
+            raise ImportError("LoomBatchSampler needs PyTorch (Debian: python3-torch)")
         if global_batch < 1 or global_batch > len(metadata):
             raise ValueError(f"global_batch: must be 1..{len(metadata)} (the dataset's size), got {global_batch}")
         if not 0 <= replica < num_replicas:
@@ -85,15 +87,8 @@ class LoomBatchSampler(Sampler):
     def _batch_indices(self):
         if self._next + self.global_batch > len(self._order):
             self._epoch += 1
-            g = torch.Generator() if torch is not None else None
-            if g is None:
-                import random
-                rng = random.Random(self.seed * 1000003 + self._epoch)
-                self._order = list(range(len(self.lines)))
-                rng.shuffle(self._order)
-            else:
-                g.manual_seed(self.seed * 1000003 + self._epoch)
-                self._order = torch.randperm(len(self.lines), generator=g).tolist()
+            g = torch.Generator().manual_seed(self.seed * 1000003 + self._epoch)
+            self._order = torch.randperm(len(self.lines), generator=g).tolist()
             self._next = 0
         out = self._order[self._next:self._next + self.global_batch]
         self._next += self.global_batch

@@ -1004,22 +1004,18 @@ int main(int argc, char** argv) {
       std::optional<loom::Workload> w = sim_workload.Resolve(&model);
       loom::Workload workload = w ? *w : loom::DefaultWorkload(model);
       const loom::Cluster sim_c = LoadClusterWithProfile(sim_cluster, sim_profile);
-      // --dp left out: what TP x PP x CP leave of the cluster (issue 22).
-      if (app.get_subcommand("simulate")->get_option("--dp")->count() == 0 && cfg.tp > 0 && cfg.pp > 0 && cfg.cp > 0 &&
-          sim_c.num_gpus() % (cfg.tp * cfg.pp * cfg.cp) == 0) {
-        cfg.dp = sim_c.num_gpus() / (cfg.tp * cfg.pp * cfg.cp);
-      }
       std::optional<loom::ImportedPytorchSchedule> imported;
-      if (!sim_import_csv.empty()) {
+      if (!sim_import_csv.empty()) {  // PP, stages per rank and microbatches are the file's
         imported = loom::ImportPytorchSchedule(
             loom::ParsePytorchCsv(loom::ReadTextFile(sim_import_csv), sim_import_csv), sim_import_csv);
         cfg.pp = imported->pp;
         cfg.vpp = imported->num_stages / imported->pp;
         cfg.microbatches = imported->num_microbatches;
-        if (app.get_subcommand("simulate")->get_option("--dp")->count() == 0 &&
-            sim_c.num_gpus() % (cfg.tp * cfg.pp * cfg.cp) == 0) {
-          cfg.dp = sim_c.num_gpus() / (cfg.tp * cfg.pp * cfg.cp);
-        }
+      }
+      // --dp left out: what TP x PP x CP leave of the cluster (issue 22).
+      if (app.get_subcommand("simulate")->get_option("--dp")->count() == 0 && cfg.tp > 0 && cfg.pp > 0 && cfg.cp > 0 &&
+          sim_c.num_gpus() % (cfg.tp * cfg.pp * cfg.cp) == 0) {
+        cfg.dp = sim_c.num_gpus() / (cfg.tp * cfg.pp * cfg.cp);
       }
       loom::PlanRun run = imported ? loom::SimulatePytorchSchedule(model, sim_c, workload, cfg, *imported,
                                                                    sim_import_csv)

@@ -38,16 +38,18 @@ std::unique_ptr<SampleSource> MakeSampleSource(const SourceSpec& spec) {
   return std::make_unique<SyntheticSource>([spec, draw](Rng& rng) { return draw(spec, rng); });
 }
 
-Batch DrawBatch(const Workload& workload, int64_t iteration) {
-  std::unique_ptr<SampleSource> source;
+std::unique_ptr<SampleSource> WorkloadSource(const Workload& workload) {
   try {
-    source = MakeSampleSource(workload.source);
+    return MakeSampleSource(workload.source);
   } catch (const Error& e) {
     if (workload.source.kind != "jsonl") throw;
     // Name the workload file that points at the samples, not only the samples' path.
     throw Error(fmt::format("{}: source.path: {}", workload.source_file, e.what()));
   }
-  return source->Draw(workload.global_batch, workload.seed, iteration);
+}
+
+Batch DrawBatch(const Workload& workload, int64_t iteration) {
+  return WorkloadSource(workload)->Draw(workload.global_batch, workload.seed, iteration);
 }
 
 }  // namespace loom

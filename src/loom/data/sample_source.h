@@ -23,6 +23,11 @@ class SampleSource {
 // The source a workload names. Throws loom::Error for an unreadable JSONL file.
 std::unique_ptr<SampleSource> MakeSampleSource(const SourceSpec& spec);
 
+// The source of `workload`; an unreadable JSONL file is an error naming the
+// workload file that points at it. Made once, it draws many batches without
+// reading the file again.
+std::unique_ptr<SampleSource> WorkloadSource(const Workload& workload);
+
 // Convenience: the global batch of iteration `iteration` of `workload`.
 Batch DrawBatch(const Workload& workload, int64_t iteration);
 

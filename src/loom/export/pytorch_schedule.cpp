@@ -65,8 +65,8 @@ std::string PtActionName(const PtAction& a) {
 PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) {
   PytorchExport out;
   const Schedule& s = exec.schedule;
-  std::set<int> units;
-  for (const auto& st : exec.stages) units.insert(st.unit * 1000 + st.pipeline);
+  std::set<std::pair<int, int>> units;  // (unit, template)
+  for (const auto& st : exec.stages) units.insert({st.unit, st.pipeline});
   if (units.size() != 1) {
     out.notes = fmt::format("the plan runs {} pipelines (units or templates) side by side or in turn; PyTorch's "
                             "pipeline schedules run one pipeline of one model",
@@ -135,7 +135,10 @@ PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) 
 std::string FormatPytorchCsv(const PtSchedule& order) {
   std::string out;
   for (const auto& row : order) {
-    for (size_t i = 0; i < row.size(); ++i) out += (i == 0 ? "" : ",") + PtActionName(row[i]);
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i > 0) out += ',';
+      out += PtActionName(row[i]);
+    }
     out += "\n";
   }
   return out;

@@ -38,7 +38,8 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
   cmp.iterations = iterations;
   // Batch 0 plans; every batch is drawn again when simulated (draws are
   // deterministic), so memory does not grow with --iterations x the batch.
-  const Batch representative = DrawBatch(workload, 0);
+  const std::unique_ptr<SampleSource> source = WorkloadSource(workload);  // a JSONL file is read once
+  const Batch representative = source->Draw(workload.global_batch, workload.seed, 0);
   for (const auto& name : strategies) {
     StrategyOutcome o;
     o.name = name;
@@ -62,7 +63,8 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
       for (int i = 0; i < iterations; ++i) {
         SimOptions opt;
         opt.record_intervals = i == 0;
-        BatchOutcome step = session.Step(i == 0 ? representative : DrawBatch(workload, i), i, opt);
+        BatchOutcome step =
+            session.Step(i == 0 ? representative : source->Draw(workload.global_batch, workload.seed, i), i, opt);
         o.batch_schedule_time_s += step.schedule_time_s / iterations;
         PlanRun& run = step.run;
         const PlanMetrics& m = run.metrics;
