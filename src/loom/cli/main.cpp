@@ -16,6 +16,7 @@
 #include "loom/export/pytorch_schedule.h"
 #include "loom/plan/plan_json.h"
 #include "loom/report/comparison.h"
+#include "loom/report/progress_line.h"
 #include "loom/report/replay_report.h"
 #include "loom/session/failure_replay.h"
 #include "loom/report/html_report.h"
@@ -495,6 +496,14 @@ int main(int argc, char** argv) {
   plan->add_option("--fault-tolerance", compare.fault_tolerance,
                    "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")
       ->check(CLI::Range(0, 1000));
+  plan->add_option("--time-budget", compare.time_budget_s,
+                   "seconds each strategy's search may take; when spent it returns the best plan found so far "
+                   "(default: no limit)")
+      ->check(kPositive);
+  bool exhaustive = false;
+  plan->add_flag("--exhaustive", exhaustive,
+                 "simulate every candidate, even those whose lower bound cannot beat the best plan found "
+                 "(slower; the same best plans; docs/search.md)");
   plan->add_option("--json", plan_json, "write the comparison and every plan as JSON")->check(kFileName);
   plan->add_option("--report", plan_report, "write a self-contained HTML report")->check(kFileName);
   plan->add_option("--trace", plan_trace, "write a Chrome trace (Perfetto) of the best plan's first iteration")->check(kFileName);
@@ -608,9 +617,10 @@ int main(int argc, char** argv) {
           rest = rest.substr(comma + 1);
         }
       }
-      std::function<void(const std::string&)> progress;
+      compare.prune = !exhaustive;
+      std::function<void(const loom::Progress&)> progress;
       if (isatty(STDERR_FILENO)) {
-        progress = [](const std::string& line) { std::cerr << "\r\033[K" << line << std::flush; };
+        progress = [](const loom::Progress& p) { std::cerr << "\r\033[K" << loom::FormatProgress(p) << std::flush; };
       }
       // --run compares each run step with the simulation of the same batch.
       if (plan_run) iterations = std::max(iterations, plan_run_steps);

@@ -20,7 +20,7 @@ double Comparison::SpeedupOverMegatron(int i) const {
 
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
                              const std::vector<std::string>& strategies, int iterations,
-                             const std::function<void(const std::string&)>& progress,
+                             const std::function<void(const Progress&)>& progress,
                              const CompareOptions& options) {
   if (iterations < 1) throw Error(fmt::format("--iterations: must be >= 1, got {}", iterations));
   if (iterations > kMaxIterations) {
@@ -49,6 +49,8 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     ctx.fixed_dp = options.fixed_dp;
     ctx.schedule_budget_s = options.schedule_budget_s;
     ctx.fault_tolerance = options.fault_tolerance;
+    ctx.time_budget_s = options.time_budget_s;
+    ctx.prune = options.prune;
     const auto t0 = std::chrono::steady_clock::now();
     try {
       o.result = RunStrategy(name, ctx);
@@ -57,10 +59,18 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     }
     o.planning_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (o.ok()) {
-      if (progress) progress(fmt::format("{}: simulating {} batches", name, iterations));
+      const auto sim0 = std::chrono::steady_clock::now();
+      double last_progress_s = -1;
       double mfu = 0, bubble = 0, samples = 0, tokens = 0;
       TrainingSession session(ctx, name, o.result.plan);
       for (int i = 0; i < iterations; ++i) {
+        if (progress) {
+          const double elapsed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sim0).count();
+          if (last_progress_s < 0 || elapsed_s - last_progress_s >= 0.1) {
+            last_progress_s = elapsed_s;
+            progress({name + ": batch", i + 1, iterations, elapsed_s});
+          }
+        }
         SimOptions opt;
         opt.record_intervals = i == 0;
         BatchOutcome step =

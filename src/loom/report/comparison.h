@@ -56,6 +56,8 @@ struct CompareOptions {
   int fixed_dp = 0;
   double schedule_budget_s = 1.0;
   int fault_tolerance = 0;  // Oobleck's f
+  double time_budget_s = 0;  // per strategy's search (StrategyContext::time_budget_s); 0: none
+  bool prune = true;         // StrategyContext::prune
 };
 
 // The most sampled batches a comparison simulates per strategy: every one
@@ -65,7 +67,7 @@ constexpr int kMaxIterations = 10000;
 
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
                              const std::vector<std::string>& strategies, int iterations,
-                             const std::function<void(const std::string&)>& progress = {},
+                             const std::function<void(const Progress&)>& progress = {},
                              const CompareOptions& options = {});
 
 // The table `loom plan` prints.

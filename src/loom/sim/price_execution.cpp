@@ -1,39 +1,38 @@
 #include "loom/sim/price_execution.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 
 #include "loom/cost/collectives.h"
 #include "loom/cost/cost_model.h"
 #include "loom/cost/memory.h"
+#include "loom/error.h"
 #include "loom/plan/compile_plan.h"
 
 namespace loom {
 
 namespace {
 
-// CountModuleTokens of a microbatch's pieces, memoized: a pipeline's stages
-// share their microbatches' contents.
-class TokenCache {
- public:
-  TokenCache(const Model& model, const Batch& batch) : model_(model), batch_(batch) {}
-  const std::vector<TokenStats>& Of(const std::vector<SamplePiece>& pieces) {
-    std::vector<std::pair<int, int>> key;
-    key.reserve(pieces.size());
-    for (const auto& p : pieces) key.push_back({p.sample, p.item});
-    auto found = cache_.find(key);
-    if (found != cache_.end()) return found->second;
-    std::vector<Sample> samples;
-    samples.reserve(pieces.size());
-    for (const auto& p : pieces) samples.push_back(PieceSample(batch_, p));
-    return cache_.emplace(std::move(key), CountModuleTokens(model_, samples)).first->second;
-  }
+// The key of a microbatch's pieces in the token memo.
+std::vector<std::pair<int, int>> PiecesKey(const std::vector<SamplePiece>& pieces) {
+  std::vector<std::pair<int, int>> key;
+  key.reserve(pieces.size());
+  for (const auto& p : pieces) key.push_back({p.sample, p.item});
+  return key;
+}
 
- private:
-  const Model& model_;
-  const Batch& batch_;
-  std::map<std::vector<std::pair<int, int>>, std::vector<TokenStats>> cache_;
-};
+// Everything PriceStage reads from a stage, as text: two stages with equal
+// signatures cost the same on the same microbatch.
+std::string PricingSignature(const ExecStage& st, Precision precision) {
+  std::string s = fmt::format("{} {} {} {} {} {} {:a} {} {} {}|", st.tp, st.cp, st.seq_share, st.dp * st.gpus,
+                              st.zero_stage, static_cast<int>(st.recompute), st.sm_fraction,
+                              st.sequence_parallel ? 1 : 0, static_cast<int>(precision),
+                              static_cast<int>(st.cp_split));
+  for (const auto& r : st.layers) s += fmt::format("{}:{}:{},", r.module, r.begin, r.end);
+  return s;
+}
 
 // Adds one replica's costs: a replica whose stage costs equal an earlier one's
 // only raises that one's weight.
@@ -239,11 +238,35 @@ void ShareTheHost(const ExecutionPlan& exec, const Cluster& c, PipelineCosts* pc
 }  // namespace
 
 ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& c, const Batch& batch,
-                              LayerOptions* options) {
+                              LayerOptions* options, PricingMemo* memo) {
   const Schedule& sch = exec.schedule;
   const int S = sch.num_stages();
   const auto needs = ComputeBackwardNeeds(model);
-  TokenCache cache(model, batch);
+  PricingMemo local;  // without a caller's memo, one for this call (microbatches shared by stages)
+  if (memo == nullptr) memo = &local;
+  if (memo->model_ == nullptr) {
+    memo->model_ = &model;
+    memo->cluster_ = &c;
+    memo->batch_ = &batch;
+  } else if (memo->model_ != &model || memo->cluster_ != &c || memo->batch_ != &batch) {
+    throw Error("PriceExecution: a PricingMemo was used with another model, cluster or batch");
+  }
+  auto token_id = [&](const std::vector<SamplePiece>& pieces) {
+    std::vector<std::pair<int, int>> key = PiecesKey(pieces);
+    if (auto found = memo->token_ids_.find(key); found != memo->token_ids_.end()) return found->second;
+    std::vector<Sample> samples;
+    samples.reserve(pieces.size());
+    for (const auto& p : pieces) samples.push_back(PieceSample(batch, p));
+    memo->tokens_.push_back(CountModuleTokens(model, samples));
+    const int id = static_cast<int>(memo->tokens_.size()) - 1;
+    memo->token_ids_.emplace(std::move(key), id);
+    return id;
+  };
+  std::vector<int> stage_id(S);
+  for (int s = 0; s < S; ++s) {
+    const std::string sig = PricingSignature(exec.stages[s], exec.precision);
+    stage_id[s] = memo->stage_ids_.emplace(sig, static_cast<int>(memo->stage_ids_.size())).first->second;
+  }
   ExecutionCosts out;
   std::vector<double> module_tokens(model.modules.size(), 0.0);
   if (options != nullptr) options->at.assign(S, {});
@@ -276,19 +299,44 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     pc.grad_sync_s = grad_sync_s;
     pc.optimizer_s = optimizer_s;
     pc.stage.assign(S, {});
+    // Stages of a pipeline usually see the same pieces per microbatch: reuse the id.
+    std::vector<std::pair<const std::vector<SamplePiece>*, int>> last_token_id;
     for (int s = 0; s < S; ++s) {
       const ExecStage& st = exec.stages[s];
       const bool want_options = options != nullptr && d == 0;
       if (want_options) options->at[s].assign(exec.replicas[d][s].size(), {});
       for (size_t j = 0; j < exec.replicas[d][s].size(); ++j) {
         const MicrobatchWork& mb = exec.replicas[d][s][j];
-        const auto& tokens = cache.Of(mb.pieces);
+        if (last_token_id.size() <= j) last_token_id.resize(j + 1, {nullptr, -1});
+        auto& [last_pieces, tid] = last_token_id[j];
+        if (last_pieces == nullptr || *last_pieces != mb.pieces) tid = token_id(mb.pieces);
+        last_pieces = &mb.pieces;
+        const auto& tokens = memo->tokens_[tid];
         double flops = 0;
         // Only CP stages priced from their masks carry an imbalance (the pricing loop is a search's hot path).
         const bool masked = st.cp > 1 && st.cp_split != CpSplit::kIdeal;
-        const std::vector<double> imbalance = masked ? CpImbalanceOf(model, st, batch, c.gpu.sm_count, mb.pieces) : std::vector<double>{};
-        pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
-                                         want_options ? &options->at[s][j] : nullptr, masked ? &imbalance : nullptr));
+        const bool cacheable = !masked && mb.layer_recompute.empty() && !want_options;
+        const uint64_t key = (static_cast<uint64_t>(stage_id[s]) << 32) | static_cast<uint32_t>(tid);
+        bool found = false;
+        if (cacheable) {
+          if (auto hit = memo->stages_.find(key); hit != memo->stages_.end()) {
+            ++memo->stage_hits_;
+            pc.stage[s].push_back(hit->second.cost);
+            flops = hit->second.flops;
+            found = true;
+          }
+        }
+        if (!found) {
+          const std::vector<double> imbalance =
+              masked ? CpImbalanceOf(model, st, batch, c.gpu.sm_count, mb.pieces) : std::vector<double>{};
+          pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
+                                           want_options ? &options->at[s][j] : nullptr,
+                                           masked ? &imbalance : nullptr));
+          if (cacheable) {
+            ++memo->stage_misses_;
+            memo->stages_.emplace(key, PricingMemo::Priced{pc.stage[s].back(), flops});
+          }
+        }
         out.model_flops += flops * st.gpus;
         for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
           if (r.begin != 0) continue;

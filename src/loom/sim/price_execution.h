@@ -7,6 +7,9 @@
 #pragma once
 
 #include <array>
+#include <map>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "loom/cost/frozen.h"
@@ -35,9 +38,42 @@ struct LayerOptions {
   std::vector<std::vector<std::vector<std::array<LayerTimes, 3>>>> at;  // [stage][mb][layer in stage][choice]
 };
 
+// What PriceExecution computes that depends only on (model, cluster, batch)
+// and a stage's parallel shape, kept across calls: the token statistics of a
+// microbatch's sample pieces and the cost of a stage on them. A search pricing
+// thousands of candidate plans of one batch then prices each distinct (stage,
+// microbatch) once (candidates differing only in DP, microbatch order or
+// schedule share them all). Every cached value is what PriceExecution computes
+// without the memo, bit for bit. Stages with per-layer recomputation or a
+// CP mask imbalance are priced afresh each time. Bound to the (model, cluster,
+// batch) it is first used with: PriceExecution throws loom::Error on another.
+// Not thread-safe.
+class PricingMemo {
+ public:
+  int64_t stage_hits() const { return stage_hits_; }
+  int64_t stage_misses() const { return stage_misses_; }
+
+ private:
+  friend ExecutionCosts PriceExecution(const ExecutionPlan&, const Model&, const Cluster&, const Batch&,
+                                       LayerOptions*, PricingMemo*);
+  struct Priced {
+    StageCost cost;
+    double flops = 0;
+  };
+  const Model* model_ = nullptr;
+  const Cluster* cluster_ = nullptr;
+  const Batch* batch_ = nullptr;
+  std::map<std::vector<std::pair<int, int>>, int> token_ids_;  // microbatch pieces -> index into tokens_
+  std::vector<std::vector<TokenStats>> tokens_;
+  std::map<std::string, int> stage_ids_;                      // a stage's pricing signature -> id
+  std::unordered_map<uint64_t, Priced> stages_;               // (stage id, token id) -> price
+  int64_t stage_hits_ = 0, stage_misses_ = 0;
+};
+
 // REQUIRES: ValidateExecution(exec) holds and `batch` is the batch it was compiled for.
+// `memo`, when not null, caches pure sub-results across calls (PricingMemo).
 ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& cluster,
-                              const Batch& batch, LayerOptions* options = nullptr);
+                              const Batch& batch, LayerOptions* options = nullptr, PricingMemo* memo = nullptr);
 
 // One stage on one microbatch whose per-module tokens are `tokens`
 // (CountModuleTokens), with per-layer recomputation `layer_recompute` (empty:

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <set>
 
@@ -11,6 +12,8 @@
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
 #include "loom/cost/layer_pricing.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/sim/iteration_bound.h"
 #include "loom/sim/plan_run.h"
 
 namespace loom {
@@ -50,7 +53,12 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
     for (auto [mi, li] : layers) w.push_back(std::max<double>(1.0, LayerParams(ctx.model.modules[mi].layers[li])));
     return w;
   }
-  const auto tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
+  auto& cached = ctx.memo->layer_weights[{layers, static_cast<int>(balance), tp}];
+  if (!cached.empty() || layers.empty()) return cached;
+  if (!ctx.memo->representative_tokens) {
+    ctx.memo->representative_tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
+  }
+  const auto& tokens = *ctx.memo->representative_tokens;
   auto needs = ComputeBackwardNeeds(ctx.model);
   if (balance == Balance::kTimeFrozenUnaware) {
     for (auto& module : needs) {
@@ -64,6 +72,7 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
     LayerTimes t = PriceLayer(ctx.model.modules[mi].layers[li], tokens[mi], needs[mi][li], ctx.cluster, par);
     w.push_back(t.forward_s + t.backward_data_s + t.backward_weight_s);
   }
+  cached = w;
   return w;
 }
 
@@ -213,24 +222,59 @@ void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
   }
 }
 
+namespace {
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+CandidateSearch::CandidateSearch(const StrategyContext& ctx, std::string strategy)
+    : ctx_(ctx), strategy_(std::move(strategy)), start_s_(NowSeconds()) {}
+
+bool CandidateSearch::BudgetSpent() {
+  if (!budget_spent_ && ctx_.time_budget_s > 0 && NowSeconds() - start_s_ >= ctx_.time_budget_s) {
+    budget_spent_ = true;
+  }
+  return budget_spent_;
+}
+
+void CandidateSearch::Step() {
+  ++steps_;
+  if (!ctx_.progress) return;
+  const double now = NowSeconds();
+  if (last_progress_s_ >= 0 && now - last_progress_s_ < 0.1) return;  // a terminal needs no more
+  last_progress_s_ = now;
+  ctx_.progress({strategy_ + ": candidate", steps_, std::max(total_, steps_), now - start_s_});
+}
+
 double CandidateSearch::Evaluate(const Plan& plan) {
+  if (BudgetSpent()) return -1;
+  Step();
   const double t = Simulate(plan);
   if (t >= 0) Keep(plan, t);
   return t;
 }
 
-double CandidateSearch::Simulate(const Plan& plan) {
-  ++candidates_;
-  if (ctx_.progress && candidates_ % 16 == 0) {
-    ctx_.progress(fmt::format("{}: {} candidates simulated, {} fit", strategy_, candidates_, feasible_));
-  }
+double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   SimOptions opt;
   opt.record_intervals = false;
   try {
     std::optional<IterationSchedule> it;
     if (schedule_) it = schedule_(plan);
-    PlanRun run = RunPlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative,
-                          it ? &*it : nullptr, opt);
+    ExecutionPlan exec = CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative,
+                                     it ? &*it : nullptr);
+    ExecutionCosts costs = PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr,
+                                          &ctx_.memo->pricing);
+    // The bound and the simulator sum the same durations in different
+    // orders: a relative margin far above rounding keeps the skip exact.
+    if (prune_above_s >= 0 && IterationLowerBound_s(exec.schedule, costs) * (1 - 1e-9) > prune_above_s) {
+      ++pruned_;
+      return kPruned;
+    }
+    ++candidates_;
+    PlanRun run = RunExecution(ctx_.cluster, std::move(exec), std::move(costs), opt);
     if (!run.memory_violations.empty()) {
       ++overflow_;
       overflow_reason_ = run.memory_violations.front();
@@ -238,6 +282,7 @@ double CandidateSearch::Simulate(const Plan& plan) {
     }
     return run.metrics.iteration_time_s;
   } catch (const Error& e) {
+    ++candidates_;
     ++invalid_;
     invalid_reason_ = e.what();
     return -1;
@@ -252,33 +297,58 @@ void CandidateSearch::Keep(const Plan& plan, double time_s) {
   }
 }
 
+void CandidateSearch::CountTries(const std::function<void()>& body) {
+  counting_ = true;
+  const int64_t before = steps_;
+  body();
+  total_ = steps_ - before;
+  steps_ = before;
+  counting_ = false;
+}
+
 void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
+  if (counting_) {
+    ++steps_;
+    return;
+  }
+  if (BudgetSpent()) return;
+  Step();
+  // A candidate whose bound exceeds the best time cannot become the best: it
+  // is skipped unsimulated. (A plan is kept only when strictly faster than
+  // the best, so skipping one that is not changes nothing an exhaustive
+  // search would keep.)
+  const double prune_above_s = ctx_.prune ? best_time_s_ : -1;
+  auto build = [&](Recompute r, Plan* plan) {
+    try {
+      *plan = make(r);
+      return true;
+    } catch (const Error& e) {
+      ++candidates_;
+      ++invalid_;
+      invalid_reason_ = e.what();
+      return false;
+    }
+  };
   // Full recomputation holds the least activation memory: a candidate that
   // does not fit with it fits with none, and is dropped after one simulation
   // instead of three. Otherwise the first of none, selective, full that fits
   // is kept, as before (the probe itself is kept only when it is that first).
+  // A pruned probe says nothing about fit: then none and selective are tried
+  // as they come (each pruned or simulated), and full, pruned, is not kept.
   Plan full;
-  try {
-    full = make(Recompute::kFull);
-  } catch (const Error& e) {
-    ++invalid_;
-    invalid_reason_ = e.what();
-    return;
-  }
-  const double full_s = Simulate(full);
-  if (full_s < 0) return;
+  if (!build(Recompute::kFull, &full)) return;
+  const double full_s = Simulate(full, prune_above_s);
+  if (full_s < 0 && full_s != kPruned) return;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective}) {
     Plan plan;
-    try {
-      plan = make(r);
-    } catch (const Error& e) {
-      ++invalid_;
-      invalid_reason_ = e.what();
+    if (!build(r, &plan)) return;
+    const double t = Simulate(plan, prune_above_s);
+    if (t >= 0) {
+      Keep(plan, t);
       return;
     }
-    if (Evaluate(plan) >= 0) return;
   }
-  Keep(full, full_s);
+  if (full_s >= 0) Keep(full, full_s);
 }
 
 StrategyResult CandidateSearch::Finish(const std::string& searched,
@@ -288,6 +358,10 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
     if (overflow_ > 0) why += fmt::format("\n  {} do not fit in memory, e.g. {}", overflow_, overflow_reason_);
     if (invalid_ > 0) why += fmt::format("\n  {} are invalid, e.g. {}", invalid_, invalid_reason_);
     if (!skipped_.empty()) why += "\n  " + skipped_;
+    if (budget_spent_) {
+      why += fmt::format("\n  the time budget of {:g} s was spent after {} candidates{}; give it more time",
+                         ctx_.time_budget_s, steps_, total_ > 0 ? fmt::format(" of {}", total_) : "");
+    }
     if (why.empty()) {  // nothing was even tried: the pins (or the batch) leave no candidate
       why = fmt::format("\n  no candidate matched{}{}{} with the global batch {} on {} GPUs",
                         ctx_.fixed_tp > 0 ? fmt::format(" --tp {}", ctx_.fixed_tp) : "",
@@ -300,10 +374,20 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
   }
   StrategyResult r;
   r.plan = best_;
-  r.plan.searched = fmt::format("{} ({} simulated, {} fit)", searched, candidates_, feasible_);
+  r.plan.searched = fmt::format("{} ({} simulated, {} fit", searched, candidates_, feasible_);
+  if (pruned_ > 0) r.plan.searched += fmt::format(", {} skipped by their lower bound", pruned_);
+  if (budget_spent_) {
+    r.plan.searched += total_ > 0 ? fmt::format("; time budget of {:g} s spent after {} of {} candidates",
+                                                ctx_.time_budget_s, steps_, total_)
+                                  : fmt::format("; time budget of {:g} s spent after {} candidates",
+                                                ctx_.time_budget_s, steps_);
+  }
+  r.plan.searched += ")";
   r.config = describe(best_);
   r.candidates = candidates_;
   r.feasible = feasible_;
+  r.pruned = pruned_;
+  r.budget_spent = budget_spent_;
   return r;
 }
 

@@ -79,14 +79,33 @@ void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
 // is valid and fits. `Try(make)` keeps the first of recomputation none,
 // selective, full (each slower, each using less memory) that fits, probing
 // full first so a candidate that cannot fit costs one simulation.
+//
+// Scale (docs/search.md): stage prices are memoized across candidates
+// (StrategyContext::memo), and `Try` skips, without simulating, a candidate
+// whose lower bound (sim/iteration_bound.h) exceeds the best time found so far,
+// which therefore cannot be the best; the kept plan is the one an exhaustive
+// search keeps, ties included (StrategyContext::prune off is that search).
+// Strategies that know how many candidates they will try say so (Expect) for
+// progress; the context's time budget stops Try and Evaluate when spent.
 class CandidateSearch {
  public:
-  CandidateSearch(const StrategyContext& ctx, std::string strategy) : ctx_(ctx), strategy_(std::move(strategy)) {}
+  CandidateSearch(const StrategyContext& ctx, std::string strategy);
   // Returns the iteration time of the plan, or a negative number when it is
-  // invalid or does not fit; keeps the plan when it is the fastest so far.
+  // invalid or does not fit (or the time budget is spent); keeps the plan
+  // when it is the fastest so far. Never pruned: strategies use the time.
   double Evaluate(const Plan& plan);
   void Try(const std::function<Plan(Recompute)>& make);
   int feasible() const { return feasible_; }
+  // The number of Try / Evaluate calls the strategy will make, for progress
+  // ("candidate k of n"); 0: unknown.
+  void Expect(int64_t total) { total_ = total; }
+  // Runs `body` once with Try only counting its calls, and Expect()s that
+  // count: for a strategy whose loop of Try calls is cheap to walk. (A loop
+  // that branches on feasible() counts every branch: the count is an upper
+  // bound.)
+  void CountTries(const std::function<void()>& body);
+  // Whether the context's time budget is spent: the strategy may stop early.
+  bool BudgetSpent();
   // Candidates run this batch's schedule from `schedule` (strategies whose
   // plans adapt per batch: Entrain); unset, the plan's own schedule.
   void SetBatchSchedule(std::function<IterationSchedule(const Plan&)> schedule) { schedule_ = std::move(schedule); }
@@ -96,16 +115,24 @@ class CandidateSearch {
   StrategyResult Finish(const std::string& searched, const std::function<std::string(const Plan&)>& describe);
 
  private:
-  double Simulate(const Plan& plan);  // Evaluate without keeping
+  static constexpr double kPruned = -2;
+  // The plan's iteration time; -1 when invalid or over memory; kPruned when
+  // its lower bound exceeds `prune_above_s` (>= 0) and it was not simulated.
+  double Simulate(const Plan& plan, double prune_above_s = -1);
   void Keep(const Plan& plan, double time_s);
+  void Step();  // one more candidate: progress, budget
 
   const StrategyContext& ctx_;
   std::string strategy_;
   std::function<IterationSchedule(const Plan&)> schedule_;
   Plan best_;
   double best_time_s_ = -1;
-  int candidates_ = 0, feasible_ = 0;
+  int candidates_ = 0, feasible_ = 0, pruned_ = 0;
+  int64_t steps_ = 0, total_ = 0;
   int invalid_ = 0, overflow_ = 0;
+  bool budget_spent_ = false;
+  bool counting_ = false;
+  double start_s_ = 0, last_progress_s_ = -1;
   std::string invalid_reason_, overflow_reason_, skipped_;
 };
 

@@ -4,7 +4,9 @@
 // seed papers compare against; seed systems come in their own folders.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,17 +17,27 @@
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
+#include "loom/strategies/search_memo.h"
 
 namespace loom {
+
+// Where a long step stands: `done` of `total` units of `what` ("megatron:
+// candidate", "megatron: batch"); total 0 when unknown. `elapsed_s` since the
+// step began.
+struct Progress {
+  std::string what;
+  int64_t done = 0;
+  int64_t total = 0;
+  double elapsed_s = 0;
+};
 
 struct StrategyContext {
   const Model& model;
   const Cluster& cluster;
   const Workload& workload;
   const Batch& representative;  // the batch static plans are tuned on
-  // Called with a short status line as the search goes ("megatron: 120/480");
-  // may be empty.
-  std::function<void(const std::string&)> progress;
+  // Called as the search goes (a few times a second at most); may be empty.
+  std::function<void(const Progress&)> progress;
   // Pin the tensor / pipeline parallel degree of the Megatron-style grid
   // (ForEachPipelineGrid) to a paper's configuration; 0 searches all.
   int fixed_tp = 0;
@@ -38,6 +50,16 @@ struct StrategyContext {
   // Oobleck's fault-tolerance threshold f: pipelines that may fail at once
   // without a restart (at least f + 1 pipelines are instantiated).
   int fault_tolerance = 0;
+  // Wall-clock budget of the whole search (`--time-budget`); 0: none. When it
+  // is spent the search stops and returns the best plan found so far, and its
+  // Plan::searched says how many candidates it left.
+  double time_budget_s = 0;
+  // Skip candidates whose lower bound (sim/iteration_bound.h) already exceeds
+  // the best plan's time; false simulates every one (the exhaustive reference
+  // the pruning is tested against). The best plan is the same either way.
+  bool prune = true;
+  // Caches of the search (strategies/search_memo.h); a fresh one per context.
+  std::shared_ptr<SearchMemo> memo = std::make_shared<SearchMemo>();
 };
 
 struct StrategyResult {
@@ -45,6 +67,8 @@ struct StrategyResult {
   std::string config;       // one-line summary: "tp4 pp4 dp1 m16 interleaved(vpp2) recompute=full"
   int candidates = 0;       // configurations simulated
   int feasible = 0;         // of which fit in memory
+  int pruned = 0;           // configurations skipped: their lower bound exceeds the best plan's time
+  bool budget_spent = false;  // the search stopped at StrategyContext::time_budget_s
 };
 
 // Registered strategy names in report order (megatron first): those `--strategy

@@ -34,26 +34,30 @@ StrategyResult DipStrategy(const StrategyContext& ctx) {
   const StrategyContext profiled{ctx.model, ctx.cluster, ctx.workload, profile, ctx.progress};
   const int N = ctx.cluster.num_gpus();
   CandidateSearch search(ctx, "dip");
-  for (int dp : Divisors(N)) {
-    if ((ctx.fixed_dp > 0 && dp != ctx.fixed_dp) || B % (dp * mu) != 0) continue;
-    const int K = static_cast<int>(B / (dp * mu));
-    for (int g : TpChoices(ctx.cluster)) {
-      if ((ctx.fixed_tp > 0 && g != ctx.fixed_tp) || (N / dp) % g != 0) continue;
-      const int pp = N / dp / g;
-      if (pp > static_cast<int>(UnitLayers(ctx.model, encoder).size()) ||
-          pp > static_cast<int>(UnitLayers(ctx.model, llm).size())) {
-        continue;
+  auto grid = [&] {
+    for (int dp : Divisors(N)) {
+      if ((ctx.fixed_dp > 0 && dp != ctx.fixed_dp) || B % (dp * mu) != 0) continue;
+      const int K = static_cast<int>(B / (dp * mu));
+      for (int g : TpChoices(ctx.cluster)) {
+        if ((ctx.fixed_tp > 0 && g != ctx.fixed_tp) || (N / dp) % g != 0) continue;
+        const int pp = N / dp / g;
+        if (pp > static_cast<int>(UnitLayers(ctx.model, encoder).size()) ||
+            pp > static_cast<int>(UnitLayers(ctx.model, llm).size())) {
+          continue;
+        }
+        search.Try([&](Recompute r) {
+          Plan plan = EmptyPlan(ctx, "dip", g);
+          plan.units.push_back(MakeUnit(profiled, "encoder", encoder, 0, g, 0, dp, pp, K, ScheduleKind::kGpipe, r,
+                                        Balance::kTime));
+          plan.units.push_back(MakeUnit(profiled, "llm", llm, 0, g, 1, dp, pp, K, ScheduleKind::kOneFOneB, r,
+                                        Balance::kTime));
+          return plan;
+        });
       }
-      search.Try([&](Recompute r) {
-        Plan plan = EmptyPlan(ctx, "dip", g);
-        plan.units.push_back(MakeUnit(profiled, "encoder", encoder, 0, g, 0, dp, pp, K, ScheduleKind::kGpipe, r,
-                                      Balance::kTime));
-        plan.units.push_back(MakeUnit(profiled, "llm", llm, 0, g, 1, dp, pp, K, ScheduleKind::kOneFOneB, r,
-                                      Balance::kTime));
-        return plan;
-      });
     }
-  }
+  };
+  search.CountTries(grid);
+  grid();
   return search.Finish("dip: the encoder and the LLM each pipelined over every group of a replica, co-located in two "
                        "phases (encoder GPipe, then LLM 1F1B), stages balanced on one microbatch; DP x TP x "
                        "recomputation",

@@ -82,74 +82,78 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
     branch_time.push_back(std::accumulate(w.begin(), w.end(), 0.0));
   }
   const int backbone_layers = static_cast<int>(UnitLayers(ctx.model, waves.backbone).size());
-  for (int g : TpChoices(ctx.cluster)) {
-    if (n % g != 0) continue;
-    const int groups = n / g;
-    if (groups < std::max(branches, 1)) continue;
-    // Branch splits: proportional to time, and every single-group move from it.
-    std::vector<std::vector<int>> splits;
-    if (branches > 0) {
-      auto base = ProportionalSplit(branch_time, groups);
-      splits.push_back(base);
-      for (int a = 0; a < branches; ++a) {
-        for (int b = 0; b < branches; ++b) {
-          if (a == b || base[a] <= 1) continue;
-          auto s = base;
-          --s[a];
-          ++s[b];
-          splits.push_back(s);
+  auto grid = [&] {
+    for (int g : TpChoices(ctx.cluster)) {
+      if (n % g != 0) continue;
+      const int groups = n / g;
+      if (groups < std::max(branches, 1)) continue;
+      // Branch splits: proportional to time, and every single-group move from it.
+      std::vector<std::vector<int>> splits;
+      if (branches > 0) {
+        auto base = ProportionalSplit(branch_time, groups);
+        splits.push_back(base);
+        for (int a = 0; a < branches; ++a) {
+          for (int b = 0; b < branches; ++b) {
+            if (a == b || base[a] <= 1) continue;
+            auto s = base;
+            --s[a];
+            ++s[b];
+            splits.push_back(s);
+          }
         }
+      } else {
+        splits.push_back({});
       }
-    } else {
-      splits.push_back({});
-    }
-    for (int pp : Divisors(groups)) {
-      if (pp > std::max(backbone_layers, 1)) break;
-      const int dp = groups / pp;
-      for (int m : Divisors(ctx.workload.global_batch)) {
-        if (m < pp && m != static_cast<int>(ctx.workload.global_batch)) continue;
-        for (const auto& split : splits) {
-          // Encoder branches: data parallel (TP 1 or the group's TP), or pipelined
-          // like the backbone when they are too big for one group.
-          for (int enc : {0, 1, 2}) {
-            if ((enc == 1 && g == 1) || (enc == 2 && pp == 1) || (enc > 0 && branches == 0)) continue;
-            // Downstream modules: data parallel per group, or the backbone's TP and PP.
-            for (int down : {0, 1}) {
-              if (down == 1 && waves.downstream.empty()) continue;
-              // Stages balanced by time; by parameters when those do not fit.
-              const int before = search.feasible();
-              for (Balance balance : {Balance::kTime, Balance::kParams}) {
-              if (balance == Balance::kParams && search.feasible() > before) break;
-              search.Try([&](Recompute r) {
-                Plan plan = EmptyPlan(ctx, "distmm", g);
-                const bool has_down = !waves.downstream.empty();
-                int first = 0;
-                for (int b = 0; b < branches; ++b) {
-                  const int bpp = enc == 2 ? pp : 1;
-                  if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
-                  plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
-                                                enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, ScheduleKind::kGpipe, r, balance));
-                  first += split[b];
+      for (int pp : Divisors(groups)) {
+        if (pp > std::max(backbone_layers, 1)) break;
+        const int dp = groups / pp;
+        for (int m : Divisors(ctx.workload.global_batch)) {
+          if (m < pp && m != static_cast<int>(ctx.workload.global_batch)) continue;
+          for (const auto& split : splits) {
+            // Encoder branches: data parallel (TP 1 or the group's TP), or pipelined
+            // like the backbone when they are too big for one group.
+            for (int enc : {0, 1, 2}) {
+              if ((enc == 1 && g == 1) || (enc == 2 && pp == 1) || (enc > 0 && branches == 0)) continue;
+              // Downstream modules: data parallel per group, or the backbone's TP and PP.
+              for (int down : {0, 1}) {
+                if (down == 1 && waves.downstream.empty()) continue;
+                // Stages balanced by time; by parameters when those do not fit.
+                const int before = search.feasible();
+                for (Balance balance : {Balance::kTime, Balance::kParams}) {
+                if (balance == Balance::kParams && search.feasible() > before) break;
+                search.Try([&](Recompute r) {
+                  Plan plan = EmptyPlan(ctx, "distmm", g);
+                  const bool has_down = !waves.downstream.empty();
+                  int first = 0;
+                  for (int b = 0; b < branches; ++b) {
+                    const int bpp = enc == 2 ? pp : 1;
+                    if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
+                    plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
+                                                  enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, ScheduleKind::kGpipe, r, balance));
+                    first += split[b];
+                  }
+                  const int phase = branches > 0 ? 1 : 0;
+                  if (!has_backbone) return plan;  // an encoder-only model: the branches are all of it
+                  plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
+                                                has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
+                  if (has_down) {
+                    plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
+                                                              1, m, ScheduleKind::kOneFOneB, r, balance)
+                                                   : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
+                                                              pp, m, ScheduleKind::kOneFOneB, r, balance));
+                  }
+                  return plan;
+                });
                 }
-                const int phase = branches > 0 ? 1 : 0;
-                if (!has_backbone) return plan;  // an encoder-only model: the branches are all of it
-                plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
-                                              has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
-                if (has_down) {
-                  plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
-                                                            1, m, ScheduleKind::kOneFOneB, r, balance)
-                                                 : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
-                                                            pp, m, ScheduleKind::kOneFOneB, r, balance));
-                }
-                return plan;
-              });
               }
             }
           }
         }
       }
     }
-  }
+  };
+  search.CountTries(grid);
+  grid();
   return search.Finish("group size x backbone pp x microbatches x recompute x branch GPU split; parallel branches on "
                        "disjoint whole GPUs, waves on all GPUs",
                        [](const Plan& p) {

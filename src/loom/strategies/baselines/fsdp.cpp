@@ -15,6 +15,7 @@ StrategyResult DataParallelOnAllGpus(const StrategyContext& ctx, const std::stri
   CandidateSearch search(ctx, name);
   const int n = ctx.cluster.num_gpus();
   if (ctx.workload.global_batch % n == 0) {
+    search.Expect(static_cast<int64_t>(Divisors(ctx.workload.global_batch / n).size()));
     for (int m : Divisors(ctx.workload.global_batch / n)) {
       search.Try([&](Recompute r) {
         return SingleUnitPlan(ctx, name, 1, 1, n, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, zero_stage);

@@ -14,17 +14,21 @@ namespace loom {
 StrategyResult MegatronStrategy(const StrategyContext& ctx) {
   CandidateSearch search(ctx, "megatron");
   const int layers = ctx.model.num_layers();
-  ForEachPipelineGrid(ctx, layers, [&](int tp, int pp, int dp, int m) {
-    search.Try([&](Recompute r) {
-      return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1);
-    });
-    for (int vpp : {2, 4}) {
-      if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
+  auto grid = [&] {
+    ForEachPipelineGrid(ctx, layers, [&](int tp, int pp, int dp, int m) {
       search.Try([&](Recompute r) {
-        return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1);
+        return SingleUnitPlan(ctx, "megatron", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1);
       });
-    }
-  });
+      for (int vpp : {2, 4}) {
+        if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
+        search.Try([&](Recompute r) {
+          return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1);
+        });
+      }
+    });
+  };
+  search.CountTries(grid);
+  grid();
   return search.Finish("tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
                        "parameters",
                        [](const Plan& p) { return DescribeUnit(p.units[0]); });

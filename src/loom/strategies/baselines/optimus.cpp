@@ -29,29 +29,33 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
   const int n = ctx.cluster.num_gpus();
   int backbone_layers = 0;
   for (const auto& m : backbone) backbone_layers += static_cast<int>(ctx.model.modules[ctx.model.FindModule(m)].layers.size());
-  ForEachPipelineGrid(ctx, backbone_layers, [&](int tp, int pp, int dp, int m) {
-    // Encoders: data parallel with TP 1 or the backbone's, one replica per
-    // group; or pipelined over the backbone's stages when they are too big.
-    for (int enc : {0, 1, 2}) {
-      if (encoders.empty() && enc > 0) break;
-      if ((enc == 1 && tp == 1) || (enc == 2 && pp == 1)) continue;
-      for (Balance balance : {Balance::kTime, Balance::kParams}) {
-        search.Try([&](Recompute r) {
-          if (encoders.empty()) {
-            return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1);
-          }
-          Plan plan = EmptyPlan(ctx, "optimus", tp);
-          // Phase 0 on every group: all encoder forwards before the backbone's
-          // pipeline, all encoder backwards after it.
-          plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, ScheduleKind::kGpipe, r, balance)
-                                        : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
-                                                   ScheduleKind::kGpipe, r, balance));
-          plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
-          return plan;
-        });
+  auto grid = [&] {
+    ForEachPipelineGrid(ctx, backbone_layers, [&](int tp, int pp, int dp, int m) {
+      // Encoders: data parallel with TP 1 or the backbone's, one replica per
+      // group; or pipelined over the backbone's stages when they are too big.
+      for (int enc : {0, 1, 2}) {
+        if (encoders.empty() && enc > 0) break;
+        if ((enc == 1 && tp == 1) || (enc == 2 && pp == 1)) continue;
+        for (Balance balance : {Balance::kTime, Balance::kParams}) {
+          search.Try([&](Recompute r) {
+            if (encoders.empty()) {
+              return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1);
+            }
+            Plan plan = EmptyPlan(ctx, "optimus", tp);
+            // Phase 0 on every group: all encoder forwards before the backbone's
+            // pipeline, all encoder backwards after it.
+            plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, ScheduleKind::kGpipe, r, balance)
+                                          : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
+                                                     ScheduleKind::kGpipe, r, balance));
+            plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
+            return plan;
+          });
+        }
       }
-    }
-  });
+    });
+  };
+  search.CountTries(grid);
+  grid();
   return search.Finish("backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
                        "GPUs, forwards before and backwards after the backbone pipeline",
                        [](const Plan& p) {

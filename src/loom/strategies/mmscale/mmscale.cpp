@@ -70,8 +70,7 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, bool 
       allocations = std::move(exact);
     }
     analytic += static_cast<int>(allocations.size());
-    if (ctx.progress) ctx.progress(fmt::format("{}: simulating {} allocations (recompute={})", name,
-                                               allocations.size(), RecomputeName(r)));
+    search.Expect(static_cast<int64_t>(allocations.size()));  // this recomputation level's
     int fitted = 0;
     const size_t ranked = allocations.size() - (ratio ? 0 : std::min<size_t>(2, allocations.size()));
     for (size_t i = 0; i < allocations.size(); ++i) {

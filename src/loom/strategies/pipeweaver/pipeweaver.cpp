@@ -240,7 +240,7 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
     full.ranking.max_rollouts = 300;
     double best_s = kNoFit;
     for (size_t i = 0; i < fits.size() && i < 3; ++i) {
-      if (ctx.progress) ctx.progress(fmt::format("{}: weaving static layout {} of 3", name, i + 1));
+      if (ctx.progress) ctx.progress({name + ": weaving static layout", static_cast<int64_t>(i) + 1, 3, 0});
       const double t = SchedulePipeweaverBatch(quick, fits[i].plan, ctx.representative, 0, full).final_s;
       if (t < best_s) {
         best_s = t;

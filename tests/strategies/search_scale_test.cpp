@@ -1,0 +1,282 @@
+// Searches at scale (docs/search.md): the lower bound a search skips
+// candidates with never exceeds the simulated time (closed form and every
+// candidate kind), the memoized prices equal fresh ones bit for bit, pruning
+// keeps exactly the plan the exhaustive search keeps, and the time budget and
+// progress line behave as documented.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/pipeline/schedules.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/progress_line.h"
+#include "loom/sim/iteration_bound.h"
+#include "loom/sim/plan_run.h"
+#include "loom/sim/simulator.h"
+#include "loom/spec/zoo.h"
+#include "loom/strategies/plan_builders.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom {
+namespace {
+
+// Uniform stages of cost f, bd, bw per microbatch; free communication.
+ExecutionCosts UniformCosts(const Schedule& s, double f, double bd, double bw) {
+  PipelineCosts c;
+  c.stage.assign(s.num_stages(), std::vector<StageCost>(s.num_microbatches));
+  for (auto& st : c.stage) {
+    for (auto& x : st) {
+      x.forward_s = f;
+      x.backward_data_s = bd;
+      x.backward_weight_s = bw;
+    }
+  }
+  c.static_bytes.assign(s.num_ranks, 0.0);
+  c.grad_sync_s.assign(s.num_stages(), 0.0);
+  c.p2p = {1.0, 0.0};
+  ExecutionCosts e;
+  e.replicas.push_back(c);
+  e.replica_weight.push_back(1);
+  return e;
+}
+
+// 1F1B and GPipe with uniform stages and free communication take exactly
+// (m + p - 1)(f + b): the last rank's head, busy time and tail add up to it,
+// so the bound is tight there.
+TEST(IterationBound, IsTheClosedFormOfUniformPipelines) {
+  for (int p : {1, 2, 4, 8}) {
+    for (int m : {1, 4, 13}) {
+      for (const Schedule& s : {MakeOneFOneB(p, m), MakeGPipe(p, m)}) {
+        const ExecutionCosts c = UniformCosts(s, 1.0, 1.5, 0.5);
+        EXPECT_DOUBLE_EQ(IterationLowerBound_s(s, c), (m + p - 1) * 3.0) << s.name << " p" << p << " m" << m;
+        SimOptions opt;
+        opt.optimizer_step = false;
+        EXPECT_DOUBLE_EQ(Simulate(s, c.replicas[0], opt).iteration_time_s, (m + p - 1) * 3.0);
+      }
+    }
+  }
+}
+
+// Random stage costs on every schedule kind: never above the simulation.
+TEST(IterationBound, NeverExceedsTheSimulationOnRandomCosts) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.1, 3.0);
+  for (const std::string kind : {"gpipe", "1f1b", "interleaved", "zb-h1"}) {
+    for (int p : {2, 4}) {
+      for (int m : {4, 8}) {
+        const Schedule s = MakeSchedule(kind, p, m, kind == "interleaved" ? 2 : 1);
+        for (int trial = 0; trial < 20; ++trial) {
+          ExecutionCosts c = UniformCosts(s, 1, 1, 1);
+          for (auto& st : c.replicas[0].stage) {
+            for (auto& x : st) {
+              x.forward_s = u(rng);
+              x.backward_data_s = u(rng);
+              x.backward_weight_s = u(rng);
+              x.send_bytes = u(rng);
+            }
+          }
+          const double t = Simulate(s, c.replicas[0]).iteration_time_s;
+          const double b = IterationLowerBound_s(s, c);
+          EXPECT_LE(b, t * (1 + 1e-12)) << kind << " p" << p << " m" << m;
+          EXPECT_GT(b, 0.5 * t) << kind;  // and it is not vacuous
+        }
+      }
+    }
+  }
+}
+
+struct Instance {
+  std::string model;
+  Cluster cluster;
+  int64_t batch;
+};
+
+std::vector<Instance> SmallInstances() {
+  return {{"mllm-sss", MakeCluster("h100", 1, 4), 16},
+          {"vlm-s", MakeCluster("h800", 2, 8), 32},
+          {"mllm-ssm", MakeCluster("a40", 2, 4), 24}};
+}
+
+// Every candidate plan the baselines build (single pipelines, interleaved,
+// multi-unit plans with explicit replicas, co-located phases): the bound of
+// the priced plan never exceeds its simulated time.
+TEST(IterationBound, NeverExceedsTheSimulationOfRealPlans) {
+  int checked = 0;
+  for (const auto& inst : SmallInstances()) {
+    const Model model = LoadModel(inst.model);
+    Workload w = DefaultWorkload(model);
+    w.global_batch = inst.batch;
+    const Batch batch = DrawBatch(w, 0);
+    StrategyContext ctx{model, inst.cluster, w, batch, {}};
+    std::vector<Plan> plans;
+    ForEachPipelineGrid(ctx, model.num_layers(), [&](int tp, int pp, int dp, int m) {
+      for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+        plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1));
+        plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kGpipe, r, Balance::kTime, 1));
+        if (pp > 1 && m % pp == 0 && 2 * pp <= model.num_layers()) {
+          plans.push_back(
+              SingleUnitPlan(ctx, "t", tp, pp, dp, 2, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1));
+        }
+      }
+    });
+    for (const std::string s : {"distmm", "optimus", "dip", "mmscale", "entrain", "oobleck"}) {
+      try {
+        plans.push_back(RunStrategy(s, ctx).plan);
+      } catch (const Error&) {
+      }
+    }
+    for (const Plan& plan : plans) {
+      ExecutionPlan exec;
+      try {
+        exec = CompilePlan(model, inst.cluster, w, plan, batch);
+      } catch (const Error&) {
+        continue;  // an invalid grid point (the searches skip them too)
+      }
+      ExecutionCosts costs = PriceExecution(exec, model, inst.cluster, batch);
+      const double bound = IterationLowerBound_s(exec.schedule, costs);
+      const double t = RunExecution(inst.cluster, exec, costs).metrics.iteration_time_s;
+      EXPECT_LE(bound, t * (1 + 1e-12)) << inst.model << " " << plan.strategy << " " << DescribeUnit(plan.units[0]);
+      EXPECT_GT(bound, 0);
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+}
+
+// Two different plans priced through one memo cost exactly what each costs
+// priced alone; a memo used with another batch is refused.
+TEST(PricingMemo, EqualsFreshPricesBitForBit) {
+  const Model model = LoadModel("vlm-s");
+  const Cluster cluster = MakeCluster("h800", 2, 8);
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 32;
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{model, cluster, w, batch, {}};
+  PricingMemo memo;
+  for (int round = 0; round < 2; ++round) {  // the second round is all hits
+    for (int pp : {2, 4}) {
+      const Plan plan = SingleUnitPlan(ctx, "t", 2, pp, 16 / (2 * pp), 1, 8, ScheduleKind::kOneFOneB,
+                                       Recompute::kSelective, Balance::kTime, 1);
+      const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, batch);
+      const ExecutionCosts fresh = PriceExecution(exec, model, cluster, batch);
+      const ExecutionCosts cached = PriceExecution(exec, model, cluster, batch, nullptr, &memo);
+      ASSERT_EQ(fresh.replicas.size(), cached.replicas.size());
+      EXPECT_EQ(fresh.replica_weight, cached.replica_weight);
+      EXPECT_EQ(fresh.model_flops, cached.model_flops);
+      EXPECT_EQ(fresh.tokens, cached.tokens);
+      for (size_t d = 0; d < fresh.replicas.size(); ++d) {
+        for (size_t s = 0; s < fresh.replicas[d].stage.size(); ++s) {
+          for (size_t j = 0; j < fresh.replicas[d].stage[s].size(); ++j) {
+            const StageCost& a = fresh.replicas[d].stage[s][j];
+            const StageCost& b = cached.replicas[d].stage[s][j];
+            EXPECT_EQ(a.forward_s, b.forward_s);
+            EXPECT_EQ(a.backward_data_s, b.backward_data_s);
+            EXPECT_EQ(a.backward_weight_s, b.backward_weight_s);
+            EXPECT_EQ(a.activation_bytes, b.activation_bytes);
+            EXPECT_EQ(a.transient_bytes, b.transient_bytes);
+            EXPECT_EQ(a.send_bytes, b.send_bytes);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(memo.stage_hits(), 0);
+  EXPECT_GT(memo.stage_misses(), 0);
+  const Batch other = DrawBatch(w, 1);
+  const Plan plan = SingleUnitPlan(ctx, "t", 2, 2, 4, 1, 8, ScheduleKind::kOneFOneB, Recompute::kNone,
+                                   Balance::kParams, 1);
+  const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, other);
+  EXPECT_THROW(PriceExecution(exec, model, cluster, other, nullptr, &memo), Error);
+}
+
+std::string PlanWithoutSearchNote(Plan plan) {
+  plan.searched.clear();
+  return PlanToJson(plan).dump();
+}
+
+// Pruning never loses the best plan: every pruning search keeps exactly the
+// plan its exhaustive run keeps, and does skip candidates.
+TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
+  int skipped = 0;
+  for (const auto& inst : SmallInstances()) {
+    const Model model = LoadModel(inst.model);
+    Workload w = DefaultWorkload(model);
+    w.global_batch = inst.batch;
+    const Batch batch = DrawBatch(w, 0);
+    for (const std::string s : {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch"}) {
+      StrategyContext pruned{model, inst.cluster, w, batch, {}};
+      StrategyContext exhaustive{model, inst.cluster, w, batch, {}};
+      exhaustive.prune = false;
+      StrategyResult a, b;
+      bool a_ok = true, b_ok = true;
+      try {
+        a = RunStrategy(s, pruned);
+      } catch (const Error&) {
+        a_ok = false;
+      }
+      try {
+        b = RunStrategy(s, exhaustive);
+      } catch (const Error&) {
+        b_ok = false;
+      }
+      ASSERT_EQ(a_ok, b_ok) << s << " on " << inst.model;
+      if (!a_ok) continue;
+      EXPECT_EQ(PlanWithoutSearchNote(a.plan), PlanWithoutSearchNote(b.plan)) << s << " on " << inst.model;
+      EXPECT_EQ(b.pruned, 0);
+      EXPECT_LE(a.candidates, b.candidates);
+      skipped += a.pruned;
+    }
+  }
+  EXPECT_GT(skipped, 50);
+}
+
+// A spent budget stops the search: with none left before the first
+// candidate the strategy has no plan and says why.
+TEST(SearchBudget, ASpentBudgetStopsTheSearchAndSaysSo) {
+  const Model model = LoadModel("mllm-sss");
+  const Cluster cluster = MakeCluster("h100", 1, 4);
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 16;
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{model, cluster, w, batch, {}};
+  ctx.time_budget_s = 1e-12;
+  try {
+    RunStrategy("megatron", ctx);
+    FAIL() << "a spent budget found a plan";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("time budget of 1e-12 s was spent after 0 candidates of"), std::string::npos)
+        << e.what();
+  }
+  ctx.time_budget_s = 1e6;  // ample: the full search
+  StrategyContext free{model, cluster, w, batch, {}};
+  EXPECT_EQ(PlanWithoutSearchNote(RunStrategy("megatron", ctx).plan),
+            PlanWithoutSearchNote(RunStrategy("megatron", free).plan));
+  EXPECT_FALSE(RunStrategy("megatron", ctx).budget_spent);
+}
+
+// Progress reaches the callback with a total, and the line says how far.
+TEST(SearchProgress, CountsCandidatesOfATotal) {
+  const Model model = LoadModel("mllm-sss");
+  const Cluster cluster = MakeCluster("h100", 1, 4);
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 16;
+  const Batch batch = DrawBatch(w, 0);
+  std::vector<Progress> seen;
+  StrategyContext ctx{model, cluster, w, batch, [&](const Progress& p) { seen.push_back(p); }};
+  RunStrategy("megatron", ctx);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front().what, "megatron: candidate");
+  EXPECT_EQ(seen.front().done, 1);
+  EXPECT_GT(seen.front().total, 1);
+  for (const auto& p : seen) EXPECT_LE(p.done, p.total);
+  EXPECT_EQ(FormatProgress({"megatron: candidate", 3, 12, 1.5}),
+            "megatron: candidate 3 of 12, 1.5 s elapsed, about 4.5 s left");
+  EXPECT_EQ(FormatProgress({"megatron: batch", 12, 12, 30}), "megatron: batch 12 of 12, 30 s elapsed");
+  EXPECT_EQ(FormatProgress({"mosaic: merge", 4, 0, 0}), "mosaic: merge 4");
+}
+
+}  // namespace
+}  // namespace loom
