@@ -30,6 +30,38 @@ void BM_StrategySearch(benchmark::State& state, const char* name) {
 BENCHMARK_CAPTURE(BM_StrategySearch, megatron, "megatron")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_StrategySearch, distmm, "distmm")->Unit(benchmark::kMillisecond);
 
+// Scale (docs/search.md): the same search pruned by lower bounds (bound-first
+// walk, one replica priced per bound) and exhaustive, on 1,296 A800s; both
+// keep the same plan. Compare the two times of one run.
+struct Scale {
+  Model model = LoadModel("mllm-9b");
+  Cluster cluster = LoadCluster("mmscale-cluster");
+  Workload workload = [] {
+    Workload w = LoadWorkload("obelics");
+    w.global_batch = 1920;
+    return w;
+  }();
+  Batch batch = DrawBatch(workload, 0);
+};
+
+void BM_SearchAtScale(benchmark::State& state, const char* name, bool prune) {
+  Scale d;
+  int candidates = 0, pruned = 0;
+  for (auto _ : state) {
+    StrategyContext ctx{d.model, d.cluster, d.workload, d.batch, {}};
+    ctx.prune = prune;
+    const StrategyResult r = RunStrategy(name, ctx);
+    candidates = r.candidates;
+    pruned = r.pruned;
+  }
+  state.counters["simulated"] = candidates;
+  state.counters["skipped"] = pruned;
+}
+BENCHMARK_CAPTURE(BM_SearchAtScale, megatron_pruned, "megatron", true)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_SearchAtScale, megatron_exhaustive, "megatron", false)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_SearchAtScale, nnscaler_pruned, "nnscaler", true)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK_CAPTURE(BM_SearchAtScale, nnscaler_exhaustive, "nnscaler", false)->Unit(benchmark::kSecond)->Iterations(1);
+
 void BM_RunPlanFlattened(benchmark::State& state) {
   Demo d;
   StrategyContext ctx{d.model, d.cluster, d.workload, d.batch, {}};

@@ -367,13 +367,21 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
     const UnitLayout& L = layout[u];
     const int D = plan.units[u].num_replicas();
     if (D < 2) continue;
+    // The (stage, stage) pairs holding a same layer depend only on the two
+    // replicas' templates: found once per pair of templates, not per pair of
+    // replicas (thousands of replicas at scale).
+    std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> template_pairs;
     for (int d = 0; d < D; ++d) {
       for (int e = 0; e < D; ++e) {
         if (d == e) continue;
         const int td = L.template_of(d), te = L.template_of(e);
-        std::set<std::pair<int, int>> pairs;
-        for (size_t i = 0; i < L.layers.size(); ++i) pairs.insert({L.stage_of[td][i], L.stage_of[te][i]});
-        for (auto [sd, se] : pairs) sch.sync_with[stage_id[u][d][sd]].push_back(stage_id[u][e][se]);
+        auto [pos, inserted] = template_pairs.try_emplace({td, te});
+        if (inserted) {
+          std::set<std::pair<int, int>> pairs;
+          for (size_t i = 0; i < L.layers.size(); ++i) pairs.insert({L.stage_of[td][i], L.stage_of[te][i]});
+          pos->second.assign(pairs.begin(), pairs.end());
+        }
+        for (auto [sd, se] : pos->second) sch.sync_with[stage_id[u][d][sd]].push_back(stage_id[u][e][se]);
       }
     }
   }

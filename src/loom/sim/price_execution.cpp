@@ -237,31 +237,71 @@ void ShareTheHost(const ExecutionPlan& exec, const Cluster& c, PipelineCosts* pc
 
 }  // namespace
 
+void PricingMemo::Bind(const Model& model, const Cluster* cluster, const Batch& batch) {
+  if (model_ == nullptr) {
+    model_ = &model;
+    batch_ = &batch;
+  } else if (model_ != &model || batch_ != &batch) {
+    throw Error("PriceExecution: a PricingMemo was used with another model or batch");
+  }
+  if (cluster != nullptr) {
+    if (cluster_ == nullptr) {
+      cluster_ = cluster;
+    } else if (cluster_ != cluster) {
+      throw Error("PriceExecution: a PricingMemo was used with another cluster");
+    }
+  }
+  if (stages_.size() > kMaxEntries || tokens_.size() > kMaxEntries) {
+    token_ids_.clear();
+    tokens_.clear();
+    stage_ids_.clear();
+    stages_.clear();
+  }
+}
+
+int PricingMemo::TokenId(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces) {
+  std::vector<std::pair<int, int>> key = PiecesKey(pieces);
+  if (auto found = token_ids_.find(key); found != token_ids_.end()) return found->second;
+  std::vector<Sample> samples;
+  samples.reserve(pieces.size());
+  for (const auto& p : pieces) samples.push_back(PieceSample(batch, p));
+  tokens_.push_back(CountModuleTokens(model, samples));
+  const int id = static_cast<int>(tokens_.size()) - 1;
+  token_ids_.emplace(std::move(key), id);
+  return id;
+}
+
+int HeaviestReplica(const ExecutionPlan& exec, const Model& model, const Batch& batch, PricingMemo* memo) {
+  PricingMemo local;
+  if (memo == nullptr) memo = &local;
+  memo->Bind(model, nullptr, batch);
+  int best = 0;
+  double best_tokens = -1;
+  for (size_t d = 0; d < exec.replicas.size(); ++d) {
+    double tokens = 0;
+    for (const auto& stage : exec.replicas[d]) {
+      for (const MicrobatchWork& mb : stage) {
+        for (const TokenStats& t : memo->tokens_[memo->TokenId(model, batch, mb.pieces)]) tokens += t.tokens;
+      }
+      break;  // a stage's microbatches hold the replica's samples (every stage sees them all)
+    }
+    if (tokens > best_tokens) {
+      best_tokens = tokens;
+      best = static_cast<int>(d);
+    }
+  }
+  return best;
+}
+
 ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& c, const Batch& batch,
-                              LayerOptions* options, PricingMemo* memo) {
+                              LayerOptions* options, PricingMemo* memo, int only_replica) {
   const Schedule& sch = exec.schedule;
   const int S = sch.num_stages();
   const auto needs = ComputeBackwardNeeds(model);
   PricingMemo local;  // without a caller's memo, one for this call (microbatches shared by stages)
   if (memo == nullptr) memo = &local;
-  if (memo->model_ == nullptr) {
-    memo->model_ = &model;
-    memo->cluster_ = &c;
-    memo->batch_ = &batch;
-  } else if (memo->model_ != &model || memo->cluster_ != &c || memo->batch_ != &batch) {
-    throw Error("PriceExecution: a PricingMemo was used with another model, cluster or batch");
-  }
-  auto token_id = [&](const std::vector<SamplePiece>& pieces) {
-    std::vector<std::pair<int, int>> key = PiecesKey(pieces);
-    if (auto found = memo->token_ids_.find(key); found != memo->token_ids_.end()) return found->second;
-    std::vector<Sample> samples;
-    samples.reserve(pieces.size());
-    for (const auto& p : pieces) samples.push_back(PieceSample(batch, p));
-    memo->tokens_.push_back(CountModuleTokens(model, samples));
-    const int id = static_cast<int>(memo->tokens_.size()) - 1;
-    memo->token_ids_.emplace(std::move(key), id);
-    return id;
-  };
+  memo->Bind(model, &c, batch);
+  auto token_id = [&](const std::vector<SamplePiece>& pieces) { return memo->TokenId(model, batch, pieces); };
   std::vector<int> stage_id(S);
   for (int s = 0; s < S; ++s) {
     const std::string sig = PricingSignature(exec.stages[s], exec.precision);
@@ -293,6 +333,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
 
   std::map<std::vector<double>, int> seen;
   for (size_t d = 0; d < exec.replicas.size(); ++d) {
+    if (only_replica >= 0 && static_cast<int>(d) != only_replica) continue;
     PipelineCosts pc;
     pc.p2p = c.LinkForSpan(2 * exec.group_gpus);
     pc.static_bytes = static_bytes;

@@ -47,15 +47,23 @@ struct LayerOptions {
 // without the memo, bit for bit. Stages with per-layer recomputation or a
 // CP mask imbalance are priced afresh each time. Bound to the (model, cluster,
 // batch) it is first used with: PriceExecution throws loom::Error on another.
-// Not thread-safe.
+// Its memory is bounded: past kMaxEntries stage prices (about 100 MB) it
+// starts over. Not thread-safe.
 class PricingMemo {
  public:
   int64_t stage_hits() const { return stage_hits_; }
   int64_t stage_misses() const { return stage_misses_; }
+  static constexpr size_t kMaxEntries = size_t{1} << 20;
 
  private:
   friend ExecutionCosts PriceExecution(const ExecutionPlan&, const Model&, const Cluster&, const Batch&,
-                                       LayerOptions*, PricingMemo*);
+                                       LayerOptions*, PricingMemo*, int);
+  friend int HeaviestReplica(const ExecutionPlan&, const Model&, const Batch&, PricingMemo*);
+  // Binds the memo to (model, cluster, batch) or checks it is bound to them;
+  // starts over when full.
+  void Bind(const Model& model, const Cluster* cluster, const Batch& batch);
+  // The index in tokens_ of a microbatch's CountModuleTokens.
+  int TokenId(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces);
   struct Priced {
     StageCost cost;
     double flops = 0;
@@ -72,8 +80,16 @@ class PricingMemo {
 
 // REQUIRES: ValidateExecution(exec) holds and `batch` is the batch it was compiled for.
 // `memo`, when not null, caches pure sub-results across calls (PricingMemo).
+// `only_replica` >= 0 prices that replica of exec.replicas alone (the costs
+// then hold one replica, and model_flops and tokens count only it): what a
+// search's lower bound needs (sim/iteration_bound.h).
 ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& cluster,
-                              const Batch& batch, LayerOptions* options = nullptr, PricingMemo* memo = nullptr);
+                              const Batch& batch, LayerOptions* options = nullptr, PricingMemo* memo = nullptr,
+                              int only_replica = -1);
+
+// The replica of `exec` whose microbatches carry the most tokens (summed over
+// modules) of `batch`: the one a lower bound from one replica is tightest on.
+int HeaviestReplica(const ExecutionPlan& exec, const Model& model, const Batch& batch, PricingMemo* memo = nullptr);
 
 // One stage on one microbatch whose per-module tokens are `tokens`
 // (CountModuleTokens), with per-layer recomputation `layer_recompute` (empty:

@@ -10,6 +10,7 @@
 #include "loom/cost/frozen.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
+#include "loom/human_bytes.h"
 #include "loom/plan/plan_json.h"
 #include "loom/cost/layer_pricing.h"
 #include "loom/plan/compile_plan.h"
@@ -231,7 +232,7 @@ double NowSeconds() {
 }  // namespace
 
 CandidateSearch::CandidateSearch(const StrategyContext& ctx, std::string strategy)
-    : ctx_(ctx), strategy_(std::move(strategy)), start_s_(NowSeconds()) {}
+    : ctx_(ctx), strategy_(std::move(strategy)), prune_(ctx.prune), start_s_(NowSeconds()) {}
 
 bool CandidateSearch::BudgetSpent() {
   if (!budget_spent_ && ctx_.time_budget_s > 0 && NowSeconds() - start_s_ >= ctx_.time_budget_s) {
@@ -240,20 +241,22 @@ bool CandidateSearch::BudgetSpent() {
   return budget_spent_;
 }
 
-void CandidateSearch::Step() {
+bool CandidateSearch::Step() {
+  if (BudgetSpent()) return false;
   ++steps_;
-  if (!ctx_.progress) return;
+  if (!ctx_.progress) return true;
   const double now = NowSeconds();
-  if (last_progress_s_ >= 0 && now - last_progress_s_ < 0.1) return;  // a terminal needs no more
+  if (last_progress_s_ >= 0 && now - last_progress_s_ < 0.1) return true;  // a terminal needs no more
   last_progress_s_ = now;
   ctx_.progress({strategy_ + ": candidate", steps_, std::max(total_, steps_), now - start_s_});
+  return true;
 }
 
 double CandidateSearch::Evaluate(const Plan& plan) {
-  if (BudgetSpent()) return -1;
-  Step();
+  const int64_t order = next_index_++;
+  if (!Step()) return -1;
   const double t = Simulate(plan);
-  if (t >= 0) Keep(plan, t);
+  if (t >= 0) Keep(plan, t, order);
   return t;
 }
 
@@ -289,35 +292,22 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   }
 }
 
-void CandidateSearch::Keep(const Plan& plan, double time_s) {
+void CandidateSearch::Keep(const Plan& plan, double time_s, int64_t order) {
   ++feasible_;
-  if (best_time_s_ < 0 || time_s < best_time_s_) {
+  if (best_time_s_ < 0 || time_s < best_time_s_ || (time_s == best_time_s_ && order < best_order_)) {
     best_time_s_ = time_s;
+    best_order_ = order;
     best_ = plan;
   }
 }
 
-void CandidateSearch::CountTries(const std::function<void()>& body) {
-  counting_ = true;
-  const int64_t before = steps_;
-  body();
-  total_ = steps_ - before;
-  steps_ = before;
-  counting_ = false;
-}
-
-void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
-  if (counting_) {
-    ++steps_;
-    return;
-  }
-  if (BudgetSpent()) return;
-  Step();
+CandidateSearch::Outcome CandidateSearch::TryNow(const std::function<Plan(Recompute)>& make, int64_t index,
+                                                 bool prune) {
   // A candidate whose bound exceeds the best time cannot become the best: it
-  // is skipped unsimulated. (A plan is kept only when strictly faster than
-  // the best, so skipping one that is not changes nothing an exhaustive
-  // search would keep.)
-  const double prune_above_s = ctx_.prune ? best_time_s_ : -1;
+  // is skipped unsimulated. (A plan is kept only when faster than the best,
+  // or as fast and earlier in the loop, so skipping one that is slower
+  // changes nothing an exhaustive search would keep.)
+  const double prune_above_s = prune ? PruneAbove() : -1;
   auto build = [&](Recompute r, Plan* plan) {
     try {
       *plan = make(r);
@@ -332,23 +322,244 @@ void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
   // Full recomputation holds the least activation memory: a candidate that
   // does not fit with it fits with none, and is dropped after one simulation
   // instead of three. Otherwise the first of none, selective, full that fits
-  // is kept, as before (the probe itself is kept only when it is that first).
-  // A pruned probe says nothing about fit: then none and selective are tried
-  // as they come (each pruned or simulated), and full, pruned, is not kept.
+  // is kept (the probe itself is kept only when it is that first). A skipped
+  // probe says nothing about fit: then none and selective are tried as they
+  // come (each skipped or simulated), and full, skipped, is not kept.
   Plan full;
-  if (!build(Recompute::kFull, &full)) return;
+  if (!build(Recompute::kFull, &full)) return Outcome::kNoFit;
   const double full_s = Simulate(full, prune_above_s);
-  if (full_s < 0 && full_s != kPruned) return;
+  if (full_s < 0 && full_s != kPruned) return Outcome::kNoFit;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective}) {
     Plan plan;
-    if (!build(r, &plan)) return;
+    if (!build(r, &plan)) return Outcome::kNoFit;
     const double t = Simulate(plan, prune_above_s);
     if (t >= 0) {
-      Keep(plan, t);
-      return;
+      Keep(plan, t, index);
+      return Outcome::kFits;
     }
   }
-  if (full_s >= 0) Keep(full, full_s);
+  if (full_s >= 0) {
+    Keep(full, full_s, index);
+    return Outcome::kFits;
+  }
+  return Outcome::kSkipped;  // full was skipped: whether it fits is unknown
+}
+
+CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recompute)>& make) {
+  TryState st;
+  if (BudgetSpent()) return st;
+  try {
+    // Recomputation only adds work and leaves the model state as it is: the
+    // none variant's bound and state bound every variant.
+    const Plan plan = make(Recompute::kNone);
+    std::optional<IterationSchedule> it;
+    if (schedule_) it = schedule_(plan);
+    const ExecutionPlan exec =
+        CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative, it ? &*it : nullptr);
+    PricingMemo& memo = ctx_.memo->pricing;
+    const int one = exec.replicas.size() > 1 ? HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo) : -1;
+    const ExecutionCosts costs =
+        PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
+    st.bound_s = IterationLowerBound_s(exec.schedule, costs);
+    // Memory: full recomputation holds the least. A rank holds its resident
+    // state throughout and each microbatch's activations from its forward's
+    // start to its backward's end, so when its first backward starts it holds
+    // the state, the activations of every forward before it in its order
+    // (all of them under GPipe) and the backward's transient buffers: its
+    // peak is at least that. Over the usable memory, no variant fits.
+    const Plan full = make(Recompute::kFull);
+    std::optional<IterationSchedule> full_it;
+    if (schedule_) full_it = schedule_(full);
+    const ExecutionPlan full_exec = CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, full, ctx_.representative,
+                                                full_it ? &*full_it : nullptr);
+    const int full_one =
+        full_exec.replicas.size() > 1 ? HeaviestReplica(full_exec, ctx_.model, ctx_.representative, &memo) : -1;
+    const PipelineCosts held =
+        PriceExecution(full_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, full_one)
+            .replicas.front();
+    // Ranks sharing a GPU group (units in temporal phases) add up: the
+    // group holds every one's state, and one's activations on top.
+    std::map<int, std::pair<double, double>> group_bytes;  // group -> (states, largest held activations)
+    for (size_t r = 0; r < held.static_bytes.size(); ++r) {
+      double held_s = 0;
+      for (const Action& a : full_exec.schedule.ranks[r]) {
+        if (a.kind == ActionKind::kForward) held_s += held.at(a.stage, a.microbatch).activation_bytes;
+        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
+          held_s += held.at(a.stage, a.microbatch).transient_bytes;
+          break;
+        }
+      }
+      const ExecRank& er = full_exec.ranks[r];
+      // A replicated plan's ranks each stand for their own GPUs.
+      const int key = full_exec.replicated ? static_cast<int>(r) : er.group;
+      auto& [states, most] = group_bytes[key];
+      states += held.static_bytes[r];
+      most = std::max(most, held_s);
+    }
+    for (const auto& [group, bytes] : group_bytes) {
+      const double peak_bytes = bytes.first + bytes.second;
+      if (peak_bytes > ctx_.cluster.usable_mem_bytes()) {
+        st.cannot_fit = true;
+        st.overflow = fmt::format(
+            "GPU group {}: the model state of its ranks and the activations one holds at its first backward, "
+            "under full recomputation, take {}, over the {} usable on an {}",
+            group, HumanBytes(peak_bytes), HumanBytes(ctx_.cluster.usable_mem_bytes()), ctx_.cluster.gpu.name);
+        break;
+      }
+    }
+  } catch (const Error& e) {
+    st = TryState{};
+    // Invalid with no recomputation and with full (the variant an exhaustive
+    // walk builds first): invalid as a whole, counted once when its turn
+    // comes. Otherwise evaluated as it comes.
+    try {
+      const Plan full = make(Recompute::kFull);
+      std::optional<IterationSchedule> it;
+      if (schedule_) it = schedule_(full);
+      CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, full, ctx_.representative, it ? &*it : nullptr);
+    } catch (const Error& full_error) {
+      st.invalid = true;
+      st.invalid_reason = full_error.what();
+    }
+  }
+  return st;
+}
+
+bool CandidateSearch::SkipInThisPass(int64_t index) {
+  TryState& st = tries_[index];
+  if (st.invalid) {
+    ++candidates_;
+    ++invalid_;
+    invalid_reason_ = st.invalid_reason;
+    st.outcome = Outcome::kNoFit;
+    return true;
+  }
+  if (st.cannot_fit) {
+    ++overflow_;
+    overflow_reason_ = st.overflow;
+    st.outcome = Outcome::kNoFit;
+    return true;
+  }
+  if (st.bound_s >= 0 && best_time_s_ >= 0 && st.bound_s * (1 - 1e-9) > best_time_s_) {
+    ++pruned_;
+    st.outcome = Outcome::kSkipped;
+    return true;
+  }
+  return false;
+}
+
+CandidateSearch::Outcome CandidateSearch::Visit(const std::function<Plan(Recompute)>& make, int64_t index) {
+  switch (pass_) {
+    case Pass::kDirect:
+      if (!Step()) return Outcome::kSkipped;
+      return TryNow(make, index, prune_);
+    case Pass::kBounds:
+      tries_.push_back(Bound(make));
+      return Outcome::kUnseen;
+    case Pass::kLowest:
+    case Pass::kRest: {
+      TryState& st = tries_.at(index);
+      if (st.outcome != Outcome::kUnseen || (pass_ == Pass::kLowest && !lowest_[index])) return st.outcome;
+      if (!Step() || SkipInThisPass(index)) return st.outcome;
+      st.outcome = TryNow(make, index, true);
+      return st.outcome;
+    }
+  }
+  return Outcome::kUnseen;
+}
+
+void CandidateSearch::Try(const std::function<Plan(Recompute)>& make) {
+  if (counting_) {
+    ++steps_;
+    return;
+  }
+  Visit(make, next_index_++);
+}
+
+void CandidateSearch::TryEither(const std::function<Plan(Recompute)>& primary,
+                                const std::function<Plan(Recompute)>& fallback) {
+  if (counting_) {
+    steps_ += 2;
+    return;
+  }
+  const int64_t i = next_index_++, j = next_index_++;
+  if (pass_ == Pass::kBounds) {
+    Visit(primary, i);
+    Visit(fallback, j);
+    return;
+  }
+  const Outcome a = Visit(primary, i);
+  if (a == Outcome::kFits || BudgetSpent()) return;
+  if (a == Outcome::kNoFit) {
+    Visit(fallback, j);
+    return;
+  }
+  // Whether the primary fits is unknown (skipped by its bound, or not this
+  // pass's): it matters only if the fallback could be the best.
+  if (pass_ == Pass::kDirect) {
+    if (!prune_) return;  // unreachable: an exhaustive walk knows
+    const TryState fb = Bound(fallback);
+    if (fb.bound_s >= 0 && best_time_s_ >= 0 && fb.bound_s * (1 - 1e-9) > best_time_s_) {
+      ++pruned_;
+      return;
+    }
+    if (TryNow(primary, i, false) == Outcome::kNoFit && Step()) TryNow(fallback, j, prune_);
+    return;
+  }
+  TryState& fb = tries_.at(j);
+  if (fb.outcome != Outcome::kUnseen || (pass_ == Pass::kLowest && !lowest_[j])) return;
+  if (fb.bound_s >= 0 && best_time_s_ >= 0 && fb.bound_s * (1 - 1e-9) > best_time_s_) {
+    Visit(fallback, j);  // skipped by its bound (and counted so)
+    return;
+  }
+  Outcome& ai = tries_.at(i).outcome;
+  if (ai != Outcome::kFits && ai != Outcome::kNoFit) ai = TryNow(primary, i, false);
+  if (ai == Outcome::kNoFit) {
+    Visit(fallback, j);
+  } else {
+    fb.outcome = Outcome::kSkipped;  // an exhaustive walk does not try it
+  }
+}
+
+void CandidateSearch::CountTries(const std::function<void()>& body) {
+  counting_ = true;
+  const int64_t before = steps_;
+  body();
+  total_ = steps_ - before;
+  steps_ = before;
+  counting_ = false;
+}
+
+void CandidateSearch::Run(const std::function<void()>& loop) {
+  CountTries(loop);
+  if (!prune_) {
+    loop();  // the exhaustive walk, in loop order
+    return;
+  }
+  const int64_t base = next_index_;
+  if (base != 0) throw Error("CandidateSearch::Run: the search already tried candidates");
+  auto walk = [&](Pass pass) {
+    pass_ = pass;
+    next_index_ = 0;
+    loop();
+    pass_ = Pass::kDirect;
+  };
+  tries_.clear();
+  if (ctx_.progress) ctx_.progress({strategy_ + ": bounding candidates", 0, total_, NowSeconds() - start_s_});
+  walk(Pass::kBounds);
+  // The few lowest bounds first: a good best early skips most of the rest.
+  constexpr size_t kLowest = 4;
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < static_cast<int64_t>(tries_.size()); ++i) {
+    if (tries_[i].bound_s >= 0 && !tries_[i].cannot_fit) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return tries_[a].bound_s < tries_[b].bound_s; });
+  lowest_.assign(tries_.size(), 0);
+  for (size_t k = 0; k < order.size() && k < kLowest; ++k) lowest_[order[k]] = 1;
+  walk(Pass::kLowest);
+  walk(Pass::kRest);
+  next_index_ = static_cast<int64_t>(tries_.size());
 }
 
 StrategyResult CandidateSearch::Finish(const std::string& searched,
@@ -375,6 +586,8 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
   StrategyResult r;
   r.plan = best_;
   r.plan.searched = fmt::format("{} ({} simulated, {} fit", searched, candidates_, feasible_);
+  if (overflow_ > 0) r.plan.searched += fmt::format(", {} over memory", overflow_);
+  if (invalid_ > 0) r.plan.searched += fmt::format(", {} invalid", invalid_);
   if (pruned_ > 0) r.plan.searched += fmt::format(", {} skipped by their lower bound", pruned_);
   if (budget_spent_) {
     r.plan.searched += total_ > 0 ? fmt::format("; time budget of {:g} s spent after {} of {} candidates",

@@ -56,8 +56,7 @@ StrategyResult DipStrategy(const StrategyContext& ctx) {
       }
     }
   };
-  search.CountTries(grid);
-  grid();
+  search.Run(grid);
   return search.Finish("dip: the encoder and the LLM each pipelined over every group of a replica, co-located in two "
                        "phases (encoder GPipe, then LLM 1F1B), stages balanced on one microbatch; DP x TP x "
                        "recomputation",

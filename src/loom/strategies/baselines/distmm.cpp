@@ -118,33 +118,32 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
               for (int down : {0, 1}) {
                 if (down == 1 && waves.downstream.empty()) continue;
                 // Stages balanced by time; by parameters when those do not fit.
-                const int before = search.feasible();
-                for (Balance balance : {Balance::kTime, Balance::kParams}) {
-                if (balance == Balance::kParams && search.feasible() > before) break;
-                search.Try([&](Recompute r) {
-                  Plan plan = EmptyPlan(ctx, "distmm", g);
-                  const bool has_down = !waves.downstream.empty();
-                  int first = 0;
-                  for (int b = 0; b < branches; ++b) {
-                    const int bpp = enc == 2 ? pp : 1;
-                    if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
-                    plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
-                                                  enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, ScheduleKind::kGpipe, r, balance));
-                    first += split[b];
-                  }
-                  const int phase = branches > 0 ? 1 : 0;
-                  if (!has_backbone) return plan;  // an encoder-only model: the branches are all of it
-                  plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
-                                                has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
-                  if (has_down) {
-                    plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
-                                                              1, m, ScheduleKind::kOneFOneB, r, balance)
-                                                   : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
-                                                              pp, m, ScheduleKind::kOneFOneB, r, balance));
-                  }
-                  return plan;
-                });
-                }
+                auto make = [&](Balance balance) {
+                  return [&, balance](Recompute r) {
+                    Plan plan = EmptyPlan(ctx, "distmm", g);
+                    const bool has_down = !waves.downstream.empty();
+                    int first = 0;
+                    for (int b = 0; b < branches; ++b) {
+                      const int bpp = enc == 2 ? pp : 1;
+                      if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
+                      plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
+                                                    enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, ScheduleKind::kGpipe, r, balance));
+                      first += split[b];
+                    }
+                    const int phase = branches > 0 ? 1 : 0;
+                    if (!has_backbone) return plan;  // an encoder-only model: the branches are all of it
+                    plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
+                                                  has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
+                    if (has_down) {
+                      plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
+                                                                1, m, ScheduleKind::kOneFOneB, r, balance)
+                                                     : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
+                                                                pp, m, ScheduleKind::kOneFOneB, r, balance));
+                    }
+                    return plan;
+                  };
+                };
+                search.TryEither(make(Balance::kTime), make(Balance::kParams));
               }
             }
           }
@@ -152,8 +151,7 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
       }
     }
   };
-  search.CountTries(grid);
-  grid();
+  search.Run(grid);
   return search.Finish("group size x backbone pp x microbatches x recompute x branch GPU split; parallel branches on "
                        "disjoint whole GPUs, waves on all GPUs",
                        [](const Plan& p) {

@@ -27,8 +27,7 @@ StrategyResult MegatronStrategy(const StrategyContext& ctx) {
       }
     });
   };
-  search.CountTries(grid);
-  grid();
+  search.Run(grid);
   return search.Finish("tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
                        "parameters",
                        [](const Plan& p) { return DescribeUnit(p.units[0]); });

@@ -14,15 +14,15 @@ StrategyResult NnScalerStrategy(const StrategyContext& ctx) {
     ForEachPipelineGrid(ctx, ctx.model.num_layers(), [&](int tp, int pp, int dp, int m) {
       // Time-balanced chunks first; parameter-balanced ones when those do not
       // fit (nnScaler's search is memory-constrained too).
-      const int before = search.feasible();
-      for (Balance balance : {Balance::kTime, Balance::kParams}) {
-        if (balance == Balance::kParams && search.feasible() > before) break;
-        search.Try([&](Recompute r) { return SingleUnitPlan(ctx, "nnscaler", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1); });
-      }
+      auto make = [&](Balance balance) {
+        return [&, balance](Recompute r) {
+          return SingleUnitPlan(ctx, "nnscaler", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1);
+        };
+      };
+      search.TryEither(make(Balance::kTime), make(Balance::kParams));
     });
   };
-  search.CountTries(grid);
-  grid();
+  search.Run(grid);
   return search.Finish("tp x pp x dp x microbatches x recompute, 1F1B, stages balanced by time on the "
                        "representative batch",
                        [](const Plan& p) { return DescribeUnit(p.units[0]); });

@@ -54,8 +54,7 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
       }
     });
   };
-  search.CountTries(grid);
-  grid();
+  search.Run(grid);
   return search.Finish("backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
                        "GPUs, forwards before and backwards after the backbone pipeline",
                        [](const Plan& p) {
