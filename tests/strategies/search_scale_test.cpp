@@ -136,7 +136,7 @@ TEST(IterationBound, NeverExceedsTheSimulationOfRealPlans) {
         continue;  // an invalid grid point (the searches skip them too)
       }
       ExecutionCosts costs = PriceExecution(exec, model, inst.cluster, batch);
-      const double bound = IterationLowerBound_s(exec.schedule, costs);
+      const double bound = IterationLowerBound_s(exec, costs);
       const double t = RunExecution(inst.cluster, exec, costs).metrics.iteration_time_s;
       EXPECT_LE(bound, t * (1 + 1e-12)) << inst.model << " " << plan.strategy << " " << DescribeUnit(plan.units[0]);
       EXPECT_GT(bound, 0);

@@ -1,6 +1,7 @@
 #include "loom/sim/iteration_bound.h"
 
 #include <algorithm>
+#include <map>
 
 namespace loom {
 
@@ -54,6 +55,36 @@ double IterationLowerBound_s(const Schedule& schedule, const ExecutionCosts& cos
         }
       }
       bound_s = std::max(bound_s, head_s + busy_s + tail_s);
+    }
+  }
+  return bound_s;
+}
+
+double IterationLowerBound_s(const ExecutionPlan& exec, const ExecutionCosts& costs) {
+  const Schedule& schedule = exec.schedule;
+  double bound_s = IterationLowerBound_s(schedule, costs);
+  // Phases take turns only where CompileUnits put its barriers.
+  if (exec.replicated || schedule.extra_deps.empty()) return bound_s;
+  std::vector<int> phase(schedule.num_ranks, 0);
+  for (int v = 0; v < schedule.num_stages(); ++v) phase[schedule.stage_rank[v]] = exec.stages[v].phase;
+  for (const PipelineCosts& c : costs.replicas) {
+    // group -> phase -> the busiest rank's compute
+    std::map<int, std::map<int, double>> busiest;
+    for (int r = 0; r < schedule.num_ranks; ++r) {
+      double busy_s = 0;
+      for (const Action& a : schedule.ranks[r]) {
+        if (a.is_compute()) busy_s += ComputeDuration_s(a, c);
+      }
+      const ExecRank& er = exec.ranks[r];
+      for (int g = er.group; g < er.group + er.num_groups; ++g) {
+        double& b = busiest[g][phase[r]];
+        b = std::max(b, busy_s);
+      }
+    }
+    for (const auto& [group, phases] : busiest) {
+      double sum_s = 0;
+      for (const auto& [p, busy_s] : phases) sum_s += busy_s;
+      bound_s = std::max(bound_s, sum_s);
     }
   }
   return bound_s;

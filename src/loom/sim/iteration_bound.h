@@ -30,4 +30,12 @@ namespace loom {
 // REQUIRES: costs were priced for `schedule` (PriceExecution of its plan).
 double IterationLowerBound_s(const Schedule& schedule, const ExecutionCosts& costs);
 
+// The same, and for a plan whose units take turns on shared GPU groups
+// (temporal phases, plan/plan.h): the compiler's barriers put every compute
+// action of a later phase's rank between an earlier phase's rank's last
+// forward and first backward (per round), so ranks of different phases on one
+// group never compute at once, and the iteration lasts at least, per group,
+// the sum over its phases of the busiest rank's compute.
+double IterationLowerBound_s(const ExecutionPlan& exec, const ExecutionCosts& costs);
+
 }  // namespace loom

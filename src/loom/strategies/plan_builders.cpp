@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <set>
 
@@ -272,7 +274,7 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
                                           &ctx_.memo->pricing);
     // The bound and the simulator sum the same durations in different
     // orders: a relative margin far above rounding keeps the skip exact.
-    if (prune_above_s >= 0 && IterationLowerBound_s(exec.schedule, costs) * (1 - 1e-9) > prune_above_s) {
+    if (prune_above_s >= 0 && IterationLowerBound_s(exec, costs) * (1 - 1e-9) > prune_above_s) {
       ++pruned_;
       return kPruned;
     }
@@ -330,6 +332,12 @@ CandidateSearch::Outcome CandidateSearch::TryNow(const std::function<Plan(Recomp
   const double full_s = Simulate(full, prune_above_s);
   if (full_s < 0 && full_s != kPruned) return Outcome::kNoFit;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective}) {
+    if (r == Recompute::kNone && index < static_cast<int64_t>(tries_.size()) &&
+        !tries_[index].none_overflow.empty() && pass_ != Pass::kDirect) {
+      ++overflow_;  // its memory bound overflows: it would not fit
+      overflow_reason_ = tries_[index].none_overflow;
+      continue;
+    }
     Plan plan;
     if (!build(r, &plan)) return Outcome::kNoFit;
     const double t = Simulate(plan, prune_above_s);
@@ -343,6 +351,58 @@ CandidateSearch::Outcome CandidateSearch::TryNow(const std::function<Plan(Recomp
     return Outcome::kFits;
   }
   return Outcome::kSkipped;  // full was skipped: whether it fits is unknown
+}
+
+std::string CandidateSearch::MemoryOverflow(const ExecutionPlan& exec, const Plan& plan,
+                                            const PipelineCosts& costs) const {
+  // A rank holds its resident state throughout and each microbatch's
+  // activations from its forward's start to its backward's end, so when its
+  // first backward starts it holds the state, the activations of every
+  // forward before it in its order (all of them under GPipe) and the
+  // backward's transient buffers: its peak is at least that. Ranks sharing a
+  // GPU group (units in temporal phases) add up: the group holds every one's
+  // state. Phases take turns (plan/plan.h): a later phase's first forward
+  // waits for an earlier one's last forward, and the earlier one's first
+  // backward waits for the later one's last backward, so when a rank of the
+  // group's last phase starts its first backward, every rank of an earlier
+  // phase holds all its forwards' activations. (With phase rounds each round
+  // holds only its share: then one rank's.)
+  std::map<int, int> last_phase;  // group -> its latest phase
+  auto phase_of = [&](size_t r) { return plan.units[exec.ranks[r].unit].phase; };
+  for (size_t r = 0; r < costs.static_bytes.size() && !exec.replicated; ++r) {
+    auto [pos, inserted] = last_phase.try_emplace(exec.ranks[r].group, phase_of(r));
+    if (!inserted) pos->second = std::max(pos->second, phase_of(r));
+  }
+  std::map<int, std::pair<double, double>> group_bytes;  // group -> (states + earlier phases' activations, largest other)
+  for (size_t r = 0; r < costs.static_bytes.size(); ++r) {
+    double held_s = 0;
+    for (const Action& a : exec.schedule.ranks[r]) {
+      if (a.kind == ActionKind::kForward) held_s += costs.at(a.stage, a.microbatch).activation_bytes;
+      if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
+        held_s += costs.at(a.stage, a.microbatch).transient_bytes;
+        break;
+      }
+    }
+    // A replicated plan's ranks each stand for their own GPUs.
+    const int key = exec.replicated ? static_cast<int>(r) : exec.ranks[r].group;
+    auto& [states, most] = group_bytes[key];
+    states += costs.static_bytes[r];
+    if (!exec.replicated && plan.phase_rounds <= 1 && phase_of(r) < last_phase[key]) {
+      states += held_s;
+    } else {
+      most = std::max(most, held_s);
+    }
+  }
+  for (const auto& [group, bytes] : group_bytes) {
+    const double peak_bytes = bytes.first + bytes.second;
+    if (peak_bytes > ctx_.cluster.usable_mem_bytes()) {
+      return fmt::format(
+          "GPU group {}: the model state of its ranks and the activations they hold at a first backward take at "
+          "least {}, over the {} usable on an {}",
+          group, HumanBytes(peak_bytes), HumanBytes(ctx_.cluster.usable_mem_bytes()), ctx_.cluster.gpu.name);
+    }
+  }
+  return "";
 }
 
 CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recompute)>& make) {
@@ -360,13 +420,11 @@ CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recomp
     const int one = exec.replicas.size() > 1 ? HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo) : -1;
     const ExecutionCosts costs =
         PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
-    st.bound_s = IterationLowerBound_s(exec.schedule, costs);
-    // Memory: full recomputation holds the least. A rank holds its resident
-    // state throughout and each microbatch's activations from its forward's
-    // start to its backward's end, so when its first backward starts it holds
-    // the state, the activations of every forward before it in its order
-    // (all of them under GPipe) and the backward's transient buffers: its
-    // peak is at least that. Over the usable memory, no variant fits.
+    st.bound_s = IterationLowerBound_s(exec, costs);
+    // Memory: full recomputation holds the least; over the usable memory
+    // under it, no variant fits. Over under none, that variant need not be
+    // simulated.
+    st.none_overflow = MemoryOverflow(exec, plan, costs.replicas.front());
     const Plan full = make(Recompute::kFull);
     std::optional<IterationSchedule> full_it;
     if (schedule_) full_it = schedule_(full);
@@ -377,36 +435,8 @@ CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recomp
     const PipelineCosts held =
         PriceExecution(full_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, full_one)
             .replicas.front();
-    // Ranks sharing a GPU group (units in temporal phases) add up: the
-    // group holds every one's state, and one's activations on top.
-    std::map<int, std::pair<double, double>> group_bytes;  // group -> (states, largest held activations)
-    for (size_t r = 0; r < held.static_bytes.size(); ++r) {
-      double held_s = 0;
-      for (const Action& a : full_exec.schedule.ranks[r]) {
-        if (a.kind == ActionKind::kForward) held_s += held.at(a.stage, a.microbatch).activation_bytes;
-        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
-          held_s += held.at(a.stage, a.microbatch).transient_bytes;
-          break;
-        }
-      }
-      const ExecRank& er = full_exec.ranks[r];
-      // A replicated plan's ranks each stand for their own GPUs.
-      const int key = full_exec.replicated ? static_cast<int>(r) : er.group;
-      auto& [states, most] = group_bytes[key];
-      states += held.static_bytes[r];
-      most = std::max(most, held_s);
-    }
-    for (const auto& [group, bytes] : group_bytes) {
-      const double peak_bytes = bytes.first + bytes.second;
-      if (peak_bytes > ctx_.cluster.usable_mem_bytes()) {
-        st.cannot_fit = true;
-        st.overflow = fmt::format(
-            "GPU group {}: the model state of its ranks and the activations one holds at its first backward, "
-            "under full recomputation, take {}, over the {} usable on an {}",
-            group, HumanBytes(peak_bytes), HumanBytes(ctx_.cluster.usable_mem_bytes()), ctx_.cluster.gpu.name);
-        break;
-      }
-    }
+    st.overflow = MemoryOverflow(full_exec, full, held);
+    st.cannot_fit = !st.overflow.empty();
   } catch (const Error& e) {
     st = TryState{};
     // Invalid with no recomputation and with full (the variant an exhaustive

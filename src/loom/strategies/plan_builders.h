@@ -136,6 +136,7 @@ class CandidateSearch {
     double bound_s = -1;      // lower bound of its none variant; < 0: unknown
     bool cannot_fit = false;  // its memory lower bound overflows a GPU under every recomputation
     std::string overflow;     // why, when it cannot fit
+    std::string none_overflow;  // why its none variant cannot fit (its memory bound); empty: it may
     bool invalid = false;     // building or compiling it fails, with none and with full recomputation
     std::string invalid_reason;
     Outcome outcome = Outcome::kUnseen;
@@ -147,6 +148,9 @@ class CandidateSearch {
   bool Step();  // one more candidate: progress; false when the budget is spent
   // Evaluates Try number `index` now: kFits, kNoFit or (with `prune`) kSkipped.
   Outcome TryNow(const std::function<Plan(Recompute)>& make, int64_t index, bool prune);
+  // Why `plan` (compiled to `exec`, priced as `costs` for one replica)
+  // cannot fit: its memory lower bound overflows a GPU group; empty if not.
+  std::string MemoryOverflow(const ExecutionPlan& exec, const Plan& plan, const PipelineCosts& costs) const;
   // The bound pass's work for one Try.
   TryState Bound(const std::function<Plan(Recompute)>& make);
   // Whether Try `index` should be skipped in this pass (bound or known fit).
