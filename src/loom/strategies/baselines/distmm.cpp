@@ -117,6 +117,13 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
               // Downstream modules: data parallel per group, or the backbone's TP and PP.
               for (int down : {0, 1}) {
                 if (down == 1 && waves.downstream.empty()) continue;
+                // Every unit's replicas need a sample of each microbatch
+                // (ValidatePlan): a plan with more would be built only to be
+                // refused, thousands of times on a big cluster.
+                int most_replicas = has_backbone ? dp : 0;
+                for (int b = 0; b < branches; ++b) most_replicas = std::max(most_replicas, split[b] / (enc == 2 ? pp : 1));
+                if (has_backbone && !waves.downstream.empty()) most_replicas = std::max(most_replicas, down == 0 ? groups : dp);
+                if (most_replicas > ctx.workload.global_batch / m) continue;
                 // Stages balanced by time; by parameters when those do not fit.
                 auto make = [&](Balance balance) {
                   return [&, balance](Recompute r) {
