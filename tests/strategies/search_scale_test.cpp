@@ -275,8 +275,9 @@ TEST(SearchProgress, CountsCandidatesOfATotal) {
   EXPECT_GT(seen[1].total, 1);
   for (const auto& p : seen) EXPECT_LE(p.done, p.total);
   EXPECT_EQ(FormatProgress({"megatron: candidate", 3, 12, 1.5}),
-            "megatron: candidate 3 of 12, 1.5 s elapsed, about 4.5 s left");
-  EXPECT_EQ(FormatProgress({"megatron: batch", 12, 12, 30}), "megatron: batch 12 of 12, 30 s elapsed");
+            "megatron: candidate 3 of 12, 1.5 s elapsed, about 7.5 s left");  // 2 done in 1.5 s, 10 to go
+  EXPECT_EQ(FormatProgress({"megatron: batch", 11, 11, 30}), "megatron: batch 11 of 11, 30 s elapsed, about 3.0 s left");
+  EXPECT_EQ(FormatProgress({"megatron: batch", 1, 10, 0.01}), "megatron: batch 1 of 10, 0.0 s elapsed");
   EXPECT_EQ(FormatProgress({"mosaic: merge", 4, 0, 0}), "mosaic: merge 4");
 }
 

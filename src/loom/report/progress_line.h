@@ -1,7 +1,7 @@
 // The one-line status long commands print on a terminal's stderr
 // (docs/cli.md): "megatron: candidate 120 of 480, 12 s elapsed, about 36 s
-// left". The estimate assumes the remaining units take as long as the done
-// ones on average; it is left out until one is done.
+// left". `done` counts the unit in progress; the estimate assumes the rest
+// take as long as the finished ones on average, and is left out until one is.
 #pragma once
 
 #include <string>

@@ -21,9 +21,9 @@
 
 namespace loom {
 
-// Where a long step stands: `done` of `total` units of `what` ("megatron:
-// candidate", "megatron: batch"); total 0 when unknown. `elapsed_s` since the
-// step began.
+// Where a long step stands: unit `done` of `total` of `what` ("megatron:
+// candidate", "megatron: batch") is in progress, done - 1 are finished;
+// total 0 when unknown. `elapsed_s` since the step began.
 struct Progress {
   std::string what;
   int64_t done = 0;
