@@ -250,7 +250,8 @@ bool CandidateSearch::Step() {
   const double now = NowSeconds();
   if (last_progress_s_ >= 0 && now - last_progress_s_ < 0.1) return true;  // a terminal needs no more
   last_progress_s_ = now;
-  ctx_.progress({strategy_ + ": candidate", steps_, std::max(total_, steps_), now - start_s_});
+  // A total only where the strategy said one (Expect, Run); never below the count.
+  ctx_.progress({strategy_ + ": candidate", steps_, total_ > 0 ? std::max(total_, steps_) : 0, now - start_s_});
   return true;
 }
 

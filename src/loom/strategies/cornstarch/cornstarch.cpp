@@ -76,6 +76,8 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
       }
     }
   };
+  // Bound-first (plan_builders.h): the loop depends on no result.
+  search.Run([&] {
   if (modes.colocated) colocated(balance);
   for (int tp : modes.modality_parallel ? TpChoices(ctx.cluster) : std::vector<int>{}) {
   for (int cp : {1, 2, 4, 8}) {
@@ -141,6 +143,7 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
     }
   }
   }
+  });
   // Stages balanced by time put a frozen module's whole weights on few stages
   // (frozen layers are cheap): where no such plan fits (t2v-xl's frozen 72B
   // text encoder), the colocated pipeline is cut by parameters instead, as
