@@ -298,12 +298,16 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
   const Schedule& sch = exec.schedule;
   const int S = sch.num_stages();
   const auto needs = ComputeBackwardNeeds(model);
+  // Stage prices are kept only for a caller's memo: within one call a (stage,
+  // microbatch) is priced once anyway, and a throwaway cache costs a hash
+  // insert per price on the simulation's hot path.
+  const bool keep_stages = memo != nullptr;
   PricingMemo local;  // without a caller's memo, one for this call (microbatches shared by stages)
   if (memo == nullptr) memo = &local;
   memo->Bind(model, &c, batch);
   auto token_id = [&](const std::vector<SamplePiece>& pieces) { return memo->TokenId(model, batch, pieces); };
   std::vector<int> stage_id(S);
-  for (int s = 0; s < S; ++s) {
+  for (int s = 0; s < S && keep_stages; ++s) {
     const std::string sig = PricingSignature(exec.stages[s], exec.precision);
     stage_id[s] = memo->stage_ids_.emplace(sig, static_cast<int>(memo->stage_ids_.size())).first->second;
   }
@@ -356,7 +360,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         double flops = 0;
         // Only CP stages priced from their masks carry an imbalance (the pricing loop is a search's hot path).
         const bool masked = st.cp > 1 && st.cp_split != CpSplit::kIdeal;
-        const bool cacheable = !masked && mb.layer_recompute.empty() && !want_options;
+        const bool cacheable = keep_stages && !masked && mb.layer_recompute.empty() && !want_options;
         const uint64_t key = (static_cast<uint64_t>(stage_id[s]) << 32) | static_cast<uint32_t>(tid);
         bool found = false;
         if (cacheable) {
