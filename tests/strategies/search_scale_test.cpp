@@ -146,6 +146,81 @@ TEST(IterationBound, NeverExceedsTheSimulationOfRealPlans) {
   EXPECT_GT(checked, 100);
 }
 
+// Multi-unit plans whose replicas are independent copies, compiled folded
+// (one replica's ranks, replicated) and unfolded (every replica its own
+// ranks, joined by layer-wise sync): the simulator gives the same iteration
+// time, peak memory and bubble. Plans: chains of units (encoders, LLM,
+// generator) with equal replica counts, side by side or in waves on the same
+// GPUs, every depth, replica count, microbatch count and recompute, as the
+// searches build them, and the strategies' own best plans.
+TEST(FoldedReplicas, SimulateLikeEveryReplicaAsItsOwnRanks) {
+  int folded = 0;
+  for (const auto& inst : SmallInstances()) {
+    const Model model = LoadModel(inst.model);
+    Workload w = DefaultWorkload(model);
+    w.global_batch = inst.batch;
+    const Batch batch = DrawBatch(w, 0);
+    StrategyContext ctx{model, inst.cluster, w, batch, {}};
+    const ModuleWaves waves = SplitWaves(model);
+    std::vector<std::vector<std::string>> chain = waves.upstream_branches;
+    chain.push_back(waves.backbone);
+    if (!waves.downstream.empty()) chain.push_back(waves.downstream);
+    std::vector<Plan> plans;
+    const int groups = inst.cluster.num_gpus();
+    for (int pp : {1, 2}) {
+      const int per_replica = pp * static_cast<int>(chain.size());
+      for (int dp = 1; dp * per_replica <= groups; dp *= 2) {
+        if (w.global_batch % dp != 0) continue;
+        for (int m : Divisors(w.global_batch / dp)) {
+          if (m < pp || m > 8) continue;
+          for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+            // Side by side on their own GPUs, or in waves taking turns on the same ones (DistMM).
+            for (bool waves_on_all : {false, true}) {
+              Plan plan = EmptyPlan(ctx, "t", 1);
+              int first = 0;
+              for (size_t u = 0; u < chain.size(); ++u) {
+                plan.units.push_back(MakeUnit(ctx, "u" + std::to_string(u), chain[u], first, 1,
+                                              waves_on_all ? static_cast<int>(u) : 0, dp, pp, m,
+                                              u + 1 == chain.size() ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe,
+                                              r, Balance::kTime));
+                if (!waves_on_all) first += dp * pp;
+              }
+              plans.push_back(std::move(plan));
+            }
+          }
+        }
+      }
+    }
+    for (const std::string s : {"distmm", "cornstarch", "disttrain", "mmscale", "optimus", "spindle"}) {
+      try {
+        plans.push_back(RunStrategy(s, ctx).plan);
+      } catch (const Error&) {
+      }
+    }
+    for (const Plan& plan : plans) {
+      ExecutionPlan full, fold;
+      try {
+        full = CompilePlan(model, inst.cluster, w, plan, batch);
+        fold = CompilePlan(model, inst.cluster, w, plan, batch, nullptr, CompileOptions{.fold_replicas = true});
+      } catch (const Error&) {
+        continue;
+      }
+      if (!fold.replicated || full.replicated) continue;
+      ++folded;
+      EXPECT_EQ(fold.schedule.num_ranks * plan.units[0].num_replicas(), full.schedule.num_ranks);
+      const PlanRun a = RunExecution(inst.cluster, full, PriceExecution(full, model, inst.cluster, batch));
+      const PlanRun b = RunExecution(inst.cluster, fold, PriceExecution(fold, model, inst.cluster, batch));
+      const std::string what = inst.model + " " + plan.strategy + " " + DescribeUnit(plan.units.back());
+      EXPECT_DOUBLE_EQ(a.metrics.iteration_time_s, b.metrics.iteration_time_s) << what;
+      EXPECT_DOUBLE_EQ(a.metrics.peak_mem_bytes, b.metrics.peak_mem_bytes) << what;
+      EXPECT_NEAR(a.metrics.bubble_ratio, b.metrics.bubble_ratio, 1e-9) << what;
+      EXPECT_DOUBLE_EQ(a.metrics.mfu, b.metrics.mfu) << what;
+      EXPECT_EQ(a.memory_violations.empty(), b.memory_violations.empty()) << what;
+    }
+  }
+  EXPECT_GT(folded, 60);
+}
+
 // Two different plans priced through one memo cost exactly what each costs
 // priced alone; a memo used with another batch is refused.
 TEST(PricingMemo, EqualsFreshPricesBitForBit) {

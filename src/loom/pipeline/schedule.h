@@ -108,6 +108,11 @@ struct Schedule {
   // (Oobleck's layer-wise sync across heterogeneous pipelines). Empty: none.
   std::vector<std::vector<int>> sync_with;
   std::vector<ExtraDep> extra_deps;
+  // Per stage, -1 or an id: stages of different pipelines with one id hold
+  // exactly the same layers, cut alike, so each gradient bucket of theirs is
+  // one all-reduce, started when every one of them has that bucket ready (a
+  // replicated plan's copies of a stage behave so implicitly). Empty: none.
+  std::vector<int> sync_set;
 
   int num_stages() const { return static_cast<int>(stage_rank.size()); }
   int num_actions() const;

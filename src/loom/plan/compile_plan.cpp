@@ -262,7 +262,7 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
 }
 
 ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
-                          const Batch& batch, const IterationSchedule* it) {
+                          const Batch& batch, const IterationSchedule* it, CompileOptions options) {
   ValidatePlan(plan, model, c, w, "plan " + plan.strategy);
   if (static_cast<int64_t>(batch.samples.size()) != plan.global_batch) {
     throw Error(fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(),
@@ -304,7 +304,7 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
              (it == nullptr || (it->replica_microbatch_samples.empty() && it->unit_rank_orders.empty()))) {
     CompilePipeline(model, plan, it, global_mbs, out);
   } else {
-    CompileUnits(model, plan, it, global_mbs, out);
+    CompileUnits(model, plan, it, global_mbs, out, options.fold_replicas);
   }
   AddDataParallelGroups(out, plan, model);
   // Every rank ends with its stages' gradient buckets on the communication

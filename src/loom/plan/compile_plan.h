@@ -24,10 +24,21 @@ namespace loom {
 // Gradient buckets per stage (Megatron-LM's overlapped gradient reduce).
 inline constexpr int kGradientBuckets = 4;
 
+struct CompileOptions {
+  // Compile a multi-unit plan whose replicas are independent copies of one
+  // replica's DAG (equal replica counts, each GPU group one replica's, samples
+  // cut evenly) as a `replicated` plan: one replica's ranks, every replica's
+  // contents. The simulator then gives the same iteration time and peaks on
+  // a schedule dp times smaller; searches use it. Off, every replica is its
+  // own ranks, as the runtime, the exporters and the timeline want.
+  bool fold_replicas = false;
+};
+
 // Throws loom::Error when the plan is invalid (every violation listed) or the
 // iteration schedule does not fit it (naming the field).
 ExecutionPlan CompilePlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                          const Batch& batch, const IterationSchedule* iteration = nullptr);
+                          const Batch& batch, const IterationSchedule* iteration = nullptr,
+                          CompileOptions options = {});
 
 // Stage `spec` of template `pipeline` of unit `unit`, run by the unit's replica
 // `replica`: every field but dp_group (CompilePlan assigns groups).

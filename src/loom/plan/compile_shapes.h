@@ -12,8 +12,16 @@ namespace loom {
 
 void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedule* it,
                      const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out);
+// `fold`: a plan whose replicas are independent copies (FoldableReplicas)
+// compiles `replicated`, like CompilePipeline's (CompileOptions).
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
-                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out);
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out, bool fold);
+// Whether every unit has one template and the same replica count, a GPU
+// group is used by one replica index only (units may take turns on it) and
+// the batch is cut evenly (no regrouped or per-replica samples, no explicit
+// orders): replica d of each unit then feeds and waits only for replica d of
+// the others.
+bool FoldableReplicas(const Plan& plan, const IterationSchedule* it);
 void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, const IterationSchedule& it,
                   ExecutionPlan& out);
 

@@ -154,11 +154,40 @@ void AddSharedSampleEdges(const Model& model, const Plan& plan, const UnitLayout
 
 }  // namespace
 
+bool FoldableReplicas(const Plan& plan, const IterationSchedule* it) {
+  if (!UniformMicrobatches(plan)) return false;
+  if (it != nullptr && (!it->unit_microbatch_samples.empty() || !it->replica_microbatch_samples.empty() ||
+                        !it->unit_rank_orders.empty() || !it->sub_microbatches.empty())) {
+    return false;
+  }
+  // Units taking turns on GPU groups (temporal phases) are joined by
+  // barriers between the ranks sharing a group: those must be one replica's.
+  const int D = plan.units[0].num_replicas();
+  std::map<int, int> owner;  // GPU group -> the replica index on it
+  for (const Unit& u : plan.units) {
+    if (u.pipelines.size() != 1 || u.num_replicas() != D) return false;
+    const int per = u.pipelines[0].groups();
+    for (int d = 0; d < D; ++d) {
+      for (int g = u.first_group + d * per; g < u.first_group + (d + 1) * per; ++g) {
+        if (owner.emplace(g, d).first->second != d) return false;
+      }
+    }
+  }
+  return true;
+}
+
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
-                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out) {
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out, bool fold) {
   const bool uniform = UniformMicrobatches(plan);
   const int m = plan.units[0].pipelines[0].microbatches;
   const int num_units = static_cast<int>(plan.units.size());
+  // Folded (FoldableReplicas): replica d of every unit feeds only replica d
+  // of the next (equal shares of every microbatch) and shares GPU groups only
+  // with replica d of the others, so the DAG is D copies of one replica's,
+  // joined only by the gradient sync: the schedule holds replica 0's ranks
+  // and the plan is `replicated`.
+  fold = fold && FoldableReplicas(plan, it);
+  auto built = [&](int u) { return fold ? 1 : plan.units[u].num_replicas(); };
   // Phase rounds (Plan::phase_rounds): each rank's order is its template's
   // for m / rounds microbatches, once per round on the next microbatches.
   const int rounds = plan.phase_rounds;
@@ -194,8 +223,8 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   Schedule& sch = out.schedule;
   sch.name = plan.strategy.empty() ? "plan" : plan.strategy;
   sch.num_microbatches = 0;
-  out.replicas.assign(1, {});
-  auto& contents = out.replicas[0];
+  out.replicated = fold;
+  out.replicas.assign(fold ? plan.units[0].num_replicas() : 1, {});
   // stage_id[u][d][s], rank_id[u][d][r]
   std::vector<std::vector<std::vector<int>>> stage_id(num_units), rank_id(num_units);
   std::vector<std::vector<int>> group_ranks(out.num_groups);
@@ -209,6 +238,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
     for (size_t t = 0; t < unit.pipelines.size(); ++t) {
       const PipelineSpec& ps = unit.pipelines[t];
       const int depth = before[u] + ps.pp + after[u];
+      const int replicas = fold ? 1 : ps.replicas;
       const std::vector<std::vector<std::vector<StageStep>>>* orders = nullptr;
       if (it != nullptr && it->unit_rank_orders.count(unit.name)) {
         orders = &it->unit_rank_orders.at(unit.name);
@@ -219,7 +249,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
       }
       Schedule tmpl;
       int tmpl_m = -1;
-      for (int j = 0; j < ps.replicas; ++j) {
+      for (int j = 0; j < replicas; ++j) {
         const int d = L.replica_base[t] + j;
         const int M = uniform ? L.replica_microbatches[d] : ps.microbatches;
         if (orders == nullptr && M != tmpl_m) {
@@ -241,11 +271,15 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
           sch.stage_rank.push_back(rank_id[u][d][ps.stages[s].rank]);
           sch.stage_microbatches.push_back(M);
           out.stages.push_back(StageOf(model, plan, u, static_cast<int>(t), d, ps.stages[s]));
-          contents.emplace_back();
-          for (int k = 0; k < M; ++k) {
-            MicrobatchWork mb;
-            for (int x : L.samples[d][k]) mb.pieces.push_back({x, -1});
-            contents.back().push_back(std::move(mb));
+          // Folded: replica e's copy of this stage runs replica e's samples.
+          for (size_t e = 0; e < out.replicas.size(); ++e) {
+            const auto& samples = L.samples[fold ? static_cast<int>(e) : d];
+            auto& contents = out.replicas[e].emplace_back();
+            for (int k = 0; k < M; ++k) {
+              MicrobatchWork mb;
+              for (int x : samples[k]) mb.pieces.push_back({x, -1});
+              contents.push_back(std::move(mb));
+            }
           }
           if (s > 0) sch.edges.push_back({id - 1, id, {}});
         }
@@ -314,7 +348,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
         AddSharedSampleEdges(model, plan, layout[u], layout[v], u, v, stage_id, sch);
         continue;
       }
-      const int Du = plan.units[u].num_replicas(), Dv = plan.units[v].num_replicas();
+      const int Du = built(u), Dv = built(v);
       const auto& su = layout[u].submb_count;
       const auto& sv = layout[v].submb_count;
       // Consumer microbatch -> producer microbatch ranges: all producer
@@ -361,20 +395,33 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   }
   sch.dag = true;
 
-  // Layer-wise gradient sync across a unit's replicas (and templates).
+  // Layer-wise gradient sync across a unit's replicas (and templates):
+  // replicas of one template sync stage by stage, bucket by bucket (one
+  // all-reduce, sync_set); stages of different templates wait for every
+  // stage holding one of their layers (sync_with).
   sch.sync_with.assign(sch.num_stages(), {});
+  sch.sync_set.assign(sch.num_stages(), -1);
+  int sets = 0;
   for (int u = 0; u < num_units; ++u) {
     const UnitLayout& L = layout[u];
-    const int D = plan.units[u].num_replicas();
+    const int D = built(u);
     if (D < 2) continue;
+    for (size_t t = 0; t < L.replica_base.size(); ++t) {
+      const PipelineSpec& ps = plan.units[u].pipelines[t];
+      for (int j = 0; j < ps.replicas; ++j) {
+        const auto& ids = stage_id[u][L.replica_base[t] + j];
+        for (size_t s = 0; s < ids.size(); ++s) sch.sync_set[ids[s]] = sets + static_cast<int>(s);
+      }
+      sets += static_cast<int>(ps.stages.size());
+    }
     // The (stage, stage) pairs holding a same layer depend only on the two
     // replicas' templates: found once per pair of templates, not per pair of
     // replicas (thousands of replicas at scale).
     std::map<std::pair<int, int>, std::vector<std::pair<int, int>>> template_pairs;
     for (int d = 0; d < D; ++d) {
       for (int e = 0; e < D; ++e) {
-        if (d == e) continue;
         const int td = L.template_of(d), te = L.template_of(e);
+        if (td == te) continue;  // the same cut: sync_set
         auto [pos, inserted] = template_pairs.try_emplace({td, te});
         if (inserted) {
           std::set<std::pair<int, int>> pairs;
@@ -384,6 +431,10 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
         for (auto [sd, se] : pos->second) sch.sync_with[stage_id[u][d][sd]].push_back(stage_id[u][e][se]);
       }
     }
+  }
+  if (fold) {  // the replicated join syncs the replicas' copies of each stage
+    sch.sync_with.clear();
+    sch.sync_set.clear();
   }
   AddPointToPoint(sch);
   if (it != nullptr && !it->unit_rank_orders.empty()) {

@@ -40,6 +40,9 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
   // deterministic), so memory does not grow with --iterations x the batch.
   const std::unique_ptr<SampleSource> source = WorkloadSource(workload);  // a JSONL file is read once
   const Batch representative = source->Draw(workload.global_batch, workload.seed, 0);
+  // One memo for every strategy: they price the same microbatches on many
+  // of the same stages (prices are pure; search_memo.h).
+  const auto memo = std::make_shared<SearchMemo>();
   for (const auto& name : strategies) {
     StrategyOutcome o;
     o.name = name;
@@ -51,6 +54,7 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
     ctx.fault_tolerance = options.fault_tolerance;
     ctx.time_budget_s = options.time_budget_s;
     ctx.prune = options.prune;
+    ctx.memo = memo;
     const auto t0 = std::chrono::steady_clock::now();
     try {
       o.result = RunStrategy(name, ctx);

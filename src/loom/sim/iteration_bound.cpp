@@ -64,7 +64,8 @@ double IterationLowerBound_s(const ExecutionPlan& exec, const ExecutionCosts& co
   const Schedule& schedule = exec.schedule;
   double bound_s = IterationLowerBound_s(schedule, costs);
   // Phases take turns only where CompileUnits put its barriers.
-  if (exec.replicated || schedule.extra_deps.empty()) return bound_s;
+  // (A replicated plan's ranks are one replica's: each replica takes turns alike.)
+  if (schedule.extra_deps.empty()) return bound_s;
   std::vector<int> phase(schedule.num_ranks, 0);
   for (int v = 0; v < schedule.num_stages(); ++v) phase[schedule.stage_rank[v]] = exec.stages[v].phase;
   for (const PipelineCosts& c : costs.replicas) {

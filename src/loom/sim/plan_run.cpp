@@ -64,53 +64,54 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
   m.throughput_samples_per_s = static_cast<double>(s.samples) / T;
   m.throughput_tokens_per_s = k.tokens / T;
 
-  double busy = 0, capacity = 0;
-  if (s.replicated) {
-    for (int rep = 0; rep < static_cast<int>(k.replicas.size()); ++rep) {
-      for (int rank = 0; rank < p; ++rank) {
-        const double span = s.ranks[rank].num_groups;
-        busy += k.replica_weight[rep] * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction * span;
-        capacity += k.replica_weight[rep] * T * span;
-      }
+  // Ranks by GPU group: ranks sharing a group (temporal phases) add up their
+  // memory. A replicated plan's ranks are one replica's; every replica
+  // (weighted by the copies it stands for) has them on its own groups, and a
+  // group's curve is the fullest replica's.
+  double busy = 0, replicas_weight = 0;
+  std::map<int, std::vector<int>> by_group;
+  for (int rank = 0; rank < p; ++rank) {
+    // A rank spanning several groups holds its per-GPU memory on every GPU of each.
+    for (int g = s.ranks[rank].group; g < s.ranks[rank].group + s.ranks[rank].num_groups; ++g) {
+      by_group[g].push_back(rank);
     }
-    // One curve per GPU group of replica 0's ranks: the fullest of the rank's replicas.
+  }
+  const int reps = s.replicated ? static_cast<int>(k.replicas.size()) : 1;
+  for (int rep = 0; rep < reps; ++rep) {
+    const double weight = s.replicated ? k.replica_weight[rep] : 1;
+    replicas_weight += weight;
     for (int rank = 0; rank < p; ++rank) {
-      int worst = rank;
-      for (int rep = 1; rep < static_cast<int>(k.replicas.size()); ++rep) {
-        if (r.peak_mem_bytes[rep * p + rank] > r.peak_mem_bytes[worst]) worst = rep * p + rank;
-      }
-      for (int g = s.ranks[rank].group; g < s.ranks[rank].group + s.ranks[rank].num_groups; ++g) {
-        run.groups.push_back(g);
-        run.group_names.push_back(s.ranks[rank].name);
-        run.group_peak_mem_bytes.push_back(r.peak_mem_bytes[worst]);
-        run.group_memory.push_back(r.memory[worst]);
-      }
+      busy += weight * r.busy_s[rep * p + rank] * s.ranks[rank].sm_fraction * s.ranks[rank].num_groups;
     }
-  } else {
-    std::map<int, std::vector<int>> by_group;
-    for (int rank = 0; rank < p; ++rank) {
-      // A rank spanning several groups holds its per-GPU memory on every GPU of each.
-      for (int g = s.ranks[rank].group; g < s.ranks[rank].group + s.ranks[rank].num_groups; ++g) {
-        by_group[g].push_back(rank);
-      }
-      busy += r.busy_s[rank] * s.ranks[rank].sm_fraction * s.ranks[rank].num_groups;
-    }
-    capacity = T * static_cast<double>(by_group.size());
-    for (const auto& [g, ranks] : by_group) {
-      std::vector<const std::vector<MemoryPoint>*> curves;
-      std::string names;
-      for (int rank : ranks) {
-        curves.push_back(&r.memory[rank]);
-        names += (names.empty() ? "" : " + ") + s.ranks[rank].name;
-      }
-      auto curve = SumCurves(curves);
+  }
+  const double capacity = T * replicas_weight * static_cast<double>(by_group.size());
+  for (const auto& [g, ranks] : by_group) {
+    std::string names;
+    for (int rank : ranks) names += (names.empty() ? "" : " + ") + s.ranks[rank].name;
+    std::vector<MemoryPoint> fullest;
+    double fullest_peak = -1;
+    for (int rep = 0; rep < reps; ++rep) {
+      std::vector<MemoryPoint> curve;
       double peak = 0;
-      for (const auto& pt : curve) peak = std::max(peak, pt.bytes);
-      run.groups.push_back(g);
-      run.group_names.push_back(names);
-      run.group_peak_mem_bytes.push_back(peak);
-      run.group_memory.push_back(std::move(curve));
+      if (ranks.size() == 1) {
+        peak = r.peak_mem_bytes[rep * p + ranks[0]];
+        if (peak <= fullest_peak) continue;
+        curve = r.memory[rep * p + ranks[0]];
+      } else {
+        std::vector<const std::vector<MemoryPoint>*> curves;
+        for (int rank : ranks) curves.push_back(&r.memory[rep * p + rank]);
+        curve = SumCurves(curves);
+        for (const auto& pt : curve) peak = std::max(peak, pt.bytes);
+      }
+      if (peak > fullest_peak) {
+        fullest_peak = peak;
+        fullest = std::move(curve);
+      }
     }
+    run.groups.push_back(g);
+    run.group_names.push_back(names);
+    run.group_peak_mem_bytes.push_back(fullest_peak);
+    run.group_memory.push_back(std::move(fullest));
   }
   m.bubble_ratio = capacity > 0 ? 1.0 - busy / capacity : 0.0;
   const double cap = c.usable_mem_bytes();

@@ -104,44 +104,49 @@ double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const Ex
   return total_s;
 }
 
+double CpImbalanceOfModule(const Model& model, int module, int cp, CpSplit split, int tp, const Batch& batch,
+                           int sm_count, const std::vector<SamplePiece>& pieces) {
+  if (cp <= 1 || split == CpSplit::kIdeal) return 1.0;
+  constexpr int64_t kBlockTokens = 128;  // Cornstarch's N_B
+  const Module& mod = model.modules[module];
+  const bool causal = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) { return l.causal; });
+  // One row per document: Megatron-LM's packed ("thd") CP splits each
+  // sequence on its own, as the runtime's ContextRows does. The row's mask
+  // is the one the runtime applies: the module's bitfield mask, else
+  // document attention (causal or not) over all its tokens.
+  std::vector<std::vector<MaskSegment>> rows;
+  for (const auto& p : pieces) {
+    std::map<int, std::vector<MaskSegment>> docs;
+    for (const auto& seg : ModuleMaskSegments(model, module, PieceSample(batch, p))) docs[seg.doc].push_back(seg);
+    for (auto& [doc, segments] : docs) {
+      if (mod.bitfield_attention) {
+        rows.push_back(std::move(segments));
+        continue;
+      }
+      int64_t tokens = 0;
+      for (const auto& seg : segments) tokens += seg.tokens;
+      rows.push_back(DocumentSegments({tokens}, causal));
+    }
+  }
+  // Cornstarch's kernel cuts long rows into sub-blocks over the GPU's SMs.
+  KernelShape kernel;
+  for (const Layer& l : mod.layers) {
+    if (l.heads > 0) {
+      kernel.heads = std::max<int64_t>(1, l.heads / tp);
+      break;
+    }
+  }
+  kernel.units = sm_count;
+  return CpImbalance(rows, MaskLayout::kEmbedded, cp, split, kBlockTokens, sm_count > 0 ? &kernel : nullptr);
+}
+
 std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch, int sm_count,
                                   const std::vector<SamplePiece>& pieces) {
   std::vector<double> out(model.modules.size(), 1.0);
   if (stage.cp <= 1 || stage.cp_split == CpSplit::kIdeal) return out;
-  constexpr int64_t kBlockTokens = 128;  // Cornstarch's N_B
   for (const auto& r : stage.layers) {
     const int mi = model.FindModule(r.module);
-    const Module& mod = model.modules[mi];
-    const bool causal = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) { return l.causal; });
-    // One row per document: Megatron-LM's packed ("thd") CP splits each
-    // sequence on its own, as the runtime's ContextRows does. The row's mask
-    // is the one the runtime applies: the module's bitfield mask, else
-    // document attention (causal or not) over all its tokens.
-    std::vector<std::vector<MaskSegment>> rows;
-    for (const auto& p : pieces) {
-      std::map<int, std::vector<MaskSegment>> docs;
-      for (const auto& seg : ModuleMaskSegments(model, mi, PieceSample(batch, p))) docs[seg.doc].push_back(seg);
-      for (auto& [doc, segments] : docs) {
-        if (mod.bitfield_attention) {
-          rows.push_back(std::move(segments));
-          continue;
-        }
-        int64_t tokens = 0;
-        for (const auto& seg : segments) tokens += seg.tokens;
-        rows.push_back(DocumentSegments({tokens}, causal));
-      }
-    }
-    // Cornstarch's kernel cuts long rows into sub-blocks over the GPU's SMs.
-    KernelShape kernel;
-    for (const Layer& l : mod.layers) {
-      if (l.heads > 0) {
-        kernel.heads = std::max<int64_t>(1, l.heads / stage.tp);
-        break;
-      }
-    }
-    kernel.units = sm_count;
-    out[mi] = CpImbalance(rows, MaskLayout::kEmbedded, stage.cp, stage.cp_split, kBlockTokens,
-                          sm_count > 0 ? &kernel : nullptr);
+    out[mi] = CpImbalanceOfModule(model, mi, stage.cp, stage.cp_split, stage.tp, batch, sm_count, pieces);
   }
   return out;
 }
@@ -206,7 +211,7 @@ namespace {
 // the solver only (the shipped H100 profile fits none).
 void ShareTheHost(const ExecutionPlan& exec, const Cluster& c, PipelineCosts* pc) {
   const double floor_s = c.cost_model ? c.cost_model->sm_sharing().launch_floor_s_per_layer : 0;
-  if (floor_s <= 0 || exec.replicated) return;
+  if (floor_s <= 0) return;  // (a replicated plan's ranks: every replica shares its hosts alike)
   const Schedule& sch = exec.schedule;
   std::map<std::pair<int, int>, std::vector<int>> on;  // (phase, group) -> stages with SM quotas
   for (int s = 0; s < sch.num_stages(); ++s) {
@@ -251,12 +256,22 @@ void PricingMemo::Bind(const Model& model, const Cluster* cluster, const Batch& 
       throw Error("PriceExecution: a PricingMemo was used with another cluster");
     }
   }
-  if (stages_.size() > kMaxEntries || tokens_.size() > kMaxEntries) {
+  if (stages_.size() > kMaxEntries || tokens_.size() > kMaxEntries || imbalance_.size() > kMaxEntries) {
     token_ids_.clear();
     tokens_.clear();
     stage_ids_.clear();
     stages_.clear();
+    imbalance_.clear();
   }
+}
+
+double PricingMemo::ModuleImbalance(const Model& model, const Batch& batch, int sm_count, int token_id,
+                                    const std::vector<SamplePiece>& pieces, int module, const ExecStage& stage) {
+  const ImbalanceKey key{token_id, module, stage.cp, static_cast<int>(stage.cp_split), stage.tp};
+  if (auto found = imbalance_.find(key); found != imbalance_.end()) return found->second;
+  const double v = CpImbalanceOfModule(model, module, stage.cp, stage.cp_split, stage.tp, batch, sm_count, pieces);
+  imbalance_.emplace(key, v);
+  return v;
 }
 
 int PricingMemo::TokenId(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces) {
@@ -360,7 +375,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         double flops = 0;
         // Only CP stages priced from their masks carry an imbalance (the pricing loop is a search's hot path).
         const bool masked = st.cp > 1 && st.cp_split != CpSplit::kIdeal;
-        const bool cacheable = keep_stages && !masked && mb.layer_recompute.empty() && !want_options;
+        const bool cacheable = keep_stages && mb.layer_recompute.empty() && !want_options;
         const uint64_t key = (static_cast<uint64_t>(stage_id[s]) << 32) | static_cast<uint32_t>(tid);
         bool found = false;
         if (cacheable) {
@@ -372,8 +387,16 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
           }
         }
         if (!found) {
-          const std::vector<double> imbalance =
-              masked ? CpImbalanceOf(model, st, batch, c.gpu.sm_count, mb.pieces) : std::vector<double>{};
+          std::vector<double> imbalance;
+          if (masked) {
+            // Per module, not per stage: candidates cut the same modules into
+            // many different stages, and the mask walk dominates CP pricing.
+            imbalance.assign(model.modules.size(), 1.0);
+            for (const auto& r : st.layers) {
+              const int mi = model.FindModule(r.module);
+              imbalance[mi] = memo->ModuleImbalance(model, batch, c.gpu.sm_count, tid, mb.pieces, mi, st);
+            }
+          }
           pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
                                            want_options ? &options->at[s][j] : nullptr,
                                            masked ? &imbalance : nullptr));

@@ -64,6 +64,10 @@ class PricingMemo {
   void Bind(const Model& model, const Cluster* cluster, const Batch& batch);
   // The index in tokens_ of a microbatch's CountModuleTokens.
   int TokenId(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces);
+  // CpImbalanceOfModule of one microbatch (by token id), memoized.
+  double ModuleImbalance(const Model& model, const Batch& batch, int sm_count, int token_id,
+                         const std::vector<SamplePiece>& pieces, int module, const ExecStage& stage);
+  using ImbalanceKey = std::array<int, 5>;  // token id, module, cp, cp_split, tp
   struct Priced {
     StageCost cost;
     double flops = 0;
@@ -75,6 +79,7 @@ class PricingMemo {
   std::vector<std::vector<TokenStats>> tokens_;
   std::map<std::string, int> stage_ids_;                      // a stage's pricing signature -> id
   std::unordered_map<uint64_t, Priced> stages_;               // (stage id, token id) -> price
+  std::map<ImbalanceKey, double> imbalance_;                  // -> CpImbalanceOfModule
   int64_t stage_hits_ = 0, stage_misses_ = 0;
 };
 
@@ -108,6 +113,11 @@ StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage
 // on `sm_count` SMs (SubBlockFactor; 0: not priced).
 std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch, int sm_count,
                                   const std::vector<SamplePiece>& pieces);
+
+// CpImbalanceOf for one module at context parallelism `cp` split by `split`,
+// its attention heads over `tp` sharing the kernel's SMs.
+double CpImbalanceOfModule(const Model& model, int module, int cp, CpSplit split, int tp, const Batch& batch,
+                           int sm_count, const std::vector<SamplePiece>& pieces);
 
 // Parameters per GPU of one stage: trainable, frozen, and the trainable ones
 // replicated over the TP group (modules whose heads do not divide).

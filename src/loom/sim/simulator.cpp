@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <queue>
+#include <set>
 
 #include "loom/error.h"
 #include "loom/pipeline/validate.h"
@@ -42,6 +44,12 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     AddOptimizerStep(schedule_);
   }
   ValidateSchedule(schedule_);
+  for (size_t size : {schedule_.sync_with.size(), schedule_.sync_set.size()}) {
+    if (size != 0 && static_cast<int>(size) != schedule_.num_stages()) {
+      throw Error(fmt::format("simulator: sync_with or sync_set covers {} stages; the schedule has {}", size,
+                              schedule_.num_stages()));
+    }
+  }
   for (const auto& rep : replicas_) {
     if (static_cast<int>(rep.stage.size()) != schedule_.num_stages() ||
         static_cast<int>(rep.static_bytes.size()) != schedule_.num_ranks ||
@@ -78,6 +86,50 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     if (a.kind == ActionKind::kCollective) {
       if (buckets_.empty()) buckets_.assign(schedule_.num_stages(), 0);
       ++buckets_[a.stage];
+    }
+  }
+  // Collectives of stages in one sync set with one bucket are one all-reduce;
+  // all-reduces are ordered (Kahn, first id first) after those holding their
+  // members' stream predecessors.
+  {
+    const auto& set = schedule_.sync_set;
+    std::map<std::pair<int, int>, int> index;  // (sync set, bucket) -> all-reduce
+    std::vector<int> of(n, -1);                // collective id -> all-reduce
+    std::vector<std::vector<int>> groups;
+    for (int id : collective_ids_) {
+      const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
+      const int s = set.empty() ? -1 : set[a.stage];
+      int g = static_cast<int>(groups.size());
+      if (s >= 0) g = index.emplace(std::make_pair(s, a.bucket), g).first->second;
+      if (g == static_cast<int>(groups.size())) groups.emplace_back();
+      groups[g].push_back(id);
+      of[id] = g;
+    }
+    std::vector<std::vector<int>> after(groups.size());
+    std::vector<int> waiting(groups.size(), 0);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::set<int> before;
+      for (int id : groups[g]) {
+        const int prev = graph_.stream_prev[id];
+        if (prev >= 0 && of[prev] >= 0 && of[prev] != static_cast<int>(g)) before.insert(of[prev]);
+      }
+      for (int b : before) after[b].push_back(static_cast<int>(g));
+      waiting[g] = static_cast<int>(before.size());
+    }
+    std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      if (waiting[g] == 0) ready.push(static_cast<int>(g));
+    }
+    while (!ready.empty()) {
+      const int g = ready.top();
+      ready.pop();
+      all_reduces_.push_back(groups[g]);
+      for (int h : after[g]) {
+        if (--waiting[h] == 0) ready.push(h);
+      }
+    }
+    if (all_reduces_.size() != groups.size()) {
+      throw Error("simulator: the ranks order the gradient buckets of their sync sets differently (a cycle)");
     }
   }
   // On a many-to-many edge a producer microbatch's output is split among the
@@ -190,20 +242,25 @@ void Simulator::RunReplica(int rep) {
 void Simulator::JoinGradientSync() {
   // Replicas meet at the data-parallel all-reduce: a bucket starts when every
   // replica has it ready and the previous bucket on that rank is done.
+  // Pipelines of one template meet the same way over their sync sets; stages
+  // cut differently wait for every stage holding one of their layers.
   const auto& sync_with = schedule_.sync_with;
-  for (int id : collective_ids_) {  // ids are in rank and stream order
+  for (const std::vector<int>& ids : all_reduces_) {  // each after its members' stream predecessors
     double t = 0;
-    const int v = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].stage;
-    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-      t = std::max(t, ReadyTime(static_cast<int>(rep), id));
-      // Layer-wise sync across pipelines: wait for every stage holding the same layers.
-      if (!sync_with.empty()) {
-        for (int u : sync_with[v]) t = std::max(t, end_[rep][graph_.last_backward[u]]);
+    for (int id : ids) {
+      const int v = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].stage;
+      for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+        t = std::max(t, ReadyTime(static_cast<int>(rep), id));
+        if (!sync_with.empty()) {
+          for (int u : sync_with[v]) t = std::max(t, end_[rep][graph_.last_backward[u]]);
+        }
       }
     }
-    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-      start_[rep][id] = t;
-      end_[rep][id] = t + Duration(static_cast<int>(rep), id);
+    for (int id : ids) {
+      for (size_t rep = 0; rep < replicas_.size(); ++rep) {
+        start_[rep][id] = t;
+        end_[rep][id] = t + Duration(static_cast<int>(rep), id);
+      }
     }
   }
   for (int id : wait_ids_) {

@@ -74,6 +74,10 @@ class Simulator {
   std::vector<int> topo_index_;
   std::vector<std::vector<int>> users_;        // stream successor and data users of each id
   std::vector<int> collective_ids_, wait_ids_, optimizer_ids_;
+  // The collectives as all-reduces: one list of ids per all-reduce (a bucket
+  // of one sync_set, else one collective), each after those its members
+  // follow on their streams.
+  std::vector<std::vector<int>> all_reduces_;
   std::vector<int> buckets_;                   // per stage: its gradient collectives (on its rank)
   std::vector<double> send_share_;             // per action: share of the producer's output a send carries
   std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch

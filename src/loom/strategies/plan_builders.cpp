@@ -263,14 +263,19 @@ double CandidateSearch::Evaluate(const Plan& plan) {
   return t;
 }
 
+ExecutionPlan CandidateSearch::Compile(const Plan& plan) const {
+  std::optional<IterationSchedule> it;
+  if (schedule_) it = schedule_(plan);
+  // Folded replicas simulate to the same time and peaks (CompileOptions).
+  return CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative, it ? &*it : nullptr,
+                     CompileOptions{.fold_replicas = true});
+}
+
 double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   SimOptions opt;
   opt.record_intervals = false;
   try {
-    std::optional<IterationSchedule> it;
-    if (schedule_) it = schedule_(plan);
-    ExecutionPlan exec = CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative,
-                                     it ? &*it : nullptr);
+    ExecutionPlan exec = Compile(plan);
     ExecutionCosts costs = PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr,
                                           &ctx_.memo->pricing);
     // The bound and the simulator sum the same durations in different
@@ -368,9 +373,10 @@ std::string CandidateSearch::MemoryOverflow(const ExecutionPlan& exec, const Pla
   // group's last phase starts its first backward, every rank of an earlier
   // phase holds all its forwards' activations. (With phase rounds each round
   // holds only its share: then one rank's.)
+  // (A replicated plan's ranks are one replica's, on that replica's groups.)
   std::map<int, int> last_phase;  // group -> its latest phase
   auto phase_of = [&](size_t r) { return plan.units[exec.ranks[r].unit].phase; };
-  for (size_t r = 0; r < costs.static_bytes.size() && !exec.replicated; ++r) {
+  for (size_t r = 0; r < costs.static_bytes.size(); ++r) {
     auto [pos, inserted] = last_phase.try_emplace(exec.ranks[r].group, phase_of(r));
     if (!inserted) pos->second = std::max(pos->second, phase_of(r));
   }
@@ -384,11 +390,10 @@ std::string CandidateSearch::MemoryOverflow(const ExecutionPlan& exec, const Pla
         break;
       }
     }
-    // A replicated plan's ranks each stand for their own GPUs.
-    const int key = exec.replicated ? static_cast<int>(r) : exec.ranks[r].group;
+    const int key = exec.ranks[r].group;
     auto& [states, most] = group_bytes[key];
     states += costs.static_bytes[r];
-    if (!exec.replicated && plan.phase_rounds <= 1 && phase_of(r) < last_phase[key]) {
+    if (plan.phase_rounds <= 1 && phase_of(r) < last_phase[key]) {
       states += held_s;
     } else {
       most = std::max(most, held_s);
@@ -412,42 +417,33 @@ CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recomp
   try {
     // Recomputation only adds work and leaves the model state as it is: the
     // none variant's bound and state bound every variant.
-    const Plan plan = make(Recompute::kNone);
-    std::optional<IterationSchedule> it;
-    if (schedule_) it = schedule_(plan);
-    const ExecutionPlan exec =
-        CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative, it ? &*it : nullptr);
     PricingMemo& memo = ctx_.memo->pricing;
-    const int one = exec.replicas.size() > 1 ? HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo) : -1;
-    const ExecutionCosts costs =
-        PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
+    // The heaviest replica alone: its bound bounds the iteration.
+    auto heaviest = [&](const ExecutionPlan& exec) {
+      const int one = exec.replicas.size() > 1 ? HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo) : -1;
+      return PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
+    };
+    const Plan plan = make(Recompute::kNone);
+    const ExecutionPlan exec = Compile(plan);
+    const ExecutionCosts costs = heaviest(exec);
     st.bound_s = IterationLowerBound_s(exec, costs);
     // Memory: full recomputation holds the least; over the usable memory
     // under it, no variant fits. Over under none, that variant need not be
-    // simulated.
+    // simulated (and full, holding less, is not over either).
     st.none_overflow = MemoryOverflow(exec, plan, costs.replicas.front());
-    const Plan full = make(Recompute::kFull);
-    std::optional<IterationSchedule> full_it;
-    if (schedule_) full_it = schedule_(full);
-    const ExecutionPlan full_exec = CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, full, ctx_.representative,
-                                                full_it ? &*full_it : nullptr);
-    const int full_one =
-        full_exec.replicas.size() > 1 ? HeaviestReplica(full_exec, ctx_.model, ctx_.representative, &memo) : -1;
-    const PipelineCosts held =
-        PriceExecution(full_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, full_one)
-            .replicas.front();
-    st.overflow = MemoryOverflow(full_exec, full, held);
-    st.cannot_fit = !st.overflow.empty();
+    if (!st.none_overflow.empty()) {
+      const Plan full = make(Recompute::kFull);
+      const ExecutionPlan full_exec = Compile(full);
+      st.overflow = MemoryOverflow(full_exec, full, heaviest(full_exec).replicas.front());
+      st.cannot_fit = !st.overflow.empty();
+    }
   } catch (const Error& e) {
     st = TryState{};
     // Invalid with no recomputation and with full (the variant an exhaustive
     // walk builds first): invalid as a whole, counted once when its turn
     // comes. Otherwise evaluated as it comes.
     try {
-      const Plan full = make(Recompute::kFull);
-      std::optional<IterationSchedule> it;
-      if (schedule_) it = schedule_(full);
-      CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, full, ctx_.representative, it ? &*it : nullptr);
+      Compile(make(Recompute::kFull));
     } catch (const Error& full_error) {
       st.invalid = true;
       st.invalid_reason = full_error.what();

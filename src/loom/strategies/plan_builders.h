@@ -143,6 +143,8 @@ class CandidateSearch {
   };
   // The plan's iteration time; -1 when invalid or over memory; kPruned when
   // its lower bound exceeds `prune_above_s` (>= 0) and it was not simulated.
+  // The plan compiled for this search: its batch schedule, replicas folded.
+  ExecutionPlan Compile(const Plan& plan) const;
   double Simulate(const Plan& plan, double prune_above_s = -1);
   void Keep(const Plan& plan, double time_s, int64_t order);
   bool Step();  // one more candidate: progress; false when the budget is spent

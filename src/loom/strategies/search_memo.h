@@ -2,7 +2,8 @@
 // functions of its context's model, cluster and representative batch (the
 // batch's per-module tokens, per-layer balance weights, stage prices). A
 // cached value is always the value the function returns; the memo only saves
-// the time. One per StrategyContext, shared by its copies; not thread-safe.
+// the time. Shared by a context's copies and, in a comparison, by every
+// strategy on the same model, cluster and batch; not thread-safe.
 #pragma once
 
 #include <map>
