@@ -253,7 +253,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
         const int d = L.replica_base[t] + j;
         const int M = uniform ? L.replica_microbatches[d] : ps.microbatches;
         if (orders == nullptr && M != tmpl_m) {
-          tmpl = MakeSchedule(ps.schedule, depth, M / rounds, ps.vpp());
+          tmpl = MakeSchedule(ps.schedule, depth, M / rounds, ps.vpp(), /*p2p=*/false);  // compute order only
           tmpl_m = M;
         }
         for (ExecRank& er : TemplateRanks(plan, u, static_cast<int>(t), j, group,
@@ -275,8 +275,10 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
           for (size_t e = 0; e < out.replicas.size(); ++e) {
             const auto& samples = L.samples[fold ? static_cast<int>(e) : d];
             auto& contents = out.replicas[e].emplace_back();
+            contents.reserve(M);
             for (int k = 0; k < M; ++k) {
               MicrobatchWork mb;
+              mb.pieces.reserve(samples[k].size());
               for (int x : samples[k]) mb.pieces.push_back({x, -1});
               contents.push_back(std::move(mb));
             }

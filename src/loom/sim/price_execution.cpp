@@ -173,9 +173,19 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     par.precision = precision;
     par.sequence_parallel = st.sequence_parallel;
     const TokenStats t = ShareOfSequences(tokens[mi], st.seq_share);
+    // A run of identical layers (a transformer's blocks) with the same
+    // backward needs and recomputation costs the same per layer: priced once.
+    LayerTimes lt;
+    Recompute priced_rc = Recompute::kNone;
     for (int li = r.begin; li < r.end; ++li, ++layer) {
-      par.recompute = layer_recompute.empty() ? st.recompute : layer_recompute[layer];
-      const LayerTimes lt = PriceLayer(mod.layers[li], t, needs[mi][li], c, par);
+      const Recompute rc = layer_recompute.empty() ? st.recompute : layer_recompute[layer];
+      const BackwardNeeds& nd = needs[mi][li];
+      const bool same = li > r.begin && mod.layers[li] == mod.layers[li - 1] && rc == priced_rc &&
+                        nd.data == needs[mi][li - 1].data && nd.weight == needs[mi][li - 1].weight;
+      if (!same) {
+        par.recompute = priced_rc = rc;
+        lt = PriceLayer(mod.layers[li], t, nd, c, par);
+      }
       // Mosaic §3.3: on a share of the SMs, never under the host's launch floor.
       sc.forward_s += sharing.PhaseTime_s(lt.forward_s, st.sm_fraction);
       sc.backward_data_s += sharing.PhaseTime_s(lt.backward_data_s, st.sm_fraction);
@@ -350,6 +360,14 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         CostModelOf(c).ElementwiseTime_s(step_params[r] * OptimizerStepBytesPerParam(exec.precision), c.gpu);
   }
 
+  // Per stage, the modules whose first layer it runs: each module's tokens
+  // are counted once, there.
+  std::vector<std::vector<int>> first_layer_modules(S);
+  for (int s = 0; s < S; ++s) {
+    for (const auto& r : exec.stages[s].layers) {
+      if (r.begin == 0) first_layer_modules[s].push_back(model.FindModule(r.module));
+    }
+  }
   std::map<std::vector<double>, int> seen;
   for (size_t d = 0; d < exec.replicas.size(); ++d) {
     if (only_replica >= 0 && static_cast<int>(d) != only_replica) continue;
@@ -406,11 +424,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
           }
         }
         out.model_flops += flops * st.gpus;
-        for (const auto& r : st.layers) {  // each module's tokens counted once, where its first layer runs
-          if (r.begin != 0) continue;
-          const int mi = model.FindModule(r.module);
-          module_tokens[mi] += tokens[mi].tokens;
-        }
+        for (int mi : first_layer_modules[s]) module_tokens[mi] += tokens[mi].tokens;
       }
     }
     ShareTheHost(exec, c, &pc);

@@ -60,6 +60,8 @@ struct Layer {
   // Frozen layers have no weight gradients (Cornstarch Eq. 3.2). Inherited from
   // the module unless the spec sets it per layer.
   bool frozen = false;
+
+  bool operator==(const Layer&) const = default;
 };
 
 }  // namespace loom

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <set>
 
@@ -18,6 +16,7 @@
 #include "loom/plan/compile_plan.h"
 #include "loom/sim/iteration_bound.h"
 #include "loom/sim/plan_run.h"
+#include "loom/sim/simulator.h"
 
 namespace loom {
 
@@ -276,11 +275,46 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   opt.record_intervals = false;
   try {
     ExecutionPlan exec = Compile(plan);
-    ExecutionCosts costs = PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr,
-                                          &ctx_.memo->pricing);
+    PricingMemo& memo = ctx_.memo->pricing;
     // The bound and the simulator sum the same durations in different
     // orders: a relative margin far above rounding keeps the skip exact.
-    if (prune_above_s >= 0 && IterationLowerBound_s(exec, costs) * (1 - 1e-9) > prune_above_s) {
+    auto beyond = [&](double time_s) { return prune_above_s >= 0 && time_s * (1 - 1e-9) > prune_above_s; };
+    if (prune_above_s >= 0 && exec.replicated && exec.replicas.size() > 1) {
+      // Stop early on a dominated candidate: its heaviest replica alone,
+      // priced and simulated, takes no longer than the whole iteration (the
+      // replicas run apart until their all-reduces, which start at the
+      // latest replica's readiness) and peaks exactly as it does there, at a
+      // fraction of the cost.
+      const int one = HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo);
+      ExecutionCosts alone =
+          PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
+      if (beyond(IterationLowerBound_s(exec, alone))) {
+        ++pruned_;
+        return kPruned;
+      }
+      ExecutionPlan heaviest;
+      heaviest.schedule = exec.schedule;
+      heaviest.stages = exec.stages;
+      heaviest.ranks = exec.ranks;
+      heaviest.replicas = {exec.replicas[one]};
+      heaviest.replicated = true;
+      heaviest.group_gpus = exec.group_gpus;
+      heaviest.num_groups = exec.num_groups;
+      heaviest.precision = exec.precision;
+      const PlanRun run = RunExecution(ctx_.cluster, std::move(heaviest), std::move(alone), opt);
+      if (!run.memory_violations.empty()) {
+        ++candidates_;
+        ++overflow_;
+        overflow_reason_ = run.memory_violations.front();
+        return -1;
+      }
+      if (beyond(run.metrics.iteration_time_s)) {
+        ++pruned_;
+        return kPruned;
+      }
+    }
+    ExecutionCosts costs = PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
+    if (beyond(IterationLowerBound_s(exec, costs))) {
       ++pruned_;
       return kPruned;
     }

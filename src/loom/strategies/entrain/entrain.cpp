@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <numeric>
 
 #include "loom/cost/frozen.h"
@@ -250,9 +251,15 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   // LLM scale differently with it), curves fitted once per TP.
   std::map<int, LayerCurves> curves_at;
   const LayerCurves* curves = nullptr;
+  int curves_tp = 0;
+  // Algorithm 2 draws the same batches (same seed, sizes and trials) for
+  // every DP degree: their proportions at a TP are computed once.
+  std::map<std::tuple<int, int64_t, uint64_t>, std::vector<double>> proportions_of;
   auto proportions = [&](int64_t n, Rng& rng) {
-    const Batch b = source->Draw(n, DrawSeed(rng), 0);
-    return MacroscopicProportions(ctx.model, *curves, b.samples);
+    const uint64_t seed = DrawSeed(rng);
+    auto [pos, fresh] = proportions_of.try_emplace({curves_tp, n, seed});
+    if (fresh) pos->second = MacroscopicProportions(ctx.model, *curves, source->Draw(n, seed, 0).samples);
+    return pos->second;
   };
   std::vector<Candidate> candidates;
   std::string skipped;
@@ -268,6 +275,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
         curves_at[g] = FitModelCurves(ctx.model, ctx.cluster, std::vector<int>(ctx.model.modules.size(), g));
       }
       curves = &curves_at[g];
+      curves_tp = g;
       Candidate c;
       c.dp = dp;
       c.group = g;
