@@ -132,9 +132,17 @@ EntrainUnits SplitEntrainUnits(const Model& model) {
 
 std::vector<double> MacroscopicProportions(const Model& model, const LayerCurves& curves,
                                            const std::vector<Sample>& samples) {
+  std::vector<std::vector<TokenStats>> tokens;
+  tokens.reserve(samples.size());
+  for (const Sample& s : samples) tokens.push_back(CountModuleTokens(model, s));
+  return MacroscopicProportions(curves, tokens);
+}
+
+std::vector<double> MacroscopicProportions(const LayerCurves& curves,
+                                           const std::vector<std::vector<TokenStats>>& sample_tokens) {
   double enc = 0, llm = 0;
-  for (const Sample& s : samples) {
-    const SampleWork w = SampleWorkOf(model, curves, s);
+  for (const auto& tokens : sample_tokens) {
+    const SampleWork w = SampleWorkOf(curves, tokens);
     enc += w.encoder;
     llm += w.llm;
   }
@@ -253,12 +261,29 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   const LayerCurves* curves = nullptr;
   int curves_tp = 0;
   // Algorithm 2 draws the same batches (same seed, sizes and trials) for
-  // every DP degree: their proportions at a TP are computed once.
+  // every DP degree and TP: each is drawn and its tokens counted once, its
+  // proportions computed once per TP.
+  std::map<std::pair<int64_t, uint64_t>, std::vector<std::vector<TokenStats>>> tokens_of;
   std::map<std::tuple<int, int64_t, uint64_t>, std::vector<double>> proportions_of;
+  int64_t tokens_kept = 0;
   auto proportions = [&](int64_t n, Rng& rng) {
     const uint64_t seed = DrawSeed(rng);
     auto [pos, fresh] = proportions_of.try_emplace({curves_tp, n, seed});
-    if (fresh) pos->second = MacroscopicProportions(ctx.model, *curves, source->Draw(n, seed, 0).samples);
+    if (fresh) {
+      // Bounded: past 2^18 samples kept, the draws start over (recounted when asked again).
+      if (tokens_kept > (int64_t{1} << 18)) {
+        tokens_of.clear();
+        tokens_kept = 0;
+      }
+      auto [drawn, new_draw] = tokens_of.try_emplace({n, seed});
+      if (new_draw) {
+        tokens_kept += n;
+        for (const Sample& s : source->Draw(n, seed, 0).samples) {
+          drawn->second.push_back(CountModuleTokens(ctx.model, s));
+        }
+      }
+      pos->second = MacroscopicProportions(*curves, drawn->second);
+    }
     return pos->second;
   };
   std::vector<Candidate> candidates;

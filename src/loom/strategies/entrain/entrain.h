@@ -29,6 +29,9 @@ EntrainUnits SplitEntrainUnits(const Model& model);
 // of the work of `samples` (summing to 1).
 std::vector<double> MacroscopicProportions(const Model& model, const LayerCurves& curves,
                                            const std::vector<Sample>& samples);
+// The same from each sample's CountModuleTokens.
+std::vector<double> MacroscopicProportions(const LayerCurves& curves,
+                                           const std::vector<std::vector<TokenStats>>& sample_tokens);
 
 StrategyResult EntrainStrategy(const StrategyContext& ctx);
 

@@ -28,9 +28,12 @@ LayerCurves FitModelCurves(const Model& model, const Cluster& cluster, const std
 }
 
 SampleWork SampleWorkOf(const Model& model, const LayerCurves& curves, const Sample& sample) {
-  const std::vector<TokenStats> tokens = CountModuleTokens(model, sample);
+  return SampleWorkOf(curves, CountModuleTokens(model, sample));
+}
+
+SampleWork SampleWorkOf(const LayerCurves& curves, const std::vector<TokenStats>& tokens) {
   SampleWork w;
-  for (size_t m = 0; m < model.modules.size(); ++m) {
+  for (size_t m = 0; m < tokens.size(); ++m) {
     const TokenStats& t = tokens[m];
     if (t.tokens <= 0) continue;
     double s = 0;

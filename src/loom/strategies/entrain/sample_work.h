@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/cost/quadratic_fit.h"
+#include "loom/cost/token_stats.h"
 #include "loom/data/sample.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -27,5 +28,7 @@ struct LayerCurves {
 LayerCurves FitModelCurves(const Model& model, const Cluster& cluster, const std::vector<int>& tp);
 
 SampleWork SampleWorkOf(const Model& model, const LayerCurves& curves, const Sample& sample);
+// The same from the sample's CountModuleTokens (which do not depend on the curves' TP).
+SampleWork SampleWorkOf(const LayerCurves& curves, const std::vector<TokenStats>& tokens);
 
 }  // namespace loom
