@@ -12,7 +12,8 @@
 namespace loom {
 
 void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedule* it,
-                     const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out) {
+                     const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
+                     const CompileOptions& options) {
   const Unit& unit = plan.units[0];
   const PipelineSpec& ps = unit.pipelines[0];
   const int D = ps.replicas, S = static_cast<int>(ps.stages.size()), m = ps.microbatches;
@@ -26,14 +27,16 @@ void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedu
   for (int s = 0; s < S; ++s) out.stages.push_back(StageOf(model, plan, 0, 0, 0, ps.stages[s]));
 
   // Replica d takes slice d of every global microbatch, cut into its sub-microbatches.
-  out.replicas.assign(D, std::vector<std::vector<MicrobatchWork>>(S));
+  const int only = options.only_replica;
+  out.replicas.assign(only >= 0 ? 1 : D, std::vector<std::vector<MicrobatchWork>>(S));
   for (int k = 0; k < m; ++k) {
     const auto slices = SplitEven(global_mbs[k], D);
     for (int d = 0; d < D; ++d) {
+      if (only >= 0 && d != only) continue;
       for (const auto& sub : SplitEven(slices[d], subs[k])) {
         MicrobatchWork mb;
         for (int s : sub) mb.pieces.push_back({s, -1});
-        for (int s = 0; s < S; ++s) out.replicas[d][s].push_back(mb);
+        for (int s = 0; s < S; ++s) out.replicas[only >= 0 ? 0 : d][s].push_back(mb);
       }
     }
   }

@@ -264,6 +264,10 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
 ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
                           const Batch& batch, const IterationSchedule* it, CompileOptions options) {
   ValidatePlan(plan, model, c, w, "plan " + plan.strategy);
+  if (options.only_replica >= plan.units[0].num_replicas()) {
+    throw Error(fmt::format("CompilePlan: only_replica {}; the plan's first unit has {} replicas",
+                            options.only_replica, plan.units[0].num_replicas()));
+  }
   if (static_cast<int64_t>(batch.samples.size()) != plan.global_batch) {
     throw Error(fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(),
                             plan.global_batch));
@@ -302,9 +306,9 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
     CompileWoven(model, plan, batch, *it, out);
   } else if (plan.units.size() == 1 && plan.units[0].pipelines.size() == 1 &&
              (it == nullptr || (it->replica_microbatch_samples.empty() && it->unit_rank_orders.empty()))) {
-    CompilePipeline(model, plan, it, global_mbs, out);
+    CompilePipeline(model, plan, it, global_mbs, out, options);
   } else {
-    CompileUnits(model, plan, it, global_mbs, out, options.fold_replicas);
+    CompileUnits(model, plan, it, global_mbs, out, options);
   }
   AddDataParallelGroups(out, plan, model);
   // Every rank ends with its stages' gradient buckets on the communication

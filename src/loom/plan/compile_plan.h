@@ -32,6 +32,11 @@ struct CompileOptions {
   // a schedule dp times smaller; searches use it. Off, every replica is its
   // own ranks, as the runtime, the exporters and the timeline want.
   bool fold_replicas = false;
+  // >= 0: a replicated plan (one pipeline, or folded) carries the contents of
+  // this replica alone (ExecutionPlan::replicas has one entry): what a
+  // search's lower bound prices, without building every replica's
+  // microbatches. Ignored by plans that are not replicated.
+  int only_replica = -1;
 };
 
 // Throws loom::Error when the plan is invalid (every violation listed) or the

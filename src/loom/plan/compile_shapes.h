@@ -10,12 +10,15 @@
 
 namespace loom {
 
+// `options` (CompileOptions): with fold_replicas, a plan whose replicas are
+// independent copies (FoldableReplicas) compiles `replicated`, like
+// CompilePipeline's; only_replica keeps one replica's contents.
 void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedule* it,
-                     const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out);
-// `fold`: a plan whose replicas are independent copies (FoldableReplicas)
-// compiles `replicated`, like CompilePipeline's (CompileOptions).
+                     const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
+                     const CompileOptions& options);
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
-                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out, bool fold);
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
+                  const CompileOptions& options);
 // Whether every unit has one template and the same replica count, a GPU
 // group is used by one replica index only (units may take turns on it) and
 // the batch is cut evenly (no regrouped or per-replica samples, no explicit

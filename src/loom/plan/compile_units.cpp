@@ -177,7 +177,8 @@ bool FoldableReplicas(const Plan& plan, const IterationSchedule* it) {
 }
 
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
-                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out, bool fold) {
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
+                  const CompileOptions& options) {
   const bool uniform = UniformMicrobatches(plan);
   const int m = plan.units[0].pipelines[0].microbatches;
   const int num_units = static_cast<int>(plan.units.size());
@@ -186,7 +187,8 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   // with replica d of the others, so the DAG is D copies of one replica's,
   // joined only by the gradient sync: the schedule holds replica 0's ranks
   // and the plan is `replicated`.
-  fold = fold && FoldableReplicas(plan, it);
+  const bool fold = options.fold_replicas && FoldableReplicas(plan, it);
+  const int only = fold ? options.only_replica : -1;  // folded: one replica's contents
   auto built = [&](int u) { return fold ? 1 : plan.units[u].num_replicas(); };
   // Phase rounds (Plan::phase_rounds): each rank's order is its template's
   // for m / rounds microbatches, once per round on the next microbatches.
@@ -224,7 +226,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   sch.name = plan.strategy.empty() ? "plan" : plan.strategy;
   sch.num_microbatches = 0;
   out.replicated = fold;
-  out.replicas.assign(fold ? plan.units[0].num_replicas() : 1, {});
+  out.replicas.assign(fold && only < 0 ? plan.units[0].num_replicas() : 1, {});
   // stage_id[u][d][s], rank_id[u][d][r]
   std::vector<std::vector<std::vector<int>>> stage_id(num_units), rank_id(num_units);
   std::vector<std::vector<int>> group_ranks(out.num_groups);
@@ -273,7 +275,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
           out.stages.push_back(StageOf(model, plan, u, static_cast<int>(t), d, ps.stages[s]));
           // Folded: replica e's copy of this stage runs replica e's samples.
           for (size_t e = 0; e < out.replicas.size(); ++e) {
-            const auto& samples = L.samples[fold ? static_cast<int>(e) : d];
+            const auto& samples = L.samples[!fold ? d : only >= 0 ? only : static_cast<int>(e)];
             auto& contents = out.replicas[e].emplace_back();
             contents.reserve(M);
             for (int k = 0; k < M; ++k) {

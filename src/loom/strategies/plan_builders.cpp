@@ -262,12 +262,12 @@ double CandidateSearch::Evaluate(const Plan& plan) {
   return t;
 }
 
-ExecutionPlan CandidateSearch::Compile(const Plan& plan) const {
+ExecutionPlan CandidateSearch::Compile(const Plan& plan, int only_replica) const {
   std::optional<IterationSchedule> it;
   if (schedule_) it = schedule_(plan);
   // Folded replicas simulate to the same time and peaks (CompileOptions).
   return CompilePlan(ctx_.model, ctx_.cluster, ctx_.workload, plan, ctx_.representative, it ? &*it : nullptr,
-                     CompileOptions{.fold_replicas = true});
+                     CompileOptions{.fold_replicas = true, .only_replica = only_replica});
 }
 
 double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
@@ -452,13 +452,24 @@ CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recomp
     // Recomputation only adds work and leaves the model state as it is: the
     // none variant's bound and state bound every variant.
     PricingMemo& memo = ctx_.memo->pricing;
-    // The heaviest replica alone: its bound bounds the iteration.
+    // One replica alone bounds the iteration, and the one with the most
+    // tokens bounds it (time and memory) tightest. Which one that is depends
+    // only on how the batch is cut: the replica count and microbatches. It
+    // is found once per cut from every replica's contents; later candidates
+    // with that cut compile that replica's contents alone (building every
+    // replica's microbatches costs more than the bound).
+    const Plan plan = make(Recompute::kNone);
+    const std::pair<int, int> cut{plan.units[0].num_replicas(), plan.units[0].pipelines[0].microbatches};
+    auto known = heaviest_of_cut_.find(cut);
+    const ExecutionPlan exec = Compile(plan, known == heaviest_of_cut_.end() ? -1 : known->second);
+    if (known == heaviest_of_cut_.end() && exec.replicated) {
+      heaviest_of_cut_[cut] =
+          exec.replicas.size() > 1 ? HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo) : 0;
+    }
     auto heaviest = [&](const ExecutionPlan& exec) {
       const int one = exec.replicas.size() > 1 ? HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo) : -1;
       return PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
     };
-    const Plan plan = make(Recompute::kNone);
-    const ExecutionPlan exec = Compile(plan);
     const ExecutionCosts costs = heaviest(exec);
     st.bound_s = IterationLowerBound_s(exec, costs);
     // Memory: full recomputation holds the least; over the usable memory
@@ -467,7 +478,8 @@ CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recomp
     st.none_overflow = MemoryOverflow(exec, plan, costs.replicas.front());
     if (!st.none_overflow.empty()) {
       const Plan full = make(Recompute::kFull);
-      const ExecutionPlan full_exec = Compile(full);
+      const ExecutionPlan full_exec =
+          Compile(full, heaviest_of_cut_.count(cut) ? heaviest_of_cut_.at(cut) : -1);
       st.overflow = MemoryOverflow(full_exec, full, heaviest(full_exec).replicas.front());
       st.cannot_fit = !st.overflow.empty();
     }

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loom/pipeline/partition.h"
@@ -143,8 +145,9 @@ class CandidateSearch {
   };
   // The plan's iteration time; -1 when invalid or over memory; kPruned when
   // its lower bound exceeds `prune_above_s` (>= 0) and it was not simulated.
-  // The plan compiled for this search: its batch schedule, replicas folded.
-  ExecutionPlan Compile(const Plan& plan) const;
+  // The plan compiled for this search: its batch schedule, replicas folded;
+  // `only_replica` >= 0: that replica's contents alone (CompileOptions).
+  ExecutionPlan Compile(const Plan& plan, int only_replica = -1) const;
   double Simulate(const Plan& plan, double prune_above_s = -1);
   void Keep(const Plan& plan, double time_s, int64_t order);
   bool Step();  // one more candidate: progress; false when the budget is spent
@@ -164,6 +167,9 @@ class CandidateSearch {
   const StrategyContext& ctx_;
   std::string strategy_;
   std::function<IterationSchedule(const Plan&)> schedule_;
+  // (replicas, microbatches) of a replicated plan's first unit -> its
+  // heaviest replica (Bound).
+  std::map<std::pair<int, int>, int> heaviest_of_cut_;
   bool prune_ = true;
   Plan best_;
   double best_time_s_ = -1;
