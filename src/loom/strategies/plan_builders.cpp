@@ -270,6 +270,15 @@ ExecutionPlan CandidateSearch::Compile(const Plan& plan, int only_replica) const
                      CompileOptions{.fold_replicas = true, .only_replica = only_replica});
 }
 
+double CandidateSearch::EvaluateUpTo(const Plan& plan, double above_s) {
+  const int64_t order = next_index_++;
+  if (!Step()) return -1;
+  // Never below the best: a plan skipped is slower than one already kept.
+  const double t = Simulate(plan, prune_ && above_s >= 0 ? std::max(above_s, best_time_s_) : -1);
+  if (t >= 0) Keep(plan, t, order);
+  return t;
+}
+
 double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   SimOptions opt;
   opt.record_intervals = false;

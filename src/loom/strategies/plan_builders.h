@@ -103,6 +103,12 @@ class CandidateSearch {
   // invalid or does not fit (or the time budget is spent); keeps the plan
   // when it is the fastest so far. Never skipped: strategies use the time.
   double Evaluate(const Plan& plan);
+  // Evaluate for a strategy that uses only the times up to `above_s` (>= the
+  // best so far; < 0: every time): with pruning on, a plan whose lower bound
+  // (or heaviest replica alone) exceeds it is not simulated and kAbove is
+  // returned. The times it returns otherwise are Evaluate's.
+  static constexpr double kAbove = -2;
+  double EvaluateUpTo(const Plan& plan, double above_s);
   void Try(const std::function<Plan(Recompute)>& make);
   // Try(primary); then Try(fallback) only when no recomputation choice of
   // primary fits (stages balanced by time, else by parameters).
@@ -129,7 +135,7 @@ class CandidateSearch {
   StrategyResult Finish(const std::string& searched, const std::function<std::string(const Plan&)>& describe);
 
  private:
-  static constexpr double kPruned = -2;
+  static constexpr double kPruned = kAbove;
   // Where Run() is: kDirect outside it.
   enum class Pass { kDirect, kBounds, kLowest, kRest };
   // What is known of one Try of a Run().
@@ -143,11 +149,11 @@ class CandidateSearch {
     std::string invalid_reason;
     Outcome outcome = Outcome::kUnseen;
   };
-  // The plan's iteration time; -1 when invalid or over memory; kPruned when
-  // its lower bound exceeds `prune_above_s` (>= 0) and it was not simulated.
   // The plan compiled for this search: its batch schedule, replicas folded;
   // `only_replica` >= 0: that replica's contents alone (CompileOptions).
   ExecutionPlan Compile(const Plan& plan, int only_replica = -1) const;
+  // The plan's iteration time; -1 when invalid or over memory; kPruned when
+  // its lower bound exceeds `prune_above_s` (>= 0) and it was not simulated.
   double Simulate(const Plan& plan, double prune_above_s = -1);
   void Keep(const Plan& plan, double time_s, int64_t order);
   bool Step();  // one more candidate: progress; false when the budget is spent

@@ -261,30 +261,30 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   const LayerCurves* curves = nullptr;
   int curves_tp = 0;
   // Algorithm 2 draws the same batches (same seed, sizes and trials) for
-  // every DP degree and TP: each is drawn and its tokens counted once, its
-  // proportions computed once per TP.
-  std::map<std::pair<int64_t, uint64_t>, std::vector<std::vector<TokenStats>>> tokens_of;
+  // every DP degree and TP: each is drawn and its tokens counted once, and
+  // its proportions computed then for every TP (a few numbers per draw kept,
+  // not the samples).
+  std::vector<int> tps;
+  for (int g : TpChoices(ctx.cluster)) {
+    if (ctx.fixed_tp <= 0 || g == ctx.fixed_tp) tps.push_back(g);
+  }
+  auto curves_of = [&](int g) -> const LayerCurves& {
+    auto [pos, fresh] = curves_at.try_emplace(g);
+    if (fresh) pos->second = FitModelCurves(ctx.model, ctx.cluster, std::vector<int>(ctx.model.modules.size(), g));
+    return pos->second;
+  };
   std::map<std::tuple<int, int64_t, uint64_t>, std::vector<double>> proportions_of;
-  int64_t tokens_kept = 0;
   auto proportions = [&](int64_t n, Rng& rng) {
     const uint64_t seed = DrawSeed(rng);
-    auto [pos, fresh] = proportions_of.try_emplace({curves_tp, n, seed});
-    if (fresh) {
-      // Bounded: past 2^18 samples kept, the draws start over (recounted when asked again).
-      if (tokens_kept > (int64_t{1} << 18)) {
-        tokens_of.clear();
-        tokens_kept = 0;
+    if (!proportions_of.count({curves_tp, n, seed})) {
+      std::vector<std::vector<TokenStats>> tokens;
+      for (const Sample& s : source->Draw(n, seed, 0).samples) tokens.push_back(CountModuleTokens(ctx.model, s));
+      for (int g : tps) proportions_of[{g, n, seed}] = MacroscopicProportions(curves_of(g), tokens);
+      if (!proportions_of.count({curves_tp, n, seed})) {
+        proportions_of[{curves_tp, n, seed}] = MacroscopicProportions(*curves, tokens);
       }
-      auto [drawn, new_draw] = tokens_of.try_emplace({n, seed});
-      if (new_draw) {
-        tokens_kept += n;
-        for (const Sample& s : source->Draw(n, seed, 0).samples) {
-          drawn->second.push_back(CountModuleTokens(ctx.model, s));
-        }
-      }
-      pos->second = MacroscopicProportions(*curves, drawn->second);
     }
-    return pos->second;
+    return proportions_of.at({curves_tp, n, seed});
   };
   std::vector<Candidate> candidates;
   std::string skipped;
@@ -296,10 +296,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
     for (int g : TpChoices(ctx.cluster)) {
       if (ctx.fixed_tp > 0 && g != ctx.fixed_tp) continue;
       if (per_replica % g != 0 || per_replica / g < 2) continue;
-      if (!curves_at.count(g)) {
-        curves_at[g] = FitModelCurves(ctx.model, ctx.cluster, std::vector<int>(ctx.model.modules.size(), g));
-      }
-      curves = &curves_at[g];
+      curves = &curves_of(g);
       curves_tp = g;
       Candidate c;
       c.dp = dp;

@@ -193,6 +193,9 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
 
 namespace {
 
+// The fastest static layouts re-ranked by their woven schedule.
+constexpr size_t kWoven = 3;
+
 StrategyResult Search(const StrategyContext& ctx, const std::string& name, const PipeweaverOptions& options) {
   CandidateSearch search(ctx, name);
   struct Fit {
@@ -208,10 +211,22 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
     int vpp = 0;
     for (const auto& mod : modules) vpp += mod.segments;
     if (vpp > 1 && m % pp != 0) return;  // the static interleaved schedule needs m divisible by pp
+    // Only the kWoven fastest static layouts are used: a layout whose bound
+    // passes the kWoven-th fastest time so far is not simulated. Its later
+    // recomputation variants only add work to every stage of the same static
+    // order, so they are slower still and skipped with it.
+    double above_s = -1;
+    if (fits.size() >= kWoven) {
+      std::vector<double> times;
+      for (const Fit& f : fits) times.push_back(f.time_s);
+      std::nth_element(times.begin(), times.begin() + (kWoven - 1), times.end());
+      above_s = times[kWoven - 1];
+    }
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       Plan plan = WovenPlan(ctx, modules, tp, pp, dp, m, r);
       plan.strategy = name;
-      const double t = search.Evaluate(plan);
+      const double t = search.EvaluateUpTo(plan, above_s);
+      if (t == CandidateSearch::kAbove) break;
       if (t > 0) {
         fits.push_back({std::move(plan), t});
         break;
@@ -239,8 +254,8 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
     PipeweaverOptions full;  // every variant picks its layout with the full per-batch search
     full.ranking.max_rollouts = 300;
     double best_s = kNoFit;
-    for (size_t i = 0; i < fits.size() && i < 3; ++i) {
-      if (ctx.progress) ctx.progress({name + ": weaving static layout", static_cast<int64_t>(i) + 1, 3, 0});
+    for (size_t i = 0; i < fits.size() && i < kWoven; ++i) {
+      if (ctx.progress) ctx.progress({name + ": weaving static layout", static_cast<int64_t>(i) + 1, kWoven, 0});
       const double t = SchedulePipeweaverBatch(quick, fits[i].plan, ctx.representative, 0, full).final_s;
       if (t < best_s) {
         best_s = t;
