@@ -131,8 +131,10 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
   auto [pcode, pout] = test::RunLoom("plan --model vlm-s --cluster h100:1x8 --iterations 1 --strategy disttrain --pp 64");
   EXPECT_EQ(pcode, 2);
   EXPECT_NE(pout.find("TP x DP x PP splits that fit has the backbone at --pp 64"), std::string::npos) << pout;
-  // Every sampled batch is kept for --json: their number is bounded (1e9 reached 8 GB before bad_alloc).
-  auto [icode, iout] = test::RunLoom("plan --model llama3-1b --cluster h100:1x8 --strategy megatron --iterations 1000000000");
+  // Every sampled batch is kept for --json: then their number is bounded (1e9 reached 8 GB before
+  // bad_alloc); without --json, --report or --run nothing grows with it (Comparison.WithoutKeptBatches...).
+  auto [icode, iout] = test::RunLoom(
+      "plan --model llama3-1b --cluster h100:1x8 --strategy megatron --iterations 1000000000 --json /tmp/lim-i.json");
   EXPECT_EQ(icode, 2);
   EXPECT_NE(iout.find("--iterations: at most 10000 sampled batches per strategy"), std::string::npos) << iout;
   auto [dcode, dout] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --plan /tmp");

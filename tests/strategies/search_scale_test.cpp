@@ -12,6 +12,7 @@
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
+#include "loom/report/comparison.h"
 #include "loom/report/progress_line.h"
 #include "loom/sim/iteration_bound.h"
 #include "loom/sim/plan_run.h"
@@ -354,6 +355,40 @@ TEST(SearchProgress, CountsCandidatesOfATotal) {
   EXPECT_EQ(FormatProgress({"megatron: batch", 11, 11, 30}), "megatron: batch 11 of 11, 30 s elapsed, about 3.0 s left");
   EXPECT_EQ(FormatProgress({"megatron: batch", 1, 10, 0.01}), "megatron: batch 1 of 10, 0.0 s elapsed");
   EXPECT_EQ(FormatProgress({"mosaic: merge", 4, 0, 0}), "mosaic: merge 4");
+}
+
+// Without the outputs that list every batch, a comparison keeps nothing per
+// batch (memory independent of --iterations) and reports the same means,
+// maxima and overflows; keeping them is bounded.
+TEST(Comparison, WithoutKeptBatchesKeepsNothingPerBatchAndTheSameMeans) {
+  const Model model = LoadModel("mllm-sss");
+  const Cluster cluster = MakeCluster("h100", 1, 4);
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 16;
+  CompareOptions keep, lean;
+  lean.keep_batches = false;
+  const Comparison a = CompareStrategies(model, cluster, w, {"megatron", "distmm"}, 4, {}, keep);
+  const Comparison b = CompareStrategies(model, cluster, w, {"megatron", "distmm"}, 4, {}, lean);
+  ASSERT_EQ(a.outcomes.size(), b.outcomes.size());
+  for (size_t i = 0; i < a.outcomes.size(); ++i) {
+    ASSERT_TRUE(a.outcomes[i].ok()) << a.outcomes[i].error;
+    EXPECT_EQ(a.outcomes[i].iteration_times_s.size(), 4u);
+    EXPECT_EQ(a.outcomes[i].batches.size(), 4u);
+    EXPECT_TRUE(b.outcomes[i].iteration_times_s.empty());
+    EXPECT_TRUE(b.outcomes[i].batches.empty());
+    double mean_s = 0, max_s = 0;
+    for (double t : a.outcomes[i].iteration_times_s) {
+      mean_s += t / 4;
+      max_s = std::max(max_s, t);
+    }
+    EXPECT_EQ(a.outcomes[i].mean_iteration_time_s, mean_s);
+    EXPECT_EQ(a.outcomes[i].max_iteration_time_s, max_s);
+    EXPECT_EQ(b.outcomes[i].mean_iteration_time_s, mean_s);
+    EXPECT_EQ(b.outcomes[i].max_iteration_time_s, max_s);
+    EXPECT_EQ(b.outcomes[i].overflow_batches, a.outcomes[i].overflow_batches);
+    EXPECT_GT(max_s, 0);
+  }
+  EXPECT_THROW(CompareStrategies(model, cluster, w, {"megatron"}, kMaxIterations + 1, {}, keep), Error);
 }
 
 }  // namespace

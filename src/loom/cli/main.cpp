@@ -618,6 +618,9 @@ int main(int argc, char** argv) {
         }
       }
       compare.prune = !exhaustive;
+      // Only the outputs that list every batch keep them: otherwise memory
+      // does not grow with --iterations.
+      compare.keep_batches = !plan_json.empty() || !plan_report.empty() || plan_run;
       std::function<void(const loom::Progress&)> progress;
       if (isatty(STDERR_FILENO)) {
         progress = [](const loom::Progress& p) { std::cerr << "\r\033[K" << loom::FormatProgress(p) << std::flush; };

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <map>
 #include <tuple>
 
@@ -41,14 +43,14 @@ void ValidateSchedule(const Schedule& s) {
     }
   }
   // Forward before backward on the same rank (same stream: list order).
+  std::vector<int> forward_on(fwd.size(), -1);  // per (stage, microbatch): the rank its forward was seen on
   for (int r = 0; r < s.num_ranks; ++r) {
-    std::map<std::pair<int, int>, bool> seen_forward;
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
       if (a.kind == ActionKind::kForward) {
-        seen_forward[{a.stage, a.microbatch}] = true;
+        forward_on[off[a.stage] + a.microbatch] = r;
       } else if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) &&
-                 !seen_forward.count({a.stage, a.microbatch})) {
+                 forward_on[off[a.stage] + a.microbatch] != r) {
         throw Error(fmt::format("schedule {}: rank {} action {} ({}) comes before its forward", s.name, r, i,
                                 ActionName(a)));
       }
@@ -56,7 +58,9 @@ void ValidateSchedule(const Schedule& s) {
   }
   // Sends and receives match one to one, on the right peers.
   // (payload, stage, mb, receiving stage, receiving rank)
-  std::map<std::tuple<int, int, int, int, int>, int> sends, recvs;
+  // Sorted key lists, not maps: schedules at scale carry millions of messages.
+  using Key = std::array<int, 5>;
+  std::vector<Key> sends, recvs;
   auto other_end = [](const Action& a) {
     return a.peer_stage >= 0 ? a.peer_stage : (a.payload == Payload::kActivation ? a.stage + 1 : a.stage - 1);
   };
@@ -64,18 +68,24 @@ void ValidateSchedule(const Schedule& s) {
     for (const Action& a : s.ranks[r]) {
       if (a.kind == ActionKind::kSend) {
         const int to = other_end(a);
-        ++sends[{static_cast<int>(a.payload), a.stage, a.microbatch, to, a.peer}];
+        sends.push_back({static_cast<int>(a.payload), a.stage, a.microbatch, to, a.peer});
         if (to < 0 || to >= s.num_stages() || s.stage_rank[to] != a.peer) {
           throw Error(fmt::format("schedule {}: rank {}: {} goes to rank {}, which does not hold stage {}",
                                   s.name, r, ActionName(a), a.peer, to));
         }
       } else if (a.kind == ActionKind::kRecv) {
-        ++recvs[{static_cast<int>(a.payload), a.stage, a.microbatch, other_end(a), r}];
+        recvs.push_back({static_cast<int>(a.payload), a.stage, a.microbatch, other_end(a), r});
       }
     }
   }
-  for (const auto& [key, count] : sends) {
-    if (recvs[key] != count) {
+  std::sort(sends.begin(), sends.end());
+  std::sort(recvs.begin(), recvs.end());
+  for (auto at = sends.begin(); at != sends.end();) {
+    const Key key = *at;
+    const auto count = std::upper_bound(at, sends.end(), key) - at;
+    at += count;
+    const auto [lo, hi] = std::equal_range(recvs.begin(), recvs.end(), key);
+    if (hi - lo != count) {
       auto [payload, stage, mb, to_stage, to] = key;
       throw Error(fmt::format("schedule {}: rank {} never receives the {} of microbatch {} that stage {} sends it",
                               s.name, to, payload == 0 ? "activation" : "gradient", mb, stage));

@@ -23,9 +23,10 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
                              const std::function<void(const Progress&)>& progress,
                              const CompareOptions& options) {
   if (iterations < 1) throw Error(fmt::format("--iterations: must be >= 1, got {}", iterations));
-  if (iterations > kMaxIterations) {
-    throw Error(fmt::format("--iterations: at most {} sampled batches per strategy (each is drawn, scheduled and "
-                            "simulated, and kept for --json), got {}",
+  if (iterations > kMaxIterations && options.keep_batches) {
+    throw Error(fmt::format("--iterations: at most {} sampled batches per strategy when each is kept (--json, "
+                            "--report, --run write every batch), got {}; without them any number runs in the same "
+                            "memory",
                             kMaxIterations, iterations));
   }
   Comparison cmp;
@@ -82,20 +83,22 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
         o.batch_schedule_time_s += step.schedule_time_s / iterations;
         PlanRun& run = step.run;
         const PlanMetrics& m = run.metrics;
-        o.batches.push_back({i, step.schedule, m.iteration_time_s});
-        o.iteration_times_s.push_back(m.iteration_time_s);
+        if (options.keep_batches) {
+          o.batches.push_back({i, step.schedule, m.iteration_time_s});
+          o.iteration_times_s.push_back(m.iteration_time_s);
+        }
+        o.mean_iteration_time_s += m.iteration_time_s / iterations;
+        o.max_iteration_time_s = std::max(o.max_iteration_time_s, m.iteration_time_s);
         mfu += m.mfu;
         bubble += m.bubble_ratio;
         samples += m.throughput_samples_per_s;
         tokens += m.throughput_tokens_per_s;
         o.peak_mem_bytes = std::max(o.peak_mem_bytes, m.peak_mem_bytes);
-        for (const auto& v : run.memory_violations) o.memory_violations.push_back(fmt::format("batch {}: {}", i, v));
+        o.overflow_batches += run.memory_violations.empty() ? 0 : 1;
+        for (const auto& v : run.memory_violations) {
+          if (o.memory_violations.size() < 100) o.memory_violations.push_back(fmt::format("batch {}: {}", i, v));
+        }
         if (i == 0) o.first_run = std::move(run);
-      }
-      o.mean_iteration_time_s = 0;
-      for (double t : o.iteration_times_s) {
-        o.mean_iteration_time_s += t / iterations;
-        o.max_iteration_time_s = std::max(o.max_iteration_time_s, t);
       }
       o.mfu = mfu / iterations;
       o.bubble_ratio = bubble / iterations;
@@ -164,9 +167,9 @@ std::string FormatComparison(const Comparison& c) {
   }
   for (const auto& o : c.outcomes) {
     if (!o.ok()) out += fmt::format("\n{}: {}\n", o.name, o.error);
-    if (!o.memory_violations.empty()) {
+    if (o.overflow_batches > 0) {
       out += fmt::format("\n{} ! plans on batch 0 but overflows on {} later batch(es), first: {}\n", o.name,
-                         o.memory_violations.size(), o.memory_violations.front());
+                         o.overflow_batches, o.memory_violations.front());
     }
   }
   return out;

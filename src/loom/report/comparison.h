@@ -31,7 +31,8 @@ struct StrategyOutcome {
   double mfu = 0;
   double bubble_ratio = 0;
   double peak_mem_bytes = 0;             // worst over batches
-  std::vector<std::string> memory_violations;  // batches after the representative one that overflow
+  std::vector<std::string> memory_violations;  // of batches after the representative one (the first 100 lines)
+  int overflow_batches = 0;                    // batches after the representative one that overflow
   PlanRun first_run;                     // iteration 0 with intervals, for timelines
   bool ok() const { return error.empty(); }
 };
@@ -58,11 +59,15 @@ struct CompareOptions {
   int fault_tolerance = 0;  // Oobleck's f
   double time_budget_s = 0;  // per strategy's search (StrategyContext::time_budget_s); 0: none
   bool prune = true;         // StrategyContext::prune
+  // Keep every batch's time and schedule (StrategyOutcome::iteration_times_s,
+  // batches: for --json, --report, --run). Off, memory does not grow with the
+  // number of batches: means and maxima are kept as they go.
+  bool keep_batches = true;
 };
 
-// The most sampled batches a comparison simulates per strategy: every one
-// is kept (its time and schedule, for --json and replay), so memory grows
-// with it.
+// The most sampled batches a comparison that keeps every batch
+// (CompareOptions::keep_batches: its time and schedule, for --json, the
+// report and replay) simulates per strategy: its memory grows with them.
 constexpr int kMaxIterations = 10000;
 
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
