@@ -101,16 +101,28 @@ std::vector<Instance> SmallInstances() {
           {"mllm-ssm", MakeCluster("a40", 2, 4), 24}};
 }
 
+// An instance's model, default workload at its batch, and batch 0.
+struct Loaded {
+  Model model;
+  Workload workload;
+  Batch batch;
+};
+Loaded Load(const Instance& inst) {
+  Loaded l{LoadModel(inst.model), {}, {}};
+  l.workload = DefaultWorkload(l.model);
+  l.workload.global_batch = inst.batch;
+  l.batch = DrawBatch(l.workload, 0);
+  return l;
+}
+
 // Every candidate plan the baselines build (single pipelines, interleaved,
 // multi-unit plans with explicit replicas, co-located phases): the bound of
 // the priced plan never exceeds its simulated time.
 TEST(IterationBound, NeverExceedsTheSimulationOfRealPlans) {
   int checked = 0;
   for (const auto& inst : SmallInstances()) {
-    const Model model = LoadModel(inst.model);
-    Workload w = DefaultWorkload(model);
-    w.global_batch = inst.batch;
-    const Batch batch = DrawBatch(w, 0);
+    const Loaded loaded = Load(inst);
+    const auto& [model, w, batch] = loaded;
     StrategyContext ctx{model, inst.cluster, w, batch, {}};
     std::vector<Plan> plans;
     ForEachPipelineGrid(ctx, model.num_layers(), [&](int tp, int pp, int dp, int m) {
@@ -157,10 +169,8 @@ TEST(IterationBound, NeverExceedsTheSimulationOfRealPlans) {
 TEST(FoldedReplicas, SimulateLikeEveryReplicaAsItsOwnRanks) {
   int folded = 0;
   for (const auto& inst : SmallInstances()) {
-    const Model model = LoadModel(inst.model);
-    Workload w = DefaultWorkload(model);
-    w.global_batch = inst.batch;
-    const Batch batch = DrawBatch(w, 0);
+    const Loaded loaded = Load(inst);
+    const auto& [model, w, batch] = loaded;
     StrategyContext ctx{model, inst.cluster, w, batch, {}};
     const ModuleWaves waves = SplitWaves(model);
     std::vector<std::vector<std::string>> chain = waves.upstream_branches;
@@ -278,10 +288,8 @@ std::string PlanWithoutSearchNote(Plan plan) {
 TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
   int skipped = 0;
   for (const auto& inst : SmallInstances()) {
-    const Model model = LoadModel(inst.model);
-    Workload w = DefaultWorkload(model);
-    w.global_batch = inst.batch;
-    const Batch batch = DrawBatch(w, 0);
+    const Loaded loaded = Load(inst);
+    const auto& [model, w, batch] = loaded;
     for (const std::string s : {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch"}) {
       StrategyContext pruned{model, inst.cluster, w, batch, {}};
       StrategyContext exhaustive{model, inst.cluster, w, batch, {}};
