@@ -283,34 +283,55 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   SimOptions opt;
   opt.record_intervals = false;
   try {
-    ExecutionPlan exec = Compile(plan);
     PricingMemo& memo = ctx_.memo->pricing;
     // The bound and the simulator sum the same durations in different
     // orders: a relative margin far above rounding keeps the skip exact.
     auto beyond = [&](double time_s) { return prune_above_s >= 0 && time_s * (1 - 1e-9) > prune_above_s; };
-    if (prune_above_s >= 0 && exec.replicated && exec.replicas.size() > 1) {
-      // Stop early on a dominated candidate: its heaviest replica alone,
-      // priced and simulated, takes no longer than the whole iteration (the
-      // replicas run apart until their all-reduces, which start at the
-      // latest replica's readiness) and peaks exactly as it does there, at a
-      // fraction of the cost.
-      const int one = HeaviestReplica(exec, ctx_.model, ctx_.representative, &memo);
-      ExecutionCosts alone =
-          PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
-      if (beyond(IterationLowerBound_s(exec, alone))) {
+    // Stop early on a dominated candidate: its heaviest replica alone,
+    // priced and simulated, takes no longer than the whole iteration (the
+    // replicas run apart until their all-reduces, which start at the latest
+    // replica's readiness) and peaks exactly as it does there, at a fraction
+    // of the cost. Where the heaviest replica of the plan's cut is known
+    // (Bound), only its contents are compiled for this.
+    const std::pair<int, int> cut{plan.units[0].num_replicas(), plan.units[0].pipelines[0].microbatches};
+    const auto known = heaviest_of_cut_.find(cut);
+    const bool early = prune_above_s >= 0 && cut.first > 1;
+    std::optional<ExecutionPlan> full;
+    ExecutionPlan alone_exec;
+    ExecutionCosts alone;
+    bool have_alone = false;
+    if (early && known != heaviest_of_cut_.end()) {
+      alone_exec = Compile(plan, known->second);
+      if (alone_exec.replicated) {
+        alone = PriceExecution(alone_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
+        have_alone = true;
+      } else {
+        full = std::move(alone_exec);  // not replicated: only_replica was ignored
+      }
+    } else {
+      full = Compile(plan);
+      if (early && full->replicated && full->replicas.size() > 1) {
+        const int one = HeaviestReplica(*full, ctx_.model, ctx_.representative, &memo);
+        heaviest_of_cut_.emplace(cut, one);
+        alone = PriceExecution(*full, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
+        alone_exec.schedule = full->schedule;
+        alone_exec.stages = full->stages;
+        alone_exec.ranks = full->ranks;
+        alone_exec.groups = full->groups;
+        alone_exec.replicas = {full->replicas[one]};
+        alone_exec.replicated = true;
+        alone_exec.group_gpus = full->group_gpus;
+        alone_exec.num_groups = full->num_groups;
+        alone_exec.precision = full->precision;
+        have_alone = true;
+      }
+    }
+    if (have_alone) {
+      if (beyond(IterationLowerBound_s(alone_exec, alone))) {
         ++pruned_;
         return kPruned;
       }
-      ExecutionPlan heaviest;
-      heaviest.schedule = exec.schedule;
-      heaviest.stages = exec.stages;
-      heaviest.ranks = exec.ranks;
-      heaviest.replicas = {exec.replicas[one]};
-      heaviest.replicated = true;
-      heaviest.group_gpus = exec.group_gpus;
-      heaviest.num_groups = exec.num_groups;
-      heaviest.precision = exec.precision;
-      const PlanRun run = RunExecution(ctx_.cluster, std::move(heaviest), std::move(alone), opt);
+      const PlanRun run = RunExecution(ctx_.cluster, std::move(alone_exec), std::move(alone), opt);
       if (!run.memory_violations.empty()) {
         ++candidates_;
         ++overflow_;
@@ -322,6 +343,8 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
         return kPruned;
       }
     }
+    if (!full) full = Compile(plan);
+    ExecutionPlan& exec = *full;
     ExecutionCosts costs = PriceExecution(exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
     if (beyond(IterationLowerBound_s(exec, costs))) {
       ++pruned_;
