@@ -16,7 +16,10 @@ void ValidateSchedule(const Schedule& s) {
   if (static_cast<int>(s.ranks.size()) != s.num_ranks) {
     throw Error(fmt::format("schedule {}: {} action lists for {} ranks", s.name, s.ranks.size(), s.num_ranks));
   }
-  DependencyGraph g = BuildDependencies(s);  // missing producers and duplicates throw here
+  ValidateSchedule(s, BuildDependencies(s));  // missing producers and duplicates throw there
+}
+
+void ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
 
   // Completeness: one forward and one backward per stage and microbatch.
   std::vector<size_t> off(s.num_stages() + 1, 0);

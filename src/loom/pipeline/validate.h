@@ -4,6 +4,7 @@
 // its peer and the reverse, and the actions can all run (no cyclic wait).
 #pragma once
 
+#include "loom/pipeline/dependency_graph.h"
 #include "loom/pipeline/schedule.h"
 
 namespace loom {
@@ -11,6 +12,10 @@ namespace loom {
 // Throws loom::Error naming the rank and the action of the first violation;
 // for a deadlock, the blocked action and what it waits for.
 void ValidateSchedule(const Schedule& s);
+// The same with the schedule's dependency graph already built
+// (BuildDependencies(s, any overlap): the edges do not depend on it), as the
+// simulator has it. REQUIRES: s.ranks.size() == s.num_ranks.
+void ValidateSchedule(const Schedule& s, const DependencyGraph& g);
 
 // NCCL pairs point-to-point messages between two ranks by order, not by tag
 // (Gloo matches tags): the k-th send from rank A to rank B meets the k-th

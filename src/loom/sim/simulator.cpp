@@ -43,7 +43,10 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   if (!has_step && options_.optimizer_step) {
     AddOptimizerStep(schedule_);
   }
-  ValidateSchedule(schedule_);
+  if (static_cast<int>(schedule_.ranks.size()) != schedule_.num_ranks) ValidateSchedule(schedule_);  // says why
+  // Built once: validation walks the same graph (missing producers and duplicates throw here).
+  graph_ = BuildDependencies(schedule_, options_.overlap_grad_sync);
+  ValidateSchedule(schedule_, graph_);
   for (size_t size : {schedule_.sync_with.size(), schedule_.sync_set.size()}) {
     if (size != 0 && static_cast<int>(size) != schedule_.num_stages()) {
       throw Error(fmt::format("simulator: sync_with or sync_set covers {} stages; the schedule has {}", size,
@@ -66,7 +69,6 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
       }
     }
   }
-  graph_ = BuildDependencies(schedule_, options_.overlap_grad_sync);
   const int n = graph_.size();
   users_.assign(n, {});
   std::vector<int> missing(n, 0);
