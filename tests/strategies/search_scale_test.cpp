@@ -290,7 +290,9 @@ TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
   for (const auto& inst : SmallInstances()) {
     const Loaded loaded = Load(inst);
     const auto& [model, w, batch] = loaded;
-    for (const std::string s : {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch"}) {
+    // pipeweaver-partition: PipeWeaver's static grid (EvaluateUpTo) without its time-budgeted weaving.
+    for (const std::string s :
+         {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch", "pipeweaver-partition"}) {
       StrategyContext pruned{model, inst.cluster, w, batch, {}};
       StrategyContext exhaustive{model, inst.cluster, w, batch, {}};
       exhaustive.prune = false;

@@ -20,6 +20,15 @@
 
 namespace loom {
 
+namespace {
+
+// Whether a lower bound `bound_s` exceeds `limit_s` (either < 0: unknown,
+// never). The bound and the simulator sum the same durations in different
+// orders: a relative margin far above rounding keeps every skip exact.
+bool Exceeds(double bound_s, double limit_s) { return bound_s >= 0 && limit_s >= 0 && bound_s * (1 - 1e-9) > limit_s; }
+
+}  // namespace
+
 std::vector<std::pair<int, int>> UnitLayers(const Model& model, const std::vector<std::string>& modules) {
   std::vector<std::pair<int, int>> out;
   for (const auto& name : modules) {
@@ -284,63 +293,41 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   opt.record_intervals = false;
   try {
     PricingMemo& memo = ctx_.memo->pricing;
-    // The bound and the simulator sum the same durations in different
-    // orders: a relative margin far above rounding keeps the skip exact.
-    auto beyond = [&](double time_s) { return prune_above_s >= 0 && time_s * (1 - 1e-9) > prune_above_s; };
+    auto beyond = [&](double time_s) { return Exceeds(time_s, prune_above_s); };
     // Stop early on a dominated candidate: its heaviest replica alone,
     // priced and simulated, takes no longer than the whole iteration (the
     // replicas run apart until their all-reduces, which start at the latest
     // replica's readiness) and peaks exactly as it does there, at a fraction
-    // of the cost. Where the heaviest replica of the plan's cut is known
-    // (Bound), only its contents are compiled for this.
+    // of the cost. Only that replica's contents are compiled for this; which
+    // one it is depends on the plan's cut alone (Bound), found once per cut.
     const std::pair<int, int> cut{plan.units[0].num_replicas(), plan.units[0].pipelines[0].microbatches};
-    const auto known = heaviest_of_cut_.find(cut);
     const bool early = prune_above_s >= 0 && cut.first > 1;
     std::optional<ExecutionPlan> full;
-    ExecutionPlan alone_exec;
-    ExecutionCosts alone;
-    bool have_alone = false;
-    if (early && known != heaviest_of_cut_.end()) {
-      alone_exec = Compile(plan, known->second);
-      if (alone_exec.replicated) {
-        alone = PriceExecution(alone_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
-        have_alone = true;
-      } else {
-        full = std::move(alone_exec);  // not replicated: only_replica was ignored
-      }
-    } else {
+    if (early && !heaviest_of_cut_.count(cut)) {
       full = Compile(plan);
-      if (early && full->replicated && full->replicas.size() > 1) {
-        const int one = HeaviestReplica(*full, ctx_.model, ctx_.representative, &memo);
-        heaviest_of_cut_.emplace(cut, one);
-        alone = PriceExecution(*full, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo, one);
-        alone_exec.schedule = full->schedule;
-        alone_exec.stages = full->stages;
-        alone_exec.ranks = full->ranks;
-        alone_exec.groups = full->groups;
-        alone_exec.replicas = {full->replicas[one]};
-        alone_exec.replicated = true;
-        alone_exec.group_gpus = full->group_gpus;
-        alone_exec.num_groups = full->num_groups;
-        alone_exec.precision = full->precision;
-        have_alone = true;
-      }
+      if (full->replicated) heaviest_of_cut_[cut] = HeaviestReplica(*full, ctx_.model, ctx_.representative, &memo);
     }
-    if (have_alone) {
-      if (beyond(IterationLowerBound_s(alone_exec, alone))) {
-        ++pruned_;
-        return kPruned;
-      }
-      const PlanRun run = RunExecution(ctx_.cluster, std::move(alone_exec), std::move(alone), opt);
-      if (!run.memory_violations.empty()) {
-        ++candidates_;
-        ++overflow_;
-        overflow_reason_ = run.memory_violations.front();
-        return -1;
-      }
-      if (beyond(run.metrics.iteration_time_s)) {
-        ++pruned_;
-        return kPruned;
+    if (early && heaviest_of_cut_.count(cut)) {
+      ExecutionPlan alone_exec = Compile(plan, heaviest_of_cut_.at(cut));
+      if (alone_exec.replicated) {
+        ExecutionCosts alone = PriceExecution(alone_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
+        if (beyond(IterationLowerBound_s(alone_exec, alone))) {
+          ++pruned_;
+          return kPruned;
+        }
+        const PlanRun run = RunExecution(ctx_.cluster, std::move(alone_exec), std::move(alone), opt);
+        if (!run.memory_violations.empty()) {
+          ++candidates_;
+          ++overflow_;
+          overflow_reason_ = run.memory_violations.front();
+          return -1;
+        }
+        if (beyond(run.metrics.iteration_time_s)) {
+          ++pruned_;
+          return kPruned;
+        }
+      } else if (!full) {
+        full = std::move(alone_exec);  // not replicated: only_replica was ignored, this is the whole plan
       }
     }
     if (!full) full = Compile(plan);
@@ -545,7 +532,7 @@ bool CandidateSearch::SkipInThisPass(int64_t index) {
     st.outcome = Outcome::kNoFit;
     return true;
   }
-  if (st.bound_s >= 0 && best_time_s_ >= 0 && st.bound_s * (1 - 1e-9) > best_time_s_) {
+  if (Exceeds(st.bound_s, best_time_s_)) {
     ++pruned_;
     st.outcome = Outcome::kSkipped;
     return true;
@@ -604,7 +591,7 @@ void CandidateSearch::TryEither(const std::function<Plan(Recompute)>& primary,
   if (pass_ == Pass::kDirect) {
     if (!prune_) return;  // unreachable: an exhaustive walk knows
     const TryState fb = Bound(fallback);
-    if (fb.bound_s >= 0 && best_time_s_ >= 0 && fb.bound_s * (1 - 1e-9) > best_time_s_) {
+    if (Exceeds(fb.bound_s, best_time_s_)) {
       ++pruned_;
       return;
     }
@@ -613,7 +600,7 @@ void CandidateSearch::TryEither(const std::function<Plan(Recompute)>& primary,
   }
   TryState& fb = tries_.at(j);
   if (fb.outcome != Outcome::kUnseen || (pass_ == Pass::kLowest && !lowest_[j])) return;
-  if (fb.bound_s >= 0 && best_time_s_ >= 0 && fb.bound_s * (1 - 1e-9) > best_time_s_) {
+  if (Exceeds(fb.bound_s, best_time_s_)) {
     Visit(fallback, j);  // skipped by its bound (and counted so)
     return;
   }

@@ -258,8 +258,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   // Macroscopic proportions priced at the group's TP (the encoder and the
   // LLM scale differently with it), curves fitted once per TP.
   std::map<int, LayerCurves> curves_at;
-  const LayerCurves* curves = nullptr;
-  int curves_tp = 0;
+  int curves_tp = 0;  // the TP whose proportions Algorithm 2 is asked for
   // Algorithm 2 draws the same batches (same seed, sizes and trials) for
   // every DP degree and TP: each is drawn and its tokens counted once, and
   // its proportions computed then for every TP (a few numbers per draw kept,
@@ -280,9 +279,6 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
       std::vector<std::vector<TokenStats>> tokens;
       for (const Sample& s : source->Draw(n, seed, 0).samples) tokens.push_back(CountModuleTokens(ctx.model, s));
       for (int g : tps) proportions_of[{g, n, seed}] = MacroscopicProportions(curves_of(g), tokens);
-      if (!proportions_of.count({curves_tp, n, seed})) {
-        proportions_of[{curves_tp, n, seed}] = MacroscopicProportions(*curves, tokens);
-      }
     }
     return proportions_of.at({curves_tp, n, seed});
   };
@@ -293,10 +289,8 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
     if (B % (dp * mu) != 0) continue;  // Algorithm 3 line 5
     const int per_replica = N / dp;
     const int K = static_cast<int>(B / (dp * mu));
-    for (int g : TpChoices(ctx.cluster)) {
-      if (ctx.fixed_tp > 0 && g != ctx.fixed_tp) continue;
+    for (int g : tps) {
       if (per_replica % g != 0 || per_replica / g < 2) continue;
-      curves = &curves_of(g);
       curves_tp = g;
       Candidate c;
       c.dp = dp;
