@@ -64,7 +64,7 @@ void BM_EntrainSimulateBatch(benchmark::State& state) {
   const LayerCurves curves = FitModelCurves(s.model, s.cluster, ModuleTensorParallel(s.model, r.plan));
   const IterationSchedule it = EntrainScheduleBatch(s.model, r.plan, s.batch, 0, curves);
   SimOptions opt;
-  opt.record_intervals = false;
+  opt.record_timelines = false;
   for (auto _ : state) benchmark::DoNotOptimize(RunPlan(s.model, s.cluster, s.workload, r.plan, s.batch, &it, opt));
 }
 BENCHMARK(BM_EntrainSimulateBatch)->Unit(benchmark::kMillisecond);

@@ -98,7 +98,7 @@ void BM_RunPlanFlattened(benchmark::State& state) {
   StrategyContext ctx{d.model, d.cluster, d.workload, d.batch, {}};
   Plan plan = RunStrategy("distmm", ctx).plan;
   SimOptions opt;
-  opt.record_intervals = false;
+  opt.record_timelines = false;
   for (auto _ : state) benchmark::DoNotOptimize(RunPlan(d.model, d.cluster, d.workload, plan, d.batch, nullptr, opt));
 }
 BENCHMARK(BM_RunPlanFlattened)->Unit(benchmark::kMicrosecond);

@@ -46,7 +46,7 @@ void BM_VlmXlIdenticalReplicas(benchmark::State& state) {
   const auto& x = VlmXl::Get();
   std::vector<PipelineCosts> one = {x.costs.replicas[0]};
   SimOptions o;
-  o.record_intervals = false;
+  o.record_timelines = false;
   int64_t events = 0;
   for (auto _ : state) {
     Simulator s(x.exec.schedule, one, o);
@@ -62,7 +62,7 @@ BENCHMARK(BM_VlmXlIdenticalReplicas)->Unit(benchmark::kMillisecond);
 void BM_VlmXlDistinctReplicas(benchmark::State& state) {
   const auto& x = VlmXl::Get();
   SimOptions o;
-  o.record_intervals = false;
+  o.record_timelines = false;
   int64_t events = 0;
   for (auto _ : state) {
     Simulator s(x.exec.schedule, x.costs.replicas, o);
@@ -80,7 +80,7 @@ BENCHMARK(BM_VlmXlDistinctReplicas)->Unit(benchmark::kMillisecond);
 void BM_ResimulateIncremental(benchmark::State& state) {
   const auto& x = VlmXl::Get();
   SimOptions o;
-  o.record_intervals = false;
+  o.record_timelines = true;
   Simulator s(x.exec.schedule, {x.costs.replicas[0]}, o);
   const int a = static_cast<int>(state.range(0));
   for (auto _ : state) {
@@ -94,7 +94,7 @@ BENCHMARK(BM_ResimulateIncremental)->Arg(0)->Arg(32)->Arg(62)->Unit(benchmark::k
 void BM_ResimulateFull(benchmark::State& state) {
   const auto& x = VlmXl::Get();
   SimOptions o;
-  o.record_intervals = false;
+  o.record_timelines = true;
   Simulator s(x.exec.schedule, {x.costs.replicas[0]}, o);
   for (auto _ : state) {
     s.SwapMicrobatches(0, 62, 63);

@@ -118,29 +118,37 @@ Loaded Load(const Instance& inst) {
 // Every candidate plan the baselines build (single pipelines, interleaved,
 // multi-unit plans with explicit replicas, co-located phases): the bound of
 // the priced plan never exceeds its simulated time.
+// Single pipelines of every grid point (1F1B, GPipe, interleaved, with and
+// without recompute) and the best plans of `strategies`.
+std::vector<Plan> GridAndStrategyPlans(const StrategyContext& ctx, const std::vector<std::string>& strategies) {
+  std::vector<Plan> plans;
+  ForEachPipelineGrid(ctx, ctx.model.num_layers(), [&](int tp, int pp, int dp, int m) {
+    for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+      plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1));
+      plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kGpipe, r, Balance::kTime, 1));
+      if (pp > 1 && m % pp == 0 && 2 * pp <= ctx.model.num_layers()) {
+        plans.push_back(
+            SingleUnitPlan(ctx, "t", tp, pp, dp, 2, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1));
+      }
+    }
+  });
+  for (const std::string& s : strategies) {
+    try {
+      plans.push_back(RunStrategy(s, ctx).plan);
+    } catch (const Error&) {
+    }
+  }
+  return plans;
+}
+
 TEST(IterationBound, NeverExceedsTheSimulationOfRealPlans) {
   int checked = 0;
   for (const auto& inst : SmallInstances()) {
     const Loaded loaded = Load(inst);
     const auto& [model, w, batch] = loaded;
     StrategyContext ctx{model, inst.cluster, w, batch, {}};
-    std::vector<Plan> plans;
-    ForEachPipelineGrid(ctx, model.num_layers(), [&](int tp, int pp, int dp, int m) {
-      for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
-        plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1));
-        plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kGpipe, r, Balance::kTime, 1));
-        if (pp > 1 && m % pp == 0 && 2 * pp <= model.num_layers()) {
-          plans.push_back(
-              SingleUnitPlan(ctx, "t", tp, pp, dp, 2, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1));
-        }
-      }
-    });
-    for (const std::string s : {"distmm", "optimus", "dip", "mmscale", "entrain", "oobleck"}) {
-      try {
-        plans.push_back(RunStrategy(s, ctx).plan);
-      } catch (const Error&) {
-      }
-    }
+    const std::vector<Plan> plans =
+        GridAndStrategyPlans(ctx, {"distmm", "optimus", "dip", "mmscale", "entrain", "oobleck"});
     for (const Plan& plan : plans) {
       ExecutionPlan exec;
       try {
@@ -230,6 +238,74 @@ TEST(FoldedReplicas, SimulateLikeEveryReplicaAsItsOwnRanks) {
     }
   }
   EXPECT_GT(folded, 60);
+}
+
+// Simulated without timelines (one replica's times at a time, summarized as
+// it goes: what searches and unrecorded batches run), every plan gives
+// exactly what the recorded simulation gives: iteration time, every rank's
+// busy time and peak, every GPU group's peak (co-located ranks summed), MFU
+// and bubble. Plans: every grid point, many replicas, and strategies that
+// co-locate stages (Mosaic, DIP), share GPUs in waves (DistMM), cut
+// templates differently (Oobleck) or join units (Cornstarch, MMScale).
+TEST(SummarySimulation, EqualsTheRecordedTimelines) {
+  int checked = 0, shared_groups = 0;
+  for (const auto& inst : SmallInstances()) {
+    const Loaded loaded = Load(inst);
+    const auto& [model, w, batch] = loaded;
+    StrategyContext ctx{model, inst.cluster, w, batch, {}};
+    const std::vector<Plan> plans = GridAndStrategyPlans(
+        ctx, {"distmm", "optimus", "dip", "mmscale", "entrain", "oobleck", "cornstarch", "mosaic", "spindle"});
+    for (const Plan& plan : plans) {
+      ExecutionPlan exec;
+      try {
+        exec = CompilePlan(model, inst.cluster, w, plan, batch);
+      } catch (const Error&) {
+        continue;
+      }
+      const ExecutionCosts costs = PriceExecution(exec, model, inst.cluster, batch);
+      SimOptions summary;
+      summary.record_timelines = false;
+      const PlanRun a = RunExecution(inst.cluster, exec, costs);
+      const PlanRun b = RunExecution(inst.cluster, exec, costs, summary);
+      const std::string what = inst.model + " " + plan.strategy + " " + DescribeUnit(plan.units[0]);
+      EXPECT_EQ(a.metrics.iteration_time_s, b.metrics.iteration_time_s) << what;
+      EXPECT_EQ(a.metrics.peak_mem_bytes, b.metrics.peak_mem_bytes) << what;
+      EXPECT_EQ(a.metrics.bubble_ratio, b.metrics.bubble_ratio) << what;
+      EXPECT_EQ(a.metrics.mfu, b.metrics.mfu) << what;
+      EXPECT_EQ(a.result.busy_s, b.result.busy_s) << what;
+      EXPECT_EQ(a.result.peak_mem_bytes, b.result.peak_mem_bytes) << what;
+      EXPECT_EQ(a.group_peak_mem_bytes, b.group_peak_mem_bytes) << what;
+      EXPECT_EQ(a.memory_violations, b.memory_violations) << what;
+      // Only the recorded run keeps curves and intervals.
+      EXPECT_FALSE(a.group_memory.empty());
+      EXPECT_TRUE(b.group_memory.empty() && b.result.intervals.empty() && b.result.memory.empty()) << what;
+      // A group's peak is its recorded summed curve's highest point.
+      for (size_t g = 0; g < a.groups.size(); ++g) {
+        double top = 0;
+        for (const auto& pt : a.group_memory[g]) top = std::max(top, pt.bytes);
+        EXPECT_EQ(top, a.group_peak_mem_bytes[g]) << what;
+      }
+      shared_groups += std::any_of(a.group_names.begin(), a.group_names.end(),
+                                   [](const std::string& n) { return n.find(" + ") != std::string::npos; });
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(shared_groups, 0);  // some plans put several ranks on one GPU group
+}
+
+TEST(SummarySimulation, RefusesWhatNeedsTimelines) {
+  Schedule s = MakeSchedule(ScheduleKind::kOneFOneB, 2, 4);
+  const ExecutionCosts costs = UniformCosts(s, 1.0, 1.0, 1.0);
+  SimOptions summary;
+  summary.record_timelines = false;
+  Simulator sim(s, costs.replicas, summary);
+  EXPECT_GT(sim.iteration_time_s(), 0);
+  EXPECT_THROW(sim.start_s(0, 0, 0), Error);
+  EXPECT_THROW(sim.SwapMicrobatches(0, 0, 1), Error);
+  EXPECT_THROW(sim.Resimulate(), Error);
+  Simulator recorded(s, costs.replicas);
+  EXPECT_EQ(recorded.iteration_time_s(), sim.iteration_time_s());
 }
 
 // Two different plans priced through one memo cost exactly what each costs

@@ -970,7 +970,7 @@ int main(int argc, char** argv) {
       for (size_t b = 0; b < file.batches.size(); ++b) {
         const loom::RecordedBatch& rb = file.batches[b];
         loom::SimOptions opt;
-        opt.record_intervals = b == 0;
+        opt.record_timelines = b == 0;
         const loom::Batch batch = loom::DrawBatch(workload, rb.iteration);
         std::optional<loom::IterationSchedule> own;
         if (!rb.schedule && loom::FindStrategy(p.strategy) != nullptr && loom::SchedulesBatches(p.strategy)) {

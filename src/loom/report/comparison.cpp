@@ -77,7 +77,7 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
           }
         }
         SimOptions opt;
-        opt.record_intervals = i == 0;
+        opt.record_timelines = i == 0;
         BatchOutcome step =
             session.Step(i == 0 ? representative : source->Draw(workload.global_batch, workload.seed, i), i, opt);
         o.batch_schedule_time_s += step.schedule_time_s / iterations;

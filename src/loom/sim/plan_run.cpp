@@ -11,34 +11,6 @@
 
 namespace loom {
 
-namespace {
-
-// Sum of step functions (each starts at time 0).
-std::vector<MemoryPoint> SumCurves(const std::vector<const std::vector<MemoryPoint>*>& curves) {
-  std::vector<std::pair<double, double>> deltas;
-  for (const auto* c : curves) {
-    double prev = 0;
-    for (const auto& p : *c) {
-      deltas.push_back({p.time_s, p.bytes - prev});
-      prev = p.bytes;
-    }
-  }
-  std::sort(deltas.begin(), deltas.end());
-  std::vector<MemoryPoint> out;
-  double live = 0;
-  for (auto [t, d] : deltas) {
-    live += d;
-    if (!out.empty() && out.back().time_s == t) {
-      out.back().bytes = live;
-    } else {
-      out.push_back({t, live});
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan, const Batch& batch,
                 const IterationSchedule* it, SimOptions options) {
   ExecutionPlan exec = CompilePlan(model, c, w, plan, batch, it);
@@ -50,13 +22,28 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
   PlanRun run;
   run.exec = std::move(exec);
   run.costs = std::move(costs);
-  Simulator simulator(run.exec.schedule, run.costs.replicas, options);
-  run.exec.schedule = simulator.schedule();  // with the gradient-sync actions it added (intervals index them)
-  run.result = simulator.result();
+  const int p = run.exec.schedule.num_ranks;
+  // Ranks by GPU group: ranks sharing a group (temporal phases) add up their
+  // memory. A replicated plan's ranks are one replica's; every replica
+  // (weighted by the copies it stands for) has them on its own groups, and a
+  // group's curve is the fullest replica's.
+  std::map<int, std::vector<int>> by_group;
+  for (int rank = 0; rank < p; ++rank) {
+    // A rank spanning several groups holds its per-GPU memory on every GPU of each.
+    for (int g = run.exec.ranks[rank].group; g < run.exec.ranks[rank].group + run.exec.ranks[rank].num_groups; ++g) {
+      by_group[g].push_back(rank);
+    }
+  }
+  options.memory_groups.clear();
+  for (const auto& [g, ranks] : by_group) options.memory_groups.push_back(ranks);
+  Simulator::Parts parts =
+      Simulator(std::move(run.exec.schedule), std::move(run.costs.replicas), options).Release();
+  run.exec.schedule = std::move(parts.schedule);  // with the gradient-sync actions it added (intervals index them)
+  run.costs.replicas = std::move(parts.replicas);
+  run.result = std::move(parts.result);
   const SimResult& r = run.result;
   const ExecutionPlan& s = run.exec;
   const ExecutionCosts& k = run.costs;
-  const int p = s.schedule.num_ranks;
   const double T = r.iteration_time_s;
   PlanMetrics& m = run.metrics;
   m.iteration_time_s = T;
@@ -64,18 +51,7 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
   m.throughput_samples_per_s = static_cast<double>(s.samples) / T;
   m.throughput_tokens_per_s = k.tokens / T;
 
-  // Ranks by GPU group: ranks sharing a group (temporal phases) add up their
-  // memory. A replicated plan's ranks are one replica's; every replica
-  // (weighted by the copies it stands for) has them on its own groups, and a
-  // group's curve is the fullest replica's.
   double busy = 0, replicas_weight = 0;
-  std::map<int, std::vector<int>> by_group;
-  for (int rank = 0; rank < p; ++rank) {
-    // A rank spanning several groups holds its per-GPU memory on every GPU of each.
-    for (int g = s.ranks[rank].group; g < s.ranks[rank].group + s.ranks[rank].num_groups; ++g) {
-      by_group[g].push_back(rank);
-    }
-  }
   const int reps = s.replicated ? static_cast<int>(k.replicas.size()) : 1;
   for (int rep = 0; rep < reps; ++rep) {
     const double weight = s.replicated ? k.replica_weight[rep] : 1;
@@ -85,33 +61,26 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
     }
   }
   const double capacity = T * replicas_weight * static_cast<double>(by_group.size());
+  const int groups = static_cast<int>(by_group.size());
+  int g_index = 0;
   for (const auto& [g, ranks] : by_group) {
     std::string names;
     for (int rank : ranks) names += (names.empty() ? "" : " + ") + s.ranks[rank].name;
-    std::vector<MemoryPoint> fullest;
-    double fullest_peak = -1;
-    for (int rep = 0; rep < reps; ++rep) {
-      std::vector<MemoryPoint> curve;
-      double peak = 0;
-      if (ranks.size() == 1) {
-        peak = r.peak_mem_bytes[rep * p + ranks[0]];
-        if (peak <= fullest_peak) continue;
-        curve = r.memory[rep * p + ranks[0]];
-      } else {
-        std::vector<const std::vector<MemoryPoint>*> curves;
-        for (int rank : ranks) curves.push_back(&r.memory[rep * p + rank]);
-        curve = SumCurves(curves);
-        for (const auto& pt : curve) peak = std::max(peak, pt.bytes);
-      }
-      if (peak > fullest_peak) {
-        fullest_peak = peak;
-        fullest = std::move(curve);
+    int fullest = 0;
+    for (int rep = 1; rep < reps; ++rep) {
+      if (r.group_peak_mem_bytes[rep * groups + g_index] > r.group_peak_mem_bytes[fullest * groups + g_index]) {
+        fullest = rep;
       }
     }
     run.groups.push_back(g);
     run.group_names.push_back(names);
-    run.group_peak_mem_bytes.push_back(fullest_peak);
-    run.group_memory.push_back(std::move(fullest));
+    run.group_peak_mem_bytes.push_back(r.group_peak_mem_bytes[fullest * groups + g_index]);
+    if (!r.memory.empty()) {  // the curves were recorded
+      std::vector<const std::vector<MemoryPoint>*> curves;
+      for (int rank : ranks) curves.push_back(&r.memory[fullest * p + rank]);
+      run.group_memory.push_back(ranks.size() == 1 ? *curves[0] : SumMemoryCurves(curves));
+    }
+    ++g_index;
   }
   m.bubble_ratio = capacity > 0 ? 1.0 - busy / capacity : 0.0;
   const double cap = c.usable_mem_bytes();

@@ -34,7 +34,7 @@ struct PlanRun {
   std::vector<int> groups;                               // GPU groups reported (one per memory curve)
   std::vector<std::string> group_names;                  // what runs on each
   std::vector<double> group_peak_mem_bytes;
-  std::vector<std::vector<MemoryPoint>> group_memory;    // step functions, summed over co-located ranks
+  std::vector<std::vector<MemoryPoint>> group_memory;    // step functions, summed over co-located ranks (when recorded)
   std::vector<std::string> memory_violations;            // one per group over capacity
 };
 

@@ -23,14 +23,54 @@ std::vector<std::pair<int, int>> PiecesKey(const std::vector<SamplePiece>& piece
   return key;
 }
 
+// Per module, per layer: the index of the module's first layer equal to it
+// with equal backward needs. PriceStage reads nothing else of a layer, so two
+// stages whose ranges hold the same classes in the same order cost the same,
+// bit for bit, wherever they cut the module: a transformer's blocks 0-3 and
+// 40-43 are one price.
+std::vector<std::vector<int>> LayerClasses(const Model& model, const std::vector<std::vector<BackwardNeeds>>& needs) {
+  std::vector<std::vector<int>> out(model.modules.size());
+  for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+    const auto& layers = model.modules[mi].layers;
+    const auto same = [&](size_t a, size_t b) {
+      return layers[a] == layers[b] && needs[mi][a].data == needs[mi][b].data &&
+             needs[mi][a].weight == needs[mi][b].weight;
+    };
+    std::vector<int> firsts;  // one layer per class
+    out[mi].resize(layers.size());
+    for (size_t li = 0; li < layers.size(); ++li) {
+      if (li > 0 && same(li, li - 1)) {
+        out[mi][li] = out[mi][li - 1];
+        continue;
+      }
+      const auto it = std::find_if(firsts.begin(), firsts.end(), [&](int f) { return same(li, f); });
+      out[mi][li] = it == firsts.end() ? static_cast<int>(li) : *it;
+      if (it == firsts.end()) firsts.push_back(static_cast<int>(li));
+    }
+  }
+  return out;
+}
+
 // Everything PriceStage reads from a stage, as text: two stages with equal
-// signatures cost the same on the same microbatch.
-std::string PricingSignature(const ExecStage& st, Precision precision) {
+// signatures cost the same on the same microbatch. Layers appear as their
+// classes, run-length encoded, not as positions (LayerClasses).
+std::string PricingSignature(const Model& model, const ExecStage& st, Precision precision,
+                             const std::vector<std::vector<int>>& classes) {
   std::string s = fmt::format("{} {} {} {} {} {} {:a} {} {} {}|", st.tp, st.cp, st.seq_share, st.dp * st.gpus,
                               st.zero_stage, static_cast<int>(st.recompute), st.sm_fraction,
                               st.sequence_parallel ? 1 : 0, static_cast<int>(precision),
                               static_cast<int>(st.cp_split));
-  for (const auto& r : st.layers) s += fmt::format("{}:{}:{},", r.module, r.begin, r.end);
+  for (const auto& r : st.layers) {
+    const int mi = model.FindModule(r.module);
+    s += fmt::format("{}:", mi);
+    for (int li = r.begin; li < r.end;) {
+      int end = li + 1;
+      while (end < r.end && classes[mi][end] == classes[mi][li]) ++end;
+      s += fmt::format("{}*{} ", classes[mi][li], end - li);
+      li = end;
+    }
+    s += ',';
+  }
   return s;
 }
 
@@ -323,17 +363,17 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
   const Schedule& sch = exec.schedule;
   const int S = sch.num_stages();
   const auto needs = ComputeBackwardNeeds(model);
-  // Stage prices are kept only for a caller's memo: within one call a (stage,
-  // microbatch) is priced once anyway, and a throwaway cache costs a hash
-  // insert per price on the simulation's hot path.
-  const bool keep_stages = memo != nullptr;
+  // Stage prices are kept even without a caller's memo: stages holding the
+  // same layer classes (LayerClasses) share them, so a pipeline of many
+  // one-block stages prices a microbatch a few times, not once per stage.
   PricingMemo local;  // without a caller's memo, one for this call (microbatches shared by stages)
   if (memo == nullptr) memo = &local;
   memo->Bind(model, &c, batch);
   auto token_id = [&](const std::vector<SamplePiece>& pieces) { return memo->TokenId(model, batch, pieces); };
   std::vector<int> stage_id(S);
-  for (int s = 0; s < S && keep_stages; ++s) {
-    const std::string sig = PricingSignature(exec.stages[s], exec.precision);
+  const auto classes = LayerClasses(model, needs);
+  for (int s = 0; s < S; ++s) {
+    const std::string sig = PricingSignature(model, exec.stages[s], exec.precision, classes);
     stage_id[s] = memo->stage_ids_.emplace(sig, static_cast<int>(memo->stage_ids_.size())).first->second;
   }
   ExecutionCosts out;
@@ -393,7 +433,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
         double flops = 0;
         // Only CP stages priced from their masks carry an imbalance (the pricing loop is a search's hot path).
         const bool masked = st.cp > 1 && st.cp_split != CpSplit::kIdeal;
-        const bool cacheable = keep_stages && mb.layer_recompute.empty() && !want_options;
+        const bool cacheable = mb.layer_recompute.empty() && !want_options;
         const uint64_t key = (static_cast<uint64_t>(stage_id[s]) << 32) | static_cast<uint32_t>(tid);
         bool found = false;
         if (cacheable) {

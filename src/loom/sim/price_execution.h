@@ -43,9 +43,11 @@ struct LayerOptions {
 // microbatch's sample pieces and the cost of a stage on them. A search pricing
 // thousands of candidate plans of one batch then prices each distinct (stage,
 // microbatch) once (candidates differing only in DP, microbatch order or
-// schedule share them all). Every cached value is what PriceExecution computes
-// without the memo, bit for bit. Stages with per-layer recomputation or a
-// CP mask imbalance are priced afresh each time. Bound to the (model, cluster,
+// schedule share them all). A stage is known by its parallel shape and the
+// classes of its layers (equal layers with equal backward needs), not by where
+// it cuts its modules, so differently cut pipelines share prices too. Every
+// cached value is what PriceExecution computes without the memo, bit for bit.
+// Stages with per-layer recomputation are priced afresh each time. Bound to the (model, cluster,
 // batch) it is first used with: PriceExecution throws loom::Error on another.
 // Its memory is bounded: past kMaxEntries stage prices (about 100 MB) it
 // starts over. Not thread-safe.

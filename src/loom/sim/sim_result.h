@@ -27,8 +27,11 @@ struct SimResult {
   std::vector<double> busy_s;          // compute-stream busy time per rank
   double bubble_ratio = 0;             // 1 - sum busy / (ranks x iteration time)
   std::vector<double> peak_mem_bytes;  // per rank
-  std::vector<std::vector<MemoryPoint>> memory;  // per rank, step function
-  std::vector<Interval> intervals;     // when SimOptions::record_intervals
+  // Per replica and SimOptions::memory_groups entry (replica * groups + g):
+  // the peak of the group's summed memory curve.
+  std::vector<double> group_peak_mem_bytes;
+  std::vector<std::vector<MemoryPoint>> memory;  // per rank, step function; when SimOptions::record_timelines
+  std::vector<Interval> intervals;     // when SimOptions::record_timelines
   int64_t events = 0;                  // actions simulated (replicas included)
 
   double max_peak_mem_bytes() const;
@@ -36,5 +39,8 @@ struct SimResult {
   double bubble_ratio_of(int i) const { return 1.0 - busy_s[i] / iteration_time_s; }
   int num_ranks() const { return static_cast<int>(busy_s.size()); }
 };
+
+// The sum of step functions that each start at time 0 (GPUs shared by ranks).
+std::vector<MemoryPoint> SumMemoryCurves(const std::vector<const std::vector<MemoryPoint>*>& curves);
 
 }  // namespace loom

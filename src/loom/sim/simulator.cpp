@@ -24,6 +24,29 @@ double SimResult::max_peak_mem_bytes() const {
   return m;
 }
 
+std::vector<MemoryPoint> SumMemoryCurves(const std::vector<const std::vector<MemoryPoint>*>& curves) {
+  std::vector<std::pair<double, double>> deltas;
+  for (const auto* c : curves) {
+    double prev = 0;
+    for (const auto& p : *c) {
+      deltas.push_back({p.time_s, p.bytes - prev});
+      prev = p.bytes;
+    }
+  }
+  std::sort(deltas.begin(), deltas.end());
+  std::vector<MemoryPoint> out;
+  double live = 0;
+  for (auto [t, d] : deltas) {
+    live += d;
+    if (!out.empty() && out.back().time_s == t) {
+      out.back().bytes = live;
+    } else {
+      out.push_back({t, live});
+    }
+  }
+  return out;
+}
+
 Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, SimOptions options)
     : schedule_(std::move(schedule)), options_(options), replicas_(std::move(replicas)) {
   options_.Validate();
@@ -70,18 +93,35 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     }
   }
   const int n = graph_.size();
-  users_.assign(n, {});
   std::vector<int> missing(n, 0);
+  users_begin_.assign(n + 1, 0);
   for (int id = 0; id < n; ++id) {
-    if (graph_.stream_prev[id] >= 0) {
-      users_[graph_.stream_prev[id]].push_back(id);
-      ++missing[id];
+    if (graph_.stream_prev[id] >= 0) ++users_begin_[graph_.stream_prev[id] + 1];
+    for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) ++users_begin_[graph_.dep_id[d] + 1];
+  }
+  for (int id = 0; id < n; ++id) users_begin_[id + 1] += users_begin_[id];
+  users_.assign(users_begin_[n], 0);
+  ops_.resize(n);
+  {
+    std::vector<int> fill(users_begin_.begin(), users_begin_.end() - 1);
+    for (int id = 0; id < n; ++id) {
+      if (graph_.stream_prev[id] >= 0) {
+        users_[fill[graph_.stream_prev[id]]++] = id;
+        ++missing[id];
+      }
+      for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
+        users_[fill[graph_.dep_id[d]]++] = id;
+        ++missing[id];
+      }
     }
-    for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
-      users_[graph_.dep_id[d]].push_back(id);
-      ++missing[id];
-    }
+  }
+  for (int id = 0; id < n; ++id) {
     const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
+    // A gradient sent by stage v is the gradient of its producer's output.
+    const int producer =
+        a.kind != ActionKind::kSend || a.payload == Payload::kActivation ? a.stage
+                                                                         : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
+    ops_[id] = {a.kind, producer, a.microbatch, graph_.rank[id]};
     if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
     if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
     if (a.kind == ActionKind::kOptimizerStep) optimizer_ids_.push_back(id);
@@ -159,85 +199,138 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   }
   forced_.assign(n, 0);
   queued_.assign(n, 0);
-  // A topological order (Kahn, smallest id first: deterministic).
-  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  // A topological order (Kahn, first in first out: deterministic; any order
+  // gives the same times).
+  topo_order_.reserve(n);
   for (int id = 0; id < n; ++id) {
-    if (missing[id] == 0) ready.push(id);
+    if (missing[id] == 0) topo_order_.push_back(id);
   }
-  topo_index_.assign(n, 0);
-  while (!ready.empty()) {
-    int id = ready.top();
-    ready.pop();
-    topo_index_[id] = static_cast<int>(topo_order_.size());
-    topo_order_.push_back(id);
-    for (int u : users_[id]) {
-      if (--missing[u] == 0) ready.push(u);
+  for (size_t head = 0; head < topo_order_.size(); ++head) {
+    const int id = topo_order_[head];
+    for (int k = users_begin_[id]; k < users_begin_[id + 1]; ++k) {
+      if (--missing[users_[k]] == 0) topo_order_.push_back(users_[k]);
     }
   }
-  start_.assign(replicas_.size(), std::vector<double>(n, 0.0));
-  end_.assign(replicas_.size(), std::vector<double>(n, 0.0));
-  dirty_.assign(replicas_.size(), {});
+  if (static_cast<int>(topo_order_.size()) != n) throw Error("simulator: the schedule's dependencies form a cycle");
+  topo_index_.assign(n, 0);
+  for (int i = 0; i < n; ++i) topo_index_[topo_order_[i]] = i;
+  // The join set, and the replica pass without it.
+  join_index_.assign(n, -1);
+  for (const auto* ids : {&collective_ids_, &wait_ids_, &optimizer_ids_}) {
+    for (int id : *ids) join_index_[id] = 0;
+  }
+  for (int id = 0; id < n; ++id) {
+    if (join_index_[id] < 0) continue;
+    join_index_[id] = static_cast<int>(join_ids_.size());
+    join_ids_.push_back(id);
+  }
+  for (int id : topo_order_) {
+    if (join_index_[id] >= 0) continue;
+    replica_order_.push_back(id);
+    const bool after_join = (graph_.stream_prev[id] >= 0 && join_index_[graph_.stream_prev[id]] >= 0) ||
+                            std::any_of(graph_.dep_id.begin() + graph_.dep_begin[id],
+                                        graph_.dep_id.begin() + graph_.dep_begin[id + 1],
+                                        [&](int d) { return join_index_[d] >= 0; });
+    if (after_join) {
+      throw Error(fmt::format("simulator: action {} of rank {} waits on a gradient collective, wait or optimizer "
+                              "step; only those may follow them",
+                              id - graph_.offset[graph_.rank[id]], graph_.rank[id]));
+    }
+  }
+  for (int r = 0; r < schedule_.num_ranks; ++r) {
+    const int last = graph_.offset[r + 1] - 1;
+    last_action_.push_back(last >= graph_.offset[r] ? last : -1);
+  }
+  const size_t reps = replicas_.size(), joins = join_ids_.size();
+  local_ready_.assign(reps, std::vector<double>(joins, 0.0));
+  join_start_.assign(reps, std::vector<double>(joins, 0.0));
+  join_end_.assign(reps, std::vector<double>(joins, 0.0));
+  last_end_.assign(reps, std::vector<double>(schedule_.num_ranks, 0.0));
+  backward_end_.assign(reps, std::vector<double>(schedule_.num_stages(), 0.0));
+  const size_t timelines = options_.record_timelines ? reps : 1;  // else one replica's scratch
+  start_.assign(timelines, std::vector<double>(n, 0.0));
+  end_.assign(timelines, std::vector<double>(n, 0.0));
+  dirty_.assign(reps, {});
   SimulateFromScratch();
 }
 
 double Simulator::Duration(int rep, int id) const {
-  const int r = graph_.rank[id];
-  const Action& a = schedule_.ranks[r][id - graph_.offset[r]];
+  const Op& a = ops_[id];
   const PipelineCosts& c = replicas_[rep];
   switch (a.kind) {
-    case ActionKind::kForward: return c.at(a.stage, a.microbatch).forward_s;
+    case ActionKind::kForward: return c.at(a.cost_stage, a.microbatch).forward_s;
     case ActionKind::kBackward:
-      return c.at(a.stage, a.microbatch).backward_data_s + c.at(a.stage, a.microbatch).backward_weight_s;
-    case ActionKind::kBackwardData: return c.at(a.stage, a.microbatch).backward_data_s;
-    case ActionKind::kBackwardWeight: return c.at(a.stage, a.microbatch).backward_weight_s;
-    case ActionKind::kSend: {
-      // A gradient sent by stage v is the gradient of its producer's output.
-      int producer = a.payload == Payload::kActivation ? a.stage : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
-      return c.p2p.latency_s + send_share_[id] * c.at(producer, a.microbatch).send_bytes / c.p2p.bytes_per_s;
-    }
-    case ActionKind::kCollective: return c.grad_sync_s[a.stage] / buckets_[a.stage];
-    case ActionKind::kOptimizerStep: return c.optimizer_s.empty() || !options_.optimizer_step ? 0.0 : c.optimizer_s[r];
+      return c.at(a.cost_stage, a.microbatch).backward_data_s + c.at(a.cost_stage, a.microbatch).backward_weight_s;
+    case ActionKind::kBackwardData: return c.at(a.cost_stage, a.microbatch).backward_data_s;
+    case ActionKind::kBackwardWeight: return c.at(a.cost_stage, a.microbatch).backward_weight_s;
+    case ActionKind::kSend:
+      return c.p2p.latency_s + send_share_[id] * c.at(a.cost_stage, a.microbatch).send_bytes / c.p2p.bytes_per_s;
+    case ActionKind::kCollective: return c.grad_sync_s[a.cost_stage] / buckets_[a.cost_stage];
+    case ActionKind::kOptimizerStep:
+      return c.optimizer_s.empty() || !options_.optimizer_step ? 0.0 : c.optimizer_s[a.rank];
     case ActionKind::kRecv:
     case ActionKind::kWait: return 0;
   }
   return 0;
 }
 
-double Simulator::ReadyTime(int rep, int id) const {
-  const auto& s = start_[rep];
-  const auto& e = end_[rep];
-  double t = graph_.stream_prev[id] >= 0 ? e[graph_.stream_prev[id]] : 0.0;
+double Simulator::ReadyTime(const double* start, const double* end, int id) const {
+  double t = graph_.stream_prev[id] >= 0 ? end[graph_.stream_prev[id]] : 0.0;
   for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
-    int p = graph_.dep_id[d];
-    double f = graph_.dep_fraction[d];
-    t = std::max(t, f >= 1.0 ? e[p] : s[p] + f * (e[p] - s[p]));
+    const int p = graph_.dep_id[d];
+    const double f = graph_.dep_fraction[d];
+    t = std::max(t, f >= 1.0 ? end[p] : start[p] + f * (end[p] - start[p]));
   }
   return t;
 }
 
-void Simulator::RunReplica(int rep) {
-  // Event-driven: pop the earliest completion, release the actions waiting on it.
-  const int n = graph_.size();
-  std::vector<int> missing(n, 0);
-  for (int id = 0; id < n; ++id) {
-    missing[id] = (graph_.stream_prev[id] >= 0) + (graph_.dep_begin[id + 1] - graph_.dep_begin[id]);
+double Simulator::JoinReadyTime(int rep, int id) const {
+  // The part outside the join set was folded into local_ready_ by the replica pass.
+  const auto& s = join_start_[rep];
+  const auto& e = join_end_[rep];
+  double t = local_ready_[rep][join_index_[id]];
+  const int prev = graph_.stream_prev[id];
+  if (prev >= 0 && join_index_[prev] >= 0) t = std::max(t, e[join_index_[prev]]);
+  for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
+    const int k = join_index_[graph_.dep_id[d]];
+    if (k < 0) continue;
+    const double f = graph_.dep_fraction[d];
+    t = std::max(t, f >= 1.0 ? e[k] : s[k] + f * (e[k] - s[k]));
   }
-  using Event = std::pair<double, int>;
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
-  auto launch = [&](int id) {
-    start_[rep][id] = ReadyTime(rep, id);
-    end_[rep][id] = start_[rep][id] + Duration(rep, id);
-    events.push({end_[rep][id], id});
-  };
-  for (int id = 0; id < n; ++id) {
-    if (missing[id] == 0) launch(id);
+  return t;
+}
+
+void Simulator::RunReplica(int rep, double* start, double* end) {
+  // An action starts when its stream predecessor and its dependencies have
+  // ended (ReadyTime), so one pass in topological order times every action as
+  // an event queue would. The join set is timed across replicas afterwards.
+  for (int id : replica_order_) {
+    start[id] = ReadyTime(start, end, id);
+    end[id] = start[id] + Duration(rep, id);
   }
-  while (!events.empty()) {
-    int id = events.top().second;
-    events.pop();
-    for (int u : users_[id]) {
-      if (--missing[u] == 0) launch(u);
+  CollectReplica(rep, start, end);
+}
+
+void Simulator::CollectReplica(int rep, const double* start, const double* end) {
+  // What the join and the iteration time read of this replica's pass.
+  for (size_t k = 0; k < join_ids_.size(); ++k) {
+    const int id = join_ids_[k];
+    double t = 0;
+    const int prev = graph_.stream_prev[id];
+    if (prev >= 0 && join_index_[prev] < 0) t = end[prev];
+    for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
+      const int p = graph_.dep_id[d];
+      if (join_index_[p] >= 0) continue;
+      const double f = graph_.dep_fraction[d];
+      t = std::max(t, f >= 1.0 ? end[p] : start[p] + f * (end[p] - start[p]));
     }
+    local_ready_[rep][k] = t;
+  }
+  for (int r = 0; r < schedule_.num_ranks; ++r) {
+    if (last_action_[r] >= 0 && join_index_[last_action_[r]] < 0) last_end_[rep][r] = end[last_action_[r]];
+  }
+  for (int v = 0; v < schedule_.num_stages(); ++v) {
+    if (graph_.last_backward[v] >= 0) backward_end_[rep][v] = end[graph_.last_backward[v]];
   }
 }
 
@@ -247,53 +340,78 @@ void Simulator::JoinGradientSync() {
   // Pipelines of one template meet the same way over their sync sets; stages
   // cut differently wait for every stage holding one of their layers.
   const auto& sync_with = schedule_.sync_with;
+  const int reps = static_cast<int>(replicas_.size());
   for (const std::vector<int>& ids : all_reduces_) {  // each after its members' stream predecessors
     double t = 0;
     for (int id : ids) {
-      const int v = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].stage;
-      for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-        t = std::max(t, ReadyTime(static_cast<int>(rep), id));
+      const int v = ops_[id].cost_stage;
+      for (int rep = 0; rep < reps; ++rep) {
+        t = std::max(t, JoinReadyTime(rep, id));
         if (!sync_with.empty()) {
-          for (int u : sync_with[v]) t = std::max(t, end_[rep][graph_.last_backward[u]]);
+          for (int u : sync_with[v]) t = std::max(t, backward_end_[rep][u]);
         }
       }
     }
     for (int id : ids) {
-      for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-        start_[rep][id] = t;
-        end_[rep][id] = t + Duration(static_cast<int>(rep), id);
+      const int k = join_index_[id];
+      for (int rep = 0; rep < reps; ++rep) {
+        join_start_[rep][k] = t;
+        join_end_[rep][k] = t + Duration(rep, id);
       }
     }
   }
   for (int id : wait_ids_) {
-    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-      start_[rep][id] = end_[rep][id] = ReadyTime(static_cast<int>(rep), id);
-    }
+    const int k = join_index_[id];
+    for (int rep = 0; rep < reps; ++rep) join_start_[rep][k] = join_end_[rep][k] = JoinReadyTime(rep, id);
   }
   for (int id : optimizer_ids_) {  // each follows its rank's wait
-    for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-      start_[rep][id] = ReadyTime(static_cast<int>(rep), id);
-      end_[rep][id] = start_[rep][id] + Duration(static_cast<int>(rep), id);
+    const int k = join_index_[id];
+    for (int rep = 0; rep < reps; ++rep) {
+      join_start_[rep][k] = JoinReadyTime(rep, id);
+      join_end_[rep][k] = join_start_[rep][k] + Duration(rep, id);
+    }
+  }
+  if (!options_.record_timelines) return;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (size_t k = 0; k < join_ids_.size(); ++k) {
+      start_[rep][join_ids_[k]] = join_start_[rep][k];
+      end_[rep][join_ids_[k]] = join_end_[rep][k];
     }
   }
 }
 
 void Simulator::Summarize() {
-  const int p = schedule_.num_ranks;
   iteration_time_s_ = 0;
   for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-    for (int r = 0; r < p; ++r) {
-      int last = graph_.offset[r + 1] - 1;
-      if (last >= graph_.offset[r]) iteration_time_s_ = std::max(iteration_time_s_, end_[rep][last]);
+    for (int r = 0; r < schedule_.num_ranks; ++r) {
+      const int last = last_action_[r];
+      if (last < 0) continue;
+      const int k = join_index_[last];
+      iteration_time_s_ = std::max(iteration_time_s_, k >= 0 ? join_end_[rep][k] : last_end_[rep][r]);
     }
-    for (int id : collective_ids_) iteration_time_s_ = std::max(iteration_time_s_, end_[rep][id]);
+    for (int id : collective_ids_) iteration_time_s_ = std::max(iteration_time_s_, join_end_[rep][join_index_[id]]);
   }
   memory_stale_ = true;
 }
 
 void Simulator::SimulateFromScratch() {
-  for (size_t rep = 0; rep < replicas_.size(); ++rep) {
-    RunReplica(static_cast<int>(rep));
+  const int reps = static_cast<int>(replicas_.size());
+  if (!options_.record_timelines) {
+    // One replica's times at a time: each is summarized (busy time, memory)
+    // as soon as it is timed; only the join set's times are kept per replica.
+    StartSummary();
+    for (int rep = 0; rep < reps; ++rep) {
+      RunReplica(rep, start_[0].data(), end_[0].data());
+      SummarizeReplica(rep, start_[0].data(), end_[0].data(), nullptr);
+      dirty_[rep].clear();
+    }
+    JoinGradientSync();
+    Summarize();
+    FinishSummary();
+    return;
+  }
+  for (int rep = 0; rep < reps; ++rep) {
+    RunReplica(rep, start_[rep].data(), end_[rep].data());
     dirty_[rep].clear();
   }
   JoinGradientSync();
@@ -301,6 +419,7 @@ void Simulator::SimulateFromScratch() {
 }
 
 void Simulator::SetCost(int rep, int stage, int mb, const StageCost& cost) {
+  RequireTimelines("SetCost");
   replicas_.at(rep).stage.at(stage).at(mb) = cost;
   // The stage's own actions, and the gradient sends towards it (they carry its output size).
   for (int id : actions_of_mb_.at(mb)) {
@@ -312,6 +431,7 @@ void Simulator::SetCost(int rep, int stage, int mb, const StageCost& cost) {
 }
 
 void Simulator::SwapMicrobatches(int rep, int a, int b) {
+  RequireTimelines("SwapMicrobatches");
   for (auto& st : replicas_.at(rep).stage) {
     if (a < static_cast<int>(st.size()) && b < static_cast<int>(st.size())) std::swap(st[a], st[b]);
   }
@@ -320,11 +440,21 @@ void Simulator::SwapMicrobatches(int rep, int a, int b) {
   }
 }
 
+void Simulator::RequireTimelines(const char* what) const {
+  if (!options_.record_timelines) {
+    throw Error(fmt::format("simulator: {} needs every replica's timeline (SimOptions::record_timelines)", what));
+  }
+}
+
 void Simulator::Resimulate() {
+  RequireTimelines("Resimulate");
   for (size_t rep = 0; rep < replicas_.size(); ++rep) {
     if (dirty_[rep].empty()) continue;
+    double* start = start_[rep].data();
+    double* end = end_[rep].data();
     // Walk forward in topological order from the changed actions; an action
     // whose times do not move stops the walk unless its own cost changed.
+    // The join set is timed by the join.
     std::priority_queue<int, std::vector<int>, std::greater<int>> work;  // topo index
     std::vector<int> touched;  // to clear the scratch flags afterwards
     for (int id : dirty_[rep]) {
@@ -338,12 +468,14 @@ void Simulator::Resimulate() {
     while (!work.empty()) {
       int id = topo_order_[work.top()];
       work.pop();
-      double s = ReadyTime(static_cast<int>(rep), id);
-      double e = s + Duration(static_cast<int>(rep), id);
-      if (!forced_[id] && s == start_[rep][id] && e == end_[rep][id]) continue;
-      start_[rep][id] = s;
-      end_[rep][id] = e;
-      for (int u : users_[id]) {
+      if (join_index_[id] >= 0) continue;
+      const double s = ReadyTime(start, end, id);
+      const double e = s + Duration(static_cast<int>(rep), id);
+      if (!forced_[id] && s == start[id] && e == end[id]) continue;
+      start[id] = s;
+      end[id] = e;
+      for (int k = users_begin_[id]; k < users_begin_[id + 1]; ++k) {
+        const int u = users_[k];
         if (!queued_[u]) {
           queued_[u] = 1;
           touched.push_back(u);
@@ -353,84 +485,157 @@ void Simulator::Resimulate() {
     }
     for (int id : touched) forced_[id] = queued_[id] = 0;
     dirty_[rep].clear();
+    CollectReplica(static_cast<int>(rep), start, end);
   }
   JoinGradientSync();
   Summarize();
 }
 
-double Simulator::start_s(int rep, int rank, int index) const { return start_[rep][graph_.id(rank, index)]; }
-double Simulator::end_s(int rep, int rank, int index) const { return end_[rep][graph_.id(rank, index)]; }
+double Simulator::start_s(int rep, int rank, int index) const {
+  RequireTimelines("start_s");
+  return start_[rep][graph_.id(rank, index)];
+}
+double Simulator::end_s(int rep, int rank, int index) const {
+  RequireTimelines("end_s");
+  return end_[rep][graph_.id(rank, index)];
+}
 
-void Simulator::ComputeMemory() {
-  const int p = schedule_.num_ranks;
-  const int reps = static_cast<int>(replicas_.size());
-  result_.iteration_time_s = iteration_time_s_;
-  result_.busy_s.assign(reps * p, 0.0);
-  result_.peak_mem_bytes.assign(reps * p, 0.0);
-  result_.memory.assign(reps * p, {});
-  result_.intervals.clear();
-  result_.events = static_cast<int64_t>(graph_.size()) * reps;
-  double busy_total = 0;
-  for (int rep = 0; rep < reps; ++rep) {
-    const PipelineCosts& c = replicas_[rep];
-    for (int r = 0; r < p; ++r) {
-      const int out = rep * p + r;
-      // Activations live from a forward's start to the end of the last backward
-      // piece of the same microbatch (the weight pass under zero-bubble).
-      std::vector<std::pair<double, double>> deltas;  // (time, bytes)
-      for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
-        const Action& a = schedule_.ranks[r][i];
-        const int id = graph_.offset[r] + i;
-        const double s = start_[rep][id], e = end_[rep][id];
-        const bool step = a.kind == ActionKind::kOptimizerStep;
-        if (options_.record_intervals && (a.is_compute() || a.on_comm_stream() || step)) {
-          result_.intervals.push_back({out, a.on_comm_stream() ? 1 : 0, i, s, e});
-        }
-        if (step) result_.busy_s[out] += e - s;
-        if (!a.is_compute()) continue;
-        const StageCost& sc = c.at(a.stage, a.microbatch);
-        // Waits on unhidden communication inside the op are idle, not busy.
-        const double wait_s = a.kind == ActionKind::kForward          ? sc.forward_wait_s
-                              : a.kind == ActionKind::kBackwardData ? 0.0
-                                                                      : sc.backward_wait_s;
-        result_.busy_s[out] += std::max(0.0, e - s - wait_s);
-        if (a.kind == ActionKind::kForward) {
-          deltas.push_back({s, sc.activation_bytes});
-        }
-        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
-          deltas.push_back({s, sc.transient_bytes});
-          deltas.push_back({e, -sc.transient_bytes});
-        }
-        if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
-          deltas.push_back({e, -sc.activation_bytes});
-        }
-      }
-      // Frees before allocations at the same instant.
-      std::sort(deltas.begin(), deltas.end());
-      double live = c.static_bytes[r], peak = live;
-      auto& curve = result_.memory[out];
-      curve.push_back({0.0, live});
-      for (const auto& [t, d] : deltas) {
-        live += d;
-        peak = std::max(peak, live);
-        if (!curve.empty() && curve.back().time_s == t) {
-          curve.back().bytes = live;
-        } else {
-          curve.push_back({t, live});
-        }
-      }
-      result_.peak_mem_bytes[out] = peak;
-      busy_total += result_.busy_s[out];
+double Simulator::RankMemory(int rep, int r, const double* start, const double* end, double* busy_s,
+                             std::vector<MemoryPoint>* curve) {
+  // Activations live from a forward's start to the end of the last backward
+  // piece of the same microbatch (the weight pass under zero-bubble).
+  const PipelineCosts& c = replicas_[rep];
+  deltas_.clear();
+  double busy = 0;
+  for (int id = graph_.offset[r]; id < graph_.offset[r + 1]; ++id) {
+    const Op& a = ops_[id];
+    if (a.kind != ActionKind::kForward && a.kind != ActionKind::kBackward && a.kind != ActionKind::kBackwardData &&
+        a.kind != ActionKind::kBackwardWeight) {
+      continue;
+    }
+    const double s = start[id], e = end[id];
+    const StageCost& sc = c.at(a.cost_stage, a.microbatch);
+    // Waits on unhidden communication inside the op are idle, not busy.
+    const double wait_s = a.kind == ActionKind::kForward          ? sc.forward_wait_s
+                          : a.kind == ActionKind::kBackwardData ? 0.0
+                                                                  : sc.backward_wait_s;
+    busy += std::max(0.0, e - s - wait_s);
+    if (a.kind == ActionKind::kForward) deltas_.push_back({s, sc.activation_bytes});
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
+      deltas_.push_back({s, sc.transient_bytes});
+      deltas_.push_back({e, -sc.transient_bytes});
+    }
+    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
+      deltas_.push_back({e, -sc.activation_bytes});
     }
   }
+  *busy_s = busy;
+  // Frees before allocations at the same instant.
+  std::sort(deltas_.begin(), deltas_.end());
+  double live = c.static_bytes[r], peak = live;
+  if (curve != nullptr) curve->push_back({0.0, live});
+  for (const auto& [t, d] : deltas_) {
+    live += d;
+    peak = std::max(peak, live);
+    if (curve == nullptr) continue;
+    if (!curve->empty() && curve->back().time_s == t) {
+      curve->back().bytes = live;
+    } else {
+      curve->push_back({t, live});
+    }
+  }
+  return peak;
+}
+
+void Simulator::StartSummary() {
+  const int p = schedule_.num_ranks;
+  const int reps = static_cast<int>(replicas_.size());
+  const int groups = static_cast<int>(options_.memory_groups.size());
+  result_ = SimResult{};
+  result_.busy_s.assign(reps * p, 0.0);
+  result_.peak_mem_bytes.assign(reps * p, 0.0);
+  result_.group_peak_mem_bytes.assign(reps * groups, 0.0);
+  result_.events = static_cast<int64_t>(graph_.size()) * reps;
+  if (options_.record_timelines) result_.memory.assign(reps * p, {});
+}
+
+void Simulator::SummarizeReplica(int rep, const double* start, const double* end,
+                                 std::vector<std::vector<MemoryPoint>>* curves) {
+  const int p = schedule_.num_ranks;
+  // Ranks sharing GPUs add up their curves; others need only their peak.
+  std::vector<char> shared(p, 0);
+  for (const auto& g : options_.memory_groups) {
+    if (g.size() > 1) {
+      for (int r : g) shared[r] = 1;
+    }
+  }
+  std::vector<std::vector<MemoryPoint>> own;  // shared ranks' curves, without recording
+  if (curves == nullptr) own.resize(p);
+  for (int r = 0; r < p; ++r) {
+    auto* curve = curves != nullptr ? &(*curves)[rep * p + r] : (shared[r] ? &own[r] : nullptr);
+    result_.peak_mem_bytes[rep * p + r] = RankMemory(rep, r, start, end, &result_.busy_s[rep * p + r], curve);
+  }
+  const int groups = static_cast<int>(options_.memory_groups.size());
+  for (int g = 0; g < groups; ++g) {
+    const auto& ranks = options_.memory_groups[g];
+    double peak = 0;
+    if (ranks.size() == 1) {
+      peak = result_.peak_mem_bytes[rep * p + ranks[0]];
+    } else {
+      std::vector<const std::vector<MemoryPoint>*> parts;
+      for (int r : ranks) parts.push_back(curves != nullptr ? &(*curves)[rep * p + r] : &own[r]);
+      for (const auto& pt : SumMemoryCurves(parts)) peak = std::max(peak, pt.bytes);
+    }
+    result_.group_peak_mem_bytes[rep * groups + g] = peak;
+  }
+}
+
+void Simulator::FinishSummary() {
+  // Optimizer steps are busy too (their times come from the join).
+  const int p = schedule_.num_ranks;
+  const int reps = static_cast<int>(replicas_.size());
+  double busy_total = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int id : optimizer_ids_) {
+      const int k = join_index_[id];
+      result_.busy_s[rep * p + graph_.rank[id]] += join_end_[rep][k] - join_start_[rep][k];
+    }
+    for (int r = 0; r < p; ++r) busy_total += result_.busy_s[rep * p + r];
+  }
+  result_.iteration_time_s = iteration_time_s_;
   result_.bubble_ratio =
       iteration_time_s_ > 0 ? 1.0 - busy_total / (static_cast<double>(reps * p) * iteration_time_s_) : 0.0;
   memory_stale_ = false;
 }
 
+void Simulator::ComputeMemory() {
+  // Every replica's timeline is kept (summaries are made as replicas are timed otherwise).
+  const int p = schedule_.num_ranks;
+  const int reps = static_cast<int>(replicas_.size());
+  StartSummary();
+  for (int rep = 0; rep < reps; ++rep) {
+    SummarizeReplica(rep, start_[rep].data(), end_[rep].data(), &result_.memory);
+    for (int r = 0; r < p; ++r) {
+      for (int i = 0; i < static_cast<int>(schedule_.ranks[r].size()); ++i) {
+        const Action& a = schedule_.ranks[r][i];
+        const int id = graph_.offset[r] + i;
+        if (a.is_compute() || a.on_comm_stream() || a.kind == ActionKind::kOptimizerStep) {
+          result_.intervals.push_back({rep * p + r, a.on_comm_stream() ? 1 : 0, i, start_[rep][id], end_[rep][id]});
+        }
+      }
+    }
+  }
+  FinishSummary();
+}
+
 const SimResult& Simulator::result() {
   if (memory_stale_) ComputeMemory();
   return result_;
+}
+
+Simulator::Parts Simulator::Release() && {
+  if (memory_stale_) ComputeMemory();
+  return {std::move(schedule_), std::move(replicas_), std::move(result_)};
 }
 
 SimResult Simulate(const Schedule& schedule, const PipelineCosts& costs, const SimOptions& options) {

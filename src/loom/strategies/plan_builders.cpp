@@ -290,7 +290,7 @@ double CandidateSearch::EvaluateUpTo(const Plan& plan, double above_s) {
 
 double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
   SimOptions opt;
-  opt.record_intervals = false;
+  opt.record_timelines = false;
   try {
     PricingMemo& memo = ctx_.memo->pricing;
     auto beyond = [&](double time_s) { return Exceeds(time_s, prune_above_s); };

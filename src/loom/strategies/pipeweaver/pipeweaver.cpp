@@ -48,7 +48,7 @@ std::vector<int> StageModules(const Plan& plan, const std::vector<ModalityModule
 // Simulated iteration time, or infinity when a GPU overflows.
 double Simulate(const StrategyContext& ctx, const Plan& plan, const Batch& batch, const IterationSchedule* it) {
   SimOptions opt;
-  opt.record_intervals = false;
+  opt.record_timelines = false;
   const PlanRun run = RunPlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, it, opt);
   return run.memory_violations.empty() ? run.metrics.iteration_time_s : kNoFit;
 }
