@@ -214,7 +214,7 @@ void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, cons
       const int x = split_of_module[model.FindModule(ps.stages[s].layers.front().module)];
       for (int j = 0; j < static_cast<int>(stage_mb_global[s].size()); ++j) {
         MicrobatchWork mb;
-        mb.pieces = parts[x][d][j];
+        mb.pieces = PieceList(parts[x][d][j]);
         auto found = overrides.find({s, j});
         if (found != overrides.end()) mb.layer_recompute = *found->second;
         out.replicas[d][s].push_back(std::move(mb));

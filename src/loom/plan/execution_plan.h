@@ -23,25 +23,16 @@
 
 #include "loom/cost/layer_work.h"
 #include "loom/pipeline/schedule.h"
+#include "loom/plan/piece_list.h"
 #include "loom/plan/plan.h"
 #include "loom/spec/precision.h"
 
 namespace loom {
 
-// What a microbatch carries of one sample: the whole sample (item = -1), or
-// one of its images, clips or audios (item i counts images, then videos, then
-// audios) with the sample's documents but no text: what an encoder sees of it
-// when PipeWeaver splits sub-microbatches image by image.
-struct SamplePiece {
-  int sample = 0;
-  int item = -1;
-  bool operator==(const SamplePiece&) const = default;
-};
-
 // The contents of one (stage, microbatch): its sample pieces and, per layer of
 // the stage in order, the recomputation it runs with (empty: the stage's).
 struct MicrobatchWork {
-  std::vector<SamplePiece> pieces;
+  PieceList pieces;
   std::vector<Recompute> layer_recompute;
   bool operator==(const MicrobatchWork&) const = default;
 };

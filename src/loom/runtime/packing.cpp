@@ -67,7 +67,7 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
   return PackMicrobatch(model, batch, pieces);
 }
 
-MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces) {
+MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::span<const SamplePiece> pieces) {
   if (pieces.empty()) throw Error("runtime: a microbatch without samples");
   MicrobatchPacking out;
   out.modules.resize(model.modules.size());

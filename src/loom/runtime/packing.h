@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "loom/data/sample.h"
@@ -65,7 +66,7 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const s
 // image of it (PipeWeaver's encoder sub-microbatches), which only the modules
 // that see images and their projectors see; modules of text get no sequences
 // from it. Pieces pack in the order given.
-MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces);
+MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::span<const SamplePiece> pieces);
 
 // Text tokens of the whole batch: the loss is the sum of per-token losses over
 // the batch divided by this, so it does not depend on how samples are grouped

@@ -863,7 +863,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
                                   "its sequences",
                                   v, exec.stages[v].label, k, all.size(), n));
         }
-        return std::vector<SamplePiece>(all.begin() + begin, all.begin() + begin + cut[part].size());
+        return PieceList(std::span<const SamplePiece>(all.begin() + begin, cut[part].size()));
       };
       std::map<std::tuple<int, int, int>, MicrobatchPacking> packings;  // (stage, mb, part), as needed
       auto packing_at = [&](int v, int k, int part) -> const MicrobatchPacking& {

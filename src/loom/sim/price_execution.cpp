@@ -16,7 +16,7 @@ namespace loom {
 namespace {
 
 // The key of a microbatch's pieces in the token memo.
-std::vector<std::pair<int, int>> PiecesKey(const std::vector<SamplePiece>& pieces) {
+std::vector<std::pair<int, int>> PiecesKey(std::span<const SamplePiece> pieces) {
   std::vector<std::pair<int, int>> key;
   key.reserve(pieces.size());
   for (const auto& p : pieces) key.push_back({p.sample, p.item});
@@ -145,7 +145,7 @@ double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const Ex
 }
 
 double CpImbalanceOfModule(const Model& model, int module, int cp, CpSplit split, int tp, const Batch& batch,
-                           int sm_count, const std::vector<SamplePiece>& pieces) {
+                           int sm_count, std::span<const SamplePiece> pieces) {
   if (cp <= 1 || split == CpSplit::kIdeal) return 1.0;
   constexpr int64_t kBlockTokens = 128;  // Cornstarch's N_B
   const Module& mod = model.modules[module];
@@ -181,7 +181,7 @@ double CpImbalanceOfModule(const Model& model, int module, int cp, CpSplit split
 }
 
 std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch, int sm_count,
-                                  const std::vector<SamplePiece>& pieces) {
+                                  std::span<const SamplePiece> pieces) {
   std::vector<double> out(model.modules.size(), 1.0);
   if (stage.cp <= 1 || stage.cp_split == CpSplit::kIdeal) return out;
   for (const auto& r : stage.layers) {
@@ -316,7 +316,7 @@ void PricingMemo::Bind(const Model& model, const Cluster* cluster, const Batch& 
 }
 
 double PricingMemo::ModuleImbalance(const Model& model, const Batch& batch, int sm_count, int token_id,
-                                    const std::vector<SamplePiece>& pieces, int module, const ExecStage& stage) {
+                                    std::span<const SamplePiece> pieces, int module, const ExecStage& stage) {
   const ImbalanceKey key{token_id, module, stage.cp, static_cast<int>(stage.cp_split), stage.tp};
   if (auto found = imbalance_.find(key); found != imbalance_.end()) return found->second;
   const double v = CpImbalanceOfModule(model, module, stage.cp, stage.cp_split, stage.tp, batch, sm_count, pieces);
@@ -324,7 +324,7 @@ double PricingMemo::ModuleImbalance(const Model& model, const Batch& batch, int 
   return v;
 }
 
-int PricingMemo::TokenId(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces) {
+int PricingMemo::TokenId(const Model& model, const Batch& batch, std::span<const SamplePiece> pieces) {
   std::vector<std::pair<int, int>> key = PiecesKey(pieces);
   if (auto found = token_ids_.find(key); found != token_ids_.end()) return found->second;
   std::vector<Sample> samples;
@@ -369,7 +369,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
   PricingMemo local;  // without a caller's memo, one for this call (microbatches shared by stages)
   if (memo == nullptr) memo = &local;
   memo->Bind(model, &c, batch);
-  auto token_id = [&](const std::vector<SamplePiece>& pieces) { return memo->TokenId(model, batch, pieces); };
+  auto token_id = [&](std::span<const SamplePiece> pieces) { return memo->TokenId(model, batch, pieces); };
   std::vector<int> stage_id(S);
   const auto classes = LayerClasses(model, needs);
   for (int s = 0; s < S; ++s) {
@@ -418,7 +418,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     pc.optimizer_s = optimizer_s;
     pc.stage.assign(S, {});
     // Stages of a pipeline usually see the same pieces per microbatch: reuse the id.
-    std::vector<std::pair<const std::vector<SamplePiece>*, int>> last_token_id;
+    std::vector<std::pair<const PieceList*, int>> last_token_id;
     for (int s = 0; s < S; ++s) {
       const ExecStage& st = exec.stages[s];
       const bool want_options = options != nullptr && d == 0;

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <map>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -65,10 +66,10 @@ class PricingMemo {
   // starts over when full.
   void Bind(const Model& model, const Cluster* cluster, const Batch& batch);
   // The index in tokens_ of a microbatch's CountModuleTokens.
-  int TokenId(const Model& model, const Batch& batch, const std::vector<SamplePiece>& pieces);
+  int TokenId(const Model& model, const Batch& batch, std::span<const SamplePiece> pieces);
   // CpImbalanceOfModule of one microbatch (by token id), memoized.
   double ModuleImbalance(const Model& model, const Batch& batch, int sm_count, int token_id,
-                         const std::vector<SamplePiece>& pieces, int module, const ExecStage& stage);
+                         std::span<const SamplePiece> pieces, int module, const ExecStage& stage);
   using ImbalanceKey = std::array<int, 5>;  // token id, module, cp, cp_split, tp
   struct Priced {
     StageCost cost;
@@ -114,12 +115,12 @@ StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage
 // The balanced split (Cornstarch's) also gets its intra-GPU sub-block split
 // on `sm_count` SMs (SubBlockFactor; 0: not priced).
 std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, const Batch& batch, int sm_count,
-                                  const std::vector<SamplePiece>& pieces);
+                                  std::span<const SamplePiece> pieces);
 
 // CpImbalanceOf for one module at context parallelism `cp` split by `split`,
 // its attention heads over `tp` sharing the kernel's SMs.
 double CpImbalanceOfModule(const Model& model, int module, int cp, CpSplit split, int tp, const Batch& batch,
-                           int sm_count, const std::vector<SamplePiece>& pieces);
+                           int sm_count, std::span<const SamplePiece> pieces);
 
 // Parameters per GPU of one stage: trainable, frozen, and the trainable ones
 // replicated over the TP group (modules whose heads do not divide).
