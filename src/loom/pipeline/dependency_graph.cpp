@@ -277,4 +277,39 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   return g;
 }
 
+ActionOrder TopologicalOrder(const DependencyGraph& g) {
+  const int n = g.size();
+  ActionOrder out;
+  std::vector<int> missing(n, 0);
+  out.users_begin.assign(n + 1, 0);
+  for (int id = 0; id < n; ++id) {
+    if (g.stream_prev[id] >= 0) ++out.users_begin[g.stream_prev[id] + 1];
+    for (int d = g.dep_begin[id]; d < g.dep_begin[id + 1]; ++d) ++out.users_begin[g.dep_id[d] + 1];
+  }
+  for (int id = 0; id < n; ++id) out.users_begin[id + 1] += out.users_begin[id];
+  out.users.assign(out.users_begin[n], 0);
+  std::vector<int> fill(out.users_begin.begin(), out.users_begin.end() - 1);
+  for (int id = 0; id < n; ++id) {
+    if (g.stream_prev[id] >= 0) {
+      out.users[fill[g.stream_prev[id]]++] = id;
+      ++missing[id];
+    }
+    for (int d = g.dep_begin[id]; d < g.dep_begin[id + 1]; ++d) {
+      out.users[fill[g.dep_id[d]]++] = id;
+      ++missing[id];
+    }
+  }
+  out.order.reserve(n);
+  for (int id = 0; id < n; ++id) {
+    if (missing[id] == 0) out.order.push_back(id);
+  }
+  for (size_t head = 0; head < out.order.size(); ++head) {
+    const int id = out.order[head];
+    for (int k = out.users_begin[id]; k < out.users_begin[id + 1]; ++k) {
+      if (--missing[out.users[k]] == 0) out.order.push_back(out.users[k]);
+    }
+  }
+  return out;
+}
+
 }  // namespace loom

@@ -27,6 +27,18 @@ struct DependencyGraph {
   int id(int r, int index) const { return offset[r] + index; }
 };
 
+// The users of every action (its stream successor and the actions depending
+// on it), and an order of the actions that respects every edge: Kahn's
+// algorithm, first in first out (deterministic). `order` misses the actions
+// on or behind a cycle; ValidateSchedule reports them.
+struct ActionOrder {
+  std::vector<int> order;
+  std::vector<int> users_begin;  // users of id i are users[users_begin[i] .. users_begin[i+1])
+  std::vector<int> users;
+  bool complete(const DependencyGraph& g) const { return static_cast<int>(order.size()) == g.size(); }
+};
+ActionOrder TopologicalOrder(const DependencyGraph& g);
+
 // Throws loom::Error naming the rank, the action and the missing producer when
 // an action has nothing to wait for (a receive without a send, a backward
 // without its forward). `grad_buckets` > 0 with `overlap` lets bucket b of a

@@ -19,8 +19,7 @@ void ValidateSchedule(const Schedule& s) {
   ValidateSchedule(s, BuildDependencies(s));  // missing producers and duplicates throw there
 }
 
-void ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
-
+ActionOrder ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
   // Completeness: one forward and one backward per stage and microbatch.
   std::vector<size_t> off(s.num_stages() + 1, 0);
   for (int v = 0; v < s.num_stages(); ++v) off[v + 1] = off[v] + s.microbatches_of(v);
@@ -95,37 +94,11 @@ void ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
     }
   }
   // No cyclic wait: Kahn's algorithm over stream order and data dependencies.
+  ActionOrder order = TopologicalOrder(g);
+  if (order.complete(g)) return order;
   const int n = g.size();
-  std::vector<int> missing(n, 0);
-  std::vector<std::vector<int>> users(n);
-  for (int id = 0; id < n; ++id) {
-    if (g.stream_prev[id] >= 0) {
-      ++missing[id];
-      users[g.stream_prev[id]].push_back(id);
-    }
-    for (int d = g.dep_begin[id]; d < g.dep_begin[id + 1]; ++d) {
-      ++missing[id];
-      users[g.dep_id[d]].push_back(id);
-    }
-  }
-  std::vector<int> ready;
-  for (int id = 0; id < n; ++id) {
-    if (missing[id] == 0) ready.push_back(id);
-  }
-  int done = 0;
   std::vector<bool> ran(n, false);
-  while (!ready.empty()) {
-    int id = ready.back();
-    ready.pop_back();
-    ran[id] = true;
-    ++done;
-    for (int u : users[id]) {
-      if (--missing[u] == 0) ready.push_back(u);
-    }
-  }
-  if (done == n) {
-    return;
-  }
+  for (int id : order.order) ran[id] = true;
   // Report the first blocked action whose stream predecessor has run.
   for (int id = 0; id < n; ++id) {
     if (ran[id] || (g.stream_prev[id] >= 0 && !ran[g.stream_prev[id]])) {

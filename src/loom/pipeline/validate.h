@@ -14,8 +14,9 @@ namespace loom {
 void ValidateSchedule(const Schedule& s);
 // The same with the schedule's dependency graph already built
 // (BuildDependencies(s, any overlap): the edges do not depend on it), as the
-// simulator has it. REQUIRES: s.ranks.size() == s.num_ranks.
-void ValidateSchedule(const Schedule& s, const DependencyGraph& g);
+// simulator has it; returns the order it proved the schedule runs in (what
+// the simulator walks). REQUIRES: s.ranks.size() == s.num_ranks.
+ActionOrder ValidateSchedule(const Schedule& s, const DependencyGraph& g);
 
 // NCCL pairs point-to-point messages between two ranks by order, not by tag
 // (Gloo matches tags): the k-th send from rank A to rank B meets the k-th

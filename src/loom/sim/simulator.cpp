@@ -69,7 +69,12 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   if (static_cast<int>(schedule_.ranks.size()) != schedule_.num_ranks) ValidateSchedule(schedule_);  // says why
   // Built once: validation walks the same graph (missing producers and duplicates throw here).
   graph_ = BuildDependencies(schedule_, options_.overlap_grad_sync);
-  ValidateSchedule(schedule_, graph_);
+  {
+    ActionOrder order = ValidateSchedule(schedule_, graph_);  // a topological order (any gives the same times)
+    topo_order_ = std::move(order.order);
+    users_begin_ = std::move(order.users_begin);
+    users_ = std::move(order.users);
+  }
   for (size_t size : {schedule_.sync_with.size(), schedule_.sync_set.size()}) {
     if (size != 0 && static_cast<int>(size) != schedule_.num_stages()) {
       throw Error(fmt::format("simulator: sync_with or sync_set covers {} stages; the schedule has {}", size,
@@ -93,28 +98,7 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     }
   }
   const int n = graph_.size();
-  std::vector<int> missing(n, 0);
-  users_begin_.assign(n + 1, 0);
-  for (int id = 0; id < n; ++id) {
-    if (graph_.stream_prev[id] >= 0) ++users_begin_[graph_.stream_prev[id] + 1];
-    for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) ++users_begin_[graph_.dep_id[d] + 1];
-  }
-  for (int id = 0; id < n; ++id) users_begin_[id + 1] += users_begin_[id];
-  users_.assign(users_begin_[n], 0);
   ops_.resize(n);
-  {
-    std::vector<int> fill(users_begin_.begin(), users_begin_.end() - 1);
-    for (int id = 0; id < n; ++id) {
-      if (graph_.stream_prev[id] >= 0) {
-        users_[fill[graph_.stream_prev[id]]++] = id;
-        ++missing[id];
-      }
-      for (int d = graph_.dep_begin[id]; d < graph_.dep_begin[id + 1]; ++d) {
-        users_[fill[graph_.dep_id[d]]++] = id;
-        ++missing[id];
-      }
-    }
-  }
   for (int id = 0; id < n; ++id) {
     const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
     // A gradient sent by stage v is the gradient of its producer's output.
@@ -199,19 +183,6 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   }
   forced_.assign(n, 0);
   queued_.assign(n, 0);
-  // A topological order (Kahn, first in first out: deterministic; any order
-  // gives the same times).
-  topo_order_.reserve(n);
-  for (int id = 0; id < n; ++id) {
-    if (missing[id] == 0) topo_order_.push_back(id);
-  }
-  for (size_t head = 0; head < topo_order_.size(); ++head) {
-    const int id = topo_order_[head];
-    for (int k = users_begin_[id]; k < users_begin_[id + 1]; ++k) {
-      if (--missing[users_[k]] == 0) topo_order_.push_back(users_[k]);
-    }
-  }
-  if (static_cast<int>(topo_order_.size()) != n) throw Error("simulator: the schedule's dependencies form a cycle");
   topo_index_.assign(n, 0);
   for (int i = 0; i < n; ++i) topo_index_[topo_order_[i]] = i;
   // The join set, and the replica pass without it.

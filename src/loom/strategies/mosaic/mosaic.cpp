@@ -31,7 +31,8 @@ namespace {
 // mappings per recomputation level, the fewest microbatches first (the
 // simulator judges them), and sets `why` when none fits.
 constexpr int kPerLevel = 3;
-std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const MosaicOptions& options, int tp, int pp,
+std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const MosaicOptions& options,
+                                        const std::vector<TokenStats>& batch_tokens, int tp, int pp,
                                         std::string& why) {
   std::vector<MosaicSolution> found;
   MosaicSolution sol;
@@ -55,7 +56,7 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
         so.recompute = r;
         so.microbatches = m;
         so.rounds = k;
-        sol.surfaces = SampleSurfaces(ctx, so);
+        sol.surfaces = SampleSurfaces(ctx, so, batch_tokens);
         sol.recompute = r;
         sol.microbatches = m;
         sol.rounds = k;
@@ -149,9 +150,10 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
   std::vector<MosaicSolution> out;
   std::string why;
   const int max_tp = options.max_tp > 0 ? options.max_tp : ctx.cluster.gpus_per_node;
+  const std::vector<TokenStats> batch_tokens = CountModuleTokens(ctx.model, ctx.representative.samples);
   auto solve = [&](int tp, int pp) {
     std::string reason;
-    std::vector<MosaicSolution> found = SolveAtSlot(ctx, options, tp, pp, reason);
+    std::vector<MosaicSolution> found = SolveAtSlot(ctx, options, batch_tokens, tp, pp, reason);
     if (found.empty()) why = reason;  // the largest slot tried says most
     for (MosaicSolution& sol : found) {
       sol.tp = tp;

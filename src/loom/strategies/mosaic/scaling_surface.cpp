@@ -142,7 +142,8 @@ const SurfacePoint& ModuleSurface::At(int dp, int pp, int sms) const {
   throw Error(fmt::format("mosaic: internal: module {} has no option d{} pp{} with {} SMs", module, dp, pp, sms));
 }
 
-std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options) {
+std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options,
+                                          const std::vector<TokenStats>& tokens) {
   if (!(options.granularity > 0 && options.granularity <= 1)) {
     throw Error("mosaic: SM-quota granularity must be in (0, 1], e.g. 0.1 for 10%");
   }
@@ -150,7 +151,6 @@ std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const Surf
   const Cluster& cluster = ctx.cluster;
   const SmPartitionRules rules = PartitionRules(cluster);
   const SmSharing sharing = cluster.cost_model ? cluster.cost_model->sm_sharing() : SmSharing{};
-  const auto tokens = CountModuleTokens(model, ctx.representative.samples);
   const auto needs = ComputeBackwardNeeds(model);
   const int tp = options.tp, pp = options.pp;
   if (tp < 1 || cluster.gpus_per_node % tp != 0) {

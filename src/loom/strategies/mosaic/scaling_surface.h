@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "loom/cost/sm_sharing.h"
+#include "loom/cost/token_stats.h"
 #include "loom/strategies/strategy.h"
 
 namespace loom::mosaic {
@@ -83,8 +84,11 @@ struct SurfaceOptions {
 };
 
 // One surface per module of the model, in model order; dp counts slots.
-// A slot is tp x pp GPUs (pp consecutive groups of tp).
-std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options);
+// A slot is tp x pp GPUs (pp consecutive groups of tp). `batch_tokens`:
+// CountModuleTokens of ctx.representative's samples, counted once by the
+// caller (a pass over the whole batch, the same for every surface).
+std::vector<ModuleSurface> SampleSurfaces(const StrategyContext& ctx, const SurfaceOptions& options,
+                                          const std::vector<TokenStats>& batch_tokens);
 
 // The cluster's SM partition rules (the GPU's SMs, compute capability 9.0's
 // minimum and alignment of 8).
