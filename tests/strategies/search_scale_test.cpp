@@ -308,6 +308,44 @@ TEST(SummarySimulation, RefusesWhatNeedsTimelines) {
   EXPECT_EQ(recorded.iteration_time_s(), sim.iteration_time_s());
 }
 
+// Rerunning a simulator with other costs times them exactly as a fresh
+// simulator does, in both modes; costs of another shape are refused.
+TEST(SummarySimulation, RerunEqualsAFreshSimulator) {
+  const Schedule s = MakeSchedule(ScheduleKind::kOneFOneB, 3, 6);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  auto random_costs = [&] {
+    std::vector<PipelineCosts> reps = UniformCosts(s, 1.0, 1.0, 1.0).replicas;
+    reps.push_back(reps[0]);
+    for (auto& rep : reps) {
+      for (auto& stage : rep.stage) {
+        for (auto& c : stage) {
+          c.forward_s = u(rng);
+          c.backward_data_s = u(rng);
+          c.activation_bytes = 1e9 * u(rng);
+        }
+      }
+    }
+    return reps;
+  };
+  for (bool timelines : {true, false}) {
+    SimOptions o;
+    o.record_timelines = timelines;
+    Simulator sim(s, random_costs(), o);
+    for (int trial = 0; trial < 5; ++trial) {
+      const auto costs = random_costs();
+      sim.Rerun(costs);
+      Simulator fresh(s, costs, o);
+      EXPECT_EQ(sim.iteration_time_s(), fresh.iteration_time_s());
+      EXPECT_EQ(sim.result().peak_mem_bytes, fresh.result().peak_mem_bytes);
+      EXPECT_EQ(sim.result().busy_s, fresh.result().busy_s);
+    }
+    std::vector<PipelineCosts> wrong = random_costs();
+    wrong[1].stage.pop_back();
+    EXPECT_THROW(sim.Rerun(wrong), Error);
+  }
+}
+
 // Two different plans priced through one memo cost exactly what each costs
 // priced alone; a memo used with another batch is refused.
 TEST(PricingMemo, EqualsFreshPricesBitForBit) {

@@ -69,7 +69,9 @@ class Planner {
     ctx.fault_tolerance = options_.fault_tolerance;
     try {
       const StrategyResult r = RunStrategy(strategy, ctx);
-      const PlanRun run = RunPlan(model_, sub, workload_, r.plan, batch_);
+      SimOptions summary;  // time and peak only
+      summary.record_timelines = false;
+      const PlanRun run = RunPlan(model_, sub, workload_, r.plan, batch_, nullptr, summary);
       c.iteration_s = run.metrics.iteration_time_s;
       c.peak_bytes = run.metrics.peak_mem_bytes;
     } catch (const Error& e) {

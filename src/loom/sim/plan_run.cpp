@@ -13,7 +13,12 @@ namespace loom {
 
 PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan, const Batch& batch,
                 const IterationSchedule* it, SimOptions options) {
-  ExecutionPlan exec = CompilePlan(model, c, w, plan, batch, it);
+  // Without timelines nothing names a replica's ranks: a plan of independent
+  // replica copies is simulated folded (the same times and peaks on a
+  // schedule dp times smaller; CompileOptions::fold_replicas).
+  CompileOptions compile;
+  compile.fold_replicas = !options.record_timelines;
+  ExecutionPlan exec = CompilePlan(model, c, w, plan, batch, it, compile);
   ExecutionCosts costs = PriceExecution(exec, model, c, batch);
   return RunExecution(c, std::move(exec), std::move(costs), options);
 }

@@ -40,7 +40,10 @@ struct PlanRun {
 
 // Throws loom::Error for an invalid plan; memory overflows are returned in
 // memory_violations (searches skip such plans; CheckFits turns them into errors).
-// Prices with the cluster's cost model (Cluster::cost_model).
+// Prices with the cluster's cost model (Cluster::cost_model). Without
+// SimOptions::record_timelines, a plan whose replicas are independent copies
+// is compiled folded (CompileOptions::fold_replicas): the same metrics, its
+// exec then holds one replica's ranks.
 PlanRun RunPlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                 const Batch& batch, const IterationSchedule* iteration = nullptr, SimOptions options = {});
 

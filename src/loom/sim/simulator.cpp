@@ -81,22 +81,7 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
                               schedule_.num_stages()));
     }
   }
-  for (const auto& rep : replicas_) {
-    if (static_cast<int>(rep.stage.size()) != schedule_.num_stages() ||
-        static_cast<int>(rep.static_bytes.size()) != schedule_.num_ranks ||
-        static_cast<int>(rep.grad_sync_s.size()) != schedule_.num_stages() ||
-        (!rep.optimizer_s.empty() && static_cast<int>(rep.optimizer_s.size()) != schedule_.num_ranks)) {
-      throw Error(fmt::format("simulator: costs cover {} stages and {} ranks; the schedule has {} and {}",
-                              rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(),
-                              schedule_.num_ranks));
-    }
-    for (int v = 0; v < schedule_.num_stages(); ++v) {
-      if (static_cast<int>(rep.stage[v].size()) != schedule_.microbatches_of(v)) {
-        throw Error(fmt::format("simulator: costs of stage {} have {} microbatches; the schedule has {}", v,
-                                rep.stage[v].size(), schedule_.microbatches_of(v)));
-      }
-    }
-  }
+  CheckCosts();
   const int n = graph_.size();
   ops_.resize(n);
   for (int id = 0; id < n; ++id) {
@@ -212,6 +197,39 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     const int last = graph_.offset[r + 1] - 1;
     last_action_.push_back(last >= graph_.offset[r] ? last : -1);
   }
+  AllocateTimes();
+  SimulateFromScratch();
+}
+
+void Simulator::CheckCosts() const {
+  if (replicas_.empty()) throw Error("simulator: no replica to simulate");
+  for (const auto& rep : replicas_) {
+    if (static_cast<int>(rep.stage.size()) != schedule_.num_stages() ||
+        static_cast<int>(rep.static_bytes.size()) != schedule_.num_ranks ||
+        static_cast<int>(rep.grad_sync_s.size()) != schedule_.num_stages() ||
+        (!rep.optimizer_s.empty() && static_cast<int>(rep.optimizer_s.size()) != schedule_.num_ranks)) {
+      throw Error(fmt::format("simulator: costs cover {} stages and {} ranks; the schedule has {} and {}",
+                              rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(),
+                              schedule_.num_ranks));
+    }
+    for (int v = 0; v < schedule_.num_stages(); ++v) {
+      if (static_cast<int>(rep.stage[v].size()) != schedule_.microbatches_of(v)) {
+        throw Error(fmt::format("simulator: costs of stage {} have {} microbatches; the schedule has {}", v,
+                                rep.stage[v].size(), schedule_.microbatches_of(v)));
+      }
+    }
+  }
+}
+
+void Simulator::Rerun(std::vector<PipelineCosts> replicas) {
+  replicas_ = std::move(replicas);
+  CheckCosts();
+  AllocateTimes();
+  SimulateFromScratch();
+}
+
+void Simulator::AllocateTimes() {
+  const int n = graph_.size();
   const size_t reps = replicas_.size(), joins = join_ids_.size();
   local_ready_.assign(reps, std::vector<double>(joins, 0.0));
   join_start_.assign(reps, std::vector<double>(joins, 0.0));
@@ -222,7 +240,6 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   start_.assign(timelines, std::vector<double>(n, 0.0));
   end_.assign(timelines, std::vector<double>(n, 0.0));
   dirty_.assign(reps, {});
-  SimulateFromScratch();
 }
 
 double Simulator::Duration(int rep, int id) const {

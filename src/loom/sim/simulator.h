@@ -56,6 +56,11 @@ class Simulator {
   const SimResult& result();  // computes memory curves lazily after a Resimulate()
   double iteration_time_s() const { return iteration_time_s_; }
 
+  // Simulates the same schedule with other costs, from scratch (what a
+  // batch scheduler comparing orders of one batch needs: the schedule, its
+  // dependency graph and its validation are kept). Throws loom::Error when
+  // the costs do not match the schedule's stages, microbatches and ranks.
+  void Rerun(std::vector<PipelineCosts> replicas);
   // Changes the cost of (stage, microbatch) in `replica`; call Resimulate() after.
   void SetCost(int replica, int stage, int mb, const StageCost& cost);
   // Swaps microbatches a and b of `replica` at every stage (a data reordering).
@@ -101,6 +106,8 @@ class Simulator {
   void FinishSummary();
   void ComputeMemory();  // every replica, from the kept timelines
   void RequireTimelines(const char* what) const;
+  void CheckCosts() const;  // the replicas' costs match the schedule
+  void AllocateTimes();     // per-replica state, sized for replicas_
 
   // Immutable after construction.
   Schedule schedule_;
