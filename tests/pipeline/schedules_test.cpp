@@ -101,6 +101,16 @@ TEST(Validate, MissingOrMisplacedActionsAreNamed) {
   Schedule dup = MakeGPipe(1, 1);
   dup.ranks[0].push_back(dup.ranks[0][0]);
   test::ExpectError([&] { ValidateSchedule(dup); }, {"duplicate"});
+  // A send nobody receives (its consumer stage is on the same rank and runs without it).
+  Schedule stray = MakeInterleaved(1, 2, 2);
+  Action send;
+  send.kind = ActionKind::kSend;
+  send.stage = 0;
+  send.microbatch = 1;
+  send.peer = 0;
+  stray.ranks[0].insert(stray.ranks[0].begin() + 2, send);
+  test::ExpectError([&] { ValidateSchedule(stray); }, {"rank 0 never receives the activation of microbatch 1",
+                                                      "stage 0 sends it"});
 }
 
 // NCCL pairs messages between two ranks by order: every built-in schedule's

@@ -58,39 +58,35 @@ ActionOrder ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
       }
     }
   }
-  // Sends and receives match one to one, on the right peers.
-  // (payload, stage, mb, receiving stage, receiving rank)
-  // Sorted key lists, not maps: schedules at scale carry millions of messages.
-  using Key = std::array<int, 5>;
-  std::vector<Key> sends, recvs;
+  // Sends and receives match one to one, on the right peers. BuildDependencies
+  // gave every receive its send (same payload, stages and microbatch; no two
+  // receives of one message): what is left is that every send is received,
+  // and by the rank it names.
   auto other_end = [](const Action& a) {
     return a.peer_stage >= 0 ? a.peer_stage : (a.payload == Payload::kActivation ? a.stage + 1 : a.stage - 1);
   };
+  std::vector<int> receiver(g.size(), -1);  // per send id: the rank receiving it
   for (int r = 0; r < s.num_ranks; ++r) {
-    for (const Action& a : s.ranks[r]) {
-      if (a.kind == ActionKind::kSend) {
-        const int to = other_end(a);
-        sends.push_back({static_cast<int>(a.payload), a.stage, a.microbatch, to, a.peer});
-        if (to < 0 || to >= s.num_stages() || s.stage_rank[to] != a.peer) {
-          throw Error(fmt::format("schedule {}: rank {}: {} goes to rank {}, which does not hold stage {}",
-                                  s.name, r, ActionName(a), a.peer, to));
-        }
-      } else if (a.kind == ActionKind::kRecv) {
-        recvs.push_back({static_cast<int>(a.payload), a.stage, a.microbatch, other_end(a), r});
-      }
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      if (s.ranks[r][i].kind != ActionKind::kRecv) continue;
+      const int id = g.id(r, i);
+      receiver[g.dep_id[g.dep_begin[id]]] = r;  // its first dependency is its send
     }
   }
-  std::sort(sends.begin(), sends.end());
-  std::sort(recvs.begin(), recvs.end());
-  for (auto at = sends.begin(); at != sends.end();) {
-    const Key key = *at;
-    const auto count = std::upper_bound(at, sends.end(), key) - at;
-    at += count;
-    const auto [lo, hi] = std::equal_range(recvs.begin(), recvs.end(), key);
-    if (hi - lo != count) {
-      auto [payload, stage, mb, to_stage, to] = key;
-      throw Error(fmt::format("schedule {}: rank {} never receives the {} of microbatch {} that stage {} sends it",
-                              s.name, to, payload == 0 ? "activation" : "gradient", mb, stage));
+  for (int r = 0; r < s.num_ranks; ++r) {
+    for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind != ActionKind::kSend) continue;
+      const int to = other_end(a);
+      if (to < 0 || to >= s.num_stages() || s.stage_rank[to] != a.peer) {
+        throw Error(fmt::format("schedule {}: rank {}: {} goes to rank {}, which does not hold stage {}", s.name, r,
+                                ActionName(a), a.peer, to));
+      }
+      if (receiver[g.id(r, i)] != a.peer) {
+        throw Error(fmt::format("schedule {}: rank {} never receives the {} of microbatch {} that stage {} sends it",
+                                s.name, a.peer, a.payload == Payload::kActivation ? "activation" : "gradient",
+                                a.microbatch, a.stage));
+      }
     }
   }
   // No cyclic wait: Kahn's algorithm over stream order and data dependencies.
