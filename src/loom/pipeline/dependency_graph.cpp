@@ -131,7 +131,8 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
     }
     return it->second;
   };
-  std::vector<std::vector<int>> last_backward(s.num_ranks, std::vector<int>(stages, -1));
+  // Per stage: its last backward (a stage's computes are all on its rank).
+  g.last_backward.assign(stages, -1);
   for (int r = 0; r < s.num_ranks; ++r) {
     int prev_compute = -1, prev_comm = -1;
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
@@ -174,7 +175,7 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
       }
       *cell = id;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
-        last_backward[r][a.stage] = id;
+        g.last_backward[a.stage] = id;
       }
     }
   }
@@ -251,7 +252,7 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
           for (const Action& b : s.ranks[r]) {
             buckets += b.kind == ActionKind::kCollective && b.stage == v;
           }
-          need(last_backward[r][v], "backward of the stage",
+          need(v >= 0 && v < stages && s.stage_rank[v] == r ? g.last_backward[v] : -1, "backward of the stage",
                overlap ? static_cast<double>(a.bucket + 1) / buckets : 1.0);
           collectives_of_rank.push_back(g.offset[r] + i);
           break;
@@ -266,12 +267,6 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
         for (int p : it->second) need(p, "barrier");
       }
       g.dep_begin.push_back(static_cast<int>(g.dep_id.size()));
-    }
-  }
-  g.last_backward.assign(stages, -1);
-  for (int r = 0; r < s.num_ranks; ++r) {
-    for (int v = 0; v < stages; ++v) {
-      if (last_backward[r][v] >= 0) g.last_backward[v] = last_backward[r][v];
     }
   }
   return g;

@@ -162,12 +162,11 @@ void AddPointToPoint(Schedule& s) {
 }
 
 void AddGradientSync(Schedule& s, int buckets) {
+  std::vector<std::vector<int>> stages_of(s.num_ranks);  // each rank's stages, last first
+  for (int v = s.num_stages() - 1; v >= 0; --v) stages_of[s.stage_rank[v]].push_back(v);
   for (int r = 0; r < s.num_ranks; ++r) {
     // Later stages finish their backward first, so their buckets go first.
-    for (int v = s.num_stages() - 1; v >= 0; --v) {
-      if (s.stage_rank[v] != r) {
-        continue;
-      }
+    for (int v : stages_of[r]) {
       for (int b = 0; b < buckets; ++b) {
         Action c;
         c.kind = ActionKind::kCollective;

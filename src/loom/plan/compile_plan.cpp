@@ -212,6 +212,9 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
     } else {
       members.push_back(group);
     }
+  }
+  for (const auto& [key, id] : index) {  // sorted once: a group gathers one member per replica
+    auto& members = out.groups[id].gpu_groups;
     std::sort(members.begin(), members.end());
     members.erase(std::unique(members.begin(), members.end()), members.end());
   }
