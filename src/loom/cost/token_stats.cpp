@@ -24,6 +24,16 @@ struct Flow {
   std::vector<double> out_seqs;     // sequences handed to consumers (after merge or pooling)
   std::vector<int> out_doc;
   std::vector<double> out_per_doc;  // tokens passed to consumers, per document
+  std::vector<double> in_per_doc;   // scratch: tokens its inputs hand it, per document
+
+  void Clear() {  // keeps the capacity: one Flow serves sample after sample
+    seqs.clear();
+    seq_doc.clear();
+    out_seqs.clear();
+    out_doc.clear();
+    out_per_doc.clear();
+    in_per_doc.clear();
+  }
 };
 
 // Output tokens of one image after the module's spatial merge.
@@ -74,15 +84,17 @@ int64_t AudioTokens(const TokenRule& r, double seconds) {
 
 namespace {
 
-// CountModuleTokens, keeping each module's flow (its sequences and per-document outputs).
-std::vector<TokenStats> Count(const Model& model, const Sample& sample, std::vector<Flow>& flows) {
+// CountModuleTokens into `stats`, keeping each module's flow (its sequences
+// and per-document outputs). `flows` and `stats` are reused across calls.
+void Count(const Model& model, const Sample& sample, std::vector<Flow>& flows, std::vector<TokenStats>& stats) {
   const int docs = std::max(1, sample.num_docs());
-  flows.assign(model.modules.size(), Flow{});
-  std::vector<TokenStats> stats(model.modules.size());
+  flows.resize(model.modules.size());
+  stats.assign(model.modules.size(), TokenStats{});
   for (size_t i = 0; i < model.modules.size(); ++i) {
     const Module& m = model.modules[i];
     const TokenRule& r = m.tokens;
     Flow& f = flows[i];
+    f.Clear();
     f.out_per_doc.assign(docs, 0.0);
     auto add_seq = [&](double tokens, int doc, double out) {
       if (tokens > 0) {
@@ -94,7 +106,8 @@ std::vector<TokenStats> Count(const Model& model, const Sample& sample, std::vec
       f.out_per_doc[doc] += out;
     };
     // Tokens the module's inputs hand it, per document (also the cross-attention context).
-    std::vector<double> in_per_doc(docs, 0.0);
+    std::vector<double>& in_per_doc = f.in_per_doc;
+    in_per_doc.assign(docs, 0.0);
     for (int p : m.inputs) {
       for (int d = 0; d < docs; ++d) {
         in_per_doc[d] += flows[p].out_per_doc[d];
@@ -161,7 +174,6 @@ std::vector<TokenStats> Count(const Model& model, const Sample& sample, std::vec
       s.context_tokens += in_per_doc[d];
     }
   }
-  return stats;
 }
 
 // ModuleMaskSegments from the flows Count computed.
@@ -195,11 +207,9 @@ std::vector<MaskSegment> MaskSegmentsOf(const Model& model, int module, const Sa
 }
 
 
-}  // namespace
-
-std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
-  std::vector<Flow> flows;
-  std::vector<TokenStats> stats = Count(model, sample, flows);
+// One sample's statistics, bitfield masks' pairs included.
+void CountSample(const Model& model, const Sample& sample, std::vector<Flow>& flows, std::vector<TokenStats>& stats) {
+  Count(model, sample, flows, stats);
   for (size_t i = 0; i < model.modules.size(); ++i) {
     if (!model.modules[i].bitfield_attention) continue;
     // The layout the runtime's mask follows for a plain sample: each
@@ -207,19 +217,37 @@ std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& samp
     stats[i].mask_pairs =
         AllowedPairs(MaskSegmentsOf(model, static_cast<int>(i), sample, flows), MaskLayout::kEmbedded);
   }
+}
+
+}  // namespace
+
+std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample) {
+  std::vector<Flow> flows;
+  std::vector<TokenStats> stats;
+  CountSample(model, sample, flows, stats);
   return stats;
 }
 
 std::vector<MaskSegment> ModuleMaskSegments(const Model& model, int module, const Sample& sample) {
   std::vector<Flow> flows;
-  Count(model, sample, flows);
+  std::vector<TokenStats> stats;
+  Count(model, sample, flows, stats);
   return MaskSegmentsOf(model, module, sample, flows);
 }
 
 std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples) {
+  std::vector<const Sample*> all;
+  all.reserve(samples.size());
+  for (const auto& s : samples) all.push_back(&s);
+  return CountModuleTokens(model, all);
+}
+
+std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<const Sample*>& samples) {
   std::vector<TokenStats> total(model.modules.size());
-  for (const auto& s : samples) {
-    auto one = CountModuleTokens(model, s);
+  std::vector<Flow> flows;  // reused sample after sample
+  std::vector<TokenStats> one;
+  for (const Sample* s : samples) {
+    CountSample(model, *s, flows, one);
     for (size_t i = 0; i < total.size(); ++i) {
       total[i] += one[i];
     }

@@ -64,8 +64,9 @@ int64_t AudioTokens(const TokenRule& r, double seconds);
 // Per module of `model` (same indices), the token statistics of one sample,
 // following each module's TokenRule through the DAG in topological order.
 std::vector<TokenStats> CountModuleTokens(const Model& model, const Sample& sample);
-// The same summed over samples.
+// The same summed over samples, in order.
 std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<Sample>& samples);
+std::vector<TokenStats> CountModuleTokens(const Model& model, const std::vector<const Sample*>& samples);
 
 // Module `module`'s sequence for one sample as attention-mask segments
 // (data/attention_mask.h), in sequence order: per document, an LLM's text

@@ -327,9 +327,18 @@ double PricingMemo::ModuleImbalance(const Model& model, const Batch& batch, int 
 int PricingMemo::TokenId(const Model& model, const Batch& batch, std::span<const SamplePiece> pieces) {
   std::vector<std::pair<int, int>> key = PiecesKey(pieces);
   if (auto found = token_ids_.find(key); found != token_ids_.end()) return found->second;
-  std::vector<Sample> samples;
+  std::vector<Sample> items;  // pieces that are one item of a sample (whole samples are not copied)
+  items.reserve(pieces.size());
+  std::vector<const Sample*> samples;
   samples.reserve(pieces.size());
-  for (const auto& p : pieces) samples.push_back(PieceSample(batch, p));
+  for (const auto& p : pieces) {
+    if (p.item < 0 && p.sample >= 0 && p.sample < static_cast<int>(batch.samples.size())) {
+      samples.push_back(&batch.samples[p.sample]);
+    } else {
+      items.push_back(PieceSample(batch, p));  // (throws on a bad piece)
+      samples.push_back(&items.back());
+    }
+  }
   tokens_.push_back(CountModuleTokens(model, samples));
   const int id = static_cast<int>(tokens_.size()) - 1;
   token_ids_.emplace(std::move(key), id);
