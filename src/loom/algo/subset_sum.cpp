@@ -1,6 +1,7 @@
 #include "loom/algo/subset_sum.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -100,14 +101,26 @@ std::vector<int> ClosestSubset(const std::vector<double>& values, double target_
     units[i] = static_cast<int>(std::lround(values[i] / step));
     span += units[i];
   }
-  // from[s]: the value that first reached grid sum s (items in order, sums
-  // descending, so s - units[from[s]] was reached by earlier values only).
+  // from[s]: the value that first reached grid sum s (items in order, so
+  // s - units[from[s]] was reached by earlier values only). The sums value i
+  // first reaches are (reached << units[i]) & ~reached, 64 sums a word.
   std::vector<int> from(span + 1, -2);
   from[0] = -1;
+  const int words = span / 64 + 1;
+  std::vector<uint64_t> reached(words, 0), shifted(words);
+  reached[0] = 1;
   for (int i = 0; i < n; ++i) {
     if (units[i] == 0) continue;
-    for (int s = span; s >= units[i]; --s) {
-      if (from[s] == -2 && from[s - units[i]] != -2) from[s] = i;
+    std::fill(shifted.begin(), shifted.end(), 0);
+    OrShifted(shifted.data(), reached.data(), words, units[i]);
+    for (int w = 0; w < words; ++w) {
+      uint64_t fresh = shifted[w] & ~reached[w];
+      reached[w] |= fresh;
+      while (fresh != 0) {
+        const int s = w * 64 + std::countr_zero(fresh);
+        fresh &= fresh - 1;
+        if (s <= span) from[s] = i;
+      }
     }
   }
   const double target_units = target_sum / step;

@@ -19,6 +19,7 @@
 #include <numeric>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
@@ -125,28 +126,46 @@ void AddSharedSampleEdges(const Model& model, const Plan& plan, const UnitLayout
       const int pl = FlatIndex(Lu, pm, true), cl = FlatIndex(Lv, cm, false);
       std::set<std::pair<int, int>> added;
       for (const auto& existing : sch.edges) added.insert({existing.from, existing.to});
+      // sample -> (producer replica d, its last microbatch holding it in d), d ascending
+      std::unordered_map<int, std::vector<std::pair<int, int>>> where;
       for (size_t d = 0; d < Lu.samples.size(); ++d) {
-        // sample -> producer microbatch of replica d
-        std::map<int, int> where;
         for (size_t j = 0; j < Lu.samples[d].size(); ++j) {
-          for (int x : Lu.samples[d][j]) where[x] = static_cast<int>(j);
-        }
-        for (size_t e = 0; e < Lv.samples.size(); ++e) {
-          StageEdge edge;
-          bool any = false;
-          for (const auto& consumer_samples : Lv.samples[e]) {
-            std::set<int> from;
-            for (int x : consumer_samples) {
-              if (auto f = where.find(x); f != where.end()) from.insert(f->second);
+          for (int x : Lu.samples[d][j]) {
+            auto& at = where[x];
+            if (!at.empty() && at.back().first == static_cast<int>(d)) {
+              at.back().second = static_cast<int>(j);
+            } else {
+              at.push_back({static_cast<int>(d), static_cast<int>(j)});
             }
-            any = any || !from.empty();
-            edge.producers.emplace_back(from.begin(), from.end());
           }
-          if (!any) continue;
-          edge.from = stage_id[u][d][Lu.stage_of[Lu.template_of(static_cast<int>(d))][pl]];
-          edge.to = stage_id[v][e][Lv.stage_of[Lv.template_of(static_cast<int>(e))][cl]];
-          if (added.insert({edge.from, edge.to}).second) sch.edges.push_back(std::move(edge));
         }
+      }
+      // Only replica pairs sharing samples get an edge (looked up from the
+      // consumer's samples: linear in the batch, not in replicas squared).
+      std::map<std::pair<int, int>, StageEdge> pairs;  // (d, e): in the order edges are added
+      for (size_t e = 0; e < Lv.samples.size(); ++e) {
+        const int consumers = static_cast<int>(Lv.samples[e].size());
+        for (int c = 0; c < consumers; ++c) {
+          for (int x : Lv.samples[e][c]) {
+            auto f = where.find(x);
+            if (f == where.end()) continue;
+            for (const auto& [d, j] : f->second) {
+              StageEdge& edge = pairs[{d, static_cast<int>(e)}];
+              if (edge.producers.empty()) edge.producers.assign(consumers, {});
+              edge.producers[c].push_back(j);
+            }
+          }
+        }
+      }
+      for (auto& [de, edge] : pairs) {
+        const auto [d, e] = de;
+        for (auto& list : edge.producers) {
+          std::sort(list.begin(), list.end());
+          list.erase(std::unique(list.begin(), list.end()), list.end());
+        }
+        edge.from = stage_id[u][d][Lu.stage_of[Lu.template_of(d)][pl]];
+        edge.to = stage_id[v][e][Lv.stage_of[Lv.template_of(e)][cl]];
+        if (added.insert({edge.from, edge.to}).second) sch.edges.push_back(std::move(edge));
       }
     }
   }
