@@ -90,47 +90,62 @@ std::vector<int> Consumers(const StageEdge& e, int j, int consumers) {
 void AddPointToPoint(Schedule& s) {
   const auto edges = s.StageEdges();
   std::vector<std::vector<int>> in(s.num_stages()), out_edges(s.num_stages());
+  // Per many-to-many edge, each producer microbatch's consumers (ascending), once.
+  std::vector<std::vector<std::vector<int>>> consumers_of(edges.size());
   for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
     in[edges[e].to].push_back(e);
     out_edges[edges[e].from].push_back(e);
+    if (edges[e].producers.empty()) continue;
+    consumers_of[e].assign(s.microbatches_of(edges[e].from), {});
+    for (int k = 0; k < static_cast<int>(edges[e].producers.size()); ++k) {
+      for (int j : edges[e].producers[k]) consumers_of[e][j].push_back(k);
+    }
   }
+  // On a many-to-many edge each (producer, consumer) pair is its own
+  // message, named by the consumer's microbatch; elsewhere -1.
+  auto for_consumers = [&](int e, int j, auto&& f) {
+    if (edges[e].producers.empty()) return f(-1);
+    for (int k : consumers_of[e][j]) f(k);
+  };
+  auto for_producers = [&](int e, int k, auto&& f) {
+    if (!edges[e].producers.empty()) {
+      for (int j : edges[e].producers[k]) f(j);
+      return;
+    }
+    const auto [lo, hi] = ProducerRange(edges[e], k);
+    for (int j = lo; j < hi; ++j) f(j);
+  };
+  auto pair_mb = [&](int e, int k) { return edges[e].producers.empty() ? -1 : k; };
+  auto comm = [](ActionKind kind, int stage, int mb, int peer, Payload payload, int peer_stage, int peer_mb) {
+    Action c{kind, stage, mb, peer, payload};
+    c.peer_stage = peer_stage;
+    c.peer_microbatch = peer_mb;
+    return c;
+  };
+  std::vector<Action> out;
   for (int r = 0; r < s.num_ranks; ++r) {
-    std::vector<Action> out;
+    out.clear();
+    out.reserve(3 * s.ranks[r].size());
     for (const Action& a : s.ranks[r]) {
       const bool fwd = a.kind == ActionKind::kForward;
       const bool bwd = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData;
-      auto comm = [](ActionKind kind, int stage, int mb, int peer, Payload payload, int peer_stage) {
-        Action c{kind, stage, mb, peer, payload};
-        c.peer_stage = peer_stage;
-        return c;
-      };
-      // On a many-to-many edge each (producer, consumer) pair is its own
-      // message, named by the consumer's microbatch; elsewhere -1.
-      auto pair_mb = [&](int e, int k) { return edges[e].producers.empty() ? -1 : k; };
-      auto consumers = [&](int e, int j) {
-        return edges[e].producers.empty() ? std::vector<int>{-1}
-                                          : Consumers(edges[e], j, s.microbatches_of(edges[e].to));
-      };
       if (fwd) {  // receive every remote input of this microbatch
         for (int e : in[a.stage]) {
           const int u = edges[e].from;
           if (s.stage_rank[u] == r) continue;
-          for (int j : Producers(edges[e], a.microbatch)) {
-            Action c = comm(ActionKind::kRecv, u, j, s.stage_rank[u], Payload::kActivation, a.stage);
-            c.peer_microbatch = pair_mb(e, a.microbatch);
-            out.push_back(c);
-          }
+          for_producers(e, a.microbatch, [&](int j) {
+            out.push_back(comm(ActionKind::kRecv, u, j, s.stage_rank[u], Payload::kActivation, a.stage,
+                               pair_mb(e, a.microbatch)));
+          });
         }
       }
       if (bwd) {  // receive the gradient of this output from every remote consumer
         for (int e : out_edges[a.stage]) {
           const int v = edges[e].to;
           if (s.stage_rank[v] == r) continue;
-          for (int k : consumers(e, a.microbatch)) {
-            Action c = comm(ActionKind::kRecv, v, a.microbatch, s.stage_rank[v], Payload::kGradient, a.stage);
-            c.peer_microbatch = k;
-            out.push_back(c);
-          }
+          for_consumers(e, a.microbatch, [&](int k) {
+            out.push_back(comm(ActionKind::kRecv, v, a.microbatch, s.stage_rank[v], Payload::kGradient, a.stage, k));
+          });
         }
       }
       out.push_back(a);
@@ -138,26 +153,23 @@ void AddPointToPoint(Schedule& s) {
         for (int e : out_edges[a.stage]) {
           const int v = edges[e].to;
           if (s.stage_rank[v] == r) continue;
-          for (int k : consumers(e, a.microbatch)) {
-            Action c = comm(ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[v], Payload::kActivation, v);
-            c.peer_microbatch = k;
-            out.push_back(c);
-          }
+          for_consumers(e, a.microbatch, [&](int k) {
+            out.push_back(comm(ActionKind::kSend, a.stage, a.microbatch, s.stage_rank[v], Payload::kActivation, v, k));
+          });
         }
       }
       if (bwd) {  // send the input gradients back to every remote producer
         for (int e : in[a.stage]) {
           const int u = edges[e].from;
           if (s.stage_rank[u] == r) continue;
-          for (int j : Producers(edges[e], a.microbatch)) {
-            Action c = comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u);
-            c.peer_microbatch = pair_mb(e, a.microbatch);
-            out.push_back(c);
-          }
+          for_producers(e, a.microbatch, [&](int j) {
+            out.push_back(comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u,
+                               pair_mb(e, a.microbatch)));
+          });
         }
       }
     }
-    s.ranks[r] = std::move(out);
+    s.ranks[r].assign(out.begin(), out.end());
   }
 }
 
