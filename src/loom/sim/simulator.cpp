@@ -148,16 +148,22 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   // not say which samples go where in bytes).
   send_share_.assign(n, 1.0);
   const auto edges = schedule_.StageEdges();
-  for (int id = 0; id < n; ++id) {
+  std::map<std::pair<int, int>, int> many_to_many;  // (from, to) -> edge
+  std::vector<std::vector<int>> consumers(edges.size());  // per such edge and producer microbatch
+  for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
+    if (edges[e].producers.empty()) continue;
+    many_to_many[{edges[e].from, edges[e].to}] = e;
+    consumers[e].assign(schedule_.microbatches_of(edges[e].from), 0);
+    for (const auto& list : edges[e].producers) {
+      for (int j : list) ++consumers[e][j];
+    }
+  }
+  for (int id = 0; id < n && !many_to_many.empty(); ++id) {
     const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
     if (a.kind != ActionKind::kSend || a.peer_microbatch < 0) continue;
     const bool act = a.payload == Payload::kActivation;
-    const int from = act ? a.stage : a.peer_stage, to = act ? a.peer_stage : a.stage;
-    for (const StageEdge& e : edges) {
-      if (e.from == from && e.to == to && !e.producers.empty()) {
-        send_share_[id] = 1.0 / static_cast<double>(Consumers(e, a.microbatch, schedule_.microbatches_of(to)).size());
-      }
-    }
+    const auto e = many_to_many.find({act ? a.stage : a.peer_stage, act ? a.peer_stage : a.stage});
+    if (e != many_to_many.end()) send_share_[id] = 1.0 / static_cast<double>(consumers[e->second][a.microbatch]);
   }
   int max_mb = schedule_.num_microbatches;
   for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
