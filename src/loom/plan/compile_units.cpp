@@ -48,7 +48,7 @@ struct UnitLayout {
 };
 
 UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, const IterationSchedule* it,
-                    const std::vector<std::vector<int>>& global_mbs, bool uniform) {
+                    const std::vector<std::vector<int>>& global_mbs, bool uniform, int only) {
   UnitLayout L;
   for (const auto& name : unit.modules) {
     const int mi = model.FindModule(name);
@@ -82,6 +82,12 @@ UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, cons
     std::vector<int> subs(m, 1);
     if (it != nullptr && it->sub_microbatches.count(unit.name)) subs = it->sub_microbatches.at(unit.name);
     for (int k = 0; k < m; ++k) {
+      if (only >= 0) {  // one replica's contents are compiled: its slice alone (SplitEven's cut)
+        const int64_t n = static_cast<int64_t>(mbs[k].size());
+        const std::vector<int> slice(mbs[k].begin() + only * n / D, mbs[k].begin() + (only + 1) * n / D);
+        for (auto& sub : SplitEven(slice, subs[k])) L.samples[only].push_back(std::move(sub));
+        continue;
+      }
       auto slices = SplitEven(mbs[k], D);
       for (int d = 0; d < D; ++d) {
         for (auto& sub : SplitEven(slices[d], subs[k])) L.samples[d].push_back(std::move(sub));
@@ -217,7 +223,7 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
                 "iteration schedule (sub-microbatches or regrouped samples)");
   }
   std::vector<UnitLayout> layout;
-  for (const auto& unit : plan.units) layout.push_back(LayoutOf(model, plan, unit, it, global_mbs, uniform));
+  for (const auto& unit : plan.units) layout.push_back(LayoutOf(model, plan, unit, it, global_mbs, uniform, only));
 
   // Pipeline depth before and after each unit among same-phase chained units.
   const auto inputs = UnitInputs(plan, model);
