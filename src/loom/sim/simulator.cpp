@@ -165,17 +165,19 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     const auto e = many_to_many.find({act ? a.stage : a.peer_stage, act ? a.peer_stage : a.stage});
     if (e != many_to_many.end()) send_share_[id] = 1.0 / static_cast<double>(consumers[e->second][a.microbatch]);
   }
-  int max_mb = schedule_.num_microbatches;
-  for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
-  actions_of_mb_.assign(max_mb, {});
-  for (int id = 0; id < n; ++id) {
-    int mb = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].microbatch;
-    if (mb >= 0) actions_of_mb_[mb].push_back(id);
+  if (options_.record_timelines) {  // what SetCost, SwapMicrobatches and Resimulate walk
+    int max_mb = schedule_.num_microbatches;
+    for (int v = 0; v < schedule_.num_stages(); ++v) max_mb = std::max(max_mb, schedule_.microbatches_of(v));
+    actions_of_mb_.assign(max_mb, {});
+    for (int id = 0; id < n; ++id) {
+      int mb = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]].microbatch;
+      if (mb >= 0) actions_of_mb_[mb].push_back(id);
+    }
+    forced_.assign(n, 0);
+    queued_.assign(n, 0);
+    topo_index_.assign(n, 0);
+    for (int i = 0; i < n; ++i) topo_index_[topo_order_[i]] = i;
   }
-  forced_.assign(n, 0);
-  queued_.assign(n, 0);
-  topo_index_.assign(n, 0);
-  for (int i = 0; i < n; ++i) topo_index_[topo_order_[i]] = i;
   // The join set, and the replica pass without it.
   join_index_.assign(n, -1);
   for (const auto* ids : {&collective_ids_, &wait_ids_, &optimizer_ids_}) {

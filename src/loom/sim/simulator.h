@@ -114,7 +114,7 @@ class Simulator {
   DependencyGraph graph_;
   SimOptions options_;
   std::vector<int> topo_order_;                // a topological order of action ids
-  std::vector<int> topo_index_;
+  std::vector<int> topo_index_;                // position in topo_order_ (with timelines: Resimulate)
   // Stream successor and data users of each id: users_[users_begin_[id]] on.
   std::vector<int> users_begin_, users_;
   // What Duration reads of each action, flat (the hot loop of every run).
@@ -132,7 +132,7 @@ class Simulator {
   std::vector<std::vector<int>> all_reduces_;
   std::vector<int> buckets_;                   // per stage: its gradient collectives (on its rank)
   std::vector<double> send_share_;             // per action: share of the producer's output a send carries
-  std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch
+  std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch (with timelines)
   // The join set: gradient collectives, waits and optimizer steps, timed
   // across replicas by JoinGradientSync; no other action depends on one
   // (the constructor checks), so a replica's pass times everything else.
