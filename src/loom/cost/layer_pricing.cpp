@@ -42,6 +42,7 @@ TokenStats ShareOfSequences(TokenStats t, int ranks) {
 }
 
 bool SplitsOverTensorParallel(const Module& m, int tp) {
+  if (tp <= 1) return true;  // (on the pricing hot path: most stages of big plans)
   for (const auto& l : m.layers) {
     if (HasAttention(l) && l.heads % tp != 0) return false;
   }

@@ -72,18 +72,29 @@ IterationSchedule InputOrder(const Plan& plan, int64_t iteration) {
   return it;
 }
 
-IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch,
-                               int64_t iteration, bool inter) {
-  const int m = MicrobatchCount(plan);
+namespace {
+
+// Per unit, per sample, per stage: the sample's predicted stage times.
+using SampleTimes = std::vector<std::vector<std::vector<StageTime>>>;
+
+SampleTimes TimesOf(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch) {
   const int G = static_cast<int>(plan.global_batch);
   if (static_cast<int>(batch.samples.size()) != G) {
     throw Error(fmt::format("mmscale reordering: the batch has {} samples, the plan {}", batch.samples.size(), G));
   }
+  const auto needs = ComputeBackwardNeeds(model);
+  SampleTimes times(plan.units.size());
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    times[u] = SampleStageTimes(model, c, plan, static_cast<int>(u), batch, needs);
+  }
+  return times;
+}
+
+IterationSchedule Reorder(const Plan& plan, int64_t iteration, bool inter, const SampleTimes& times) {
+  const int m = MicrobatchCount(plan);
+  const int G = static_cast<int>(plan.global_batch);
   const int S = G / m;  // samples per global microbatch (= the backbone's DP)
   const int U = static_cast<int>(plan.units.size());
-  const auto needs = ComputeBackwardNeeds(model);
-  std::vector<std::vector<std::vector<StageTime>>> times(U);
-  for (int u = 0; u < U; ++u) times[u] = SampleStageTimes(model, c, plan, u, batch, needs);
 
   // Size of a sample: its predicted time in every unit but the backbone
   // (whose sequences have a fixed length).
@@ -153,11 +164,18 @@ IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan&
   return it;
 }
 
+}  // namespace
+
+IterationSchedule ReorderBatch(const Model& model, const Cluster& c, const Plan& plan, const Batch& batch,
+                               int64_t iteration, bool inter) {
+  return Reorder(plan, iteration, inter, TimesOf(model, c, plan, batch));
+}
+
 IterationSchedule MmscaleScheduleBatch(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
                                        const Batch& batch, int64_t iteration) {
-  std::vector<IterationSchedule> candidates = {InputOrder(plan, iteration),
-                                               ReorderBatch(model, c, plan, batch, iteration, false),
-                                               ReorderBatch(model, c, plan, batch, iteration, true)};
+  const SampleTimes times = TimesOf(model, c, plan, batch);  // both reorderings read the same predictions
+  std::vector<IterationSchedule> candidates = {InputOrder(plan, iteration), Reorder(plan, iteration, false, times),
+                                               Reorder(plan, iteration, true, times)};
   // The orders change what each microbatch holds, not the actions: one
   // simulator (graph and validation built once) times all three.
   int best = 0;
