@@ -1,9 +1,11 @@
-// The event-driven pipeline simulator (PipeWeaver's SEMU, notes §1.5, at the
-// granularity of pipeline actions). Each rank has a compute stream and a
-// communication stream that overlap; each runs its actions in list order; an
-// action starts when its stream is free and its dependencies are met
-// (pipeline/dependency_graph.h). A send occupies the sender's communication
-// stream for latency + bytes / bandwidth; the receive completes with it.
+// The pipeline simulator (PipeWeaver's SEMU, notes §1.5, at the granularity
+// of pipeline actions). Each rank has a compute stream and a communication
+// stream that overlap; each runs its actions in list order; an action starts
+// when its stream is free and its dependencies are met
+// (pipeline/dependency_graph.h), so one pass in the topological order the
+// validation proved times every action as an event queue would. A send
+// occupies the sender's communication stream for latency + bytes / bandwidth;
+// the receive completes with it.
 //
 // Spatial reuse: one simulated rank stands for its whole TP group, and one
 // replica for every data-parallel replica that gets the same batch; replicas
@@ -53,7 +55,7 @@ class Simulator {
   // stages, microbatches and ranks.
   Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, SimOptions options = {});
 
-  const SimResult& result();  // computes memory curves lazily after a Resimulate()
+  const SimResult& result();  // computes memory (curves, with timelines) lazily after a run
   double iteration_time_s() const { return iteration_time_s_; }
 
   // Simulates the same schedule with other costs, from scratch (what a
