@@ -20,6 +20,7 @@
 #include "loom/spec/zoo.h"
 #include "loom/strategies/plan_builders.h"
 #include "loom/strategies/strategy.h"
+#include "test_util.h"
 
 namespace loom {
 namespace {
@@ -292,6 +293,28 @@ TEST(SummarySimulation, EqualsTheRecordedTimelines) {
   }
   EXPECT_GT(checked, 100);
   EXPECT_GT(shared_groups, 0);  // some plans put several ranks on one GPU group
+}
+
+// The replicas' passes time everything but the gradient collectives, waits
+// and optimizer steps, which the join times across replicas: a schedule whose
+// compute waits on a collective (a barrier) is refused, naming the action.
+TEST(SummarySimulation, RefusesComputeAfterACollective) {
+  Schedule s = MakeSchedule(ScheduleKind::kOneFOneB, 2, 4);
+  AddGradientSync(s, 2);
+  int last_backward = -1, collective = -1;
+  for (int i = 0; i < static_cast<int>(s.ranks[0].size()); ++i) {
+    if (s.ranks[0][i].kind == ActionKind::kBackward) last_backward = i;
+  }
+  for (int i = 0; i < static_cast<int>(s.ranks[1].size()) && collective < 0; ++i) {
+    if (s.ranks[1][i].kind == ActionKind::kCollective) collective = i;
+  }
+  ASSERT_GE(last_backward, 0);
+  ASSERT_GE(collective, 0);
+  const ExecutionCosts costs = UniformCosts(s, 1.0, 1.0, 1.0);
+  EXPECT_NO_THROW(Simulator(s, costs.replicas));
+  s.extra_deps.push_back({0, last_backward, 1, collective});
+  test::ExpectError([&] { Simulator(s, costs.replicas); },
+                    {"action " + std::to_string(last_backward) + " of rank 0", "waits on a gradient collective"});
 }
 
 TEST(SummarySimulation, RefusesWhatNeedsTimelines) {
