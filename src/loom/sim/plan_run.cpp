@@ -12,14 +12,14 @@
 namespace loom {
 
 PlanRun RunPlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan, const Batch& batch,
-                const IterationSchedule* it, SimOptions options) {
+                const IterationSchedule* it, SimOptions options, PricingMemo* memo) {
   // Without timelines nothing names a replica's ranks: a plan of independent
   // replica copies is simulated folded (the same times and peaks on a
   // schedule dp times smaller; CompileOptions::fold_replicas).
   CompileOptions compile;
   compile.fold_replicas = !options.record_timelines;
   ExecutionPlan exec = CompilePlan(model, c, w, plan, batch, it, compile);
-  ExecutionCosts costs = PriceExecution(exec, model, c, batch);
+  ExecutionCosts costs = PriceExecution(exec, model, c, batch, nullptr, memo);
   return RunExecution(c, std::move(exec), std::move(costs), options);
 }
 

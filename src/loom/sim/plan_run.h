@@ -44,8 +44,10 @@ struct PlanRun {
 // SimOptions::record_timelines, a plan whose replicas are independent copies
 // is compiled folded (CompileOptions::fold_replicas): the same metrics, its
 // exec then holds one replica's ranks.
+// `memo`, when not null, caches prices across calls on one batch (PricingMemo).
 PlanRun RunPlan(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                const Batch& batch, const IterationSchedule* iteration = nullptr, SimOptions options = {});
+                const Batch& batch, const IterationSchedule* iteration = nullptr, SimOptions options = {},
+                PricingMemo* memo = nullptr);
 
 // Simulates an already compiled (and priced) plan: what RunPlan does after compiling.
 PlanRun RunExecution(const Cluster& cluster, ExecutionPlan exec, ExecutionCosts costs, SimOptions options = {});

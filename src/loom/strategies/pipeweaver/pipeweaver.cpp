@@ -46,10 +46,11 @@ std::vector<int> StageModules(const Plan& plan, const std::vector<ModalityModule
 }
 
 // Simulated iteration time, or infinity when a GPU overflows.
-double Simulate(const StrategyContext& ctx, const Plan& plan, const Batch& batch, const IterationSchedule* it) {
+double Simulate(const StrategyContext& ctx, const Plan& plan, const Batch& batch, const IterationSchedule* it,
+                PricingMemo* memo) {
   SimOptions opt;
   opt.record_timelines = false;
-  const PlanRun run = RunPlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, it, opt);
+  const PlanRun run = RunPlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, it, opt, memo);
   return run.memory_violations.empty() ? run.metrics.iteration_time_s : kNoFit;
 }
 
@@ -74,10 +75,10 @@ struct Woven {
 };
 
 Woven BuildWoven(const StrategyContext& ctx, const Plan& plan, const Batch& batch, IterationSchedule it,
-                 const std::vector<int>& stage_module) {
+                 const std::vector<int>& stage_module, PricingMemo* memo) {
   Woven w;
   w.exec = CompilePlan(ctx.model, ctx.cluster, ctx.workload, plan, batch, &it);
-  w.costs = PriceExecution(w.exec, ctx.model, ctx.cluster, batch, &w.layers);
+  w.costs = PriceExecution(w.exec, ctx.model, ctx.cluster, batch, &w.layers, memo);
   w.flow = BuildStageFlow(w.exec.schedule, w.costs.replicas[0], stage_module, WovenStageMicrobatches(plan, it),
                           ctx.cluster.usable_mem_bytes());
   w.schedule = std::move(it);
@@ -95,9 +96,10 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   const Unit& unit = plan.units[0];
   const int tp = unit.tp, pp = unit.pipelines[0].pp;
   PipeweaverBatchReport rep;
+  PricingMemo memo;  // this batch's token counts and stage prices, shared by every schedule tried on it
   rep.schedule.iteration = iteration;
   rep.schedule.microbatch_samples = DefaultMicrobatches(plan);
-  rep.static_s = Simulate(ctx, plan, batch, &rep.schedule);
+  rep.static_s = Simulate(ctx, plan, batch, &rep.schedule, &memo);
   rep.woven_s = rep.ranked_s = rep.tuned_s = rep.final_s = rep.static_s;
   if (!options.weave) return rep;
 
@@ -114,13 +116,13 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   // to stay within memory and layer tuning adds recomputation where that
   // stalls. Only when even that cannot fit, the plan's recomputation is the start.
   it.recompute = Recompute::kNone;
-  Woven w = BuildWoven(ctx, plan, batch, it, stage_module);
+  Woven w = BuildWoven(ctx, plan, batch, it, stage_module, &memo);
   InterleaveOptions io = options.ranking.interleave;
   std::vector<int> position = DefaultRanking(w.flow);
   Interleaving timeline = Interleaver(w.flow).Run(position, io);
   if (!timeline.fits && unit.recompute != Recompute::kNone) {
     it.recompute.reset();
-    w = BuildWoven(ctx, plan, batch, it, stage_module);
+    w = BuildWoven(ctx, plan, batch, it, stage_module, &memo);
     timeline = Interleaver(w.flow).Run(position, io);
   }
   const char base_letter = it.recompute ? 'n' : RecomputeLetter(unit.recompute);
@@ -129,7 +131,7 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
 
   // §6.2 with the default ranking, then §6.1's ranking.
   w.schedule.rank_orders = RankOrders(w.flow, timeline);
-  rep.woven_s = Simulate(ctx, plan, batch, &w.schedule);
+  rep.woven_s = Simulate(ctx, plan, batch, &w.schedule, &memo);
   IterationSchedule best = w.schedule;
   double best_s = rep.woven_s;
   rep.ranked_s = rep.woven_s;
@@ -140,7 +142,7 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
     rep.ranking = RankByMcts(w.flow, ro);
     IterationSchedule ranked = w.schedule;
     ranked.rank_orders = RankOrders(w.flow, rep.ranking.best);
-    rep.ranked_s = Simulate(ctx, plan, batch, &ranked);
+    rep.ranked_s = Simulate(ctx, plan, batch, &ranked, &memo);
     if (rep.ranked_s < best_s) {
       best = std::move(ranked);
       best_s = rep.ranked_s;
@@ -174,9 +176,9 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
           tuned.layer_recompute.push_back({st.stage, st.microbatch, std::move(layers)});
         }
       }
-      Woven t = BuildWoven(ctx, plan, batch, tuned, stage_module);
+      Woven t = BuildWoven(ctx, plan, batch, tuned, stage_module, &memo);
       t.schedule.rank_orders = RankOrders(t.flow, Interleaver(t.flow).Run(position, io));
-      const double tuned_s = Simulate(ctx, plan, batch, &t.schedule);
+      const double tuned_s = Simulate(ctx, plan, batch, &t.schedule, &memo);
       if (tuned_s < best_s) {
         best = std::move(t.schedule);
         best_s = tuned_s;
