@@ -183,9 +183,10 @@ IterationSchedule MmscaleScheduleBatch(const Model& model, const Cluster& c, con
   SimOptions summary;  // only the time is compared
   summary.record_timelines = false;
   std::optional<Simulator> sim;
+  PricingMemo memo;  // the inter-microbatch order regroups no samples: its microbatches are priced already
   for (size_t i = 0; i < candidates.size(); ++i) {
     ExecutionPlan exec = CompilePlan(model, c, w, plan, batch, &candidates[i]);
-    ExecutionCosts costs = PriceExecution(exec, model, c, batch);
+    ExecutionCosts costs = PriceExecution(exec, model, c, batch, nullptr, &memo);
     if (sim && sim->schedule() == exec.schedule) {
       sim->Rerun(std::move(costs.replicas));
     } else {
