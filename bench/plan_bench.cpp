@@ -71,7 +71,7 @@ BENCHMARK_CAPTURE(BM_SearchAtScale, entrain_pruned, "entrain", true)->Unit(bench
 // runs it (the cluster's shipped cost model, the model's default workload),
 // every strategy's search plus one simulated batch of each plan. Goals on the
 // 2-core machine: mllm-9b under 60 s, vlm-xl under 120 s (the latter takes
-// about 3 min today: run it alone with --benchmark_filter=PlanAll/vlm).
+// about 2.5 min today: run it alone with --benchmark_filter=PlanAll/vlm).
 void BM_PlanAll(benchmark::State& state, const char* model_name, const char* cluster_name, int64_t batch) {
   const Model model = LoadModel(model_name);
   Cluster cluster = LoadCluster(cluster_name);
