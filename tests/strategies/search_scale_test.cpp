@@ -329,6 +329,8 @@ TEST(SummarySimulation, RefusesWhatNeedsTimelines) {
   EXPECT_THROW(sim.Resimulate(), Error);
   Simulator recorded(s, costs.replicas);
   EXPECT_EQ(recorded.iteration_time_s(), sim.iteration_time_s());
+  summary.memory_groups = {{0, 1}, {1, 9}};
+  test::ExpectError([&] { Simulator(s, costs.replicas, summary); }, {"memory group 1 names rank 9", "ranks 0..1"});
 }
 
 // Rerunning a simulator with other costs times them exactly as a fresh

@@ -35,6 +35,12 @@ enum class ActionKind : uint8_t {
 
 enum class Payload : uint8_t { kActivation = 0, kGradient = 1 };
 
+// Forward, fused backward, or one of its halves: what runs on the compute stream.
+inline bool IsCompute(ActionKind kind) {
+  return kind == ActionKind::kForward || kind == ActionKind::kBackward || kind == ActionKind::kBackwardData ||
+         kind == ActionKind::kBackwardWeight;
+}
+
 struct Action {
   ActionKind kind = ActionKind::kForward;
   int stage = -1;       // virtual stage it computes, or the sending stage for send/recv
@@ -56,10 +62,7 @@ struct Action {
   // producer microbatch has one consumer.
   int peer_microbatch = -1;
 
-  bool is_compute() const {
-    return kind == ActionKind::kForward || kind == ActionKind::kBackward ||
-           kind == ActionKind::kBackwardData || kind == ActionKind::kBackwardWeight;
-  }
+  bool is_compute() const { return IsCompute(kind); }
   bool on_comm_stream() const { return kind == ActionKind::kSend || kind == ActionKind::kCollective; }
   bool operator==(const Action& o) const = default;
 };

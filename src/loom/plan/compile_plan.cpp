@@ -119,12 +119,14 @@ int ExecStage::num_layers() const {
   return n;
 }
 
+std::vector<int> SplitEvenPart(const std::vector<int>& items, int parts, int d) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  return std::vector<int>(items.begin() + d * n / parts, items.begin() + (d + 1) * n / parts);
+}
+
 std::vector<std::vector<int>> SplitEven(const std::vector<int>& items, int parts) {
   std::vector<std::vector<int>> out(parts);
-  const int64_t n = static_cast<int64_t>(items.size());
-  for (int d = 0; d < parts; ++d) {
-    out[d].assign(items.begin() + d * n / parts, items.begin() + (d + 1) * n / parts);
-  }
+  for (int d = 0; d < parts; ++d) out[d] = SplitEvenPart(items, parts, d);
   return out;
 }
 

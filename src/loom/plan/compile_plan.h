@@ -63,6 +63,8 @@ int NumItems(const Sample& sample);
 // splits a microbatch whose samples do not divide by the consumer's DP degree
 // (docs/plan-format.md).
 std::vector<std::vector<int>> SplitEven(const std::vector<int>& items, int parts);
+// Part d of SplitEven(items, parts) alone.
+std::vector<int> SplitEvenPart(const std::vector<int>& items, int parts, int d);
 
 // "vision[0:16]+projector[0:1]".
 std::string StageLabel(const StageSpec& stage);

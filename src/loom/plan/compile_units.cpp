@@ -82,10 +82,8 @@ UnitLayout LayoutOf(const Model& model, const Plan& plan, const Unit& unit, cons
     std::vector<int> subs(m, 1);
     if (it != nullptr && it->sub_microbatches.count(unit.name)) subs = it->sub_microbatches.at(unit.name);
     for (int k = 0; k < m; ++k) {
-      if (only >= 0) {  // one replica's contents are compiled: its slice alone (SplitEven's cut)
-        const int64_t n = static_cast<int64_t>(mbs[k].size());
-        const std::vector<int> slice(mbs[k].begin() + only * n / D, mbs[k].begin() + (only + 1) * n / D);
-        for (auto& sub : SplitEven(slice, subs[k])) L.samples[only].push_back(std::move(sub));
+      if (only >= 0) {  // one replica's contents are compiled: its slice alone
+        for (auto& sub : SplitEven(SplitEvenPart(mbs[k], D, only), subs[k])) L.samples[only].push_back(std::move(sub));
         continue;
       }
       auto slices = SplitEven(mbs[k], D);

@@ -296,6 +296,8 @@ void PricingMemo::Bind(const Model& model, const Cluster* cluster, const Batch& 
   if (model_ == nullptr) {
     model_ = &model;
     batch_ = &batch;
+    needs_ = ComputeBackwardNeeds(model);
+    classes_ = LayerClasses(model, needs_);
   } else if (model_ != &model || batch_ != &batch) {
     throw Error("PriceExecution: a PricingMemo was used with another model or batch");
   }
@@ -332,10 +334,10 @@ int PricingMemo::TokenId(const Model& model, const Batch& batch, std::span<const
   std::vector<const Sample*> samples;
   samples.reserve(pieces.size());
   for (const auto& p : pieces) {
-    if (p.item < 0 && p.sample >= 0 && p.sample < static_cast<int>(batch.samples.size())) {
-      samples.push_back(&batch.samples[p.sample]);
+    if (p.item < 0) {
+      samples.push_back(&batch.samples.at(p.sample));
     } else {
-      items.push_back(PieceSample(batch, p));  // (throws on a bad piece)
+      items.push_back(PieceSample(batch, p));
       samples.push_back(&items.back());
     }
   }
@@ -371,18 +373,17 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
                               LayerOptions* options, PricingMemo* memo, int only_replica) {
   const Schedule& sch = exec.schedule;
   const int S = sch.num_stages();
-  const auto needs = ComputeBackwardNeeds(model);
   // Stage prices are kept even without a caller's memo: stages holding the
   // same layer classes (LayerClasses) share them, so a pipeline of many
   // one-block stages prices a microbatch a few times, not once per stage.
   PricingMemo local;  // without a caller's memo, one for this call (microbatches shared by stages)
   if (memo == nullptr) memo = &local;
   memo->Bind(model, &c, batch);
+  const auto& needs = memo->needs_;
   auto token_id = [&](std::span<const SamplePiece> pieces) { return memo->TokenId(model, batch, pieces); };
   std::vector<int> stage_id(S);
-  const auto classes = LayerClasses(model, needs);
   for (int s = 0; s < S; ++s) {
-    const std::string sig = PricingSignature(model, exec.stages[s], exec.precision, classes);
+    const std::string sig = PricingSignature(model, exec.stages[s], exec.precision, memo->classes_);
     stage_id[s] = memo->stage_ids_.emplace(sig, static_cast<int>(memo->stage_ids_.size())).first->second;
   }
   ExecutionCosts out;

@@ -78,6 +78,8 @@ class PricingMemo {
   const Model* model_ = nullptr;
   const Cluster* cluster_ = nullptr;
   const Batch* batch_ = nullptr;
+  std::vector<std::vector<BackwardNeeds>> needs_;  // ComputeBackwardNeeds of the model
+  std::vector<std::vector<int>> classes_;          // per module and layer: its class (equal layers, equal needs)
   std::map<std::vector<std::pair<int, int>>, int> token_ids_;  // microbatch pieces -> index into tokens_
   std::vector<std::vector<TokenStats>> tokens_;
   std::map<std::string, int> stage_ids_;                      // a stage's pricing signature -> id

@@ -205,6 +205,17 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
     const int last = graph_.offset[r + 1] - 1;
     last_action_.push_back(last >= graph_.offset[r] ? last : -1);
   }
+  shares_gpus_.assign(schedule_.num_ranks, 0);
+  shared_curves_.assign(schedule_.num_ranks, {});
+  for (size_t g = 0; g < options_.memory_groups.size(); ++g) {
+    for (int r : options_.memory_groups[g]) {
+      if (r < 0 || r >= schedule_.num_ranks) {
+        throw Error(fmt::format("simulator: memory group {} names rank {}; the schedule has ranks 0..{}", g, r,
+                                schedule_.num_ranks - 1));
+      }
+      shares_gpus_[r] = shares_gpus_[r] || options_.memory_groups[g].size() > 1;
+    }
+  }
   AllocateTimes();
   SimulateFromScratch();
 }
@@ -505,10 +516,7 @@ double Simulator::RankMemory(int rep, int r, const double* start, const double* 
   double busy = 0;
   for (int id = graph_.offset[r]; id < graph_.offset[r + 1]; ++id) {
     const Op& a = ops_[id];
-    if (a.kind != ActionKind::kForward && a.kind != ActionKind::kBackward && a.kind != ActionKind::kBackwardData &&
-        a.kind != ActionKind::kBackwardWeight) {
-      continue;
-    }
+    if (!IsCompute(a.kind)) continue;
     const double s = start[id], e = end[id];
     const StageCost& sc = c.at(a.cost_stage, a.microbatch);
     // Waits on unhidden communication inside the op are idle, not busy.
@@ -559,16 +567,10 @@ void Simulator::SummarizeReplica(int rep, const double* start, const double* end
                                  std::vector<std::vector<MemoryPoint>>* curves) {
   const int p = schedule_.num_ranks;
   // Ranks sharing GPUs add up their curves; others need only their peak.
-  std::vector<char> shared(p, 0);
-  for (const auto& g : options_.memory_groups) {
-    if (g.size() > 1) {
-      for (int r : g) shared[r] = 1;
-    }
-  }
-  std::vector<std::vector<MemoryPoint>> own;  // shared ranks' curves, without recording
-  if (curves == nullptr) own.resize(p);
+  auto& own = shared_curves_;  // shared ranks' curves, without recording
   for (int r = 0; r < p; ++r) {
-    auto* curve = curves != nullptr ? &(*curves)[rep * p + r] : (shared[r] ? &own[r] : nullptr);
+    if (curves == nullptr && shares_gpus_[r]) own[r].clear();
+    auto* curve = curves != nullptr ? &(*curves)[rep * p + r] : (shares_gpus_[r] ? &own[r] : nullptr);
     result_.peak_mem_bytes[rep * p + r] = RankMemory(rep, r, start, end, &result_.busy_s[rep * p + r], curve);
   }
   const int groups = static_cast<int>(options_.memory_groups.size());

@@ -142,6 +142,7 @@ class Simulator {
   std::vector<int> join_index_;    // per id: its index in join_ids_, -1 outside the join set
   std::vector<int> replica_order_;  // topo_order_ without the join set
   std::vector<int> last_action_;    // per rank: id of its last listed action, -1 if none
+  std::vector<char> shares_gpus_;   // per rank: in a memory group with other ranks
 
   // Mutated by runs.
   std::vector<PipelineCosts> replicas_;
@@ -152,6 +153,7 @@ class Simulator {
   // stage's last backward's end.
   std::vector<std::vector<double>> local_ready_, join_start_, join_end_, last_end_, backward_end_;
   std::vector<std::pair<double, double>> deltas_;  // RankMemory scratch: (time, bytes)
+  std::vector<std::vector<MemoryPoint>> shared_curves_;  // SummarizeReplica scratch: ranks sharing GPUs
   std::vector<std::vector<int>> dirty_;           // [replica] ids whose cost changed
   std::vector<char> forced_, queued_;             // Resimulate() scratch, all zero between calls
   double iteration_time_s_ = 0;

@@ -176,8 +176,10 @@ IterationSchedule MmscaleScheduleBatch(const Model& model, const Cluster& c, con
   const SampleTimes times = TimesOf(model, c, plan, batch);  // both reorderings read the same predictions
   std::vector<IterationSchedule> candidates = {InputOrder(plan, iteration), Reorder(plan, iteration, false, times),
                                                Reorder(plan, iteration, true, times)};
-  // The orders change what each microbatch holds, not the actions: one
-  // simulator (graph and validation built once) times all three.
+  // Orders that change only what each microbatch holds keep the schedule:
+  // one simulator (graph and validation built once) re-times them. Broker
+  // edges follow the samples, so a reordering that moves samples between
+  // replicas changes the schedule and gets a simulator of its own.
   int best = 0;
   double best_s = 0;
   SimOptions summary;  // only the time is compared
