@@ -5,7 +5,11 @@
 // progress line behave as documented.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -538,6 +542,59 @@ TEST(Comparison, WithoutKeptBatchesKeepsNothingPerBatchAndTheSameMeans) {
     EXPECT_GT(max_s, 0);
   }
   EXPECT_THROW(CompareStrategies(model, cluster, w, {"megatron"}, kMaxIterations + 1, {}, keep), Error);
+}
+
+// Strategies planned at once (--jobs) give the same rows, in the order asked
+// for, as one after another: each job prices through its own memo, and every
+// cached price is the price. Progress calls never overlap, name their slot,
+// and every slot says when it is done.
+TEST(Comparison, JobsChangeNoNumberAndSerializeProgress) {
+  const Model model = LoadModel("mllm-sss");
+  const Cluster cluster = MakeCluster("h100", 1, 4);
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 16;
+  const std::vector<std::string> names = StrategyNames();
+  CompareOptions one, three;
+  three.jobs = 3;
+  std::atomic<int> inside{0};
+  int overlaps = 0;
+  std::vector<Progress> seen;
+  auto progress = [&](const Progress& p) {
+    if (inside++ != 0) ++overlaps;
+    seen.push_back(p);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));  // widen any race
+    --inside;
+  };
+  const Comparison a = CompareStrategies(model, cluster, w, names, 3, {}, one);
+  const Comparison b = CompareStrategies(model, cluster, w, names, 3, progress, three);
+  auto without_times = [](nlohmann::json j) {
+    for (auto& s : j["strategies"]) {
+      s.erase("planning_time_s");
+      s.erase("batch_schedule_time_s");
+    }
+    return j;
+  };
+  EXPECT_EQ(without_times(ComparisonJson(a)), without_times(ComparisonJson(b)));
+  EXPECT_EQ(a.best, b.best);
+  EXPECT_EQ(a.megatron, b.megatron);
+  ASSERT_EQ(b.outcomes.size(), names.size());
+  int planned = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_EQ(b.outcomes[i].name, names[i]);
+    planned += b.outcomes[i].ok();
+  }
+  EXPECT_GE(planned, 10);
+  EXPECT_EQ(overlaps, 0);
+  std::set<int> done;
+  for (const auto& p : seen) {
+    EXPECT_GE(p.slot, 0);
+    EXPECT_LT(p.slot, 3);
+    if (p.what.empty()) done.insert(p.slot);
+  }
+  EXPECT_EQ(done, (std::set<int>{0, 1, 2}));
+  CompareOptions none;
+  none.jobs = 0;
+  EXPECT_THROW(CompareStrategies(model, cluster, w, {"megatron"}, 1, {}, none), Error);
 }
 
 }  // namespace

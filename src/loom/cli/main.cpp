@@ -8,6 +8,8 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
+#include <sys/ioctl.h>
+#include <thread>
 #include <unistd.h>
 
 #include "loom/data/sample_source.h"
@@ -500,6 +502,11 @@ int main(int argc, char** argv) {
                    "seconds each strategy's search may take; when spent it returns the best plan found so far "
                    "(default: no limit)")
       ->check(kPositive);
+  compare.jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  plan->add_option("--jobs", compare.jobs,
+                   "strategies planned at once, each on its own thread (default: this machine's cores; the same "
+                   "plans and numbers for any value)")
+      ->check(kPositive);
   bool exhaustive = false;
   plan->add_flag("--exhaustive", exhaustive,
                  "simulate every candidate, even those whose lower bound cannot beat the best plan found "
@@ -622,8 +629,24 @@ int main(int argc, char** argv) {
       // does not grow with --iterations.
       compare.keep_batches = !plan_json.empty() || !plan_report.empty() || plan_run;
       std::function<void(const loom::Progress&)> progress;
+      std::vector<std::string> progress_lines;  // one per job slot; calls are serialized
       if (isatty(STDERR_FILENO)) {
-        progress = [](const loom::Progress& p) { std::cerr << "\r\033[K" << loom::FormatProgress(p) << std::flush; };
+        progress = [&progress_lines](const loom::Progress& p) {
+          if (p.slot >= static_cast<int>(progress_lines.size())) progress_lines.resize(p.slot + 1);
+          progress_lines[p.slot] = p.what.empty() ? "" : loom::FormatProgress(p);
+          std::string line;
+          for (const auto& l : progress_lines) {
+            if (l.empty()) continue;
+            if (!line.empty()) line += " | ";
+            line += l;
+          }
+          // One terminal row, so "\r\033[K" erases all of it next time.
+          winsize ws{};
+          if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) {
+            line.resize(ws.ws_col - 1);
+          }
+          std::cerr << "\r\033[K" << line << std::flush;
+        };
       }
       // --run compares each run step with the simulation of the same batch.
       if (plan_run) iterations = std::max(iterations, plan_run_steps);

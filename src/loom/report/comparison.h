@@ -63,6 +63,10 @@ struct CompareOptions {
   // batches: for --json, --report, --run). Off, memory does not grow with the
   // number of batches: means and maxima are kept as they go.
   bool keep_batches = true;
+  // Strategies planned and trained at once, each on its own thread with its
+  // own memo (`loom plan --jobs`). Every number but the plan times is the same
+  // for any value; progress calls are serialized and carry Progress::slot.
+  int jobs = 1;
 };
 
 // The most sampled batches a comparison that keeps every batch

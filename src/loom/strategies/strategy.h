@@ -23,12 +23,15 @@ namespace loom {
 
 // Where a long step stands: unit `done` of `total` of `what` ("megatron:
 // candidate", "megatron: batch") is in progress, done - 1 are finished;
-// total 0 when unknown. `elapsed_s` since the step began.
+// total 0 when unknown. `elapsed_s` since the step began. When several
+// steps run at once (CompareOptions::jobs), `slot` says which reports; an
+// empty `what` says that slot is done.
 struct Progress {
   std::string what;
   int64_t done = 0;
   int64_t total = 0;
   double elapsed_s = 0;
+  int slot = 0;
 };
 
 struct StrategyContext {
