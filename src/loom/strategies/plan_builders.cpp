@@ -300,8 +300,18 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
     // replica's readiness) and peaks exactly as it does there, at a fraction
     // of the cost. Only that replica's contents are compiled for this; which
     // one it is depends on the plan's cut alone (Bound), found once per cut.
+    // Memory alone is reason enough when pruning is on: a replica that
+    // overflows (by the memory lower bound, or simulated alone) overflows
+    // the whole plan, which would be simulated only to return -1.
     const std::pair<int, int> cut{plan.units[0].num_replicas(), plan.units[0].pipelines[0].microbatches};
-    const bool early = prune_above_s >= 0 && cut.first > 1;
+    const bool early = (prune_above_s >= 0 || prune_) && cut.first > 1;
+    auto overflows = [&](const std::string& why) {
+      if (why.empty()) return false;
+      ++candidates_;
+      ++overflow_;
+      overflow_reason_ = why;
+      return true;
+    };
     std::optional<ExecutionPlan> full;
     if (early && !heaviest_of_cut_.count(cut)) {
       full = Compile(plan);
@@ -315,13 +325,9 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
           ++pruned_;
           return kPruned;
         }
+        if (overflows(MemoryOverflow(alone_exec, plan, alone.replicas.front()))) return -1;
         const PlanRun run = RunExecution(ctx_.cluster, std::move(alone_exec), std::move(alone), opt);
-        if (!run.memory_violations.empty()) {
-          ++candidates_;
-          ++overflow_;
-          overflow_reason_ = run.memory_violations.front();
-          return -1;
-        }
+        if (!run.memory_violations.empty() && overflows(run.memory_violations.front())) return -1;
         if (beyond(run.metrics.iteration_time_s)) {
           ++pruned_;
           return kPruned;
@@ -337,6 +343,7 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
       ++pruned_;
       return kPruned;
     }
+    if (prune_ && overflows(MemoryOverflow(exec, plan, costs.replicas.front()))) return -1;
     ++candidates_;
     PlanRun run = RunExecution(ctx_.cluster, std::move(exec), std::move(costs), opt);
     if (!run.memory_violations.empty()) {
