@@ -251,15 +251,21 @@ bool CandidateSearch::BudgetSpent() {
   return budget_spent_;
 }
 
+void CandidateSearch::Report(const char* what, int64_t done, bool now_or_never) {
+  if (!ctx_.progress) return;
+  const double now = NowSeconds();
+  // Ten lines a second is all a terminal needs; the first of a step always shows.
+  if (!now_or_never && last_progress_s_ >= 0 && now - last_progress_s_ < 0.1) return;
+  last_progress_s_ = now;
+  if (now_or_never) step_start_s_ = now;  // elapsed (and the estimate) count this step's time only
+  // A total only where the strategy said one (Expect, Run); never below the count.
+  ctx_.progress({strategy_ + what, done, total_ > 0 ? std::max(total_, done) : 0, now - step_start_s_});
+}
+
 bool CandidateSearch::Step() {
   if (BudgetSpent()) return false;
   ++steps_;
-  if (!ctx_.progress) return true;
-  const double now = NowSeconds();
-  if (last_progress_s_ >= 0 && now - last_progress_s_ < 0.1) return true;  // a terminal needs no more
-  last_progress_s_ = now;
-  // A total only where the strategy said one (Expect, Run); never below the count.
-  ctx_.progress({strategy_ + ": candidate", steps_, total_ > 0 ? std::max(total_, steps_) : 0, now - start_s_});
+  Report(": candidate", steps_, steps_ == 1);
   return true;
 }
 
@@ -553,6 +559,7 @@ CandidateSearch::Outcome CandidateSearch::Visit(const std::function<Plan(Recompu
       if (!Step()) return Outcome::kSkipped;
       return TryNow(make, index, prune_);
     case Pass::kBounds:
+      Report(": bounding candidates", index + 1, index == 0);
       tries_.push_back(Bound(make));
       return Outcome::kUnseen;
     case Pass::kLowest:
@@ -644,7 +651,6 @@ void CandidateSearch::Run(const std::function<void()>& loop) {
     pass_ = Pass::kDirect;
   };
   tries_.clear();
-  if (ctx_.progress) ctx_.progress({strategy_ + ": bounding candidates", 0, total_, NowSeconds() - start_s_});
   walk(Pass::kBounds);
   // The few lowest bounds first: a good best early skips most of the rest.
   constexpr size_t kLowest = 4;

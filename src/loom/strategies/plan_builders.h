@@ -157,6 +157,9 @@ class CandidateSearch {
   double Simulate(const Plan& plan, double prune_above_s = -1);
   void Keep(const Plan& plan, double time_s, int64_t order);
   bool Step();  // one more candidate: progress; false when the budget is spent
+  // Progress: `what` (after the strategy's name) `done` of the total, at
+  // most ten times a second unless `now_or_never` (a step's first unit).
+  void Report(const char* what, int64_t done, bool now_or_never);
   // Evaluates Try number `index` now: kFits, kNoFit or (with `prune`) kSkipped.
   Outcome TryNow(const std::function<Plan(Recompute)>& make, int64_t index, bool prune);
   // Why `plan` (compiled to `exec`, priced as `costs` for one replica)
@@ -185,6 +188,7 @@ class CandidateSearch {
   int invalid_ = 0, overflow_ = 0;
   bool budget_spent_ = false;
   double start_s_ = 0, last_progress_s_ = -1;
+  double step_start_s_ = 0;  // when the bound walk or the simulations began (Report)
   std::string invalid_reason_, overflow_reason_, skipped_;
   // Runs `body` with Try only counting its calls; Expect()s the count.
   void CountTries(const std::function<void()>& body);
