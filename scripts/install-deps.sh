@@ -11,6 +11,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   coinor-libcbc-dev
+  libtcmalloc-minimal4
   libtorch-dev libgloo-dev libopenblas0-pthread
   pybind11-dev python3-dev python3-torch
 )
