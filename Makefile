@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test test-asan fuzz demo bench screenshot clean
+.PHONY: deps configure build test test-asan test-tsan fuzz demo bench screenshot clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -31,6 +31,17 @@ test-asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/scripts/lsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -LE slow-under-asan
+
+# The thread pass (docs/testing.md): the tests that plan strategies or search
+# on several threads (`loom plan --jobs`, PipeWeaver's parallel MCTS), built
+# with ThreadSanitizer in their own folder; any race report fails it.
+TSAN_BUILD ?= build-tsan
+TSAN_TESTS ?= Comparison.*:PipeweaverRanking.*
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" -DLOOM_SANITIZE_THREAD=ON -DLOOM_PYTHON=OFF
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target loom_tests
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ./loom_tests --gtest_filter='$(TSAN_TESTS)'
 
 # The libFuzzer harnesses (fuzz/, clang): each runs FUZZ_SECONDS on its seed
 # corpus (fuzz/corpus/, from examples/ and the zoo); a crash, a hang past
