@@ -72,8 +72,37 @@ TEST(OobleckInstantiation, CoinChangeMatchesTheWorkedExampleAndBruteForce) {
     const auto got = EnumerateInstantiations(nodes, sizes);
     EXPECT_EQ(std::set<std::vector<int>>(got.begin(), got.end()), brute) << nodes;
     EXPECT_EQ(got.size(), brute.size()) << nodes;  // no vector twice
+    // The enumeration's size without enumerating: at least the vectors it returns.
+    EXPECT_GE(EnumerationSize(nodes, sizes, int64_t{1} << 40), static_cast<int64_t>(brute.size())) << nodes;
   }
   test::ExpectError([] { EnumerateInstantiations(60, {1, 2, 3, 4, 5, 6}, 1000); }, {"more than 1000 ways"});
+  // It throws past its limit exactly when EnumerationSize exceeds it.
+  for (int nodes = 0; nodes <= 30; ++nodes) {
+    for (int64_t limit : {1, 5, 40, 300, 2000}) {
+      const std::vector<int> sizes{1, 2, 3, 5};
+      bool threw = false;
+      try {
+        EnumerateInstantiations(nodes, sizes, limit);
+      } catch (const Error&) {
+        threw = true;
+      }
+      EXPECT_EQ(threw, EnumerationSize(nodes, sizes, limit + 1) > limit) << nodes << " " << limit;
+    }
+  }
+  EXPECT_EQ(EnumerationSize(60, {1, 2, 3, 4, 5, 6}, 1000), 1000);  // saturates at the cap
+}
+
+// On thousands of nodes Eq. 2.5 has far too many instantiations to rank: the
+// strategy says so at once, with the most nodes it plans for the model.
+TEST(OobleckInstantiation, TooManyToEnumerateSaysHowFarTheModelGoes) {
+  const Model model = LoadModel("vlm-xl");
+  const Cluster cluster = MakeCluster("h100", 2048, 8);
+  Workload w = DefaultWorkload(model);
+  w.global_batch = 16384;
+  const Batch batch = DrawBatch(w, 0);
+  StrategyContext ctx{model, cluster, w, batch, {}};
+  test::ExpectError([&] { RunStrategy("oobleck", ctx); },
+                    {"oobleck: 2048 nodes split into", "too many ways to enumerate", "it plans clusters of up to"});
 }
 
 // Eq. 2.6 against every split of the microbatches (brute force).

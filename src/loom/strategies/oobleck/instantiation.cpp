@@ -39,6 +39,24 @@ std::vector<std::vector<int>> EnumerateInstantiations(int nodes, const std::vect
   return prev[nodes];
 }
 
+int64_t EnumerationSize(int nodes, const std::vector<int>& sizes, int64_t cap) {
+  if (nodes < 0) return 1;
+  // ways[n]: |X(q, n)| over the sizes so far (Eq. 2.5 on counts); each
+  // θ(X(q, n - s)) appends ways[n - s] vectors, which is what the
+  // enumeration counts.
+  std::vector<int64_t> ways(nodes + 1, 0);
+  ways[0] = 1;
+  int64_t built = 1;
+  for (int s : sizes) {
+    if (s < 1) continue;
+    for (int n = s; n <= nodes; ++n) {
+      built = std::min(cap, built + ways[n - s]);
+      ways[n] = std::min(cap, ways[n] + ways[n - s]);
+    }
+  }
+  return built;
+}
+
 std::vector<std::vector<int>> FeasibleInstantiations(int nodes, const TemplateSizes& templates, int64_t limit) {
   std::vector<std::vector<int>> out;
   for (auto& x : EnumerateInstantiations(nodes, templates.nodes, limit)) {

@@ -24,6 +24,11 @@ namespace loom::oobleck {
 // table's last cell). Throws loom::Error past `limit` vectors (naming it).
 std::vector<std::vector<int>> EnumerateInstantiations(int nodes, const std::vector<int>& sizes,
                                                       int64_t limit = 1000000);
+// How many vectors EnumerateInstantiations builds for `nodes` (every cell of
+// Eq. 2.5's table up to `nodes`, the empty one included), counted without
+// building them and saturating at `cap`: it throws past its limit exactly
+// when this exceeds the limit.
+int64_t EnumerationSize(int nodes, const std::vector<int>& sizes, int64_t cap);
 // Those with at least f + 1 pipelines.
 std::vector<std::vector<int>> FeasibleInstantiations(int nodes, const TemplateSizes& templates,
                                                      int64_t limit = 1000000);

@@ -149,16 +149,42 @@ Plan BuildOobleckPlan(const StrategyContext& ctx, const OobleckSolution& sol) {
 std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const OobleckOptions& options) {
   const int N = ctx.cluster.nodes, f = options.fault_tolerance;
   const int n0 = OobleckMinNodes(ctx);
-  TemplateSizes sizes = TemplateNodeCounts(N, f, n0);
   std::vector<std::string> all;
   for (const auto& m : ctx.model.modules) all.push_back(m.name);
   const int L = static_cast<int>(UnitLayers(ctx.model, all).size());
-  while (!sizes.nodes.empty() && sizes.nodes.back() > L) sizes.nodes.pop_back();
+  // Template sizes for a cluster of `nodes` (§2.4.1.1), none with more nodes than layers.
+  auto sizes_for = [&](int nodes) {
+    TemplateSizes t = TemplateNodeCounts(nodes, f, n0);
+    while (!t.nodes.empty() && t.nodes.back() > L) t.nodes.pop_back();
+    return t;
+  };
+  const TemplateSizes sizes = sizes_for(N);
   if (sizes.nodes.empty()) {
     throw Error(fmt::format("oobleck: {} layers cannot fill a template of {} nodes (n0: the training state needs {})",
                             L, n0, n0));
   }
-  const auto xs = FeasibleInstantiations(N, sizes, 200000);
+  // Eq. 2.5 enumerates every instantiation, which explodes on thousands of
+  // nodes: say how far this model goes, found by bisection on the
+  // enumeration's size (which grows with the nodes), before building any.
+  constexpr int64_t kMaxInstantiations = 200000;
+  auto too_many = [&](int nodes) {
+    return EnumerationSize(nodes, sizes_for(nodes).nodes, kMaxInstantiations + 1) > kMaxInstantiations;
+  };
+  if (too_many(N)) {
+    int lo = (f + 1) * n0, hi = N;  // too_many(hi); lo is the fewest nodes a plan needs
+    if (too_many(lo)) lo = 0;
+    while (lo > 0 && hi - lo > 1) {
+      const int mid = lo + (hi - lo) / 2;
+      (too_many(mid) ? hi : lo) = mid;
+    }
+    throw Error(fmt::format("oobleck: {} nodes split into {} pipeline templates ({}-{} nodes) in too many ways to "
+                            "enumerate and rank (Eq. 2.5 builds more than {} vectors){}",
+                            N, sizes.nodes.size(), sizes.nodes.front(), sizes.nodes.back(), kMaxInstantiations,
+                            lo > 0 ? fmt::format("; for {} (f = {}) it plans clusters of up to {} nodes", ctx.model.name,
+                                                 f, lo)
+                                   : ""));
+  }
+  const auto xs = FeasibleInstantiations(N, sizes, kMaxInstantiations);
   if (xs.empty()) {
     throw Error(fmt::format("oobleck: {} nodes do not split into {} or more pipelines of {}-{} nodes", N, f + 1,
                             sizes.nodes.front(), sizes.nodes.back()));
