@@ -433,9 +433,12 @@ TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
   for (const auto& inst : SmallInstances()) {
     const Loaded loaded = Load(inst);
     const auto& [model, w, batch] = loaded;
-    // pipeweaver-partition: PipeWeaver's static grid (EvaluateUpTo) without its time-budgeted weaving.
+    // pipeweaver-partition: PipeWeaver's static grid (EvaluateUpTo) without its time-budgeted weaving;
+    // fsdp, disttrain, mmscale: Evaluate, where pruning only drops candidates that overflow memory
+    // (by the memory bound, or their heaviest replica simulated alone) unsimulated.
     for (const std::string s :
-         {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch", "pipeweaver-partition"}) {
+         {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch", "pipeweaver-partition",
+          "disttrain", "mmscale"}) {
       StrategyContext pruned{model, inst.cluster, w, batch, {}};
       StrategyContext exhaustive{model, inst.cluster, w, batch, {}};
       exhaustive.prune = false;
