@@ -1,6 +1,7 @@
 #include "loom/cost/cost_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 

@@ -1,6 +1,7 @@
 #include "loom/export/megatron_args.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <set>

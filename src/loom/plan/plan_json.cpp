@@ -2,6 +2,7 @@
 #include "loom/path_kind.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 

@@ -1,6 +1,7 @@
 #include "loom/plan/validate_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <set>
+#include <sstream>
 #include <type_traits>
 
 #include "loom/error.h"
@@ -18,7 +19,10 @@ namespace {
 template <typename Map>
 typename Map::key_type StateKey(const torch::Tensor& p) {
   if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    // What 1.13's c10::guts::to_string wrote (gone from later versions).
+    std::ostringstream key;
+    key << p.unsafeGetTensorImpl();
+    return key.str();
   } else {
     return p.unsafeGetTensorImpl();
   }

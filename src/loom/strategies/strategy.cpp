@@ -1,6 +1,7 @@
 #include "loom/strategies/strategy.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 

@@ -1,6 +1,7 @@
 #include "loom/strategies/oobleck/reconfiguration.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <numeric>

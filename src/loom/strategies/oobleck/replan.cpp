@@ -1,6 +1,7 @@
 #include "loom/strategies/oobleck/replan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <numeric>
