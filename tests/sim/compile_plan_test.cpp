@@ -100,6 +100,33 @@ TEST(PlanSimulation, SmFractionStretchesComputeAndPhasesTakeTurns) {
   EXPECT_NE(full.group_names[0].find("llm"), std::string::npos);
 }
 
+// Ranks sharing a GPU group (here the encoder, phase 0, and the llm, phase 1,
+// on group 0) step their optimizers after every compute action of the others
+// there and one after another: the GPU does that work in turn, as the runtime
+// does. Before, the llm's step overlapped the encoder's last backward and
+// phases came out shorter than the same work on one stage.
+TEST(PlanSimulation, OptimizerStepsOnASharedGpuFollowEveryPhaseAndEachOther) {
+  test::Fixture f;
+  const PlanRun run = RunPlan(f.model, f.cluster, f.workload, test::TemporalShape(f, 1.0), f.batch);
+  std::vector<int> on_group0;
+  for (int r = 0; r < static_cast<int>(run.exec.ranks.size()); ++r) {
+    if (run.exec.ranks[r].group == 0) on_group0.push_back(r);
+  }
+  ASSERT_GE(on_group0.size(), 2u);
+  std::vector<Interval> steps;
+  double last_compute_s = 0;
+  for (const Interval& iv : run.result.intervals) {
+    if (std::find(on_group0.begin(), on_group0.end(), iv.rank) == on_group0.end()) continue;
+    const Action& a = run.exec.schedule.ranks[iv.rank][iv.action];
+    if (a.kind == ActionKind::kOptimizerStep) steps.push_back(iv);
+    if (a.is_compute()) last_compute_s = std::max(last_compute_s, iv.end_s);
+  }
+  ASSERT_EQ(steps.size(), on_group0.size());
+  std::sort(steps.begin(), steps.end(), [](const Interval& a, const Interval& b) { return a.start_s < b.start_s; });
+  EXPECT_GE(steps.front().start_s, last_compute_s - 1e-12);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_GE(steps[i].start_s, steps[i - 1].end_s - 1e-12);
+}
+
 // Plan::phase_rounds: the encoder (phase 0, GPipe, 4 microbatches) and the
 // llm (phase 1) take turns twice per iteration, each round on 2 microbatches,
 // with the phase barriers per round; the encoder keeps 2 microbatches'

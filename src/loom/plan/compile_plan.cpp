@@ -105,6 +105,43 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
   }
 }
 
+// Ranks that share a GPU (units of temporal phases, or co-located under SM
+// quotas) take their optimizer step only after every compute action of the
+// others on that GPU, and one after another in rank order: the GPU runs the
+// steps after the last phase's backward, not beside it or each other (the
+// runtime steps every rank of a process after all of its actions, on one
+// stream). Without this a later phase's optimizer overlapped an earlier
+// phase's backward on the same SMs, and an iteration of phases came out
+// shorter than the same work on one stage (a negative bubble).
+void OrderOptimizerStepsOnSharedGpus(ExecutionPlan& out) {
+  Schedule& sch = out.schedule;
+  std::map<int, std::vector<int>> on_group;  // GPU group -> ranks on it
+  for (int r = 0; r < static_cast<int>(out.ranks.size()); ++r) {
+    for (int g = out.ranks[r].group; g < out.ranks[r].group + out.ranks[r].num_groups; ++g) on_group[g].push_back(r);
+  }
+  auto last_of = [&](int r, bool compute) {
+    const auto& acts = sch.ranks[r];
+    for (int i = static_cast<int>(acts.size()) - 1; i >= 0; --i) {
+      if (compute ? acts[i].is_compute() : acts[i].kind == ActionKind::kOptimizerStep) return i;
+    }
+    return -1;
+  };
+  std::set<std::pair<int, int>> done;  // (rank, after rank)
+  for (const auto& [g, ranks] : on_group) {
+    if (ranks.size() < 2) continue;
+    for (int a : ranks) {
+      const int step = last_of(a, false);
+      if (step < 0) continue;
+      for (int b : ranks) {
+        if (b == a || !done.insert({a, b}).second) continue;
+        if (const int last = last_of(b, true); last >= 0) sch.extra_deps.push_back({a, step, b, last});
+        // The steps themselves one after another, in rank order.
+        if (const int other = last_of(b, false); b < a && other >= 0) sch.extra_deps.push_back({a, step, b, other});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<int> Range(int lo, int hi) {
@@ -325,6 +362,7 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
     }
   }
   AddOptimizerStep(out.schedule);
+  OrderOptimizerStepsOnSharedGpus(out);
   ValidateExecution(out);
   return out;
 }
