@@ -2,6 +2,7 @@
 // that a library user would need (docs/cli.md lists the commands).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <fstream>
 #include <limits>
@@ -362,6 +363,11 @@ int main(int argc, char** argv) {
   std::string run_device = "cpu";
   run->add_option("--device", run_device, "cpu (Gloo) | cuda (one GPU per process, NCCL)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  std::string run_sm_quotas = "on";
+  run->add_option("--sm-quotas", run_sm_quotas,
+                  "cuda: on runs SM-quota stages on green contexts (default); off runs them on one stream, "
+                  "one after another (the ablation)")
+      ->check(CLI::IsMember({"on", "off"}));
   int run_threads = 1;
   run->add_option("--threads", run_threads, "intra-op threads per rank (default 1)")
       ->check(kPositive);
@@ -753,6 +759,7 @@ int main(int argc, char** argv) {
       o.kill_step = run_kill_step;
       o.threads_per_rank = run_threads;
       o.device = run_device;
+      o.sm_quotas = run_sm_quotas == "on";
       // Fault tolerance: Oobleck's templates re-plan after failures.
       auto parse_triple = [](const std::string& text, const char* flag, int parts) {
         std::vector<int> v;

@@ -62,6 +62,11 @@ struct RunOptions {
   // "cpu": host tensors and Gloo; "cuda": one GPU per process of this node
   // (NCCL cannot share a GPU between ranks) and NCCL groups.
   std::string device = "cpu";
+  // CUDA: run the stages that hold an SM quota on green-context streams
+  // (Mosaic's engine). false runs the same plan with every rank on the
+  // device's default stream, one action after another: the ablation that
+  // says what spatial multiplexing itself buys. No effect on a CPU.
+  bool sm_quotas = true;
   int local_processes = 1;  // set by the launcher: processes on this node
   // Several machines, the way torchrun joins them: every node runs `loom run`
   // with the same plan and its own node_rank; processes are numbered node by

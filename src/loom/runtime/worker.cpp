@@ -719,7 +719,14 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     std::unique_ptr<GreenStreamPool> green;
     std::map<int, c10::cuda::CUDAStream> rank_stream;
     std::map<int, at::cuda::CUDAEvent> rank_done;
-    if (cuda) {
+    // The schedule's extra orderings (the barriers between temporal phases on
+    // shared GPUs, compile_units.cpp): (rank, action) -> ranks it waits for.
+    // The host issues actions in an order that honours them; the streams must
+    // too, or a later phase's modules run beside an earlier phase's on SMs
+    // both were given.
+    std::map<std::pair<int, int>, std::vector<int>> waits_for;
+    for (const ExtraDep& d : exec.schedule.extra_deps) waits_for[{d.rank, d.index}].push_back(d.after_rank);
+    if (cuda && spec.options.sm_quotas) {
       const SmPartitionRules rules = ReadSmPartitionRules(device.index());
       std::map<int, std::vector<std::pair<int, int>>> by_phase;  // phase -> (rank, SMs)
       std::set<int> seen;
@@ -915,6 +922,24 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
       std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
       const bool last_step = step + 1 == spec.options.steps;
+#ifdef LOOM_HAVE_CUDA
+      // On CUDA the host only enqueues: the last step's compute actions are
+      // timed by events on their streams (a rank's green stream or the
+      // default one), read after the step's synchronisation, from an event
+      // recorded as the step starts (t0 plus one synchronisation). Host
+      // times would show launches, not the GPU's work.
+      struct GpuInterval {
+        std::string prefix;  // "iv INSTANCE COMM INDEX"
+        at::cuda::CUDAEvent begin{cudaEventDefault}, end{cudaEventDefault};
+      };
+      std::vector<std::unique_ptr<GpuInterval>> gpu_intervals;
+      std::optional<at::cuda::CUDAEvent> step_begin;
+      if (cuda && last_step) {
+        torch::cuda::synchronize(device.index());
+        step_begin.emplace(cudaEventDefault);
+        step_begin->record(c10::cuda::getCurrentCUDAStream(device.index()));
+      }
+#endif
       auto make_message = [&](int u, int j, int part, const torch::Tensor& flat) {
         Message m;
         for (const auto& b : handed[u]) m.modules.push_back(b.module);
@@ -957,11 +982,27 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
               if (peer != r && rank_done.count(peer)) rank_done.at(peer).block(mine);
             }
           }
+          // Its peer's latest event: at or after the action it waits for,
+          // which the host issued first.
+          if (auto w = waits_for.find({r, index}); w != waits_for.end()) {
+            for (int peer : w->second) {
+              if (peer != r && rank_done.count(peer)) rank_done.at(peer).block(mine);
+            }
+          }
           on_stream.emplace(mine);
           record_at_end.record = [&rank_done, r, mine] { rank_done[r].record(mine); };
         }
 #endif
         const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#ifdef LOOM_HAVE_CUDA
+        GpuInterval* timing = nullptr;
+        if (step_begin && shard == 0 && a.is_compute()) {
+          gpu_intervals.push_back(std::make_unique<GpuInterval>());
+          timing = gpu_intervals.back().get();
+          timing->prefix = fmt::format("iv {} 0 {}", layout.Instance({r, rho}), index);
+          timing->begin.record(c10::cuda::getCurrentCUDAStream(device.index()));
+        }
+#endif
         switch (a.kind) {
           case ActionKind::kForward: {
             ModuleTensors in;
@@ -1230,6 +1271,12 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         if (a.is_compute() && fsdp.count(v)) release_weights(v);
         // What ran, for the trace: the simulator's recorded kinds (compute, the
         // communication stream, the optimizer step; sends are asynchronous: their issue).
+#ifdef LOOM_HAVE_CUDA
+        if (timing != nullptr) {
+          timing->end.record(c10::cuda::getCurrentCUDAStream(device.index()));
+          continue;  // reported after the step's synchronisation
+        }
+#endif
         if (last_step && shard == 0 &&
             (a.is_compute() || a.on_comm_stream())) {
           const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -1245,6 +1292,19 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       // in group order (every member of a group reaches them in that order).
       if (!stepping.empty()) {
         const double began_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        bool stepping_gpu_timed = false;
+#ifdef LOOM_HAVE_CUDA
+        // The optimizer steps run on the current stream: timed by events too.
+        std::vector<GpuInterval*> stepping_timing;
+        if (step_begin && shard == 0) {
+          for (const auto& [r, index] : stepping) {
+            gpu_intervals.push_back(std::make_unique<GpuInterval>());
+            stepping_timing.push_back(gpu_intervals.back().get());
+            stepping_timing.back()->prefix = fmt::format("iv {} 0 {}", layout.Instance({r, rho}), index);
+            stepping_timing.back()->begin.record(c10::cuda::getCurrentCUDAStream(device.index()));
+          }
+        }
+#endif
         for (const Tie& t : ties) {
           torch::NoGradGuard no_grad;
           torch::Tensor sum = torch::zeros_like(t.tensors[0]);
@@ -1289,14 +1349,36 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
           for (auto& p : buckets.at(sb->stage).at(sb->bucket)) p.mutable_grad() = torch::Tensor();
         }
         const double ended_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (last_step && shard == 0) {
+#ifdef LOOM_HAVE_CUDA
+        for (GpuInterval* timing : stepping_timing) {
+          timing->end.record(c10::cuda::getCurrentCUDAStream(device.index()));
+        }
+        stepping_gpu_timed = !stepping_timing.empty();  // reported with the other GPU intervals
+#endif
+        if (last_step && shard == 0 && !stepping_gpu_timed) {
           for (const auto& [r, index] : stepping) {
             report_step(fmt::format("iv {} 0 {} {:.9g} {:.9g}", layout.Instance({r, rho}), index, began_s, ended_s));
           }
         }
       }
       for (auto& [work, buffers] : sending) AwaitMessage(work, abort);  // every receiver has posted its receive by now
+#ifdef LOOM_HAVE_CUDA
+      // The step ends when the GPU has done its work, not when the host has
+      // enqueued it (the loss's read synchronises only up to the forward).
+      if (cuda) torch::cuda::synchronize(device.index());
+#endif
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+#ifdef LOOM_HAVE_CUDA
+      try {
+        for (const auto& iv : gpu_intervals) {
+          if (!iv->end.isCreated()) continue;  // an action that ended early enqueued nothing
+          report_step(fmt::format("{} {:.9g} {:.9g}", iv->prefix, step_begin->elapsed_time(iv->begin) * 1e-3,
+                                  step_begin->elapsed_time(iv->end) * 1e-3));
+        }
+      } catch (const std::exception& e) {
+        Report(fd, fmt::format("note the last step's GPU timing failed ({}); its trace is incomplete", e.what()));
+      }
+#endif
       report_step(fmt::format("time {} {:.9g}", step, secs));
       bool reports = holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
       for (int v = 0; v < S; ++v) reports = reports && !(loss_stage[v] && is_local(v) && tp_rank_of(v, shard) != 0);
