@@ -4,15 +4,15 @@
 # from a Debian 12 machine), then measures
 #   1. green contexts (`loom probe-sm`): creation, launch cost, co-located MLP
 #      stacks on disjoint partitions against one after the other;
-#   2. Mosaic's plans run by `loom run --device cuda`: a two-module
-#      co-location (CLIP: image and text towers) and a four-module one
-#      (examples/runtime/mosaic-encoders.yaml), each with its SM quotas on
-#      green contexts, the same plan on one stream (--sm-quotas off), and
-#      Megatron-LM's plan, and Mosaic's plan when it is planned with the
-#      runtime's own profile; each measured beside the simulator's prediction
-#      with the shipped H100 profile and with that own profile (`loom profile
-#      --device cuda`, measured here). On CUDA a run's trace and timeline
-#      hold each compute action's GPU time (events on its stream).
+#   2. plans run by `loom run --device cuda` for CLIP (two towers) and
+#      examples/runtime/mosaic-encoders.yaml (three encoders and a model
+#      reading them): Megatron-LM's, Mosaic's planned with the shipped H100
+#      profile and with the runtime's own (`loom profile --device cuda`,
+#      measured here, its SM scaling fitted on green contexts), and a
+#      co-location the solver did not choose (scripts/colocate-plan.py), on
+#      green contexts and on one stream (--sm-quotas off); each beside the
+#      simulator's prediction. A CUDA run's trace and timeline hold each
+#      compute action's GPU time (events on its stream).
 # Every step goes on after another fails (its output says so).
 #   [PROBE=0] scripts/gpu-mosaic-runs.sh OUT_DIR [STEPS]
 set -uo pipefail
@@ -40,23 +40,33 @@ L=build-cuda/loom
 CL=examples/runtime/one-h100.yaml
 if [ "${PROBE:-1}" = 1 ]; then step probe-sm $L probe-sm --repeats 20; fi
 
-# The runtime's own layers, measured here (fp32, as it trains): the profile
-# its runs are predicted with, beside the shipped H100 profile (fitted to
-# Python-eager bf16 measurements, ../shared/measurements/h100).
+# The runtime's own layers, measured here (fp32, as it trains), with the
+# engine's SM scaling on green contexts fitted into its sm_sharing law: the
+# profile its runs are predicted with, beside the shipped H100 profile (its law
+# fitted to Python-eager bf16 measurements, ../shared/measurements/h100).
 step profile-enc $L profile --model examples/runtime/mosaic-encoders.yaml --device cuda --gpu h100 \
   --tokens 256,1024,4096 --repeats 5 --out "$OUT/profile-enc.yaml"
 step profile-clip $L profile --model clip-vit-l --device cuda --gpu h100 --tokens 256,1024,4096 --repeats 5 \
   --out "$OUT/profile-clip.yaml"
+grep -h "sm_sharing" "$OUT"/profile-*.yaml
 
-# Plans: megatron and mosaic for each model on one H100, planned with each profile.
-for prof in default own; do
-  pc=default pe=default
-  if [ $prof = own ]; then pc=$OUT/profile-clip.yaml pe=$OUT/profile-enc.yaml; fi
-  step plan-clip-$prof $L plan --model clip-vit-l --cluster $CL --workload examples/runtime/captions.yaml \
-    --global-batch 16 --strategy megatron,mosaic --iterations 1 --profile $pc --json "$OUT/plans-clip-$prof.json"
-  step plan-enc-$prof $L plan --model examples/runtime/mosaic-encoders.yaml --cluster $CL --workload mosaic-fixed \
-    --global-batch 8 --strategy megatron,mosaic --iterations 1 --profile $pe --json "$OUT/plans-enc-$prof.json"
-done
+C="clip-vit-l examples/runtime/captions.yaml 16"
+E="examples/runtime/mosaic-encoders.yaml mosaic-fixed 8"
+# Plans: megatron and mosaic on one H100, with the shipped profile (bf16, as a
+# user plans) and with the runtime's own (fp32, what the runtime runs).
+plan() {  # tag model workload batch profile precision
+  step "plan-$1" $L plan --model "$2" --cluster $CL --workload "$3" --global-batch "$4" --strategy megatron,mosaic \
+    --iterations 1 --profile "$5" --precision "$6" --json "$OUT/plans-$1.json"
+}
+plan clip-default $C default bf16
+plan enc-default $E default bf16
+plan clip-own $C "$OUT/profile-clip.yaml" fp32
+plan enc-own $E "$OUT/profile-enc.yaml" fp32
+# Co-locations the solver did not choose: CLIP's towers together (88 + 32 SMs),
+# the three encoders together (56 + 16 + 48 SMs), then the rest.
+python3 scripts/colocate-plan.py "$OUT/plans-clip-default.json" "$OUT/plans-clip-coloc.json" vision:88,text:32
+python3 scripts/colocate-plan.py "$OUT/plans-enc-default.json" "$OUT/plans-enc-coloc.json" \
+  vision:56,vision_small:16,text:48
 
 run() {  # tag model workload batch plans strategy quotas profile
   local tag=$1 model=$2 workload=$3 batch=$4 plans=$5 strategy=$6 quotas=$7 profile=$8
@@ -64,18 +74,16 @@ run() {  # tag model workload batch plans strategy quotas profile
     --plan "$plans" --strategy "$strategy" --device cuda --sm-quotas "$quotas" --steps "$STEPS" \
     --compare --profile "$profile" --timeline "$OUT/timeline-$tag.svg" --trace "$OUT/trace-$tag.json"
 }
-# Each run is predicted with both profiles: the shipped one, then the runtime's own.
-for prof in default own; do
-  pc=default pe=default
-  if [ $prof = own ]; then pc=$OUT/profile-clip.yaml pe=$OUT/profile-enc.yaml; fi
-  C="clip-vit-l examples/runtime/captions.yaml 16"
-  E="examples/runtime/mosaic-encoders.yaml mosaic-fixed 8"
-  run clip-megatron-$prof $C "$OUT/plans-clip-default.json" megatron on $pc
-  run clip-mosaic-$prof $C "$OUT/plans-clip-default.json" mosaic on $pc
-  run clip-mosaic-one-stream-$prof $C "$OUT/plans-clip-default.json" mosaic off $pc
-  run clip-mosaic-ownplan-$prof $C "$OUT/plans-clip-own.json" mosaic on $pc
-  run enc-megatron-$prof $E "$OUT/plans-enc-default.json" megatron on $pe
-  run enc-mosaic-$prof $E "$OUT/plans-enc-default.json" mosaic on $pe
-  run enc-mosaic-one-stream-$prof $E "$OUT/plans-enc-default.json" mosaic off $pe
-  run enc-mosaic-ownplan-$prof $E "$OUT/plans-enc-own.json" mosaic on $pe
+# Every run predicted with the runtime's own profile; Megatron-LM's and the
+# shipped profile's Mosaic plan also with the shipped profile.
+for m in clip enc; do
+  if [ $m = clip ]; then M=$C; else M=$E; fi
+  own=$OUT/profile-$m.yaml
+  run $m-megatron $M "$OUT/plans-$m-default.json" megatron on "$own"
+  run $m-megatron-shipped $M "$OUT/plans-$m-default.json" megatron on default
+  run $m-mosaic-shipped-plan $M "$OUT/plans-$m-default.json" mosaic on "$own"
+  run $m-mosaic-shipped-plan-shipped $M "$OUT/plans-$m-default.json" mosaic on default
+  run $m-mosaic-own-plan $M "$OUT/plans-$m-own.json" mosaic on "$own"
+  run $m-coloc $M "$OUT/plans-$m-coloc.json" mosaic on "$own"
+  run $m-coloc-one-stream $M "$OUT/plans-$m-coloc.json" mosaic off "$own"
 done

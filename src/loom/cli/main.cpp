@@ -389,6 +389,11 @@ int main(int argc, char** argv) {
   prof->add_option("--concurrent", prof_options.concurrent,
                    "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its cores)")
       ->check(kPositive);
+  std::string prof_sm_scaling = "on";
+  prof->add_option("--sm-scaling", prof_sm_scaling,
+                   "cuda: on measures the layers on green contexts of part of the SMs and fits the profile's "
+                   "sm_sharing law (default); off leaves it out")
+      ->check(CLI::IsMember({"on", "off"}));
   prof->add_option("--out", prof_out, "write the profile here (default: standard output)")->check(kFileName);
 
   CLI::App* probe_sm = app.add_subcommand("probe-sm", "measure green contexts on this GPU (CUDA builds): creation "
@@ -693,6 +698,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand("profile")) {
       const loom::Model model = loom::LoadModel(prof_model);
+      prof_options.sm_scaling = prof_sm_scaling == "on";
       prof_options.tokens.clear();
       std::stringstream list(prof_tokens);
       for (std::string item; std::getline(list, item, ',');) {

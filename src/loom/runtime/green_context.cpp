@@ -82,6 +82,7 @@ SmPartitionRules ReadSmPartitionRules(int device) {
   r.sm_count = static_cast<int>(full.sm.smCount);
   r.min_sms = static_cast<int>(full.sm.minSmPartitionSize);
   r.alignment_sms = static_cast<int>(full.sm.smCoscheduledAlignment);
+  r.partitionable_sms = static_cast<int>(SmGroups(dev, r.alignment_sms).size()) * r.alignment_sms;
   return r;
 }
 

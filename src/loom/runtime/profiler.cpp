@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <csignal>
+#include <fstream>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -16,8 +18,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#ifdef LOOM_HAVE_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "loom/cost/sm_sharing.h"
 #include "loom/error.h"
 #include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/green_context.h"
 #include "loom/runtime/run.h"
 #include "loom/runtime/torch_model.h"
 
@@ -102,6 +111,40 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
                                });
   return pt;
 }
+
+#ifdef LOOM_HAVE_CUDA
+// Layer (mi, li) forward + backward on `sms` SMs of a green context (0: the
+// whole GPU, the default stream): one point of the engine's scaling surface.
+SmScalingPoint MeasureLayerOnSms(const Model& model, int mi, int li, int64_t batch, int64_t seq, int sms,
+                                 const Timer& timer) {
+  const Layer& l = model.modules[mi].layers[li];
+  LayerStack stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1);
+  stack->to(timer.device);
+  const MicrobatchPacking packing = Sequences(model, mi, batch, seq);
+  const MicrobatchInput mb{&packing, 0, 1, timer.device};
+  const auto opts = torch::TensorOptions().device(timer.device);
+  const torch::Tensor x = torch::randn({1, batch * seq, l.hidden}, opts).requires_grad_(true);
+  const torch::Tensor g = torch::randn({1, batch * seq, l.hidden}, opts);
+  const int device = timer.device.index() < 0 ? 0 : timer.device.index();
+  std::unique_ptr<GreenStreamPool> pool;
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  if (sms > 0) {
+    pool = std::make_unique<GreenStreamPool>(device, std::vector<std::vector<int>>{{sms}});
+    guard.emplace(c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(pool->Stream(0, 0)),
+                                                   static_cast<c10::DeviceIndex>(device)));
+  }
+  SmScalingPoint pt;
+  pt.module = fmt::format("{} layer {} {}x{}", model.modules[mi].name, li, batch, seq);
+  pt.layers = 1;
+  pt.sms = sms > 0 ? sms : ReadSmPartitionRules(device).sm_count;
+  pt.time_s = timer.Median([&] {
+    stack->zero_grad();
+    x.mutable_grad() = torch::Tensor();
+    stack->forward({{mi, x}}, mb).at(mi).backward(g);
+  });
+  return pt;
+}
+#endif
 
 // Messages of these sizes bounce between two processes of this machine (Gloo
 // over loopback TCP, as `loom run` sends them); process 0 writes the median
@@ -327,6 +370,7 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
   std::set<std::tuple<ProfileShape, bool>> seen;
   std::set<std::pair<int64_t, int64_t>> linears;  // (in, out) of every matrix product
   std::set<std::pair<int64_t, int64_t>> heads;    // (heads, head_dim) of every attention core
+  std::vector<std::pair<int, int>> shape_layers;   // (module, layer) of each distinct shape
   for (size_t mi = 0; mi < model.modules.size(); ++mi) {
     const auto& layers = model.modules[mi].layers;
     for (size_t li = 0; li < layers.size(); ++li) {
@@ -338,6 +382,7 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
                           {l.hidden, l.ffn_hidden}, {l.ffn_hidden, l.hidden}});
           heads.insert({l.heads, d});
           if (!seen.insert({ShapeOf(l), l.frozen}).second) break;
+          shape_layers.push_back({static_cast<int>(mi), static_cast<int>(li)});
           // Every token count in sequences of every shorter measured length
           // (attention grows with the length, the rest with the tokens).
           for (int64_t t : o.tokens) {
@@ -355,6 +400,31 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
     }
   }
   MonotoneLayerTimes(p.layers);
+#ifdef LOOM_HAVE_CUDA
+  // The engine's SM scaling (Mosaic §3.3): sequences of the shortest measured
+  // length, each token count, 8..partitionable SMs and the whole GPU.
+  if (timer.device.is_cuda() && o.sm_scaling && !shape_layers.empty()) {
+    const SmPartitionRules rules = ReadSmPartitionRules(timer.device.index() < 0 ? 0 : timer.device.index());
+    std::vector<int> quotas;
+    for (int q : {8, 16, 32, 64}) {
+      if (q >= rules.min_sms && q % rules.alignment_sms == 0 && q < rules.partitionable_sms) quotas.push_back(q);
+    }
+    quotas.push_back(rules.partitionable_sms);
+    quotas.push_back(0);  // the whole GPU
+    std::vector<SmScalingPoint> points;
+    const int64_t seq = *std::min_element(o.tokens.begin(), o.tokens.end());
+    for (const auto& [mi, li] : shape_layers) {
+      for (int64_t t : o.tokens) {
+        for (int q : quotas) points.push_back(MeasureLayerOnSms(model, mi, li, std::max<int64_t>(1, t / seq), seq, q, timer));
+      }
+    }
+    const SmScalingFit fit = FitSmScaling(points, rules.sm_count);
+    p.sm_sharing.serial_fraction = fit.law.serial_fraction;
+    p.sm_sharing.launch_floor_s_per_layer = fit.law.launch_floor_s_per_layer;
+    p.source += fmt::format("; sm_sharing fitted on {} green-context points of {} layer shape(s), mean error {:.1f}%",
+                            points.size(), shape_layers.size(), 100 * fit.mean_abs_error);
+  }
+#endif
   // Kernels: 4-byte elements throughout.
   for (int64_t s : o.tokens) {
     const double S = static_cast<double>(s);

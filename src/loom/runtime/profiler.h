@@ -12,6 +12,11 @@
 //   ops     the matrix products of every linear layer of the model, the
 //           attention core per head shape, and elementwise work, at the same
 //           token counts: the points the roofline's efficiencies are fitted to;
+//   sm_sharing  (CUDA) each distinct transformer shape, forward + backward
+//           at each token count, on green contexts of 8, 16, 32, 64 and every
+//           partitionable SM and on the whole GPU, fitted as a serial share and
+//           a launch floor per layer (FitSmScaling): Mosaic's scaling surface
+//           for this engine, whose launches come from C++, not Python;
 //   link    messages of 4 KiB to 8 MiB bouncing between two processes of this
 //           machine (Gloo over loopback TCP, as `loom run` sends them), fitted
 //           as latency + bytes / bandwidth: every link of a cluster priced by
@@ -39,6 +44,10 @@ struct ProfilerOptions {
   // cores (on the 2-vCPU VM two single-thread processes run a layer 1.4-2.3x
   // slower than one alone), so profile with as many as the plan will run.
   int concurrent = 1;
+  // CUDA: also measure how this engine's layers scale on part of the GPU's
+  // SMs (green contexts) and fit the profile's sm_sharing law from it (what
+  // SM quotas are priced with; cost/sm_sharing.h).
+  bool sm_scaling = true;
 };
 
 // Throws loom::Error for a device this build cannot use or empty token counts.
