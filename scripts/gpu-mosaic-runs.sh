@@ -14,10 +14,11 @@
 #      simulator's prediction. A CUDA run's trace and timeline hold each
 #      compute action's GPU time (events on its stream).
 # Every step goes on after another fails (its output says so).
-#   [PROBE=0] scripts/gpu-mosaic-runs.sh OUT_DIR [STEPS]
+#   [PROBE=0] [MODELS=clip|enc] scripts/gpu-mosaic-runs.sh OUT_DIR [STEPS]
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-mosaic-runs.sh OUT_DIR [STEPS]}
 STEPS=${2:-6}
+MODELS=${MODELS:-clip enc}  # which of the two models to measure
 mkdir -p "$OUT"
 step() {  # name command...: run, log to OUT/name.txt, say how it ended
   local name=$1
@@ -44,29 +45,26 @@ if [ "${PROBE:-1}" = 1 ]; then step probe-sm $L probe-sm --repeats 20; fi
 # engine's SM scaling on green contexts fitted into its sm_sharing law: the
 # profile its runs are predicted with, beside the shipped H100 profile (its law
 # fitted to Python-eager bf16 measurements, ../shared/measurements/h100).
-step profile-enc $L profile --model examples/runtime/mosaic-encoders.yaml --device cuda --gpu h100 \
-  --tokens 256,1024,4096 --repeats 5 --out "$OUT/profile-enc.yaml"
-step profile-clip $L profile --model clip-vit-l --device cuda --gpu h100 --tokens 256,1024,4096 --repeats 5 \
-  --out "$OUT/profile-clip.yaml"
-grep -h "sm_sharing" "$OUT"/profile-*.yaml
-
 C="clip-vit-l examples/runtime/captions.yaml 16"
 E="examples/runtime/mosaic-encoders.yaml mosaic-fixed 8"
-# Plans: megatron and mosaic on one H100, with the shipped profile (bf16, as a
-# user plans) and with the runtime's own (fp32, what the runtime runs).
-plan() {  # tag model workload batch profile precision
-  step "plan-$1" $L plan --model "$2" --cluster $CL --workload "$3" --global-batch "$4" --strategy megatron,mosaic \
-    --iterations 1 --profile "$5" --precision "$6" --json "$OUT/plans-$1.json"
-}
-plan clip-default $C default bf16
-plan enc-default $E default bf16
-plan clip-own $C "$OUT/profile-clip.yaml" fp32
-plan enc-own $E "$OUT/profile-enc.yaml" fp32
 # Co-locations the solver did not choose: CLIP's towers together (88 + 32 SMs),
 # the three encoders together (56 + 16 + 48 SMs), then the rest.
-python3 scripts/colocate-plan.py "$OUT/plans-clip-default.json" "$OUT/plans-clip-coloc.json" vision:88,text:32
-python3 scripts/colocate-plan.py "$OUT/plans-enc-default.json" "$OUT/plans-enc-coloc.json" \
-  vision:56,vision_small:16,text:48
+declare -A COLOC=([clip]=vision:88,text:32 [enc]=vision:56,vision_small:16,text:48)
+for m in $MODELS; do
+  if [ $m = clip ]; then M=($C); else M=($E); fi
+  step profile-$m $L profile --model "${M[0]}" --device cuda --gpu h100 --tokens 256,1024,4096 --repeats 5 \
+    --out "$OUT/profile-$m.yaml"
+  grep -h "sm_sharing" "$OUT/profile-$m.yaml"
+  # Plans: megatron and mosaic on one H100, with the shipped profile (bf16, as
+  # a user plans) and with the runtime's own (fp32, what the runtime runs).
+  for prof in default own; do
+    p=default prec=bf16
+    if [ $prof = own ]; then p=$OUT/profile-$m.yaml prec=fp32; fi
+    step "plan-$m-$prof" $L plan --model "${M[0]}" --cluster $CL --workload "${M[1]}" --global-batch "${M[2]}" \
+      --strategy megatron,mosaic --iterations 1 --profile "$p" --precision $prec --json "$OUT/plans-$m-$prof.json"
+  done
+  python3 scripts/colocate-plan.py "$OUT/plans-$m-default.json" "$OUT/plans-$m-coloc.json" "${COLOC[$m]}"
+done
 
 run() {  # tag model workload batch plans strategy quotas profile
   local tag=$1 model=$2 workload=$3 batch=$4 plans=$5 strategy=$6 quotas=$7 profile=$8
@@ -76,7 +74,7 @@ run() {  # tag model workload batch plans strategy quotas profile
 }
 # Every run predicted with the runtime's own profile; Megatron-LM's and the
 # shipped profile's Mosaic plan also with the shipped profile.
-for m in clip enc; do
+for m in $MODELS; do
   if [ $m = clip ]; then M=$C; else M=$E; fi
   own=$OUT/profile-$m.yaml
   run $m-megatron $M "$OUT/plans-$m-default.json" megatron on "$own"

@@ -96,9 +96,17 @@ inline std::map<std::string, std::array<double, 3>> Train(const TinyRun& s, int 
   runtime::LayerStack stack(s.model, all, s.workload.seed);
   torch::optim::AdamW opt(stack->parameters(), torch::optim::AdamWOptions(1e-3));
   const int loss_module = static_cast<int>(s.model.modules.size()) - 1;
+  // Towers no module reads train on their surrogate loss (runtime TowerLoss).
+  std::vector<bool> read(s.model.modules.size(), false);
+  for (const auto& m : s.model.modules) {
+    for (int p : m.inputs) read[p] = true;
+  }
   for (int step = 0; step < kSteps; ++step) {
     const Batch batch = DrawBatch(s.workload, step);
     const int G = static_cast<int>(batch.samples.size());
+    std::vector<int> everyone(G);
+    for (int x = 0; x < G; ++x) everyone[x] = x;
+    const runtime::MicrobatchPacking whole = runtime::PackMicrobatch(s.model, batch, everyone);
     const int M = order == 2 ? G : kMicrobatches, per = G / M;
     double total = 0;
     for (int i = 0; i < M; ++i) {
@@ -109,6 +117,11 @@ inline std::map<std::string, std::array<double, 3>> Train(const TinyRun& s, int 
       const runtime::MicrobatchInput mb{&packing, step, G};
       auto out = stack->forward({}, mb);
       auto loss = runtime::TextLoss(out.at(loss_module), mb, runtime::BatchTextTokens(batch));
+      for (int m = 0; m < loss_module; ++m) {
+        if (read[m]) continue;
+        const int64_t width = runtime::OutputWidth(s.model, m, static_cast<int>(s.model.modules[m].layers.size()) - 1);
+        loss = loss + runtime::TowerLoss(out.at(m), static_cast<double>(std::max<int64_t>(1, whole.Tokens(m)) * width));
+      }
       loss.backward();
       total += loss.item<double>();
     }

@@ -101,6 +101,17 @@ TEST(RuntimeStrategies, EveryStrategysPlanForEveryInputKindEqualsSingleProcessTr
   EXPECT_TRUE(shapes.count("brokers") || shapes.count("phases"));
 }
 
+// CLIP's shape: two towers that no module joins. The image tower trains on
+// its surrogate loss wherever it ends (with the text tower's loss, or alone
+// on its own GPU under Mosaic and DistMM); before, it ran no backward at all
+// while the simulator priced one.
+TEST(RuntimeStrategies, TowersNoModuleJoinsTrainLikeOneProcess) {
+  const TinyRun s(std::string(LOOM_TEST_DATA) + "/runtime/tiny-clip.yaml", kLaion);
+  const Reference ref = TrainInOneProcess(s);
+  EXPECT_LT(ref.losses.back(), ref.losses.front());
+  RunEveryStrategy(s, ref, "h100:1x2");
+}
+
 TEST(RuntimeStrategies, EveryStrategysPlanOnThreeGpusEqualsSingleProcessTraining) {
   const TinyRun s(kVlm2, kLaion);
   const auto shapes = RunEveryStrategy(s, TrainInOneProcess(s), "h100:1x3");

@@ -195,6 +195,24 @@ std::vector<std::vector<BoundaryTensor>> StageOutputs(const Model& model, const 
   return handed;
 }
 
+std::vector<std::vector<int>> TowerEnds(const Model& model, const ExecutionPlan& exec) {
+  const int n = static_cast<int>(model.modules.size());
+  std::vector<bool> read(n, false);
+  for (const Module& m : model.modules) {
+    for (int p : m.inputs) read[p] = true;
+  }
+  std::vector<std::vector<int>> out(exec.stages.size());
+  for (size_t v = 0; v < exec.stages.size(); ++v) {
+    for (int mi = 0; mi + 1 < n; ++mi) {
+      const LayerRange* r = RangeOf(exec.stages[v], model.modules[mi].name);
+      if (!read[mi] && r != nullptr && r->end == static_cast<int>(model.modules[mi].layers.size())) {
+        out[v].push_back(mi);
+      }
+    }
+  }
+  return out;
+}
+
 std::vector<bool> LossStages(const Model& model, const ExecutionPlan& exec) {
   const Module& lm = model.modules.back();
   std::vector<bool> out;

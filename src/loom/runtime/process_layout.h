@@ -61,4 +61,11 @@ std::vector<std::vector<BoundaryTensor>> StageOutputs(const Model& model, const 
 // The stage holding the loss module's last layer, per stage: true or false.
 std::vector<bool> LossStages(const Model& model, const ExecutionPlan& exec);
 
+// Per stage, the modules other than the last that end in it and that no module
+// reads: towers trained beside the loss module rather than into it (CLIP's
+// image tower beside its text tower, ImageBind's). Each adds a surrogate loss
+// where it ends (torch_model.h TowerLoss), so that its backward runs, as the
+// simulator prices it; the runtime has no contrastive loss across towers.
+std::vector<std::vector<int>> TowerEnds(const Model& model, const ExecutionPlan& exec);
+
 }  // namespace loom::runtime

@@ -728,6 +728,9 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
                                     : TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1));
     }
   }
+  // A microbatch without the loss module's tokens (a woven sub-microbatch of
+  // images alone) targets nothing.
+  if (parts.empty()) return torch::empty({0}, torch::TensorOptions(torch::kLong).device(mb.device));
   return torch::cat(parts, 0);
 }
 
@@ -740,6 +743,10 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
   return F::cross_entropy(logits.reshape({-1, vocab}), targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
          static_cast<double>(batch_text_tokens);
+}
+
+torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) {
+  return output.pow(2).sum() / batch_values;
 }
 
 void SetComputeThreads(int threads) {

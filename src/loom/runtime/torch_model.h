@@ -132,6 +132,13 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
 torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
                        const std::vector<int64_t>& rows = {});
 
+// A tower's surrogate loss (process_layout.h TowerEnds): the sum of squares of
+// its output rows over `batch_values` (its tokens in the global batch times its
+// width): summed over every microbatch, the batch's mean square activation. It
+// stands in for an objective across towers (CLIP's contrastive loss), which
+// the runtime does not compute, so that the tower trains and runs its backward.
+torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values);
+
 // This process's compute threads: libtorch's intra-op pool and OpenBLAS's
 // own (Debian's libtorch runs its GEMMs on OpenBLAS, whose pool
 // torch::set_num_threads does not size; at its default of one thread per core,

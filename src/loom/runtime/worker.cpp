@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <map>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -91,8 +92,11 @@ struct ShardedBucket {
   torch::Tensor master;
 };
 
-// One flat buffer of the tensors' values (a message or a bucket).
-torch::Tensor Flatten(const std::vector<torch::Tensor>& parts) {
+// One flat buffer of the tensors' values (a message or a bucket). No tensors:
+// an empty buffer on `device` (a chain edge between stages of which the later
+// reads nothing of the earlier, such as two towers no module joins).
+torch::Tensor Flatten(const std::vector<torch::Tensor>& parts, const torch::Device& device = torch::kCPU) {
+  if (parts.empty()) return torch::empty({0}, torch::TensorOptions().device(device));
   std::vector<torch::Tensor> flat;
   for (const auto& t : parts) flat.push_back(t.reshape({-1}));
   return torch::cat(flat);
@@ -301,6 +305,14 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                             it->deferred.size()));
   }
   ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, it);
+  const auto towers = TowerEnds(model, exec);
+  for (size_t v = 0; v < exec.stages.size(); ++v) {
+    if (exec.stages[v].cp > 1 && !towers[v].empty()) {
+      throw Error(fmt::format("runtime: stage {} ends module {}, a tower no module reads, under context parallelism "
+                              "{}; its surrogate loss over gathered rows is not run yet",
+                              exec.stages[v].label, model.modules[towers[v].front()].name, exec.stages[v].cp));
+    }
+  }
   for (const auto& st : exec.stages) {
     if (st.cp > 1 && st.seq_share > 1) {
       throw Error(fmt::format("runtime: stage {} runs context parallelism {} and shares sequences over {} more GPUs "
@@ -841,6 +853,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       const auto order = ProcessOrder(exec, local_ranks);
       const auto handed = StageOutputs(model, exec);
       const auto loss_stage = LossStages(model, exec);
+      const auto tower_ends = TowerEnds(model, exec);
       const auto edges = sch.StageEdges();
       std::map<std::pair<int, int>, const StageEdge*> edge_of;
       std::vector<std::vector<const StageEdge*>> in_edges(S), out_edges(S);
@@ -856,6 +869,26 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         return e.first.empty() ? mb : ConsumerOf(e, mb);
       };
       const int64_t batch_text_tokens = BatchTextTokens(batch);
+      // Towers beside the loss module: their values in the whole batch (TowerLoss).
+      std::map<int, double> tower_values;
+      for (const auto& ends : tower_ends) {
+        for (int m : ends) {
+          if (tower_values.count(m)) continue;
+          std::vector<int> all(batch.samples.size());
+          std::iota(all.begin(), all.end(), 0);
+          const int64_t tokens = PackMicrobatch(model, batch, all).Tokens(m);
+          tower_values[m] = static_cast<double>(std::max<int64_t>(1, tokens)) *
+                            static_cast<double>(OutputWidth(model, m, static_cast<int>(model.modules[m].layers.size()) - 1));
+        }
+      }
+      auto tower_loss = [&](int v, const ModuleTensors& out) {
+        torch::Tensor sum;
+        for (int m : tower_ends[v]) {
+          const torch::Tensor t = TowerLoss(out.at(m), tower_values.at(m));
+          sum = sum.defined() ? sum + t : t;
+        }
+        return sum;
+      };
       // What (stage, mb) holds on a part of its group: every piece, or its
       // sequence share's contiguous run of them.
       auto pieces_of = [&](int v, int k, int part) {
@@ -916,6 +949,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       std::map<std::pair<int, int>, std::vector<WeightGradDeferral::Pending>> deferred;
       double loss_sum = 0;
       bool holds_loss = false;
+      std::map<std::pair<int, int>, torch::Tensor> tower_losses;  // (stage, mb) -> its towers' loss (not the loss stage)
       std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
       // Sends and gradient all-reduces in flight (the communication stream):
       // their buffers live until the step's end and the wait.
@@ -1019,7 +1053,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
                     if (!messages.count(key)) {
                       std::vector<torch::Tensor> parts;
                       for (const auto& t : output.at({u, j})) parts.push_back(t.detach());
-                      messages.emplace(key, make_message(u, j, key.part, Flatten(parts)));
+                      messages.emplace(key, make_message(u, j, key.part, Flatten(parts, device)));
                     }
                   }
                   bool any = false;  // one message per producer part it pairs with
@@ -1048,16 +1082,23 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
             const MicrobatchInput mb = input_of(v, k);
             ModuleTensors out = stages.at(v)->forward(in, mb, LayerRecompute(exec, content, v, k));
             std::vector<torch::Tensor>& hands = output[{v, k}];
+            const torch::Tensor towers = tower_loss(v, out);
             if (loss_stage[v]) {
               torch::Tensor loss =
                   TextLoss(out.at(loss_module), mb, batch_text_tokens,
                            CP > 1 ? ContextRows(packing(v, k), loss_module, cp_rank, CP, context_parallel.split)
                                   : std::vector<int64_t>{});
+              if (towers.defined()) loss = loss + towers;
               loss_sum += loss.item<double>();
               holds_loss = true;
               hands.push_back(loss);
             } else {
               for (const auto& b : handed[v]) hands.push_back(out.at(b.module));
+              if (towers.defined()) {
+                loss_sum += towers.item<double>();
+                holds_loss = true;
+                tower_losses[{v, k}] = towers;
+              }
             }
             break;
           }
@@ -1105,6 +1146,13 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
                   grads.push_back(g[i]);
                 }
               }
+              if (auto t = tower_losses.find({v, k}); t != tower_losses.end()) {
+                if (t->second.requires_grad()) {
+                  outs.push_back(t->second);
+                  grads.push_back(torch::ones_like(t->second));
+                }
+                tower_losses.erase(t);
+              }
             }
             if (!outs.empty()) {  // frozen layers fed by nothing trainable: no backward at all
               WeightGradDeferral& deferral = stages.at(v)->deferral();
@@ -1137,7 +1185,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
             if (act) {
               std::vector<torch::Tensor> parts;
               for (const auto& t : output.at({v, k})) parts.push_back(t.detach());
-              flat = Flatten(parts);
+              flat = Flatten(parts, device);
             }
             for (int q = 0; q < G; ++q) {
               const int theirs = part_of(to, q);
@@ -1148,7 +1196,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
               const MessageKey key{u, w, k, c, mine};
               if (!act) {
                 const MessageKey read_key{u, w, k, c, theirs};
-                flat = Flatten(gradient_of(messages.at(read_key), read_key));
+                flat = Flatten(gradient_of(messages.at(read_key), read_key), device);
               }
               const int peer = group_of(a.peer) * G + q;
               if (peer == spec.rank) {  // a rank of this process: hand it over
@@ -1381,7 +1429,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
 #endif
       report_step(fmt::format("time {} {:.9g}", step, secs));
       bool reports = holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
-      for (int v = 0; v < S; ++v) reports = reports && !(loss_stage[v] && is_local(v) && tp_rank_of(v, shard) != 0);
+      for (int v = 0; v < S; ++v) {
+        reports = reports && !((loss_stage[v] || !tower_ends[v].empty()) && is_local(v) && tp_rank_of(v, shard) != 0);
+      }
       if (reports) {
         report_step(fmt::format("loss {} {:.17g}", step, loss_sum));
       }
