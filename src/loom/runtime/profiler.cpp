@@ -81,16 +81,38 @@ MicrobatchPacking Sequences(const Model& model, int module, int64_t batch, int64
   return p;
 }
 
+// Layer (mi, li) of the model alone on `device`, fed a random input of `batch`
+// sequences of `seq` tokens and a random output gradient. Not copyable: `mb`
+// points at `packing`.
+struct OneLayer {
+  OneLayer(const Model& model, int mi, int li, int64_t batch, int64_t seq, const torch::Device& device)
+      : module(mi),
+        stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1),
+        packing(Sequences(model, mi, batch, seq)),
+        mb{&packing, 0, 1, device},
+        x(torch::randn({1, batch * seq, model.modules[mi].layers[li].hidden}, torch::TensorOptions().device(device))
+              .requires_grad_(true)),
+        g(torch::randn({1, batch * seq, model.modules[mi].layers[li].hidden}, torch::TensorOptions().device(device))) {
+    stack->to(device);
+  }
+  OneLayer(const OneLayer&) = delete;
+  OneLayer& operator=(const OneLayer&) = delete;
+  torch::Tensor Forward() { return stack->forward({{module, x}}, mb).at(module); }
+  void ClearGradients() {
+    stack->zero_grad();
+    x.mutable_grad() = torch::Tensor();
+  }
+
+  int module;
+  LayerStack stack;
+  MicrobatchPacking packing;
+  MicrobatchInput mb;
+  torch::Tensor x, g;
+};
+
 ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch, int64_t seq, const Timer& timer) {
-  const int64_t tokens = batch * seq;
   const Layer& l = model.modules[mi].layers[li];
-  LayerStack stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1);
-  stack->to(timer.device);
-  const MicrobatchPacking packing = Sequences(model, mi, batch, seq);
-  const MicrobatchInput mb{&packing, 0, 1, timer.device};
-  const auto opts = torch::TensorOptions().device(timer.device);
-  const torch::Tensor x = torch::randn({1, tokens, l.hidden}, opts).requires_grad_(true);
-  const torch::Tensor g = torch::randn({1, tokens, l.hidden}, opts);
+  OneLayer one(model, mi, li, batch, seq, timer.device);
   ProfileLayerPoint pt;
   pt.label = fmt::format("{} layer {}", model.modules[mi].name, li);
   pt.shape = ShapeOf(l);
@@ -99,15 +121,14 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
   pt.seq = seq;
   pt.forward_s = timer.Median([&] {
     torch::NoGradGuard no_grad;
-    stack->forward({{mi, x}}, mb);
+    one.Forward();
   });
   // The backward alone: a fresh forward (and no gradients) before each.
   torch::Tensor y;
-  pt.backward_s = timer.Median([&] { y.backward(g); },
+  pt.backward_s = timer.Median([&] { y.backward(one.g); },
                                [&] {
-                                 stack->zero_grad();
-                                 x.mutable_grad() = torch::Tensor();
-                                 y = stack->forward({{mi, x}}, mb).at(mi);
+                                 one.ClearGradients();
+                                 y = one.Forward();
                                });
   return pt;
 }
@@ -117,14 +138,7 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
 // whole GPU, the default stream): one point of the engine's scaling surface.
 SmScalingPoint MeasureLayerOnSms(const Model& model, int mi, int li, int64_t batch, int64_t seq, int sms,
                                  const Timer& timer) {
-  const Layer& l = model.modules[mi].layers[li];
-  LayerStack stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1);
-  stack->to(timer.device);
-  const MicrobatchPacking packing = Sequences(model, mi, batch, seq);
-  const MicrobatchInput mb{&packing, 0, 1, timer.device};
-  const auto opts = torch::TensorOptions().device(timer.device);
-  const torch::Tensor x = torch::randn({1, batch * seq, l.hidden}, opts).requires_grad_(true);
-  const torch::Tensor g = torch::randn({1, batch * seq, l.hidden}, opts);
+  OneLayer one(model, mi, li, batch, seq, timer.device);
   const int device = timer.device.index() < 0 ? 0 : timer.device.index();
   std::unique_ptr<GreenStreamPool> pool;
   std::optional<c10::cuda::CUDAStreamGuard> guard;
@@ -138,9 +152,8 @@ SmScalingPoint MeasureLayerOnSms(const Model& model, int mi, int li, int64_t bat
   pt.layers = 1;
   pt.sms = sms > 0 ? sms : ReadSmPartitionRules(device).sm_count;
   pt.time_s = timer.Median([&] {
-    stack->zero_grad();
-    x.mutable_grad() = torch::Tensor();
-    stack->forward({{mi, x}}, mb).at(mi).backward(g);
+    one.ClearGradients();
+    one.Forward().backward(one.g);
   });
   return pt;
 }
