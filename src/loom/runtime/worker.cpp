@@ -947,7 +947,10 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       std::map<MessageKey, torch::Tensor> grads_in;            // received gradients (flat), by message
       std::map<MessageKey, torch::Tensor> mailbox_act, mailbox_grad;  // between ranks of this process
       std::map<std::pair<int, int>, std::vector<WeightGradDeferral::Pending>> deferred;
-      double loss_sum = 0;
+      // The step's loss terms, read (.item()) only once the step is done: a read
+      // waits for the device, and one after a module's forward would keep the
+      // host from launching a co-located module beside it.
+      std::vector<torch::Tensor> loss_terms;
       bool holds_loss = false;
       std::map<std::pair<int, int>, torch::Tensor> tower_losses;  // (stage, mb) -> its towers' loss (not the loss stage)
       std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
@@ -1089,13 +1092,13 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
                            CP > 1 ? ContextRows(packing(v, k), loss_module, cp_rank, CP, context_parallel.split)
                                   : std::vector<int64_t>{});
               if (towers.defined()) loss = loss + towers;
-              loss_sum += loss.item<double>();
+              loss_terms.push_back(loss.detach());
               holds_loss = true;
               hands.push_back(loss);
             } else {
               for (const auto& b : handed[v]) hands.push_back(out.at(b.module));
               if (towers.defined()) {
-                loss_sum += towers.item<double>();
+                loss_terms.push_back(towers.detach());
                 holds_loss = true;
                 tower_losses[{v, k}] = towers;
               }
@@ -1433,6 +1436,8 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         reports = reports && !((loss_stage[v] || !tower_ends[v].empty()) && is_local(v) && tp_rank_of(v, shard) != 0);
       }
       if (reports) {
+        double loss_sum = 0;
+        for (const auto& t : loss_terms) loss_sum += t.item<double>();
         report_step(fmt::format("loss {} {:.17g}", step, loss_sum));
       }
       maybe_die(true);
