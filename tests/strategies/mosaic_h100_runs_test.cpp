@@ -78,5 +78,21 @@ TEST(MosaicOnTheH100, EngineProfilePredictsAndRanksThePlansAsMeasured) {
   }
 }
 
+// `loom plan` says when the SM quotas of its best plan were priced by the
+// shipped (Python eager) law, and not when by the engine's own profile.
+TEST(MosaicOnTheH100, PlanSaysWhichLawPricedItsQuotas) {
+  const std::string args = "plan --model " + std::string(LOOM_EXAMPLES) + "/runtime/mosaic-encoders.yaml --cluster " +
+                           std::string(LOOM_EXAMPLES) +
+                           "/runtime/one-h100.yaml --workload mosaic-fixed --global-batch 8 --strategy megatron,mosaic "
+                           "--iterations 1 --jobs 1";
+  auto [code, out] = test::RunLoom(args);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("* best: mosaic"), std::string::npos) << out;
+  EXPECT_NE(out.find("fitted to Python eager runs"), std::string::npos) << out;
+  auto [code2, out2] = test::RunLoom(args + " --profile " + kRuns + "profile-enc.yaml");
+  ASSERT_EQ(code2, 0) << out2;
+  EXPECT_EQ(out2.find("fitted to Python eager runs"), std::string::npos) << out2;
+}
+
 }  // namespace
 }  // namespace loom

@@ -664,6 +664,19 @@ int main(int argc, char** argv) {
       loom::Comparison cmp = loom::CompareStrategies(model, cluster, workload, names, iterations, progress, compare);
       if (progress) std::cerr << "\r\033[K";
       std::cout << loom::FormatComparison(cmp);
+      // SM quotas priced by the shipped law describe Python eager launches; Loom's
+      // runtime is priced by its own (docs/results/mosaic.md, section 2).
+      if (cmp.best >= 0 && plan_profile == "default" && cluster.cost_model &&
+          cluster.cost_model->sm_sharing().launch_floor_s_per_layer > 0) {
+        bool quotas = false;
+        for (const auto& u : cmp.outcomes[cmp.best].result.plan.units) quotas = quotas || u.sm_fraction < 1;
+        if (quotas) {
+          std::cout << "note: the best plan's SM quotas are priced by the SM-sharing law of "
+                    << cluster.cost_model->name()
+                    << ", fitted to Python eager runs; for Loom's runtime, plan with its own profile "
+                       "(loom profile --device cuda; docs/results/mosaic.md)\n";
+        }
+      }
       nlohmann::json plans_json = plan_json.empty() ? nlohmann::json() : loom::ComparisonJson(cmp);
       if (plan_run) {
 #ifdef LOOM_HAVE_RUNTIME
