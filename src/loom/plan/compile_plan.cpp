@@ -115,10 +115,18 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
 // shorter than the same work on one stage (a negative bubble).
 void OrderOptimizerStepsOnSharedGpus(ExecutionPlan& out) {
   Schedule& sch = out.schedule;
-  std::map<int, std::vector<int>> on_group;  // GPU group -> ranks on it
+  // GPU group -> ranks on it. Compiled for every candidate of every search,
+  // so plain vectors, and nothing more when no two ranks share a group.
+  std::vector<std::vector<int>> on_group(static_cast<size_t>(std::max(out.num_groups, 0)));
+  bool shared = false;
   for (int r = 0; r < static_cast<int>(out.ranks.size()); ++r) {
-    for (int g = out.ranks[r].group; g < out.ranks[r].group + out.ranks[r].num_groups; ++g) on_group[g].push_back(r);
+    for (int g = out.ranks[r].group; g < out.ranks[r].group + out.ranks[r].num_groups; ++g) {
+      if (g >= static_cast<int>(on_group.size())) on_group.resize(g + 1);
+      on_group[g].push_back(r);
+      shared = shared || on_group[g].size() > 1;
+    }
   }
+  if (!shared) return;
   auto last_of = [&](int r, bool compute) {
     const auto& acts = sch.ranks[r];
     for (int i = static_cast<int>(acts.size()) - 1; i >= 0; --i) {
@@ -127,7 +135,7 @@ void OrderOptimizerStepsOnSharedGpus(ExecutionPlan& out) {
     return -1;
   };
   std::set<std::pair<int, int>> done;  // (rank, after rank)
-  for (const auto& [g, ranks] : on_group) {
+  for (const auto& ranks : on_group) {
     if (ranks.size() < 2) continue;
     for (int a : ranks) {
       const int step = last_of(a, false);
