@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test test-asan test-tsan fuzz demo bench screenshot clean
+.PHONY: deps configure build test test-asan test-tsan cuda-build fuzz demo bench screenshot clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -42,6 +42,19 @@ test-tsan: deps
 	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" -DLOOM_SANITIZE_THREAD=ON -DLOOM_PYTHON=OFF
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target loom_tests
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ./loom_tests --gtest_filter='$(TSAN_TESTS)'
+
+# The CUDA build (docs/dependencies.md): the runtime against PyTorch's CUDA
+# libtorch, NCCL and this machine's CUDA toolkit, in its own folder; no GPU is
+# needed to compile, link and start it. `.ci/run` builds it, checks that
+# `loom --version` says CUDA, and runs the tests that need a GPU, which skip
+# with a message where there is none. On a GPU machine without a package
+# registry, scripts/build-cuda.sh builds the same.
+CUDA_BUILD ?= build-cuda
+cuda-build: deps
+	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_PYTHON=OFF
+	cmake --build $(CUDA_BUILD) -j $(JOBS) --target loom loom_cuda_tests
+	$(CUDA_BUILD)/loom --version | grep -q 'with CUDA' || { $(CUDA_BUILD)/loom --version; echo "cuda-build: loom --version does not say CUDA" >&2; exit 1; }
+	cd $(CUDA_BUILD) && ctest --output-on-failure -R '^CudaBuild\.'
 
 # The libFuzzer harnesses (fuzz/, clang): each runs FUZZ_SECONDS on its seed
 # corpus (fuzz/corpus/, from examples/ and the zoo); a crash, a hang past

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds `loom` with its CUDA runtime on a GPU machine: PyTorch's libtorch
-# (with CUDA, NCCL and Gloo; found through `python3 -c "import torch; ..."`),
+# (with CUDA, NCCL and Gloo; cmake/pytorch.cmake finds it through python3, the
+# same way as on every machine, with -DLOOM_CUDA=ON as in `make cuda-build`),
 # cmake and ninja, and no package registry: the other libraries come from
 # scripts/pack-gpu-deps.sh, run on a Debian 12 machine and carried here
 # (docs/runtime.md, "On a GPU"). Tests are not built (GoogleTest is not there).
@@ -12,13 +13,12 @@ if [ ! -d "$DEPS/lib/cmake" ]; then
   echo "build-cuda: $DEPS is missing: run scripts/pack-gpu-deps.sh on a Debian 12 machine and bring the folder" >&2
   exit 2
 fi
-TORCH_PREFIX=$(python3 -c "import torch; print(torch.utils.cmake_prefix_path)")
-echo "libtorch: $TORCH_PREFIX; packed libraries: $DEPS"
+echo "python3: $(command -v python3); packed libraries: $DEPS"
 # --disable-new-dtags writes DT_RPATH, which (unlike RUNPATH) also serves the
 # packed libraries' own dependencies (libCbc loads libCgl).
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DLOOM_TESTS=OFF -DLOOM_TORCH_CMAKE=ON -DLOOM_FMT_HEADER_ONLY=ON -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
-  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$DEPS" \
+  -DLOOM_TESTS=OFF -DLOOM_CUDA=ON -DLOOM_PYTHON=OFF -DCMAKE_DISABLE_FIND_PACKAGE_PkgConfig=ON \
+  -DCMAKE_PREFIX_PATH="$DEPS" \
   -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$DEPS/lib -Wl,--disable-new-dtags" -DCMAKE_BUILD_RPATH="$DEPS/lib"
 cmake --build "$BUILD" -j "$(nproc)" --target loom
-"$BUILD/loom" run --help | head -1
+"$BUILD/loom" --version

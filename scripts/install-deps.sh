@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs the Debian packages Loom builds and tests with. Idempotent: installs
-# only what is missing, so a second run does nothing and needs no network.
+# Installs what Loom builds and tests with: Debian packages, then the pinned
+# Python packages of requirements.txt (PyTorch among them) for the machine's
+# python3 (docs/dependencies.md). Idempotent: installs only what is missing, so
+# a second run does nothing and needs no network. A package the registry
+# refuses stops the install with pip's or apt's own error: nothing else is
+# tried in its place.
 # `--with-chromium` also installs headless Chromium, which only
 # scripts/screenshot-report.sh needs (not the build or the tests);
 # `--with-fuzz` clang and its runtimes, which only `make fuzz` needs.
@@ -12,8 +16,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   coinor-libcbc-dev
   libtcmalloc-minimal4
-  libtorch-dev libgloo-dev libopenblas0-pthread
-  pybind11-dev python3-dev python3-torch
+  libgloo-dev
 )
 for flag in "$@"; do
   case "$flag" in
@@ -31,13 +34,47 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+if [ ${#missing[@]} -ne 0 ]; then
+  echo "install-deps: installing ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}" >&2
-sudo=""
-if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Python packages, for the python3 that CMake builds against
+# (cmake/pytorch.cmake): LOOM_PYTHON, else python3 on PATH. Each pin is
+# checked against what is installed, so pip (and the network) is used only
+# when one is missing or at another version.
+python=${LOOM_PYTHON:-python3}
+if ! command -v "$python" >/dev/null; then
+  echo "install-deps: no $python on PATH (Loom needs Python 3.10 or later with pip)" >&2
+  exit 2
+fi
+requirements="$(cd "$(dirname "$0")/.." && pwd)/requirements.txt"
+stale=$("$python" - "$requirements" <<'PY'
+import re, sys
+from importlib import metadata
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, want = re.match(r"([A-Za-z0-9_.-]+)==([^;\s]+)", line).groups()
+    try:
+        have = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        have = None
+    # PyPI's torch reports a local version (2.11.0+cu130) for the pin 2.11.0.
+    if have is None or have.split("+")[0] != want:
+        print(f"{name}=={want}")
+PY
+)
+if [ -n "$stale" ]; then
+  echo "install-deps: pip installing $(echo $stale) for $("$python" -c 'import sys; print(sys.executable)')" >&2
+  if ! "$python" -m pip install --progress-bar off --disable-pip-version-check --root-user-action=ignore \
+      -r "$requirements"; then
+    echo "install-deps: pip could not install requirements.txt (its error is above); nothing was put in its place" >&2
+    exit 1
+  fi
+fi

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <torch/torch.h>
 
 #include "loom/error.h"
 #include "loom/runtime/fault_tolerance.h"
@@ -195,6 +196,76 @@ TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
     EXPECT_EQ(code, 2) << b.args << "\n" << out;
     EXPECT_NE(out.find(b.says), std::string::npos) << b.args << "\n" << out;
   }
+}
+
+// Issue 45: a reused --checkpoint DIR mixed two runs. Run A stops with a full
+// checkpoint in DIR; run B, in the same DIR, loses every holder of LLM layers
+// 2..5 with no periodic checkpoint. B used to find A's files for those layers,
+// write a manifest claiming them, and resume on the mix; now it fails naming
+// the lost layers and leaves A's checkpoint as it was.
+TEST(FaultTolerance, AReusedCheckpointFolderNeverMixesTwoRuns) {
+  const TinyRun s(kVlm, kLaion);
+  const std::string dir = FreshDirectory("ft-reused"), plan = OobleckPlan(s, "h100:3x1", 1);
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
+                             " --steps 3 --timeout 20");
+  ASSERT_EQ(code, 2) << out;
+  const auto manifest = [&] {
+    std::ifstream f(dir + "/checkpoint.json");
+    return f ? nlohmann::json::parse(f) : nlohmann::json();
+  };
+  const nlohmann::json a = manifest();
+  ASSERT_EQ(a["steps_done"], 2) << out;
+  auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:0 --kill 2:1:0 --checkpoint " + dir +
+                               " --steps 3 --timeout 20");
+  EXPECT_EQ(code2, 2) << out2;
+  EXPECT_NE(out2.find("no survivor holds layer(s) llm_2, llm_3, llm_4, llm_5"), std::string::npos) << out2;
+  EXPECT_EQ(manifest(), a) << "run B rewrote run A's manifest:\n" << out2;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().rfind(".staging-", 0), std::string::npos) << "left behind: " << e.path();
+  }
+}
+
+// Issue 45: `--lr 1e30` made the loss NaN, the launcher read it as 0 and the
+// run exited 0. A fault-tolerant run that diverges stops at once, naming the step.
+TEST(FaultTolerance, ADivergedRunFailsNamingTheStep) {
+  const TinyRun s(kVlm, kLaion);
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) +
+                             " --lr 1e30 --steps 3 --timeout 20");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("training diverged: the loss of step"), std::string::npos) << out;
+  EXPECT_EQ(out.find("loss 0.000000"), std::string::npos) << out;
+}
+
+// Issue 45: a checkpoint whose weights are not finite (a diverged run's) is
+// refused on --resume, naming the file, instead of training on NaN with exit 0.
+TEST(FaultTolerance, ACheckpointWithNonFiniteWeightsIsRefused) {
+  const TinyRun s(kVlm, kLaion);
+  const std::string dir = FreshDirectory("ft-nan"), plan = OobleckPlan(s, "h100:3x1", 1);
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
+                             " --steps 3 --timeout 20");
+  ASSERT_EQ(code, 2) << out;
+  // One weight of llm_0 becomes NaN, the rest of its file as saved.
+  const std::string file = dir + "/llm_0.pt";
+  torch::serialize::InputArchive in;
+  in.load_from(file);
+  torch::serialize::OutputArchive rewritten;
+  bool poisoned = false;
+  for (const auto& key : in.keys()) {
+    torch::Tensor t;
+    ASSERT_TRUE(in.try_read(key, t)) << key;
+    if (!poisoned && key.size() > 6 && key.compare(key.size() - 6, 6, "#value") == 0) {
+      t = t.clone();
+      t.view(-1)[0] = std::nan("");
+      poisoned = true;
+    }
+    rewritten.write(key, t);
+  }
+  ASSERT_TRUE(poisoned);
+  rewritten.save_to(file);
+  auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + dir + " --steps 3 --timeout 20");
+  EXPECT_EQ(code2, 2) << out2;
+  EXPECT_NE(out2.find(file + " holds values of"), std::string::npos) << out2;
+  EXPECT_NE(out2.find("not finite"), std::string::npos) << out2;
 }
 
 TEST(FaultTolerance, ControlCommandsRoundTrip) {

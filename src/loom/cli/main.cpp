@@ -36,6 +36,7 @@
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/strategies/oobleck/replan.h"
 #include "loom/report/simulation_report.h"
+#include "loom/runtime/build_info.h"
 #include "loom/runtime/green_context.h"
 #include "loom/runtime/profiler.h"
 #ifdef LOOM_HAVE_RUNTIME
@@ -270,9 +271,9 @@ void CheckPlanIsFor(const loom::Plan& p, const loom::Model& model, const loom::C
 int main(int argc, char** argv) {
   CLI::App app{"Loom: plan, schedule and simulate multimodal model training on GPU clusters"};
 #ifdef LOOM_HAVE_RUNTIME
-  const std::string runtime = fmt::format("runtime: libtorch {}", loom::runtime::LibtorchVersion());
+  const std::string runtime = fmt::format("runtime: {}", loom::runtime::RuntimeBuild());
 #else
-  const std::string runtime = "no runtime (libtorch was not found at configure time)";
+  const std::string runtime = "no runtime in this build";
 #endif
   app.set_version_flag("--version", fmt::format("loom {} ({})", LOOM_VERSION, runtime));
   app.require_subcommand(1);

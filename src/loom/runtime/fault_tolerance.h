@@ -52,7 +52,7 @@ ControlCommand ParseCommand(const std::string& line);
 // The worker's side: a thread that reads the control pipe and writes
 // heartbeats to the report pipe. `abort` is set once a gen or stop command (or
 // the launcher's end: kExit) arrives; the worker's waits poll it
-// (c10d_compat.h's Await). Thread safety: every member may be called from the
+// (c10d_calls.h's Await). Thread safety: every member may be called from the
 // worker's thread while the monitor runs.
 class WorkerControl {
  public:

@@ -24,7 +24,9 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
-#include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/checkpoint_dir.h"
+#include "loom/runtime/report_line.h"
 #include "loom/runtime/fault_tolerance.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run_reports.h"
@@ -59,43 +61,6 @@ struct Worker {
   std::vector<double> step_s;
   bool Open() const { return report_fd >= 0; }
 };
-
-void Mkdirs(const std::string& dir) {
-  std::string sofar;
-  std::istringstream in(dir);
-  std::string part;
-  if (!dir.empty() && dir[0] == '/') sofar = "/";
-  while (std::getline(in, part, '/')) {
-    if (part.empty()) continue;
-    sofar += part + "/";
-    if (mkdir(sofar.c_str(), 0755) != 0 && errno != EEXIST) {
-      throw Error(fmt::format("checkpoint {}: cannot create directory {}: {}", dir, sofar, std::strerror(errno)));
-    }
-  }
-}
-
-std::vector<std::string> LayerFiles(const std::string& dir) {
-  std::vector<std::string> out;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d)) {
-      const std::string name = e->d_name;
-      if (name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0) out.push_back(name.substr(0, name.size() - 3));
-    }
-    closedir(d);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-// checkpoint.json (the layer files are the workers').
-bool WriteManifest(const std::string& dir, const CheckpointManifest& m) {
-  const nlohmann::json j = {{"format", "loom-checkpoint-1"}, {"steps_done", m.steps_done}, {"model", m.model},
-                            {"seed", m.seed},                {"layers", m.layers},         {"outcome", m.outcome}};
-  std::ofstream f(dir + "/checkpoint.json");
-  f << j.dump(2) << "\n";
-  return static_cast<bool>(f);
-}
-
 
 }  // namespace
 
@@ -133,6 +98,22 @@ CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, co
                             path, m.seed, workload.seed));
   }
   if (m.steps_done < 0) throw Error(fmt::format("{}: field steps_done is {}; valid: >= 0", path, m.steps_done));
+  // The layer files a resume reads are the ones the manifest lists, and it
+  // must list every trainable layer (frozen ones come from the seed): files a
+  // folder holds beside them may be another run's (checkpoint_dir.h).
+  std::vector<std::string> unlisted;
+  for (const auto& mod : model.modules) {
+    for (size_t l = 0; l < mod.layers.size(); ++l) {
+      const std::string name = fmt::format("{}_{}", mod.name, l);
+      if (!mod.layers[l].frozen && std::find(m.layers.begin(), m.layers.end(), name) == m.layers.end()) {
+        unlisted.push_back(name);
+      }
+    }
+  }
+  if (!unlisted.empty()) {
+    throw Error(fmt::format("{}: field layers does not list {} (trainable layers of {}); the checkpoint is incomplete",
+                            path, fmt::join(unlisted, ", "), model.name));
+  }
   return m;
 }
 
@@ -291,6 +272,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
     const std::string checkpoint_root =
         options.checkpoint_dir.empty() ? run_dir + "/checkpoint" : options.checkpoint_dir;
     int saving_step = -1;  // a periodic checkpoint being written
+    std::string saving_staging;  // where its workers write it (runtime/checkpoint_dir.h)
     std::set<int> saving_members, saved_by;  // workers (births) that write it; those done
     std::string last_checkpoint;
     int last_checkpoint_step = -1;
@@ -318,12 +300,12 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
       m.steps_done = saving_step;
       m.model = model.name;
       m.seed = workload.seed;
-      m.layers = LayerFiles(dir);
       m.outcome = fmt::format("--checkpoint-every {}", options.checkpoint_every);
-      if (!WriteManifest(dir, m)) throw Error(fmt::format("runtime: cannot write {}/checkpoint.json", dir));
+      CommitCheckpoint(saving_staging, dir, m);
       last_checkpoint = dir;
       last_checkpoint_step = saving_step;
       saving_step = -1;
+      saving_staging.clear();
     };
 
     // A new generation: the plan for `r.nodes`, survivors commanded, new nodes launched.
@@ -415,41 +397,37 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
         while ((nl = w.buffer.find('\n')) != std::string::npos) {
           const std::string line = w.buffer.substr(0, nl);
           w.buffer.erase(0, nl + 1);
-          std::istringstream in(line);
-          std::string kind;
-          in >> kind;
+          ReportLine in(line);
+          const std::string& kind = in.kind();
           if (kind == "hb" || kind == "stopped") continue;
           if (kind == "done") {
-            int g = 0, s = 0;
-            in >> g >> s;
+            const int g = in.Int(), s = in.Int();
             if (g == generation && w.member) w.done = std::max(w.done, s);
           } else if (kind == "ready") {
-            int g = 0;
-            double secs = 0;
-            int64_t bytes = 0;
-            in >> g >> secs >> bytes;
+            const int g = in.Int();
+            in.Number();  // seconds the transfer took
+            const int64_t bytes = in.Integer();
             if (g == generation && w.member) {
               w.ready = true;
               if (pending_event >= 0) out.events[pending_event].copied_bytes += bytes;
             }
           } else if (kind == "saved") {
-            int g = 0, s = 0;
-            in >> g >> s;
-            if (s == saving_step) saved_by.insert(w.birth);
+            in.Int();  // generation
+            if (in.Int() == saving_step) saved_by.insert(w.birth);
           } else if (kind == "dying") {
-            int s = 0;
-            in >> s >> w.dying_at;
+            const int s = in.Int();
+            (void)s;
+            w.dying_at = in.Number();
           } else if (kind == "loss") {  // reported once its step committed
-            int s = 0;
-            double v = 0;
-            in >> s >> v;
+            const int s = in.Int();
+            const double v = in.Number();
             loss.at(s) += v;
             ++loss_reports.at(s);
+            // A diverged run stops at once (the catch below ends every worker).
+            if (const std::string why = Divergence(loss, loss_reports, {}); !why.empty()) throw Error(why);
           } else if (kind == "time") {
-            int s = 0;
-            double v = 0;
-            in >> s >> v;
-            w.step_s.at(s) = v;
+            const int s = in.Int();
+            w.step_s.at(s) = in.Number();
           } else if (kind == "error") {
             w.error = line.substr(6);
           } else if (w.member) {
@@ -525,11 +503,11 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           // Cannot go on: the survivors write what they hold as of the last
           // committed step, one file per layer, then the manifest.
           const std::string& dir = checkpoint_root;
-          Mkdirs(dir);
+          const std::string staging = StageCheckpoint(dir);  // this save's files only (checkpoint_dir.h)
           std::vector<Worker*> writers;
           for (Worker& w : workers) {
             if (!w.member || !w.Open()) continue;
-            send(w, ControlCommand{ControlCommand::Kind::kStop, committed, 0, 0, 0, 0, dir});
+            send(w, ControlCommand{ControlCommand::Kind::kStop, committed, 0, 0, 0, 0, staging});
             writers.push_back(&w);
           }
           const double deadline = Now() + options.timeout_s + options.heartbeat_timeout_s;
@@ -547,7 +525,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           m.steps_done = committed;
           m.model = model.name;
           m.seed = workload.seed;
-          m.layers = LayerFiles(dir);
+          m.layers = LayerFiles(staging);
           m.outcome = r.outcome;
           // Every trainable layer must have come from some survivor; when all
           // holders of a layer failed at once, only a periodic checkpoint helps.
@@ -561,6 +539,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
             }
           }
           if (!missing.empty()) {
+            DiscardStaging(staging);  // the folder's earlier checkpoint, if any, stays as it was
             throw Error(fmt::format(
                 "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes; {}", r.outcome, why,
                 fmt::join(missing, ", "),
@@ -570,7 +549,11 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
                                   "on from there",
                                   last_checkpoint_step, last_checkpoint, last_checkpoint)));
           }
-          if (!WriteManifest(dir, m)) failures += fmt::format(" cannot write {}/checkpoint.json.", dir);
+          try {
+            CommitCheckpoint(staging, dir, m);
+          } catch (const Error& e) {
+            failures += fmt::format(" {}.", e.what());
+          }
           throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run "
                                   "--resume {}` goes on from there",
                                   r.outcome, why, committed, dir, m.layers.size(), failures, dir));
@@ -618,8 +601,9 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
       ControlCommand go{ControlCommand::Kind::kGo, committed};
       if (!finishing && options.checkpoint_every > 0 && committed % options.checkpoint_every == 0 &&
           committed > first_step) {
-        go.path = fmt::format("{}/step-{}", checkpoint_root, committed);
-        Mkdirs(go.path);
+        if (!saving_staging.empty()) DiscardStaging(saving_staging);  // a save a failure left incomplete
+        saving_staging = StageCheckpoint(fmt::format("{}/step-{}", checkpoint_root, committed));
+        go.path = saving_staging;
         saving_step = committed;
         saved_by.clear();
         saving_members.clear();

@@ -16,18 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "loom/runtime/checkpoint_dir.h"
 #include "loom/runtime/run.h"
 
 namespace loom::runtime {
 
-// checkpoint.json beside the layer files (docs/runtime.md).
-struct CheckpointManifest {
-  int steps_done = 0;        // the state is the one after this many steps
-  std::string model;
-  uint64_t seed = 0;         // the workload's (frozen layers and data come from it)
-  std::vector<std::string> layers;  // "{module}_{layer}" files written
-  std::string outcome;       // why it was written
-};
+// checkpoint.json beside the layer files (runtime/checkpoint_dir.h, docs/runtime.md).
 // Throws loom::Error naming the file and field when it is missing, malformed,
 // or for another model or seed.
 CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, const Workload& workload);

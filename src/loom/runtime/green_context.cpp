@@ -13,7 +13,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/driver_api.h>
 #include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <torch/torch.h>
 #endif
 
@@ -23,18 +25,30 @@ namespace loom::runtime {
 
 namespace {
 
+// The driver API through PyTorch's loader (c10::cuda::DriverAPI), which opens
+// libcuda.so.1 when first asked: the CUDA build then starts, and runs CPU jobs,
+// on a machine with no GPU driver (CI's), where linking libcuda would not load.
+c10::cuda::DriverAPI& Driver() {
+  c10::cuda::DriverAPI* api = c10::cuda::DriverAPI::get();
+  if (api->cuGreenCtxCreate_ == nullptr || api->cuDevSmResourceSplitByCount_ == nullptr) {
+    throw Error("CUDA driver: green contexts need a driver for CUDA 12.8 or later; this one lacks them");
+  }
+  return *api;
+}
+
 void Check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
     const char* msg = nullptr;
-    cuGetErrorString(r, &msg);
+    Driver().cuGetErrorString_(r, &msg);
     throw Error(fmt::format("CUDA driver: {}: {}", what, msg ? msg : "unknown error"));
   }
 }
 
 CUdevice Device(int device) {
-  Check(cuInit(0), "cuInit");
+  // cudaFree(nullptr) initialises the runtime and with it the driver (cuInit).
+  if (cudaFree(nullptr) != cudaSuccess) throw Error("CUDA: the runtime did not initialise (no GPU or driver?)");
   CUdevice d;
-  Check(cuDeviceGet(&d, device), "cuDeviceGet");
+  Check(Driver().cuDeviceGet_(&d, device), "cuDeviceGet");
   return d;
 }
 
@@ -49,10 +63,10 @@ double Now_s() {
 // non-applicable", measured on the H100 with driver 580.)
 std::vector<CUdevResource> SmGroups(CUdevice dev, int alignment) {
   CUdevResource full, rest;
-  Check(cuDeviceGetDevResource(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
+  Check(Driver().cuDeviceGetDevResource_(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
   unsigned int groups = full.sm.smCount / static_cast<unsigned int>(alignment);
   std::vector<CUdevResource> out(groups);
-  Check(cuDevSmResourceSplitByCount(out.data(), &groups, &full, &rest, 0, static_cast<unsigned int>(alignment)),
+  Check(Driver().cuDevSmResourceSplitByCount_(out.data(), &groups, &full, &rest, 0, static_cast<unsigned int>(alignment)),
         "cuDevSmResourceSplitByCount");
   out.resize(groups);
   return out;
@@ -66,10 +80,10 @@ void Create(CUdevice dev, std::vector<CUdevResource>& groups, int first, int cou
                             groups.size()));
   }
   CUdevResourceDesc desc;
-  Check(cuDevResourceGenerateDesc(&desc, groups.data() + first, static_cast<unsigned int>(count)),
+  Check(Driver().cuDevResourceGenerateDesc_(&desc, groups.data() + first, static_cast<unsigned int>(count)),
         "cuDevResourceGenerateDesc");
-  Check(cuGreenCtxCreate(ctx, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM), "cuGreenCtxCreate");
-  Check(cuGreenCtxStreamCreate(stream, *ctx, CU_STREAM_NON_BLOCKING, 0), "cuGreenCtxStreamCreate");
+  Check(Driver().cuGreenCtxCreate_(ctx, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM), "cuGreenCtxCreate");
+  Check(Driver().cuGreenCtxStreamCreate_(stream, *ctx, CU_STREAM_NON_BLOCKING, 0), "cuGreenCtxStreamCreate");
 }
 
 }  // namespace
@@ -77,7 +91,7 @@ void Create(CUdevice dev, std::vector<CUdevResource>& groups, int first, int cou
 SmPartitionRules ReadSmPartitionRules(int device) {
   const CUdevice dev = Device(device);
   CUdevResource full;
-  Check(cuDeviceGetDevResource(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
+  Check(Driver().cuDeviceGetDevResource_(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
   SmPartitionRules r;
   r.sm_count = static_cast<int>(full.sm.smCount);
   r.min_sms = static_cast<int>(full.sm.minSmPartitionSize);
@@ -126,10 +140,10 @@ GreenStreamPool::GreenStreamPool(int device, const std::vector<std::vector<int>>
 
 GreenStreamPool::~GreenStreamPool() {
   for (auto& set : streams_) {
-    for (void* s : set) cuStreamDestroy(static_cast<CUstream>(s));
+    for (void* s : set) cudaStreamDestroy(static_cast<cudaStream_t>(s));
   }
   for (auto& set : contexts_) {
-    for (void* c : set) cuGreenCtxDestroy(static_cast<CUgreenCtx>(c));
+    for (void* c : set) Driver().cuGreenCtxDestroy_(static_cast<CUgreenCtx>(c));
   }
 }
 
@@ -190,8 +204,8 @@ std::string ProbeSmPartitions(int device, int repeats) {
       auto groups = SmGroups(dev, rules.alignment_sms);
       Create(dev, groups, 0, q / rules.alignment_sms, &ctx, &stream);
       t.push_back(Now_s() - t0);
-      cuStreamDestroy(stream);
-      cuGreenCtxDestroy(ctx);
+      cudaStreamDestroy(stream);
+      Driver().cuGreenCtxDestroy_(ctx);
     }
     std::sort(t.begin(), t.end());
     out += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>10.3f}\n", q, t[t.size() / 2] * 1e3, t.front() * 1e3,

@@ -25,7 +25,7 @@
 
 #include "loom/cost/sm_sharing.h"
 #include "loom/error.h"
-#include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/green_context.h"
 #include "loom/runtime/run.h"
 #include "loom/runtime/torch_model.h"

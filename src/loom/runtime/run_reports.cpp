@@ -8,6 +8,9 @@
 #include <cstring>
 #include <sstream>
 
+#include "loom/error.h"
+#include "loom/runtime/report_line.h"
+
 namespace loom::runtime {
 
 std::string DescribeExit(int status) {
@@ -15,6 +18,27 @@ std::string DescribeExit(int status) {
     return fmt::format("was killed by signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
   }
   return fmt::format("exited with code {}", WEXITSTATUS(status));
+}
+
+std::string Divergence(const std::vector<double>& losses, const std::vector<int>& reports_per_step,
+                       const std::vector<std::vector<double>>& params) {
+  for (size_t s = 0; s < losses.size(); ++s) {
+    if (s < reports_per_step.size() && reports_per_step[s] > 0 && !std::isfinite(losses[s])) {
+      return fmt::format("training diverged: the loss of step {} is {}; the weights it leaves are not usable "
+                         "(lower --lr, or check the data)",
+                         s, losses[s]);
+    }
+  }
+  for (size_t p = 0; p < params.size(); ++p) {
+    for (double v : params[p]) {
+      if (!std::isfinite(v)) {
+        return fmt::format("training diverged: process {}'s parameters are not finite after the last step ({}); "
+                           "the weights are not usable (lower --lr, or check the data)",
+                           p, v);
+      }
+    }
+  }
+  return "";
 }
 
 void ReadReports(const std::vector<std::vector<std::string>>& lines, const ProcessLayout& layout, int steps,
@@ -32,45 +56,41 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
   out.measured.memory.assign(instances, {});
   for (int r = 0; r < world; ++r) {
     for (const auto& l : lines[r]) {
-      std::istringstream in(l);
-      std::string kind;
-      in >> kind;
+      ReportLine in(l);
+      const std::string& kind = in.kind();
       if (kind == "loss") {
-        int step = 0;
-        double v = 0;
-        in >> step >> v;
-        out.losses.at(step) += v;  // each replica's last rank reports its share of the batch's mean loss
+        const int step = in.Int();
+        out.losses.at(step) += in.Number();  // each replica's last rank reports its share of the batch's mean loss
         ++reporters.at(step);
       } else if (kind == "time") {
-        int step = 0;
-        double v = 0;
-        in >> step >> v;
-        out.step_s[r].at(step) = v;
+        const int step = in.Int();
+        out.step_s[r].at(step) = in.Number();
       } else if (kind == "mem") {
-        double bytes = 0;
-        in >> bytes;
+        const double bytes = in.Number();
         out.peak_rss_bytes[r] = bytes;
         if (r % tp == 0 && r / tp < static_cast<int>(layout.of_group.size())) {
           for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = bytes;
         }
       } else if (kind == "tmem") {
-        in >> out.peak_tensor_bytes[r];
+        out.peak_tensor_bytes[r] = in.Number();
       } else if (kind == "iv") {
         Interval iv;  // on the simulator's rank of the copy (replica * ranks + rank)
-        in >> iv.rank >> iv.stream >> iv.action >> iv.start_s >> iv.end_s;
+        iv.rank = in.Int();
+        iv.stream = in.Int();
+        iv.action = in.Int();
+        iv.start_s = in.Number();
+        iv.end_s = in.Number();
         out.measured.intervals.push_back(iv);
         if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
       } else if (kind == "note") {
-        std::string rest;
-        std::getline(in, rest);
-        out.notes.push_back(fmt::format("process {}:{}", r, rest));
+        out.notes.push_back(fmt::format("process {}: {}", r, in.Rest()));
       } else if (kind == "param") {
-        double s = 0, q = 0, a = 0;
-        in >> s >> q >> a;
+        const double s = in.Number(), q = in.Number(), a = in.Number();
         out.params[r].insert(out.params[r].end(), {s, q, a});
       }
     }
   }
+  if (const std::string why = Divergence(out.losses, reporters, out.params); !why.empty()) throw Error(why);
   for (int s = 0; s < steps; ++s) {
     if (reporters[s] == 0) out.losses[s] = std::nan("");
   }

@@ -8,9 +8,8 @@
 
 namespace loom::runtime {
 
-// The hook's signature changed between libtorch releases (1.13: int64_t
-// totals; 2.x: size_t): both overloads are declared and whichever the base
-// class has is the override (the other is an unused overload).
+// libtorch's allocator reports every allocation and free to the profiler's
+// debug info (c10::reportMemoryUsageToProfiler): this one sums them.
 struct TensorMemoryCounter::State : public c10::MemoryReportingInfoBase {
   std::atomic<int64_t> live{0}, peak{0};
 
@@ -20,9 +19,7 @@ struct TensorMemoryCounter::State : public c10::MemoryReportingInfoBase {
     while (now > seen && !peak.compare_exchange_weak(seen, now)) {
     }
   }
-  // NOLINTNEXTLINE: overrides one of the two signatures, see above
-  void reportMemoryUsage(void*, int64_t alloc_size, int64_t, int64_t, c10::Device) { Add(alloc_size); }
-  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device) { Add(alloc_size); }
+  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device) override { Add(alloc_size); }
   bool memoryProfilingEnabled() const override { return true; }
 };
 

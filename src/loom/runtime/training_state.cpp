@@ -14,19 +14,9 @@ namespace loom::runtime {
 
 namespace {
 
-// The key AdamW keeps a parameter's state under: a string in libtorch 1.13,
-// the TensorImpl pointer in later versions.
-template <typename Map>
-typename Map::key_type StateKey(const torch::Tensor& p) {
-  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
-    // What 1.13's c10::guts::to_string wrote (gone from later versions).
-    std::ostringstream key;
-    key << p.unsafeGetTensorImpl();
-    return key.str();
-  } else {
-    return p.unsafeGetTensorImpl();
-  }
-}
+// The key AdamW keeps a parameter's state under: its TensorImpl
+// (torch::optim::Optimizer::state_).
+void* StateKey(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
 
 // Flat index of every layer of the model (module by module).
 std::vector<int> LayerOffsets(const Model& model) {
@@ -79,7 +69,7 @@ ParamState CaptureParam(const torch::Tensor& p, torch::optim::AdamW& optimizer) 
   ParamState s;
   s.value = p.detach().clone();
   auto& states = optimizer.state();
-  auto it = states.find(StateKey<std::decay_t<decltype(states)>>(p));
+  auto it = states.find(StateKey(p));
   if (it != states.end()) {
     auto& a = static_cast<torch::optim::AdamWParamState&>(*it->second);
     s.exp_avg = a.exp_avg().clone();
@@ -100,7 +90,7 @@ void RestoreParam(const std::string& name, torch::Tensor& p, torch::optim::AdamW
     p.copy_(s.value.to(p.device()));
   }
   auto& states = optimizer.state();
-  const auto key = StateKey<std::decay_t<decltype(states)>>(p);
+  const auto key = StateKey(p);
   states.erase(key);
   if (s.step > 0) {
     auto a = std::make_unique<torch::optim::AdamWParamState>();
@@ -239,6 +229,14 @@ TrainingState LoadLayers(const std::string& dir, const Model& model,
       if (s.step > 0 && (!archive.try_read(name + "#exp_avg", s.exp_avg) ||
                          !archive.try_read(name + "#exp_avg_sq", s.exp_avg_sq))) {
         throw Error(fmt::format("checkpoint {}: {} holds no AdamW state for {}", dir, path, name));
+      }
+      // A diverged run's weights (issue 45: one resumed with exit 0 and NaN losses).
+      for (const torch::Tensor* t : {&s.value, &s.exp_avg, &s.exp_avg_sq}) {
+        if (t->defined() && !torch::isfinite(*t).all().item<bool>()) {
+          throw Error(fmt::format("checkpoint {}: {} holds values of {} that are not finite (nan or inf): the run "
+                                  "that saved it diverged, so it cannot be resumed",
+                                  dir, path, name));
+        }
       }
       out[name] = std::move(s);
     }

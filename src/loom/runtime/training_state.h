@@ -14,7 +14,7 @@
 #include <string>
 #include <utility>
 
-#include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/c10d_calls.h"
 #include "loom/spec/model.h"
 
 namespace loom::runtime {

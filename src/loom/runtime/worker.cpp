@@ -24,7 +24,8 @@
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
-#include "loom/runtime/c10d_compat.h"
+#include "loom/runtime/c10d_calls.h"
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include "loom/runtime/fault_tolerance.h"
 #include "loom/runtime/green_context.h"
 #include "loom/runtime/packing.h"
@@ -1578,7 +1579,5 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     return 3;
   }
 }
-
-std::string LibtorchVersion() { return TORCH_VERSION; }
 
 }  // namespace loom::runtime

@@ -45,7 +45,4 @@ void CheckFaultTolerable(const Model& model, const Plan& plan);
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
                                 const Plan& plan, const Batch& batch, const IterationSchedule* it = nullptr);
 
-// The libtorch this runtime was built against ("2.11.0"), for `loom --version`.
-std::string LibtorchVersion();
-
 }  // namespace loom::runtime

@@ -1,23 +1,14 @@
-// The c10d calls the runtime makes, in one place: c10d's C++ API moved between
-// libtorch 1.13 (Debian 12's libtorch-dev: groups derive from
-// c10d::ProcessGroup) and 2.x (PyTorch 2.11 on GPU machines: they derive from
-// c10d::Backend). The headers guard Gloo and NCCL behind USE_C10D_GLOO and
-// USE_C10D_NCCL (CMakeLists.txt defines them). Include only from runtime .cpp files.
+// The c10d calls the runtime makes, in one place, against PyTorch 2.x's API
+// (the pinned 2.11, which is also the GPU machine's: requirements.txt), so that
+// a change of c10d's API is a change of this file. The headers guard Gloo and
+// NCCL behind USE_C10D_GLOO and USE_C10D_NCCL (cmake/pytorch.cmake defines
+// them). Creating a store or a group is in c10d_calls.cpp, the one translation
+// unit that includes Gloo's and NCCL's headers. Include only from runtime .cpp files
+// and the runtime's tests.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
-
-#if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #ifdef LOOM_HAVE_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -34,47 +25,20 @@
 
 namespace loom::runtime {
 
-#if TORCH_VERSION_MAJOR >= 2
 using GroupBase = c10d::Backend;
-#else
-using GroupBase = c10d::ProcessGroup;
-#endif
 using Group = c10::intrusive_ptr<GroupBase>;
 
 // The rendezvous store: rank 0 serves it on master:port for `world` ranks.
 // world 0: a client of a store served elsewhere (a fault-tolerant run's store
 // process, whose clients come and go), or with rank 0 that store's server.
-inline c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
-                                                 double timeout_s, bool client_only = false) {
-  c10d::TCPStoreOptions so;
-  so.port = static_cast<uint16_t>(port);
-  so.isServer = rank == 0 && !client_only;
-  if (world > 0) so.numWorkers = world;
-  so.waitWorkers = world > 0;
-  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  return c10::make_intrusive<c10d::TCPStore>(master, so);
-}
+c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
+                                          double timeout_s, bool client_only = false);
 
 // A group named `name` of `size` members (this process is member `rank`),
 // rendezvousing under its name in `store`: NCCL for CUDA tensors, else Gloo
 // (bound to `host`). Operations time out after `timeout_s`.
-inline Group MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
-                       double timeout_s, const std::string& host, bool cuda) {
-  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
-  if (cuda) {
-#ifdef USE_C10D_NCCL
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = timeout;
-    return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, opts);
-#else
-    throw std::runtime_error("this libtorch has no NCCL: CUDA tensors cannot be communicated");
-#endif
-  }
-  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
-  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
-}
+Group MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
+                double timeout_s, const std::string& host, bool cuda);
 
 // Raised out of a wait when a fault-tolerant run's launcher has told this
 // worker that a peer is gone (runtime/fault_tolerance.h): the operation may
@@ -147,9 +111,9 @@ inline auto AllReduceAsync(GroupBase& pg, std::vector<at::Tensor>& t) { return p
 
 // Starts a reduce-scatter of `in` (size members x chunk): member i ends with
 // the sum over members of chunk i, as `out.view({size, chunk}).sum(0)` once
-// the handle's wait returns. Gloo's own reduce_scatter is not implemented in
-// libtorch 1.13 (it throws), so each member sends chunk i to member i
-// (all-to-all, the volume of a ring reduce-scatter) and sums what it gets.
+// the handle's wait returns: each member sends chunk i to member i (all-to-all,
+// the volume of a ring reduce-scatter) and sums what it gets, one operation
+// that Gloo and NCCL both implement for any group size.
 inline auto ReduceScatterAsync(GroupBase& pg, at::Tensor& in, at::Tensor& out) {
   std::vector<int64_t> counts;  // empty: equal splits
   return pg.alltoall_base(out, in, counts, counts);
@@ -165,7 +129,7 @@ inline void ResizeStorage(const at::Tensor& t, size_t bytes) {
   s->set_nbytes(bytes);
 }
 
-// The handle of an asynchronous operation (c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x).
+// The handle of an asynchronous operation (c10d::Work).
 using WorkHandle = decltype(std::declval<GroupBase&>().send(std::declval<std::vector<at::Tensor>&>(), 0, 0));
 
 // Starts sending `t` (kept alive by the returned handle's caller until it completes):

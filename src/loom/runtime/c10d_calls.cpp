@@ -1,0 +1,104 @@
+// Creating stores and process groups (c10d_calls.h): the one translation unit
+// that includes c10d's Gloo and NCCL headers.
+//
+// Gloo's own headers do not come with PyPI's wheel; the build takes Debian's
+// libgloo-dev (older than the Gloo inside libtorch). That is safe here because
+// ProcessGroupGloo holds every Gloo object through a shared_ptr (its size and
+// layout do not depend on Gloo's), the constructor and the device factory run
+// inside libtorch, and this file only moves the returned device pointer into
+// the options: no Gloo code is compiled from the older headers.
+#include "loom/runtime/c10d_calls.h"
+
+#include "loom/error.h"
+
+#include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace loom::runtime {
+
+namespace {
+
+// The store server's listening socket, bound to `host` alone. c10d's TCPStore
+// binds its own socket to every interface (IPv6 "::", which takes IPv4 too)
+// and has no authentication, so anyone who reaches the port can read and
+// write a live job's keys; a run on one machine serves on 127.0.0.1, a run
+// over several on the address the user named (--master; docs/runtime.md says
+// what to firewall). TCPStore takes the socket over (TCPStoreOptions::masterListenFd).
+int ListenOn(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0) {
+    throw Error(fmt::format("the store's address {}: {}", host, gai_strerror(rc)));
+  }
+  std::string why = "no address";
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 2048) != 0) {
+      why = std::strerror(errno);
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) {
+    throw Error(fmt::format("the store cannot listen on {}:{}: {} (the address must be this machine's own)", host,
+                            port, why));
+  }
+  return fd;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
+                                          double timeout_s, bool client_only) {
+  c10d::TCPStoreOptions so;
+  so.port = static_cast<uint16_t>(port);
+  so.isServer = rank == 0 && !client_only;
+  if (so.isServer) so.masterListenFd = ListenOn(master, port);
+  if (world > 0) so.numWorkers = world;
+  so.waitWorkers = world > 0;
+  so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  return c10::make_intrusive<c10d::TCPStore>(master, so);
+}
+
+Group MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,
+                double timeout_s, const std::string& host, bool cuda) {
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  if (cuda) {
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout;
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, opts);
+#else
+    throw std::runtime_error("this build has no NCCL: CUDA tensors cannot be communicated (build with LOOM_CUDA)");
+#endif
+  }
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, opts);
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,65 @@
+// Issue 45's runtime cases: what a worker reports is read as it was written
+// (NaN included), and a run that diverged fails instead of reporting a loss
+// of 0 and exiting 0.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "loom/error.h"
+#include "loom/runtime/report_line.h"
+#include "loom/runtime/run_reports.h"
+#include "reference.h"
+
+namespace loom {
+namespace {
+
+using namespace runtime_test;
+
+TEST(ReportLine, ReadsWhatFmtWritesForNonFiniteNumbers) {
+  runtime::ReportLine nan(fmt::format("loss 1 {:.17g}", -std::nan("")));
+  EXPECT_EQ(nan.kind(), "loss");
+  EXPECT_EQ(nan.Int(), 1);
+  EXPECT_TRUE(std::isnan(nan.Number()));
+  runtime::ReportLine inf(fmt::format("time 0 {:.9g}", HUGE_VAL));
+  inf.Int();
+  EXPECT_EQ(inf.Number(), HUGE_VAL);
+  runtime::ReportLine note("note phase 0: 2 green contexts");
+  EXPECT_EQ(note.Rest(), "phase 0: 2 green contexts");
+}
+
+TEST(ReportLine, AFieldThatIsMissingOrNotANumberIsAnError) {
+  runtime::ReportLine missing("loss 1");
+  missing.Int();
+  EXPECT_THROW(missing.Number(), Error);
+  runtime::ReportLine garbage("loss x 0.5");
+  EXPECT_THROW(garbage.Int(), Error);
+  runtime::ReportLine half("time 0 1.5s");
+  half.Int();
+  EXPECT_THROW(half.Number(), Error);
+}
+
+TEST(ReportLine, DivergenceNamesTheFirstNonFiniteStep) {
+  const double nan = std::nan("");
+  EXPECT_EQ(runtime::Divergence({2.0, 1.5}, {1, 1}, {{1.0, 2.0}}), "");
+  // A step nobody reported is NaN by construction, not a divergence.
+  EXPECT_EQ(runtime::Divergence({2.0, nan}, {1, 0}, {}), "");
+  const std::string why = runtime::Divergence({2.0, nan, nan}, {1, 1, 1}, {});
+  EXPECT_NE(why.find("the loss of step 1 is nan"), std::string::npos) << why;
+  EXPECT_NE(runtime::Divergence({2.0}, {1}, {{1.0}, {HUGE_VAL}}).find("process 1's parameters"), std::string::npos);
+}
+
+// `loom run --lr 1e30`: the workers' losses are NaN from step 1 on. The run
+// used to print "loss 0.000000", write losses of 0.0 and exit 0.
+TEST(Runtime, ADivergedRunFailsNamingTheStep) {
+  const TinyRun s;
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-diverged.json");
+  auto [code, out] = LoomCli("run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " + plan +
+                             " --lr 1e30 --steps 3 --timeout 20 --json");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("training diverged: the loss of step"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\"losses\""), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace loom
