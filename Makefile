@@ -47,11 +47,13 @@ test-tsan: deps
 # libtorch, NCCL and this machine's CUDA toolkit, in its own folder; no GPU is
 # needed to compile, link and start it. `.ci/run` builds it, checks that
 # `loom --version` says CUDA, and runs the tests that need a GPU, which skip
-# with a message where there is none. On a GPU machine without a package
-# registry, scripts/build-cuda.sh builds the same.
+# with a message where there is none. It links the CPU build's libloom.a
+# (built first; only runtime/ differs). On a GPU machine without a package
+# registry, scripts/build-cuda.sh builds the whole of it.
 CUDA_BUILD ?= build-cuda
-cuda-build: deps
-	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_PYTHON=OFF
+cuda-build: build
+	cmake -S . -B $(CUDA_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM_CUDA=ON -DLOOM_PYTHON=OFF \
+	  -DLOOM_LIB_FROM=$(abspath $(BUILD))
 	cmake --build $(CUDA_BUILD) -j $(JOBS) --target loom loom_cuda_tests
 	$(CUDA_BUILD)/loom --version | grep -q 'with CUDA' || { $(CUDA_BUILD)/loom --version; echo "cuda-build: loom --version does not say CUDA" >&2; exit 1; }
 	cd $(CUDA_BUILD) && ctest --output-on-failure -R '^CudaBuild\.'

@@ -62,11 +62,19 @@ set(LOOM_TORCH_DEFS USE_C10D_GLOO LOOM_HAVE_RUNTIME FMT_HEADER_ONLY=1)
 if(LOOM_CUDA)
   # The CUDA build: PyTorch's own CMake package (Caffe2's cuda.cmake finds the
   # CUDA toolkit) with its CUDA and NCCL libraries. The driver API (green
-  # contexts) is reached through PyTorch's loader, not linked: the build then
-  # starts on a machine with no driver (runtime/green_context.cpp).
+  # contexts) is loaded when first used, not linked: the build then starts on
+  # a machine with no driver (runtime/cuda_driver.h).
   if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
+  # Loom compiles no CUDA kernels of its own; naming the architecture (the
+  # H100's sm_90) keeps Caffe2's cuda.cmake from test-running a program to find
+  # the GPUs (there is none on CI), and CUDA 17 is a dialect CMake 3.25 knows
+  # nvcc has (C++20 it does not: its try-compile fails).
+  if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+    set(TORCH_CUDA_ARCH_LIST "9.0")
+  endif()
+  set(CMAKE_CUDA_STANDARD 17)
   list(APPEND CMAKE_PREFIX_PATH ${LOOM_TORCH_DIR}/share/cmake)
   find_package(Torch CONFIG REQUIRED)
   find_package(CUDAToolkit REQUIRED)

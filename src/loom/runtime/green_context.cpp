@@ -8,12 +8,12 @@
 #include <thread>
 
 #include "loom/error.h"
+#include "loom/runtime/cuda_driver.h"
 
 #ifdef LOOM_HAVE_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/driver_api.h>
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <torch/torch.h>
@@ -24,17 +24,6 @@ namespace loom::runtime {
 #ifdef LOOM_HAVE_CUDA
 
 namespace {
-
-// The driver API through PyTorch's loader (c10::cuda::DriverAPI), which opens
-// libcuda.so.1 when first asked: the CUDA build then starts, and runs CPU jobs,
-// on a machine with no GPU driver (CI's), where linking libcuda would not load.
-c10::cuda::DriverAPI& Driver() {
-  c10::cuda::DriverAPI* api = c10::cuda::DriverAPI::get();
-  if (api->cuGreenCtxCreate_ == nullptr || api->cuDevSmResourceSplitByCount_ == nullptr) {
-    throw Error("CUDA driver: green contexts need a driver for CUDA 12.8 or later; this one lacks them");
-  }
-  return *api;
-}
 
 void Check(CUresult r, const char* what) {
   if (r != CUDA_SUCCESS) {
