@@ -4,8 +4,10 @@
 # Python module and the Python tests run on the same interpreter.
 #
 # Sets:
-#   LOOM_PYTHON_EXE        the interpreter (sys.executable of `python3` on PATH,
-#                          or of -DLOOM_PYTHON_EXE=...), not a pyenv shim
+#   LOOM_PYTHON_EXE        the interpreter: -DLOOM_PYTHON_EXE=..., else the
+#                          environment's LOOM_PYTHON_EXE (as scripts/install-deps.sh
+#                          reads it), else sys.executable of `python3` on PATH
+#                          (not a pyenv shim)
 #   LOOM_TORCH_DIR         the torch package folder (…/site-packages/torch)
 #   LOOM_TORCH_VERSION     "2.11.0" (torch/headeronly/version.h)
 #   LOOM_TORCH_INCLUDES    libtorch's include folders
@@ -15,6 +17,9 @@
 #   LOOM_TORCH_DEFS        USE_C10D_GLOO, FMT_HEADER_ONLY (below), and
 #                          USE_C10D_NCCL LOOM_HAVE_CUDA with LOOM_CUDA
 
+if(NOT LOOM_PYTHON_EXE AND DEFINED ENV{LOOM_PYTHON_EXE})
+  set(LOOM_PYTHON_EXE $ENV{LOOM_PYTHON_EXE} CACHE FILEPATH "the Python interpreter whose PyTorch Loom builds against")
+endif()
 if(NOT LOOM_PYTHON_EXE)
   find_program(LOOM_PYTHON3_ON_PATH NAMES python3)
   if(NOT LOOM_PYTHON3_ON_PATH)
@@ -75,6 +80,10 @@ if(LOOM_CUDA)
     set(TORCH_CUDA_ARCH_LIST "9.0")
   endif()
   set(CMAKE_CUDA_STANDARD 17)
+  if(NOT EXISTS ${LOOM_TORCH_DIR}/lib/libtorch_cuda.so)
+    message(FATAL_ERROR "Loom: LOOM_CUDA needs a CUDA build of PyTorch; ${LOOM_TORCH_DIR} has no libtorch_cuda.so "
+                        "(a CPU wheel?): requirements.txt pins PyPI's CUDA one")
+  endif()
   list(APPEND CMAKE_PREFIX_PATH ${LOOM_TORCH_DIR}/share/cmake)
   find_package(Torch CONFIG REQUIRED)
   find_package(CUDAToolkit REQUIRED)

@@ -44,12 +44,19 @@ if [ ${#missing[@]} -ne 0 ]; then
 fi
 
 # The Python packages, for the python3 that CMake builds against
-# (cmake/pytorch.cmake): LOOM_PYTHON, else python3 on PATH. Each pin is
+# (cmake/pytorch.cmake): LOOM_PYTHON_EXE, else python3 on PATH. Each pin is
 # checked against what is installed, so pip (and the network) is used only
-# when one is missing or at another version.
-python=${LOOM_PYTHON:-python3}
+# when one is missing or at another version. The machines of this project
+# have pyenv's Python 3.11 with pip; Debian's own python3 has no pip and
+# refuses installs into it (PEP 668): use a Python of your own or a venv and
+# name it in LOOM_PYTHON_EXE.
+python=${LOOM_PYTHON_EXE:-python3}
 if ! command -v "$python" >/dev/null; then
   echo "install-deps: no $python on PATH (Loom needs Python 3.10 or later with pip)" >&2
+  exit 2
+fi
+if ! "$python" -m pip --version >/dev/null 2>&1; then
+  echo "install-deps: $python has no pip; use a Python that has (pyenv's, or a venv) and name it in LOOM_PYTHON_EXE" >&2
   exit 2
 fi
 requirements="$(cd "$(dirname "$0")/.." && pwd)/requirements.txt"

@@ -60,7 +60,7 @@ class LoomBatchSampler(Sampler):
     def __init__(self, metadata, model, cluster, strategy, global_batch, iterations=None, seed=0, replica=0,
                  num_replicas=1, precision="bf16", profile="default"):
         if torch is None:
-            raise ImportError("LoomBatchSampler needs PyTorch (Debian: python3-torch)")
+            raise ImportError("LoomBatchSampler needs PyTorch (requirements.txt; scripts/install-deps.sh installs it)")
         if global_batch < 1 or global_batch > len(metadata):
             raise ValueError(f"global_batch: must be 1..{len(metadata)} (the dataset's size), got {global_batch}")
         if not 0 <= replica < num_replicas:

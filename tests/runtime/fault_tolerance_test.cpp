@@ -49,6 +49,18 @@ std::string RunArgs(const TinyRun& s, const std::string& cluster, const std::str
                      s.data_args, plan, f);
 }
 
+// A run of `plan` (f = 1) on three nodes that loses two, node 1 in step 1 and
+// node 0 in step 2, so it stops with its state after 2 steps written to a
+// fresh checkpoint directory named `name`, which is returned.
+std::string StoppedRunCheckpoint(const TinyRun& s, const std::string& plan, const std::string& name) {
+  const std::string dir = FreshDirectory(name);
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
+                             " --steps 3 --timeout 20");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("cannot recover: 1 nodes left, need 2"), std::string::npos) << out;
+  return dir;
+}
+
 TEST(FaultTolerance, KilledWorkersAreReplacedAndTrainingEqualsOneProcess) {
   const TinyRun s(kVlm, kLaion);
   const Reference ref = TrainInOneProcess(s);
@@ -205,16 +217,13 @@ TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
 // the lost layers and leaves A's checkpoint as it was.
 TEST(FaultTolerance, AReusedCheckpointFolderNeverMixesTwoRuns) {
   const TinyRun s(kVlm, kLaion);
-  const std::string dir = FreshDirectory("ft-reused"), plan = OobleckPlan(s, "h100:3x1", 1);
-  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
-                             " --steps 3 --timeout 20");
-  ASSERT_EQ(code, 2) << out;
+  const std::string plan = OobleckPlan(s, "h100:3x1", 1), dir = StoppedRunCheckpoint(s, plan, "ft-reused");
   const auto manifest = [&] {
     std::ifstream f(dir + "/checkpoint.json");
     return f ? nlohmann::json::parse(f) : nlohmann::json();
   };
   const nlohmann::json a = manifest();
-  ASSERT_EQ(a["steps_done"], 2) << out;
+  ASSERT_EQ(a["steps_done"], 2);
   auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:0 --kill 2:1:0 --checkpoint " + dir +
                                " --steps 3 --timeout 20");
   EXPECT_EQ(code2, 2) << out2;
@@ -240,10 +249,7 @@ TEST(FaultTolerance, ADivergedRunFailsNamingTheStep) {
 // refused on --resume, naming the file, instead of training on NaN with exit 0.
 TEST(FaultTolerance, ACheckpointWithNonFiniteWeightsIsRefused) {
   const TinyRun s(kVlm, kLaion);
-  const std::string dir = FreshDirectory("ft-nan"), plan = OobleckPlan(s, "h100:3x1", 1);
-  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
-                             " --steps 3 --timeout 20");
-  ASSERT_EQ(code, 2) << out;
+  const std::string plan = OobleckPlan(s, "h100:3x1", 1), dir = StoppedRunCheckpoint(s, plan, "ft-nan");
   // One weight of llm_0 becomes NaN, the rest of its file as saved.
   const std::string file = dir + "/llm_0.pt";
   torch::serialize::InputArchive in;
@@ -273,7 +279,10 @@ TEST(FaultTolerance, ControlCommandsRoundTrip) {
   for (const ControlCommand& c : {ControlCommand{ControlCommand::Kind::kGo, 4},
                                   ControlCommand{ControlCommand::Kind::kGo, 4, 0, 0, 0, 0, "/tmp/ckpt/step-4"},
                                   ControlCommand{ControlCommand::Kind::kGeneration, 2, 3, 1, 5, 5, "/tmp/g3.json"},
-                                  ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/tmp/ckpt"}}) {
+                                  ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/tmp/ckpt"},
+                                  // Paths with spaces arrive whole (they once arrived cut at the space).
+                                  ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/data/run 2/ckpt"},
+                                  ControlCommand{ControlCommand::Kind::kGo, 4, 0, 0, 0, 0, "/data/run 2/step-4 "}}) {
     const ControlCommand back = runtime::ParseCommand(runtime::FormatCommand(c));
     EXPECT_EQ(back.kind, c.kind);
     EXPECT_EQ(back.step, c.step);
@@ -282,6 +291,8 @@ TEST(FaultTolerance, ControlCommandsRoundTrip) {
     EXPECT_EQ(back.world, c.world);
     EXPECT_EQ(back.path, c.path);
   }
+  EXPECT_THROW(runtime::FormatCommand(ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/a\nb"}), Error);
+  EXPECT_THROW(runtime::ParseCommand("stop 2"), Error);
   EXPECT_THROW(runtime::ParseCommand("gen 1 2"), Error);
   EXPECT_THROW(runtime::ParseCommand("reboot"), Error);
 }

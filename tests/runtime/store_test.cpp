@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/error.h"
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/run.h"
 
@@ -44,6 +45,20 @@ TEST(Store, ListensOnLoopbackOnlyForARunOnOneMachine) {
   for (const auto& a : listening) {
     // 127.0.0.1 in /proc/net/tcp's byte order; "::" would be 32 zeros in tcp6.
     EXPECT_EQ(a, "0100007F") << "the store listens on " << a << ", not only on 127.0.0.1";
+  }
+}
+
+// A run over several machines serves its store on the --master address; a
+// name that resolves to loopback here (Debian maps the hostname to 127.0.1.1)
+// would leave the other nodes refused, so it is an error naming why.
+TEST(Store, ARunOverSeveralMachinesRefusesALoopbackAddress) {
+  try {
+    runtime::MakeStore("localhost", 0, 2, FreePort(), 2, false, /*other_machines=*/true);
+    FAIL() << "a store for several machines listened on loopback";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loopback address here, which the other nodes cannot reach"),
+              std::string::npos)
+        << e.what();
   }
 }
 

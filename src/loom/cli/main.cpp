@@ -683,8 +683,8 @@ int main(int argc, char** argv) {
 #ifdef LOOM_HAVE_RUNTIME
         std::cout << "\n" << RunEveryPlan(model, cluster, workload, cmp, plan_run_steps, plans_json);
 #else
-        throw loom::Error("loom plan --run: this build has no runtime (libtorch was not found when it was configured; "
-                          "scripts/install-deps.sh installs libtorch-dev)");
+        throw loom::Error("loom plan --run: this build has no runtime (a fuzz build); "
+                          "build with `make`, which finds the PyTorch scripts/install-deps.sh installs)");
 #endif
       }
       if (!plan_json.empty()) {
@@ -739,8 +739,8 @@ int main(int argc, char** argv) {
                                  profile.ops.size());
       }
 #else
-      throw loom::Error("loom profile: this build has no runtime (libtorch was not found when it was configured; "
-                        "scripts/install-deps.sh installs libtorch-dev)");
+      throw loom::Error("loom profile: this build has no runtime (a fuzz build); `make` builds one with "
+                        "the PyTorch that scripts/install-deps.sh installs");
 #endif
     }
     if (app.got_subcommand("run")) {
@@ -1000,8 +1000,8 @@ int main(int argc, char** argv) {
       }
 #else
       (void)p;
-      throw loom::Error("loom run: this build has no runtime (libtorch was not found when it was configured; "
-                        "scripts/install-deps.sh installs libtorch-dev)");
+      throw loom::Error("loom run: this build has no runtime (a fuzz build); `make` builds one with "
+                        "the PyTorch that scripts/install-deps.sh installs");
 #endif
     }
     if (app.got_subcommand("simulate") && !sim_plan.empty()) {

@@ -12,7 +12,9 @@
 #include "loom/error.h"
 
 #include <fmt/format.h>
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -36,7 +38,14 @@ namespace {
 // write a live job's keys; a run on one machine serves on 127.0.0.1, a run
 // over several on the address the user named (--master; docs/runtime.md says
 // what to firewall). TCPStore takes the socket over (TCPStoreOptions::masterListenFd).
-int ListenOn(const std::string& host, int port) {
+bool IsLoopback(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  }
+  return a->sa_family == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr);
+}
+
+int ListenOn(const std::string& host, int port, bool other_machines) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -47,7 +56,17 @@ int ListenOn(const std::string& host, int port) {
   }
   std::string why = "no address";
   int fd = -1;
+  // A loopback address given as such (127.0.0.1: several launchers on one
+  // machine, as the tests run them) is meant; a name that resolves to one is
+  // not, where other machines must reach it.
+  in6_addr numeric{};
+  const bool literal = inet_pton(AF_INET, host.c_str(), &numeric) == 1 || inet_pton(AF_INET6, host.c_str(), &numeric) == 1;
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    if (other_machines && !literal && IsLoopback(a->ai_addr)) {
+      why = "it is this machine's loopback address here, which the other nodes cannot reach (pass --master this "
+            "machine's network address)";
+      continue;
+    }
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
     if (fd < 0) {
       why = std::strerror(errno);
@@ -72,11 +91,11 @@ int ListenOn(const std::string& host, int port) {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
-                                          double timeout_s, bool client_only) {
+                                          double timeout_s, bool client_only, bool other_machines) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
   so.isServer = rank == 0 && !client_only;
-  if (so.isServer) so.masterListenFd = ListenOn(master, port);
+  if (so.isServer) so.masterListenFd = ListenOn(master, port, other_machines);
   if (world > 0) so.numWorkers = world;
   so.waitWorkers = world > 0;
   so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));

@@ -28,11 +28,16 @@ namespace loom::runtime {
 using GroupBase = c10d::Backend;
 using Group = c10::intrusive_ptr<GroupBase>;
 
-// The rendezvous store: rank 0 serves it on master:port for `world` ranks.
-// world 0: a client of a store served elsewhere (a fault-tolerant run's store
-// process, whose clients come and go), or with rank 0 that store's server.
+// The rendezvous store: rank 0 serves it on master:port for `world` ranks,
+// listening on that address alone (c10d_calls.cpp says why). world 0: a
+// client of a store served elsewhere (a fault-tolerant run's store process,
+// whose clients come and go), or with rank 0 that store's server.
+// `other_machines`: clients on other machines must reach it, so a name that
+// resolves to this machine's loopback (a hostname /etc/hosts maps to
+// 127.0.1.1, as Debian's does) is refused, naming it; a loopback address
+// given as one (127.0.0.1: several launchers on one machine) is taken.
 c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
-                                          double timeout_s, bool client_only = false);
+                                          double timeout_s, bool client_only = false, bool other_machines = false);
 
 // A group named `name` of `size` members (this process is member `rank`),
 // rendezvousing under its name in `store`: NCCL for CUDA tensors, else Gloo

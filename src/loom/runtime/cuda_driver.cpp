@@ -34,6 +34,7 @@ CudaDriver Load() {
   auto get = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
   if (get == nullptr) throw Error("CUDA driver: libcuda.so.1 has no cuGetProcAddress_v2 (a driver older than CUDA 12)");
   CudaDriver d;
+  Resolve(get, "cuInit", d.cuInit_);
   Resolve(get, "cuGetErrorString", d.cuGetErrorString_);
   Resolve(get, "cuDeviceGet", d.cuDeviceGet_);
   Resolve(get, "cuDeviceGetDevResource", d.cuDeviceGetDevResource_);

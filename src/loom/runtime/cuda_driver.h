@@ -17,6 +17,7 @@
 namespace loom::runtime {
 
 struct CudaDriver {
+  decltype(&cuInit) cuInit_ = nullptr;
   decltype(&cuGetErrorString) cuGetErrorString_ = nullptr;
   decltype(&cuDeviceGet) cuDeviceGet_ = nullptr;
   decltype(&cuDeviceGetDevResource) cuDeviceGetDevResource_ = nullptr;

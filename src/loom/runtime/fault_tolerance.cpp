@@ -11,7 +11,13 @@
 
 namespace loom::runtime {
 
+// A command is one line whose path, last, runs to its end: a path may hold
+// spaces (`--checkpoint "/data/run 2"` once wrote into /data/run, issue 45's
+// review), but not a line break.
 std::string FormatCommand(const ControlCommand& c) {
+  if (c.path.find('\n') != std::string::npos || c.path.find('\r') != std::string::npos) {
+    throw Error(fmt::format("a path with a line break cannot be sent to a worker: '{}'", c.path));
+  }
   switch (c.kind) {
     case ControlCommand::Kind::kGo:
       return c.path.empty() ? fmt::format("go {}", c.step) : fmt::format("go {} {}", c.step, c.path);
@@ -25,6 +31,18 @@ std::string FormatCommand(const ControlCommand& c) {
   return "exit";
 }
 
+namespace {
+
+// The rest of the line after the fields read: the path, spaces included.
+std::string RestOfLine(std::istringstream& in) {
+  std::string rest;
+  if (in.peek() == ' ') in.get();
+  std::getline(in, rest);
+  return rest;
+}
+
+}  // namespace
+
 ControlCommand ParseCommand(const std::string& line) {
   std::istringstream in(line);
   std::string kind;
@@ -34,15 +52,18 @@ ControlCommand ParseCommand(const std::string& line) {
     c.kind = ControlCommand::Kind::kGo;
     in >> c.step;
     if (in.fail()) throw Error(fmt::format("runtime: malformed control command '{}'", line));
-    std::string path;
-    if (in >> path) c.path = path;  // optional
+    c.path = RestOfLine(in);  // optional
     return c;
   } else if (kind == "gen") {
     c.kind = ControlCommand::Kind::kGeneration;
-    in >> c.generation >> c.step >> c.rank >> c.world >> c.nodes >> c.path;
+    in >> c.generation >> c.step >> c.rank >> c.world >> c.nodes;
+    if (!in.fail()) c.path = RestOfLine(in);
+    if (c.path.empty()) in.setstate(std::ios::failbit);
   } else if (kind == "stop") {
     c.kind = ControlCommand::Kind::kStop;
-    in >> c.step >> c.path;
+    in >> c.step;
+    if (!in.fail()) c.path = RestOfLine(in);
+    if (c.path.empty()) in.setstate(std::ios::failbit);
   } else if (kind == "exit") {
     c.kind = ControlCommand::Kind::kExit;
     return c;

@@ -169,23 +169,44 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &previous);  // a dead worker's control pipe fails the write, not the launcher
   // The store, in a process of its own.
-  int store_pipe[2];
-  if (pipe(store_pipe) != 0) throw Error("runtime: cannot create a pipe for the store process");
+  // It says "ok" once it serves, or why it cannot (an address it cannot
+  // listen on), before any worker starts: a worker would only see that
+  // nothing answers, after its whole timeout.
+  int store_pipe[2], store_ready[2];
+  if (pipe(store_pipe) != 0 || pipe(store_ready) != 0) {
+    throw Error("runtime: cannot create a pipe for the store process");
+  }
   const pid_t store_pid = fork();
   if (store_pid < 0) throw Error(fmt::format("runtime: cannot start the store process: {}", std::strerror(errno)));
   if (store_pid == 0) {
     close(store_pipe[1]);
+    close(store_ready[0]);
     try {
       auto store = MakeStore(options.master_addr, 0, 0, port, options.timeout_s);
+      WriteLine(store_ready[1], "ok");
+      close(store_ready[1]);
       char c;
       while (read(store_pipe[0], &c, 1) > 0) {
       }
-    } catch (...) {
+    } catch (const std::exception& e) {
+      WriteLine(store_ready[1], e.what());
       _exit(5);
     }
     _exit(0);
   }
   close(store_pipe[0]);
+  close(store_ready[1]);
+  {
+    std::string said;
+    char c;
+    while (read(store_ready[0], &c, 1) == 1 && c != '\n') said += c;
+    close(store_ready[0]);
+    if (said != "ok") {
+      close(store_pipe[1]);
+      waitpid(store_pid, nullptr, 0);
+      throw Error("runtime: the store process cannot serve: " + (said.empty() ? std::string("it died") : said));
+    }
+  }
 
   std::vector<Worker> workers;
   const std::vector<std::optional<IterationSchedule>> no_schedules;
@@ -256,6 +277,16 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
   out.first_step = first_step;
   std::vector<double> loss(options.steps, 0.0);
   std::vector<int> loss_reports(options.steps, 0);
+  // Where the workers write the periodic checkpoint being taken
+  // (runtime/checkpoint_dir.h); a save the run does not complete is removed,
+  // with its step-N folder when nothing else is there.
+  std::string saving_staging;
+  auto drop_unfinished_save = [&]() {
+    if (saving_staging.empty()) return;
+    DiscardStaging(saving_staging);
+    rmdir(saving_staging.substr(0, saving_staging.rfind('/')).c_str());  // fails, harmlessly, unless empty
+    saving_staging.clear();
+  };
   try {
     for (int p = 0; p < layout.processes; ++p) {
       worker_options.resume_from = options.resume_from;
@@ -272,7 +303,6 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
     const std::string checkpoint_root =
         options.checkpoint_dir.empty() ? run_dir + "/checkpoint" : options.checkpoint_dir;
     int saving_step = -1;  // a periodic checkpoint being written
-    std::string saving_staging;  // where its workers write it (runtime/checkpoint_dir.h)
     std::set<int> saving_members, saved_by;  // workers (births) that write it; those done
     std::string last_checkpoint;
     int last_checkpoint_step = -1;
@@ -516,9 +546,15 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
             while (!reap(*w, false) && Now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
             if (!w->reaped || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0) {
               failures += fmt::format(" process {} did not write its layers ({}).", w->birth,
-                                      w->reaped ? DescribeExit(w->status) : "still running");
+                                      w->reaped ? DescribeExit(w->status) : "still running at the deadline");
             }
-            if (w->reaped) drain(*w);
+            // One still writing is stopped before the staging folder is read,
+            // so that no file lands there after the manifest is made.
+            if (!w->reaped) {
+              kill(w->pid, SIGKILL);
+              reap(*w, true);
+            }
+            drain(*w);
           }
           complete_checkpoint();
           CheckpointManifest m;
@@ -541,8 +577,8 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           if (!missing.empty()) {
             DiscardStaging(staging);  // the folder's earlier checkpoint, if any, stays as it was
             throw Error(fmt::format(
-                "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes; {}", r.outcome, why,
-                fmt::join(missing, ", "),
+                "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes{}; {}", r.outcome,
+                why, fmt::join(missing, ", "), failures.empty() ? "" : " (or not written:" + failures + ")",
                 last_checkpoint.empty()
                     ? std::string("no complete checkpoint was taken (--checkpoint-every K takes one every K steps)")
                     : fmt::format("the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes "
@@ -552,7 +588,9 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           try {
             CommitCheckpoint(staging, dir, m);
           } catch (const Error& e) {
-            failures += fmt::format(" {}.", e.what());
+            throw Error(fmt::format("{}:{}\nthe state after {} step(s) could not be committed to {}: {}; the layer "
+                                    "files written are in {}, and {} holds no checkpoint to resume from{}",
+                                    r.outcome, why, committed, dir, e.what(), staging, dir, failures));
           }
           throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run "
                                   "--resume {}` goes on from there",
@@ -601,7 +639,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
       ControlCommand go{ControlCommand::Kind::kGo, committed};
       if (!finishing && options.checkpoint_every > 0 && committed % options.checkpoint_every == 0 &&
           committed > first_step) {
-        if (!saving_staging.empty()) DiscardStaging(saving_staging);  // a save a failure left incomplete
+        drop_unfinished_save();  // a save a failure left incomplete
         saving_staging = StageCheckpoint(fmt::format("{}/step-{}", checkpoint_root, committed));
         go.path = saving_staging;
         saving_step = committed;
@@ -631,8 +669,10 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
     out.final_plan = plan_g;
     out.final_nodes = cluster_g.nodes;
     kill_all();
+    drop_unfinished_save();
   } catch (...) {
     kill_all();
+    drop_unfinished_save();
     throw;
   }
   return out;

@@ -34,8 +34,9 @@ void Check(CUresult r, const char* what) {
 }
 
 CUdevice Device(int device) {
-  // cudaFree(nullptr) initialises the runtime and with it the driver (cuInit).
-  if (cudaFree(nullptr) != cudaSuccess) throw Error("CUDA: the runtime did not initialise (no GPU or driver?)");
+  // cuInit, not cudaFree(nullptr): that would make a context on the current
+  // device (GPU 0) in a worker whose device is another.
+  Check(Driver().cuInit_(0), "cuInit");
   CUdevice d;
   Check(Driver().cuDeviceGet_(&d, device), "cuDeviceGet");
   return d;

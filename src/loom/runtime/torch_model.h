@@ -139,11 +139,11 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
 // the runtime does not compute, so that the tower trains and runs its backward.
 torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values);
 
-// This process's compute threads: libtorch's intra-op pool and OpenBLAS's
-// own (Debian's libtorch runs its GEMMs on OpenBLAS, whose pool
-// torch::set_num_threads does not size; at its default of one thread per core,
-// several ranks on the 2-core machine spun in sched_yield against each other,
-// seen as 10x slower steps).
+// This process's compute threads: libtorch's intra-op pool (which also sizes
+// MKL's, the BLAS of PyPI's libtorch) and OpenBLAS's own where a libtorch runs
+// its GEMMs on OpenBLAS (Debian's 1.13 did; torch::set_num_threads does not
+// size that pool, and at its default of one thread per core several ranks on
+// the 2-core machine spun in sched_yield against each other, 10x slower steps).
 void SetComputeThreads(int threads);
 
 }  // namespace loom::runtime

@@ -424,7 +424,8 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
     const c10::intrusive_ptr<c10d::Store> store =
         gen ? c10::intrusive_ptr<c10d::Store>(
                   c10::make_intrusive<c10d::PrefixStore>(fmt::format("g{}/", gen->id), gen->store))
-            : MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, timeout_s);
+            : MakeStore(spec.options.master_addr, spec.rank, spec.world, spec.port, timeout_s, false,
+                        /*other_machines=*/spec.options.nnodes > 1);
     const AbortFlag abort = gen ? gen->control : nullptr;
     // CUDA: one GPU per process of this node, NCCL groups; else host tensors and Gloo.
     const bool cuda = spec.options.device == "cuda";
