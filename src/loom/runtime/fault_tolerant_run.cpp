@@ -62,6 +62,21 @@ struct Worker {
   bool Open() const { return report_fd >= 0; }
 };
 
+// The trainable layers of `model` ("{module}_{layer}") that `layers` does not
+// list: frozen ones come from the seed, every other one must be saved.
+std::vector<std::string> UnlistedTrainableLayers(const Model& model, const std::vector<std::string>& layers) {
+  std::vector<std::string> out;
+  for (const auto& mod : model.modules) {
+    for (size_t l = 0; l < mod.layers.size(); ++l) {
+      const std::string name = fmt::format("{}_{}", mod.name, l);
+      if (!mod.layers[l].frozen && std::find(layers.begin(), layers.end(), name) == layers.end()) {
+        out.push_back(name);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, const Workload& workload) {
@@ -101,16 +116,7 @@ CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, co
   // The layer files a resume reads are the ones the manifest lists, and it
   // must list every trainable layer (frozen ones come from the seed): files a
   // folder holds beside them may be another run's (checkpoint_dir.h).
-  std::vector<std::string> unlisted;
-  for (const auto& mod : model.modules) {
-    for (size_t l = 0; l < mod.layers.size(); ++l) {
-      const std::string name = fmt::format("{}_{}", mod.name, l);
-      if (!mod.layers[l].frozen && std::find(m.layers.begin(), m.layers.end(), name) == m.layers.end()) {
-        unlisted.push_back(name);
-      }
-    }
-  }
-  if (!unlisted.empty()) {
+  if (const auto unlisted = UnlistedTrainableLayers(model, m.layers); !unlisted.empty()) {
     throw Error(fmt::format("{}: field layers does not list {} (trainable layers of {}); the checkpoint is incomplete",
                             path, fmt::join(unlisted, ", "), model.name));
   }
@@ -315,8 +321,10 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
       std::istringstream lines(w.buffer);
       std::string line;
       while (std::getline(lines, line)) {
-        int g = 0, step = -1;
-        if (std::sscanf(line.c_str(), "saved %d %d", &g, &step) == 2 && step == saving_step) saved_by.insert(w.birth);
+        ReportLine in(line);
+        if (in.kind() != "saved") continue;
+        in.Int();  // generation
+        if (in.Int() == saving_step) saved_by.insert(w.birth);
       }
       w.buffer.clear();
     };
@@ -565,15 +573,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
           m.outcome = r.outcome;
           // Every trainable layer must have come from some survivor; when all
           // holders of a layer failed at once, only a periodic checkpoint helps.
-          std::vector<std::string> missing;
-          for (const auto& mod : model.modules) {
-            for (size_t l = 0; l < mod.layers.size(); ++l) {
-              const std::string name = fmt::format("{}_{}", mod.name, l);
-              if (!mod.layers[l].frozen && !std::binary_search(m.layers.begin(), m.layers.end(), name)) {
-                missing.push_back(name);
-              }
-            }
-          }
+          const std::vector<std::string> missing = UnlistedTrainableLayers(model, m.layers);
           if (!missing.empty()) {
             DiscardStaging(staging);  // the folder's earlier checkpoint, if any, stays as it was
             throw Error(fmt::format(
