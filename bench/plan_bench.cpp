@@ -4,7 +4,7 @@
 
 #include "loom/cost/cost_model.h"
 #include "loom/data/sample_source.h"
-#include "loom/report/comparison.h"
+#include "loom/session/compare_strategies.h"
 #include "loom/sim/plan_run.h"
 #include "loom/strategies/strategy.h"
 

@@ -20,6 +20,7 @@
 #include "loom/plan/plan_json.h"
 #include "loom/report/comparison.h"
 #include "loom/report/simulation_report.h"
+#include "loom/session/compare_strategies.h"
 #include "loom/session/training_session.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"

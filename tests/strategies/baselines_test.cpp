@@ -13,7 +13,7 @@
 #include "loom/plan/validate_plan.h"
 #include "loom/sim/plan_run.h"
 #include "loom/spec/zoo.h"
-#include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/module_waves.h"
 #include "loom/strategies/strategy.h"
 
 namespace loom {

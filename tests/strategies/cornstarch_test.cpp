@@ -12,6 +12,7 @@
 #include "loom/spec/workload.h"
 #include "loom/strategies/cornstarch/cornstarch.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
 
 namespace loom {
 namespace {

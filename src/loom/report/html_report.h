@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "loom/report/comparison.h"
+#include "loom/session/compare_strategies.h"
 
 namespace loom {
 

@@ -1,7 +1,7 @@
 // A lower bound on the iteration time the simulator (sim/simulator.h) gives a
 // priced execution plan, at a small fraction of a simulation's cost: what a
 // search checks before simulating a candidate, to skip those that cannot beat
-// the best plan it has (strategies/plan_builders.h, CandidateSearch).
+// the best plan it has (strategies/search/candidate_search.h, CandidateSearch).
 //
 // Why it is a bound: each rank runs its compute actions one after another on
 // its compute stream, each starting no earlier than the previous one ends, so

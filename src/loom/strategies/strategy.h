@@ -17,7 +17,7 @@
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
-#include "loom/strategies/search_memo.h"
+#include "loom/strategies/search/search_memo.h"
 
 namespace loom {
 
@@ -61,7 +61,7 @@ struct StrategyContext {
   // the best plan's time; false simulates every one (the exhaustive reference
   // the pruning is tested against). The best plan is the same either way.
   bool prune = true;
-  // Caches of the search (strategies/search_memo.h); a fresh one per context.
+  // Caches of the search (strategies/search/search_memo.h); a fresh one per context.
   std::shared_ptr<SearchMemo> memo = std::make_shared<SearchMemo>();
 };
 

@@ -12,6 +12,9 @@
 #include "loom/error.h"
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/module_waves.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

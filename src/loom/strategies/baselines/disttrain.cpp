@@ -13,7 +13,7 @@
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/mmscale/batch_reorder.h"
 #include "loom/strategies/mmscale/mmscale.h"
-#include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
 
 namespace loom {
 

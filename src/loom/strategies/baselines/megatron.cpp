@@ -8,6 +8,8 @@
 
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

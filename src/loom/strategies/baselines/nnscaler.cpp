@@ -5,6 +5,8 @@
 // DP, microbatches and recomputation, on the representative batch.
 #include "loom/strategies/baselines/baselines.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

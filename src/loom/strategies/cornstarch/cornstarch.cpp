@@ -8,6 +8,9 @@
 
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/module_waves.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 
@@ -76,7 +79,7 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
       }
     }
   };
-  // Bound-first (plan_builders.h): the loop depends on no result.
+  // Bound-first (search/candidate_search.h): the loop depends on no result.
   search.Run([&] {
   if (modes.colocated) colocated(balance);
   for (int tp : modes.modality_parallel ? TpChoices(ctx.cluster) : std::vector<int>{}) {

@@ -10,6 +10,9 @@
 #include "loom/error.h"
 #include "loom/pipeline/partition.h"
 #include "loom/strategies/cornstarch/cornstarch.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/module_waves.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

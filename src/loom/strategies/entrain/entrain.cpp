@@ -21,6 +21,9 @@
 #include "loom/strategies/entrain/profiling_batch.h"
 #include "loom/strategies/entrain/stratified_assignment.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/module_waves.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

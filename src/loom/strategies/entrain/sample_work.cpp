@@ -5,7 +5,7 @@
 #include "loom/cost/frozen.h"
 #include "loom/cost/token_stats.h"
 #include "loom/strategies/entrain/cost_fit.h"
-#include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/module_waves.h"
 
 namespace loom {
 

@@ -5,12 +5,15 @@
 #include <numeric>
 
 #include "loom/cost/frozen.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/cost/memory.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
-#include "loom/cost/layer_pricing.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/module_waves.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

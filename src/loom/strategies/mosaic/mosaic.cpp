@@ -10,6 +10,8 @@
 #include "loom/human_bytes.h"
 #include "loom/strategies/mosaic/mapping_memory.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 

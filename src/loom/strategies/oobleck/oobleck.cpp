@@ -16,6 +16,7 @@
 #include "loom/pipeline/partition.h"
 #include "loom/plan/plan_json.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
 
 namespace loom {
 

@@ -9,12 +9,14 @@
 
 #include "loom/data/rng.h"
 #include "loom/error.h"
-#include "loom/sim/plan_run.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
+#include "loom/sim/plan_run.h"
 #include "loom/sim/price_execution.h"
 #include "loom/strategies/pipeweaver/partitioner.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/search/candidate_search.h"
+#include "loom/strategies/search/pipeline_grid.h"
 
 namespace loom {
 
