@@ -13,6 +13,39 @@
 
 namespace loom::runtime {
 
+bool ProcessPlace::IsLocal(int v) const {
+  return std::find(local_ranks.begin(), local_ranks.end(), stage_rank[v]) != local_ranks.end();
+}
+
+ProcessPlace PlaceProcess(const ExecutionPlan& exec, int rank) {
+  ProcessPlace p;
+  p.layout = LayoutProcesses(exec);
+  p.rank = rank;
+  p.group_gpus = p.layout.group_gpus;
+  p.group = rank / p.group_gpus;
+  p.shard = rank % p.group_gpus;
+  const std::vector<RankCopy> copies =
+      p.group < static_cast<int>(p.layout.of_group.size()) ? p.layout.of_group[p.group] : std::vector<RankCopy>{};
+  // A replicated plan's process runs one copy of one pipeline rank; other
+  // plans' processes run copy 0 of each rank placed on their group.
+  p.replica = copies.empty() ? 0 : copies[0].replica;
+  p.content = exec.replicated ? p.replica : 0;
+  for (const auto& c : copies) p.local_ranks.push_back(c.rank);
+  p.stage_rank = exec.schedule.stage_rank;
+  for (const ExecStage& s : exec.stages) {
+    p.tp.push_back(s.tp);
+    p.seq_share.push_back(s.seq_share);
+  }
+  for (int v = 0; v < p.stages(); ++v) {
+    if (!p.IsLocal(v)) continue;
+    p.cp = exec.stages[v].cp;
+    p.cp_tp = p.tp[v];
+    break;
+  }
+  p.cp_rank = p.cp > 1 ? p.shard / p.cp_tp : 0;
+  return p;
+}
+
 ProcessLayout LayoutProcesses(const ExecutionPlan& exec) {
   ProcessLayout out;
   out.group_gpus = exec.group_gpus;

@@ -38,6 +38,45 @@ struct ProcessLayout {
   int instances() const { return static_cast<int>(instance_group.size()); }
 };
 
+// Where one worker process sits in an ExecutionPlan: its GPU group and its
+// shard in it, the schedule ranks it runs, and per stage the parallel shape
+// that says which processes of two groups exchange what. Per stage, its
+// group's G processes are tp shards (fastest, Megatron's order) of G / tp
+// parts: CP ranks, or sequence shares (the microbatch's samples split between
+// them). Fixed for a run: a later step's batch places stages as step 0's did.
+struct ProcessPlace {
+  ProcessLayout layout;
+  int rank = 0;           // this process
+  int group_gpus = 1;     // G
+  int group = 0;          // its GPU group
+  int shard = 0;          // its index in the group
+  int replica = 0;        // the data-parallel copy it runs (a replicated plan; else 0)
+  int content = 0;        // index into ExecutionPlan::replicas (replica for a replicated plan, else 0)
+  std::vector<int> local_ranks;  // the schedule ranks it runs
+  // Per stage: its schedule rank, TP degree and sequence shares.
+  std::vector<int> stage_rank, tp, seq_share;
+  // This group's context parallelism (one per group, CompileForRuntime checks):
+  // its CP ranks are the parts of its stages' TP shards.
+  int cp = 1, cp_tp = 1, cp_rank = 0;
+
+  int stages() const { return static_cast<int>(stage_rank.size()); }
+  int TpOf(int v) const { return tp[v]; }
+  int TpRankOf(int v, int s) const { return s % tp[v]; }
+  int PartOf(int v, int s) const { return s / tp[v]; }
+  int MyTpRank(int v) const { return TpRankOf(v, shard); }
+  int MyPart(int v) const { return PartOf(v, shard); }
+  bool Shares(int v) const { return seq_share[v] > 1; }
+  bool IsLocal(int v) const;
+  // The GPU group running schedule rank `r` (this process's replica of it).
+  int GroupOf(int r) const { return layout.GroupOf({r, replica}); }
+  // The process of rank `r`'s group with this process's shard.
+  int ProcessOf(int r) const { return GroupOf(r) * group_gpus + shard; }
+  // Trace instance of rank `r`'s copy run here.
+  int Instance(int r) const { return layout.Instance({r, replica}); }
+};
+
+ProcessPlace PlaceProcess(const ExecutionPlan& exec, int rank);
+
 // Throws loom::Error when a rank spans several GPU groups (Oobleck's stages
 // of mixed widths are not run yet; heterogeneous templates of one width are).
 ProcessLayout LayoutProcesses(const ExecutionPlan& exec);

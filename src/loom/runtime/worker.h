@@ -9,6 +9,7 @@
 
 #include "loom/plan/execution_plan.h"
 #include "loom/runtime/run.h"
+#include "loom/runtime/runnable_plan.h"
 
 namespace loom::runtime {
 
@@ -35,14 +36,5 @@ struct WorkerSpec {
 // Report lines written to report_fd: "loss STEP VALUE", "time STEP SECONDS",
 // "param SUM SUMSQ ABSSUM", "mem BYTES", "tmem BYTES" (peak live tensor bytes), "iv INSTANCE STREAM ACTION START END", "error MESSAGE". Returns the process exit code.
 int RunWorker(const WorkerSpec& spec, int report_fd);
-
-// The ExecutionPlan of `batch`, checked for what the runtime supports (throws
-// loom::Error naming what is missing). Shared by the launcher's check and the workers.
-// Throws loom::Error naming what keeps `plan` from running fault-tolerantly
-// (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied head.
-void CheckFaultTolerable(const Model& model, const Plan& plan);
-
-ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, const Batch& batch, const IterationSchedule* it = nullptr);
 
 }  // namespace loom::runtime

@@ -1,0 +1,95 @@
+#include "loom/runtime/mailbox.h"
+
+#include <fmt/format.h>
+
+#include "loom/error.h"
+#include "loom/runtime/tensor_buckets.h"
+
+namespace loom::runtime {
+
+const std::map<Message::Key, int64_t>& Message::Where(int module) {
+  auto [it, inserted] = where.try_emplace(module);
+  if (inserted) {
+    int64_t offset = 0;
+    for (const auto& s : packing->modules[module]) {
+      it->second.emplace(Key{s.sample, s.doc, s.image, s.clip}, offset);
+      offset += s.tokens;
+    }
+  }
+  return it->second;
+}
+
+int Message::Slot(int module) const {
+  for (size_t i = 0; i < modules.size(); ++i) {
+    if (modules[i] == module) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<torch::Tensor> Message::Gradient(const MessageKey& key) const {
+  if (finished != users) {
+    throw Error(fmt::format("runtime: the gradient of stage {} microbatch {} goes back to stage {} before every "
+                            "consumer microbatch that read it finished its backward ({} of {}); the schedule "
+                            "sends it too early",
+                            key.to, key.consumer, key.from, finished, users));
+  }
+  std::vector<torch::Tensor> parts;
+  for (const auto& t : leaves) parts.push_back(t.grad().defined() ? t.grad() : torch::zeros_like(t));
+  return parts;
+}
+
+Message MakeMessage(const std::vector<int>& modules, const torch::Tensor& flat,
+                    const std::vector<torch::Tensor>& shapes, const MicrobatchPacking& packing) {
+  Message m;
+  m.modules = modules;
+  for (auto& t : SplitLike(flat, shapes)) m.leaves.push_back(t.clone().requires_grad_(true));
+  m.packing = &packing;
+  return m;
+}
+
+torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consumer, const std::vector<Message*>& own,
+                       const std::vector<Message*>& pool, std::set<Message*>& used, const std::string& where,
+                       const torch::Device& device) {
+  std::vector<torch::Tensor> runs;
+  Message* run_msg = nullptr;
+  int64_t run_begin = 0, run_end = 0;
+  auto flush = [&]() {
+    if (run_msg != nullptr) runs.push_back(run_msg->leaves[run_msg->Slot(module)].narrow(1, run_begin, run_end - run_begin));
+    run_msg = nullptr;
+  };
+  for (const auto& s : consumer.modules[module]) {
+    const Message::Key key{s.sample, s.doc, s.image, s.clip};
+    Message* found = nullptr;
+    int64_t offset = 0;
+    for (const auto* list : {&own, &pool}) {
+      for (Message* m : *list) {
+        if (found != nullptr || m->Slot(module) < 0) continue;
+        const auto& w = m->Where(module);
+        if (auto f = w.find(key); f != w.end()) {
+          found = m;
+          offset = f->second;
+        }
+      }
+    }
+    if (found == nullptr) {
+      throw Error(fmt::format("runtime: {}: no message carries module {}'s sequence of sample {} (document {}, "
+                              "image {}, clip {})",
+                              where, module, s.sample, s.doc, s.image, s.clip));
+    }
+    used.insert(found);
+    if (found == run_msg && offset == run_end) {
+      run_end += s.tokens;
+      continue;
+    }
+    flush();
+    run_msg = found;
+    run_begin = offset;
+    run_end = offset + s.tokens;
+  }
+  flush();
+  if (runs.empty()) return torch::zeros({1, 0, width}, torch::TensorOptions().device(device));
+  if (runs.size() == 1) return runs[0];
+  return torch::cat(runs, 1);
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,144 @@
+#include "loom/runtime/runnable_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
+#include "loom/cost/layer_pricing.h"
+#include "loom/error.h"
+#include "loom/pipeline/validate.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/runtime/process_layout.h"
+#include "loom/runtime/torch_model.h"
+
+namespace loom::runtime {
+
+void CheckFaultTolerable(const Model& model, const Plan& plan) {
+  auto refuse = [&](const std::string& why) {
+    throw Error("--fault-tolerance: " + why +
+                "; a fault-tolerant run keeps whole layers with their AdamW state in every pipeline (Oobleck's "
+                "premise: a survivor holds what a failed node held)");
+  };
+  if (plan.units.size() != 1) refuse(fmt::format("the plan has {} units; it runs one", plan.units.size()));
+  const Unit& u = plan.units[0];
+  if (u.tp > 1 || u.cp > 1) refuse("tensor and context parallelism are not run fault-tolerantly yet");
+  for (const auto& ps : u.pipelines) {
+    for (const auto& st : ps.stages) {
+      if (st.tp > 1) refuse("tensor parallelism is not run fault-tolerantly yet");
+    }
+  }
+  if (u.zero_stage != 0) {
+    refuse(fmt::format("unit {} shards its optimizer state over its replicas (zero_stage {}); fault tolerance needs "
+                       "zero_stage 0",
+                       u.name, u.zero_stage));
+  }
+  for (const auto& m : model.modules) {
+    if (!m.layers.empty() && m.layers.back().kind == LayerKind::kLmHead && m.layers.back().tied) {
+      refuse(fmt::format("module {} ties its LM head to its embedding, which is not run fault-tolerantly yet", m.name));
+    }
+  }
+}
+
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
+                                const Plan& plan, const Batch& batch, const IterationSchedule* it) {
+  for (const Unit& u : plan.units) {
+    if (u.pipelines.size() != 1) {
+      // Oobleck's heterogeneous templates: gradients are summed layer by layer
+      // over every process holding the layer (the worker's layer segments),
+      // with a replicated optimizer; TP, CP and ZeRO sharding inside are not
+      // run yet.
+      bool tp = u.tp > 1;
+      for (const auto& ps : u.pipelines) {
+        for (const auto& st : ps.stages) tp = tp || st.tp > 1;
+      }
+      if (plan.units.size() > 1 || tp || u.cp > 1 || u.zero_stage > 1) {
+        throw Error(fmt::format("runtime: unit {} has {} pipeline templates with {}; Oobleck's heterogeneous "
+                                "templates run alone, without TP, CP or ZeRO-2/3",
+                                u.name, u.pipelines.size(),
+                                plan.units.size() > 1 ? "other units"
+                                : tp                  ? "tensor parallelism"
+                                : u.cp > 1            ? "context parallelism"
+                                                      : fmt::format("zero_stage {}", u.zero_stage)));
+      }
+    }
+    // SM quotas (Mosaic): on a CPU the units sharing a process run one after
+    // another in its order (the quota only shapes the prediction); on CUDA a
+    // one-process run puts them on green-context streams (green_context.h),
+    // and run.cpp refuses several units per GPU across processes.
+    for (const auto& name : u.modules) {
+      if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
+        throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
+                                "replicating it inside the TP group is not run yet",
+                                name, u.tp));
+      }
+    }
+  }
+  if (it != nullptr && !it->deferred.empty()) {
+    throw Error(fmt::format("runtime: the iteration schedule defers {} sample(s) to the next iteration; deferral is "
+                            "not run yet",
+                            it->deferred.size()));
+  }
+  ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, it);
+  const auto towers = TowerEnds(model, exec);
+  for (size_t v = 0; v < exec.stages.size(); ++v) {
+    if (exec.stages[v].cp > 1 && !towers[v].empty()) {
+      throw Error(fmt::format("runtime: stage {} ends module {}, a tower no module reads, under context parallelism "
+                              "{}; its surrogate loss over gathered rows is not run yet",
+                              exec.stages[v].label, model.modules[towers[v].front()].name, exec.stages[v].cp));
+    }
+  }
+  for (const auto& st : exec.stages) {
+    if (st.cp > 1 && st.seq_share > 1) {
+      throw Error(fmt::format("runtime: stage {} runs context parallelism {} and shares sequences over {} more GPUs "
+                              "of its group; both at once is not run yet (use groups of tp x cp GPUs)",
+                              st.label, st.cp, st.seq_share));
+    }
+    CheckRunnable(model, st.layers);
+  }
+  for (const auto& e : exec.schedule.StageEdges()) {
+    const ExecStage &a = exec.stages[e.from], &b = exec.stages[e.to];
+    if (exec.schedule.stage_rank[e.from] == exec.schedule.stage_rank[e.to] &&
+        (a.tp != b.tp || a.seq_share != b.seq_share)) {
+      throw Error(fmt::format("runtime: stages {} and {} of one rank split their group differently (tp {} / {}, "
+                              "sequence shares {} / {}); that is not run yet",
+                              a.label, b.label, a.tp, b.tp, a.seq_share, b.seq_share));
+    }
+    if (a.cp > 1 && a.tp != b.tp) {
+      throw Error(fmt::format("runtime: stages {} and {} run context parallelism at different tp ({} / {}); that is "
+                              "not run yet",
+                              a.label, b.label, a.tp, b.tp));
+    }
+  }
+  // Units may differ in context parallelism (Cornstarch: a CP LLM fed by
+  // encoders sharing their groups' sequences), but the stages one GPU group
+  // runs share one.
+  const ProcessLayout placed = LayoutProcesses(exec);  // throws for what it cannot place
+  for (size_t g = 0; g < placed.of_group.size(); ++g) {
+    int cp = -1, first = -1;
+    for (const RankCopy& c : placed.of_group[g]) {
+      for (int v = 0; v < exec.schedule.num_stages(); ++v) {
+        if (exec.schedule.stage_rank[v] != c.rank) continue;
+        if (cp < 0) {
+          cp = exec.stages[v].cp;
+          first = v;
+        } else if (exec.stages[v].cp != cp) {
+          throw Error(fmt::format("runtime: GPU group {} runs stages {} (cp {}) and {} (cp {}); stages of different "
+                                  "context parallelism on one group are not run yet",
+                                  g, exec.stages[first].label, cp, exec.stages[v].label, exec.stages[v].cp));
+        }
+      }
+    }
+  }
+  StageOutputs(model, exec);
+  for (const auto& stages : exec.replicas) {
+    for (const auto& mbs : stages) {
+      for (const auto& mb : mbs) PackMicrobatch(model, batch, mb.pieces);  // the inputs are ones the runtime packs
+    }
+  }
+  return exec;
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,24 @@
+// "Can the runtime run this plan?", in one place: the launcher checks it
+// before starting workers, and each worker compiles its steps through it.
+// Torch-free (the .cpp asks torch_model.h which layers it can build).
+#pragma once
+
+#include "loom/data/sample.h"
+#include "loom/plan/execution_plan.h"
+#include "loom/plan/plan.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+
+namespace loom::runtime {
+
+// The ExecutionPlan of `batch`, checked for what the runtime supports (throws
+// loom::Error naming what is missing). Shared by the launcher's check and the workers.
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
+                                const Plan& plan, const Batch& batch, const IterationSchedule* it = nullptr);
+
+// Throws loom::Error naming what keeps `plan` from running fault-tolerantly
+// (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied head.
+void CheckFaultTolerable(const Model& model, const Plan& plan);
+
+}  // namespace loom::runtime

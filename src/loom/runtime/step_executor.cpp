@@ -1,0 +1,520 @@
+#include "loom/runtime/step_executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "loom/error.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/runtime/tensor_buckets.h"
+
+namespace loom::runtime {
+
+namespace {
+
+// Per layer of stage v, the recomputation microbatch k of replica r runs with.
+std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int k) {
+  const auto& per_layer = e.replicas[r][v][k].layer_recompute;
+  if (!per_layer.empty()) return per_layer;
+  return std::vector<Recompute>(e.stages[v].num_layers(), e.stages[v].recompute);
+}
+
+}  // namespace
+
+struct StepExecutor::Step {
+  Step(const Model& model, const ExecutionPlan& e, const Batch& b, const ProcessPlace& place, int step_index)
+      : exec(e), batch(b), step(step_index), handed(StageOutputs(model, e)), loss_stage(LossStages(model, e)),
+        tower_ends(TowerEnds(model, e)), edges(e.schedule), packings(model, b, e, place),
+        batch_text_tokens(BatchTextTokens(b)) {
+    for (int v = 0; v < e.schedule.num_stages(); ++v) microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
+    // Towers beside the loss module: their values in the whole batch (TowerLoss).
+    for (const auto& ends : tower_ends) {
+      for (int m : ends) {
+        if (tower_values.count(m)) continue;
+        std::vector<int> all(b.samples.size());
+        std::iota(all.begin(), all.end(), 0);
+        const int64_t tokens = PackMicrobatch(model, b, all).Tokens(m);
+        tower_values[m] = static_cast<double>(std::max<int64_t>(1, tokens)) *
+                          static_cast<double>(OutputWidth(model, m, static_cast<int>(model.modules[m].layers.size()) - 1));
+      }
+    }
+  }
+
+  const ExecutionPlan& exec;
+  const Batch& batch;
+  const int step;
+  int microbatches = 0;  // the most of any stage (message tags)
+  const std::vector<std::vector<BoundaryTensor>> handed;
+  const std::vector<bool> loss_stage;
+  const std::vector<std::vector<int>> tower_ends;
+  const StepEdges edges;
+  StepPackings packings;
+  const int64_t batch_text_tokens;
+  std::map<int, double> tower_values;
+  // Per (stage, mb): what it hands on (the loss, on a loss stage), in
+  // StageOutputs order; the messages it read; weight gradients the W pass owes.
+  std::map<std::pair<int, int>, std::vector<torch::Tensor>> output;
+  std::map<std::pair<int, int>, std::set<Message*>> read;
+  Mailbox mail;
+  std::map<std::pair<int, int>, std::vector<WeightGradDeferral::Pending>> deferred;
+  // The step's loss terms, read (.item()) only once the step is done: a read
+  // waits for the device, and one after a module's forward would keep the
+  // host from launching a co-located module beside it.
+  std::vector<torch::Tensor> loss_terms;
+  bool holds_loss = false;
+  std::map<std::pair<int, int>, torch::Tensor> tower_losses;  // (stage, mb) -> its towers' loss (not the loss stage)
+  // Sends and gradient all-reduces in flight (the communication stream):
+  // their buffers live until the step's end and the wait.
+  std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
+  std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
+};
+
+StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int rank, int world,
+                           const torch::Device& device, const GroupMaker& maker, AbortFlag abort,
+                           const ExecutorOptions& options, WorkerReports& reports)
+    : model_(model), place_(PlaceProcess(first, rank)), device_(device), abort_(abort),
+      loss_module_(static_cast<int>(model.modules.size()) - 1), reports_(reports) {
+  groups_ = MakeModelGroups(maker, first, place_, world);
+  // This process's stages, built from the same per-layer seeds as any other copy.
+  for (int v = 0; v < place_.stages(); ++v) {
+    if (!place_.IsLocal(v)) continue;
+    LayerStack stack(model, first.stages[v].layers, options.seed, groups_.tensor_parallel.at(place_.TpOf(v)),
+                     groups_.context_parallel);
+    stack->to(device);
+    std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
+    for (auto& p : stack->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    local_.buckets[v] = Buckets(trainable, kGradientBuckets);
+    local_.stacks.emplace(v, std::move(stack));
+  }
+  AddDataParallelGroups(groups_, maker, first, place_, options.layerwise);
+  std::vector<Tie> ties = MakeTies(model, first, place_, local_, maker);
+  std::vector<Segment> segments;
+  if (options.layerwise) segments = MakeSegments(model, first, place_, local_, maker);
+  zero_ = std::make_unique<ZeroShards>(
+      first, local_.buckets, groups_, [&](int v) { return HoldsTied(ties, local_, v); }, abort);
+  optimizers_ = std::make_unique<OptimizerSteps>(first, place_, local_, *zero_, std::move(ties), std::move(segments),
+                                                 options.learning_rate, abort);
+  clock_ = MakeActionClock(first, place_, device, options.sm_quotas,
+                           ClockReports{[this](const std::string& l) { reports_.Step(l); },
+                                        [this](const std::string& l) { reports_.Now(l); }});
+}
+
+StepExecutor::~StepExecutor() = default;
+
+TrainingState StepExecutor::CaptureLive() {
+  TrainingState state;
+  for (auto& [name, p, o] : Trainable()) state[name] = CaptureParam(p, *o);
+  return state;
+}
+
+double StepExecutor::WeightBytes() const {
+  double bytes = 0;
+  for (const auto& [v, stack] : local_.stacks) {
+    for (const auto& item : stack->named_parameters()) {
+      bytes += static_cast<double>(item.value().numel() * item.value().element_size());
+    }
+  }
+  return bytes;
+}
+
+void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& batch, bool last_step,
+                           const std::function<void()>& before_action) {
+  step_ = std::make_unique<Step>(model_, exec, batch, place_, step);
+  const Schedule& sch = exec.schedule;
+  std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
+  clock_->StartStep(last_step);
+  for (const auto& [r, index] : ProcessOrder(exec, place_.local_ranks)) {
+    before_action();
+    const Action& a = sch.ranks[r][index];
+    if (a.kind == ActionKind::kOptimizerStep) {
+      // Run after every other action of this process (below): the tied
+      // embedding's sum and ZeRO's gathers are collectives that a partner
+      // process reaches only at its own end.
+      stepping.push_back({r, index});
+      continue;
+    }
+    const int v = a.stage;
+    if (a.is_compute() && zero_->NeedsGather(v)) zero_->GatherWeights(v);
+    clock_->BeginAction(r, index, a, sch, step_->edges);
+    Run(r, a);
+    if (a.is_compute() && zero_->Fsdp(v)) zero_->ReleaseWeights(v);
+    clock_->EndAction();
+  }
+  clock_->ActionsDone();
+  if (!stepping.empty()) StepOptimizers(stepping);
+  for (auto& [work, buffers] : step_->sending) AwaitMessage(work, abort_);  // every receiver has posted its receive by now
+  const double secs = clock_->EndStep();
+  reports_.Step(fmt::format("time {} {:.9g}", step, secs));
+  ReportLoss(step);
+  step_.reset();  // the step's tensors go now, not when the next step starts
+}
+
+void StepExecutor::Run(int r, const Action& a) {
+  switch (a.kind) {
+    case ActionKind::kForward: return Forward(r, a);
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardData: return Backward(r, a);
+    case ActionKind::kBackwardWeight: return BackwardWeight(a);
+    case ActionKind::kSend: return Send(a);
+    case ActionKind::kRecv: return Receive(r, a);
+    case ActionKind::kCollective: return Collective(a);
+    case ActionKind::kWait: return Wait(r);
+    case ActionKind::kOptimizerStep: return;  // RunStep runs them after every other action
+  }
+}
+
+// Optimizer steps: the tied embeddings' gradient sums first (in tie order, as
+// every partner), then each rank's AdamW, then ZeRO's gathers in group order
+// (every member of a group reaches them in that order).
+void StepExecutor::StepOptimizers(const std::vector<std::pair<int, int>>& stepping) {
+  clock_->BeginOptimizerSteps(stepping);
+  std::vector<int> ranks;
+  for (const auto& [r, index] : stepping) ranks.push_back(r);
+  optimizers_->Step(ranks);
+  clock_->EndOptimizerSteps();
+}
+
+void StepExecutor::ReportLoss(int step) {
+  const Step& s = *step_;
+  bool reports = s.holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
+  for (int v = 0; v < place_.stages(); ++v) {
+    reports = reports && !((s.loss_stage[v] || !s.tower_ends[v].empty()) && place_.IsLocal(v) && place_.MyTpRank(v) != 0);
+  }
+  if (!reports) return;
+  double loss_sum = 0;
+  for (const auto& t : s.loss_terms) loss_sum += t.item<double>();
+  reports_.Step(fmt::format("loss {} {:.17g}", step, loss_sum));
+}
+
+std::vector<torch::Tensor> StepExecutor::ShapesOf(int v, int k, int part) {
+  std::vector<torch::Tensor> shapes;
+  for (const auto& b : step_->handed[v]) {
+    shapes.push_back(torch::empty({1, step_->packings.At(v, k, part).Tokens(b.module), b.width}, device_));
+  }
+  return shapes;
+}
+
+Message StepExecutor::MessageOf(int u, int j, int part, const torch::Tensor& flat) {
+  std::vector<int> modules;
+  for (const auto& b : step_->handed[u]) modules.push_back(b.module);
+  return MakeMessage(modules, flat, ShapesOf(u, j, part), step_->packings.At(u, j, part));
+}
+
+torch::Tensor StepExecutor::TowerLoss(int v, const ModuleTensors& out) const {
+  torch::Tensor sum;
+  for (int m : step_->tower_ends[v]) {
+    const torch::Tensor t = runtime::TowerLoss(out.at(m), step_->tower_values.at(m));
+    sum = sum.defined() ? sum + t : t;
+  }
+  return sum;
+}
+
+ModuleTensors StepExecutor::Inputs(int r, int v, int k, const std::string& where) {
+  Step& s = *step_;
+  ModuleTensors in;
+  if (s.edges.in[v].empty()) return in;
+  auto& messages = s.mail.activations;
+  std::vector<Message*> own, pool;
+  std::map<int, int64_t> widths;  // modules arriving -> width
+  for (const StageEdge* e : s.edges.in[v]) {
+    const int u = e->from;
+    for (const auto& b : s.handed[u]) widths[b.module] = b.width;
+    for (int j : Producers(*e, k)) {
+      if (s.exec.schedule.stage_rank[u] == r) {  // the producer is this rank: cut the graph here
+        const MessageKey key{u, v, j, k, place_.MyPart(u)};
+        if (!messages.count(key)) {
+          std::vector<torch::Tensor> parts;
+          for (const auto& t : s.output.at({u, j})) parts.push_back(t.detach());
+          messages.emplace(key, MessageOf(u, j, key.part, Flatten(parts, device_)));
+        }
+      }
+      bool any = false;  // one message per producer part it pairs with
+      for (auto it = messages.lower_bound(MessageKey{u, v, j, k, 0});
+           it != messages.end() && it->first.from == u && it->first.to == v && it->first.mb == j &&
+           it->first.consumer == k;
+           ++it) {
+        own.push_back(&it->second);
+        any = true;
+      }
+      if (!any) throw Error(fmt::format("runtime: {} runs before stage {} microbatch {} reached it", where, u, j));
+    }
+    for (auto& [key, m] : messages) {
+      if (key.from == u && key.to == v) pool.push_back(&m);
+    }
+  }
+  std::set<Message*>& used = s.read[{v, k}];
+  used.insert(own.begin(), own.end());
+  for (const auto& [module, width] : widths) {
+    in[module] = Assemble(module, width, s.packings.Mine(v, k), own, pool, used, where, device_);
+  }
+  for (Message* m : used) ++m->users;
+  return in;
+}
+
+void StepExecutor::Forward(int r, const Action& a) {
+  Step& s = *step_;
+  const int v = a.stage, k = a.microbatch;
+  const std::string where = fmt::format("stage {} ({}) microbatch {}", v, s.exec.stages[v].label, k);
+  const ModuleTensors in = Inputs(r, v, k, where);
+  const MicrobatchInput mb{&s.packings.Mine(v, k), s.step, static_cast<int64_t>(s.batch.samples.size()), device_};
+  ModuleTensors out = local_.stacks.at(v)->forward(in, mb, LayerRecompute(s.exec, place_.content, v, k));
+  std::vector<torch::Tensor>& hands = s.output[{v, k}];
+  const torch::Tensor towers = TowerLoss(v, out);
+  if (s.loss_stage[v]) {
+    const int CP = place_.cp;
+    torch::Tensor loss = TextLoss(out.at(loss_module_), mb, s.batch_text_tokens,
+                                  CP > 1 ? ContextRows(s.packings.Mine(v, k), loss_module_, place_.cp_rank, CP,
+                                                       groups_.context_parallel.split)
+                                         : std::vector<int64_t>{});
+    if (towers.defined()) loss = loss + towers;
+    s.loss_terms.push_back(loss.detach());
+    s.holds_loss = true;
+    hands.push_back(loss);
+    return;
+  }
+  for (const auto& b : s.handed[v]) hands.push_back(out.at(b.module));
+  if (towers.defined()) {
+    s.loss_terms.push_back(towers.detach());
+    s.holds_loss = true;
+    s.tower_losses[{v, k}] = towers;
+  }
+}
+
+std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
+  Step& s = *step_;
+  const auto& hands = s.output.at({v, k});
+  std::vector<torch::Tensor> g(hands.size());
+  auto add = [&](const std::vector<torch::Tensor>& parts) {
+    for (size_t i = 0; i < hands.size(); ++i) g[i] = g[i].defined() ? g[i] + parts[i] : parts[i];
+  };
+  for (const StageEdge* e : s.edges.out[v]) {
+    const int x = e->to;
+    for (int c : Consumers(*e, k, s.exec.schedule.microbatches_of(x))) {
+      if (s.exec.schedule.stage_rank[x] == r) {
+        const MessageKey key{v, x, k, c, place_.MyPart(v)};
+        auto m = s.mail.activations.find(key);
+        if (m != s.mail.activations.end()) add(m->second.Gradient(key));  // else never read
+        continue;
+      }
+      // From every consumer process that sends to this one (as Receive pairs them).
+      for (const Partner& p : Partners(Transfer{v, x, k, c, false}, /*sends=*/false, place_, s.packings)) {
+        auto flat = s.mail.gradients.find(p.key);
+        if (flat == s.mail.gradients.end()) {
+          throw Error(fmt::format("runtime: stage {} microbatch {} runs its backward before the gradient from stage "
+                                  "{} microbatch {} arrived",
+                                  v, k, x, c));
+        }
+        add(SplitLike(flat->second, hands));
+      }
+    }
+  }
+  return g;
+}
+
+void StepExecutor::Backward(int r, const Action& a) {
+  Step& s = *step_;
+  const int v = a.stage, k = a.microbatch;
+  std::vector<torch::Tensor> outs, grads;
+  const auto& hands = s.output.at({v, k});
+  if (s.loss_stage[v]) {
+    outs = hands;
+    grads.push_back(torch::ones_like(hands[0]));
+  } else {
+    const std::vector<torch::Tensor> g = HandedGradients(r, v, k);
+    for (size_t i = 0; i < hands.size(); ++i) {
+      if (hands[i].requires_grad() && g[i].defined()) {
+        outs.push_back(hands[i]);
+        grads.push_back(g[i]);
+      }
+    }
+    if (auto t = s.tower_losses.find({v, k}); t != s.tower_losses.end()) {
+      if (t->second.requires_grad()) {
+        outs.push_back(t->second);
+        grads.push_back(torch::ones_like(t->second));
+      }
+      s.tower_losses.erase(t);
+    }
+  }
+  if (!outs.empty()) {  // frozen layers fed by nothing trainable: no backward at all
+    WeightGradDeferral& deferral = local_.stacks.at(v)->deferral();
+    deferral.active = a.kind == ActionKind::kBackwardData;  // ZB: weight gradients wait for W
+    torch::autograd::backward(outs, grads);
+    deferral.active = false;
+    if (!deferral.pending.empty()) s.deferred[{v, k}] = std::move(deferral.pending);
+    deferral.pending.clear();
+  }
+  s.output.erase({v, k});  // the graph is spent
+  for (Message* m : s.read[{v, k}]) ++m->finished;
+}
+
+void StepExecutor::BackwardWeight(const Action& a) {
+  if (auto d = step_->deferred.find({a.stage, a.microbatch}); d != step_->deferred.end()) {
+    ApplyWeightGradients(d->second);
+    step_->deferred.erase(d);
+  }
+}
+
+// The transfer a send or receive of stage v moves: activations from producer
+// v to the consumer `peer` (default v + 1), or gradients from consumer v back
+// to the producer `peer` (default v - 1). The action's microbatch is the
+// producer's.
+static Transfer TransferOf(const Action& a, const StepEdges& edges) {
+  const bool act = a.payload == Payload::kActivation;
+  const int v = a.stage;
+  const int other = a.peer_stage >= 0 ? a.peer_stage : (act ? v + 1 : v - 1);
+  Transfer t;
+  t.activation = act;
+  t.producer = act ? v : other;
+  t.consumer = act ? other : v;
+  t.mb = a.microbatch;
+  t.consumer_mb = edges.ConsumerOf(t.producer, t.consumer, a.microbatch, a.peer_microbatch);
+  return t;
+}
+
+// Activations to each process of the consumer's group that reads this one's
+// part; gradients to each process whose part this one read.
+void StepExecutor::Send(const Action& a) {
+  Step& s = *step_;
+  const Transfer t = TransferOf(a, s.edges);
+  torch::Tensor flat;
+  if (t.activation) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& x : s.output.at({a.stage, a.microbatch})) parts.push_back(x.detach());
+    flat = Flatten(parts, device_);
+  }
+  const int G = place_.group_gpus;
+  for (const Partner& p : Partners(t, /*sends=*/true, place_, s.packings)) {
+    if (!t.activation) {
+      const MessageKey read_key{t.producer, t.consumer, t.mb, t.consumer_mb, p.producer_part};
+      flat = Flatten(s.mail.activations.at(read_key).Gradient(read_key), device_);
+    }
+    const int peer = place_.GroupOf(a.peer) * G + p.shard;
+    if (peer == place_.rank) {  // a rank of this process: hand it over
+      s.mail.Local(t.activation)[p.key] = flat;
+      continue;
+    }
+    s.sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{flat});
+    s.sending.back().first = SendAsync(*groups_.world, s.sending.back().second, peer,
+                                       Tag(a.payload, p.key, place_.stages(), s.microbatches, G));
+  }
+}
+
+void StepExecutor::Receive(int r, const Action& a) {
+  Step& s = *step_;
+  // The action's stage is the sender's; this process runs the peer stage.
+  const Transfer t = TransferOf(a, s.edges);
+  const int G = place_.group_gpus;
+  for (const Partner& p : Partners(t, /*sends=*/false, place_, s.packings)) {
+    const int peer = place_.GroupOf(a.peer) * G + p.shard;
+    torch::Tensor flat;
+    if (peer == place_.rank) {
+      auto& box = s.mail.Local(t.activation);
+      auto found = box.find(p.key);
+      if (found == box.end()) {
+        throw Error(fmt::format("runtime: stage {} microbatch {}: a message between ranks {} and {} of this process "
+                                "is received before it is sent",
+                                a.stage, a.microbatch, a.peer, r));
+      }
+      flat = found->second;
+      box.erase(found);
+    } else {
+      // Shapes follow from the producer microbatch's packing on the producer's part.
+      int64_t numel = 0;
+      for (const auto& x : ShapesOf(t.producer, t.mb, p.producer_part)) numel += x.numel();
+      flat = torch::empty({numel}, device_);
+      Recv(*groups_.world, flat, peer, Tag(a.payload, p.key, place_.stages(), s.microbatches, G), abort_);
+    }
+    if (t.activation) {
+      s.mail.activations[p.key] = MessageOf(t.producer, t.mb, p.producer_part, flat);
+    } else {
+      s.mail.gradients[p.key] = flat;
+    }
+  }
+}
+
+// One bucket of the stage's gradients summed over its data-parallel group
+// (each replica's loss is its share of the global batch's mean, so the sum is
+// the global gradient); asynchronous, finished at the wait.
+void StepExecutor::Collective(const Action& a) {
+  Step& s = *step_;
+  const int v = a.stage;
+  const int group = a.group >= 0 ? a.group : s.exec.stages[v].dp_group;
+  auto g = groups_.dp.find(group);
+  if (g == groups_.dp.end()) return;
+  const auto& bucket = local_.buckets.at(v).at(a.bucket);
+  if (bucket.empty()) return;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
+  if (zero_->Scattered(v)) {  // ZeRO-2/3: each replica gets the sum of its slice only
+    const int D = groups_.dp_place.at(group).second;
+    torch::Tensor flat = Flatten(grads);
+    const int64_t chunk = (flat.numel() + D - 1) / D;
+    torch::Tensor padded = torch::zeros({chunk * D}, flat.options());
+    padded.slice(0, 0, flat.numel()).copy_(flat);
+    for (const auto& p : bucket) p.mutable_grad() = torch::Tensor();  // the full gradients are not kept
+    s.reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{padded, torch::empty_like(padded)}, v, a.bucket);
+    auto& bufs = std::get<1>(s.reducing.back());
+    std::get<0>(s.reducing.back()) = ReduceScatterAsync(*g->second, bufs[0], bufs[1]);
+    return;
+  }
+  s.reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(grads)}, v, a.bucket);
+  std::get<0>(s.reducing.back()) = AllReduceAsync(*g->second, std::get<1>(s.reducing.back()));
+}
+
+// This rank's gradient all-reduces (another rank of this process may have its
+// own in flight). Sends are not waited for here: a send completes only once
+// its receiver posts the receive, which may come after this rank's wait in
+// the receiver's order.
+void StepExecutor::Wait(int r) {
+  Step& s = *step_;
+  const auto& stage_rank = s.exec.schedule.stage_rank;
+  for (auto& [work, flat, stage, b] : s.reducing) {
+    if (stage_rank[stage] != r) continue;
+    Await(work, abort_);
+    auto& bucket = local_.buckets.at(stage).at(b);
+    if (zero_->Sharded(stage)) {  // only this replica's slice is stepped here
+      for (auto& sb : zero_->shards()) {
+        if (sb.stage != stage || sb.bucket != b) continue;
+        if (zero_->Scattered(stage)) {  // the all-to-all's chunks from every member, summed
+          const int64_t D = static_cast<int64_t>(flat[1].numel() / sb.chunk);
+          sb.master.mutable_grad() = flat[1].view({D, sb.chunk}).sum(0).slice(0, 0, sb.hi - sb.lo).clone();
+        } else {
+          sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi).clone();
+        }
+      }
+      continue;
+    }
+    const auto parts = SplitLike(flat[0], bucket);
+    for (size_t i = 0; i < bucket.size(); ++i) {
+      if (!bucket[i].grad().defined()) bucket[i].mutable_grad() = torch::zeros_like(bucket[i]);
+      bucket[i].mutable_grad().copy_(parts[i]);
+    }
+  }
+  s.reducing.erase(std::remove_if(s.reducing.begin(), s.reducing.end(),
+                                  [&](const auto& x) { return stage_rank[std::get<2>(x)] == r; }),
+                   s.reducing.end());
+}
+
+void StepExecutor::ReportWeights(const ExecutionPlan& exec) {
+  for (int v : zero_->fsdp()) zero_->GatherWeights(v);  // every replica, in stage order
+  for (const auto& [v, stack] : local_.stacks) {
+    const bool first_copy = (exec.replicated ? place_.replica : exec.stages[v].replica) == 0;
+    for (const auto& item : stack->named_parameters()) {
+      const torch::Tensor& w = item.value();
+      torch::Tensor stats = torch::tensor(
+          {w.sum().item<double>(), w.pow(2).sum().item<double>(), w.abs().sum().item<double>()}, torch::kDouble);
+      const std::string& name = item.key();
+      if (name.size() >= 10 && name.compare(name.size() - 10, 10, "tied_table") == 0) continue;  // a copy
+      if (stack->IsSharded(name)) AllReduceSum(*groups_.tp.at(place_.TpOf(v)), stats);
+      if (first_copy && place_.shard == 0) {
+        reports_.Now(fmt::format("param {:.17g} {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>(),
+                                 stats[2].item<double>()));
+      }
+    }
+  }
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,128 @@
+// Runs a worker process's share of each step's schedule, one action at a
+// time, the way the simulator prices them (sim/simulator.h): a short switch
+// over the closed set of action kinds calls one method per kind. Beside it:
+// where the process sits (process_layout.h), its groups (process_groups.h),
+// ZeRO's shards (zero_shards.h), the optimizer step (optimizer_steps.h),
+// message routing (message_routing.h), the messages in flight (mailbox.h) and
+// the device's timing and streams (action_clock.h).
+// Only runtime translation units include this header (it includes libtorch).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "loom/data/sample.h"
+#include "loom/plan/execution_plan.h"
+#include "loom/runtime/action_clock.h"
+#include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/mailbox.h"
+#include "loom/runtime/message_routing.h"
+#include "loom/runtime/optimizer_steps.h"
+#include "loom/runtime/process_groups.h"
+#include "loom/runtime/process_layout.h"
+#include "loom/runtime/torch_model.h"
+#include "loom/runtime/training_state.h"
+#include "loom/runtime/worker_reports.h"
+#include "loom/runtime/zero_shards.h"
+#include "loom/spec/model.h"
+
+namespace loom::runtime {
+
+// What the executor needs of its worker's options.
+struct ExecutorOptions {
+  int seed = 0;               // the workload's: every copy of a layer starts from the same weights
+  double learning_rate = 1e-3;
+  bool sm_quotas = true;      // CUDA: co-located ranks on green-context streams
+  bool layerwise = false;     // heterogeneous pipeline templates: gradients summed per layer segment
+};
+
+// One worker process's stages, groups and optimizer state for a run (a
+// generation of a fault-tolerant run), and the steps it runs with them.
+// Construction makes every group and builds the stages from `first` (step
+// first_step's compile); a later step's ExecutionPlan must place stages the
+// same way. Not thread-safe: one per process; not copyable (its parts point
+// at each other).
+class StepExecutor {
+ public:
+  StepExecutor(const Model& model, const ExecutionPlan& first, int rank, int world, const torch::Device& device,
+               const GroupMaker& maker, AbortFlag abort, const ExecutorOptions& options, WorkerReports& reports);
+  ~StepExecutor();
+  StepExecutor(const StepExecutor&) = delete;
+  StepExecutor& operator=(const StepExecutor&) = delete;
+
+  // Runs step `step` of `exec` (compiled for `batch`): this process's
+  // actions in ProcessOrder, then its optimizer steps; reports its time, its
+  // loss (from the process that holds it) and, when `last_step`, its actions'
+  // intervals. `before_action` runs before each action (fault injection).
+  void RunStep(int step, const ExecutionPlan& exec, const Batch& batch, bool last_step,
+               const std::function<void()>& before_action);
+
+  // Every trainable parameter with its rank's optimizer (a fault-tolerant
+  // run's training state, runtime/training_state.h).
+  std::vector<std::tuple<std::string, torch::Tensor, torch::optim::AdamW*>> Trainable() {
+    return optimizers_->Trainable();
+  }
+  TrainingState CaptureLive();
+  // Bytes of every parameter of this process's stages.
+  double WeightBytes() const;
+  // Reports "param SUM SUMSQ ABSSUM" per tensor of every unit's replica 0
+  // (every replica holds the same after the sync), frozen ones too (they must
+  // come back unchanged); a sharded weight's statistics are summed over its
+  // TP shards, so they describe the whole tensor. ZeRO-3 weights are gathered first.
+  void ReportWeights(const ExecutionPlan& exec);
+
+  const ProcessPlace& place() const { return place_; }
+  // The group of every process of the run (a fault-tolerant run's state exchange).
+  GroupBase& world() const { return *groups_.world; }
+
+ private:
+  // One step's state: what its actions hand each other. Reset by RunStep.
+  struct Step;
+
+  void Run(int r, const Action& a);
+  void Forward(int r, const Action& a);
+  void Backward(int r, const Action& a);  // kBackward and kBackwardData (ZB: weight gradients wait for W)
+  void BackwardWeight(const Action& a);
+  void Send(const Action& a);
+  void Receive(int r, const Action& a);
+  void Collective(const Action& a);
+  void Wait(int r);
+  void StepOptimizers(const std::vector<std::pair<int, int>>& stepping);
+
+  // Forward's inputs: stage v's microbatch k assembled from its messages.
+  ModuleTensors Inputs(int r, int v, int k, const std::string& where);
+  // Backward's gradient of each tensor stage v's microbatch k handed on,
+  // summed over every consumer microbatch it went to.
+  std::vector<torch::Tensor> HandedGradients(int r, int v, int k);
+  // The flat shapes of what (stage, mb) hands on, on a part of its group.
+  std::vector<torch::Tensor> ShapesOf(int v, int k, int part);
+  Message MessageOf(int u, int j, int part, const torch::Tensor& flat);
+  torch::Tensor TowerLoss(int v, const ModuleTensors& out) const;
+  void ReportLoss(int step);
+
+  // Constant for the run.
+  const Model& model_;
+  const ProcessPlace place_;
+  const torch::Device device_;
+  const AbortFlag abort_;
+  const int loss_module_;
+  WorkerReports& reports_;
+  ProcessGroups groups_;
+  // Changed by the actions (weights, gradients) and the optimizer steps.
+  LocalStages local_;
+  std::unique_ptr<ZeroShards> zero_;
+  std::unique_ptr<OptimizerSteps> optimizers_;
+  std::unique_ptr<ActionClock> clock_;
+  // This step's.
+  std::unique_ptr<Step> step_;
+};
+
+}  // namespace loom::runtime

@@ -1,0 +1,73 @@
+// ZeRO (the plan's zero_stage with data parallelism), stage by stage:
+//   1: each replica keeps AdamW state for its 1/D slice of every gradient
+//      bucket only, steps that slice and all-gathers the updated weights
+//      (AdamW is elementwise: the replicated update, computed once);
+//   2: the buckets' gradients are reduce-scattered, each replica keeping
+//      the sum of its slice only (the full gradients are dropped);
+//   3 (FSDP): the full weights exist only around the stage's compute
+//      actions: gathered before each forward and backward, their memory
+//      given back after (the slices are the only copy in between).
+// Stages holding a tied embedding keep the replicated optimizer (their
+// gradient is summed with the other copy's at the step, after the buckets).
+// Only runtime translation units include this header (it includes libtorch).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "loom/plan/execution_plan.h"
+#include "loom/runtime/process_groups.h"
+#include "loom/runtime/tensor_buckets.h"
+
+namespace loom::runtime {
+
+// This replica's slice [lo, hi) of a gradient bucket's flat parameters
+// (chunks of `chunk` elements per replica, the last one short), with the
+// AdamW state of only that slice (`master`).
+struct ShardedBucket {
+  int stage = 0, bucket = 0;
+  int64_t total = 0, chunk = 0, lo = 0, hi = 0;
+  torch::Tensor master;
+};
+
+// The ZeRO state of one process's stages. Not thread-safe; holds references
+// to `buckets` and `groups`, which must outlive it.
+class ZeroShards {
+ public:
+  // Slices every bucket of each sharded stage (its data-parallel group has
+  // two or more members, zero_stage >= 1, and no tied embedding), and gives
+  // back ZeRO-3 stages' full weights.
+  ZeroShards(const ExecutionPlan& exec, StageBuckets& buckets, const ProcessGroups& groups,
+             const std::function<bool(int)>& holds_tied, AbortFlag abort);
+
+  bool Sharded(int v) const { return sharded_.count(v) > 0; }
+  bool Scattered(int v) const { return scattered_.count(v) > 0; }  // ZeRO-2/3
+  bool Fsdp(int v) const { return fsdp_.count(v) > 0; }            // ZeRO-3
+  // Whether a ZeRO-3 stage's full weights must be gathered before it computes.
+  bool NeedsGather(int v) const { return Fsdp(v) && !resident_.count(v); }
+  const std::set<int>& fsdp() const { return fsdp_; }
+  std::vector<ShardedBucket>& shards() { return shards_; }
+
+  // One bucket's full weights from every replica's slice (ZeRO-1/2 after
+  // each step, ZeRO-3 before each use), blocking, over the stage's group.
+  void GatherBucket(const ShardedBucket& sb);
+  // ZeRO-3: stage v's full weights gathered, or their memory given back.
+  void GatherWeights(int v);
+  void ReleaseWeights(int v);
+
+ private:
+  StageBuckets& buckets_;
+  const ProcessGroups& groups_;
+  AbortFlag abort_;
+  std::map<int, int> dp_group_;  // stage -> its communication group
+  std::vector<ShardedBucket> shards_;  // never resized after construction (optimizers point into it)
+  std::set<int> sharded_, scattered_, fsdp_;
+  std::set<int> resident_;  // ZeRO-3 stages whose full weights are gathered
+};
+
+}  // namespace loom::runtime
