@@ -10,9 +10,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "loom/cost/cost_model.h"
 #include "loom/data/jsonl_source.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -21,6 +21,7 @@
 #include "loom/report/comparison.h"
 #include "loom/report/simulation_report.h"
 #include "loom/session/compare_strategies.h"
+#include "loom/session/problem_loading.h"
 #include "loom/session/training_session.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -33,23 +34,18 @@ namespace py = pybind11;
 
 namespace {
 
-// As the CLI's --profile: default (the GPU's shipped measured profile), roofline, or a profile file.
-loom::Cluster LoadClusterWith(const std::string& name, const std::string& profile) {
-  loom::Cluster c = loom::LoadCluster(name);
-  loom::ApplyCostModel(c, profile);
-  return c;
-}
-
+// The named workload, else the model's default one, with `global_batch`
+// checked here (the message names the Python argument) and applied as the
+// CLI's --global-batch is.
 loom::Workload MakeWorkload(const loom::Model& model, const std::optional<std::string>& workload,
                             std::optional<int64_t> global_batch) {
   loom::Workload w = workload ? loom::LoadWorkload(*workload) : loom::DefaultWorkload(model);
-  if (global_batch) {
-    if (*global_batch < 1 || *global_batch > loom::kMaxGlobalBatch) {
-      throw loom::Error(fmt::format("global_batch: must be 1..{}, got {}", loom::kMaxGlobalBatch, *global_batch));
-    }
-    w.global_batch = *global_batch;
+  if (global_batch && (*global_batch < 1 || *global_batch > loom::kMaxGlobalBatch)) {
+    throw loom::Error(fmt::format("global_batch: must be 1..{}, got {}", loom::kMaxGlobalBatch, *global_batch));
   }
-  return w;
+  loom::WorkloadOverrides overrides;
+  overrides.global_batch = global_batch;
+  return loom::ApplyWorkloadOverrides(std::move(w), overrides);
 }
 
 std::vector<std::string> SplitNames(const std::string& strategies) {
@@ -71,7 +67,7 @@ std::string Plan(const std::string& model_name, const std::string& cluster_name,
                  const std::optional<std::string>& workload, std::optional<int64_t> global_batch,
                  const std::string& strategies, int iterations, const std::string& profile) {
   const loom::Model model = loom::LoadModel(model_name);
-  const loom::Cluster cluster = LoadClusterWith(cluster_name, profile);
+  const loom::Cluster cluster = loom::LoadClusterWithProfile(cluster_name, profile);
   const loom::Workload w = MakeWorkload(model, workload, global_batch);
   const loom::Comparison cmp = loom::CompareStrategies(model, cluster, w, SplitNames(strategies), iterations, {}, {});
   return loom::ComparisonJson(cmp).dump();
@@ -83,7 +79,7 @@ std::string Simulate(const std::string& model_name, const std::string& cluster_n
                      const std::optional<std::string>& workload, std::optional<int64_t> global_batch,
                      const std::string& profile) {
   const loom::Model model = loom::LoadModel(model_name);
-  const loom::Cluster cluster = LoadClusterWith(cluster_name, profile);
+  const loom::Cluster cluster = loom::LoadClusterWithProfile(cluster_name, profile);
   const loom::Workload w = MakeWorkload(model, workload, global_batch);
   loom::ParallelConfig cfg;
   cfg.tp = tp;
@@ -110,17 +106,16 @@ class Scheduler {
  public:
   Scheduler(const std::string& model, const std::string& cluster, const std::string& strategy,
             const std::vector<std::string>& representative, const std::string& precision, const std::string& profile)
-      : model_(loom::LoadModel(model)), cluster_(LoadClusterWith(cluster, profile)), batch_(ParseBatch(representative)) {
+      : model_(loom::LoadModel(model)),
+        cluster_(loom::LoadClusterWithProfile(cluster, profile)),
+        batch_(ParseBatch(representative)) {
     if (batch_.samples.empty()) throw loom::Error("representative: give at least one sample");
     workload_ = loom::DefaultWorkload(model_);
     workload_.name = "python";
     workload_.global_batch = static_cast<int64_t>(batch_.samples.size());
-    bool known = false;
-    for (loom::Precision p : {loom::Precision::kBf16, loom::Precision::kFp16, loom::Precision::kTf32,
-                              loom::Precision::kFp32}) {
-      if (precision == loom::PrecisionName(p)) workload_.precision = p, known = true;
-    }
-    if (!known) throw loom::Error(fmt::format("precision: '{}'; valid: bf16, fp16, tf32, fp32", precision));
+    const std::optional<loom::Precision> p = loom::FindPrecision(precision);
+    if (!p) throw loom::Error(fmt::format("precision: '{}'; valid: bf16, fp16, tf32, fp32", precision));
+    workload_.precision = *p;
     context_ = std::make_unique<loom::StrategyContext>(loom::StrategyContext{model_, cluster_, workload_, batch_, {}});
     result_ = loom::RunStrategy(strategy, *context_);
     session_ = std::make_unique<loom::TrainingSession>(*context_, strategy, result_.plan);

@@ -12,4 +12,11 @@ std::string PrecisionName(Precision p) {
   return "?";
 }
 
+std::optional<Precision> FindPrecision(const std::string& name) {
+  for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kTf32, Precision::kFp32}) {
+    if (name == PrecisionName(p)) return p;
+  }
+  return std::nullopt;
+}
+
 }  // namespace loom

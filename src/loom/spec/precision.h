@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace loom {
@@ -15,6 +16,8 @@ enum class Precision : uint8_t { kBf16 = 0, kFp16 = 1, kTf32 = 2, kFp32 = 3 };
 
 // "bf16", "fp16", "tf32", "fp32".
 std::string PrecisionName(Precision p);
+// The precision PrecisionName calls `name`; nullopt for any other text.
+std::optional<Precision> FindPrecision(const std::string& name);
 // Bytes of one activation, gradient or weight element.
 inline double ElementBytes(Precision p) { return p == Precision::kBf16 || p == Precision::kFp16 ? 2.0 : 4.0; }
 inline bool IsMixedPrecision(Precision p) { return ElementBytes(p) == 2.0; }

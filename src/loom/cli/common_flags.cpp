@@ -1,0 +1,45 @@
+#include "loom/cli/common_flags.h"
+
+#include <utility>
+
+#include "loom/cli/flag_checks.h"
+#include "loom/error.h"
+
+namespace loom::cli {
+
+void WorkloadFlags::Add(CLI::App* app) {
+  app->add_option("--workload", name, "built-in workload or YAML file");
+  app->add_option("--global-batch", global_batch, "samples per iteration")->check(kPositive);
+  app->add_option("--seed", seed, "seed of the sample draw")->check(kNotNegative);
+  app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")->check(kPositive);
+  app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
+      ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
+}
+
+WorkloadOverrides WorkloadFlags::Overrides() const {
+  return WorkloadOverrides{global_batch, seed, seq_len, FindPrecision(precision)};
+}
+
+std::optional<Workload> WorkloadFlags::Resolve(const Model* model) const {
+  const WorkloadOverrides overrides = Overrides();
+  if (name.empty() && (!overrides.any() || model == nullptr)) {
+    if (overrides.any()) throw loom::Error("--global-batch, --seed, --seq-len and --precision need --workload here");
+    return std::nullopt;
+  }
+  Workload w = name.empty() ? DefaultWorkload(*model) : LoadWorkload(name);
+  return ApplyWorkloadOverrides(std::move(w), overrides);
+}
+
+Workload WorkloadFlags::ResolveOrDefault(const Model& model) const {
+  std::optional<Workload> w = Resolve(&model);
+  return w ? *std::move(w) : DefaultWorkload(model);
+}
+
+void ProblemFlags::Add(CLI::App* app) {
+  app->add_option("--model", model, "built-in model name or YAML file")->required();
+  app->add_option("--cluster", cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+  app->add_option("--profile", profile, kProfileHelp);
+  workload.Add(app);
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,49 @@
+// Dispatch: the `loom` app, its subcommands in `loom --help`'s order, the
+// parse, and the chosen subcommand's run.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/cli/command.h"
+#include "loom/runtime/build_info.h"
+
+namespace loom::cli {
+
+int Dispatch(int argc, char** argv) {
+  CLI::App app{"Loom: plan, schedule and simulate multimodal model training on GPU clusters"};
+#ifdef LOOM_HAVE_RUNTIME
+  const std::string runtime = fmt::format("runtime: {}", loom::runtime::RuntimeBuild());
+#else
+  const std::string runtime = "no runtime in this build";
+#endif
+  app.set_version_flag("--version", fmt::format("loom {} ({})", LOOM_VERSION, runtime));
+  app.require_subcommand(1);
+
+  // The order `loom --help` lists them in.
+  std::vector<std::unique_ptr<Command>> commands;
+  for (auto add : {AddModelsCommand, AddRunCommand, AddClustersCommand, AddProfileCommand, AddProbeSmCommand,
+                   AddFitSmCommand, AddInspectCommand, AddSimulateCommand, AddReplayCommand, AddPlanCommand}) {
+    commands.push_back(add(app));
+  }
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  for (const auto& command : commands) {
+    if (command->subcommand()->parsed()) command->Run();  // exactly one: require_subcommand(1)
+  }
+  return 0;
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,220 @@
+// `loom plan`: every strategy's plan, simulated on the same sampled batches
+// and compared (the main job); optionally run on this machine, written as
+// JSON, HTML or a trace, or exported as launch arguments.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loom/cli/command.h"
+#include "loom/cli/common_flags.h"
+#include "loom/cli/flag_checks.h"
+#include "loom/cli/output_file.h"
+#include "loom/cli/run_every_plan.h"
+#include "loom/cost/cost_model.h"
+#include "loom/error.h"
+#include "loom/export/megatron_args.h"
+#include "loom/report/comparison.h"
+#include "loom/report/html_report.h"
+#include "loom/report/progress_line.h"
+#include "loom/report/rank_names.h"
+#include "loom/sim/chrome_trace.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom::cli {
+
+namespace {
+
+// --strategy's NAME[,NAME...] or all: the strategies to compare, each known and named once.
+std::vector<std::string> ParseStrategyList(const std::string& list) {
+  if (list == "all") return StrategyNames();
+  if (list.empty()) {
+    throw loom::Error(
+        fmt::format("--strategy: empty; valid: NAME[,NAME...] of {}, or all", fmt::join(StrategyNames(true), ", ")));
+  }
+  std::vector<std::string> names;
+  std::string rest = list;
+  while (true) {
+    auto comma = rest.find(',');
+    std::string name = rest.substr(0, comma);
+    if (StrategyDescription(name).empty()) {
+      throw loom::Error(fmt::format("--strategy: unknown strategy '{}'; valid: {}, or all", name,
+                                    fmt::join(StrategyNames(true), ", ")));
+    }
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      throw loom::Error(fmt::format("--strategy: {} is named twice; name each strategy once", name));
+    }
+    names.push_back(name);
+    if (comma == std::string::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return names;
+}
+
+// The searches' progress on one terminal row of standard error, one part per
+// job slot; empty (no progress shown) when standard error is not a terminal.
+// The comparison serializes the calls; copies of the function share the row.
+std::function<void(const Progress&)> TerminalProgress() {
+  if (!isatty(STDERR_FILENO)) return {};
+  auto slots = std::make_shared<std::vector<std::string>>();  // one line per job slot
+  return [slots](const Progress& p) {
+    if (p.slot >= static_cast<int>(slots->size())) slots->resize(p.slot + 1);
+    (*slots)[p.slot] = p.what.empty() ? "" : FormatProgress(p);
+    std::string line;
+    for (const auto& l : *slots) {
+      if (l.empty()) continue;
+      if (!line.empty()) line += " | ";
+      line += l;
+    }
+    // One terminal row, so "\r\033[K" erases all of it next time.
+    winsize ws{};
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col) {
+      line.resize(ws.ws_col - 1);
+    }
+    std::cerr << "\r\033[K" << line << std::flush;
+  };
+}
+
+// SM quotas priced by the shipped law describe Python eager launches; Loom's
+// runtime is priced by its own (docs/results/mosaic.md, section 2). Says so
+// when the best plan has quotas priced by a default profile's law.
+std::string SmQuotaNote(const Comparison& cmp, const Cluster& cluster, const std::string& profile) {
+  if (cmp.best < 0 || profile != "default" || !cluster.cost_model ||
+      !(cluster.cost_model->sm_sharing().launch_floor_s_per_layer > 0)) {
+    return "";
+  }
+  bool quotas = false;
+  for (const auto& u : cmp.outcomes[cmp.best].result.plan.units) quotas = quotas || u.sm_fraction < 1;
+  if (!quotas) return "";
+  return "note: the best plan's SM quotas are priced by the SM-sharing law of " + cluster.cost_model->name() +
+         ", fitted to Python eager runs; for Loom's runtime, plan with its own profile "
+         "(loom profile --device cuda; docs/results/mosaic.md)\n";
+}
+
+class PlanCommand : public Command {
+ public:
+  explicit PlanCommand(CLI::App& app)
+      : Command(app.add_subcommand("plan", "plan with each strategy, simulate, compare (the main job)")) {
+    CLI::App* sub = subcommand();
+    problem_.Add(sub);
+    sub->add_option("--strategy", strategies_, "NAME[,NAME...] or all (default all)");
+    sub->add_option("--iterations", iterations_, "sampled batches to simulate per strategy (default 10)");
+    sub->add_option("--tp", compare_.fixed_tp, "pin tensor parallelism of pipeline strategies (paper configs)")
+        ->check(kPositive);
+    sub->add_option("--pp", compare_.fixed_pp, "pin pipeline parallelism of pipeline strategies (paper configs)")
+        ->check(kPositive);
+    sub->add_option("--dp", compare_.fixed_dp,
+                    "pin data parallelism of pipeline strategies and entrain (Entrain's DP 4; paper configs)")
+        ->check(kPositive);
+    sub->add_option("--schedule-budget", compare_.schedule_budget_s,
+                    "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
+        ->check(kPositive);
+    sub->add_option("--fault-tolerance", compare_.fault_tolerance,
+                    "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")
+        ->check(CLI::Range(0, 1000));
+    sub->add_option("--time-budget", compare_.time_budget_s,
+                    "seconds each strategy's search may take; when spent it returns the best plan found so far "
+                    "(default: no limit)")
+        ->check(kPositive);
+    compare_.jobs = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    sub->add_option("--jobs", compare_.jobs,
+                    "strategies planned at once, each on its own thread (default: this machine's cores; the same "
+                    "plans and numbers for any value)")
+        ->check(kPositive);
+    sub->add_flag("--exhaustive", exhaustive_,
+                  "simulate every candidate, even those whose lower bound cannot beat the best plan found "
+                  "(slower; the same best plans; docs/search.md)");
+    sub->add_option("--json", json_, "write the comparison and every plan as JSON")->check(kFileName);
+    sub->add_option("--report", report_, "write a self-contained HTML report")->check(kFileName);
+    sub->add_option("--trace", trace_, "write a Chrome trace (Perfetto) of the best plan's first iteration")
+        ->check(kFileName);
+    sub->add_option("--export", export_, "print launch arguments for a framework: megatron")
+        ->check(CLI::IsMember({"megatron"}));
+    sub->add_flag("--run", run_,
+                  "then run every strategy's plan on this machine (as `loom run`) and print measured beside "
+                  "simulated iteration times and speedups over megatron");
+    sub->add_option("--run-steps", run_steps_, "with --run: steps per plan (default 4; the first is warm-up)")
+        ->check(CLI::Range(2, 1000));
+  }
+
+  void Run() override {
+    const Model model = LoadModel(problem_.model);
+    const Cluster cluster = problem_.LoadPricedCluster();
+    const Workload workload = problem_.workload.ResolveOrDefault(model);
+    const std::vector<std::string> names = ParseStrategyList(strategies_);
+    compare_.prune = !exhaustive_;
+    // Only the outputs that list every batch keep them: otherwise memory
+    // does not grow with --iterations.
+    compare_.keep_batches = !json_.empty() || !report_.empty() || run_;
+    const std::function<void(const Progress&)> progress = TerminalProgress();
+    // --run compares each run step with the simulation of the same batch.
+    if (run_) iterations_ = std::max(iterations_, run_steps_);
+    const Comparison cmp = CompareStrategies(model, cluster, workload, names, iterations_, progress, compare_);
+    if (progress) std::cerr << "\r\033[K";
+    std::cout << FormatComparison(cmp) << SmQuotaNote(cmp, cluster, problem_.profile);
+    nlohmann::json plans_json = json_.empty() ? nlohmann::json() : ComparisonJson(cmp);
+    if (run_) {
+#ifdef LOOM_HAVE_RUNTIME
+      std::cout << "\n" << RunEveryPlan(model, cluster, workload, cmp, run_steps_, plans_json);
+#else
+      throw loom::Error("loom plan --run: this build has no runtime (a fuzz build); "
+                        "build with `make`, which finds the PyTorch scripts/install-deps.sh installs)");
+#endif
+    }
+    WriteOutputs(model, cmp, plans_json);
+    bool any = false;
+    for (const auto& o : cmp.outcomes) any = any || o.ok();
+    if (!any) throw loom::Error("no strategy found a plan that fits; see the reasons above");
+  }
+
+ private:
+  // --json, --report, --trace and --export, in that order.
+  void WriteOutputs(const Model& model, const Comparison& cmp, const nlohmann::json& plans_json) const {
+    if (!json_.empty()) {
+      WriteText(json_, plans_json.dump(2) + "\n", "--json");
+      std::cout << "Plans written to " << json_ << "\n";
+    }
+    if (!report_.empty()) {
+      WriteHtmlReport(report_, cmp);
+      std::cout << "Report written to " << report_ << "\n";
+    }
+    if (!trace_.empty() && cmp.best >= 0) {
+      const auto& run = cmp.outcomes[cmp.best].first_run;
+      WriteChromeTrace(trace_, ChromeTrace(run.result, run.exec.schedule, SimulatedRankNames(run)));
+      std::cout << "Trace of " << cmp.outcomes[cmp.best].name << " written to " << trace_ << "\n";
+    }
+    if (export_ == "megatron") {
+      std::cout << "\n";
+      for (const auto& o : cmp.outcomes) {
+        if (o.ok()) std::cout << FormatMegatronExport(o.name, ExportMegatron(o.result.plan, model)) << "\n";
+      }
+    }
+  }
+
+  ProblemFlags problem_;
+  std::string strategies_ = "all";
+  int iterations_ = 10;
+  CompareOptions compare_;
+  bool exhaustive_ = false;
+  std::string json_;
+  std::string report_;
+  std::string trace_;
+  std::string export_;
+  bool run_ = false;
+  int run_steps_ = 4;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> AddPlanCommand(CLI::App& app) { return std::make_unique<PlanCommand>(app); }
+
+}  // namespace loom::cli

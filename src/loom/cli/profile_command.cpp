@@ -1,0 +1,101 @@
+// `loom profile`: the runtime's layers and kernels measured on this machine,
+// written as a profile the simulator reads (--profile FILE).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "loom/cli/command.h"
+#include "loom/cli/flag_checks.h"
+#include "loom/cost/profile.h"
+#include "loom/error.h"
+#include "loom/runtime/profiler.h"
+#include "loom/spec/model.h"
+
+namespace loom::cli {
+
+namespace {
+
+// --tokens' comma-separated integers.
+std::vector<int64_t> ParseTokenCounts(const std::string& list) {
+  std::vector<int64_t> tokens;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    try {
+      size_t used = 0;
+      tokens.push_back(std::stoll(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw loom::Error(fmt::format("--tokens: '{}' is not an integer; valid: e.g. 64,256,1024", item));
+    }
+  }
+  return tokens;
+}
+
+class ProfileCommand : public Command {
+ public:
+  explicit ProfileCommand(CLI::App& app)
+      : Command(app.add_subcommand("profile", "measure the runtime's layers and kernels on this machine and "
+                                              "write a profile the simulator reads (--profile FILE)")) {
+    CLI::App* sub = subcommand();
+    sub->add_option("--model", model_, "built-in model name or YAML file: its layer shapes are measured")
+        ->required();
+    sub->add_option("--device", options_.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    sub->add_option("--gpu", options_.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
+    sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(kPositive);
+    sub->add_option("--tokens", tokens_, "token counts to measure, comma-separated");
+    sub->add_option("--repeats", options_.repeats, "timed runs per point (median)")->check(kPositive);
+    sub->add_option("--concurrent", options_.concurrent,
+                    "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its "
+                    "cores)")
+        ->check(kPositive);
+    sub->add_option("--sm-scaling", sm_scaling_,
+                    "cuda: on measures the layers on green contexts of part of the SMs and fits the profile's "
+                    "sm_sharing law (default); off leaves it out")
+        ->check(CLI::IsMember({"on", "off"}));
+    sub->add_option("--out", out_, "write the profile here (default: standard output)")->check(kFileName);
+  }
+
+  void Run() override {
+    const Model model = LoadModel(model_);
+    options_.sm_scaling = sm_scaling_ == "on";
+    options_.tokens = ParseTokenCounts(tokens_);
+#ifdef LOOM_HAVE_RUNTIME
+    const Profile profile = loom::runtime::MeasureProfile(model, options_);
+    const std::string yaml = ProfileToYaml(profile);
+    if (out_.empty()) {
+      std::cout << yaml;
+      return;
+    }
+    std::ofstream out(out_);
+    out << "# Written by `loom profile --model " << model_ << " --device " << options_.device << " --threads "
+        << options_.threads << " --tokens " << tokens_ << "`\n"
+        << yaml;
+    out.close();
+    if (!out) throw loom::Error(fmt::format("--out {}: cannot write", out_));
+    std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", out_, profile.layers.size(),
+                             profile.ops.size());
+#else
+    throw loom::Error("loom profile: this build has no runtime (a fuzz build); `make` builds one with "
+                      "the PyTorch that scripts/install-deps.sh installs");
+#endif
+  }
+
+ private:
+  std::string model_;
+  std::string tokens_ = "64,256,1024";
+  std::string sm_scaling_ = "on";
+  std::string out_;
+  loom::runtime::ProfilerOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> AddProfileCommand(CLI::App& app) { return std::make_unique<ProfileCommand>(app); }
+
+}  // namespace loom::cli

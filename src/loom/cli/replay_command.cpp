@@ -1,0 +1,104 @@
+// `loom replay`: training replayed over node failures, Oobleck against Varuna
+// (checkpoint and restart) and Bamboo (redundant computation).
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "loom/cli/command.h"
+#include "loom/cli/common_flags.h"
+#include "loom/cli/flag_checks.h"
+#include "loom/cli/output_file.h"
+#include "loom/report/replay_report.h"
+#include "loom/session/failure_replay.h"
+#include "loom/session/failure_trace.h"
+
+namespace loom::cli {
+
+namespace {
+
+// "a,b,c" -> {"a", "b", "c"}; empty text names none.
+std::vector<std::string> SplitSystems(const std::string& list) {
+  std::vector<std::string> systems;
+  for (std::string rest = list; !rest.empty();) {
+    const auto comma = rest.find(',');
+    systems.push_back(rest.substr(0, comma));
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return systems;
+}
+
+class ReplayCommand : public Command {
+ public:
+  explicit ReplayCommand(CLI::App& app)
+      : Command(app.add_subcommand("replay", "replay training over node failures: oobleck against varuna "
+                                             "(checkpoint and restart) and bamboo (redundant computation)")) {
+    CLI::App* sub = subcommand();
+    problem_.Add(sub);
+    sub->add_option("--systems", systems_, "oobleck,varuna,bamboo (default all three)");
+    sub->add_option("--mtbf", mtbf_s_, "seconds between failures of the cluster, mean (default 3600)")
+        ->check(kPositive);
+    sub->add_option("--hours", hours_, "wall-clock hours replayed (default 12)")->check(kPositive);
+    sub->add_option("--trace-seed", seed_, "seed of the generated failure trace (default 0)");
+    sub->add_option("--min-nodes", min_nodes_, "failures stop at this many nodes (default: half)");
+    sub->add_option("--failures", trace_, "read the trace from a file of \"TIME_S fail|join NODE\" lines instead");
+    sub->add_option("--fault-tolerance", options_.fault_tolerance, "oobleck's f (default 1)")
+        ->check(CLI::Range(0, 1000));
+    sub->add_option("--checkpoint-every", options_.checkpoint_every, "varuna's iterations per checkpoint (default 10)")
+        ->check(kPositive);
+    sub->add_flag("--free-checkpoints", free_checkpoints_,
+                  "varuna's checkpoints cost nothing to write or load (thesis Table 2.4's ablation)");
+    sub->add_option("--svg", svg_, "write samples/s over time of every system as an SVG plot");
+    sub->add_option("--json", json_, "write the replay as JSON")->check(kFileName);
+    sub->add_option("--report", report_, "write an HTML report: the plot, the table, every system's events")
+        ->check(kFileName);
+  }
+
+  void Run() override {
+    const Model model = LoadModel(problem_.model);
+    const Cluster cluster = problem_.LoadPricedCluster();
+    const Workload workload = problem_.workload.ResolveOrDefault(model);
+    const double duration_s = hours_ * 3600;
+    const FailureTrace trace =
+        trace_.empty() ? GenerateFailureTrace(cluster.nodes, mtbf_s_, duration_s, seed_,
+                                              min_nodes_ >= 0 ? min_nodes_ : (cluster.nodes + 1) / 2)
+                       : ReadFailureTrace(trace_, cluster.nodes, duration_s);
+    if (free_checkpoints_) options_.storage_bytes_per_s = std::numeric_limits<double>::infinity();
+    const auto replays = ReplayFailures(model, cluster, workload, trace, SplitSystems(systems_), options_);
+    std::cout << FormatReplay(model.name, cluster.name, trace, replays);
+    if (!svg_.empty()) {
+      WriteText(svg_, ReplaySvg(trace, replays), "--svg");
+      std::cout << "Plot written to " << svg_ << "\n";
+    }
+    if (!report_.empty()) {
+      WriteText(report_, ReplayHtml(model.name, cluster.name, trace, replays), "--report");
+      std::cout << "Report written to " << report_ << "\n";
+    }
+    if (!json_.empty()) {
+      WriteText(json_, ReplayJson(trace, replays).dump(2) + "\n", "--json");
+      std::cout << "Replay written to " << json_ << "\n";
+    }
+  }
+
+ private:
+  ProblemFlags problem_;
+  std::string systems_ = "oobleck,varuna,bamboo";
+  double mtbf_s_ = 3600;
+  double hours_ = 12;
+  uint64_t seed_ = 0;
+  int min_nodes_ = -1;  // -1: half the cluster's nodes, rounded up
+  std::string trace_;   // --failures
+  ReplayOptions options_;
+  bool free_checkpoints_ = false;
+  std::string svg_;
+  std::string json_;
+  std::string report_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> AddReplayCommand(CLI::App& app) { return std::make_unique<ReplayCommand>(app); }
+
+}  // namespace loom::cli

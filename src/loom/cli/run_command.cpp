@@ -1,0 +1,152 @@
+// `loom run`: a plan run for real on this machine (libtorch + c10d Gloo, or
+// NCCL on CUDA), one process per rank; optionally fault-tolerant as Oobleck
+// is, on several machines, and beside the simulator's prediction.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "loom/cli/command.h"
+#include "loom/cli/run_flags.h"
+#include "loom/cli/run_output.h"
+#include "loom/cost/cost_model.h"
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/pipeline/schedules.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/run_vs_simulation.h"
+#include "loom/session/plan_file_replay.h"
+#include "loom/session/run_prediction.h"
+#include "loom/sim/chrome_trace.h"
+#include "loom/strategies/baselines/megatron_config.h"
+#include "loom/strategies/oobleck/replan.h"
+#include "loom/strategies/strategy.h"
+
+namespace loom::cli {
+
+namespace {
+
+// The plan a run starts with, the schedules `loom plan` recorded with it (a
+// `loom plan --json` file), and what the summary calls it.
+struct ChosenPlan {
+  Plan plan;
+  std::vector<RecordedBatch> recorded;
+  std::string label;
+};
+
+class RunCommand : public Command {
+ public:
+  explicit RunCommand(CLI::App& app)
+      : Command(app.add_subcommand(
+            "run", "run a plan for real on this machine (libtorch + c10d Gloo), one process per rank")) {
+    flags_.Add(subcommand());
+  }
+
+  void Run() override {
+    const Model model = LoadModel(flags_.model);
+    Cluster cluster = LoadCluster(flags_.cluster);
+    const Workload workload = flags_.workload.ResolveOrDefault(model);
+    ChosenPlan chosen = ChoosePlan(model, cluster, workload);
+#ifdef LOOM_HAVE_RUNTIME
+    RunOptions options = flags_.BasicOptions();
+    flags_.AddFaultTolerance(options);
+    // Fault tolerance: Oobleck's templates re-plan after failures.
+    std::optional<OobleckReplanner> oobleck;
+    Replanner replanner;
+    if (flags_.fault_tolerance >= 0) {
+      oobleck.emplace(model, cluster, workload, chosen.plan, flags_.fault_tolerance);
+      replanner = [&oobleck](const std::vector<int>& failed, const std::vector<int>& joined) {
+        return (*oobleck)(failed, joined);
+      };
+    }
+    flags_.AddMachines(options);
+    // Strategies that schedule every batch (PipeWeaver, MMScale) run each
+    // step's batch as they scheduled it: the schedule `loom plan` recorded for
+    // that iteration, else the strategy's own for it (computed here, once, so
+    // every process runs the same one even where the search has a time budget).
+    const Batch representative = DrawBatch(workload, 0);
+    const auto schedules =
+        ScheduleIterations(chosen.plan.strategy, StrategyContext{model, cluster, workload, representative, {}},
+                           chosen.plan, chosen.recorded, flags_.steps);
+    const RunResult r = RunLocally(model, cluster, workload, chosen.plan, options, schedules, replanner);
+    if (!r.events.empty()) {  // what ran last: the last generation's plan on its nodes
+      chosen.plan = r.final_plan;
+      cluster.nodes = r.final_nodes;
+    }
+    const int last = flags_.steps - 1;
+    const Batch last_batch = DrawBatch(workload, last);
+    PlanRun predicted;
+    std::string cost_model;  // the prediction's
+    if (flags_.wants_prediction()) {
+      ApplyCostModel(cluster, flags_.profile);
+      // The last step's plan, as compiled (with its batch's schedule).
+      predicted = PredictRunStep(model, cluster, workload, chosen.plan, last_batch,
+                                 schedules[last] ? &*schedules[last] : nullptr);
+      cost_model = CostModelOf(cluster).name();
+    }
+    WriteTraceAndTimeline(r, predicted, cost_model);
+    const RunOutputContext context{chosen.label,  &chosen.plan,  flags_.device,
+                                   flags_.resume, options.fault_tolerant,
+                                   flags_.compare ? &predicted : nullptr, cost_model};
+    std::cout << (flags_.json ? RunJson(r, context).dump(2) + "\n" : FormatRun(r, context));
+#else
+    (void)chosen;
+    throw loom::Error("loom run: this build has no runtime (a fuzz build); `make` builds one with "
+                      "the PyTorch that scripts/install-deps.sh installs");
+#endif
+  }
+
+ private:
+  // --plan's file, else Oobleck's plan for --fault-tolerance F, else the Megatron-LM layout of the flags.
+  ChosenPlan ChoosePlan(const Model& model, const Cluster& cluster, const Workload& workload) const {
+    if (!flags_.plan.empty()) {
+      PlanFile file = LoadPlanFile(flags_.plan, flags_.strategy);
+      CheckPlanIsFor(file.plan, model, cluster, workload, flags_.plan);
+      return {std::move(file.plan), std::move(file.batches), flags_.plan};
+    }
+    if (flags_.fault_tolerance >= 0) {
+      const Batch first = DrawBatch(workload, 0);
+      StrategyContext ctx{model, cluster, workload, first, {}};
+      ctx.fault_tolerance = flags_.fault_tolerance;
+      return {RunStrategy("oobleck", ctx).plan, {}, fmt::format("oobleck f={}", flags_.fault_tolerance)};
+    }
+    ParallelConfig cfg = flags_.layout;
+    cfg.schedule = ParseScheduleKind(flags_.schedule, "--schedule");
+    cfg.recompute = ParseRecompute(flags_.recompute, "--recompute");
+    cfg.Validate(model, cluster, workload);
+    const Batch first = DrawBatch(workload, 0);
+    return {MegatronConfigPlan(StrategyContext{model, cluster, workload, first, {}}, cfg),
+            {},
+            fmt::format("tp {} pp {} dp {} cp {} vpp {} {}", cfg.tp, cfg.pp, cfg.dp, cfg.cp, cfg.vpp, flags_.schedule)};
+  }
+
+#ifdef LOOM_HAVE_RUNTIME
+  // --trace (the last step as it ran) and --timeline (as predicted above as it ran).
+  void WriteTraceAndTimeline(const RunResult& r, const PlanRun& predicted, const std::string& cost_model) const {
+    if (!flags_.trace.empty()) {
+      WriteChromeTrace(flags_.trace,
+                       ChromeTrace(r.measured, predicted.exec.schedule, MeasuredRankNames(predicted, r.measured)));
+    }
+    if (!flags_.timeline.empty()) {
+      const std::string svg = RunTimelineSvg(predicted, r.measured, flags_.steps, cost_model);
+      std::ofstream out(flags_.timeline);
+      out << svg;
+      out.close();
+      if (!out) throw loom::Error(fmt::format("--timeline {}: cannot write", flags_.timeline));
+    }
+  }
+#endif
+
+  RunFlags flags_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> AddRunCommand(CLI::App& app) { return std::make_unique<RunCommand>(app); }
+
+}  // namespace loom::cli

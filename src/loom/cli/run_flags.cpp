@@ -1,0 +1,196 @@
+#include "loom/cli/run_flags.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+#include "loom/cli/flag_checks.h"
+#include "loom/error.h"
+
+namespace loom::cli {
+
+void RunFlags::Add(CLI::App* run) {
+  run->add_option("--model", model, "built-in model name or YAML file")->required();
+  run->add_option("--cluster", cluster, "the cluster the plan was made for")->required();
+  run->add_option("--plan", plan, "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
+                                  "Megatron flags below describe");
+  run->add_option("--strategy", strategy, "with a `loom plan --json` file: whose plan (default: the best)");
+  workload.Add(run);
+  run->add_option("--steps", steps, "training steps")->check(kPositive);
+  run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")->check(kPositive);
+  run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);
+  run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")
+      ->group("");
+  run->add_option("--kill-step", kill_step, "fault injection step")->group("");
+  run->add_option("--fault-tolerance", fault_tolerance,
+                  "survive failed nodes as Oobleck does (an Oobleck plan for this F; without --plan, planned here): "
+                  "re-instantiate pipelines from its templates, copy lost layers from surviving replicas, replay the "
+                  "interrupted step")
+      ->check(CLI::Range(0, 1000))
+      ->group("Fault tolerance");
+  run->add_option("--kill", kills,
+                  "PROCESS:STEP:ACTIONS: worker PROCESS kills itself (SIGKILL) in STEP after ACTIONS of its actions; "
+                  "repeatable")
+      ->group("Fault tolerance");
+  run->add_option("--hang", hangs, "PROCESS:STEP:ACTIONS: as --kill, but the worker stops (SIGSTOP) and is found "
+                                   "by its missing heartbeats; repeatable")
+      ->group("Fault tolerance");
+  run->add_option("--rejoin", rejoins, "NODE:STEP: a failed node comes back before STEP; repeatable")
+      ->group("Fault tolerance");
+  run->add_option("--heartbeat-timeout", heartbeat_timeout_s, "seconds without a heartbeat before a worker is dead")
+      ->check(kPositive)
+      ->group("Fault tolerance");
+  run->add_option("--checkpoint", checkpoint,
+                  "where a fault-tolerant run that cannot recover writes its state (default: its run directory)")
+      ->group("Fault tolerance");
+  run->add_option("--resume", resume, "start from the checkpoint a fault-tolerant run wrote")
+      ->group("Fault tolerance");
+  run->add_option("--checkpoint-every", checkpoint_every,
+                  "also write a complete checkpoint every K steps (DIR/step-N), for failures that take every "
+                  "holder of a layer at once")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Fault tolerance");
+  run->add_flag("--json", json, "print JSON");
+  run->add_option("--nnodes", nnodes, "machines in the run (default: NNODES, else 1)");
+  run->add_option("--node-rank", node_rank, "this machine's index (default: NODE_RANK, else 0)");
+  run->add_option("--master", master, "ADDR:PORT of node 0's store (default: MASTER_ADDR:MASTER_PORT)");
+  run->add_option("--host", host,
+                  "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
+  run->add_option("--trace", trace, "write a Chrome trace (Perfetto) of the last step as it ran")->check(kFileName);
+  run->add_option("--timeline", timeline,
+                  "write an SVG of the last step as predicted (top) and as it ran (bottom), on one time axis");
+  run->add_flag("--compare", compare, "print the simulator's prediction of the last step beside what ran");
+  run->add_option("--profile", profile, "cost model for --compare (default|roofline|FILE)");
+  run->add_option("--tp", layout.tp, "without --plan: tensor parallel degree")->check(kPositive);
+  run->add_option("--pp", layout.pp, "without --plan: pipeline parallel degree")->check(kPositive);
+  run->add_option("--dp", layout.dp, "without --plan: data parallel degree")->check(kPositive);
+  run->add_option("--cp", layout.cp, "without --plan: context parallel degree (ring attention)")->check(kPositive);
+  run->add_option("--vpp", layout.vpp, "without --plan: virtual stages per rank (interleaved)")->check(kPositive);
+  run->add_option("--microbatches", layout.microbatches, "without --plan: microbatches per replica")
+      ->check(kPositive);
+  run->add_option("--schedule", schedule, "without --plan: gpipe | 1f1b | interleaved | zb-h1");
+  run->add_option("--recompute", recompute, "without --plan: none | selective | full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  run->add_option("--device", device, "cpu (Gloo) | cuda (one GPU per process, NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  run->add_option("--sm-quotas", sm_quotas,
+                  "cuda: on runs SM-quota stages on green contexts (default); off runs them on one stream, "
+                  "one after another (the ablation)")
+      ->check(CLI::IsMember({"on", "off"}));
+  run->add_option("--threads", threads, "intra-op threads per rank (default 1)")->check(kPositive);
+}
+
+#ifdef LOOM_HAVE_RUNTIME
+
+namespace {
+
+// "1:2:5" -> {1, 2, 5}: `parts` integers separated by ':'. Throws loom::Error
+// naming `flag` and the form it takes otherwise.
+std::vector<int> ParseColonInts(const std::string& text, const char* flag, int parts) {
+  std::vector<int> v;
+  std::istringstream in(text);
+  std::string field;
+  while (std::getline(in, field, ':')) {
+    try {
+      size_t used = 0;
+      v.push_back(std::stoi(field, &used));
+      if (used != field.size()) throw std::invalid_argument(field);
+    } catch (const std::exception&) {
+      v.clear();
+      break;
+    }
+  }
+  if (static_cast<int>(v.size()) != parts) {
+    throw loom::Error(fmt::format("{} {}: valid: {}", flag, text,
+                                  parts == 3 ? "PROCESS:STEP:ACTIONS, e.g. 1:2:5" : "NODE:STEP, e.g. 2:3"));
+  }
+  return v;
+}
+
+// The environment variable `name`, empty when unset.
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return std::string(v ? v : "");
+}
+
+// `text` as a whole integer; throws loom::Error naming `what` otherwise.
+int ParseInt(const std::string& text, const char* what) {
+  try {
+    size_t used = 0;
+    const int v = std::stoi(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+    return v;
+  } catch (const std::exception&) {
+    throw loom::Error(fmt::format("{}: '{}' is not an integer", what, text));
+  }
+}
+
+}  // namespace
+
+RunOptions RunFlags::BasicOptions() const {
+  RunOptions o;
+  o.steps = steps;
+  o.timeout_s = timeout_s;
+  o.learning_rate = lr;
+  o.kill_rank = kill_rank;
+  o.kill_step = kill_step;
+  o.threads_per_rank = threads;
+  o.device = device;
+  o.sm_quotas = sm_quotas == "on";
+  return o;
+}
+
+void RunFlags::AddFaultTolerance(RunOptions& o) const {
+  if ((!kills.empty() || !hangs.empty() || !rejoins.empty()) && fault_tolerance < 0) {
+    throw loom::Error("--kill, --hang and --rejoin act on a fault-tolerant run: add --fault-tolerance F");
+  }
+  for (const auto& k : kills) {
+    const auto v = ParseColonInts(k, "--kill", 3);
+    o.kills.push_back({v[0], v[1], v[2], false});
+  }
+  for (const auto& k : hangs) {
+    const auto v = ParseColonInts(k, "--hang", 3);
+    o.kills.push_back({v[0], v[1], v[2], true});
+  }
+  for (const auto& j : rejoins) {
+    const auto v = ParseColonInts(j, "--rejoin", 2);
+    o.rejoins.push_back({v[0], v[1]});
+  }
+  o.fault_tolerant = fault_tolerance >= 0 || !resume.empty();
+  o.heartbeat_timeout_s = heartbeat_timeout_s;
+  o.checkpoint_dir = checkpoint;
+  o.checkpoint_every = checkpoint_every;
+  if (checkpoint_every > 0 && fault_tolerance < 0) {
+    throw loom::Error("--checkpoint-every acts on a fault-tolerant run: add --fault-tolerance F");
+  }
+  o.resume_from = resume;
+}
+
+void RunFlags::AddMachines(RunOptions& o) const {
+  o.nnodes = nnodes > 0 ? nnodes : (Env("NNODES").empty() ? 1 : ParseInt(Env("NNODES"), "NNODES"));
+  o.node_rank = node_rank >= 0 ? node_rank : (Env("NODE_RANK").empty() ? 0 : ParseInt(Env("NODE_RANK"), "NODE_RANK"));
+  std::string addr_port = master;
+  if (addr_port.empty() && !Env("MASTER_ADDR").empty()) addr_port = Env("MASTER_ADDR") + ":" + Env("MASTER_PORT");
+  if (!addr_port.empty()) {
+    const auto colon = addr_port.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == addr_port.size()) {
+      throw loom::Error(fmt::format("--master: '{}'; valid: ADDR:PORT, e.g. 10.0.0.1:29500", addr_port));
+    }
+    o.master_addr = addr_port.substr(0, colon);
+    o.port = ParseInt(addr_port.substr(colon + 1), "--master port");
+  }
+  if (!host.empty()) {
+    o.host = host;
+  } else if (o.nnodes > 1) {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    o.host = name;
+  }
+}
+
+#endif  // LOOM_HAVE_RUNTIME
+
+}  // namespace loom::cli

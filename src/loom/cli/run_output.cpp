@@ -1,0 +1,87 @@
+#include "loom/cli/run_output.h"
+
+#ifdef LOOM_HAVE_RUNTIME
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "loom/human_bytes.h"
+#include "loom/report/run_vs_simulation.h"
+
+namespace loom::cli {
+
+namespace {
+
+// Each node event of a fault-tolerant run: a failure replayed, or nodes back.
+std::string FormatNodeEvent(const RunResult::NodeEvent& e) {
+  if (e.kind == "failure") {
+    return fmt::format(
+        "  step {} (replayed): node(s) {} failed: {}\n    noticed in {:.3f} s, next generation ({} "
+        "processes) ready in {:.3f} s, {} of layer state copied; {:.3f} s of work lost\n",
+        e.step, fmt::join(e.nodes, ", "), e.outcome, e.detect_s, e.processes, e.recover_s,
+        HumanBytes(static_cast<double>(e.copied_bytes)), e.lost_s);
+  }
+  return fmt::format("  before step {}: {}\n    next generation ({} processes) ready in {:.3f} s, {} "
+                     "of layer state copied\n",
+                     e.step, e.outcome, e.processes, e.recover_s, HumanBytes(static_cast<double>(e.copied_bytes)));
+}
+
+}  // namespace
+
+nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
+  nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},
+                      {"measured_busy_s", r.measured.busy_s},
+                      {"measured_iteration_time_s", r.measured.iteration_time_s},
+                      {"peak_rss_bytes", r.peak_rss_bytes}, {"peak_tensor_bytes", r.peak_tensor_bytes},
+                      {"first_step", r.first_step}};
+  nlohmann::json events = nlohmann::json::array();
+  for (const auto& e : r.events) {
+    events.push_back({{"step", e.step}, {"kind", e.kind}, {"nodes", e.nodes}, {"outcome", e.outcome},
+                      {"detect_s", e.detect_s}, {"recover_s", e.recover_s}, {"lost_s", e.lost_s},
+                      {"copied_bytes", e.copied_bytes}, {"processes", e.processes}});
+  }
+  if (context.fault_tolerant) j["events"] = events;
+  if (context.predicted != nullptr) {
+    j["simulated_iteration_time_s"] = context.predicted->metrics.iteration_time_s;
+    j["simulated_busy_s"] = context.predicted->result.busy_s;
+    j["simulated_group_peak_mem_bytes"] = context.predicted->group_peak_mem_bytes;
+  }
+  return j;
+}
+
+std::string FormatRun(const RunResult& r, const RunOutputContext& context) {
+  const Plan& p = *context.plan;
+  double peak = 0, tensors = 0;
+  for (double b : r.peak_rss_bytes) peak = std::max(peak, b);
+  for (double b : r.peak_tensor_bytes) tensors = std::max(tensors, b);
+  std::string out = fmt::format(
+      "ran {} ({}) on {} process(es), {} step(s); peak resident memory {} per process, "
+      "peak tensor memory of the steps {}\n",
+      context.label, p.strategy, r.step_s.size(), r.losses.size(), HumanBytes(peak), HumanBytes(tensors));
+  for (const auto& n : r.notes) out += "  " + n + "\n";
+  for (const auto& u : p.units) {
+    if (u.sm_fraction < 1 && context.device != "cuda") {
+      out += "  SM quotas: on this CPU build the modules sharing a GPU ran one after another; the "
+             "quotas shape the prediction only\n";
+      break;
+    }
+  }
+  for (const auto& e : r.events) out += FormatNodeEvent(e);
+  if (r.first_step > 0) out += fmt::format("  resumed after step {} from {}\n", r.first_step - 1, context.resume);
+  for (size_t i = r.first_step; i < r.losses.size(); ++i) {
+    double slowest = 0;
+    for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);
+    out += fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)\n", i, r.losses[i], slowest);
+  }
+  if (context.predicted != nullptr) {
+    out += FormatRunBesideSimulation(*context.predicted, r.measured, r.peak_tensor_bytes, p.group_gpus,
+                                     context.cost_model);
+  }
+  return out;
+}
+
+}  // namespace loom::cli
+
+#endif  // LOOM_HAVE_RUNTIME

@@ -1,0 +1,152 @@
+// `loom simulate`: one iteration of the Megatron-LM layout the flags give (or
+// of a PyTorch pipelining CSV's order), or, with --plan, a plan file replayed
+// on every batch it records.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "loom/cli/command.h"
+#include "loom/cli/common_flags.h"
+#include "loom/cli/flag_checks.h"
+#include "loom/cli/output_file.h"
+#include "loom/error.h"
+#include "loom/export/pytorch_schedule.h"
+#include "loom/pipeline/schedules.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/plan_replay_report.h"
+#include "loom/report/rank_names.h"
+#include "loom/report/simulation_report.h"
+#include "loom/session/plan_file_replay.h"
+#include "loom/sim/chrome_trace.h"
+#include "loom/spec/yaml_reader.h"
+#include "loom/strategies/baselines/megatron_config.h"
+
+namespace loom::cli {
+
+namespace {
+
+class SimulateCommand : public Command {
+ public:
+  explicit SimulateCommand(CLI::App& app)
+      : Command(app.add_subcommand("simulate", "simulate one iteration of the Megatron-LM layout")) {
+    CLI::App* sub = subcommand();
+    problem_.Add(sub);
+    sub->add_option("--tp", cfg_.tp, "tensor parallel degree");
+    sub->add_option("--pp", cfg_.pp, "pipeline parallel degree");
+    dp_ = sub->add_option("--dp", cfg_.dp, "data parallel degree");
+    sub->add_option("--cp", cfg_.cp, "context parallel degree");
+    sub->add_option("--vpp", cfg_.vpp, "virtual pipeline chunks per rank (interleaved)");
+    sub->add_option("--microbatches", cfg_.microbatches, "microbatches per replica per iteration");
+    sub->add_option("--schedule", schedule_, "gpipe | 1f1b | interleaved | zb-h1");
+    sub->add_option("--recompute", recompute_, "none | selective | full")
+        ->check(CLI::IsMember({"none", "selective", "full"}));
+    sub->add_option("--trace", trace_, "write a Chrome trace (Perfetto) of the iteration")->check(kFileName);
+    sub->add_flag("--json", json_, "print JSON");
+    sub->add_option("--export-pytorch-csv", export_csv_,
+                    "write the simulated schedule as PyTorch pipelining's CSV (torchtitan's "
+                    "pipeline_parallel_schedule_csv), or say why PyTorch cannot run it")
+        ->check(kFileName);
+    sub->add_flag("--pytorch-csv-comms", csv_comms_,
+                  "with --export-pytorch-csv: the compute_comms form (SEND_F / RECV_F / SEND_B / RECV_B cells)");
+    sub->add_option("--import-pytorch-csv", import_csv_,
+                    "simulate a PyTorch pipelining CSV's order: PP, stages per rank and microbatches from the file, "
+                    "TP / DP / CP / --recompute from the flags")
+        ->check(kFileName);
+    sub->add_option("--plan", plan_,
+                    "simulate a plan JSON file instead of flags; a `loom plan --json` output replays every batch "
+                    "it was measured on, with its per-batch schedules");
+    sub->add_option("--strategy", strategy_, "with --plan: the strategy whose plan to take (default: the best)");
+  }
+
+  void Run() override {
+    if (!plan_.empty()) {
+      RunPlanFile();
+    } else {
+      RunLayout();
+    }
+  }
+
+ private:
+  // --plan: every recorded batch, the first one traced and exported.
+  void RunPlanFile() {
+    const Model model = LoadModel(problem_.model);
+    const Cluster cluster = problem_.LoadPricedCluster();
+    const Workload workload = problem_.workload.ResolveOrDefault(model);
+    const PlanFileReplay replay = ReplayPlanFile(model, cluster, workload, plan_, strategy_);
+    WriteTrace(replay.first);
+    const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(replay.first);
+    std::cout << (json_ ? PlanFileReplayJson(replay).dump(2) + "\n" : FormatPlanFileReplay(replay, plan_) + exported);
+  }
+
+  // The flags' layout, or --import-pytorch-csv's order with the flags' TP / DP / CP.
+  void RunLayout() {
+    cfg_.schedule = ParseScheduleKind(schedule_, "--schedule");
+    cfg_.recompute = ParseRecompute(recompute_, "--recompute");
+    const Model model = LoadModel(problem_.model);
+    const Workload workload = problem_.workload.ResolveOrDefault(model);
+    const Cluster cluster = problem_.LoadPricedCluster();
+    std::optional<ImportedPytorchSchedule> imported;
+    if (!import_csv_.empty()) {  // PP, stages per rank and microbatches are the file's
+      imported = ImportPytorchSchedule(ParsePytorchCsv(ReadTextFile(import_csv_), import_csv_), import_csv_);
+      cfg_.pp = imported->pp;
+      cfg_.vpp = imported->num_stages / imported->pp;
+      cfg_.microbatches = imported->num_microbatches;
+    }
+    // --dp left out: what TP x PP x CP leave of the cluster (issue 22).
+    if (dp_->count() == 0 && cfg_.tp > 0 && cfg_.pp > 0 && cfg_.cp > 0 &&
+        cluster.num_gpus() % (cfg_.tp * cfg_.pp * cfg_.cp) == 0) {
+      cfg_.dp = cluster.num_gpus() / (cfg_.tp * cfg_.pp * cfg_.cp);
+    }
+    const PlanRun run = imported ? SimulatePytorchSchedule(model, cluster, workload, cfg_, *imported, import_csv_)
+                                 : SimulateConfig(model, cluster, workload, cfg_);
+    WriteTrace(run);
+    const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(run);
+    if (json_) {
+      std::cout << PlanMetricsJson(run.metrics).dump(2) << "\n";
+    } else {
+      std::cout << FormatPlanRun(run, model, workload,
+                                 fmt::format("tp {} pp {} dp {} cp {} vpp {}, {} microbatches{}", cfg_.tp, cfg_.pp,
+                                             cfg_.dp, cfg_.cp, cfg_.vpp, cfg_.microbatches,
+                                             imported ? ", the order of " + import_csv_ : ""))
+                << exported;
+    }
+  }
+
+  void WriteTrace(const PlanRun& run) const {
+    if (!trace_.empty()) WriteChromeTrace(trace_, ChromeTrace(run.result, run.exec.schedule, SimulatedRankNames(run)));
+  }
+
+  // --export-pytorch-csv: the schedule of the simulated batch, or why PyTorch
+  // cannot run it (an error: the file asked for is not written). Returns the line saying so.
+  std::string ExportPytorchCsv(const PlanRun& run) const {
+    const PytorchExport e = ExportPytorchSchedule(run.exec, csv_comms_);
+    if (!e.expressible) {
+      throw loom::Error(fmt::format("--export-pytorch-csv {}: PyTorch cannot run this plan: {}", export_csv_, e.notes));
+    }
+    WriteText(export_csv_, FormatPytorchCsv(e.order), "--export-pytorch-csv");
+    return fmt::format("PyTorch schedule ({}) written to {}: {}\n", csv_comms_ ? "compute_comms" : "compute_only",
+                       export_csv_, e.notes);
+  }
+
+  ProblemFlags problem_;
+  ParallelConfig cfg_;
+  CLI::Option* dp_ = nullptr;  // whether --dp was given
+  std::string schedule_ = "1f1b";
+  std::string recompute_ = "none";
+  std::string trace_;
+  bool json_ = false;
+  std::string export_csv_;
+  bool csv_comms_ = false;
+  std::string import_csv_;
+  std::string plan_;
+  std::string strategy_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> AddSimulateCommand(CLI::App& app) { return std::make_unique<SimulateCommand>(app); }
+
+}  // namespace loom::cli

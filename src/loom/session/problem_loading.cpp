@@ -1,0 +1,33 @@
+#include "loom/session/problem_loading.h"
+
+#include <fmt/format.h>
+
+#include "loom/cost/cost_model.h"
+#include "loom/error.h"
+
+namespace loom {
+
+Cluster LoadClusterWithProfile(const std::string& name, const std::string& profile) {
+  Cluster cluster = LoadCluster(name);
+  ApplyCostModel(cluster, profile);
+  return cluster;
+}
+
+Workload ApplyWorkloadOverrides(Workload workload, const WorkloadOverrides& overrides) {
+  if (overrides.global_batch && *overrides.global_batch > kMaxGlobalBatch) {
+    throw Error(fmt::format("--global-batch: at most {} samples per iteration, got {}", kMaxGlobalBatch,
+                            *overrides.global_batch));
+  }
+  if (overrides.global_batch) workload.global_batch = *overrides.global_batch;
+  if (overrides.seed) workload.seed = *overrides.seed;
+  if (overrides.precision) workload.precision = *overrides.precision;
+  if (overrides.seq_len) {
+    if (workload.source.kind != "text") {
+      throw Error(fmt::format("--seq-len applies to the `text` workload, not '{}'", workload.name));
+    }
+    workload.source.seq_len = *overrides.seq_len;
+  }
+  return workload;
+}
+
+}  // namespace loom
