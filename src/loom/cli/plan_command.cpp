@@ -24,6 +24,7 @@
 #include "loom/error.h"
 #include "loom/export/megatron_args.h"
 #include "loom/report/comparison.h"
+#include "loom/session/compare_strategies.h"
 #include "loom/report/html_report.h"
 #include "loom/report/progress_line.h"
 #include "loom/report/rank_names.h"

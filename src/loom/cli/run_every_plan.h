@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "loom/report/comparison.h"
+#include "loom/session/compare_strategies.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
