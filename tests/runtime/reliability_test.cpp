@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "loom/error.h"
 #include "loom/runtime/report_line.h"
 #include "loom/runtime/run_reports.h"
+#include "loom/runtime/worker_message.h"
 #include "reference.h"
 
 namespace loom {
@@ -37,6 +39,32 @@ TEST(ReportLine, AFieldThatIsMissingOrNotANumberIsAnError) {
   runtime::ReportLine half("time 0 1.5s");
   half.Int();
   EXPECT_THROW(half.Number(), Error);
+}
+
+// Every message comes back as itself, numbers bit for bit (17 significant
+// digits), nan and inf included; a line that is no message is an error.
+TEST(WorkerMessage, EveryMessageRoundTrips) {
+  namespace r = runtime::report;
+  const double third = 1.0 / 3.0;
+  const std::vector<runtime::WorkerMessage> all = {
+      r::Loss{3, -std::nan("")}, r::Loss{0, third}, r::StepTime{2, HUGE_VAL}, r::Param{third, 2e-300, 7.0},
+      r::PeakMemory{123456789.0}, r::PeakTensorMemory{0.5}, r::Interval{4, 1, 17, third, 2 * third},
+      r::Note{"phase 0: 2 green\ncontexts"}, r::Failure{"stage 1 (vit) died"}, r::Heartbeat{}, r::Ready{2, third, 1LL << 40},
+      r::Done{1, 5}, r::Saved{1, 6}, r::Stopped{7}, r::Dying{3, 12345.678}};
+  for (const auto& m : all) {
+    const std::string line = runtime::Encode(m);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    const runtime::WorkerMessage back = runtime::Decode(line);
+    ASSERT_EQ(back.index(), m.index()) << line;
+    EXPECT_EQ(runtime::Encode(back), line);
+  }
+  const auto loss = std::get<r::Loss>(runtime::Decode(runtime::Encode(r::Loss{0, third})));
+  EXPECT_EQ(loss.value, third);  // exactly
+  EXPECT_TRUE(std::isnan(std::get<r::Loss>(runtime::Decode(runtime::Encode(r::Loss{1, std::nan("")}))).value));
+  EXPECT_EQ(std::get<r::Note>(runtime::Decode(runtime::Encode(r::Note{"a\nb"}))).text, "a b");
+  EXPECT_THROW(runtime::Decode("lost 1 0.5"), Error);
+  EXPECT_THROW(runtime::Decode("done 1"), Error);
+  EXPECT_THROW(runtime::Decode(""), Error);
 }
 
 TEST(ReportLine, DivergenceNamesTheFirstNonFiniteStep) {

@@ -138,7 +138,7 @@ RunOptions RunFlags::BasicOptions() const {
   o.kill_rank = kill_rank;
   o.kill_step = kill_step;
   o.threads_per_rank = threads;
-  o.device = device;
+  o.device = ParseDevice(device);
   o.sm_quotas = sm_quotas == "on";
   return o;
 }

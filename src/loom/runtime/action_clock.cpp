@@ -32,8 +32,8 @@ void HostActionClock::BeginAction(int r, int index, const Action& a, const Sched
 // communication stream; sends are asynchronous: their issue).
 void HostActionClock::EndAction() {
   if (!traced_ || !(action_->is_compute() || action_->on_comm_stream())) return;
-  reports_.step(fmt::format("iv {} {} {} {:.9g} {:.9g}", place_.Instance(rank_), action_->on_comm_stream() ? 1 : 0,
-                            index_, began_s_, Since_s()));
+  reports_.step(report::Interval{place_.Instance(rank_), action_->on_comm_stream() ? 1 : 0, index_, began_s_,
+                                 Since_s()});
 }
 
 void HostActionClock::BeginOptimizerSteps(const std::vector<std::pair<int, int>>& stepping) {
@@ -46,7 +46,7 @@ void HostActionClock::EndOptimizerSteps() { ReportOptimizerSteps(Since_s()); }
 void HostActionClock::ReportOptimizerSteps(double ended_s) {
   if (!traced_) return;
   for (const auto& [r, index] : stepping_) {
-    reports_.step(fmt::format("iv {} 0 {} {:.9g} {:.9g}", place_.Instance(r), index, began_s_, ended_s));
+    reports_.step(report::Interval{place_.Instance(r), 0, index, began_s_, ended_s});
   }
 }
 

@@ -20,19 +20,19 @@
 #include "loom/plan/execution_plan.h"
 #include "loom/runtime/message_routing.h"
 #include "loom/runtime/process_layout.h"
+#include "loom/runtime/worker_message.h"
 
 namespace loom::runtime {
 
 // Where a clock's lines go: `step` lines belong to the step (a fault-tolerant
 // run holds them until the step commits); `now` lines are notes sent at once.
 struct ClockReports {
-  std::function<void(const std::string&)> step, now;
+  std::function<void(const WorkerMessage&)> step, now;
 };
 
 // Times one process's actions, step by step. The last step's intervals are
-// reported for the trace from the process's shard 0 as
-// "iv INSTANCE STREAM ACTION START_S END_S" (stream 1: the communication
-// stream), times from the step's start. Not thread-safe.
+// reported for the trace from the process's shard 0 (report::Interval;
+// stream 1: the communication stream), times from the step's start. Not thread-safe.
 class ActionClock {
  public:
   virtual ~ActionClock() = default;

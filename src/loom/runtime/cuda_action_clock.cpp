@@ -44,7 +44,7 @@ class CudaActionClock : public HostActionClock {
 
  private:
   struct GpuInterval {
-    std::string prefix;  // "iv INSTANCE COMM INDEX"
+    int instance = 0, action = 0;
     at::cuda::CUDAEvent begin{cudaEventDefault}, end{cudaEventDefault};
   };
   GpuInterval* StartInterval(int r, int index);
@@ -100,8 +100,8 @@ CudaActionClock::CudaActionClock(const ExecutionPlan& exec, const ProcessPlace& 
                                               static_cast<cudaStream_t>(green_->Stream(s, static_cast<int>(i))),
                                               device_));
     }
-    reports_.now(fmt::format("note phase {}: {} green context(s) created in {:.3f} ms", phase, list.size(),
-                             green_->CreationTime_s(s) * 1e3));
+    reports_.now(report::Note{fmt::format("phase {}: {} green context(s) created in {:.3f} ms", phase, list.size(),
+                                          green_->CreationTime_s(s) * 1e3)});
     ++s;
   }
 }
@@ -120,7 +120,8 @@ void CudaActionClock::StartStep(bool last_step) {
 CudaActionClock::GpuInterval* CudaActionClock::StartInterval(int r, int index) {
   intervals_.push_back(std::make_unique<GpuInterval>());
   GpuInterval* iv = intervals_.back().get();
-  iv->prefix = fmt::format("iv {} 0 {}", place_.Instance(r), index);
+  iv->instance = place_.Instance(r);
+  iv->action = index;
   iv->begin.record(Current());
   return iv;
 }
@@ -190,11 +191,11 @@ double CudaActionClock::EndStep() {
   try {
     for (const auto& iv : intervals_) {
       if (!iv->end.isCreated()) continue;  // an action that ended early enqueued nothing
-      reports_.step(fmt::format("{} {:.9g} {:.9g}", iv->prefix, step_begin_->elapsed_time(iv->begin) * 1e-3,
-                                step_begin_->elapsed_time(iv->end) * 1e-3));
+      reports_.step(report::Interval{iv->instance, 0, iv->action, step_begin_->elapsed_time(iv->begin) * 1e-3,
+                                     step_begin_->elapsed_time(iv->end) * 1e-3});
     }
   } catch (const std::exception& e) {
-    reports_.now(fmt::format("note the last step's GPU timing failed ({}); its trace is incomplete", e.what()));
+    reports_.now(report::Note{fmt::format("the last step's GPU timing failed ({}); its trace is incomplete", e.what())});
   }
   return secs;
 }

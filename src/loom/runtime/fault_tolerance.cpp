@@ -74,16 +74,6 @@ ControlCommand ParseCommand(const std::string& line) {
   return c;
 }
 
-void WriteLine(int fd, const std::string& line) {
-  const std::string text = line + "\n";
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = write(fd, text.data() + off, text.size() - off);
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
-
 WorkerControl::WorkerControl(int control_fd, int report_fd, double heartbeat_s)
     : control_fd_(control_fd), report_fd_(report_fd), heartbeat_s_(heartbeat_s) {
   thread_ = std::thread([this] { Monitor(); });
@@ -136,7 +126,7 @@ void WorkerControl::Monitor() {
   auto next_beat = std::chrono::steady_clock::now();
   while (!stop_) {
     if (std::chrono::steady_clock::now() >= next_beat) {
-      WriteLine(report_fd_, "hb");
+      WriteLine(report_fd_, Encode(report::Heartbeat{}));
       next_beat += std::chrono::microseconds(static_cast<int64_t>(heartbeat_s_ * 1e6));
     }
     pollfd p{control_fd_, POLLIN, 0};

@@ -34,6 +34,8 @@
 #include <string>
 #include <thread>
 
+#include "loom/runtime/worker_reports.h"  // WriteLine
+
 namespace loom::runtime {
 
 struct ControlCommand {
@@ -88,7 +90,5 @@ class WorkerControl {
   std::thread thread_;
 };
 
-// Writes a whole line to `fd` (pipes keep lines under PIPE_BUF whole between writers).
-void WriteLine(int fd, const std::string& line);
 
 }  // namespace loom::runtime

@@ -26,6 +26,12 @@ namespace loom::runtime {
 // or for another model or seed.
 CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, const Workload& workload);
 
+// The trainable layers of `model` ("{module}_{layer}") that `layers` does not
+// list: frozen ones come from the seed, every other one must be saved.
+std::vector<std::string> UnlistedTrainableLayers(const Model& model, const std::vector<std::string>& layers);
+
+// Checks the options, the checkpoint to resume and the injected faults, then
+// runs the steps under a GenerationController (runtime/generation_controller.h).
 RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                            const RunOptions& options, const Replanner& replanner);
 

@@ -1,6 +1,6 @@
-// One line a worker reports to its launcher ("loss 3 -nan", runtime/worker.h's
-// protocol), read field by field. Both launchers (run.cpp's, through
-// run_reports.cpp, and fault_tolerant_run.cpp's) read every line through this.
+// One line a worker reports to its launcher ("loss 3 -nan", runtime/worker_message.h's
+// protocol), read field by field: Decode (worker_message.cpp) reads every
+// line both launchers receive through this.
 //
 // Why not `istream >> double`: it cannot read "nan" or "inf" (what fmt writes
 // for a diverged loss) and leaves the value it had, 0, so a run whose loss was

@@ -20,6 +20,7 @@
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
+#include "loom/runtime/worker_message.h"
 
 namespace loom {
 
@@ -52,11 +53,41 @@ struct Child {
 
 }  // namespace
 
+Device ParseDevice(const std::string& name, const std::string& flag) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  throw Error(fmt::format("{} {}; valid: cpu, cuda", flag, name));
+}
+
+const char* DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
+
+void RunOptions::Validate() const {
+  if (steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", steps));
+  if (!(timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", timeout_s));
+  if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
+    throw Error(fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", node_rank,
+                            nnodes));
+  }
+  if (threads_per_rank <= 0) throw Error(fmt::format("--threads {}: must be positive", threads_per_rank));
+  if (!fault_tolerant) return;
+  if (nnodes != 1) throw Error("--fault-tolerance: runs on one machine yet (--nnodes 1)");
+  if (device != Device::kCpu) {
+    throw Error("--fault-tolerance: runs on --device cpu yet (an NCCL communicator of a dead peer needs aborting, "
+                "which is not done yet)");
+  }
+  if (checkpoint_every < 0) {
+    throw Error(fmt::format("--checkpoint-every {}: valid: 0 (none) or a number of steps", checkpoint_every));
+  }
+  if (!(heartbeat_s > 0) || !(heartbeat_timeout_s > heartbeat_s)) {
+    throw Error(fmt::format("--heartbeat-timeout {} s must exceed the heartbeat period {} s", heartbeat_timeout_s,
+                            heartbeat_s));
+  }
+}
+
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
-  if (options.steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", options.steps));
-  if (!(options.timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", options.timeout_s));
+  options.Validate();
   if (options.fault_tolerant) {
     for (const auto& s : schedules) {
       if (s) {
@@ -72,10 +103,6 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   // One process per GPU of the groups the plan uses (runtime/process_layout.h).
   const runtime::ProcessLayout layout = runtime::LayoutProcesses(first);
   const int world = layout.processes;
-  if (options.nnodes < 1 || options.node_rank < 0 || options.node_rank >= options.nnodes) {
-    throw Error(fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", options.node_rank,
-                            options.nnodes));
-  }
   if (world % options.nnodes != 0) {
     throw Error(fmt::format("the plan runs {} processes, which do not split over {} nodes", world, options.nnodes));
   }
@@ -87,10 +114,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   const int per_node = world / options.nnodes, first_rank = options.node_rank * per_node;
   RunOptions worker_options = options;
   worker_options.local_processes = per_node;
-  if (options.device != "cpu" && options.device != "cuda") {
-    throw Error(fmt::format("--device {}; valid: cpu, cuda", options.device));
-  }
-  if (options.device == "cuda") {
+  if (options.device == Device::kCuda) {
     // NCCL pairs messages by order, not by tag.
     if (const std::string why = MessageOrderMismatch(first.schedule); !why.empty()) {
       throw Error("--device cuda: the plan's messages between two ranks are not received in the order they are "
@@ -128,9 +152,6 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
                               "GPU(s) per node",
                               per_node, gpus, gpus));
     }
-  }
-  if (worker_options.threads_per_rank <= 0) {
-    throw Error(fmt::format("--threads {}: must be positive", worker_options.threads_per_rank));
   }
   std::vector<Child> children(world);
   for (int r = first_rank; r < first_rank + per_node; ++r) {
@@ -196,7 +217,8 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     waitpid(c.pid, &status, 0);
     std::string error;
     for (const auto& l : c.lines) {
-      if (l.rfind("error ", 0) == 0) error = l.substr(6);
+      const runtime::WorkerMessage message = runtime::Decode(l);
+      if (const auto* f = std::get_if<runtime::report::Failure>(&message)) error = f->text;
     }
     if (timed_out && c.open) {
       failures.push_back(fmt::format("rank {} (pid {}) was silent for over {:.0f} s and was stopped", r, c.pid,

@@ -48,6 +48,15 @@ struct NodeRejoin {
   int step = 0;
 };
 
+// What a run's workers compute on.
+enum class Device {
+  kCpu,   // host tensors and Gloo
+  kCuda,  // one GPU per process of this node (NCCL cannot share a GPU between ranks) and NCCL groups
+};
+// "cpu" or "cuda"; throws loom::Error naming `flag` and the valid names.
+Device ParseDevice(const std::string& name, const std::string& flag = "--device");
+const char* DeviceName(Device device);
+
 struct RunOptions {
   int steps = 3;
   double learning_rate = 1e-3;
@@ -59,9 +68,7 @@ struct RunOptions {
   // measures them. 1 by default: on the 2-core VM a forked worker at 2 threads
   // ran a step 2.4-4.8x slower than at 1 (docs/runtime.md).
   int threads_per_rank = 1;
-  // "cpu": host tensors and Gloo; "cuda": one GPU per process of this node
-  // (NCCL cannot share a GPU between ranks) and NCCL groups.
-  std::string device = "cpu";
+  Device device = Device::kCpu;
   // CUDA: run the stages that hold an SM quota on green-context streams
   // (Mosaic's engine). false runs the same plan with every rank on the
   // device's default stream, one action after another: the ablation that
@@ -87,6 +94,12 @@ struct RunOptions {
   std::string checkpoint_dir;        // where "cannot recover" writes the state ("" : a directory beside the run's)
   int checkpoint_every = 0;          // > 0: also a complete checkpoint every this many steps, in checkpoint_dir/step-N
   std::string resume_from;           // a checkpoint to start from (its steps are skipped)
+
+  // Throws loom::Error naming the flag of the first option that no plan
+  // could run with (steps, timeout, node rank, threads; under fault
+  // tolerance: one CPU machine, the checkpoint period, the heartbeats).
+  // RunLocally and RunFaultTolerant call it before anything else.
+  void Validate() const;
 };
 
 // A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous store).

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "loom/error.h"
-#include "loom/runtime/report_line.h"
+#include "loom/runtime/worker_message.h"
 
 namespace loom::runtime {
 
@@ -56,37 +56,32 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
   out.measured.memory.assign(instances, {});
   for (int r = 0; r < world; ++r) {
     for (const auto& l : lines[r]) {
-      ReportLine in(l);
-      const std::string& kind = in.kind();
-      if (kind == "loss") {
-        const int step = in.Int();
-        out.losses.at(step) += in.Number();  // each replica's last rank reports its share of the batch's mean loss
-        ++reporters.at(step);
-      } else if (kind == "time") {
-        const int step = in.Int();
-        out.step_s[r].at(step) = in.Number();
-      } else if (kind == "mem") {
-        const double bytes = in.Number();
-        out.peak_rss_bytes[r] = bytes;
+      const WorkerMessage message = Decode(l);
+      if (const auto* m = std::get_if<report::Loss>(&message)) {
+        out.losses.at(m->step) += m->value;  // each replica's last rank reports its share of the batch's mean loss
+        ++reporters.at(m->step);
+      } else if (const auto* m = std::get_if<report::StepTime>(&message)) {
+        out.step_s[r].at(m->step) = m->seconds;
+      } else if (const auto* m = std::get_if<report::PeakMemory>(&message)) {
+        out.peak_rss_bytes[r] = m->bytes;
         if (r % tp == 0 && r / tp < static_cast<int>(layout.of_group.size())) {
-          for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = bytes;
+          for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = m->bytes;
         }
-      } else if (kind == "tmem") {
-        out.peak_tensor_bytes[r] = in.Number();
-      } else if (kind == "iv") {
+      } else if (const auto* m = std::get_if<report::PeakTensorMemory>(&message)) {
+        out.peak_tensor_bytes[r] = m->bytes;
+      } else if (const auto* m = std::get_if<report::Interval>(&message)) {
         Interval iv;  // on the simulator's rank of the copy (replica * ranks + rank)
-        iv.rank = in.Int();
-        iv.stream = in.Int();
-        iv.action = in.Int();
-        iv.start_s = in.Number();
-        iv.end_s = in.Number();
+        iv.rank = m->instance;
+        iv.stream = m->stream;
+        iv.action = m->action;
+        iv.start_s = m->start_s;
+        iv.end_s = m->end_s;
         out.measured.intervals.push_back(iv);
         if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
-      } else if (kind == "note") {
-        out.notes.push_back(fmt::format("process {}: {}", r, in.Rest()));
-      } else if (kind == "param") {
-        const double s = in.Number(), q = in.Number(), a = in.Number();
-        out.params[r].insert(out.params[r].end(), {s, q, a});
+      } else if (const auto* m = std::get_if<report::Note>(&message)) {
+        out.notes.push_back(fmt::format("process {}: {}", r, m->text));
+      } else if (const auto* m = std::get_if<report::Param>(&message)) {
+        out.params[r].insert(out.params[r].end(), {m->sum, m->sum_sq, m->abs_sum});
       }
     }
   }

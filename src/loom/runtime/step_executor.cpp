@@ -98,8 +98,8 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
   optimizers_ = std::make_unique<OptimizerSteps>(first, place_, local_, *zero_, std::move(ties), std::move(segments),
                                                  options.learning_rate, abort);
   clock_ = MakeActionClock(first, place_, device, options.sm_quotas,
-                           ClockReports{[this](const std::string& l) { reports_.Step(l); },
-                                        [this](const std::string& l) { reports_.Now(l); }});
+                           ClockReports{[this](const WorkerMessage& m) { reports_.Step(m); },
+                                        [this](const WorkerMessage& m) { reports_.Now(m); }});
 }
 
 StepExecutor::~StepExecutor() = default;
@@ -147,7 +147,7 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   if (!stepping.empty()) StepOptimizers(stepping);
   for (auto& [work, buffers] : step_->sending) AwaitMessage(work, abort_);  // every receiver has posted its receive by now
   const double secs = clock_->EndStep();
-  reports_.Step(fmt::format("time {} {:.9g}", step, secs));
+  reports_.Step(report::StepTime{step, secs});
   ReportLoss(step);
   step_.reset();  // the step's tensors go now, not when the next step starts
 }
@@ -186,7 +186,7 @@ void StepExecutor::ReportLoss(int step) {
   if (!reports) return;
   double loss_sum = 0;
   for (const auto& t : s.loss_terms) loss_sum += t.item<double>();
-  reports_.Step(fmt::format("loss {} {:.17g}", step, loss_sum));
+  reports_.Step(report::Loss{step, loss_sum});
 }
 
 std::vector<torch::Tensor> StepExecutor::ShapesOf(int v, int k, int part) {
@@ -510,8 +510,7 @@ void StepExecutor::ReportWeights(const ExecutionPlan& exec) {
       if (name.size() >= 10 && name.compare(name.size() - 10, 10, "tied_table") == 0) continue;  // a copy
       if (stack->IsSharded(name)) AllReduceSum(*groups_.tp.at(place_.TpOf(v)), stats);
       if (first_copy && place_.shard == 0) {
-        reports_.Now(fmt::format("param {:.17g} {:.17g} {:.17g}", stats[0].item<double>(), stats[1].item<double>(),
-                                 stats[2].item<double>()));
+        reports_.Now(report::Param{stats[0].item<double>(), stats[1].item<double>(), stats[2].item<double>()});
       }
     }
   }

@@ -103,9 +103,8 @@ void RestoreGeneration(const WorkerSpec& spec, Generation& gen, StepExecutor& ex
     for (auto& [name, p, o] : executor.Trainable()) RestoreParam(name, p, *o, gen.carry.at(name));
   }
   gen.carry.clear();
-  reports.Now(fmt::format("ready {} {:.6f} {}", gen.id,
-                          std::chrono::duration<double>(std::chrono::steady_clock::now() - gen.commanded).count(),
-                          received));
+  reports.Now(report::Ready{
+      gen.id, std::chrono::duration<double>(std::chrono::steady_clock::now() - gen.commanded).count(), received});
 }
 
 // A fault-tolerant step ends in lockstep: the next starts once every worker
@@ -113,21 +112,21 @@ void RestoreGeneration(const WorkerSpec& spec, Generation& gen, StepExecutor& ex
 // periodic checkpoint, if one is due. Throws Aborted when a command
 // interrupts.
 void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor, WorkerReports& reports, int step) {
-  const std::vector<std::string> lines = reports.TakeStep();
-  reports.Now(fmt::format("done {} {}", gen.id, step));
+  const std::vector<WorkerMessage> held = reports.TakeStep();
+  reports.Now(report::Done{gen.id, step});
   if (!gen.control->WaitReleased(step + 1)) {
     // A command that resumes after this step: it committed (a node joins).
     const std::optional<ControlCommand> command = gen.control->Pending();
     if (command && command->kind != ControlCommand::Kind::kExit && command->step == step + 1) {
-      for (const auto& line : lines) reports.Now(line);
+      for (const auto& m : held) reports.Now(m);
     }
     throw Aborted();
   }
-  for (const auto& line : lines) reports.Now(line);
+  for (const auto& m : held) reports.Now(m);
   // --checkpoint-every: the state after this step, before the next starts.
   if (const std::string dir = gen.control->CheckpointBefore(step + 1); !dir.empty()) {
     SaveLayers(dir, *spec.model, executor.CaptureLive());
-    reports.Now(fmt::format("saved {} {}", gen.id, step + 1));
+    reports.Now(report::Saved{gen.id, step + 1});
   }
 }
 
@@ -171,9 +170,8 @@ void MaybeDie(const WorkerSpec& spec, const WorkerReports& reports, int step, in
   for (const auto& k : spec.options.kills) {
     if (k.process != spec.birth || k.step != step) continue;
     if (at_end ? k.after_actions < actions_run : k.after_actions != actions_run) continue;
-    reports.Now(fmt::format(
-        "dying {} {:.9f}", step,
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()));
+    reports.Now(report::Dying{
+        step, std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()});
     raise(k.hang ? SIGSTOP : SIGKILL);
   }
 }
@@ -186,10 +184,10 @@ void ReportMemory(const WorkerReports& reports, bool cuda, int device, double we
   // allocator's peak of allocated bytes instead.
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  reports.Now(fmt::format("mem {}", cuda ? CudaPeakAllocatedBytes(device) : static_cast<double>(usage.ru_maxrss) * 1024.0));
+  reports.Now(report::PeakMemory{cuda ? CudaPeakAllocatedBytes(device) : static_cast<double>(usage.ru_maxrss) * 1024.0});
   // The weights are held before the counter starts: added to its peak so it
   // compares with the simulator's.
-  reports.Now(fmt::format("tmem {}", weight_bytes + static_cast<double>(tensor_memory.peak_bytes())));
+  reports.Now(report::PeakTensorMemory{weight_bytes + static_cast<double>(tensor_memory.peak_bytes())});
 }
 
 // Runs steps first_step.. of spec's plan. `gen`: a fault-tolerant run's
@@ -210,7 +208,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
                       /*other_machines=*/spec.options.nnodes > 1);
   const AbortFlag abort = gen ? gen->control : nullptr;
   // CUDA: one GPU per process of this node, NCCL groups; else host tensors and Gloo.
-  const bool cuda = spec.options.device == "cuda";
+  const bool cuda = spec.options.device == Device::kCuda;
   const torch::Device device =
       cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.rank % spec.options.local_processes))
            : torch::Device(torch::kCPU);
@@ -296,7 +294,7 @@ int RunGenerations(const WorkerSpec& first, int fd) {
     if (c.kind == ControlCommand::Kind::kExit) return 4;
     if (c.kind == ControlCommand::Kind::kStop) {
       SaveLayers(c.path, *spec.model, gen.carry);
-      WriteReportLine(fd, fmt::format("stopped {}", c.step));
+      WriteLine(fd, Encode(report::Stopped{c.step}));
       return 0;
     }
     gen.commanded = std::chrono::steady_clock::now();
@@ -317,12 +315,10 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     RunGeneration(spec, fd, nullptr);
     return 0;
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    for (char& c : msg) c = c == '\n' ? ' ' : c;
-    WriteReportLine(fd, "error " + msg);
+    WriteLine(fd, Encode(report::Failure{e.what()}));
     return 3;
   } catch (const Reconfigure&) {
-    WriteReportLine(fd, "error runtime: a reconfiguration outside a fault-tolerant run");
+    WriteLine(fd, Encode(report::Failure{"runtime: a reconfiguration outside a fault-tolerant run"}));
     return 3;
   }
 }

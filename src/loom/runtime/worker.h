@@ -33,8 +33,8 @@ struct WorkerSpec {
   int first_step = 0;
 };
 
-// Report lines written to report_fd: "loss STEP VALUE", "time STEP SECONDS",
-// "param SUM SUMSQ ABSSUM", "mem BYTES", "tmem BYTES" (peak live tensor bytes), "iv INSTANCE STREAM ACTION START END", "error MESSAGE". Returns the process exit code.
+// Runs the worker and reports to `report_fd` (runtime/worker_message.h's
+// messages, through runtime/worker_reports.h). Returns the process exit code.
 int RunWorker(const WorkerSpec& spec, int report_fd);
 
 }  // namespace loom::runtime

@@ -4,21 +4,21 @@
 
 namespace loom::runtime {
 
-void WriteReportLine(int fd, const std::string& line) {
+void WriteLine(int fd, const std::string& line) {
   const std::string text = line + "\n";
-  ssize_t off = 0;
-  while (off < static_cast<ssize_t>(text.size())) {
+  size_t off = 0;
+  while (off < text.size()) {
     const ssize_t n = write(fd, text.data() + off, text.size() - off);
     if (n <= 0) return;
-    off += n;
+    off += static_cast<size_t>(n);
   }
 }
 
-void WorkerReports::Step(const std::string& line) {
+void WorkerReports::Step(const WorkerMessage& message) {
   if (hold_steps_) {
-    held_.push_back(line);
+    held_.push_back(message);
   } else {
-    WriteReportLine(fd_, line);
+    Now(message);
   }
 }
 

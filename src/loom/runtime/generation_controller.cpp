@@ -1,0 +1,582 @@
+#include "loom/runtime/generation_controller.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/plan/plan_json.h"
+#include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/checkpoint_dir.h"
+#include "loom/runtime/fault_tolerant_run.h"
+#include "loom/runtime/run_reports.h"
+#include "loom/runtime/worker.h"
+#include "loom/runtime/worker_message.h"
+
+namespace loom::runtime {
+
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+GenerationController::GenerationController(const Model& model, const Cluster& cluster, const Workload& workload,
+                                           const Plan& plan, const RunOptions& options, const Replanner& replanner,
+                                           int first_step)
+    : model_(model), cluster_(cluster), workload_(workload), options_(options), replanner_(replanner),
+      first_step_(first_step), gpn_(cluster.gpus_per_node), plan_g_(plan), cluster_g_(cluster),
+      worker_options_(options) {
+  layout_ = LayoutOf(plan_g_, cluster_g_, first_step);  // generation 0's plan, checked as RunLocally checks it
+  port_ = options.port > 0 ? options.port : FreePort();
+  char dir_template[] = "/tmp/loom-run-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) throw Error("runtime: cannot create a run directory under /tmp");
+  run_dir_ = dir_template;
+  checkpoint_root_ = options.checkpoint_dir.empty() ? run_dir_ + "/checkpoint" : options.checkpoint_dir;
+  worker_options_.local_processes = 1;
+  loss_.assign(options.steps, 0.0);
+  loss_reports_.assign(options.steps, 0);
+  out_.first_step = first_step;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &previous_sigpipe_);  // a dead worker's control pipe fails the write, not the launcher
+  try {
+    StartStore();
+  } catch (...) {
+    sigaction(SIGPIPE, &previous_sigpipe_, nullptr);
+    throw;
+  }
+}
+
+GenerationController::~GenerationController() {
+  StopEverything();
+  try {
+    DropUnfinishedSave();
+  } catch (...) {  // a destructor does not throw; the folder is left for the user
+  }
+}
+
+ProcessLayout GenerationController::LayoutOf(const Plan& plan, const Cluster& cluster, int step) const {
+  return LayoutProcesses(CompileForRuntime(model_, cluster, workload_, plan, DrawBatch(workload_, step)));
+}
+
+// The store, in a process of its own. It says "ok" once it serves, or why it
+// cannot (an address it cannot listen on), before any worker starts: a worker
+// would only see that nothing answers, after its whole timeout.
+void GenerationController::StartStore() {
+  int store_pipe[2], store_ready[2];
+  if (pipe(store_pipe) != 0 || pipe(store_ready) != 0) {
+    throw Error("runtime: cannot create a pipe for the store process");
+  }
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(fmt::format("runtime: cannot start the store process: {}", std::strerror(errno)));
+  if (pid == 0) {
+    close(store_pipe[1]);
+    close(store_ready[0]);
+    try {
+      auto store = MakeStore(options_.master_addr, 0, 0, port_, options_.timeout_s);
+      WriteLine(store_ready[1], "ok");
+      close(store_ready[1]);
+      char c;
+      while (read(store_pipe[0], &c, 1) > 0) {
+      }
+    } catch (const std::exception& e) {
+      WriteLine(store_ready[1], e.what());
+      _exit(5);
+    }
+    _exit(0);
+  }
+  close(store_pipe[0]);
+  close(store_ready[1]);
+  std::string said;
+  char c;
+  while (read(store_ready[0], &c, 1) == 1 && c != '\n') said += c;
+  close(store_ready[0]);
+  if (said != "ok") {
+    close(store_pipe[1]);
+    waitpid(pid, nullptr, 0);
+    throw Error("runtime: the store process cannot serve: " + (said.empty() ? std::string("it died") : said));
+  }
+  store_pipe_ = store_pipe[1];
+  store_pid_ = pid;
+}
+
+void GenerationController::Spawn(int node, int local, int rank, int world, int step) {
+  FtWorker w;
+  w.birth = static_cast<int>(workers_.size());
+  w.node = node;
+  w.local = local;
+  int report[2], control[2];
+  if (pipe(report) != 0 || pipe(control) != 0) throw Error("runtime: cannot create a worker's pipes");
+  const pid_t pid = fork();
+  if (pid < 0) throw Error(fmt::format("runtime: cannot start a worker: {}", std::strerror(errno)));
+  if (pid == 0) {
+    close(report[0]);
+    close(control[1]);
+    close(store_pipe_);
+    for (const FtWorker& o : workers_) {
+      if (o.report_fd >= 0) close(o.report_fd);
+      if (o.control_fd >= 0) close(o.control_fd);
+    }
+    const std::vector<std::optional<IterationSchedule>> no_schedules;
+    WorkerSpec spec{&model_, &cluster_g_, &workload_, &plan_g_, &no_schedules, worker_options_, rank, world, port_};
+    spec.control_fd = control[0];
+    spec.birth = w.birth;
+    spec.generation = generation_;
+    spec.first_step = step;
+    _exit(RunWorker(spec, report[1]));
+  }
+  close(report[1]);
+  close(control[0]);
+  w.pid = pid;
+  w.report_fd = report[0];
+  w.control_fd = control[1];
+  w.member = true;
+  w.rank = rank;
+  w.done = step - 1;
+  w.last_heard = Now();
+  w.step_s.assign(options_.steps, 0.0);
+  workers_.push_back(std::move(w));
+}
+
+void GenerationController::Send(FtWorker& w, const ControlCommand& c) {
+  if (w.control_fd >= 0) WriteLine(w.control_fd, FormatCommand(c));
+}
+
+bool GenerationController::Reap(FtWorker& w, bool block) {
+  if (w.reaped) return true;
+  const pid_t got = waitpid(w.pid, &w.status, block ? 0 : WNOHANG);
+  if (got == w.pid) w.reaped = true;
+  return w.reaped;
+}
+
+void GenerationController::StopEverything() {
+  for (FtWorker& w : workers_) {
+    if (!w.reaped) {
+      kill(w.pid, SIGKILL);
+      Reap(w, true);
+    }
+    if (w.report_fd >= 0) close(w.report_fd);
+    if (w.control_fd >= 0) close(w.control_fd);
+    w.report_fd = w.control_fd = -1;
+  }
+  if (store_pid_ > 0) {
+    close(store_pipe_);
+    int status = 0;
+    waitpid(store_pid_, &status, 0);
+    store_pid_ = -1;
+    sigaction(SIGPIPE, &previous_sigpipe_, nullptr);
+  }
+}
+
+// A save the run does not complete is removed, with its step-N folder when
+// nothing else is there.
+void GenerationController::DropUnfinishedSave() {
+  if (saving_staging_.empty()) return;
+  DiscardStaging(saving_staging_);
+  rmdir(saving_staging_.substr(0, saving_staging_.rfind('/')).c_str());  // fails, harmlessly, unless empty
+  saving_staging_.clear();
+}
+
+void GenerationController::Drain(FtWorker& w) {
+  if (w.report_fd < 0) return;
+  char buf[8192];
+  ssize_t n;
+  while ((n = read(w.report_fd, buf, sizeof(buf))) > 0) w.buffer.append(buf, static_cast<size_t>(n));
+  std::istringstream lines(w.buffer);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const WorkerMessage message = Decode(line);
+    if (const auto* saved = std::get_if<report::Saved>(&message); saved && saved->step == saving_step_) {
+      saved_by_.insert(w.birth);
+    }
+  }
+  w.buffer.clear();
+}
+
+void GenerationController::CompleteCheckpoint() {
+  if (saving_step_ < 0 ||
+      !std::includes(saved_by_.begin(), saved_by_.end(), saving_members_.begin(), saving_members_.end())) {
+    return;
+  }
+  const std::string dir = fmt::format("{}/step-{}", checkpoint_root_, saving_step_);
+  CheckpointManifest m;
+  m.steps_done = saving_step_;
+  m.model = model_.name;
+  m.seed = workload_.seed;
+  m.outcome = fmt::format("--checkpoint-every {}", options_.checkpoint_every);
+  CommitCheckpoint(saving_staging_, dir, m);
+  last_checkpoint_ = dir;
+  last_checkpoint_step_ = saving_step_;
+  saving_step_ = -1;
+  saving_staging_.clear();
+}
+
+void GenerationController::Reconfigure(const Replanned& r, const std::string& kind, const std::vector<int>& nodes,
+                                       double detect_s, double detected_at) {
+  ++generation_;
+  cluster_g_ = cluster_;
+  cluster_g_.nodes = static_cast<int>(r.nodes.size());
+  plan_g_ = r.plan;
+  layout_ = LayoutOf(plan_g_, cluster_g_, committed_);
+  const std::string path = fmt::format("{}/generation-{}.json", run_dir_, generation_);
+  {
+    std::ofstream f(path);
+    f << PlanToJson(plan_g_).dump();
+    if (!f) throw Error(fmt::format("runtime: cannot write {}", path));
+  }
+  for (FtWorker& w : workers_) w.member = false;
+  std::vector<std::pair<int, int>> fresh;  // (rank, node index) of processes nobody runs yet
+  for (int p = 0; p < layout_.processes; ++p) {
+    const int node = r.nodes.at(p / gpn_), local = p % gpn_;
+    auto it = std::find_if(workers_.begin(), workers_.end(), [&](const FtWorker& w) {
+      return w.Open() && !w.reaped && !w.dismissed && w.node == node && w.local == local;
+    });
+    if (it == workers_.end()) {
+      fresh.push_back({p, node});
+      continue;
+    }
+    it->member = true;
+    it->rank = p;
+    it->done = committed_ - 1;
+    it->ready = false;
+    ControlCommand c;
+    c.kind = ControlCommand::Kind::kGeneration;
+    c.generation = generation_;
+    c.step = committed_;
+    c.rank = p;
+    c.world = layout_.processes;
+    c.nodes = cluster_g_.nodes;
+    c.path = path;
+    Send(*it, c);
+  }
+  for (FtWorker& w : workers_) {  // alive but left out: nodes no pipeline takes
+    if (!w.member && w.Open() && !w.reaped && !w.dismissed) {
+      Send(w, ControlCommand{ControlCommand::Kind::kExit});
+      w.dismissed = true;
+    }
+  }
+  for (const auto& [p, node] : fresh) Spawn(node, p % gpn_, p, layout_.processes, committed_);
+  RunResult::NodeEvent e;
+  e.step = committed_;
+  e.kind = kind;
+  e.nodes = nodes;
+  e.outcome = r.outcome;
+  e.detect_s = detect_s;
+  e.processes = layout_.processes;
+  e.lost_s = kind == "failure" ? detected_at - step_started_ : 0;
+  out_.events.push_back(e);
+  pending_event_ = static_cast<int>(out_.events.size()) - 1;
+  event_began_ = detected_at;
+}
+
+double GenerationController::ReadWorkers() {
+  std::vector<pollfd> pfds;
+  std::vector<FtWorker*> who;
+  for (FtWorker& w : workers_) {
+    if (w.Open()) {
+      pfds.push_back({w.report_fd, POLLIN, 0});
+      who.push_back(&w);
+    }
+  }
+  if (!pfds.empty()) poll(pfds.data(), pfds.size(), 20);
+  const double now = Now();
+  for (size_t i = 0; i < pfds.size(); ++i) {
+    if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    FtWorker& w = *who[i];
+    char buf[8192];
+    const ssize_t n = read(w.report_fd, buf, sizeof(buf));
+    if (n <= 0) {
+      close(w.report_fd);
+      w.report_fd = -1;
+      if (w.control_fd >= 0) close(w.control_fd);
+      w.control_fd = -1;
+      Reap(w, true);
+      continue;
+    }
+    w.last_heard = now;
+    w.buffer.append(buf, static_cast<size_t>(n));
+    size_t nl;
+    while ((nl = w.buffer.find('\n')) != std::string::npos) {
+      const std::string line = w.buffer.substr(0, nl);
+      w.buffer.erase(0, nl + 1);
+      Handle(w, line);
+    }
+  }
+  return now;
+}
+
+void GenerationController::Handle(FtWorker& w, const std::string& line) {
+  const WorkerMessage message = Decode(line);
+  if (std::holds_alternative<report::Heartbeat>(message) || std::holds_alternative<report::Stopped>(message)) return;
+  if (const auto* m = std::get_if<report::Done>(&message)) {
+    if (m->generation == generation_ && w.member) w.done = std::max(w.done, m->step);
+  } else if (const auto* m = std::get_if<report::Ready>(&message)) {
+    if (m->generation == generation_ && w.member) {
+      w.ready = true;
+      if (pending_event_ >= 0) out_.events[pending_event_].copied_bytes += m->received_bytes;
+    }
+  } else if (const auto* m = std::get_if<report::Saved>(&message)) {
+    if (m->step == saving_step_) saved_by_.insert(w.birth);
+  } else if (const auto* m = std::get_if<report::Dying>(&message)) {
+    w.dying_at = m->clock_s;
+  } else if (const auto* m = std::get_if<report::Loss>(&message)) {  // reported once its step committed
+    loss_.at(m->step) += m->value;
+    ++loss_reports_.at(m->step);
+    // A diverged run stops at once (the controller's end stops every worker).
+    if (const std::string why = Divergence(loss_, loss_reports_, {}); !why.empty()) throw Error(why);
+  } else if (const auto* m = std::get_if<report::StepTime>(&message)) {
+    w.step_s.at(m->step) = m->seconds;
+  } else if (const auto* m = std::get_if<report::Failure>(&message)) {
+    w.error = m->text;
+  } else if (w.member) {
+    w.lines.push_back(line);
+  }
+}
+
+std::vector<FtWorker*> GenerationController::FailedMembers(double now) {
+  std::vector<FtWorker*> failed;
+  for (FtWorker& w : workers_) {
+    if (!w.member) continue;
+    if (!w.Open()) {
+      if (finishing_ && w.reaped && WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0) continue;
+      failed.push_back(&w);
+    } else if (now - w.last_heard > options_.heartbeat_timeout_s) {
+      kill(w.pid, SIGKILL);
+      failed.push_back(&w);
+    }
+  }
+  return failed;
+}
+
+bool GenerationController::AllMembersExited() const {
+  for (const FtWorker& w : workers_) {
+    if (w.member && w.Open()) return false;
+  }
+  return true;
+}
+
+void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now) {
+  // A node fails as a whole, and failures close together are one event: wait
+  // a moment for the others, then stop the nodes' other workers.
+  const double detected_at = now;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (FtWorker& w : workers_) {
+    if (w.member && std::find(failed.begin(), failed.end(), &w) == failed.end() && Reap(w, false)) {
+      failed.push_back(&w);
+    }
+  }
+  std::set<int> nodes;
+  for (FtWorker* w : failed) nodes.insert(w->node);
+  for (FtWorker& w : workers_) {
+    if (w.member && nodes.count(w.node) && std::find(failed.begin(), failed.end(), &w) == failed.end()) {
+      kill(w.pid, SIGKILL);
+      failed.push_back(&w);
+    }
+  }
+  std::string why;
+  double detect_s = 0;
+  bool bug = false;  // a worker that reported an error failed, not its node
+  for (FtWorker* w : failed) {
+    const bool silent = w->Open() && !w->reaped;
+    if (!w->reaped) kill(w->pid, SIGKILL);
+    Reap(*w, true);
+    if (silent) {
+      why += fmt::format("\n  - process {} (node {}, pid {}) sent no heartbeat for over {:.1f} s", w->birth, w->node,
+                         w->pid, options_.heartbeat_timeout_s);
+    } else {
+      why += fmt::format("\n  - process {} (node {}, pid {}) {}{}", w->birth, w->node, w->pid, DescribeExit(w->status),
+                         w->error.empty() ? "" : ": " + w->error);
+    }
+    bug = bug || (!w->error.empty() && WIFEXITED(w->status));
+    if (w->dying_at > 0) detect_s = std::max(detect_s, detected_at - w->dying_at);
+    Drain(*w);
+    if (w->report_fd >= 0) close(w->report_fd);
+    if (w->control_fd >= 0) close(w->control_fd);
+    w->report_fd = w->control_fd = -1;
+    w->member = false;
+  }
+  if (finishing_ || !replanner_ || bug) throw Error("run failed:" + why);
+  for (int n : nodes) down_.insert(n);
+  const std::vector<int> lost(nodes.begin(), nodes.end());
+  const Replanned r = replanner_(lost, {});
+  if (!r.recovered) StopWithCheckpoint(r, why);
+  Reconfigure(r, "failure", lost, detect_s, detected_at);
+}
+
+// Cannot go on: the survivors write what they hold as of the last committed
+// step, one file per layer, then the manifest.
+void GenerationController::StopWithCheckpoint(const Replanned& r, const std::string& why) {
+  const std::string& dir = checkpoint_root_;
+  const std::string staging = StageCheckpoint(dir);  // this save's files only (checkpoint_dir.h)
+  std::vector<FtWorker*> writers;
+  for (FtWorker& w : workers_) {
+    if (!w.member || !w.Open()) continue;
+    Send(w, ControlCommand{ControlCommand::Kind::kStop, committed_, 0, 0, 0, 0, staging});
+    writers.push_back(&w);
+  }
+  const double deadline = Now() + options_.timeout_s + options_.heartbeat_timeout_s;
+  std::string failures;
+  for (FtWorker* w : writers) {
+    while (!Reap(*w, false) && Now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!w->reaped || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0) {
+      failures += fmt::format(" process {} did not write its layers ({}).", w->birth,
+                              w->reaped ? DescribeExit(w->status) : "still running at the deadline");
+    }
+    // One still writing is stopped before the staging folder is read, so
+    // that no file lands there after the manifest is made.
+    if (!w->reaped) {
+      kill(w->pid, SIGKILL);
+      Reap(*w, true);
+    }
+    Drain(*w);
+  }
+  CompleteCheckpoint();
+  CheckpointManifest m;
+  m.steps_done = committed_;
+  m.model = model_.name;
+  m.seed = workload_.seed;
+  m.layers = LayerFiles(staging);
+  m.outcome = r.outcome;
+  // Every trainable layer must have come from some survivor; when all holders
+  // of a layer failed at once, only a periodic checkpoint helps.
+  const std::vector<std::string> missing = UnlistedTrainableLayers(model_, m.layers);
+  if (!missing.empty()) {
+    DiscardStaging(staging);  // the folder's earlier checkpoint, if any, stays as it was
+    throw Error(fmt::format(
+        "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes{}; {}", r.outcome, why,
+        fmt::join(missing, ", "), failures.empty() ? "" : " (or not written:" + failures + ")",
+        last_checkpoint_.empty()
+            ? std::string("no complete checkpoint was taken (--checkpoint-every K takes one every K steps)")
+            : fmt::format("the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes on "
+                          "from there",
+                          last_checkpoint_step_, last_checkpoint_, last_checkpoint_)));
+  }
+  try {
+    CommitCheckpoint(staging, dir, m);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}:{}\nthe state after {} step(s) could not be committed to {}: {}; the layer files "
+                            "written are in {}, and {} holds no checkpoint to resume from{}",
+                            r.outcome, why, committed_, dir, e.what(), staging, dir, failures));
+  }
+  throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run --resume "
+                          "{}` goes on from there",
+                          r.outcome, why, committed_, dir, m.layers.size(), failures, dir));
+}
+
+void GenerationController::Advance(double now) {
+  bool all_done = true, all_ready = true;
+  for (const FtWorker& w : workers_) {
+    if (!w.member) continue;
+    all_done = all_done && w.done >= committed_;
+    all_ready = all_ready && w.ready;
+  }
+  if (pending_event_ >= 0 && all_ready) {
+    RunResult::NodeEvent& e = out_.events[pending_event_];
+    e.recover_s = now - event_began_;
+    if (e.kind == "failure") e.lost_s += e.recover_s;
+    pending_event_ = -1;
+  }
+  if (!all_done) {
+    if (now - step_started_ > options_.timeout_s + 10) {
+      throw Error(fmt::format("run failed: no step committed for {:.0f} s (step {}), though every worker sends "
+                              "heartbeats",
+                              now - step_started_, committed_));
+    }
+    return;
+  }
+  ++committed_;
+  step_started_ = now;
+  std::vector<int> back;  // nodes that come back before this step
+  for (const auto& j : options_.rejoins) {
+    if (j.step == committed_ && down_.count(j.node) && std::find(back.begin(), back.end(), j.node) == back.end()) {
+      back.push_back(j.node);
+    }
+  }
+  if (committed_ < options_.steps && !back.empty() && replanner_) {
+    for (int n : back) down_.erase(n);
+    const Replanned r = replanner_({}, back);
+    if (!r.recovered) {
+      throw Error(fmt::format("run failed: re-planning with node(s) {} back: {}", fmt::join(back, ", "), r.outcome));
+    }
+    Reconfigure(r, "join", back, 0, now);
+    return;
+  }
+  finishing_ = committed_ == options_.steps;
+  ControlCommand go{ControlCommand::Kind::kGo, committed_};
+  if (!finishing_ && options_.checkpoint_every > 0 && committed_ % options_.checkpoint_every == 0 &&
+      committed_ > first_step_) {
+    DropUnfinishedSave();  // a save a failure left incomplete
+    saving_staging_ = StageCheckpoint(fmt::format("{}/step-{}", checkpoint_root_, committed_));
+    go.path = saving_staging_;
+    saving_step_ = committed_;
+    saved_by_.clear();
+    saving_members_.clear();
+    for (const FtWorker& w : workers_) {
+      if (w.member) saving_members_.insert(w.birth);
+    }
+  }
+  for (FtWorker& w : workers_) {
+    if (w.member) Send(w, go);
+  }
+}
+
+RunResult GenerationController::Run() {
+  for (int p = 0; p < layout_.processes; ++p) {
+    worker_options_.resume_from = options_.resume_from;
+    Spawn(p / gpn_, p % gpn_, p, layout_.processes, first_step_);
+  }
+  worker_options_.resume_from.clear();  // later workers receive their layers from the survivors
+  committed_ = first_step_;
+  step_started_ = Now();
+  while (true) {
+    const double now = ReadWorkers();
+    // A periodic checkpoint is complete once every worker wrote its layers
+    // (checked first: a worker may die right after saying so).
+    CompleteCheckpoint();
+    std::vector<FtWorker*> failed = FailedMembers(now);
+    if (finishing_ && failed.empty() && AllMembersExited()) break;
+    if (!failed.empty()) {
+      RecoverFrom(std::move(failed), now);
+    } else if (!finishing_) {
+      Advance(now);
+    }
+  }
+  return Result();
+}
+
+// The last generation's workers hold the result.
+RunResult GenerationController::Result() {
+  std::vector<std::vector<std::string>> lines(layout_.processes);
+  for (const FtWorker& w : workers_) {
+    if (w.member) lines.at(w.rank) = w.lines;
+  }
+  ReadReports(lines, layout_, options_.steps, out_);
+  for (int s = 0; s < options_.steps; ++s) out_.losses[s] = loss_reports_[s] > 0 ? loss_[s] : std::nan("");
+  out_.step_s.clear();
+  out_.measured.iteration_time_s = 0;
+  for (const FtWorker& w : workers_) {
+    out_.step_s.push_back(w.step_s);
+    if (w.member) out_.measured.iteration_time_s = std::max(out_.measured.iteration_time_s, w.step_s.back());
+  }
+  out_.final_plan = plan_g_;
+  out_.final_nodes = cluster_g_.nodes;
+  return out_;
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,131 @@
+// The launcher's side of a fault-tolerant run (fault_tolerant_run.h): the
+// worker processes across generations and the process serving their store;
+// steps committed in lockstep; a failed node detected, re-planned around and
+// its survivors commanded into the next generation (or, when nothing can
+// recover, a checkpoint of what they hold); nodes that rejoin; periodic
+// checkpoints. Torch-free: workers are forked before any torch call.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loom/plan/plan.h"
+#include "loom/plan/replanner.h"
+#include "loom/runtime/fault_tolerance.h"
+#include "loom/runtime/process_layout.h"
+#include "loom/runtime/run.h"
+#include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
+#include "loom/spec/workload.h"
+
+namespace loom::runtime {
+
+// One worker process, as launched; it keeps its node and GPU for life.
+struct FtWorker {
+  int birth = 0;
+  int node = 0, local = 0;  // original node id, GPU index on it
+  pid_t pid = -1;
+  int report_fd = -1, control_fd = -1;
+  std::string buffer;
+  std::vector<std::string> lines;  // what it reported for the result (mem, iv, param, note)
+  bool reaped = false;
+  int status = 0;
+  bool member = false;     // in the current generation
+  bool dismissed = false;  // told to exit: its node is in no pipeline
+  int rank = 0;            // its process index there
+  int done = -1;           // the last step it finished there
+  bool ready = false;
+  double last_heard = 0;
+  double dying_at = -1;  // its fault injection's report, if any
+  std::string error;
+  std::vector<double> step_s;
+  bool Open() const { return report_fd >= 0; }
+};
+
+// Not thread-safe; one per run. Its destructor stops every worker and the
+// store process and removes a periodic checkpoint left unfinished.
+class GenerationController {
+ public:
+  // Starts the store process (throws loom::Error when it cannot serve).
+  // `plan` is generation 0's, checked by the caller; the run starts at `first_step`.
+  GenerationController(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                       const RunOptions& options, const Replanner& replanner, int first_step);
+  ~GenerationController();
+  GenerationController(const GenerationController&) = delete;
+  GenerationController& operator=(const GenerationController&) = delete;
+
+  // Runs every step; throws loom::Error when the run fails or stops with a checkpoint.
+  RunResult Run();
+
+ private:
+  ProcessLayout LayoutOf(const Plan& plan, const Cluster& cluster, int step) const;
+  void StartStore();
+  void Spawn(int node, int local, int rank, int world, int step);
+  void Send(FtWorker& w, const ControlCommand& c);
+  bool Reap(FtWorker& w, bool block);
+  void StopEverything();
+  // Reads what every open worker reported; returns the time it read at.
+  double ReadWorkers();
+  void Handle(FtWorker& w, const std::string& line);
+  // Members that died (their pipe closed) or went silent.
+  std::vector<FtWorker*> FailedMembers(double now);
+  bool AllMembersExited() const;
+  // Failures close together as one event: re-planned around, or the run stops.
+  void RecoverFrom(std::vector<FtWorker*> failed, double now);
+  [[noreturn]] void StopWithCheckpoint(const Replanned& r, const std::string& why);
+  // A new generation: the plan for `r.nodes`, survivors commanded, new nodes launched.
+  void Reconfigure(const Replanned& r, const std::string& kind, const std::vector<int>& nodes, double detect_s,
+                   double detected_at);
+  // The step commits once every member finished it; then nodes rejoin, or
+  // the next step starts (with a periodic checkpoint when one is due).
+  void Advance(double now);
+  // What an exited worker said last (it may have finished a periodic checkpoint).
+  void Drain(FtWorker& w);
+  void CompleteCheckpoint();
+  void DropUnfinishedSave();
+  RunResult Result();
+
+  // Constant for the run.
+  const Model& model_;
+  const Cluster& cluster_;
+  const Workload& workload_;
+  const RunOptions& options_;
+  const Replanner& replanner_;
+  const int first_step_;
+  const int gpn_;  // GPUs per node
+  int port_ = 0;
+  std::string run_dir_;
+  std::string checkpoint_root_;  // where "cannot recover" writes, and the periodic ones (step-N under it)
+  struct sigaction previous_sigpipe_ {};
+  int store_pipe_ = -1;  // the store process serves while this is open
+  pid_t store_pid_ = -1;
+  // The current generation.
+  int generation_ = 0;
+  Plan plan_g_;
+  Cluster cluster_g_;
+  ProcessLayout layout_;
+  RunOptions worker_options_;
+  std::vector<FtWorker> workers_;  // every worker ever launched, by birth
+  // Progress.
+  int committed_ = 0;  // steps every worker finished
+  bool finishing_ = false;
+  double step_started_ = 0;
+  int pending_event_ = -1;  // the event whose recovery is not complete yet
+  double event_began_ = 0;
+  std::set<int> down_;  // original nodes that failed and did not come back
+  std::vector<double> loss_;
+  std::vector<int> loss_reports_;
+  RunResult out_;
+  // Periodic checkpoints (runtime/checkpoint_dir.h).
+  int saving_step_ = -1;                     // one being written
+  std::string saving_staging_;               // where its workers write it
+  std::set<int> saving_members_, saved_by_;  // workers (births) that write it; those done
+  std::string last_checkpoint_;
+  int last_checkpoint_step_ = -1;
+};
+
+}  // namespace loom::runtime

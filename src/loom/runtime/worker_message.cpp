@@ -1,0 +1,113 @@
+#include "loom/runtime/worker_message.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "loom/error.h"
+#include "loom/runtime/report_line.h"
+
+namespace loom::runtime {
+
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+std::string OneLine(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+}  // namespace
+
+std::string Encode(const WorkerMessage& message) {
+  using namespace report;
+  return std::visit(
+      Overloaded{
+          [](const Loss& m) { return fmt::format("loss {} {:.17g}", m.step, m.value); },
+          [](const StepTime& m) { return fmt::format("time {} {:.17g}", m.step, m.seconds); },
+          [](const Param& m) { return fmt::format("param {:.17g} {:.17g} {:.17g}", m.sum, m.sum_sq, m.abs_sum); },
+          [](const PeakMemory& m) { return fmt::format("mem {:.17g}", m.bytes); },
+          [](const PeakTensorMemory& m) { return fmt::format("tmem {:.17g}", m.bytes); },
+          [](const Interval& m) {
+            return fmt::format("iv {} {} {} {:.17g} {:.17g}", m.instance, m.stream, m.action, m.start_s, m.end_s);
+          },
+          [](const Note& m) { return "note " + OneLine(m.text); },
+          [](const Failure& m) { return "error " + OneLine(m.text); },
+          [](const Heartbeat&) { return std::string("hb"); },
+          [](const Ready& m) {
+            return fmt::format("ready {} {:.17g} {}", m.generation, m.seconds, m.received_bytes);
+          },
+          [](const Done& m) { return fmt::format("done {} {}", m.generation, m.step); },
+          [](const Saved& m) { return fmt::format("saved {} {}", m.generation, m.step); },
+          [](const Stopped& m) { return fmt::format("stopped {}", m.step); },
+          [](const Dying& m) { return fmt::format("dying {} {:.17g}", m.step, m.clock_s); },
+      },
+      message);
+}
+
+WorkerMessage Decode(const std::string& line) {
+  using namespace report;
+  ReportLine in(line);
+  const std::string& kind = in.kind();
+  if (kind == "loss") {
+    Loss m;
+    m.step = in.Int();
+    m.value = in.Number();
+    return m;
+  }
+  if (kind == "time") {
+    StepTime m;
+    m.step = in.Int();
+    m.seconds = in.Number();
+    return m;
+  }
+  if (kind == "param") {
+    Param m;
+    m.sum = in.Number();
+    m.sum_sq = in.Number();
+    m.abs_sum = in.Number();
+    return m;
+  }
+  if (kind == "mem") return PeakMemory{in.Number()};
+  if (kind == "tmem") return PeakTensorMemory{in.Number()};
+  if (kind == "iv") {
+    Interval m;
+    m.instance = in.Int();
+    m.stream = in.Int();
+    m.action = in.Int();
+    m.start_s = in.Number();
+    m.end_s = in.Number();
+    return m;
+  }
+  if (kind == "note") return Note{in.Rest()};
+  if (kind == "error") return Failure{in.Rest()};
+  if (kind == "hb") return Heartbeat{};
+  if (kind == "ready") {
+    Ready m;
+    m.generation = in.Int();
+    m.seconds = in.Number();
+    m.received_bytes = in.Integer();
+    return m;
+  }
+  if (kind == "done" || kind == "saved") {
+    const int generation = in.Int(), step = in.Int();
+    if (kind == "done") return Done{generation, step};
+    return Saved{generation, step};
+  }
+  if (kind == "stopped") return Stopped{in.Int()};
+  if (kind == "dying") {
+    Dying m;
+    m.step = in.Int();
+    m.clock_s = in.Number();
+    return m;
+  }
+  throw Error(fmt::format("runtime: a worker reported '{}', which is no message of runtime/worker_message.h", line));
+}
+
+}  // namespace loom::runtime
