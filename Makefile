@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test test-asan test-tsan cuda-build fuzz demo bench screenshot clean
+.PHONY: deps configure build test test-asan test-tsan cuda-build fuzz demo bench screenshot format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -102,6 +102,13 @@ screenshot: demo
 
 bench: build
 	$(BUILD)/loom_bench
+
+# Formats every C++ file in place with .clang-format (Debian's
+# clang-format-14, installed if missing); CI does not run it.
+format:
+	@bash scripts/install-deps.sh --with-format
+	git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'tests/*.h' 'bench/*.cpp' 'bench/*.h' 'fuzz/*.cpp' 'python/*.cpp' \
+	  | xargs clang-format-14 -i
 
 clean:
 	rm -rf $(BUILD)

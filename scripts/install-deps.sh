@@ -7,7 +7,8 @@
 # tried in its place.
 # `--with-chromium` also installs headless Chromium, which only
 # scripts/screenshot-report.sh needs (not the build or the tests);
-# `--with-fuzz` clang and its runtimes, which only `make fuzz` needs.
+# `--with-fuzz` clang and its runtimes, which only `make fuzz` needs;
+# `--with-format` clang-format, which only `make format` needs.
 set -euo pipefail
 
 packages=(
@@ -23,7 +24,8 @@ for flag in "$@"; do
     --with-chromium) packages+=(chromium fonts-dejavu-core) ;;
     # `make fuzz`: clang with its libFuzzer and sanitizer runtimes.
     --with-fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
-    *) echo "install-deps: unknown flag $flag (--with-chromium, --with-fuzz)" >&2; exit 2 ;;
+    --with-format) packages+=(clang-format-14) ;;
+    *) echo "install-deps: unknown flag $flag (--with-chromium, --with-fuzz, --with-format)" >&2; exit 2 ;;
   esac
 done
 
