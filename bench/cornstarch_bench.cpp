@@ -62,7 +62,8 @@ BENCHMARK(BM_BlockWork)->Arg(16384)->Arg(32768)->Arg(65536)->Unit(benchmark::kMi
 void BM_CpImbalance(benchmark::State& state) {
   // range(2): 1 splits the packed row as one sequence, 0 each document on its own.
   const std::vector<std::vector<MaskSegment>> rows =
-      state.range(2) ? std::vector<std::vector<MaskSegment>>{PackedSegments(state.range(0))} : DocumentRows(state.range(0));
+      state.range(2) ? std::vector<std::vector<MaskSegment>>{PackedSegments(state.range(0))}
+                     : DocumentRows(state.range(0));
   const auto split = static_cast<CpSplit>(state.range(1));
   const MaskLayout layout = state.range(2) ? MaskLayout::kPacked : MaskLayout::kEmbedded;
   double imbalance = 0;
@@ -118,7 +119,7 @@ void BM_CpTable33(benchmark::State& state) {
   constexpr int kCp = 4, kSms = 84, kSubblock = 16;
   constexpr int64_t kBlock = 128;
   std::array<double, 4> total{};  // causal, inter, intra, both
-  double estimate = 0;             // the simulator's SubBlockFactor on the balanced split
+  double estimate = 0;            // the simulator's SubBlockFactor on the balanced split
   for (auto _ : state) {
     total = {};
     estimate = 0;
@@ -126,7 +127,9 @@ void BM_CpTable33(benchmark::State& state) {
     for (int layout = 0; layout < 3; ++layout) {
       for (int draw = 0; draw < 50; ++draw) {
         const auto segments = Figure35Segments(tokens, layout, rng);
-        const MaskLayout how = layout == 0 ? MaskLayout::kCausalPrefix : layout == 1 ? MaskLayout::kEmbedded : MaskLayout::kPacked;
+        const MaskLayout how = layout == 0   ? MaskLayout::kCausalPrefix
+                               : layout == 1 ? MaskLayout::kEmbedded
+                                             : MaskLayout::kPacked;
         const std::vector<int64_t> work = BlockWorkOfSegments(segments, how, kBlock);
         for (int v = 0; v < 4; ++v) {
           const CpAssignment a = v % 2 == 0 ? ZigzagAssignment(work, kCp) : BalancedAssignment(work, kCp);
@@ -147,13 +150,10 @@ void BM_CpTable33(benchmark::State& state) {
   state.counters["inter_x"] = total[0] / total[1];
   state.counters["intra_x"] = total[0] / total[2];
   state.counters["both_x"] = total[0] / total[3];
-  state.counters["both_over_inter_x"] = total[1] / total[3];     // the intra split's gain, simulated exactly
-  state.counters["priced_intra_x"] = 150.0 / estimate;           // what the simulator prices it (mean of 150 masks)
+  state.counters["both_over_inter_x"] = total[1] / total[3];  // the intra split's gain, simulated exactly
+  state.counters["priced_intra_x"] = 150.0 / estimate;        // what the simulator prices it (mean of 150 masks)
 }
-BENCHMARK(BM_CpTable33)
-    ->ArgsProduct({{16384, 32768, 65536}, {32, 40}})
-    ->Iterations(1)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CpTable33)->ArgsProduct({{16384, 32768, 65536}, {32, 40}})->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace loom

@@ -106,7 +106,15 @@ void BM_MosaicGahcOptimality(benchmark::State& state) {
   state.counters["median_ratio"] = ratios[ratios.size() / 2];
   state.counters["worst_ratio"] = ratios.front();
 }
-BENCHMARK(BM_MosaicGahcOptimality)->Args({6, 0})->Args({6, 1})->Args({8, 0})->Args({8, 1})->Args({10, 0})->Args({10, 1})->Iterations(1)->Unit(benchmark::kSecond);
+BENCHMARK(BM_MosaicGahcOptimality)
+    ->Args({6, 0})
+    ->Args({6, 1})
+    ->Args({8, 0})
+    ->Args({8, 1})
+    ->Args({10, 0})
+    ->Args({10, 1})
+    ->Iterations(1)
+    ->Unit(benchmark::kSecond);
 
 }  // namespace
 }  // namespace loom

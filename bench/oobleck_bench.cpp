@@ -84,10 +84,15 @@ void BM_OobleckOptimality(benchmark::State& state) {
   std::sort(ratios.begin(), ratios.end());
   state.counters["median_ratio"] = ratios[ratios.size() / 2];
   state.counters["worst_ratio"] = ratios.front();
-  state.counters["optimal"] = static_cast<double>(std::count_if(ratios.begin(), ratios.end(),
-                                                                [](double r) { return r > 1 - 1e-9; }));
+  state.counters["optimal"] =
+      static_cast<double>(std::count_if(ratios.begin(), ratios.end(), [](double r) { return r > 1 - 1e-9; }));
 }
-BENCHMARK(BM_OobleckOptimality)->Args({8, 3, 2})->Args({10, 3, 3})->Args({12, 2, 4})->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_OobleckOptimality)
+    ->Args({8, 3, 2})
+    ->Args({10, 3, 3})
+    ->Args({12, 2, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 
 }  // namespace
 }  // namespace loom::oobleck

@@ -9,8 +9,8 @@
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/sim/price_execution.h"
-#include "loom/strategies/baselines/megatron_config.h"
 #include "loom/sim/simulator.h"
+#include "loom/strategies/baselines/megatron_config.h"
 
 namespace loom {
 namespace {

@@ -96,7 +96,8 @@ std::string Simulate(const std::string& model_name, const std::string& cluster_n
 
 loom::Batch ParseBatch(const std::vector<std::string>& lines) {
   loom::Batch b;
-  for (size_t i = 0; i < lines.size(); ++i) b.samples.push_back(loom::ParseJsonlSample(lines[i], fmt::format("samples[{}]", i)));
+  for (size_t i = 0; i < lines.size(); ++i)
+    b.samples.push_back(loom::ParseJsonlSample(lines[i], fmt::format("samples[{}]", i)));
   return b;
 }
 
@@ -128,8 +129,8 @@ class Scheduler {
   py::dict Schedule(const std::vector<std::string>& lines, int64_t iteration) {
     const loom::Batch batch = ParseBatch(lines);
     if (batch.samples.size() != batch_.samples.size()) {
-      throw loom::Error(fmt::format("batch: {} samples, the plan's global batch is {}", batch.samples.size(),
-                                    batch_.samples.size()));
+      throw loom::Error(
+          fmt::format("batch: {} samples, the plan's global batch is {}", batch.samples.size(), batch_.samples.size()));
     }
     const loom::BatchOutcome out = session_->Step(batch, iteration);
     py::dict d;

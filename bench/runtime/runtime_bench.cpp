@@ -18,10 +18,10 @@
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/bitfield_attention.h"
 #include "loom/runtime/process_layout.h"
-#include "loom/strategies/strategy.h"
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/cluster.h"
 #include "loom/strategies/plan_builders.h"
+#include "loom/strategies/strategy.h"
 
 namespace loom {
 namespace {
@@ -147,10 +147,7 @@ void BM_BitfieldAttention(benchmark::State& state) {
     o.sum().backward();
   }
 }
-BENCHMARK(BM_BitfieldAttention)
-    ->ArgsProduct({{1024, 4096}, {0, 1}})
-    ->Unit(benchmark::kMillisecond)
-    ->Iterations(3);
+BENCHMARK(BM_BitfieldAttention)->ArgsProduct({{1024, 4096}, {0, 1}})->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 }  // namespace loom

@@ -45,8 +45,8 @@ TEST(Cli, InspectJsonHasTheDocumentedFields) {
   EXPECT_EQ(j["modules"].size(), 3u);
   int64_t sum = 0;
   for (const auto& m : j["modules"]) {
-    for (const char* f : {"name", "role", "modality", "layers", "hidden", "params", "frozen", "fwd_flops",
-                          "compute_intensity"}) {
+    for (const char* f :
+         {"name", "role", "modality", "layers", "hidden", "params", "frozen", "fwd_flops", "compute_intensity"}) {
       EXPECT_TRUE(m.contains(f)) << f;
     }
     sum += m["params"].get<int64_t>();
@@ -69,7 +69,8 @@ TEST(Cli, BadInputExitsTwoWithTheReason) {
   CliRun unknown = Loom("inspect no-such-model");
   EXPECT_EQ(unknown.exit_code, 2);
   EXPECT_NE(unknown.out.find("unknown model 'no-such-model'"), std::string::npos) << unknown.out;
-  std::string bad = test::WriteTemp("cli_bad.yaml", "model: x\nmodules:\n  - name: a\n    role: encoder\n    bogus: 1\n");
+  std::string bad =
+      test::WriteTemp("cli_bad.yaml", "model: x\nmodules:\n  - name: a\n    role: encoder\n    bogus: 1\n");
   CliRun yaml = Loom("inspect " + bad);
   EXPECT_EQ(yaml.exit_code, 2);
   EXPECT_NE(yaml.out.find("cli_bad.yaml:"), std::string::npos) << yaml.out;
@@ -82,7 +83,6 @@ TEST(Cli, BadInputExitsTwoWithTheReason) {
   EXPECT_NE(seq.out.find("--seq-len applies to the `text` workload"), std::string::npos);
 }
 
-
 }  // namespace
 }  // namespace loom
 
@@ -91,8 +91,10 @@ namespace {
 
 TEST(Cli, SimulateJsonAndTrace) {
   std::string trace = test::WriteTemp("trace.json", "");
-  CliRun r = Loom("simulate --model llama3-1b --cluster h100:1x4 --workload text --global-batch 8 --pp 4 "
-                  "--microbatches 8 --schedule zb-h1 --json --trace " + trace);
+  CliRun r = Loom(
+      "simulate --model llama3-1b --cluster h100:1x4 --workload text --global-batch 8 --pp 4 "
+      "--microbatches 8 --schedule zb-h1 --json --trace " +
+      trace);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto j = nlohmann::json::parse(r.out);
   for (const char* f : {"iteration_time_s", "mfu", "bubble_ratio", "peak_mem_bytes", "throughput_samples_per_s"}) {
@@ -108,12 +110,14 @@ TEST(Cli, SimulateJsonAndTrace) {
 }
 
 TEST(Cli, SimulateOutOfMemoryNamesTheGpu) {
-  CliRun r = Loom("simulate --model qwen2-72b --cluster h100:1x8 --workload text --global-batch 8 --tp 8 "
-                  "--microbatches 8");
+  CliRun r = Loom(
+      "simulate --model qwen2-72b --cluster h100:1x8 --workload text --global-batch 8 --tp 8 "
+      "--microbatches 8");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.out.find("does not fit in memory"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("GPU group 0 (GPUs 0..7: all pp0)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("over the 78.0 GiB usable on an h100 (its 80.0 GiB less 2.0 GiB of headroom"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over the 78.0 GiB usable on an h100 (its 80.0 GiB less 2.0 GiB of headroom"), std::string::npos)
+      << r.out;
 }
 
 // Issue 22's small items: `loom --version`; `simulate` takes DP from the
@@ -144,8 +148,9 @@ TEST(Cli, VersionInferredDpAndDefaultWorkloadOverrides) {
   auto [vcode, vout] = test::RunLoom("--version");
   EXPECT_EQ(vcode, 0) << vout;
   EXPECT_EQ(vout.rfind("loom 0.", 0), 0u) << vout;
-  auto [code, out] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --tp 2 --pp 2 --global-batch 64 "
-                                   "--microbatches 4");
+  auto [code, out] = test::RunLoom(
+      "simulate --model llama3-1b --cluster h100:1x8 --tp 2 --pp 2 --global-batch 64 "
+      "--microbatches 4");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("workload text (global batch 64): tp 2 pp 2 dp 2 cp 1"), std::string::npos) << out;
 }

@@ -25,12 +25,14 @@ std::string Slurp(const std::string& path) {
 TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   const std::string json = test::WriteTemp("plans.json", ""), html = test::WriteTemp("report.html", ""),
                     trace = test::WriteTemp("best.trace.json", "");
-  auto [code, out] = LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
-                         "--json " + json + " --report " + html + " --trace " + trace + " --export megatron");
+  auto [code, out] = LoomCli(
+      "plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 2 "
+      "--json " +
+      json + " --report " + html + " --trace " + trace + " --export megatron");
   ASSERT_EQ(code, 0) << out;
-  for (const char* s : {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "disttrain", "dip", "mmscale", "pipeweaver",
-                        "oobleck", "cornstarch", "entrain", "vs megatron", "* best:",
-                        "--tensor-model-parallel-size", "cannot express"}) {
+  for (const char* s :
+       {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "disttrain", "dip", "mmscale", "pipeweaver", "oobleck",
+        "cornstarch", "entrain", "vs megatron", "* best:", "--tensor-model-parallel-size", "cannot express"}) {
     EXPECT_NE(out.find(s), std::string::npos) << s << "\n" << out;
   }
   auto j = nlohmann::json::parse(Slurp(json));
@@ -47,8 +49,8 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
     best_time = std::min(best_time, s["iteration_time_s"].get<double>());
     // mmscale and disttrain (data-aware reordering), pipeweaver (woven pipelines) and entrain
     // (stratified microbatches, deferral) schedule each batch.
-    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0, s["name"] == "mmscale" || s["name"] == "disttrain" ||
-                                                                 s["name"] == "pipeweaver" || s["name"] == "entrain")
+    EXPECT_EQ(s["batch_schedule_time_s"].get<double>() > 0,
+              s["name"] == "mmscale" || s["name"] == "disttrain" || s["name"] == "pipeweaver" || s["name"] == "entrain")
         << s["name"];
   }
   for (const auto& s : j["strategies"]) {
@@ -66,8 +68,8 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
   EXPECT_TRUE(nlohmann::json::parse(Slurp(trace)).contains("traceEvents"));
 
   // The JSON's best plan simulates again through `simulate --plan`.
-  auto [code2, out2] = LoomCli("simulate --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
-                           json + " --json");
+  auto [code2, out2] = LoomCli(
+      "simulate --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " + json + " --json");
   ASSERT_EQ(code2, 0) << out2;
   EXPECT_GT((nlohmann::json::parse(out2)["iteration_time_s"].get<double>()), 0);
 }
@@ -83,9 +85,12 @@ TEST(PlanCli, BadInputExitsTwo) {
   EXPECT_EQ(c3, 2);
   // A plan for a different cluster is rejected with every violation.
   const std::string plan = test::WriteTemp("plan16.json", "");
-  LoomCli("plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 1 --strategy megatron "
-      "--json " + plan);
-  auto [c4, o4] = LoomCli("simulate --model vlm-s --cluster h800:1x8 --workload obelics --global-batch 16 --plan " + plan);
+  LoomCli(
+      "plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --iterations 1 --strategy megatron "
+      "--json " +
+      plan);
+  auto [c4, o4] =
+      LoomCli("simulate --model vlm-s --cluster h800:1x8 --workload obelics --global-batch 16 --plan " + plan);
   EXPECT_EQ(c4, 2);
   EXPECT_NE(o4.find("invalid plan"), std::string::npos) << o4;
   EXPECT_NE(o4.find("the cluster has"), std::string::npos) << o4;
@@ -95,15 +100,16 @@ TEST(PlanCli, BadInputExitsTwo) {
   EXPECT_NE(o5.find("do not fit in memory"), std::string::npos) << o5;
 }
 
-
 // Issue 13: `loom plan --json` writes every simulated batch with its schedule,
 // and `loom simulate --plan` replays exactly those batches with exactly those
 // schedules: the same iteration times, bit for bit (the JSON round-trips doubles).
 TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
   const std::string json = test::WriteTemp("simulate-replays-batches.json", "");
   const std::string common = "--model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16";
-  auto [code, out] = LoomCli("plan " + common + " --iterations 3 --strategy megatron,mmscale,pipeweaver "
-                             "--schedule-budget 0.05 --json " + json);
+  auto [code, out] = LoomCli("plan " + common +
+                             " --iterations 3 --strategy megatron,mmscale,pipeweaver "
+                             "--schedule-budget 0.05 --json " +
+                             json);
   ASSERT_EQ(code, 0) << out;
   const auto j = nlohmann::json::parse(Slurp(json));
   for (const auto& s : j["strategies"]) {
@@ -135,12 +141,12 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
   EXPECT_NE(out2.find("no strategy named 'fsdp'"), std::string::npos) << out2;
 }
 
-
 // --profile: the shipped H100 profile is the default on H100 and H800; the
 // roofline and a profile file can be chosen; a profile of another GPU is an error.
 TEST(PlanCli, ProfileFlagChoosesTheCostModel) {
-  const std::string args = "simulate --model llama3-1b --cluster h100:1x1 --workload text --global-batch 8 "
-                           "--seq-len 4096 --microbatches 4 --json";
+  const std::string args =
+      "simulate --model llama3-1b --cluster h100:1x1 --workload text --global-batch 8 "
+      "--seq-len 4096 --microbatches 4 --json";
   auto time_of = [&](const std::string& extra) {
     auto [code, out] = LoomCli(args + extra);
     EXPECT_EQ(code, 0) << out;
@@ -150,9 +156,10 @@ TEST(PlanCli, ProfileFlagChoosesTheCostModel) {
   const double file = time_of(std::string(" --profile ") + LOOM_SOURCE_DIR + "/src/loom/cost/profiles/h100.yaml");
   EXPECT_EQ(by_default, file);      // the default is the shipped profile
   EXPECT_GT(by_default, roofline);  // measured kernels are slower than the datasheet roofline
-  auto [code, out] = LoomCli("simulate --model llama3-1b --cluster a800:1x1 --workload text --global-batch 8 "
-                             "--microbatches 4 --profile " + std::string(LOOM_SOURCE_DIR) +
-                             "/src/loom/cost/profiles/h100.yaml");
+  auto [code, out] = LoomCli(
+      "simulate --model llama3-1b --cluster a800:1x1 --workload text --global-batch 8 "
+      "--microbatches 4 --profile " +
+      std::string(LOOM_SOURCE_DIR) + "/src/loom/cost/profiles/h100.yaml");
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("measured on h100"), std::string::npos) << out;
   EXPECT_NE(out.find("a800"), std::string::npos) << out;

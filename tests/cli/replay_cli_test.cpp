@@ -35,8 +35,10 @@ TEST(ReplayCli, ComparesSystemsAndWritesPlotAndJson) {
   EXPECT_EQ(j["nodes"], 6);
   // Table 2.4's ablation: free checkpoints every 2 iterations lose less per failure.
   const std::string free_json = test::WriteTemp("replay-free.json", "");
-  auto [code2, out2] = test::RunLoom("replay --model gpt3-medium --cluster h100:6x1 --mtbf 1200 --hours 3 --systems "
-                                     "varuna --free-checkpoints --checkpoint-every 2 --json " + free_json);
+  auto [code2, out2] = test::RunLoom(
+      "replay --model gpt3-medium --cluster h100:6x1 --mtbf 1200 --hours 3 --systems "
+      "varuna --free-checkpoints --checkpoint-every 2 --json " +
+      free_json);
   ASSERT_EQ(code2, 0) << out2;
   const auto jf = nlohmann::json::parse(std::ifstream(free_json));
   auto lost = [](const nlohmann::json& sys) {

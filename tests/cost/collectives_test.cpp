@@ -30,9 +30,9 @@ TEST(Collectives, AllGatherAndReduceScatter) {
 
 TEST(Collectives, HierarchicalAllReduce) {
   Link nv{450e9, 2e-6}, net{50e9, 10e-6};
-  double expect = (7 * 2e-6 + 7.0 / 8 * 1e9 / 450e9) +          // reduce-scatter in the node
-                  (6 * 10e-6 + 6.0 / 4 * (1e9 / 8) / 50e9) +    // ring across 4 nodes on bytes/8
-                  (7 * 2e-6 + 7.0 / 8 * 1e9 / 450e9);           // all-gather in the node
+  double expect = (7 * 2e-6 + 7.0 / 8 * 1e9 / 450e9) +        // reduce-scatter in the node
+                  (6 * 10e-6 + 6.0 / 4 * (1e9 / 8) / 50e9) +  // ring across 4 nodes on bytes/8
+                  (7 * 2e-6 + 7.0 / 8 * 1e9 / 450e9);         // all-gather in the node
   EXPECT_DOUBLE_EQ(HierarchicalAllReduceTime_s(1e9, 8, 4, nv, net), expect);
 }
 

@@ -98,7 +98,8 @@ TEST(CpAssignment, BalancedBeatsZigzagOnMultimodalMasks) {
   int better = 0;
   for (int trial = 0; trial < 50; ++trial) {
     std::vector<MaskSegment> segments;
-    for (int r = 0; r < 12; ++r) segments.push_back({16 * (1 + static_cast<int64_t>(rng() % 8)), r % 2 == 0 ? -1 : 0, 0});
+    for (int r = 0; r < 12; ++r)
+      segments.push_back({16 * (1 + static_cast<int64_t>(rng() % 8)), r % 2 == 0 ? -1 : 0, 0});
     const auto work = BlockWork(BuildMask(segments, MaskLayout::kEmbedded), 16);
     const double z = ZigzagAssignment(work, 4).max_work(), b = BalancedAssignment(work, 4).max_work();
     EXPECT_LE(b, z) << "trial " << trial;

@@ -13,7 +13,7 @@ TEST(Frozen, TrainableProjectorMakesTheFrozenLlmPayBackwardData) {
   auto needs = ComputeBackwardNeeds(m);
   for (const char* name : {"vision", "audio"}) {
     for (const auto& n : needs[m.FindModule(name)]) {
-      EXPECT_FALSE(n.data) << name;   // nothing trainable before the encoders
+      EXPECT_FALSE(n.data) << name;    // nothing trainable before the encoders
       EXPECT_FALSE(n.weight) << name;  // frozen
     }
   }

@@ -84,8 +84,8 @@ TEST(LayerWork, ParameterFormulas) {
   rb.in_channels = 320;
   rb.out_channels = 640;
   rb.time_embed_dim = 1280;
-  EXPECT_EQ(LayerParams(rb), 9 * 320 * 640 + 640 + 9 * 640 * 640 + 640 + 320 * 640 + 640 + 1280 * 640 + 640 +
-                                 2 * (320 + 640));
+  EXPECT_EQ(LayerParams(rb),
+            9 * 320 * 640 + 640 + 9 * 640 * 640 + 640 + 320 * 640 + 640 + 1280 * 640 + 640 + 2 * (320 + 640));
 }
 
 TEST(LayerWork, ActivationMemoryByRecomputePolicy) {
@@ -156,8 +156,7 @@ TEST(DeviceTime, PipeWeaverSection22LayerTimes) {
   }
   EXPECT_NEAR(vit_s / 6.75e-3, 1.0, 0.3) << vit_s * 1e3 << " ms";
   const Layer& lm_layer = vlm.modules[2].layers[1];
-  double lm_s = PhaseTime_s(EstimateLayerWork(lm_layer, OneSequence(8192), 1), Phase::kForward, h800,
-                            Efficiency());
+  double lm_s = PhaseTime_s(EstimateLayerWork(lm_layer, OneSequence(8192), 1), Phase::kForward, h800, Efficiency());
   EXPECT_NEAR(lm_s / 10.5e-3, 1.0, 0.3) << lm_s * 1e3 << " ms";
 }
 

@@ -89,23 +89,23 @@ TEST(Precision, LayerPricesUseThePrecisionsPeakAndElementSize) {
 }
 
 TEST(Precision, WorkloadsAndMfuCarryIt) {
-  const std::string path =
-      test::WriteTemp("fp32.yaml", "workload: fp32-text\nsource: {kind: text, seq_len: 1024}\nglobal_batch: 4\n"
-                                   "precision: fp32\n");
+  const std::string path = test::WriteTemp("fp32.yaml",
+                                           "workload: fp32-text\nsource: {kind: text, seq_len: 1024}\nglobal_batch: 4\n"
+                                           "precision: fp32\n");
   Workload w = LoadWorkload(path);
   EXPECT_EQ(w.precision, Precision::kFp32);
-  test::ExpectError([] { LoadWorkload(test::WriteTemp("fp8.yaml", "workload: x\nsource: {kind: text}\nprecision: fp8\n")); },
-                    {"fp8.yaml:3", "precision", "tf32", "fp32"});
+  test::ExpectError(
+      [] { LoadWorkload(test::WriteTemp("fp8.yaml", "workload: x\nsource: {kind: text}\nprecision: fp8\n")); },
+      {"fp8.yaml:3", "precision", "tf32", "fp32"});
   // MFU divides by the fp32 peak: useful FLOPs / (time x GPUs x peak) with the precision's peak.
   const Model m = LoadModel("gpt3-medium");
   const Cluster c = MakeCluster("h100", 1, 1);
   const Batch batch = DrawBatch(w, 0);
   StrategyContext ctx{m, c, w, batch, {}};
-  const Plan plan = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone,
-                                   Balance::kParams, 1);
+  const Plan plan =
+      SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kParams, 1);
   const PlanRun run = RunPlan(m, c, w, plan, batch);
-  EXPECT_NEAR(run.metrics.mfu,
-              run.costs.model_flops / (run.metrics.iteration_time_s * 66.9e12), 1e-12);
+  EXPECT_NEAR(run.metrics.mfu, run.costs.model_flops / (run.metrics.iteration_time_s * 66.9e12), 1e-12);
 }
 
 }  // namespace

@@ -11,8 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "loom/cost/layer_work.h"
+#include <fmt/format.h>
 #include "loom/cost/collectives.h"
+#include "loom/cost/layer_work.h"
 #include "loom/cost/profile.h"
 #include "loom/cost/profile_data.h"
 #include "loom/data/sample_source.h"
@@ -20,7 +21,6 @@
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/strategies/plan_builders.h"
-#include <fmt/format.h>
 
 #include "test_util.h"
 
@@ -74,16 +74,15 @@ std::vector<Measured> LayersJson() {
 
 ComputeTimes Predict(const CostModel& model, const Measured& m) {
   const GpuSpec& gpu = FindGpu("h100");
-  return model.LayerCompute(m.layer, m.tokens, m.tp, EstimateLayerWork(m.layer, m.tokens, m.tp), gpu,
-                            Precision::kBf16);
+  return model.LayerCompute(m.layer, m.tokens, m.tp, EstimateLayerWork(m.layer, m.tokens, m.tp), gpu, Precision::kBf16);
 }
 
 TEST(H100Profile, PredictsEveryMeasuredLayerWithinFivePercent) {
   const ProfiledCostModel model(ShippedH100());
   const RooflineCostModel roofline;
   const RooflineCostModel fitted(model.fitted_efficiency());
-  std::printf("%-26s %9s %9s %9s %9s | %9s %9s %9s %9s\n", "layer (kernels of one GPU)", "fwd ms", "profile",
-              "fitted", "roofline", "f+b ms", "profile", "fitted", "roofline");
+  std::printf("%-26s %9s %9s %9s %9s | %9s %9s %9s %9s\n", "layer (kernels of one GPU)", "fwd ms", "profile", "fitted",
+              "roofline", "f+b ms", "profile", "fitted", "roofline");
   for (const Measured& m : LayersJson()) {
     SCOPED_TRACE(m.name);
     const ComputeTimes p = Predict(model, m), f = Predict(fitted, m), r = Predict(roofline, m);
@@ -148,18 +147,18 @@ Step SimulateStep(const std::string& model_name, const nlohmann::json& row, Reco
   const Plan plan = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, microbatches, ScheduleKind::kOneFOneB, recompute,
                                    Balance::kParams, 1);
   const PlanRun run = RunPlan(model, cluster, w, plan, batch);
-  return {row["iteration_s"], run.metrics.iteration_time_s, run.metrics.peak_mem_bytes,
-          row["peak_allocated_bytes"]};
+  return {row["iteration_s"], run.metrics.iteration_time_s, run.metrics.peak_mem_bytes, row["peak_allocated_bytes"]};
 }
 
 TEST(H100Profile, PredictsTheLlama1bTrainingStepWithinFifteenPercent) {
   for (const auto& row : ReadJson("steps.json")) {
     if (row["model"] != "llama3-1b") continue;
     const Step s = SimulateStep("llama3-1b", row, Recompute::kNone);
-    std::printf("llama3-1b step: measured %.1f ms, predicted %.1f ms (%+.1f%%); peak memory measured %.1f GiB, "
-                "predicted %.1f GiB\n",
-                s.measured_s * 1e3, s.predicted_s * 1e3, 100 * (s.predicted_s / s.measured_s - 1),
-                s.measured_peak_bytes / (1 << 30), s.predicted_peak_bytes / (1 << 30));
+    std::printf(
+        "llama3-1b step: measured %.1f ms, predicted %.1f ms (%+.1f%%); peak memory measured %.1f GiB, "
+        "predicted %.1f GiB\n",
+        s.measured_s * 1e3, s.predicted_s * 1e3, 100 * (s.predicted_s / s.measured_s - 1),
+        s.measured_peak_bytes / (1 << 30), s.predicted_peak_bytes / (1 << 30));
     EXPECT_NEAR(s.predicted_s / s.measured_s, 1.0, 0.15);
   }
 }
@@ -178,21 +177,21 @@ TEST(H100Profile, ReportsTheTimmVitHugeSteps) {
   }
 }
 
-
 TEST(Profile, BadFilesNameTheFileLineAndField) {
   const std::string ops = "ops:\n  - {op: gemm, flops: 1e9, bytes: 1e6, time_s: 1e-5}\n";
-  const std::string layer = "  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 4, batch: 1, seq: 128, fwd_s: 1e-4, "
-                            "bwd_s: 2e-4";
-  test::ExpectError([&] { ParseProfile("gpu: tpu9\n" + ops + "layers: []\n", "p.yaml"); },
-                    {"p.yaml:1", "gpu", "h100"});
+  const std::string layer =
+      "  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 4, batch: 1, seq: 128, fwd_s: 1e-4, "
+      "bwd_s: 2e-4";
+  test::ExpectError([&] { ParseProfile("gpu: tpu9\n" + ops + "layers: []\n", "p.yaml"); }, {"p.yaml:1", "gpu", "h100"});
   test::ExpectError([&] { ParseProfile("gpu: h100\n" + ops + "layers:\n" + layer + ", tp: 3}\n", "p.yaml"); },
                     {"p.yaml:5", "layers[0].tp", "does not split 4 heads"});
   test::ExpectError([&] { ParseProfile("gpu: h100\n" + ops + "layers:\n" + layer + ", speed: 2}\n", "p.yaml"); },
                     {"p.yaml:5", "speed"});
   test::ExpectError(
       [&] {
-        ParseProfile("gpu: h100\n" + ops + "layers:\n  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 4, "
-                     "batch: 1, seq: 128, fwd_s: -1, bwd_s: 2e-4}\n",
+        ParseProfile("gpu: h100\n" + ops +
+                         "layers:\n  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 4, "
+                         "batch: 1, seq: 128, fwd_s: -1, bwd_s: 2e-4}\n",
                      "p.yaml");
       },
       {"p.yaml:5", "layers[0].fwd_s"});
@@ -240,8 +239,8 @@ TEST(Profile, CorrectionInterpolatesInLogTokens) {
   l.kv_heads = 8;
   l.gated_mlp = true;
   l.causal = true;
-  const ComputeTimes t = model.LayerCompute(l, tokens(4096), 1, EstimateLayerWork(l, tokens(4096), 1),
-                                            FindGpu("h100"), Precision::kBf16);
+  const ComputeTimes t =
+      model.LayerCompute(l, tokens(4096), 1, EstimateLayerWork(l, tokens(4096), 1), FindGpu("h100"), Precision::kBf16);
   EXPECT_NEAR(t.forward_s, 3e-3, 1e-12);
   EXPECT_NEAR(t.backward_data_s + t.backward_weight_s, 5e-3, 1e-12);
 }
@@ -272,11 +271,11 @@ TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
   const ProfileLayerPoint& pt = back.layers[0];
   const Layer l = LayerOf(pt.shape);
   const TokenStats t = TokensOf(pt.batch, pt.seq);
-  const ComputeTimes fp32 = model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"),
-                                               Precision::kFp32);
+  const ComputeTimes fp32 =
+      model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"), Precision::kFp32);
   EXPECT_NEAR(fp32.forward_s, pt.forward_s, 1e-9 * pt.forward_s);  // at its anchor: the measurement
-  const ComputeTimes bf16 = model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"),
-                                               Precision::kBf16);
+  const ComputeTimes bf16 =
+      model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"), Precision::kBf16);
   EXPECT_GT(std::abs(bf16.forward_s - pt.forward_s), 1e-3 * pt.forward_s);  // not corrected: another precision
 }
 

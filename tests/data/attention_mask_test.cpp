@@ -5,9 +5,9 @@
 
 #include <random>
 
+#include "data/random_masks.h"
 #include "loom/data/attention_mask.h"
 #include "loom/error.h"
-#include "data/random_masks.h"
 
 namespace loom {
 namespace {
@@ -43,7 +43,6 @@ TEST(BitfieldMask, LayoutsPlaceModalityTokensAndKeepDocumentsApart) {
   EXPECT_THROW(BuildMask({{-1, -1, 0}}, MaskLayout::kEmbedded), Error);
   EXPECT_THROW(BuildMask({{1, 62, 0}}, MaskLayout::kEmbedded), Error);
 }
-
 
 TEST(BitfieldMask, BlockWorkEqualsBruteForce) {
   std::mt19937 rng(7);
@@ -118,7 +117,8 @@ TEST(BitfieldMask, SegmentsGiveTheMasksBlockWorkAndKeys) {
         const int64_t a = static_cast<int64_t>(rng() % (n + 1)), b = a + static_cast<int64_t>(rng() % (n - a + 1));
         double want = 0;
         for (int64_t q = a; q < b; ++q) want += static_cast<double>(keys[q]);
-        ASSERT_EQ(KeysInRanges(segments, layout, {a, b}).front(), want) << "trial " << trial << " range " << a << ".." << b;
+        ASSERT_EQ(KeysInRanges(segments, layout, {a, b}).front(), want)
+            << "trial " << trial << " range " << a << ".." << b;
       }
     }
   }

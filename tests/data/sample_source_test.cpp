@@ -151,10 +151,12 @@ TEST(JsonlSource, BadLinesAreNamed) {
   // Found by fuzz/jsonl_fuzzer.cpp: a document that is not an object, a number past a double.
   test::ExpectError([] { ParseJsonlSample("{\"docs\": [{\"text_tokens\": 3}, 5]}", "f.jsonl:7"); },
                     {"f.jsonl:7:", "docs[1]: expected a document object", "got 5"});
-  test::ExpectError([] { ParseJsonlSample("{\"text_tokens\": 1e999}", "f.jsonl:8"); }, {"f.jsonl:8:", "malformed JSON"});
+  test::ExpectError([] { ParseJsonlSample("{\"text_tokens\": 1e999}", "f.jsonl:8"); },
+                    {"f.jsonl:8:", "malformed JSON"});
   test::ExpectError([] { ParseJsonlSample("{\"images\": 3}", "f.jsonl:9"); },
                     {"f.jsonl:9:", "images: expected a list [[width_px, height_px], ...], got 3"});
-  test::ExpectError([] { ParseJsonlSample("{\"audio_s\": {\"a\": 1}}", "f.jsonl:9"); }, {"f.jsonl:9:", "audio_s: expected a list"});
+  test::ExpectError([] { ParseJsonlSample("{\"audio_s\": {\"a\": 1}}", "f.jsonl:9"); },
+                    {"f.jsonl:9:", "audio_s: expected a list"});
   test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); }, {"/nonexistent/x.jsonl", "cannot open"});
   // Issue 20: sizes no real sample has (5e15 tokens from one image) are named, not accepted.
   test::ExpectError([] { JsonlSource(test::WriteTemp("b6.jsonl", "{\"images\": [[1000000000, 1000000000]]}\n")); },

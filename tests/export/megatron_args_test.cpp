@@ -74,8 +74,8 @@ TEST(MegatronExport, LayoutHoldsThePlansExactStagesWithInterleaving) {
 TEST(MegatronExport, InterleavingOnOneRankAndEncoderOnlyStagesAreRefused) {
   test::Fixture f;
   // vlm-s on PipeWeaver's shape: vpp 2 on a single pipeline rank.
-  Plan one_rank = SingleUnitPlan(f.ctx(), "pw", 4, 1, 4, 2, 4, ScheduleKind::kInterleaved, Recompute::kFull,
-                                 Balance::kParams, 1);
+  Plan one_rank =
+      SingleUnitPlan(f.ctx(), "pw", 4, 1, 4, 2, 4, ScheduleKind::kInterleaved, Recompute::kFull, Balance::kParams, 1);
   const MegatronExport e1 = ExportMegatron(one_rank, f.model);
   EXPECT_FALSE(e1.expressible);
   EXPECT_NE(e1.notes.find("interleaves 2 chunks on a single pipeline rank"), std::string::npos) << e1.notes;
@@ -88,8 +88,8 @@ TEST(MegatronExport, InterleavingOnOneRankAndEncoderOnlyStagesAreRefused) {
   cfg.schedule = ScheduleKind::kInterleaved;
   test::ExpectError([&] { cfg.Validate(f.model, f.cluster, f.workload); }, {"--vpp 2 needs --pp >= 2"});
   // pp 4 balanced by parameters: the ViT fills the first stages on its own.
-  Plan encoder_stages = SingleUnitPlan(f.ctx(), "m", 4, 4, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
-                                       Balance::kParams, 1);
+  Plan encoder_stages =
+      SingleUnitPlan(f.ctx(), "m", 4, 4, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams, 1);
   const std::string counted = CountedLayout(encoder_stages, f.model);
   ASSERT_EQ(counted.substr(0, 1), "|") << counted;  // stage 0 holds no LLM layer
   const MegatronExport e2 = ExportMegatron(encoder_stages, f.model);

@@ -61,9 +61,11 @@ TEST(PytorchCsv, OneFOneBIsItsClosedFormAndPassesPytorchsRules) {
 
 TEST(PytorchCsv, EverySchedulesExportPassesPytorchsRulesAndImportsToTheSameTime) {
   TextSetting t;
-  const std::vector<std::tuple<ScheduleKind, int, int, int>> cases = {
-      {ScheduleKind::kGpipe, 4, 8, 1}, {ScheduleKind::kOneFOneB, 4, 8, 1}, {ScheduleKind::kZbH1, 4, 8, 1},
-      {ScheduleKind::kInterleaved, 2, 4, 2}, {ScheduleKind::kInterleaved, 4, 8, 2}};
+  const std::vector<std::tuple<ScheduleKind, int, int, int>> cases = {{ScheduleKind::kGpipe, 4, 8, 1},
+                                                                      {ScheduleKind::kOneFOneB, 4, 8, 1},
+                                                                      {ScheduleKind::kZbH1, 4, 8, 1},
+                                                                      {ScheduleKind::kInterleaved, 2, 4, 2},
+                                                                      {ScheduleKind::kInterleaved, 4, 8, 2}};
   for (const auto& [kind, pp, m, vpp] : cases) {
     SCOPED_TRACE(fmt::format("{} pp {} vpp {} m {}", ScheduleKindName(kind), pp, vpp, m));
     const ParallelConfig cfg = Config(8 / pp, pp, 1, m, kind, vpp);
@@ -107,8 +109,7 @@ TEST(PytorchCsv, AHandWrittenGpipeOrderSimulatesAsLoomsGpipe) {
 
 TEST(PytorchCsv, CommsFormPairsEverySendWithItsReceive) {
   TextSetting t;
-  const PlanRun run =
-      SimulateConfig(t.model, t.cluster, t.workload, Config(4, 2, 1, 4, ScheduleKind::kInterleaved, 2));
+  const PlanRun run = SimulateConfig(t.model, t.cluster, t.workload, Config(4, 2, 1, 4, ScheduleKind::kInterleaved, 2));
   const PytorchExport e = ExportPytorchSchedule(run.exec, true);
   ASSERT_TRUE(e.expressible);
   // send (stage s, mb) on rank(s) <-> receive of stage s+1 (forward) or s-1 (backward) on that stage's rank,
@@ -139,9 +140,9 @@ TEST(PytorchCsv, CommsFormPairsEverySendWithItsReceive) {
   EXPECT_EQ(sends.size(), recvs.size());
   for (const auto& [key, rank] : sends) EXPECT_TRUE(recvs.count(key));
   // The compute_comms file reads back to the same compute order.
-  const ImportedPytorchSchedule in = ImportPytorchSchedule(ParsePytorchCsv(FormatPytorchCsv(e.order), "c.csv"), "c.csv");
-  const ImportedPytorchSchedule compute =
-      ImportPytorchSchedule(ExportPytorchSchedule(run.exec, false).order, "o.csv");
+  const ImportedPytorchSchedule in =
+      ImportPytorchSchedule(ParsePytorchCsv(FormatPytorchCsv(e.order), "c.csv"), "c.csv");
+  const ImportedPytorchSchedule compute = ImportPytorchSchedule(ExportPytorchSchedule(run.exec, false).order, "o.csv");
   EXPECT_EQ(in.rank_orders, compute.rank_orders);
 }
 

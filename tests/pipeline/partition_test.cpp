@@ -14,14 +14,13 @@ TEST(Partition, PipeWeaverSection22Example) {
   std::vector<double> costs(64, 6.75);
   costs.insert(costs.end(), 64, 10.5);
   Partition p = MinMaxPartition(costs, 16);
-  EXPECT_DOUBLE_EQ(p.max_cost, 73.5);  // 7 LM layers
+  EXPECT_DOUBLE_EQ(p.max_cost, 73.5);                                                   // 7 LM layers
   EXPECT_DOUBLE_EQ(*std::min_element(p.stage_cost.begin(), p.stage_cost.end()), 63.0);  // 6 LM layers
   EXPECT_DOUBLE_EQ(std::accumulate(p.stage_cost.begin(), p.stage_cost.end(), 0.0), 1104.0);
 }
 
 // Brute force over every way to cut n layers into s contiguous stages.
-double BruteForce(const std::vector<double>& c, int s, const std::vector<int>& gpus, size_t start = 0,
-                  int stage = 0) {
+double BruteForce(const std::vector<double>& c, int s, const std::vector<int>& gpus, size_t start = 0, int stage = 0) {
   if (stage == s - 1) {
     double sum = 0;
     for (size_t i = start; i < c.size(); ++i) sum += c[i];
@@ -38,7 +37,10 @@ double BruteForce(const std::vector<double>& c, int s, const std::vector<int>& g
 
 TEST(Partition, MatchesBruteForceOnRandomInstances) {
   uint64_t x = 12345;
-  auto next = [&] { x = x * 6364136223846793005ULL + 1442695040888963407ULL; return (x >> 33) % 100 + 1; };
+  auto next = [&] {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (x >> 33) % 100 + 1;
+  };
   for (int trial = 0; trial < 200; ++trial) {
     int n = 1 + static_cast<int>(next() % 9);
     int s = 1 + static_cast<int>(next() % n);

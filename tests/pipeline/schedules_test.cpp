@@ -59,8 +59,8 @@ TEST(Schedules, BadRequestsAreErrors) {
 }
 
 TEST(Schedules, KindsRoundTripByName) {
-  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
-                         ScheduleKind::kZbH1, ScheduleKind::kCustom}) {
+  for (ScheduleKind k : {ScheduleKind::kGpipe, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved, ScheduleKind::kZbH1,
+                         ScheduleKind::kCustom}) {
     EXPECT_EQ(ParseScheduleKind(ScheduleKindName(k), "x"), k);
   }
   // Stored by value in plan files' golden tests: never renumber.
@@ -109,8 +109,8 @@ TEST(Validate, MissingOrMisplacedActionsAreNamed) {
   send.microbatch = 1;
   send.peer = 0;
   stray.ranks[0].insert(stray.ranks[0].begin() + 2, send);
-  test::ExpectError([&] { ValidateSchedule(stray); }, {"rank 0 never receives the activation of microbatch 1",
-                                                      "stage 0 sends it"});
+  test::ExpectError([&] { ValidateSchedule(stray); },
+                    {"rank 0 never receives the activation of microbatch 1", "stage 0 sends it"});
 }
 
 // NCCL pairs messages between two ranks by order: every built-in schedule's

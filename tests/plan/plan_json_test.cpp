@@ -39,9 +39,10 @@ TEST(PlanJson, StrategyPlansRoundTripThroughFiles) {
 TEST(PlanJson, LoadPlanTakesTheBestOfAComparison) {
   test::Fixture f;
   Plan p = test::DisaggregatedShape(f);
-  nlohmann::json cmp = {{"best", "b"},
-                        {"strategies", {{{"name", "a"}, {"plan", PlanToJson(test::MegatronShape(f))}},
-                                        {{"name", "b"}, {"plan", PlanToJson(p)}}}}};
+  nlohmann::json cmp = {
+      {"best", "b"},
+      {"strategies",
+       {{{"name", "a"}, {"plan", PlanToJson(test::MegatronShape(f))}}, {{"name", "b"}, {"plan", PlanToJson(p)}}}}};
   EXPECT_EQ(LoadPlan(test::WriteTemp("cmp.json", cmp.dump())), p);
 }
 

@@ -25,15 +25,17 @@ struct Fixture {
 
 // Shape 1: Megatron layout, tp 4, pp 2, dp 2.
 inline Plan MegatronShape(const Fixture& f, int dp = 2, int pp = 2, int m = 4) {
-  return SingleUnitPlan(f.ctx(), "megatron", 4, pp, dp, 1, m, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams, 1);
+  return SingleUnitPlan(f.ctx(), "megatron", 4, pp, dp, 1, m, ScheduleKind::kOneFOneB, Recompute::kFull,
+                        Balance::kParams, 1);
 }
 
 // Shape 2: vision+projector on groups 0-1 (dp 2), llm on groups 2-3 (tp 4, dp 2), joined by brokers.
 inline Plan DisaggregatedShape(const Fixture& f) {
   Plan p = EmptyPlan(f.ctx(), "mmscale-like", 4);
-  p.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 2, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
-                             Balance::kParams));
-  p.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 2, 4, 0, 2, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams));
+  p.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 2, 1, 4, ScheduleKind::kOneFOneB,
+                             Recompute::kFull, Balance::kParams));
+  p.units.push_back(
+      MakeUnit(f.ctx(), "llm", {"llm"}, 2, 4, 0, 2, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams));
   p.brokers.push_back({"encoder", "llm", 2});
   return p;
 }
@@ -41,10 +43,11 @@ inline Plan DisaggregatedShape(const Fixture& f) {
 // Shape 3: encoder at half the SMs of groups 0-3 in phase 0, llm on all groups in phase 1.
 inline Plan TemporalShape(const Fixture& f, double sm_fraction) {
   Plan p = EmptyPlan(f.ctx(), "mosaic-like", 4);
-  p.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 4, 1, 4, ScheduleKind::kGpipe, Recompute::kFull,
-                             Balance::kParams));
+  p.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 4, 1, 4, ScheduleKind::kGpipe,
+                             Recompute::kFull, Balance::kParams));
   p.units[0].sm_fraction = sm_fraction;
-  p.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 0, 4, 1, 2, 2, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams));
+  p.units.push_back(
+      MakeUnit(f.ctx(), "llm", {"llm"}, 0, 4, 1, 2, 2, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams));
   return p;
 }
 
@@ -52,8 +55,8 @@ inline Plan TemporalShape(const Fixture& f, double sm_fraction) {
 inline Plan HeterogeneousShape(const Fixture& f) {
   Plan p = MegatronShape(f, 1, 2, 4);
   p.strategy = "oobleck-like";
-  PipelineSpec one = MakeUnit(f.ctx(), "x", p.units[0].modules, 0, 4, 0, 2, 1, 2, ScheduleKind::kOneFOneB, Recompute::kFull,
-                              Balance::kParams)
+  PipelineSpec one = MakeUnit(f.ctx(), "x", p.units[0].modules, 0, 4, 0, 2, 1, 2, ScheduleKind::kOneFOneB,
+                              Recompute::kFull, Balance::kParams)
                          .pipelines[0];
   p.units[0].pipelines.push_back(one);  // 2 replicas of pp 1, 2 microbatches each: 4 + 4 = 8 slots of 2 samples
   return p;

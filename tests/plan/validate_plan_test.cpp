@@ -26,9 +26,9 @@ TEST(ValidatePlan, ValidShapesPass) {
 TEST(ValidatePlan, ReportsEveryViolationWithItsNumbers) {
   test::Fixture f;
   Plan p = test::MegatronShape(f);
-  p.units[0].tp = 3;                           // does not divide the group of 4
-  p.units[0].pipelines[0].replicas = 5;        // 5 x 2 groups of 4 = 40 GPUs > 16
-  p.global_batch = 17;                         // != workload's 16
+  p.units[0].tp = 3;                     // does not divide the group of 4
+  p.units[0].pipelines[0].replicas = 5;  // 5 x 2 groups of 4 = 40 GPUs > 16
+  p.global_batch = 17;                   // != workload's 16
   auto v = PlanViolations(p, f.model, f.cluster, f.workload);
   EXPECT_TRUE(Has(v, "tp (3) x cp (1) = 3 must divide group_gpus (4)"));
   EXPECT_TRUE(Has(v, "occupies groups 0..9 but the cluster has 4 groups of 4 GPUs (16 GPUs)"));
@@ -71,7 +71,8 @@ TEST(ValidatePlan, LayersCoveredOnceInOrder) {
 TEST(ValidatePlan, SchedulesMustMatchTheShape) {
   test::Fixture f;
   Plan p = test::TemporalShape(f, 1.0);
-  p.units[0].pipelines[0].schedule = ScheduleKind::kOneFOneB;  // a phase-0 unit sharing GPUs must run all forwards first
+  p.units[0].pipelines[0].schedule =
+      ScheduleKind::kOneFOneB;  // a phase-0 unit sharing GPUs must run all forwards first
   EXPECT_TRUE(Has(PlanViolations(p, f.model, f.cluster, f.workload), "must use the gpipe schedule"));
   p = test::MegatronShape(f);
   p.units[0].pipelines[0].schedule = ScheduleKind::kInterleaved;

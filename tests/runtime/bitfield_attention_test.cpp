@@ -6,15 +6,14 @@
 
 #include <random>
 
-#include "loom/error.h"
 #include "data/random_masks.h"
+#include "loom/error.h"
 #include "loom/runtime/bitfield_attention.h"
 #include "loom/runtime/context_parallel.h"
 #include "reference.h"
 
 namespace loom {
 namespace {
-
 
 TEST(BitfieldAttention, BlockedEqualsDenseForwardAndBackward) {
   std::mt19937 rng(5);
@@ -141,14 +140,15 @@ TEST(BitfieldAttention, ContextParallelRanksTrainLikeOneProcess) {
     CpSplit split;
     Recompute recompute;
   };
-  for (const CpCase& c : {CpCase{2, CpSplit::kBalanced, Recompute::kNone}, CpCase{4, CpSplit::kBalanced, Recompute::kNone},
-                          CpCase{2, CpSplit::kZigzag, Recompute::kSelective}}) {
+  for (const CpCase& c :
+       {CpCase{2, CpSplit::kBalanced, Recompute::kNone}, CpCase{4, CpSplit::kBalanced, Recompute::kNone},
+        CpCase{2, CpSplit::kZigzag, Recompute::kSelective}}) {
     SCOPED_TRACE(fmt::format("cp {} {}", c.cp, CpSplitName(c.split)));
     const std::string cluster = fmt::format("h100:1x{}", c.cp);
     const Cluster cl = LoadCluster(cluster);
-    const std::string plan =
-        MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("bitfield-cp{}-{}.json", c.cp, CpSplitName(c.split)),
-                         1, 1, 1, &cl, c.recompute, 1, c.cp, c.split);
+    const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1,
+                                              fmt::format("bitfield-cp{}-{}.json", c.cp, CpSplitName(c.split)), 1, 1, 1,
+                                              &cl, c.recompute, 1, c.cp, c.split);
     ExpectRunMatches(want, "run --model " + model + " --cluster " + cluster + " " + s.data_args + " --plan " + plan);
   }
 }

@@ -24,12 +24,12 @@ constexpr bool kCudaBuild = false;
 #endif
 
 // Skips the calling test unless this is the CUDA build on a machine with a GPU.
-#define SKIP_UNLESS_GPU()                                                                            \
-  do {                                                                                               \
+#define SKIP_UNLESS_GPU()                                                                             \
+  do {                                                                                                \
     if (!kCudaBuild) GTEST_SKIP() << "needs the CUDA build (make cuda-build); this is the CPU build"; \
-    if (access("/dev/nvidia0", F_OK) != 0) {                                                         \
-      GTEST_SKIP() << "needs a GPU: this machine has none (/dev/nvidia0 is absent)";                 \
-    }                                                                                                \
+    if (access("/dev/nvidia0", F_OK) != 0) {                                                          \
+      GTEST_SKIP() << "needs a GPU: this machine has none (/dev/nvidia0 is absent)";                  \
+    }                                                                                                 \
   } while (0)
 
 // `loom --version` names the libtorch the binary was built with (the one these
@@ -55,8 +55,8 @@ TEST(CudaBuild, OneGpuTrainsLikeTheCpuReference) {
   const Reference r = TrainInOneProcess(s);
   const Cluster one = LoadCluster("h100:1x1");
   const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "cuda-1gpu.json", 1, 1, 1, &one);
-  ExpectRunMatches(r, "run --model " + s.model_path + " --cluster h100:1x1 " + s.data_args + " --plan " + plan +
-                          " --device cuda");
+  ExpectRunMatches(
+      r, "run --model " + s.model_path + " --cluster h100:1x1 " + s.data_args + " --plan " + plan + " --device cuda");
 }
 
 // The CUDA build still runs a CPU job like the CPU build, on any machine.

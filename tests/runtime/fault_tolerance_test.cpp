@@ -11,10 +11,10 @@
 // continues from; a node that comes back is used again.
 #include <gtest/gtest.h>
 
+#include <torch/torch.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <torch/torch.h>
 
 #include "loom/error.h"
 #include "loom/runtime/fault_tolerance.h"
@@ -30,9 +30,10 @@ using namespace runtime_test;
 std::string OobleckPlan(const TinyRun& s, const std::string& cluster, int f) {
   const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
   const std::string path = test::WriteTemp(fmt::format("ft-{}-{}-f{}.json", name, cluster.substr(5), f), "");
-  auto [code, out] = LoomCli(fmt::format("plan --model {} --cluster {} {} --precision fp32 --strategy oobleck "
-                                         "--fault-tolerance {} --iterations 1 --json {}",
-                                         s.model_path, cluster, s.data_args, f, path));
+  auto [code, out] =
+      LoomCli(fmt::format("plan --model {} --cluster {} {} --precision fp32 --strategy oobleck "
+                          "--fault-tolerance {} --iterations 1 --json {}",
+                          s.model_path, cluster, s.data_args, f, path));
   EXPECT_EQ(code, 0) << out;
   return path;
 }
@@ -105,9 +106,8 @@ TEST(FaultTolerance, AWorkerThatHangsIsFoundByItsMissingHeartbeats) {
   const Reference ref = TrainInOneProcess(s);
   // SIGSTOP: the process lives, its pipe stays open, it only stops talking.
   nlohmann::json j;
-  ExpectRunMatches(ref,
-                   RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --hang 2:1:2 --heartbeat-timeout 1",
-                   &j);
+  ExpectRunMatches(
+      ref, RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --hang 2:1:2 --heartbeat-timeout 1", &j);
   ASSERT_EQ(j["events"].size(), 1u) << j.dump();
   EXPECT_EQ(j["events"][0]["nodes"], nlohmann::json::array({2}));
   const double detect_s = j["events"][0]["detect_s"].get<double>();
@@ -173,8 +173,7 @@ TEST(FaultTolerance, ANodeThatRejoinsIsUsedAgain) {
   // step 2 and joins the first of them as a 2-node pipeline, its fresh
   // worker receiving its layers from the survivors.
   nlohmann::json j;
-  ExpectRunMatches(ref,
-                   RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --kill 2:0:2 --rejoin 2:2", &j);
+  ExpectRunMatches(ref, RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --kill 2:0:2 --rejoin 2:2", &j);
   ASSERT_EQ(j["events"].size(), 2u) << j.dump();
   EXPECT_EQ(j["events"][0]["kind"], "failure");
   EXPECT_EQ(j["events"][0]["processes"], 2);
@@ -238,8 +237,8 @@ TEST(FaultTolerance, AReusedCheckpointFolderNeverMixesTwoRuns) {
 // run exited 0. A fault-tolerant run that diverges stops at once, naming the step.
 TEST(FaultTolerance, ADivergedRunFailsNamingTheStep) {
   const TinyRun s(kVlm, kLaion);
-  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) +
-                             " --lr 1e30 --steps 3 --timeout 20");
+  auto [code, out] =
+      LoomCli(RunArgs(s, "h100:3x1", OobleckPlan(s, "h100:3x1", 1), 1) + " --lr 1e30 --steps 3 --timeout 20");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("training diverged: the loss of step"), std::string::npos) << out;
   EXPECT_EQ(out.find("loss 0.000000"), std::string::npos) << out;

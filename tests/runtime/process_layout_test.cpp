@@ -96,7 +96,8 @@ TEST(ProcessLayout, MergedOrdersKeepEveryListAndReplayWithoutDeadlock) {
   std::map<int, std::vector<int>> collectives_of_group;
   for (int r = 0; r < s.num_ranks; ++r) {
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
-      if (s.ranks[r][i].kind == ActionKind::kCollective) collectives_of_group[s.ranks[r][i].group].push_back(g.id(r, i));
+      if (s.ranks[r][i].kind == ActionKind::kCollective)
+        collectives_of_group[s.ranks[r][i].group].push_back(g.id(r, i));
     }
   }
   auto ready = [&](int id) {

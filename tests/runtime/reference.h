@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include "loom/data/sample_source.h"
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/torch_model.h"
@@ -22,12 +23,10 @@
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
 #include "loom/strategies/plan_builders.h"
-#include <fmt/format.h>
 
 #include "test_util.h"
 
 namespace loom::runtime_test {
-
 
 const std::string kModel = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml";
 const std::string kData = "--workload text --global-batch 8 --seq-len 32";
@@ -35,7 +34,6 @@ const std::string kFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm-fro
 constexpr int kSteps = 3, kMicrobatches = 4;
 
 inline std::pair<int, std::string> LoomCli(const std::string& args) { return test::RunLoom(args); }
-
 
 const std::string kVlm = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml";
 const std::string kVlmFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm-frozen.yaml";
@@ -48,7 +46,9 @@ const std::string kOmniData = std::string(LOOM_TEST_DATA) + "/runtime/tiny-omni-
 // image-caption samples of several documents and images each.
 struct TinyRun {
   explicit TinyRun(const std::string& path = kModel, const std::string& workload_file = "")
-      : model_path(path), model(LoadModel(path)), data_args(workload_file.empty() ? kData : "--workload " + workload_file) {
+      : model_path(path),
+        model(LoadModel(path)),
+        data_args(workload_file.empty() ? kData : "--workload " + workload_file) {
     if (workload_file.empty()) {
       workload = LoadWorkload("text");
       workload.global_batch = 8;
@@ -64,13 +64,14 @@ struct TinyRun {
   Workload workload;
 };
 
-inline std::string MegatronPlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1, int pp = 2,
-                     int dp = 1, const Cluster* cluster = nullptr, Recompute recompute = Recompute::kNone,
-                     int zero_stage = 1, int cp = 1, CpSplit cp_split = CpSplit::kIdeal) {
+inline std::string MegatronPlanFile(const TinyRun& s, ScheduleKind kind, int vpp, const std::string& name, int tp = 1,
+                                    int pp = 2, int dp = 1, const Cluster* cluster = nullptr,
+                                    Recompute recompute = Recompute::kNone, int zero_stage = 1, int cp = 1,
+                                    CpSplit cp_split = CpSplit::kIdeal) {
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, cluster ? *cluster : s.cluster, s.workload, batch, {}};
-  Plan p = SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute, Balance::kParams,
-                          zero_stage);
+  Plan p =
+      SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, kMicrobatches, kind, recompute, Balance::kParams, zero_stage);
   p.group_gpus = tp * cp;  // each pipeline rank on tp x cp GPUs
   p.units[0].cp = cp;
   p.units[0].cp_split = cp_split;
@@ -226,10 +227,10 @@ inline void ExpectRunsLikeTheReference(const TinyRun& s, const std::vector<Case>
     SCOPED_TRACE(c.name);
     const std::string cluster = fmt::format("h100:1x{}", c.tp * c.pp * c.dp * c.cp);
     const Cluster cl = LoadCluster(cluster);
-    const std::string plan =
-        MegatronPlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp, c.dp, &cl, c.recompute,
-                 c.zero_stage, c.cp);
-    ExpectRunMatches(r, "run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args + " --plan " + plan);
+    const std::string plan = MegatronPlanFile(s, c.kind, c.vpp, std::string("run-") + c.name + ".json", c.tp, c.pp,
+                                              c.dp, &cl, c.recompute, c.zero_stage, c.cp);
+    ExpectRunMatches(r,
+                     "run --model " + s.model_path + " --cluster " + cluster + " " + s.data_args + " --plan " + plan);
   }
 }
 

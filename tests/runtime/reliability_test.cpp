@@ -46,11 +46,21 @@ TEST(ReportLine, AFieldThatIsMissingOrNotANumberIsAnError) {
 TEST(WorkerMessage, EveryMessageRoundTrips) {
   namespace r = runtime::report;
   const double third = 1.0 / 3.0;
-  const std::vector<runtime::WorkerMessage> all = {
-      r::Loss{3, -std::nan("")}, r::Loss{0, third}, r::StepTime{2, HUGE_VAL}, r::Param{third, 2e-300, 7.0},
-      r::PeakMemory{123456789.0}, r::PeakTensorMemory{0.5}, r::Interval{4, 1, 17, third, 2 * third},
-      r::Note{"phase 0: 2 green\ncontexts"}, r::Failure{"stage 1 (vit) died"}, r::Heartbeat{}, r::Ready{2, third, 1LL << 40},
-      r::Done{1, 5}, r::Saved{1, 6}, r::Stopped{7}, r::Dying{3, 12345.678}};
+  const std::vector<runtime::WorkerMessage> all = {r::Loss{3, -std::nan("")},
+                                                   r::Loss{0, third},
+                                                   r::StepTime{2, HUGE_VAL},
+                                                   r::Param{third, 2e-300, 7.0},
+                                                   r::PeakMemory{123456789.0},
+                                                   r::PeakTensorMemory{0.5},
+                                                   r::Interval{4, 1, 17, third, 2 * third},
+                                                   r::Note{"phase 0: 2 green\ncontexts"},
+                                                   r::Failure{"stage 1 (vit) died"},
+                                                   r::Heartbeat{},
+                                                   r::Ready{2, third, 1LL << 40},
+                                                   r::Done{1, 5},
+                                                   r::Saved{1, 6},
+                                                   r::Stopped{7},
+                                                   r::Dying{3, 12345.678}};
   for (const auto& m : all) {
     const std::string line = runtime::Encode(m);
     EXPECT_EQ(line.find('\n'), std::string::npos) << line;

@@ -17,6 +17,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
 #include "loom/cost/profile.h"
 #include "loom/data/sample_source.h"
 #include "loom/plan/plan_json.h"
@@ -25,7 +26,6 @@
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
 #include "loom/strategies/plan_builders.h"
-#include <fmt/format.h>
 
 #include "reference.h"
 #include "test_util.h"
@@ -82,7 +82,7 @@ TEST(Runtime, MultimodalPipelinesEqualSingleProcessTraining) {
        Case{"vlm-dp2-cp2-selective-zero3", ScheduleKind::kOneFOneB, 1, 1, 2, Recompute::kSelective, 1, 3, 2}});
   ExpectRunsLikeTheReference(TinyRun(kVlmFrozen, kLaion), {Case{"vlm-frozen-1f1b", ScheduleKind::kOneFOneB, 1, 2, 1}});
   ExpectRunsLikeTheReference(TinyRun(kVlm2, kLaion), {Case{"vlm2-1f1b-pp3", ScheduleKind::kOneFOneB, 1, 3, 1},
-                                                     Case{"vlm2-interleaved", ScheduleKind::kInterleaved, 2, 2, 1}});
+                                                      Case{"vlm2-interleaved", ScheduleKind::kInterleaved, 2, 2, 1}});
 }
 
 // Every input the runtime embeds (tiny-omni: 2x2-merged image tokens, audio
@@ -142,8 +142,8 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("both at once is not run yet"), std::string::npos) << out;
   // A plan for another cluster.
-  auto [code2, out2] = LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " +
-                               plan);
+  auto [code2, out2] =
+      LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " + plan);
   EXPECT_EQ(code2, 2) << out2;
   // CUDA on a machine without a GPU: refused before any process starts.
   if (access("/dev/nvidia0", F_OK) != 0) {
@@ -153,7 +153,6 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   }
 }
 
-
 // The run's trace is in the simulator's format: every compute action of the
 // last step of every rank appears once, on the compute track, in order.
 TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
@@ -161,9 +160,9 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
   const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-trace.json", 1, 2);
   const std::string trace = test::WriteTemp("run.trace.json", "");
   const std::string timeline = test::WriteTemp("run.timeline.svg", "");
-  auto [code, out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
-                             " --steps 2 --compare --json --trace " + trace + " --timeline " + timeline +
-                             " --profile roofline");
+  auto [code, out] =
+      LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
+              " --steps 2 --compare --json --trace " + trace + " --timeline " + timeline + " --profile roofline");
   ASSERT_EQ(code, 0) << out;
   {
     // The picture: the prediction's panel, then the run's, each a row per rank
@@ -203,13 +202,11 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
   // 4 microbatches, one stage per rank: 4 forwards, 4 backwards, then the optimizer step.
   for (int pid : {0, 1}) {
     ASSERT_EQ(compute[pid].size(), 9u) << pid;
-    EXPECT_EQ(std::count_if(compute[pid].begin(), compute[pid].end(),
-                            [](const std::string& n) { return n[0] == 'F'; }),
+    EXPECT_EQ(std::count_if(compute[pid].begin(), compute[pid].end(), [](const std::string& n) { return n[0] == 'F'; }),
               4);
     EXPECT_EQ(compute[pid].back(), "optimizer");
   }
 }
-
 
 // Each process counts the bytes of its live tensors (runtime/tensor_memory.h):
 // its stages' weights plus the peak of what the steps allocate. GPipe holds
@@ -236,9 +233,10 @@ TEST(Runtime, PeakTensorMemoryFollowsTheScheduleAndThePrediction) {
   ASSERT_EQ(gpipe.size(), 2u);
   ASSERT_EQ(ofob.size(), 2u);
   ASSERT_EQ(gpipe_sim.size(), 2u);
-  std::printf("peak tensor bytes, process 0 / 1: gpipe %.0f / %.0f (simulated %.0f / %.0f), 1f1b %.0f / %.0f "
-              "(simulated %.0f / %.0f)\n",
-              gpipe[0], gpipe[1], gpipe_sim[0], gpipe_sim[1], ofob[0], ofob[1], ofob_sim[0], ofob_sim[1]);
+  std::printf(
+      "peak tensor bytes, process 0 / 1: gpipe %.0f / %.0f (simulated %.0f / %.0f), 1f1b %.0f / %.0f "
+      "(simulated %.0f / %.0f)\n",
+      gpipe[0], gpipe[1], gpipe_sim[0], gpipe_sim[1], ofob[0], ofob[1], ofob_sim[0], ofob_sim[1]);
   EXPECT_GT(gpipe[0], ofob[0] * 1.05);
   EXPECT_GT(gpipe_sim[0], ofob_sim[0]);
   for (int p : {0, 1}) {
@@ -254,8 +252,8 @@ TEST(Runtime, PeakTensorMemoryFollowsTheScheduleAndThePrediction) {
 TEST(Runtime, TwoNodesRunTheSamePlanAsOne) {
   const TinyRun s;
   const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-nodes.json", 1, 2);
-  const std::string args = "run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
-                           " --steps 3 --timeout 20 --json";
+  const std::string args =
+      "run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan + " --steps 3 --timeout 20 --json";
   auto [code, one] = LoomCli(args);
   ASSERT_EQ(code, 0) << one;
   const int port = 29000 + static_cast<int>(getpid() % 2000);
@@ -287,7 +285,8 @@ TEST(Runtime, TwoNodesRunTheSamePlanAsOne) {
 TEST(Runtime, ItsOwnProfilePredictsTheRun) {
   const std::string profile = test::WriteTemp("cpu-profile.yaml", "");
   // Measured beside a second copy: the run's two ranks share the machine's cores.
-  auto [code, out] = LoomCli("profile --model " + kModel + " --tokens 32,64 --repeats 3 --concurrent 2 --out " + profile);
+  auto [code, out] =
+      LoomCli("profile --model " + kModel + " --tokens 32,64 --repeats 3 --concurrent 2 --out " + profile);
   ASSERT_EQ(code, 0) << out;
   const Profile p = LoadProfile(profile);
   EXPECT_EQ(p.precision, Precision::kFp32);

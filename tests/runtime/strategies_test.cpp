@@ -139,8 +139,8 @@ TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
   const TinyRun s(kVlm, kLaion);
   const Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
-  Plan plan = SingleUnitPlan(ctx, "pipeweaver", 1, 2, 1, 1, 2, ScheduleKind::kGpipe, Recompute::kNone,
-                             Balance::kParams, 1);
+  Plan plan =
+      SingleUnitPlan(ctx, "pipeweaver", 1, 2, 1, 1, 2, ScheduleKind::kGpipe, Recompute::kNone, Balance::kParams, 1);
   auto& stages = plan.units[0].pipelines[0].stages;
   stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}}}, StageSpec{1, {{"llm", 0, 6}}}};
   nlohmann::json batches = nlohmann::json::array();
@@ -149,10 +149,14 @@ TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
     it.iteration = step;
     it.microbatch_samples = {{0, 1, 2, 3}, {4, 5, 6, 7}};
     it.module_sub_microbatches = {{"vision", {3, 2}}, {"projector", {3, 2}}, {"llm", {2, 1}}};
-    it.layer_recompute = {{0, 1, {Recompute::kNone, Recompute::kFull, Recompute::kSelective, Recompute::kNone,
-                                  Recompute::kFull, Recompute::kNone}},
-                          {1, 2, {Recompute::kFull, Recompute::kSelective, Recompute::kNone, Recompute::kFull,
-                                  Recompute::kNone, Recompute::kNone}}};
+    it.layer_recompute = {{0,
+                           1,
+                           {Recompute::kNone, Recompute::kFull, Recompute::kSelective, Recompute::kNone,
+                            Recompute::kFull, Recompute::kNone}},
+                          {1,
+                           2,
+                           {Recompute::kFull, Recompute::kSelective, Recompute::kNone, Recompute::kFull,
+                            Recompute::kNone, Recompute::kNone}}};
     auto step_of = [](bool f, int st, int mb) { return StageStep{f, st, mb}; };
     if (step == 1) {  // stage 0 has sub-microbatches 0..4, stage 1 has 0..2
       it.rank_orders = {{step_of(true, 0, 0), step_of(true, 0, 1), step_of(true, 0, 2), step_of(true, 0, 3),
@@ -170,10 +174,12 @@ TEST(RuntimeStrategies, HandWrittenWovenScheduleEqualsSingleProcessTraining) {
     }
     batches.push_back({{"iteration", step}, {"iteration_time_s", 0}, {"schedule", IterationScheduleToJson(it)}});
   }
-  const nlohmann::json file = {{"best", "pipeweaver"},
-                               {"strategies", {{{"name", "pipeweaver"}, {"plan", PlanToJson(plan)}, {"batches", batches}}}}};
+  const nlohmann::json file = {
+      {"best", "pipeweaver"},
+      {"strategies", {{{"name", "pipeweaver"}, {"plan", PlanToJson(plan)}, {"batches", batches}}}}};
   const std::string path = test::WriteTemp("woven-by-hand.json", file.dump());
-  ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
+  ExpectRunMatches(TrainInOneProcess(s),
+                   "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
 }
 
 // Optimus' shape on one group of 2 GPUs: the encoders' unit at TP 1 shares
@@ -187,7 +193,8 @@ TEST(RuntimeStrategies, UnitsSplittingTheirGroupDifferentlyEqualSingleProcessTra
   const Reference ref = TrainInOneProcess(s);
   const Batch batch = DrawBatch(s.workload, 0);
   const StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
-  Plan plan = SingleUnitPlan(ctx, "optimus", 1, 1, 1, 1, 2, ScheduleKind::kGpipe, Recompute::kNone, Balance::kParams, 1);
+  Plan plan =
+      SingleUnitPlan(ctx, "optimus", 1, 1, 1, 1, 2, ScheduleKind::kGpipe, Recompute::kNone, Balance::kParams, 1);
   plan.group_gpus = 2;
   Unit encoders = plan.units[0], backbone = plan.units[0];
   encoders.name = "encoders";
@@ -228,8 +235,8 @@ TEST(RuntimeStrategies, HeterogeneousPipelineTemplatesEqualSingleProcessTraining
   const TinyRun s(kVlm, kLaion);
   const OnGpus three(s, 3);
   const StrategyContext ctx = three.ctx();
-  Plan plan = SingleUnitPlan(ctx, "oobleck", 1, 2, 1, 1, 2, ScheduleKind::kOneFOneB, Recompute::kNone,
-                             Balance::kParams, 1);
+  Plan plan =
+      SingleUnitPlan(ctx, "oobleck", 1, 2, 1, 1, 2, ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kParams, 1);
   PipelineSpec one = plan.units[0].pipelines[0];
   one.pp = 1;
   one.stages = {StageSpec{0, {{"vision", 0, 5}, {"projector", 0, 1}, {"llm", 0, 6}}}};
@@ -292,7 +299,8 @@ TEST(RuntimeStrategies, AnEncoderFeedingAContextParallelLlmEqualsSingleProcessTr
   llm.cp_split = CpSplit::kBalanced;
   plan.units.push_back(llm);
   const std::string path = test::WriteTemp("cornstarch-cp.json", PlanToJson(plan).dump());
-  ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x4 " + s.data_args + " --plan " + path);
+  ExpectRunMatches(TrainInOneProcess(s),
+                   "run --model " + kVlm + " --cluster h100:1x4 " + s.data_args + " --plan " + path);
 }
 
 // Mosaic's shape with phase rounds (Plan::phase_rounds) and a pipelined
@@ -320,9 +328,9 @@ TEST(RuntimeStrategies, PhaseRoundsWithAPipelinedModuleEqualSingleProcessTrainin
   plan.units = {encoders, backbone};
   plan.phase_rounds = 2;
   const std::string path = test::WriteTemp("phase-rounds.json", PlanToJson(plan).dump());
-  ExpectRunMatches(TrainInOneProcess(s), "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
+  ExpectRunMatches(TrainInOneProcess(s),
+                   "run --model " + kVlm + " --cluster h100:1x2 " + s.data_args + " --plan " + path);
 }
-
 
 // Entrain's per-batch schedule on the runtime (issue 19): samples of varying
 // encoder and LLM work, stratified microbatches of 1-4 samples, pairwise
@@ -341,9 +349,9 @@ TEST(RuntimeStrategies, EntrainsDeferralScheduleEqualsSingleProcessTraining) {
            {"h100:1x2", "", "entrain"}, {"h100:1x4", "--dp 2", "entrain"}, {"h100:1x4", "--dp 1", "entrain-zb"}}) {
     SCOPED_TRACE(cluster);
     const std::string plans = test::WriteTemp(strategy + "-" + cluster.substr(5) + ".json", "");
-    auto [code, out] = LoomCli("plan --model " + kVlm + " --cluster " + cluster + " " + s.data_args +
-                               " --precision fp32 --iterations 3 --strategy " + strategy + " --json " + plans + " " +
-                               args);
+    auto [code, out] =
+        LoomCli("plan --model " + kVlm + " --cluster " + cluster + " " + s.data_args +
+                " --precision fp32 --iterations 3 --strategy " + strategy + " --json " + plans + " " + args);
     ASSERT_EQ(code, 0) << out;
     std::ifstream in(plans);
     const nlohmann::json j = nlohmann::json::parse(in);

@@ -54,7 +54,8 @@ TEST(RuntimePacking, FollowsTheTokenRulesByHand) {
 // that order; the LLM sees nothing of them.
 TEST(RuntimePacking, SingleImagePiecesReachOnlyTheImageModules) {
   const Model m = LoadModel(kVlm);
-  const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, HandBatch(), std::vector<SamplePiece>{{0, 2}, {0, 0}});
+  const runtime::MicrobatchPacking p =
+      runtime::PackMicrobatch(m, HandBatch(), std::vector<SamplePiece>{{0, 2}, {0, 0}});
   ASSERT_EQ(p.modules[0].size(), 2u);
   EXPECT_EQ(p.modules[0][0].image, 2);
   EXPECT_EQ(p.modules[0][0].doc, 1);
@@ -74,9 +75,9 @@ TEST(RuntimePacking, BoundariesCarryWhatLaterModulesRead) {
     for (const auto& t : runtime::CrossingAfter(m, r)) out.push_back(t.module);
     return out;
   };
-  EXPECT_EQ(modules({"vision", 0, 2}), (std::vector<int>{0}));             // inside the first encoder
-  EXPECT_EQ(modules({"vision", 0, 3}), (std::vector<int>{0}));             // finished: the projector reads it
-  EXPECT_EQ(modules({"coarse", 0, 1}), (std::vector<int>{0, 1}));          // both encoders' tokens ride along
+  EXPECT_EQ(modules({"vision", 0, 2}), (std::vector<int>{0}));     // inside the first encoder
+  EXPECT_EQ(modules({"vision", 0, 3}), (std::vector<int>{0}));     // finished: the projector reads it
+  EXPECT_EQ(modules({"coarse", 0, 1}), (std::vector<int>{0, 1}));  // both encoders' tokens ride along
   EXPECT_EQ(modules({"projector", 0, 1}), (std::vector<int>{1, 2}));
   EXPECT_EQ(modules({"coarse_projector", 0, 1}), (std::vector<int>{2, 3}));
   EXPECT_EQ(modules({"llm", 0, 3}), (std::vector<int>{4}));
@@ -167,8 +168,8 @@ Batch OmniBatch() {
 TEST(RuntimePacking, AudioVideoAndMergedImagesFollowTheTokenRulesByHand) {
   const Model m = LoadModel(kOmni);  // vision, merger, audio, speech, video, llm
   const runtime::MicrobatchPacking p = runtime::PackMicrobatch(m, OmniBatch(), std::vector<int>{0, 1, 2});
-  EXPECT_EQ(p.Lengths(0), (std::vector<int64_t>{16}));    // (32 / 8)^2 patches
-  EXPECT_EQ(p.Lengths(1), (std::vector<int64_t>{4}));     // merged 2 x 2
+  EXPECT_EQ(p.Lengths(0), (std::vector<int64_t>{16}));  // (32 / 8)^2 patches
+  EXPECT_EQ(p.Lengths(1), (std::vector<int64_t>{4}));   // merged 2 x 2
   EXPECT_EQ(p.modules[1][0].parts[0].group, 4);
   EXPECT_EQ(p.Lengths(2), (std::vector<int64_t>{8, 10}));  // 4 tokens/s: 2 s, 2.5 s
   EXPECT_EQ(p.Lengths(3), (std::vector<int64_t>{6, 8}));   // 3 tokens/s: 6, ceil(7.5)
@@ -207,10 +208,9 @@ TEST(RuntimeModel, ConvStemIsTorchsConv1d) {
   const double phase = 1.3 * (13 * (2 * 3 + 0) + 7 * 0);  // iteration 2, batch of 3, sample 0, clip 0
   const torch::Tensor frames = torch::sin(torch::arange(12 * 8, torch::kFloat) * 0.37 + phase).view({12, 8});
   namespace F = torch::nn::functional;
-  const torch::Tensor want =
-      torch::gelu(F::conv1d(frames.t().unsqueeze(0), weight.view({32, 8, 3}),
-                            F::Conv1dFuncOptions().bias(bias).stride(2).padding(1)))
-          .transpose(1, 2);
+  const torch::Tensor want = torch::gelu(F::conv1d(frames.t().unsqueeze(0), weight.view({32, 8, 3}),
+                                                   F::Conv1dFuncOptions().bias(bias).stride(2).padding(1)))
+                                 .transpose(1, 2);
   EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6));
 }
 
@@ -230,10 +230,12 @@ TEST(RuntimeModel, LayersItCannotBuildAreErrorsNamingThem) {
   for (const char* mosaic_model : {"clip-vit-l", "imagebind", "ofasys", "unified-io-2"}) {
     EXPECT_EQ(message(LoadModel(mosaic_model)), "no error") << mosaic_model;
   }
-  EXPECT_NE(message(LoadModel("sd-2.1")).find("only 1-d convolutions"), std::string::npos) << message(LoadModel("sd-2.1"));
+  EXPECT_NE(message(LoadModel("sd-2.1")).find("only 1-d convolutions"), std::string::npos)
+      << message(LoadModel("sd-2.1"));
   // Qwen3-VL's four DeepStack mergers feed different LLM layers; in a row they do not chain.
-  EXPECT_NE(message(LoadModel("qwen3-vl-8b")).find("merger layer 1 (mlp_projector): reads width 4608 but layer 0 "
-                                                 "hands on width 4096"),
+  EXPECT_NE(message(LoadModel("qwen3-vl-8b"))
+                .find("merger layer 1 (mlp_projector): reads width 4608 but layer 0 "
+                      "hands on width 4096"),
             std::string::npos)
       << message(LoadModel("qwen3-vl-8b"));
   Model m = LoadModel(kOmni);

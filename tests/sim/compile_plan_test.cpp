@@ -10,8 +10,8 @@
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/validate_plan.h"
-#include "loom/sim/price_execution.h"
 #include "loom/sim/plan_run.h"
+#include "loom/sim/price_execution.h"
 #include "plan/plan_test_util.h"
 #include "test_util.h"
 
@@ -36,9 +36,9 @@ TEST(PlanSimulation, DisaggregatedUnitsEqualTheSamePipelineInOneUnit) {
   one.units[0].pipelines[0].stages[1].layers = {{"llm", 0, 34}};
   Plan two = EmptyPlan(f.ctx(), "two", 4);
   two.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 1, 1, 4, ScheduleKind::kOneFOneB,
-                                     Recompute::kFull, Balance::kParams));
-  two.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 1, 4, 0, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
-                                     Balance::kParams));
+                               Recompute::kFull, Balance::kParams));
+  two.units.push_back(
+      MakeUnit(f.ctx(), "llm", {"llm"}, 1, 4, 0, 1, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams));
   two.global_batch = one.global_batch;
   PlanRun a = RunPlan(f.model, f.cluster, f.workload, one, f.batch);
   PlanRun b = RunPlan(f.model, f.cluster, f.workload, two, f.batch);
@@ -143,8 +143,8 @@ TEST(PlanSimulation, PhaseRoundsRepeatThePhasesOnEachRoundsMicrobatches) {
   for (const Action& a : r2.exec.schedule.ranks[0]) {
     if (a.is_compute()) order.push_back({a.kind == ActionKind::kForward, a.microbatch});
   }
-  const std::vector<std::pair<bool, int>> want{{true, 0},  {true, 1},  {false, 0}, {false, 1},
-                                               {true, 2},  {true, 3},  {false, 2}, {false, 3}};
+  const std::vector<std::pair<bool, int>> want{{true, 0}, {true, 1}, {false, 0}, {false, 1},
+                                               {true, 2}, {true, 3}, {false, 2}, {false, 3}};
   EXPECT_EQ(order, want);
   int llm_rank = -1;
   for (int i = 0; i < static_cast<int>(r2.exec.ranks.size()); ++i) {
@@ -218,7 +218,8 @@ TEST(PlanSimulation, HeterogeneousPipelinesSyncLayerWise) {
   EXPECT_NEAR(SegmentSyncTime_s(f.model, e, e.stages[2], f.cluster), first + second, 1e-12 * (first + second));
   double collectives_s = 0;
   for (const Interval& iv : run.result.intervals) {
-    if (iv.rank == 0 && e.schedule.ranks[0][iv.action].kind == ActionKind::kCollective) collectives_s += iv.end_s - iv.start_s;
+    if (iv.rank == 0 && e.schedule.ranks[0][iv.action].kind == ActionKind::kCollective)
+      collectives_s += iv.end_s - iv.start_s;
   }
   EXPECT_NEAR(collectives_s, first, 1e-9);
 }
@@ -243,8 +244,7 @@ TEST(PlanSimulation, SubMicrobatchesAndDeferral) {
   EXPECT_LT(deferred.costs.model_flops, base.costs.model_flops);
   // A sample placed twice is rejected.
   it.deferred = {14, 13};
-  test::ExpectError([&] { RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it); },
-                    {"sample 13 is placed 2 times"});
+  test::ExpectError([&] { RunPlan(f.model, f.cluster, f.workload, p, f.batch, &it); }, {"sample 13 is placed 2 times"});
 }
 
 TEST(PlanSimulation, MemoryOverflowNamesTheGroup) {
@@ -274,7 +274,6 @@ TEST(PlanSimulation, PeakMemoryIsCheckedAgainstTheMemoryLessTheHeadroom) {
   c.mem_headroom_bytes = 0.5 * (1 << 30);
   EXPECT_TRUE(RunPlan(f.model, c, f.workload, p, f.batch).memory_violations.empty());
 }
-
 
 // Every module sees every trained sample exactly once per data-parallel copy
 // of the batch: at the stages holding its first layer, over all replicas, the
@@ -319,11 +318,10 @@ void ExpectEverySampleOnce(const Model& model, const Batch& batch, const Executi
 
 TEST(ExecutionPlan, EveryShapeCarriesEverySampleOnceAndNamesItsGroups) {
   test::Fixture f;
-  const std::vector<std::pair<std::string, Plan>> shapes = {
-      {"megatron", test::MegatronShape(f)},
-      {"disaggregated", test::DisaggregatedShape(f)},
-      {"temporal", test::TemporalShape(f, 0.5)},
-      {"heterogeneous", test::HeterogeneousShape(f)}};
+  const std::vector<std::pair<std::string, Plan>> shapes = {{"megatron", test::MegatronShape(f)},
+                                                            {"disaggregated", test::DisaggregatedShape(f)},
+                                                            {"temporal", test::TemporalShape(f, 0.5)},
+                                                            {"heterogeneous", test::HeterogeneousShape(f)}};
   for (const auto& [name, plan] : shapes) {
     SCOPED_TRACE(name);
     const ExecutionPlan e = CompilePlan(f.model, f.cluster, f.workload, plan, f.batch);
@@ -382,8 +380,8 @@ TEST(ExecutionPlan, PricingSumsItsLayersOnce) {
   w.global_batch = 2;
   const Batch batch = DrawBatch(w, 0);
   StrategyContext ctx{f.model, one, w, batch, {}};
-  const Plan plan = SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone,
-                                   Balance::kParams, 1);
+  const Plan plan =
+      SingleUnitPlan(ctx, "megatron", 1, 1, 1, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kParams, 1);
   const ExecutionPlan e = CompilePlan(f.model, one, w, plan, batch);
   const ExecutionCosts costs = PriceExecution(e, f.model, one, batch);
   const auto tokens = CountModuleTokens(f.model, batch.samples);
@@ -412,8 +410,8 @@ TEST(ExecutionPlan, ZeroThreeGathersSlowerThanComputeAreIdleTime) {
   Batch batch = DrawBatch(w, 0);
   batch.samples.assign(16, batch.samples[0]);  // every replica the same work: no idle but the waits
   StrategyContext ctx{f.model, c, w, batch, {}};
-  const Plan plan = SingleUnitPlan(ctx, "fsdp", 1, 1, 16, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone,
-                                   Balance::kParams, 3);
+  const Plan plan =
+      SingleUnitPlan(ctx, "fsdp", 1, 1, 16, 1, 1, ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kParams, 3);
   const ExecutionPlan e = CompilePlan(f.model, c, w, plan, batch);
   const ExecutionCosts costs = PriceExecution(e, f.model, c, batch);
   const auto needs = ComputeBackwardNeeds(f.model);
@@ -447,7 +445,6 @@ TEST(ExecutionPlan, CustomScheduleNeedsItsRankOrders) {
                     {"custom schedule", "rank_orders"});
 }
 
-
 // The custom schedule takes any stage-to-rank mapping: a V shape (stages 0
 // and 3 on rank 0, 1 and 2 on rank 1) with each batch's per-rank orders, and
 // a stage may run its own tensor-parallel degree inside its group.
@@ -456,8 +453,8 @@ TEST(ExecutionPlan, VShapeWithPerStageTensorParallelism) {
   Plan p = EmptyPlan(f.ctx(), "v-shape", 8);
   std::vector<std::string> modules;
   for (const auto& m : f.model.modules) modules.push_back(m.name);
-  Unit u = MakeUnit(f.ctx(), "all", modules, 0, 4, 0, 1, 4, 2, ScheduleKind::kCustom, Recompute::kFull,
-                    Balance::kParams);
+  Unit u =
+      MakeUnit(f.ctx(), "all", modules, 0, 4, 0, 1, 4, 2, ScheduleKind::kCustom, Recompute::kFull, Balance::kParams);
   u.pipelines[0].pp = 2;
   const int ranks[] = {0, 1, 1, 0};
   for (int s = 0; s < 4; ++s) u.pipelines[0].stages[s].rank = ranks[s];
@@ -492,7 +489,6 @@ TEST(ExecutionPlan, VShapeWithPerStageTensorParallelism) {
                     {"stage 2 has tp 3", "must divide the 8 GPUs of its rank"});
 }
 
-
 // Oobleck's templates give stages different GPU counts: a pipeline rank may
 // span several GPU groups, and its stage runs on all of them (the extra GPUs
 // share its sequences unless the stage's own TP uses them). With one GPU per
@@ -522,9 +518,9 @@ TEST(ExecutionPlan, RanksSpanSeveralGroupsForOobleckStages) {
   EXPECT_EQ(run.group_peak_mem_bytes[1], run.group_peak_mem_bytes[3]);
   // A rank span list of the wrong length is rejected.
   p.units[0].pipelines[0].rank_groups = {4};
-  test::ExpectError([&] { CompilePlan(f.model, four, w, p, batch); }, {"rank_groups has 1 entries", "one per pipeline rank (2)"});
+  test::ExpectError([&] { CompilePlan(f.model, four, w, p, batch); },
+                    {"rank_groups has 1 entries", "one per pipeline rank (2)"});
 }
-
 
 // Entrain's regrouping: the llm unit trains the encoder's samples in
 // microbatches of its own, so its broker edges are many to many. Checked

@@ -57,7 +57,8 @@ TEST(Golden, WriteWhenAsked) {
   const char* out = std::getenv("LOOM_WRITE_GOLDEN");
   if (out == nullptr) GTEST_SKIP() << "set LOOM_WRITE_GOLDEN=FILE to record the golden plans";
   nlohmann::json all = nlohmann::json::array();
-  const std::vector<std::string> strategies = {"megatron", "fsdp", "distmm", "optimus", "nnscaler", "mmscale", "pipeweaver"};
+  const std::vector<std::string> strategies = {"megatron", "fsdp",    "distmm",    "optimus",
+                                               "nnscaler", "mmscale", "pipeweaver"};
   for (const auto& name : ZooModelNames()) {
     Model model = LoadModel(name);
     Cluster cluster = GoldenCluster(model);
@@ -155,10 +156,11 @@ TEST(Golden, RefactorKeepsIterationTimeAndPeakMemory) {
     step_share += (now.metrics.iteration_time_s - t) / t / static_cast<double>(all.size());
     ++checked;
   }
-  std::printf("%d golden plans equal (sequence parallelism and optimizer step off), %d peak lower with sequence "
-              "parallelism, the optimizer step adds %.2f%% to the iteration on average, %zu changed on purpose, %d "
-              "faster by at most %.2f%% with bucket-wise sync across replicas\n",
-              checked - bucket_wise, lower, 100 * step_share, kChanged.size(), bucket_wise, 100 * most_sync_drop);
+  std::printf(
+      "%d golden plans equal (sequence parallelism and optimizer step off), %d peak lower with sequence "
+      "parallelism, the optimizer step adds %.2f%% to the iteration on average, %zu changed on purpose, %d "
+      "faster by at most %.2f%% with bucket-wise sync across replicas\n",
+      checked - bucket_wise, lower, 100 * step_share, kChanged.size(), bucket_wise, 100 * most_sync_drop);
   EXPECT_GT(lower, 100);
 }
 

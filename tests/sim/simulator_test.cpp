@@ -203,7 +203,6 @@ TEST(Simulator, IncrementalEqualsFullOnRandomizedSchedules) {
   }
 }
 
-
 // A many-to-many edge (Entrain moves samples between microbatches): producer
 // microbatch 2 feeds both consumers, so the consumers' forwards wait for it and
 // its backward waits for both consumers' backwards. Hand-timed with f = 1, b = 2:

@@ -61,7 +61,8 @@ nic_Gbps: 100
   EXPECT_EQ(c.num_gpus(), 8);
   EXPECT_DOUBLE_EQ(c.network.bytes_per_s, 2 * 100e9 / 8 / 4);
   EXPECT_DOUBLE_EQ(c.LinkForSpan(3).bytes_per_s, 64e9);  // PCIe between NVLink pairs
-  std::string bad = test::WriteTemp("bad_c.yaml", "cluster: x\ngpu: h100\nnodes: 2\ngpus_per_node: 4\nnvlink_domain: 3\n");
+  std::string bad =
+      test::WriteTemp("bad_c.yaml", "cluster: x\ngpu: h100\nnodes: 2\ngpus_per_node: 4\nnvlink_domain: 3\n");
   test::ExpectError([&] { LoadCluster(bad); }, {"bad_c.yaml:5:", "nvlink_domain", "must divide gpus_per_node (4)"});
   std::string gpu = test::WriteTemp("gpu_c.yaml", "cluster: x\ngpu: b200\nnodes: 1\ngpus_per_node: 8\n");
   test::ExpectError([&] { LoadCluster(gpu); }, {"gpu_c.yaml:2:", "unknown GPU 'b200'"});

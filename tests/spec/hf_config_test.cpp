@@ -44,36 +44,42 @@ const std::vector<Published>& Models() {
            "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
            "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 500000.0,
            "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 128256})",
-       8.03e9, {"llm"}},
+       8.03e9,
+       {"llm"}},
       {"Mistral-7B-v0.1",
        R"({"architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096, "intermediate_size": 14336,
            "max_position_embeddings": 32768, "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
            "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
            "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000})",
-       7.24e9, {"llm"}},
+       7.24e9,
+       {"llm"}},
       {"Qwen2-0.5B",
        R"({"architectures": ["Qwen2ForCausalLM"], "hidden_act": "silu", "hidden_size": 896, "intermediate_size": 4864,
            "max_position_embeddings": 131072, "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
            "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": true,
            "torch_dtype": "bfloat16", "vocab_size": 151936})",
-       0.494e9, {"llm"}},
+       0.494e9,
+       {"llm"}},
       {"clip-vit-large-patch14",
        R"({"architectures": ["CLIPModel"], "model_type": "clip", "projection_dim": 768,
            "text_config": {"hidden_size": 768, "intermediate_size": 3072, "max_position_embeddings": 77,
                            "num_attention_heads": 12, "num_hidden_layers": 12, "vocab_size": 49408, "projection_dim": 768},
            "vision_config": {"hidden_size": 1024, "image_size": 224, "intermediate_size": 4096, "num_attention_heads": 16,
                              "num_hidden_layers": 24, "patch_size": 14, "projection_dim": 768}})",
-       0.428e9, {"vision", "text"}},
+       0.428e9,
+       {"vision", "text"}},
       {"siglip-so400m-patch14-384-vision",
        R"({"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 384, "intermediate_size": 4304,
            "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14})",
-       0.428e9, {"vision"}},
+       0.428e9,
+       {"vision"}},
       {"whisper-large-v3",
        R"({"architectures": ["WhisperForConditionalGeneration"], "d_model": 1280, "decoder_attention_heads": 20,
            "decoder_ffn_dim": 5120, "decoder_layers": 32, "encoder_attention_heads": 20, "encoder_ffn_dim": 5120,
            "encoder_layers": 32, "max_source_positions": 1500, "max_target_positions": 448, "model_type": "whisper",
            "num_mel_bins": 128, "vocab_size": 51866})",
-       0.635e9, {"audio"}},  // the encoder's share of the 1.55B
+       0.635e9,
+       {"audio"}},  // the encoder's share of the 1.55B
       {"llava-1.5-7b-hf",
        R"({"architectures": ["LlavaForConditionalGeneration"], "ignore_index": -100, "image_token_index": 32000,
            "model_type": "llava", "pad_token_id": 32001, "projector_hidden_act": "gelu",
@@ -85,7 +91,8 @@ const std::vector<Published>& Models() {
                              "model_type": "clip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 24,
                              "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
            "vision_feature_layer": -2, "vision_feature_select_strategy": "default", "vocab_size": 32064})",
-       7.06e9, {"vision", "projector", "llm"}},
+       7.06e9,
+       {"vision", "projector", "llm"}},
       {"Qwen2-VL-7B-Instruct",
        R"({"architectures": ["Qwen2VLForConditionalGeneration"], "hidden_act": "silu", "hidden_size": 3584,
            "intermediate_size": 18944, "max_position_embeddings": 32768, "model_type": "qwen2_vl",
@@ -95,7 +102,8 @@ const std::vector<Published>& Models() {
                              "hidden_size": 3584, "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14,
                              "temporal_patch_size": 2},
            "vocab_size": 152064})",
-       8.29e9, {"vision", "merger", "llm"}},
+       8.29e9,
+       {"vision", "merger", "llm"}},
   };
   return m;
 }
@@ -116,9 +124,10 @@ TEST(HfConfig, PublishedModelsLoadWithTheirPublishedParameterCounts) {
 
 // The zoo's hand-written YAML for the same models agrees with the configs' translation.
 TEST(HfConfig, TranslationsMatchTheZoosHandWrittenModels) {
-  const std::vector<std::pair<std::string, std::string>> same = {
-      {"Meta-Llama-3-8B", "llama3-8b"}, {"clip-vit-large-patch14", "clip-vit-l"},
-      {"siglip-so400m-patch14-384-vision", "siglip"}, {"whisper-large-v3", "whisper-encoder"}};
+  const std::vector<std::pair<std::string, std::string>> same = {{"Meta-Llama-3-8B", "llama3-8b"},
+                                                                 {"clip-vit-large-patch14", "clip-vit-l"},
+                                                                 {"siglip-so400m-patch14-384-vision", "siglip"},
+                                                                 {"whisper-large-v3", "whisper-encoder"}};
   for (const auto& [folder, zoo] : same) {
     SCOPED_TRACE(folder);
     for (const auto& p : Models()) {
@@ -131,8 +140,8 @@ TEST(HfConfig, TranslationsMatchTheZoosHandWrittenModels) {
 TEST(HfConfig, ItWorksAnywhereAModelIsTaken) {
   // `from:` a config.json, relative to the including file.
   WriteConfig("Qwen2-0.5B", Models()[2].json);
-  const std::string spec = test::WriteTemp("hf/with-from.yaml",
-                                           "model: m\nmodules:\n  - name: llm\n    from: Qwen2-0.5B/config.json\n");
+  const std::string spec =
+      test::WriteTemp("hf/with-from.yaml", "model: m\nmodules:\n  - name: llm\n    from: Qwen2-0.5B/config.json\n");
   const Model m = LoadModel(spec);
   ASSERT_EQ(m.modules.size(), 1u);
   EXPECT_NEAR(static_cast<double>(Params(m)) / 0.494e9, 1.0, 0.005);
@@ -143,9 +152,8 @@ TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {
                     {"config.json: model_type: 'mamba' is not an architecture Loom reads", "valid: llama, mistral"});
   test::ExpectError([] { LoadModel(WriteConfig("noname", R"({"architectures": ["X"], "hidden_size": 768})")); },
                     {"config.json: model_type: missing"});
-  test::ExpectError(
-      [] { LoadModel(WriteConfig("badfield", R"({"model_type": "llama", "hidden_size": "big"})")); },
-      {"config.json: hidden_size: expected an integer from 1 to 16777216, got \"big\""});
+  test::ExpectError([] { LoadModel(WriteConfig("badfield", R"({"model_type": "llama", "hidden_size": "big"})")); },
+                    {"config.json: hidden_size: expected an integer from 1 to 16777216, got \"big\""});
   test::ExpectError(
       [] {
         LoadModel(WriteConfig("badtext", R"({"model_type": "llava", "text_config": {"model_type": "gpt_neox"}})"));

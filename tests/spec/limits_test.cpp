@@ -5,17 +5,17 @@
 // the CLI exits 2 with the message instead of aborting.
 #include <gtest/gtest.h>
 
-#include "test_util.h"
 #include "../plan/plan_test_util.h"
-#include "loom/plan/compile_plan.h"
-#include "loom/report/simulation_report.h"
-#include "loom/sim/plan_run.h"
-#include "loom/plan/plan_json.h"
 #include "loom/cost/calibration.h"
 #include "loom/cost/profile.h"
+#include "loom/plan/compile_plan.h"
+#include "loom/plan/plan_json.h"
+#include "loom/report/simulation_report.h"
+#include "loom/sim/plan_run.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
+#include "test_util.h"
 
 namespace loom {
 namespace {
@@ -24,7 +24,8 @@ std::string Llm(const std::string& layer_fields, const std::string& name = "llm"
   return "model: m\nmodules:\n  - name: " + name +
          "\n    role: backbone\n    modality: text\n    tokens: {source: text}\n    layers:\n"
          "      - {kind: embedding, vocab: 100, hidden: 64}\n"
-         "      - {kind: transformer, " + layer_fields + "}\n";
+         "      - {kind: transformer, " +
+         layer_fields + "}\n";
 }
 
 TEST(Limits, ModelSizesAreBoundedBeforeTheyAreUsed) {
@@ -57,8 +58,9 @@ TEST(Limits, ClusterSizesAreBounded) {
 TEST(Limits, GlobalBatchIsBounded) {
   const std::string w = "workload: w\nsource: {kind: text}\nglobal_batch: 1e12\n";
   test::ExpectError([&] { ParseWorkload(w, "w.yaml"); }, {"w.yaml:3:", "global_batch", "must be at most 16777216"});
-  auto [code, out] = test::RunLoom("simulate --model llama3-1b --cluster h100:1x8 --workload text --global-batch "
-                                   "2000000000");
+  auto [code, out] = test::RunLoom(
+      "simulate --model llama3-1b --cluster h100:1x8 --workload text --global-batch "
+      "2000000000");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("--global-batch: at most 16777216"), std::string::npos) << out;
 }
@@ -72,12 +74,12 @@ TEST(Limits, TextMustBeUtf8) {
   }
 }
 
-
 // A key twice in one mapping, infinities where a size is expected, plan
 // integers past an int: errors naming the field, not silently read.
 TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
-  test::ExpectError([] { ParseModel("model: a\nmodel: b\n" + Llm("hidden: 64, ffn_hidden: 128, heads: 4").substr(9), "m.yaml"); },
-                    {"m.yaml:2:", "model: duplicate key"});
+  test::ExpectError(
+      [] { ParseModel("model: a\nmodel: b\n" + Llm("hidden: 64, ffn_hidden: 128, heads: 4").substr(9), "m.yaml"); },
+      {"m.yaml:2:", "model: duplicate key"});
   test::ExpectError(
       [] { ParseCluster("cluster: c\ngpu: h100\nnodes: 1\ngpus_per_node: 8\ngpu_mem_GiB: .inf\n", "c.yaml"); },
       {"gpu_mem_GiB", "must be a finite number"});
@@ -101,8 +103,11 @@ TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {
   j["units"][0]["tp"] = -8;
   test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, PlanFromJson(j, "p.json"), f.batch); },
                     {"unit encoder: tp (-8) and cp (1) must be >= 1"});
-  test::ExpectError([&] { PlanFromJson(nlohmann::json::array({1, 2}), "p_array.json"); },
-                    {"p_array.json: the document: must be an object, got array"});
+  test::ExpectError(
+      [&] {
+        PlanFromJson(nlohmann::json::array({1, 2}), "p_array.json");
+      },
+      {"p_array.json: the document: must be an object, got array"});
 }
 
 // The CLI's flags: what CLI11 lets through is checked, and writes that fail
@@ -123,12 +128,14 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
       {"--strategy megatron --json /dev/full", "--json /dev/full: writing the file failed"},
       {"--strategy megatron --trace /dev/full", "/dev/full: writing the trace failed"},
       {"--strategy megatron --report /dev/full", "--report /dev/full: writing the file failed"},
-      {"--strategy megatron --workload " + test::WriteTemp("lim-missing.yaml", "workload: w\nsource: {kind: jsonl, path: "
-                                                            "/nonexistent/s.jsonl}\n"),
+      {"--strategy megatron --workload " + test::WriteTemp("lim-missing.yaml",
+                                                           "workload: w\nsource: {kind: jsonl, path: "
+                                                           "/nonexistent/s.jsonl}\n"),
        "lim-missing.yaml: source.path: /nonexistent/s.jsonl: cannot open"},
   };
   // A pin a strategy cannot honour is said, not ignored (disttrain kept PP 1 under --pp 64).
-  auto [pcode, pout] = test::RunLoom("plan --model vlm-s --cluster h100:1x8 --iterations 1 --strategy disttrain --pp 64");
+  auto [pcode, pout] =
+      test::RunLoom("plan --model vlm-s --cluster h100:1x8 --iterations 1 --strategy disttrain --pp 64");
   EXPECT_EQ(pcode, 2);
   EXPECT_NE(pout.find("TP x DP x PP splits that fit has the backbone at --pp 64"), std::string::npos) << pout;
   // Every sampled batch is kept for --json: then their number is bounded (1e9 reached 8 GB before
@@ -155,25 +162,35 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
 // docs/spec-format.md: consecutive layers agree on the width they pass, and a
 // projector takes its input module's output width (times a patch merge).
 TEST(Limits, InconsistentWidthsAreErrors) {
-  const std::string head = "model: m\nmodules:\n  - name: llm\n    role: backbone\n    modality: text\n"
-                           "    tokens: {source: text}\n    layers:\n";
-  test::ExpectError([&] {
-    ParseModel(head + "      - {kind: embedding, vocab: 100, hidden: 512}\n"
-                      "      - {kind: transformer, hidden: 1024, ffn_hidden: 128, heads: 4}\n", "w.yaml");
-  }, {"w.yaml:9:", "layers[1].hidden", "transformer takes width 1024, but layers[0] hands on 512"});
-  test::ExpectError([&] {
-    ParseModel(head + "      - {kind: embedding, vocab: 100, hidden: 1024}\n"
-                      "      - {kind: transformer, count: 2, hidden: 1024, ffn_hidden: 128, heads: 4}\n"
-                      "      - {kind: lm_head, vocab: 100, hidden: 2048}\n", "w.yaml");
-  }, {"layers[2].hidden", "lm_head takes width 2048, but layers[1] hands on 1024"});
-  const std::string vlm = "model: v\nmodules:\n"
-                          "  - name: vision\n    role: encoder\n    modality: image\n"
-                          "    tokens: {source: image, patch_px: 14, merge: MERGE}\n    layers:\n"
-                          "      - {kind: patch_embed, patch_px: 14, hidden: 1024}\n"
-                          "      - {kind: transformer, hidden: 1024, ffn_hidden: 4096, heads: 16}\n"
-                          "  - name: projector\n    role: projector\n    modality: image\n    inputs: [vision]\n"
-                          "    tokens: {source: inputs}\n    layers:\n"
-                          "      - {kind: mlp_projector, in_dim: IN, hidden: 2048, out_dim: 2048}\n";
+  const std::string head =
+      "model: m\nmodules:\n  - name: llm\n    role: backbone\n    modality: text\n"
+      "    tokens: {source: text}\n    layers:\n";
+  test::ExpectError(
+      [&] {
+        ParseModel(head +
+                       "      - {kind: embedding, vocab: 100, hidden: 512}\n"
+                       "      - {kind: transformer, hidden: 1024, ffn_hidden: 128, heads: 4}\n",
+                   "w.yaml");
+      },
+      {"w.yaml:9:", "layers[1].hidden", "transformer takes width 1024, but layers[0] hands on 512"});
+  test::ExpectError(
+      [&] {
+        ParseModel(head +
+                       "      - {kind: embedding, vocab: 100, hidden: 1024}\n"
+                       "      - {kind: transformer, count: 2, hidden: 1024, ffn_hidden: 128, heads: 4}\n"
+                       "      - {kind: lm_head, vocab: 100, hidden: 2048}\n",
+                   "w.yaml");
+      },
+      {"layers[2].hidden", "lm_head takes width 2048, but layers[1] hands on 1024"});
+  const std::string vlm =
+      "model: v\nmodules:\n"
+      "  - name: vision\n    role: encoder\n    modality: image\n"
+      "    tokens: {source: image, patch_px: 14, merge: MERGE}\n    layers:\n"
+      "      - {kind: patch_embed, patch_px: 14, hidden: 1024}\n"
+      "      - {kind: transformer, hidden: 1024, ffn_hidden: 4096, heads: 16}\n"
+      "  - name: projector\n    role: projector\n    modality: image\n    inputs: [vision]\n"
+      "    tokens: {source: inputs}\n    layers:\n"
+      "      - {kind: mlp_projector, in_dim: IN, hidden: 2048, out_dim: 2048}\n";
   auto with = [&](const std::string& merge, const std::string& in) {
     std::string y = vlm;
     y.replace(y.find("MERGE"), 5, merge);
@@ -182,8 +199,9 @@ TEST(Limits, InconsistentWidthsAreErrors) {
   };
   // A model with nothing to train is refused (it would be "planned" at a
   // forward-only MFU); a frozen component beside a trained one is fine.
-  test::ExpectError([] { ParseModel("model: f\nmodules:\n  - name: llm\n    from: llama3-1b\n    frozen: true\n", "f.yaml"); },
-                    {"f.yaml: model f: every layer is frozen", "nothing to train"});
+  test::ExpectError(
+      [] { ParseModel("model: f\nmodules:\n  - name: llm\n    from: llama3-1b\n    frozen: true\n", "f.yaml"); },
+      {"f.yaml: model f: every layer is frozen", "nothing to train"});
   EXPECT_NO_THROW(LoadModel("mllm-sss"));  // frozen encoders and LLM, trained projectors
   // `from:` an empty file names the including file and line, and the empty one.
   const std::string empty = test::WriteTemp("lim-empty.yaml", "");
@@ -200,15 +218,17 @@ TEST(Limits, InconsistentWidthsAreErrors) {
 // A global batch far too small for the cluster: the best plan idles most of
 // the time, and the output says so with a batch that fills its pipelines.
 TEST(Limits, ASmallBatchForTheClusterIsWarnedAbout) {
-  auto [code, out] = test::RunLoom("plan --model llama3-8b --cluster h100:32x8 --workload text --global-batch 16 "
-                                   "--strategy megatron --iterations 1");
+  auto [code, out] = test::RunLoom(
+      "plan --model llama3-8b --cluster h100:32x8 --workload text --global-batch 16 "
+      "--strategy megatron --iterations 1");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("warning: the best plan idles"), std::string::npos) << out;
   EXPECT_NE(out.find("a global batch of 16 is small for 256 GPUs; 256 (32 microbatches per replica for its 8 stages)"),
             std::string::npos)
       << out;
-  auto [code2, out2] = test::RunLoom("plan --model llama3-8b --cluster h100:32x8 --workload text --global-batch 512 "
-                                     "--strategy megatron --iterations 1");
+  auto [code2, out2] = test::RunLoom(
+      "plan --model llama3-8b --cluster h100:32x8 --workload text --global-batch 512 "
+      "--strategy megatron --iterations 1");
   EXPECT_EQ(code2, 0) << out2;
   EXPECT_EQ(out2.find("warning: the best plan idles"), std::string::npos) << out2;
 }
@@ -233,8 +253,9 @@ TEST(Limits, FuzzerFindingsAreLocatedErrors) {
   const std::string llm = Llm("hidden: 64, ffn_hidden: 128, heads: 4");
   test::ExpectError([&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    inputs: [text: x]\n", "m.yaml"); },
                     {"m.yaml:12:14:", "modules[1].inputs[0]: expected a name, got a mapping"});
-  test::ExpectError([&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    drop_kinds: [[lm_head]]\n", "m.yaml"); },
-                    {"m.yaml:12:18:", "modules[1].drop_kinds[0]: expected a name, got a list"});
+  test::ExpectError(
+      [&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    drop_kinds: [[lm_head]]\n", "m.yaml"); },
+      {"m.yaml:12:18:", "modules[1].drop_kinds[0]: expected a name, got a list"});
   test::ExpectError([] { ParseCalibration("gpu: h100\n[a]: 1\npoints: []\n", "c.yaml"); },
                     {"c.yaml:2:", "a key must be a plain name, not a list"});
   test::ExpectError([] { ParseProfile("gpu: h100\napplies_to: [{h100: 1}]\n", "p.yaml"); },

@@ -60,8 +60,7 @@ modules:
 }
 
 TEST(ModelSpec, MalformedYamlNamesFileAndLine) {
-  ExpectError([] { ParseModel("model: x\nmodules: [\n  - {name: a", "bad.yaml"); },
-              {"bad.yaml:", "malformed YAML"});
+  ExpectError([] { ParseModel("model: x\nmodules: [\n  - {name: a", "bad.yaml"); }, {"bad.yaml:", "malformed YAML"});
 }
 
 TEST(ModelSpec, UnknownKeyIsRejectedWithValidKeys) {
@@ -112,8 +111,7 @@ TEST(ModelSpec, UnknownEnumValueListsValidOnes) {
 TEST(ModelSpec, DanglingEdgeIsRejected) {
   std::string text = kGood;
   text.replace(text.find("inputs: [vis]"), 13, "inputs: [vision]");
-  ExpectError([&] { ParseModel(text, "d.yaml"); },
-              {"d.yaml:13:", "dangling edge", "'vision'", "modules: vis, lm"});
+  ExpectError([&] { ParseModel(text, "d.yaml"); }, {"d.yaml:13:", "dangling edge", "'vision'", "modules: vis, lm"});
 }
 
 TEST(ModelSpec, CycleIsRejected) {

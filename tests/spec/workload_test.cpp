@@ -7,7 +7,7 @@ namespace loom {
 namespace {
 
 TEST(Workload, NamedWorkloadsCarryTheSeedsDefaults) {
-  EXPECT_EQ(LoadWorkload("laion").global_batch, 1920);  // MMScale §7
+  EXPECT_EQ(LoadWorkload("laion").global_batch, 1920);       // MMScale §7
   EXPECT_EQ(LoadWorkload("mosaic-fixed").global_batch, 32);  // Mosaic §5.1
   EXPECT_EQ(LoadWorkload("cornstarch-synthetic").global_batch, 48);
   EXPECT_EQ(LoadWorkload("cornstarch-synthetic").microbatch_size, 4);

@@ -71,7 +71,8 @@ TEST_P(ZooBaselines, EveryBaselineFindsAValidPlanWhenTheModelFits) {
       // Nothing else may fail.
       const std::string what = e.what();
       const bool whole_sample_too_big =
-          (strategy == "fsdp" && TooBigAtOneSamplePerGpu(name) && what.find("do not fit in memory") != std::string::npos) ||
+          (strategy == "fsdp" && TooBigAtOneSamplePerGpu(name) &&
+           what.find("do not fit in memory") != std::string::npos) ||
           (strategy == "oobleck" && name == "vlm-xl" && what.find("fits in memory") != std::string::npos);
       const bool no_encoder = (strategy == "entrain" || strategy == "dip") && !has_encoder &&
                               what.find("no module upstream of its backbone") != std::string::npos;

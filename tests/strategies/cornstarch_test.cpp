@@ -127,7 +127,7 @@ TEST(CornstarchStrategy, FrozenAwareStagesBalanceAFrozenModelBetter) {
   const auto unaware = LayerWeights(ctx, layers, Balance::kTimeFrozenUnaware, 1);
   double frozen_saving = 0;
   for (size_t l = 0; l < aware.size(); ++l) frozen_saving += unaware[l] - aware[l];
-  ASSERT_GT(frozen_saving, 0);  // the model has frozen layers whose backward is skipped
+  ASSERT_GT(frozen_saving, 0);              // the model has frozen layers whose backward is skipped
   auto slowest = [&](const Partition& p) {  // priced frozen-aware: what runs
     double worst = 0;
     for (size_t s = 0; s + 1 < p.begin.size(); ++s) {

@@ -79,8 +79,8 @@ TEST(EntrainSchedule, SplitForDeferralOnTheWorkedExample) {
     EXPECT_EQ(w, 6);
   }
   // (samples, forward slot, backward slot)
-  const std::vector<std::tuple<std::vector<int>, int, int>> want = {
-      {{7}, 0, 0}, {{6}, 0, 1}, {{0}, 1, 1}, {{3}, 2, 2}, {{2}, 2, 3}, {{1}, 3, 3}, {{4}, 4, 4}, {{5}, 5, 5}};
+  const std::vector<std::tuple<std::vector<int>, int, int>> want = {{{7}, 0, 0}, {{6}, 0, 1}, {{0}, 1, 1}, {{3}, 2, 2},
+                                                                    {{2}, 2, 3}, {{1}, 3, 3}, {{4}, 4, 4}, {{5}, 5, 5}};
   ASSERT_EQ(s.pieces.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(s.pieces[i].samples, std::get<0>(want[i])) << i;
@@ -109,8 +109,8 @@ TEST(EntrainSchedule, EveryBatchCompilesAndSimulates) {
   Plan p = EmptyPlan(f.ctx(), "entrain", 4);
   p.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, 1, 2, 8, ScheduleKind::kOneFOneB,
                              Recompute::kFull, Balance::kParams));
-  p.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, 2, 4, 0, 1, 2, 8, ScheduleKind::kOneFOneB, Recompute::kFull,
-                             Balance::kParams));
+  p.units.push_back(
+      MakeUnit(f.ctx(), "llm", {"llm"}, 2, 4, 0, 1, 2, 8, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams));
   p.brokers.push_back({"encoder", "llm", 1});
   const LayerCurves curves = FitModelCurves(f.model, f.cluster, ModuleTensorParallel(f.model, p));
   int deferring = 0;
@@ -151,8 +151,9 @@ TEST(EntrainSchedule, BadPlacementsAndOrdersAreErrors) {
   test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &bad); }, {"exactly once"});
   // Orders: replica 0 of the llm runs its 2 microbatches backwards first: deadlock.
   bad = it;
-  bad.unit_rank_orders["llm"] = {{{{false, 0, 0}, {true, 0, 0}, {true, 0, 1}, {false, 0, 1}}},
-                                 {{{true, 0, 0}, {false, 0, 0}, {true, 0, 1}, {false, 0, 1}, {true, 0, 2}, {false, 0, 2}}}};
+  bad.unit_rank_orders["llm"] = {
+      {{{false, 0, 0}, {true, 0, 0}, {true, 0, 1}, {false, 0, 1}}},
+      {{{true, 0, 0}, {false, 0, 0}, {true, 0, 1}, {false, 0, 1}, {true, 0, 2}, {false, 0, 2}}}};
   test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &bad); }, {"unit_rank_orders"});
   bad.unit_rank_orders["llm"][0][0] = {{true, 0, 0}, {false, 0, 0}, {true, 0, 1}};
   test::ExpectError([&] { CompilePlan(f.model, f.cluster, f.workload, p, f.batch, &bad); },

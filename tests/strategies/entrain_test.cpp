@@ -14,8 +14,8 @@
 #include "loom/strategies/entrain/cost_fit.h"
 #include "loom/strategies/entrain/deferral.h"
 #include "loom/strategies/entrain/dp_assignment.h"
-#include "loom/strategies/entrain/sample_work.h"
 #include "loom/strategies/entrain/profiling_batch.h"
+#include "loom/strategies/entrain/sample_work.h"
 #include "loom/strategies/entrain/stratified_assignment.h"
 
 namespace loom {
@@ -167,7 +167,7 @@ TEST(EntrainProfiling, TrialsAndProportionalAllocation) {
   EXPECT_EQ(ProportionalAllocation(2, {1, 1.12}, 1), (std::vector<int>{1, 1}));
   // Whole quotas, then the largest remainder; units of a TP group of 2.
   EXPECT_EQ(ProportionalAllocation(8, {1, 3}, 1), (std::vector<int>{2, 6}));
-  EXPECT_EQ(ProportionalAllocation(4, {0.3, 0.7}, 1), (std::vector<int>{1, 3}));  // quotas 1.2, 2.8
+  EXPECT_EQ(ProportionalAllocation(4, {0.3, 0.7}, 1), (std::vector<int>{1, 3}));    // quotas 1.2, 2.8
   EXPECT_EQ(ProportionalAllocation(16, {0.3, 0.7}, 2), (std::vector<int>{4, 12}));  // 2.4 : 5.6 units of 2 GPUs
   EXPECT_EQ(ProportionalAllocation(4, {1, 1, 1}, 1), (std::vector<int>{2, 1, 1}));  // ties: the lower component
   EXPECT_EQ(ProportionalAllocation(4, {0, 1}, 1), (std::vector<int>{1, 3}));        // at least one unit each

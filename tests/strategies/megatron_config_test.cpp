@@ -5,8 +5,8 @@
 
 #include "loom/cost/device_time.h"
 #include "loom/cost/layer_pricing.h"
-#include "loom/strategies/baselines/megatron_config.h"
 #include "loom/spec/zoo.h"
+#include "loom/strategies/baselines/megatron_config.h"
 #include "test_util.h"
 
 namespace loom {
@@ -51,7 +51,8 @@ TEST(MegatronLayout, PeakMemoryIsStaticPlusInFlightActivations) {
     const auto& costs = run.costs.replicas[0];
     double act = costs.stage[0][0].activation_bytes;
     int in_flight = schedule == ScheduleKind::kGpipe ? 6 : 2;
-    EXPECT_NEAR(run.result.peak_mem_bytes[0], costs.static_bytes[0] + in_flight * act, 1.0) << ScheduleKindName(schedule);
+    EXPECT_NEAR(run.result.peak_mem_bytes[0], costs.static_bytes[0] + in_flight * act, 1.0)
+        << ScheduleKindName(schedule);
   }
 }
 
@@ -148,7 +149,8 @@ TEST(MegatronLayout, ConfigurationErrorsNameTheFactors) {
   cfg.dp = 1;
   cfg.pp = 2;
   cfg.tp = 16;
-  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:4x8"), w); }, {"tp (16) x cp (1) must divide the 8 GPUs of a node"});
+  test::ExpectError([&] { cfg.Validate(m, LoadCluster("h100:4x8"), w); },
+                    {"tp (16) x cp (1) must divide the 8 GPUs of a node"});
   cfg.tp = 8;
   cfg.pp = 1;
   cfg.dp = 1;

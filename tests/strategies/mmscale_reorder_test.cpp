@@ -119,8 +119,7 @@ TEST(MmscaleIntraReorder, KeepsEverySampleAndTheCounts) {
   std::vector<int> all;
   for (size_t g = 0; g < groups.size(); ++g) {
     EXPECT_EQ(groups[g].size(), (std::vector<size_t>{20, 20, 10, 10}[g]));
-    EXPECT_TRUE(std::is_sorted(groups[g].begin(), groups[g].end(),
-                               [&](int a, int b) { return sizes[a] > sizes[b]; }));
+    EXPECT_TRUE(std::is_sorted(groups[g].begin(), groups[g].end(), [&](int a, int b) { return sizes[a] > sizes[b]; }));
     all.insert(all.end(), groups[g].begin(), groups[g].end());
   }
   EXPECT_TRUE(IsPermutation(all, 60));

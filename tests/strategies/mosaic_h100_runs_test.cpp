@@ -38,8 +38,8 @@ double Predicted_s(const std::string& plans, const std::string& strategy, const 
   auto [code, out] = test::RunLoom("simulate --model " + std::string(LOOM_EXAMPLES) +
                                    "/runtime/mosaic-encoders.yaml --cluster " + std::string(LOOM_EXAMPLES) +
                                    "/runtime/one-h100.yaml --workload mosaic-fixed --global-batch 8 --precision fp32 "
-                                   "--plan " + kRuns + plans + " --strategy " + strategy + " --profile " + profile +
-                                   " --json");
+                                   "--plan " +
+                                   kRuns + plans + " --strategy " + strategy + " --profile " + profile + " --json");
   EXPECT_EQ(code, 0) << out;
   if (code != 0) return 0;
   return nlohmann::json::parse(out)["iteration_time_s"].get<double>();
@@ -53,11 +53,11 @@ TEST(MosaicOnTheH100, EngineProfilePredictsAndRanksThePlansAsMeasured) {
   // 64 SMs, then vision_small on 16 beside text on 104, then the llm); its
   // plan with the engine's profile (every module on the whole GPU in turn);
   // the three encoders together on 56 + 16 + 48 SMs (scripts/colocate-plan.py).
-  const Case cases[] = {{"megatron", "plans-enc-default.json", "megatron", "run-enc-megatron.txt"},
-                        {"mosaic, shipped profile's plan", "plans-enc-default.json", "mosaic",
-                         "run-enc-mosaic-shipped-plan.txt"},
-                        {"mosaic, engine profile's plan", "plans-enc-own.json", "mosaic", "run-enc-mosaic-own-plan.txt"},
-                        {"three encoders co-located", "plans-enc-coloc.json", "mosaic", "run-enc-coloc.txt"}};
+  const Case cases[] = {
+      {"megatron", "plans-enc-default.json", "megatron", "run-enc-megatron.txt"},
+      {"mosaic, shipped profile's plan", "plans-enc-default.json", "mosaic", "run-enc-mosaic-shipped-plan.txt"},
+      {"mosaic, engine profile's plan", "plans-enc-own.json", "mosaic", "run-enc-mosaic-own-plan.txt"},
+      {"three encoders co-located", "plans-enc-coloc.json", "mosaic", "run-enc-coloc.txt"}};
   std::vector<double> predicted, measured;
   for (const Case& c : cases) {
     predicted.push_back(Predicted_s(c.plans, c.strategy, kRuns + "profile-enc.yaml"));

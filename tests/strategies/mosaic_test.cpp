@@ -10,15 +10,15 @@
 #include <set>
 
 #include "loom/cost/cost_model.h"
-#include "loom/error.h"
 #include "loom/cost/profile.h"
 #include "loom/cost/shipped_profiles.h"
 #include "loom/cost/sm_measurements.h"
 #include "loom/data/sample_source.h"
+#include "loom/error.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/plan/validate_plan.h"
 #include "loom/sim/plan_run.h"
 #include "loom/sim/price_execution.h"
-#include "loom/plan/compile_plan.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/zoo.h"
 #include "loom/strategies/mosaic/mapping_memory.h"
@@ -31,7 +31,7 @@ namespace {
 using namespace mosaic;
 
 TEST(SmSharing, QuotasAreWholePartitionsNeverClamped) {
-  const SmPartitionRules h100;  // 132 SMs, at least 8, multiples of 8
+  const SmPartitionRules h100;          // 132 SMs, at least 8, multiples of 8
   EXPECT_EQ(QuotaSms(0.1, h100), 16);   // 13.2 SMs -> 16
   EXPECT_EQ(QuotaSms(0.05, h100), 8);   // 6.6 -> the minimum
   EXPECT_EQ(QuotaSms(0.5, h100), 64);   // 66 -> 64
@@ -134,8 +134,8 @@ TEST(SmSharing, FitRecoversAKnownLaw) {
   const int layers[] = {12, 12, 4};
   for (int m = 0; m < 3; ++m) {
     for (int sms = 8; sms <= 132; sms += 8) {
-      const double t = std::max(truth.launch_floor_s_per_layer * layers[m],
-                                truth.ScaledTime_s(compute[m], sms / 132.0));
+      const double t =
+          std::max(truth.launch_floor_s_per_layer * layers[m], truth.ScaledTime_s(compute[m], sms / 132.0));
       pts.push_back({"m" + std::to_string(m), layers[m], sms, t});
     }
   }
@@ -198,7 +198,8 @@ ModuleSurface Synthetic(int index, double work_s, double floor_s, double mem, in
 
 // Brute force: every option and aligned block per module; the stage time is
 // the largest latency and per-GPU sum of floors among assignments that fit.
-double BruteStage(const std::vector<ModuleSurface>& surfaces, const std::vector<int>& modules, int gpus, double mem_cap) {
+double BruteStage(const std::vector<ModuleSurface>& surfaces, const std::vector<int>& modules, int gpus,
+                  double mem_cap) {
   double best = std::numeric_limits<double>::infinity();
   std::vector<int> sm(gpus, 0);
   std::vector<double> mem(gpus, 0), floors(gpus, 0);

@@ -17,12 +17,12 @@
 #include "loom/sim/plan_run.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/zoo.h"
-#include "loom/strategies/oobleck/oobleck.h"
-#include "loom/strategies/strategy.h"
 #include "loom/strategies/oobleck/instantiation.h"
+#include "loom/strategies/oobleck/oobleck.h"
 #include "loom/strategies/oobleck/reconfiguration.h"
 #include "loom/strategies/oobleck/template_planner.h"
 #include "loom/strategies/oobleck/template_sizes.h"
+#include "loom/strategies/strategy.h"
 #include "test_util.h"
 
 namespace loom::oobleck {
@@ -112,8 +112,8 @@ TEST(OobleckBatch, DistributionIsTheExactOptimum) {
     std::vector<double> t;
     int total;
   };
-  const std::vector<Case> cases = {{{2, 1, 0}, {1.0, 1.4, 1.7}, 64},  {{0, 1, 1}, {1.0, 1.3, 1.9}, 50},
-                                   {{1, 1, 1}, {3.0, 2.1, 1.2}, 97},  {{3, 0, 2}, {2.0, 1.0, 1.5}, 41},
+  const std::vector<Case> cases = {{{2, 1, 0}, {1.0, 1.4, 1.7}, 64},    {{0, 1, 1}, {1.0, 1.3, 1.9}, 50},
+                                   {{1, 1, 1}, {3.0, 2.1, 1.2}, 97},    {{3, 0, 2}, {2.0, 1.0, 1.5}, 41},
                                    {{1, 2, 1}, {1.0, 0.77, 0.61}, 203}, {{4}, {1.0}, 64}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.total);

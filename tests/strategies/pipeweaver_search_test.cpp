@@ -121,7 +121,7 @@ TEST(PipeweaverRanking, ExhaustsATinySpaceAndFindsTheBestRanking) {
     worst = std::max(worst, t);
     ++count;
   });
-  EXPECT_EQ(count, 70);  // 8! / (4!)^2: two microbatches' chains of 4 events (F, F, B, B) merged
+  EXPECT_EQ(count, 70);           // 8! / (4!)^2: two microbatches' chains of 4 events (F, F, B, B) merged
   EXPECT_GT(worst, best * 1.01);  // the ranking matters on this instance
   RankingOptions o;
   o.budget_s = 60;
@@ -228,8 +228,9 @@ TEST(PipeweaverLayerTuning, KnapsackCandidatesAreWithinTheirBoundAndNearTheBest)
       double best_within = 1e18;
       ForEachPick(n, [&](const std::vector<int>& pick) {
         double t = 0, mem = 0;
-        for (int l = 0; l < n; ++l) t += layers[l][pick[l]].forward_s + layers[l][pick[l]].backward_data_s,
-                                    mem += layers[l][pick[l]].activation_bytes;
+        for (int l = 0; l < n; ++l)
+          t += layers[l][pick[l]].forward_s + layers[l][pick[l]].backward_data_s,
+              mem += layers[l][pick[l]].activation_bytes;
         if (mem <= cands[c].activation_bytes + n * step + 1e-9) best_within = std::min(best_within, t);
       });
       EXPECT_LE(cands[c].time_s, best_within * 1.25 + 1e-9);

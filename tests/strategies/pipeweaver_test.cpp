@@ -7,9 +7,9 @@
 #include "loom/cost/layer_pricing.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
+#include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
 #include "loom/sim/plan_run.h"
-#include "loom/plan/compile_plan.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -159,7 +159,6 @@ TEST(Pipeweaver, BadWovenSchedulesAreErrors) {
   }
   expect_error(e, "rank");
 }
-
 
 // Issue 13's suspected defect: a module whose heads do not divide by TP is
 // replicated over the TP group and each rank runs 1/tp of the sequences, which

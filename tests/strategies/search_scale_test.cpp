@@ -135,8 +135,7 @@ std::vector<Plan> GridAndStrategyPlans(const StrategyContext& ctx, const std::ve
       plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, Balance::kParams, 1));
       plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 1, m, ScheduleKind::kGpipe, r, Balance::kTime, 1));
       if (pp > 1 && m % pp == 0 && 2 * pp <= ctx.model.num_layers()) {
-        plans.push_back(
-            SingleUnitPlan(ctx, "t", tp, pp, dp, 2, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1));
+        plans.push_back(SingleUnitPlan(ctx, "t", tp, pp, dp, 2, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1));
       }
     }
   });
@@ -206,10 +205,9 @@ TEST(FoldedReplicas, SimulateLikeEveryReplicaAsItsOwnRanks) {
               Plan plan = EmptyPlan(ctx, "t", 1);
               int first = 0;
               for (size_t u = 0; u < chain.size(); ++u) {
-                plan.units.push_back(MakeUnit(ctx, "u" + std::to_string(u), chain[u], first, 1,
-                                              waves_on_all ? static_cast<int>(u) : 0, dp, pp, m,
-                                              u + 1 == chain.size() ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe,
-                                              r, Balance::kTime));
+                plan.units.push_back(MakeUnit(
+                    ctx, "u" + std::to_string(u), chain[u], first, 1, waves_on_all ? static_cast<int>(u) : 0, dp, pp, m,
+                    u + 1 == chain.size() ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe, r, Balance::kTime));
                 if (!waves_on_all) first += dp * pp;
               }
               plans.push_back(std::move(plan));
@@ -418,8 +416,8 @@ TEST(PricingMemo, EqualsFreshPricesBitForBit) {
   EXPECT_GT(memo.stage_hits(), 0);
   EXPECT_GT(memo.stage_misses(), 0);
   const Batch other = DrawBatch(w, 1);
-  const Plan plan = SingleUnitPlan(ctx, "t", 2, 2, 4, 1, 8, ScheduleKind::kOneFOneB, Recompute::kNone,
-                                   Balance::kParams, 1);
+  const Plan plan =
+      SingleUnitPlan(ctx, "t", 2, 2, 4, 1, 8, ScheduleKind::kOneFOneB, Recompute::kNone, Balance::kParams, 1);
   const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, other);
   EXPECT_THROW(PriceExecution(exec, model, cluster, other, nullptr, &memo), Error);
 }
@@ -442,9 +440,8 @@ TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
     // runs and picked different layouts, so both run with no MCTS budget (its default ranking).
     // fsdp, disttrain, mmscale: Evaluate, where pruning only drops candidates that overflow memory
     // (by the memory bound, or their heaviest replica simulated alone) unsimulated.
-    for (const std::string s :
-         {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch", "pipeweaver-partition",
-          "disttrain", "mmscale"}) {
+    for (const std::string s : {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch",
+                                "pipeweaver-partition", "disttrain", "mmscale"}) {
       StrategyContext pruned{model, inst.cluster, w, batch, {}};
       StrategyContext exhaustive{model, inst.cluster, w, batch, {}};
       exhaustive.prune = false;
@@ -524,7 +521,8 @@ TEST(SearchProgress, CountsCandidatesOfATotal) {
   for (const auto& p : seen) EXPECT_LE(p.done, p.total);
   EXPECT_EQ(FormatProgress({"megatron: candidate", 3, 12, 1.5}),
             "megatron: candidate 3 of 12, 1.5 s elapsed, about 7.5 s left");  // 2 done in 1.5 s, 10 to go
-  EXPECT_EQ(FormatProgress({"megatron: batch", 11, 11, 30}), "megatron: batch 11 of 11, 30 s elapsed, about 3.0 s left");
+  EXPECT_EQ(FormatProgress({"megatron: batch", 11, 11, 30}),
+            "megatron: batch 11 of 11, 30 s elapsed, about 3.0 s left");
   EXPECT_EQ(FormatProgress({"megatron: batch", 1, 10, 0.01}), "megatron: batch 1 of 10, 0.0 s elapsed");
   EXPECT_EQ(FormatProgress({"mosaic: merge", 4, 0, 0}), "mosaic: merge 4");
 }

@@ -30,17 +30,17 @@ struct Milp {
 };
 
 struct MilpOptions {
-  double relative_gap = 0;     // stop once (incumbent - bound) / |incumbent| <= gap (PipeWeaver §6.3: 5%)
-  double time_limit_s = 60;    // stop with the incumbent after this long
-  std::vector<double> start;   // a warm start (one value per variable), or empty
+  double relative_gap = 0;    // stop once (incumbent - bound) / |incumbent| <= gap (PipeWeaver §6.3: 5%)
+  double time_limit_s = 60;   // stop with the incumbent after this long
+  std::vector<double> start;  // a warm start (one value per variable), or empty
 };
 
 struct MilpResult {
-  bool feasible = false;       // an integer solution was found
-  bool optimal = false;        // proven optimal (within the gap)
-  double objective = 0;        // of the best solution
-  double bound = 0;            // best lower bound CBC proved
-  std::vector<double> x;       // the best solution, one value per variable
+  bool feasible = false;  // an integer solution was found
+  bool optimal = false;   // proven optimal (within the gap)
+  double objective = 0;   // of the best solution
+  double bound = 0;       // best lower bound CBC proved
+  std::vector<double> x;  // the best solution, one value per variable
 };
 
 // Throws loom::Error when CBC abandons the problem (numerical trouble).

@@ -1,7 +1,7 @@
 // Dispatch: the `loom` app, its subcommands in `loom --help`'s order, the
 // parse, and the chosen subcommand's run.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <memory>
 #include <string>

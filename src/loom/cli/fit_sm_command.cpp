@@ -15,11 +15,13 @@ namespace {
 class FitSmCommand : public Command {
  public:
   explicit FitSmCommand(CLI::App& app)
-      : Command(app.add_subcommand("fit-sm", "fit the SM-sharing model (Mosaic §3.3: SM scaling, launch floor, "
-                                             "interference Eq. 8) to measured green-context runs")) {
+      : Command(app.add_subcommand("fit-sm",
+                                   "fit the SM-sharing model (Mosaic §3.3: SM scaling, launch floor, "
+                                   "interference Eq. 8) to measured green-context runs")) {
     subcommand()
-        ->add_option("measurements", dir_, "folder with sm_surface_small.json, sm_scaling_large.json, "
-                                           "colocation_small.json, colocation_large.json")
+        ->add_option("measurements", dir_,
+                     "folder with sm_surface_small.json, sm_scaling_large.json, "
+                     "colocation_small.json, colocation_large.json")
         ->required();
     subcommand()->add_option("--gpu", gpu_, "the GPU they were measured on (its SMs and HBM bandwidth)");
   }

@@ -8,8 +8,8 @@
 
 namespace loom::cli {
 
-extern const CLI::Validator kFileName;    // a non-empty file name
-extern const CLI::Validator kPositive;    // a finite number > 0
-extern const CLI::Validator kNotNegative; // no leading '-'
+extern const CLI::Validator kFileName;     // a non-empty file name
+extern const CLI::Validator kPositive;     // a finite number > 0
+extern const CLI::Validator kNotNegative;  // no leading '-'
 
 }  // namespace loom::cli

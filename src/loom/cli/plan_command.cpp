@@ -1,11 +1,11 @@
 // `loom plan`: every strategy's plan, simulated on the same sampled batches
 // and compared (the main job); optionally run on this machine, written as
 // JSON, HTML or a trace, or exported as launch arguments.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <functional>
@@ -24,10 +24,10 @@
 #include "loom/error.h"
 #include "loom/export/megatron_args.h"
 #include "loom/report/comparison.h"
-#include "loom/session/compare_strategies.h"
 #include "loom/report/html_report.h"
 #include "loom/report/progress_line.h"
 #include "loom/report/rank_names.h"
+#include "loom/session/compare_strategies.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/strategies/strategy.h"
 
@@ -167,8 +167,9 @@ class PlanCommand : public Command {
 #ifdef LOOM_HAVE_RUNTIME
       std::cout << "\n" << RunEveryPlan(model, cluster, workload, cmp, run_steps_, plans_json);
 #else
-      throw loom::Error("loom plan --run: this build has no runtime (a fuzz build); "
-                        "build with `make`, which finds the PyTorch scripts/install-deps.sh installs)");
+      throw loom::Error(
+          "loom plan --run: this build has no runtime (a fuzz build); "
+          "build with `make`, which finds the PyTorch scripts/install-deps.sh installs)");
 #endif
     }
     WriteOutputs(model, cmp, plans_json);

@@ -15,8 +15,9 @@ namespace {
 class ProbeSmCommand : public Command {
  public:
   explicit ProbeSmCommand(CLI::App& app)
-      : Command(app.add_subcommand("probe-sm", "measure green contexts on this GPU (CUDA builds): creation "
-                                               "per SM quota, launches on pre-created streams, co-located stacks")) {
+      : Command(app.add_subcommand("probe-sm",
+                                   "measure green contexts on this GPU (CUDA builds): creation "
+                                   "per SM quota, launches on pre-created streams, co-located stacks")) {
     subcommand()->add_option("--repeats", repeats_, "runs per measurement (median)")->check(kPositive);
   }
 

@@ -1,7 +1,7 @@
 // `loom profile`: the runtime's layers and kernels measured on this machine,
 // written as a profile the simulator reads (--profile FILE).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <fstream>
 #include <iostream>
@@ -40,11 +40,11 @@ std::vector<int64_t> ParseTokenCounts(const std::string& list) {
 class ProfileCommand : public Command {
  public:
   explicit ProfileCommand(CLI::App& app)
-      : Command(app.add_subcommand("profile", "measure the runtime's layers and kernels on this machine and "
-                                              "write a profile the simulator reads (--profile FILE)")) {
+      : Command(app.add_subcommand("profile",
+                                   "measure the runtime's layers and kernels on this machine and "
+                                   "write a profile the simulator reads (--profile FILE)")) {
     CLI::App* sub = subcommand();
-    sub->add_option("--model", model_, "built-in model name or YAML file: its layer shapes are measured")
-        ->required();
+    sub->add_option("--model", model_, "built-in model name or YAML file: its layer shapes are measured")->required();
     sub->add_option("--device", options_.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
     sub->add_option("--gpu", options_.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
     sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(kPositive);
@@ -81,8 +81,9 @@ class ProfileCommand : public Command {
     std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", out_, profile.layers.size(),
                              profile.ops.size());
 #else
-    throw loom::Error("loom profile: this build has no runtime (a fuzz build); `make` builds one with "
-                      "the PyTorch that scripts/install-deps.sh installs");
+    throw loom::Error(
+        "loom profile: this build has no runtime (a fuzz build); `make` builds one with "
+        "the PyTorch that scripts/install-deps.sh installs");
 #endif
   }
 

@@ -33,8 +33,9 @@ std::vector<std::string> SplitSystems(const std::string& list) {
 class ReplayCommand : public Command {
  public:
   explicit ReplayCommand(CLI::App& app)
-      : Command(app.add_subcommand("replay", "replay training over node failures: oobleck against varuna "
-                                             "(checkpoint and restart) and bamboo (redundant computation)")) {
+      : Command(app.add_subcommand("replay",
+                                   "replay training over node failures: oobleck against varuna "
+                                   "(checkpoint and restart) and bamboo (redundant computation)")) {
     CLI::App* sub = subcommand();
     problem_.Add(sub);
     sub->add_option("--systems", systems_, "oobleck,varuna,bamboo (default all three)");
@@ -61,10 +62,10 @@ class ReplayCommand : public Command {
     const Cluster cluster = problem_.LoadPricedCluster();
     const Workload workload = problem_.workload.ResolveOrDefault(model);
     const double duration_s = hours_ * 3600;
-    const FailureTrace trace =
-        trace_.empty() ? GenerateFailureTrace(cluster.nodes, mtbf_s_, duration_s, seed_,
-                                              min_nodes_ >= 0 ? min_nodes_ : (cluster.nodes + 1) / 2)
-                       : ReadFailureTrace(trace_, cluster.nodes, duration_s);
+    const FailureTrace trace = trace_.empty()
+                                   ? GenerateFailureTrace(cluster.nodes, mtbf_s_, duration_s, seed_,
+                                                          min_nodes_ >= 0 ? min_nodes_ : (cluster.nodes + 1) / 2)
+                                   : ReadFailureTrace(trace_, cluster.nodes, duration_s);
     if (free_checkpoints_) options_.storage_bytes_per_s = std::numeric_limits<double>::infinity();
     const auto replays = ReplayFailures(model, cluster, workload, trace, SplitSystems(systems_), options_);
     std::cout << FormatReplay(model.name, cluster.name, trace, replays);

@@ -1,8 +1,8 @@
 // `loom run`: a plan run for real on this machine (libtorch + c10d Gloo, or
 // NCCL on CUDA), one process per rank; optionally fault-tolerant as Oobleck
 // is, on several machines, and beside the simulator's prediction.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <fstream>
 #include <iostream>
@@ -90,14 +90,15 @@ class RunCommand : public Command {
       cost_model = CostModelOf(cluster).name();
     }
     WriteTraceAndTimeline(r, predicted, cost_model);
-    const RunOutputContext context{chosen.label,  &chosen.plan,  flags_.device,
-                                   flags_.resume, options.fault_tolerant,
-                                   flags_.compare ? &predicted : nullptr, cost_model};
+    const RunOutputContext context{chosen.label,  &chosen.plan,           flags_.device,
+                                   flags_.resume, options.fault_tolerant, flags_.compare ? &predicted : nullptr,
+                                   cost_model};
     std::cout << (flags_.json ? RunJson(r, context).dump(2) + "\n" : FormatRun(r, context));
 #else
     (void)chosen;
-    throw loom::Error("loom run: this build has no runtime (a fuzz build); `make` builds one with "
-                      "the PyTorch that scripts/install-deps.sh installs");
+    throw loom::Error(
+        "loom run: this build has no runtime (a fuzz build); `make` builds one with "
+        "the PyTorch that scripts/install-deps.sh installs");
 #endif
   }
 

@@ -47,7 +47,9 @@ std::string RunEveryPlan(const Model& model, const Cluster& cluster, const Workl
     row.last_loss = r.losses.back();
     rows.push_back(row);
     if (json.is_object()) {
-      json["strategies"][i]["measured"] = {{"steps", steps}, {"step_s", r.step_s}, {"losses", r.losses},
+      json["strategies"][i]["measured"] = {{"steps", steps},
+                                           {"step_s", r.step_s},
+                                           {"losses", r.losses},
                                            {"iteration_time_s", row.measured_s},
                                            {"simulated_iteration_time_s", row.simulated_s}};
     }

@@ -15,15 +15,15 @@ namespace loom::cli {
 void RunFlags::Add(CLI::App* run) {
   run->add_option("--model", model, "built-in model name or YAML file")->required();
   run->add_option("--cluster", cluster, "the cluster the plan was made for")->required();
-  run->add_option("--plan", plan, "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
-                                  "Megatron flags below describe");
+  run->add_option("--plan", plan,
+                  "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
+                  "Megatron flags below describe");
   run->add_option("--strategy", strategy, "with a `loom plan --json` file: whose plan (default: the best)");
   workload.Add(run);
   run->add_option("--steps", steps, "training steps")->check(kPositive);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")->check(kPositive);
   run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);
-  run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")
-      ->group("");
+  run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")->group("");
   run->add_option("--kill-step", kill_step, "fault injection step")->group("");
   run->add_option("--fault-tolerance", fault_tolerance,
                   "survive failed nodes as Oobleck does (an Oobleck plan for this F; without --plan, planned here): "
@@ -35,8 +35,9 @@ void RunFlags::Add(CLI::App* run) {
                   "PROCESS:STEP:ACTIONS: worker PROCESS kills itself (SIGKILL) in STEP after ACTIONS of its actions; "
                   "repeatable")
       ->group("Fault tolerance");
-  run->add_option("--hang", hangs, "PROCESS:STEP:ACTIONS: as --kill, but the worker stops (SIGSTOP) and is found "
-                                   "by its missing heartbeats; repeatable")
+  run->add_option("--hang", hangs,
+                  "PROCESS:STEP:ACTIONS: as --kill, but the worker stops (SIGSTOP) and is found "
+                  "by its missing heartbeats; repeatable")
       ->group("Fault tolerance");
   run->add_option("--rejoin", rejoins, "NODE:STEP: a failed node comes back before STEP; repeatable")
       ->group("Fault tolerance");
@@ -46,8 +47,7 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--checkpoint", checkpoint,
                   "where a fault-tolerant run that cannot recover writes its state (default: its run directory)")
       ->group("Fault tolerance");
-  run->add_option("--resume", resume, "start from the checkpoint a fault-tolerant run wrote")
-      ->group("Fault tolerance");
+  run->add_option("--resume", resume, "start from the checkpoint a fault-tolerant run wrote")->group("Fault tolerance");
   run->add_option("--checkpoint-every", checkpoint_every,
                   "also write a complete checkpoint every K steps (DIR/step-N), for failures that take every "
                   "holder of a layer at once")
@@ -69,8 +69,7 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--dp", layout.dp, "without --plan: data parallel degree")->check(kPositive);
   run->add_option("--cp", layout.cp, "without --plan: context parallel degree (ring attention)")->check(kPositive);
   run->add_option("--vpp", layout.vpp, "without --plan: virtual stages per rank (interleaved)")->check(kPositive);
-  run->add_option("--microbatches", layout.microbatches, "without --plan: microbatches per replica")
-      ->check(kPositive);
+  run->add_option("--microbatches", layout.microbatches, "without --plan: microbatches per replica")->check(kPositive);
   run->add_option("--schedule", schedule, "without --plan: gpipe | 1f1b | interleaved | zb-h1");
   run->add_option("--recompute", recompute, "without --plan: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));

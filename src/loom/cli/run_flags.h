@@ -21,8 +21,8 @@ namespace loom::cli {
 struct RunFlags {
   // What runs.
   std::string model;
-  std::string cluster;  // the cluster the plan was made for
-  std::string plan;     // a plan file; empty: Oobleck's plan (fault_tolerance >= 0) or the layout below
+  std::string cluster;   // the cluster the plan was made for
+  std::string plan;      // a plan file; empty: Oobleck's plan (fault_tolerance >= 0) or the layout below
   std::string strategy;  // whose plan of a `loom plan --json` file; empty: the best
   WorkloadFlags workload;
   // Without --plan: a Megatron-LM layout, as `loom simulate` takes it.

@@ -23,24 +23,34 @@ std::string FormatNodeEvent(const RunResult::NodeEvent& e) {
         e.step, fmt::join(e.nodes, ", "), e.outcome, e.detect_s, e.processes, e.recover_s,
         HumanBytes(static_cast<double>(e.copied_bytes)), e.lost_s);
   }
-  return fmt::format("  before step {}: {}\n    next generation ({} processes) ready in {:.3f} s, {} "
-                     "of layer state copied\n",
-                     e.step, e.outcome, e.processes, e.recover_s, HumanBytes(static_cast<double>(e.copied_bytes)));
+  return fmt::format(
+      "  before step {}: {}\n    next generation ({} processes) ready in {:.3f} s, {} "
+      "of layer state copied\n",
+      e.step, e.outcome, e.processes, e.recover_s, HumanBytes(static_cast<double>(e.copied_bytes)));
 }
 
 }  // namespace
 
 nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
-  nlohmann::json j = {{"losses", r.losses}, {"step_s", r.step_s}, {"params", r.params},
+  nlohmann::json j = {{"losses", r.losses},
+                      {"step_s", r.step_s},
+                      {"params", r.params},
                       {"measured_busy_s", r.measured.busy_s},
                       {"measured_iteration_time_s", r.measured.iteration_time_s},
-                      {"peak_rss_bytes", r.peak_rss_bytes}, {"peak_tensor_bytes", r.peak_tensor_bytes},
+                      {"peak_rss_bytes", r.peak_rss_bytes},
+                      {"peak_tensor_bytes", r.peak_tensor_bytes},
                       {"first_step", r.first_step}};
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : r.events) {
-    events.push_back({{"step", e.step}, {"kind", e.kind}, {"nodes", e.nodes}, {"outcome", e.outcome},
-                      {"detect_s", e.detect_s}, {"recover_s", e.recover_s}, {"lost_s", e.lost_s},
-                      {"copied_bytes", e.copied_bytes}, {"processes", e.processes}});
+    events.push_back({{"step", e.step},
+                      {"kind", e.kind},
+                      {"nodes", e.nodes},
+                      {"outcome", e.outcome},
+                      {"detect_s", e.detect_s},
+                      {"recover_s", e.recover_s},
+                      {"lost_s", e.lost_s},
+                      {"copied_bytes", e.copied_bytes},
+                      {"processes", e.processes}});
   }
   if (context.fault_tolerant) j["events"] = events;
   if (context.predicted != nullptr) {
@@ -63,8 +73,9 @@ std::string FormatRun(const RunResult& r, const RunOutputContext& context) {
   for (const auto& n : r.notes) out += "  " + n + "\n";
   for (const auto& u : p.units) {
     if (u.sm_fraction < 1 && context.device != "cuda") {
-      out += "  SM quotas: on this CPU build the modules sharing a GPU ran one after another; the "
-             "quotas shape the prediction only\n";
+      out +=
+          "  SM quotas: on this CPU build the modules sharing a GPU ran one after another; the "
+          "quotas shape the prediction only\n";
       break;
     }
   }

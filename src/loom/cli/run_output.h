@@ -18,11 +18,11 @@ namespace loom::cli {
 
 // What a run's output needs besides the RunResult.
 struct RunOutputContext {
-  std::string label;             // what ran: the plan file, "oobleck f=F" or the layout
-  const Plan* plan = nullptr;    // the plan that ran last
-  std::string device;            // --device
-  std::string resume;            // --resume
-  bool fault_tolerant = false;   // the run had fault tolerance on (JSON lists its events)
+  std::string label;            // what ran: the plan file, "oobleck f=F" or the layout
+  const Plan* plan = nullptr;   // the plan that ran last
+  std::string device;           // --device
+  std::string resume;           // --resume
+  bool fault_tolerant = false;  // the run had fault tolerance on (JSON lists its events)
   // --compare: the simulator's prediction of the last step, priced by `cost_model`; null without --compare.
   const PlanRun* predicted = nullptr;
   std::string cost_model;

@@ -1,8 +1,8 @@
 // `loom simulate`: one iteration of the Megatron-LM layout the flags give (or
 // of a PyTorch pipelining CSV's order), or, with --plan, a plan file replayed
 // on every batch it records.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <iostream>
 #include <optional>

@@ -17,8 +17,7 @@ bool ComputeBound(const CalibrationPoint& p, const GpuSpec& gpu, const Efficienc
 
 }  // namespace
 
-Efficiency FitEfficiency(const std::vector<CalibrationPoint>& points, const GpuSpec& gpu,
-                         const Efficiency& start) {
+Efficiency FitEfficiency(const std::vector<CalibrationPoint>& points, const GpuSpec& gpu, const Efficiency& start) {
   Efficiency e = start;
   std::vector<bool> bound(points.size());
   for (int iter = 0; iter < 50; ++iter) {
@@ -87,16 +86,16 @@ Calibration ParseCalibration(const std::string& yaml_text, const std::string& fi
 std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& points, const std::string& file,
                                                      const std::string& field) {
   if (!points.IsSequence() || points.size() == 0) {
-    throw Error(fmt::format("{}: {}: expected a non-empty list of {{op, flops, bytes, time_s}}", Where(points, file),
-                            field));
+    throw Error(
+        fmt::format("{}: {}: expected a non-empty list of {{op, flops, bytes, time_s}}", Where(points, file), field));
   }
   std::vector<CalibrationPoint> out;
   for (size_t i = 0; i < points.size(); ++i) {
     YamlMap p(points[i], file, fmt::format("{}[{}]", field, i));
     CalibrationPoint cp;
     std::string op = p.Enum("op", {"gemm", "attention", "elementwise", "conv"});
-    cp.op = op == "gemm"        ? OpClass::kGemm
-            : op == "attention" ? OpClass::kAttention
+    cp.op = op == "gemm"          ? OpClass::kGemm
+            : op == "attention"   ? OpClass::kAttention
             : op == "elementwise" ? OpClass::kElementwise
                                   : OpClass::kConv;
     cp.flops = p.NonNegativeReal("flops", 0);
@@ -112,8 +111,6 @@ std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& points, c
   return out;
 }
 
-Calibration LoadCalibration(const std::string& path) {
-  return ParseCalibration(ReadTextFile(path), path);
-}
+Calibration LoadCalibration(const std::string& path) { return ParseCalibration(ReadTextFile(path), path); }
 
 }  // namespace loom

@@ -23,10 +23,10 @@ struct CalibrationPoint {
 };
 
 struct Calibration {
-  std::string gpu;           // built-in GPU name the points were measured on
-  std::string measured_with; // the command that produced them
+  std::string gpu;            // built-in GPU name the points were measured on
+  std::string measured_with;  // the command that produced them
   std::vector<CalibrationPoint> points;
-  Efficiency efficiency;     // fitted
+  Efficiency efficiency;  // fitted
 };
 
 // Fits factors to `points`, starting from `start`; classes or bounds without

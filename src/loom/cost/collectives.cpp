@@ -31,14 +31,11 @@ double AllGatherTime_s(double bytes, int n, const Link& link) {
   return steps * link.latency_s + steps / n * bytes / link.bytes_per_s;
 }
 
-double ReduceScatterTime_s(double bytes, int n, const Link& link) {
-  return AllGatherTime_s(bytes, n, link);
-}
+double ReduceScatterTime_s(double bytes, int n, const Link& link) { return AllGatherTime_s(bytes, n, link); }
 
-double HierarchicalAllReduceTime_s(double bytes, int per_node, int nodes, const Link& intra,
-                                   const Link& inter) {
-  return ReduceScatterTime_s(bytes, per_node, intra) +
-         RingAllReduceTime_s(bytes / per_node, nodes, inter) + AllGatherTime_s(bytes, per_node, intra);
+double HierarchicalAllReduceTime_s(double bytes, int per_node, int nodes, const Link& intra, const Link& inter) {
+  return ReduceScatterTime_s(bytes, per_node, intra) + RingAllReduceTime_s(bytes / per_node, nodes, inter) +
+         AllGatherTime_s(bytes, per_node, intra);
 }
 
 namespace {
@@ -71,8 +68,7 @@ double GroupAllReduceTime_s(double bytes, int n, int stride, const Cluster& c) {
   }
   double ring_inter = HierarchicalAllReduceTime_s(bytes, per_node, nodes, intra, c.network);
   double tree_inter = ReduceScatterTime_s(bytes, per_node, intra) +
-                      TreeAllReduceTime_s(bytes / per_node, nodes, c.network) +
-                      AllGatherTime_s(bytes, per_node, intra);
+                      TreeAllReduceTime_s(bytes / per_node, nodes, c.network) + AllGatherTime_s(bytes, per_node, intra);
   return std::min(ring_inter, tree_inter);
 }
 

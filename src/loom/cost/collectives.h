@@ -19,8 +19,7 @@ double ReduceScatterTime_s(double bytes, int n, const Link& link);
 // Two-level all-reduce over `nodes` nodes of `per_node` ranks: reduce-scatter
 // inside the node, all-reduce of bytes/per_node across nodes (ring), all-gather
 // inside the node.
-double HierarchicalAllReduceTime_s(double bytes, int per_node, int nodes, const Link& intra,
-                                   const Link& inter);
+double HierarchicalAllReduceTime_s(double bytes, int per_node, int nodes, const Link& intra, const Link& inter);
 
 // All-reduce of a group of `n` ranks placed `stride` apart on the cluster
 // (tp groups: stride 1; dp groups: stride tp x pp ...): ring inside one

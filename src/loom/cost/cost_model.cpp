@@ -43,9 +43,10 @@ namespace {
 Profile LoadProfileFor(const std::string& value, const GpuSpec& gpu) {
   Profile p = LoadProfile(value);
   if (p.gpu != gpu.name && std::find(p.applies_to.begin(), p.applies_to.end(), gpu.name) == p.applies_to.end()) {
-    throw Error(fmt::format("{}: the profile was measured on {} (applies to {}), but the cluster's GPUs are {}; "
-                            "profile this GPU or pass --profile roofline",
-                            value, p.gpu, fmt::join(p.applies_to, ", "), gpu.name));
+    throw Error(
+        fmt::format("{}: the profile was measured on {} (applies to {}), but the cluster's GPUs are {}; "
+                    "profile this GPU or pass --profile roofline",
+                    value, p.gpu, fmt::join(p.applies_to, ", "), gpu.name));
   }
   return p;
 }

@@ -14,9 +14,9 @@
 #include <memory>
 #include <string>
 
-#include "loom/cost/sm_sharing.h"
 #include "loom/cost/device_time.h"
 #include "loom/cost/layer_work.h"
+#include "loom/cost/sm_sharing.h"
 #include "loom/cost/token_stats.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/layer.h"

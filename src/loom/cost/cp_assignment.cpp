@@ -60,9 +60,12 @@ CpAssignment BalancedAssignment(const std::vector<int64_t>& block_work, int cp) 
 
 const char* CpSplitName(CpSplit s) {
   switch (s) {
-    case CpSplit::kIdeal: return "ideal";
-    case CpSplit::kZigzag: return "zigzag";
-    case CpSplit::kBalanced: return "balanced";
+    case CpSplit::kIdeal:
+      return "ideal";
+    case CpSplit::kZigzag:
+      return "zigzag";
+    case CpSplit::kBalanced:
+      return "balanced";
   }
   return "ideal";
 }
@@ -113,8 +116,8 @@ double CpImbalance(const std::vector<std::vector<MaskSegment>>& rows, MaskLayout
 
 double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock) {
   if (units < 1 || subblock < 0) {
-    throw Error(fmt::format("kernel of {} compute units, sub-blocks of {}; valid: units >= 1, sub-blocks >= 0",
-                            units, subblock));
+    throw Error(fmt::format("kernel of {} compute units, sub-blocks of {}; valid: units >= 1, sub-blocks >= 0", units,
+                            subblock));
   }
   // Units by the time they free up; each piece goes to the earliest.
   std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;

@@ -65,9 +65,9 @@ double KernelMakespan(const std::vector<int64_t>& rows, int units, int subblock)
 // too slow for every microbatch of every candidate (bench/cornstarch_bench
 // runs it exactly). Long rows among few tiles make the tail; many tiles hide it.
 struct KernelShape {
-  int64_t heads = 1;   // per GPU (after TP)
-  int units = 1;       // the GPU's SMs
-  int subblock = 16;   // KV blocks per piece (the thesis leaves it open)
+  int64_t heads = 1;  // per GPU (after TP)
+  int units = 1;      // the GPU's SMs
+  int subblock = 16;  // KV blocks per piece (the thesis leaves it open)
 };
 // Throws loom::Error for heads, units or subblock below 1.
 double SubBlockFactor(const std::vector<std::vector<int64_t>>& rank_rows, const KernelShape& kernel);

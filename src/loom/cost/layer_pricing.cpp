@@ -51,15 +51,18 @@ bool SplitsOverTensorParallel(const Module& m, int tp) {
 
 double OutWidth(const Layer& l) {
   switch (l.kind) {
-    case LayerKind::kMlpProjector: return static_cast<double>(l.out_dim);
+    case LayerKind::kMlpProjector:
+      return static_cast<double>(l.out_dim);
     case LayerKind::kConv:
-    case LayerKind::kResnetBlock: return static_cast<double>(l.out_channels);
-    default: return static_cast<double>(l.hidden);  // lm-head logits stay on the last stage
+    case LayerKind::kResnetBlock:
+      return static_cast<double>(l.out_channels);
+    default:
+      return static_cast<double>(l.hidden);  // lm-head logits stay on the last stage
   }
 }
 
-LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const BackwardNeeds& needs,
-                      const Cluster& c, const LayerParallelism& par) {
+LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const BackwardNeeds& needs, const Cluster& c,
+                      const LayerParallelism& par) {
   const TokenStats full = par.split ? module_tokens : ShareOfSequences(module_tokens, par.tp);
   const int tp = par.split ? par.tp : 1;
   const TokenStats t = PerCpRank(full, par.cp, par.cp_imbalance);

@@ -14,7 +14,6 @@
 
 namespace loom {
 
-
 struct LayerTimes {
   double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
   double flops = 0;  // useful FLOPs on one GPU (recompute excluded)
@@ -25,13 +24,13 @@ struct LayerTimes {
 };
 
 struct LayerParallelism {
-  int tp = 1;            // tensor-parallel degree of the layer's group
-  int cp = 1;            // context-parallel degree
+  int tp = 1;               // tensor-parallel degree of the layer's group
+  int cp = 1;               // context-parallel degree
   double cp_imbalance = 1;  // the busiest CP rank's attention pairs over 1/cp of them (cost/cp_assignment.h)
-  bool split = true;     // false: heads do not divide by tp; the group shares sequences instead
+  bool split = true;        // false: heads do not divide by tp; the group shares sequences instead
   Recompute recompute = Recompute::kNone;
-  bool fsdp = false;     // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)
-  int fsdp_ranks = 1;    // the group the weights are sharded over
+  bool fsdp = false;                       // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)
+  int fsdp_ranks = 1;                      // the group the weights are sharded over
   Precision precision = Precision::kBf16;  // element size of activations and weights, and the peak to use
   // Megatron-LM sequence parallelism: norms and dropout-free residual work split
   // along the sequence over the TP group (activation memory only; the

@@ -20,8 +20,7 @@ void AddGemm(LayerWork& w, double m, double k, double n, int tp, double e) {
 // computes half the pairs, a bitfield mask those it allows, its kernel
 // skipping the rest); backward recomputes QK^T and adds dV, dP, dQ, dK: 5
 // matmuls, 2.5x the forward, all backward-data.
-void AddAttentionCore(LayerWork& w, double pairs, double hidden, double io_tokens, double kv_width, int tp,
-                      double e) {
+void AddAttentionCore(LayerWork& w, double pairs, double hidden, double io_tokens, double kv_width, int tp, double e) {
   double fwd = 4.0 * pairs * hidden / tp;
   double io = e * io_tokens * (2 * hidden + 2 * kv_width) / tp;
   w.at(Phase::kForward, OpClass::kAttention).flops += fwd;
@@ -59,12 +58,12 @@ void AddSelfAttention(LayerWork& w, const Layer& l, const TokenStats& t, int tp,
   w.tp_allreduce_bytes += e * t.tokens * h;
 }
 
-void AddCrossAttention(LayerWork& w, double tokens, double context_tokens, double cross,
-                       double h, double context_dim, int tp, double e) {
-  AddGemm(w, tokens, h, h, tp, e);                          // Q from the layer's tokens
-  AddGemm(w, context_tokens, context_dim, 2 * h, tp, e);    // K, V from the context
+void AddCrossAttention(LayerWork& w, double tokens, double context_tokens, double cross, double h, double context_dim,
+                       int tp, double e) {
+  AddGemm(w, tokens, h, h, tp, e);                        // Q from the layer's tokens
+  AddGemm(w, context_tokens, context_dim, 2 * h, tp, e);  // K, V from the context
   AddAttentionCore(w, cross, h, tokens, h * context_tokens / std::max(tokens, 1.0), tp, e);
-  AddGemm(w, tokens, h, h, tp, e);                          // output projection
+  AddGemm(w, tokens, h, h, tp, e);  // output projection
   w.tp_allreduce_bytes += e * tokens * h;
 }
 
@@ -110,7 +109,7 @@ int64_t LayerParams(const Layer& l) {
     }
     case LayerKind::kConformer: {
       int64_t attn = h * (h + 2 * kv) + h * h;
-      int64_t ffns = 2 * (2 * h * l.ffn_hidden);         // macaron: two half-step FFNs
+      int64_t ffns = 2 * (2 * h * l.ffn_hidden);             // macaron: two half-step FFNs
       int64_t conv = h * 2 * h + l.conv_kernel * h + h * h;  // pointwise (GLU), depthwise, pointwise
       return attn + ffns + conv + 5 * h;
     }
@@ -156,8 +155,7 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
     case LayerKind::kTransformer:
       AddSelfAttention(w, l, t, tp, e);
       if (l.cross_attention) {
-        AddCrossAttention(w, t.tokens, t.context_tokens, t.cross, h,
-                          static_cast<double>(l.context_dim), tp, e);
+        AddCrossAttention(w, t.tokens, t.context_tokens, t.cross, h, static_cast<double>(l.context_dim), tp, e);
       }
       AddGemm(w, t.tokens, h, f * (MlpMatrices(l) - 1), tp, e);  // up (and gate)
       AddGemm(w, t.tokens, f, h, tp, e);                         // down
@@ -171,15 +169,14 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
         AddGemm(w, t.tokens, h, f, tp, e);
         AddGemm(w, t.tokens, f, h, tp, e);
       }
-      AddGemm(w, t.tokens, h, 2 * h, tp, e);  // conv module pointwise in (GLU)
+      AddGemm(w, t.tokens, h, 2 * h, tp, e);                               // conv module pointwise in (GLU)
       AddConv(w, t.tokens, static_cast<double>(l.conv_kernel), h, tp, e);  // depthwise
-      AddGemm(w, t.tokens, h, h, tp, e);      // pointwise out
+      AddGemm(w, t.tokens, h, h, tp, e);                                   // pointwise out
       w.tp_allreduce_bytes += 3 * e * t.tokens * h;
       AddElementwise(w, e * t.tokens * (16 * h + 4 * f / tp));
       break;
     case LayerKind::kPatchEmbed:
-      AddConv(w, t.tokens,
-              static_cast<double>(l.in_channels * l.kernel * l.kernel * l.temporal_patch), h, tp, e);
+      AddConv(w, t.tokens, static_cast<double>(l.in_channels * l.kernel * l.kernel * l.temporal_patch), h, tp, e);
       break;
     case LayerKind::kConv: {
       double k = 1;
@@ -225,8 +222,7 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
       Layer self = l;
       self.causal = false;
       AddSelfAttention(w, self, s, tp, e);
-      AddCrossAttention(w, s.tokens, s.context_tokens, s.cross, h,
-                        static_cast<double>(l.context_dim), tp, e);
+      AddCrossAttention(w, s.tokens, s.context_tokens, s.cross, h, static_cast<double>(l.context_dim), tp, e);
       AddGemm(w, s.tokens, h, f * (MlpMatrices(l) - 1), tp, e);
       AddGemm(w, s.tokens, f, h, tp, e);
       AddGemm(w, s.tokens, h, h, tp, e);  // proj_out

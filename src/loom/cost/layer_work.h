@@ -31,9 +31,7 @@ struct LayerWork {
   double tp_allreduce_bytes = 0;
 
   OpWork& at(Phase p, OpClass c) { return work[static_cast<int>(p)][static_cast<int>(c)]; }
-  const OpWork& at(Phase p, OpClass c) const {
-    return work[static_cast<int>(p)][static_cast<int>(c)];
-  }
+  const OpWork& at(Phase p, OpClass c) const { return work[static_cast<int>(p)][static_cast<int>(c)]; }
   double Flops(Phase p) const;
   double Bytes(Phase p) const;
   LayerWork& operator+=(const LayerWork& o);
@@ -53,8 +51,7 @@ int64_t LayerParams(const Layer& layer);
 // Work of `layer` on `tokens` with tensor parallel degree `tp` (every matrix
 // split tp ways, norms replicated), elements of `bytes_per_elem` bytes.
 // REQUIRES: tp >= 1.
-LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp,
-                            double bytes_per_elem = 2);
+LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2);
 
 // Bytes of activations one TP rank keeps from this layer's forward until its
 // backward, under `policy`. Korthikanti et al. 2022 (Table 2) with flash

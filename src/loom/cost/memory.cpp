@@ -4,8 +4,7 @@ namespace loom {
 
 double OptimizerStepBytesPerParam(Precision precision) { return IsMixedPrecision(precision) ? 30.0 : 28.0; }
 
-ModelStateBytes ModelState(double trainable_params, double frozen_params, int dp, int zero_stage,
-                           Precision precision) {
+ModelStateBytes ModelState(double trainable_params, double frozen_params, int dp, int zero_stage, Precision precision) {
   const bool mixed = IsMixedPrecision(precision);
   const double weight_bytes = mixed ? kWeightBytesPerParam : 4.0;
   const double optimizer_bytes = mixed ? kOptimizerBytesPerParam : 8.0;

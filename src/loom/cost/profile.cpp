@@ -22,9 +22,7 @@ double Median(std::vector<double> v) {
 
 }  // namespace
 
-ProfileShape ShapeOf(const Layer& l) {
-  return {l.hidden, l.ffn_hidden, l.heads, l.kv_heads, l.gated_mlp, l.causal};
-}
+ProfileShape ShapeOf(const Layer& l) { return {l.hidden, l.ffn_hidden, l.heads, l.kv_heads, l.gated_mlp, l.causal}; }
 
 Layer LayerOf(const ProfileShape& s) {
   Layer l;
@@ -120,8 +118,8 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     pt.forward_s = m.PositiveReal("fwd_s");
     pt.backward_s = m.PositiveReal("bwd_s");
     if (pt.shape.heads % pt.tp != 0 || (pt.shape.kv_heads % pt.tp != 0 && pt.tp % pt.shape.kv_heads != 0)) {
-      throw m.ErrorAt("tp", fmt::format("{} does not split {} heads / {} kv heads", pt.tp, pt.shape.heads,
-                                        pt.shape.kv_heads));
+      throw m.ErrorAt(
+          "tp", fmt::format("{} does not split {} heads / {} kv heads", pt.tp, pt.shape.heads, pt.shape.kv_heads));
     }
     m.RejectUnknownKeys();
     p.layers.push_back(std::move(pt));
@@ -146,8 +144,10 @@ std::string ProfileToYaml(const Profile& p) {
   }
   const SmSharing& s = p.sm_sharing;
   if (!(s == SmSharing{})) {
-    out += fmt::format("sm_sharing: {{serial_fraction: {:.9g}, launch_floor_s_per_layer: {:.9g}, e1: {:.9g}, e2: {:.9g}, "
-                       "e3: {:.9g}}}\n", s.serial_fraction, s.launch_floor_s_per_layer, s.e1, s.e2, s.e3);
+    out += fmt::format(
+        "sm_sharing: {{serial_fraction: {:.9g}, launch_floor_s_per_layer: {:.9g}, e1: {:.9g}, e2: {:.9g}, "
+        "e3: {:.9g}}}\n",
+        s.serial_fraction, s.launch_floor_s_per_layer, s.e1, s.e2, s.e3);
   }
   if (p.link.bytes_per_s > 0) {
     out += fmt::format("link: {{bytes_per_s: {:.9g}, latency_s: {:.9g}}}\n", p.link.bytes_per_s, p.link.latency_s);

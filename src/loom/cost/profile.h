@@ -27,9 +27,9 @@
 #include <tuple>
 #include <vector>
 
-#include "loom/cost/sm_sharing.h"
 #include "loom/cost/calibration.h"
 #include "loom/cost/cost_model.h"
+#include "loom/cost/sm_sharing.h"
 #include "loom/spec/cluster.h"
 
 namespace loom {
@@ -50,20 +50,20 @@ Layer LayerOf(const ProfileShape& shape);
 TokenStats TokensOf(int64_t batch, int64_t seq);
 
 struct ProfileLayerPoint {
-  std::string label;       // "llama3-8b"
+  std::string label;  // "llama3-8b"
   ProfileShape shape;
-  int tp = 1;              // TP shard measured
-  bool frozen = false;     // no weight gradients
+  int tp = 1;           // TP shard measured
+  bool frozen = false;  // no weight gradients
   int64_t batch = 1, seq = 0;
   double forward_s = 0;
-  double backward_s = 0;   // backward-data + backward-weight (frozen: data only)
+  double backward_s = 0;  // backward-data + backward-weight (frozen: data only)
 };
 
 struct Profile {
   std::string file;
-  std::string gpu;                       // built-in GPU it was measured on
-  std::vector<std::string> applies_to;   // GPUs that get it by default (gpu and those with the same SMs and HBM)
-  std::string source;                    // what measured it
+  std::string gpu;                         // built-in GPU it was measured on
+  std::vector<std::string> applies_to;     // GPUs that get it by default (gpu and those with the same SMs and HBM)
+  std::string source;                      // what measured it
   Precision precision = Precision::kBf16;  // what its ops and layers ran in (`loom profile` on a CPU: fp32)
   std::vector<CalibrationPoint> ops;
   std::vector<ProfileLayerPoint> layers;

@@ -14,8 +14,7 @@ namespace {
 std::map<std::string, std::shared_ptr<const CostModel>> BuildShipped() {
   std::map<std::string, std::shared_ptr<const CostModel>> out;
   for (const auto& f : profile_data::Files()) {
-    auto model = std::make_shared<const ProfiledCostModel>(
-        ParseProfile(f.text, std::string("<built-in>/") + f.name));
+    auto model = std::make_shared<const ProfiledCostModel>(ParseProfile(f.text, std::string("<built-in>/") + f.name));
     for (const auto& gpu : model->profile().applies_to) out.emplace(gpu, model);
   }
   return out;

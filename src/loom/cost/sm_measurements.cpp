@@ -17,8 +17,11 @@ namespace {
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw Error(fmt::format("{}: cannot open (a measurements folder holds sm_surface_small.json, "
-                                   "sm_scaling_large.json, colocation_small.json, colocation_large.json)", path));
+  if (!in)
+    throw Error(
+        fmt::format("{}: cannot open (a measurements folder holds sm_surface_small.json, "
+                    "sm_scaling_large.json, colocation_small.json, colocation_large.json)",
+                    path));
   try {
     return nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
@@ -64,7 +67,8 @@ Layer Transformer(int64_t hidden, int64_t ffn, int64_t heads, int64_t kv_heads, 
 // measure.py builds them (Layer(1280, 5120, 16, 16, ...), Layer(2048, 8192, 32, 8, gated, causal)).
 bool LargeShape(const std::string& name, Shape* s) {
   int b = 0, seq = 0;
-  if (name.rfind("vit-huge layer", 0) == 0 && std::sscanf(name.c_str(), "vit-huge layer fwd+bwd B%d S%d", &b, &seq) == 2) {
+  if (name.rfind("vit-huge layer", 0) == 0 &&
+      std::sscanf(name.c_str(), "vit-huge layer fwd+bwd B%d S%d", &b, &seq) == 2) {
     s->layer = Transformer(1280, 5120, 16, 16, false, false);
   } else if (name.rfind("llama3-1b layer", 0) == 0 &&
              std::sscanf(name.c_str(), "llama3-1b layer fwd+bwd B%d S%d", &b, &seq) == 2) {
@@ -108,7 +112,8 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
     s.batch = Field<int64_t>(r, "batch", surface_path, i);
     const std::string key = fmt::format("{} B{}", name, s.batch);
     small[key] = s;
-    out.scaling.push_back({key, s.layers, Field<int>(r, "sms", surface_path, i), Field<double>(r, "fwd_bwd_s", surface_path, i)});
+    out.scaling.push_back(
+        {key, s.layers, Field<int>(r, "sms", surface_path, i), Field<double>(r, "fwd_bwd_s", surface_path, i)});
   }
   const std::string large_path = dir + "/sm_scaling_large.json";
   const auto large = ReadJson(large_path);
@@ -116,7 +121,8 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
     const auto name = Field<std::string>(large[i], "workload", large_path, i);
     Shape s;
     if (!LargeShape(name, &s)) continue;  // the GEMM and the copy are kernels, not modules
-    out.scaling.push_back({name, 1, Field<int>(large[i], "sms", large_path, i), Field<double>(large[i], "time_s", large_path, i)});
+    out.scaling.push_back(
+        {name, 1, Field<int>(large[i], "sms", large_path, i), Field<double>(large[i], "time_s", large_path, i)});
   }
   auto bandwidth = [&](const Shape& s, double reps, double alone_s) {
     return reps * StackBytes(s) / (alone_s * gpu.hbm_bytes_per_s);
@@ -131,7 +137,8 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
       auto shape = [&](const std::string& name, Shape* s) {
         if (LargeShape(name, s)) return;
         auto it = small.find(name);
-        if (it == small.end()) throw Error(fmt::format("{}: row {}: module '{}' is not in sm_surface_small.json", path, i, name));
+        if (it == small.end())
+          throw Error(fmt::format("{}: row {}: module '{}' is not in sm_surface_small.json", path, i, name));
         *s = it->second;
       };
       shape(a, &sa);
@@ -143,10 +150,12 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
       const int sms_a = Field<int>(r, "sms_a", path, i), sms_b = Field<int>(r, "sms_b", path, i);
       // One host thread launched both (measure.py alternates their launches).
       const double launched = reps_a * sa.layers + reps_b * sb.layers;
-      out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", a, sms_a, b, sms_b), {ba, bb},
+      out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", a, sms_a, b, sms_b),
+                                  {ba, bb},
                                   Field<double>(r, "together_a_s", path, i) / alone_a - 1});
       out.launched_layers_per_s.push_back(launched / alone_a);
-      out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", b, sms_b, a, sms_a), {bb, ba},
+      out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", b, sms_b, a, sms_a),
+                                  {bb, ba},
                                   Field<double>(r, "together_b_s", path, i) / alone_b - 1});
       out.launched_layers_per_s.push_back(launched / alone_b);
     }
@@ -174,7 +183,8 @@ SmSharingReport FitSmSharing(const std::string& dir, const GpuSpec& gpu) {
   std::string& t = rep.text;
   t += fmt::format("SM scaling: time = max({:.3f} ms x layers, compute x ({:.3f} + {:.3f} / SM fraction))\n",
                    rep.law.launch_floor_s_per_layer * 1e3, rep.law.serial_fraction, 1 - rep.law.serial_fraction);
-  t += fmt::format("{:<62} {:>6} {:>11} {:>9} {:>9}\n", "module (batch)", "points", "compute ms", "mean err", "max err");
+  t +=
+      fmt::format("{:<62} {:>6} {:>11} {:>9} {:>9}\n", "module (batch)", "points", "compute ms", "mean err", "max err");
   for (const auto& mod : rep.scaling.modules) {
     t += fmt::format("{:<62} {:>6} {:>11.2f} {:>8.1f}% {:>8.1f}%\n", mod.module.substr(0, 62), mod.points,
                      mod.compute_s * 1e3, mod.mean_abs_error * 100, mod.max_abs_error * 100);
@@ -190,11 +200,12 @@ SmSharingReport FitSmSharing(const std::string& dir, const GpuSpec& gpu) {
   t += fmt::format("  host only:     R^2 {:.3f}\n", f.r2_host_only);
   t += fmt::format("  host+additive: R^2 {:.3f}  e1 {:.4f} e2 {:.4f}\n", f.r2_host_additive, f.host_additive.e1,
                    f.host_additive.e2);
-  t += fmt::format("  host+full:     R^2 {:.3f}  e1 {:.4f} e2 {:.4f} e3 {:.4f}\n\n", f.r2_host_full,
-                   f.host_full.e1, f.host_full.e2, f.host_full.e3);
+  t += fmt::format("  host+full:     R^2 {:.3f}  e1 {:.4f} e2 {:.4f} e3 {:.4f}\n\n", f.r2_host_full, f.host_full.e1,
+                   f.host_full.e2, f.host_full.e3);
   t += "# the profile's block (docs/cost-model.md, \"SM sharing\")\n";
-  t += fmt::format("sm_sharing: {{serial_fraction: {:.4f}, launch_floor_s_per_layer: {:.6g}, e1: {:.6g}, e2: {:.6g}, e3: {:.6g}}}\n",
-                   rep.law.serial_fraction, rep.law.launch_floor_s_per_layer, rep.law.e1, rep.law.e2, rep.law.e3);
+  t += fmt::format(
+      "sm_sharing: {{serial_fraction: {:.4f}, launch_floor_s_per_layer: {:.6g}, e1: {:.6g}, e2: {:.6g}, e3: {:.6g}}}\n",
+      rep.law.serial_fraction, rep.law.launch_floor_s_per_layer, rep.law.e1, rep.law.e2, rep.law.e3);
   return rep;
 }
 

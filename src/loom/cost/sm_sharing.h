@@ -48,8 +48,8 @@ struct SmPartitionRules {
 int QuotaSms(double fraction, const SmPartitionRules& rules);
 
 struct SmSharing {
-  double serial_fraction = 0;          // of the full-GPU time; 0: time / fraction
-  double launch_floor_s_per_layer = 0; // host launch time of one layer's forward + backward (eager)
+  double serial_fraction = 0;           // of the full-GPU time; 0: time / fraction
+  double launch_floor_s_per_layer = 0;  // host launch time of one layer's forward + backward (eager)
   // Eq. 8 on relative slowdown; all 0: no interference modelled.
   double e1 = 0, e2 = 0, e3 = 0;
 
@@ -77,16 +77,16 @@ struct SmScalingPoint {
 };
 
 struct SmScalingFit {
-  SmSharing law;                       // serial_fraction and launch_floor_s_per_layer
+  SmSharing law;  // serial_fraction and launch_floor_s_per_layer
   struct Module {
     std::string module;
-    double compute_s = 0;              // fitted full-GPU compute time (without the floor)
-    double mean_abs_error = 0;         // |predicted - measured| / measured over its points
+    double compute_s = 0;       // fitted full-GPU compute time (without the floor)
+    double mean_abs_error = 0;  // |predicted - measured| / measured over its points
     double max_abs_error = 0;
     int points = 0;
   };
   std::vector<Module> modules;
-  double mean_abs_error = 0;           // over all points
+  double mean_abs_error = 0;  // over all points
 };
 
 // Least squares on log time over serial_fraction in [0, 0.8],
@@ -108,9 +108,9 @@ struct InterferencePoint {
 
 struct InterferenceFit {
   // Eq. 8 alone, fitted on every point (the paper's model).
-  SmSharing additive;      // e1, e2 (e3 = 0)
-  SmSharing full;          // e1, e2, e3
-  double r2_none = 0;      // predicting no slowdown at all
+  SmSharing additive;  // e1, e2 (e3 = 0)
+  SmSharing full;      // e1, e2, e3
+  double r2_none = 0;  // predicting no slowdown at all
   double r2_additive = 0;
   double r2_full = 0;
   // max(host floor, Eq. 8), Eq. 8 fitted on the points the host floor does

@@ -20,8 +20,8 @@ int64_t GridSide(int64_t px, const TokenRule& r) {
 // What a module hands downstream, per document, plus its own sequences.
 struct Flow {
   std::vector<double> seqs;
-  std::vector<int> seq_doc;         // document of each sequence
-  std::vector<double> out_seqs;     // sequences handed to consumers (after merge or pooling)
+  std::vector<int> seq_doc;      // document of each sequence
+  std::vector<double> out_seqs;  // sequences handed to consumers (after merge or pooling)
   std::vector<int> out_doc;
   std::vector<double> out_per_doc;  // tokens passed to consumers, per document
   std::vector<double> in_per_doc;   // scratch: tokens its inputs hand it, per document
@@ -205,7 +205,6 @@ std::vector<MaskSegment> MaskSegmentsOf(const Model& model, int module, const Sa
   }
   return kept;
 }
-
 
 // One sample's statistics, bitfield masks' pairs included.
 void CountSample(const Model& model, const Sample& sample, std::vector<Flow>& flows, std::vector<TokenStats>& stats) {

@@ -66,9 +66,10 @@ std::vector<MaskSegment> InOrder(const std::vector<MaskSegment>& segments, MaskL
   for (size_t i = 0; i < segments.size(); ++i) {
     const MaskSegment& s = segments[i];
     if (s.tokens < 0 || s.modality < -1 || s.modality > 61 || s.doc < 0) {
-      throw Error(fmt::format("attention mask: segment {}: tokens {}, modality {}, doc {}; valid: tokens >= 0, "
-                              "modality -1 (text) or 0..61, doc >= 0",
-                              i, s.tokens, s.modality, s.doc));
+      throw Error(
+          fmt::format("attention mask: segment {}: tokens {}, modality {}, doc {}; valid: tokens >= 0, "
+                      "modality -1 (text) or 0..61, doc >= 0",
+                      i, s.tokens, s.modality, s.doc));
     }
   }
   std::vector<MaskSegment> order = segments;
@@ -106,7 +107,6 @@ BitfieldMask BuildMask(const std::vector<MaskSegment>& segments, MaskLayout layo
   return mask;
 }
 
-
 std::vector<int64_t> KeysPerQuery(const BitfieldMask& mask) {
   std::map<std::pair<int32_t, uint64_t>, int64_t> total, seen;  // per (document, field): tokens
   for (const MaskToken& t : mask) ++total[{t.doc, t.bits}];
@@ -132,9 +132,9 @@ namespace {
 // off the segments (BlockWorkOfSegments, KeysInRanges).
 struct Placed {
   MaskSegment seg;
-  int64_t begin = 0, end = 0;       // positions [begin, end)
-  double doc_before = 0;            // tokens of its document before it
-  double modality_total = 0;        // modality segments: all tokens of its modality in its document
+  int64_t begin = 0, end = 0;  // positions [begin, end)
+  double doc_before = 0;       // tokens of its document before it
+  double modality_total = 0;   // modality segments: all tokens of its modality in its document
 };
 
 std::vector<Placed> Place(const std::vector<MaskSegment>& segments, MaskLayout layout) {
@@ -236,7 +236,6 @@ std::vector<MaskSegment> DocumentSegments(const std::vector<int64_t>& lengths, b
   for (size_t i = 0; i < lengths.size(); ++i) out.push_back({lengths[i], causal ? -1 : 0, static_cast<int>(i)});
   return out;
 }
-
 
 std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t block_tokens) {
   if (block_tokens < 1) throw Error(fmt::format("attention mask: block of {} tokens; valid: >= 1", block_tokens));

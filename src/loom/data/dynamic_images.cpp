@@ -9,7 +9,7 @@ namespace loom {
 
 std::pair<int, int> DynamicImageBounds(int64_t iteration) {
   const int c = static_cast<int>(iteration % 20);
-  if (c < 5) return {4 * c, 32};  // rising: 0, 4, 8, 12, 16
+  if (c < 5) return {4 * c, 32};                           // rising: 0, 4, 8, 12, 16
   const double left = static_cast<double>(19 - c) / 15.0;  // falling to 0 at the cycle's end
   return {static_cast<int>(std::lround(16 * left)), static_cast<int>(std::lround(32 * left))};
 }

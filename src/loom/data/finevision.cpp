@@ -36,8 +36,8 @@ const FineVisionShape* FindFineVisionShape(const std::string& name) {
 }
 
 Sample DrawFineVisionSample(const FineVisionShape& shape, Rng& rng) {
-  const double area = std::clamp(rng.LogNormalWithMean(shape.image_mpx * 1e6, shape.image_sigma), kMinPixels,
-                                 kMaxPixels);
+  const double area =
+      std::clamp(rng.LogNormalWithMean(shape.image_mpx * 1e6, shape.image_sigma), kMinPixels, kMaxPixels);
   const double aspect = shape.aspect * std::exp(shape.aspect_sigma * rng.Normal());
   const int64_t w = std::max<int64_t>(28, std::llround(std::sqrt(area * aspect)));
   const int64_t h = std::max<int64_t>(28, std::llround(std::sqrt(area / aspect)));

@@ -21,11 +21,11 @@ namespace loom {
 
 struct FineVisionShape {
   std::string name;
-  double image_mpx = 0.3;      // mean image area, megapixels (log-normal)
-  double image_sigma = 0.1;    // log-space spread of the area
-  double aspect = 1.33;        // median width / height (log-normal)
+  double image_mpx = 0.3;    // mean image area, megapixels (log-normal)
+  double image_sigma = 0.1;  // log-space spread of the area
+  double aspect = 1.33;      // median width / height (log-normal)
   double aspect_sigma = 0.1;
-  double text_tokens = 50;     // mean text tokens (log-normal)
+  double text_tokens = 50;  // mean text tokens (log-normal)
   double text_sigma = 0.5;
   int64_t max_text_tokens = 4096;
 };

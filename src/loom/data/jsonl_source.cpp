@@ -33,36 +33,36 @@ int64_t PositiveIntAt(const json& j, const std::string& where, const std::string
 }
 
 void ReadDoc(const json& d, const std::string& where, const std::string& path, Sample& s) {
-  static const std::vector<std::string> kKeys = {"text_tokens", "images", "videos", "audio_s",
-                                                 "docs"};
+  static const std::vector<std::string> kKeys = {"text_tokens", "images", "videos", "audio_s", "docs"};
   if (!d.is_object()) {
     throw Error(fmt::format("{}: {}: expected a document object ({{\"text_tokens\": ..., \"images\": ...}}), got {}",
                             where, path.empty() ? "sample" : path.substr(0, path.size() - 1), d.dump()));
   }
   for (auto it = d.begin(); it != d.end(); ++it) {
     if (std::find(kKeys.begin(), kKeys.end(), it.key()) == kKeys.end()) {
-      throw Error(fmt::format("{}: {}{}: unknown field; valid: text_tokens, images ([[w, h], ...]), "
-                              "videos ([[frames, w, h], ...]), audio_s ([seconds, ...]), docs",
-                              where, path, it.key()));
+      throw Error(
+          fmt::format("{}: {}{}: unknown field; valid: text_tokens, images ([[w, h], ...]), "
+                      "videos ([[frames, w, h], ...]), audio_s ([seconds, ...]), docs",
+                      where, path, it.key()));
     }
   }
   int64_t text = 0;
   if (d.contains("text_tokens")) {
     const json& t = d["text_tokens"];
     if (!t.is_number_integer() || t.get<int64_t>() < 0) {
-      throw Error(fmt::format("{}: {}text_tokens: expected an integer >= 0, got {}", where, path,
-                              t.dump()));
+      throw Error(fmt::format("{}: {}text_tokens: expected an integer >= 0, got {}", where, path, t.dump()));
     }
     if (t.get<int64_t>() > kMaxTextTokens) {
-      throw Error(fmt::format("{}: {}text_tokens: at most {} in one document, got {}", where, path, kMaxTextTokens,
-                              t.dump()));
+      throw Error(
+          fmt::format("{}: {}text_tokens: at most {} in one document, got {}", where, path, kMaxTextTokens, t.dump()));
     }
     text = t.get<int64_t>();
   }
   int doc = s.AddDoc(text);
   if (d.contains("images")) {
     if (!d["images"].is_array()) {
-      throw Error(fmt::format("{}: {}images: expected a list [[width_px, height_px], ...], got {}", where, path, d["images"].dump()));
+      throw Error(fmt::format("{}: {}images: expected a list [[width_px, height_px], ...], got {}", where, path,
+                              d["images"].dump()));
     }
     for (size_t i = 0; i < d["images"].size(); ++i) {
       const json& im = d["images"][i];
@@ -76,7 +76,8 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
   }
   if (d.contains("videos")) {
     if (!d["videos"].is_array()) {
-      throw Error(fmt::format("{}: {}videos: expected a list [[frames, width_px, height_px], ...], got {}", where, path, d["videos"].dump()));
+      throw Error(fmt::format("{}: {}videos: expected a list [[frames, width_px, height_px], ...], got {}", where, path,
+                              d["videos"].dump()));
     }
     for (size_t i = 0; i < d["videos"].size(); ++i) {
       const json& v = d["videos"][i];
@@ -91,7 +92,8 @@ void ReadDoc(const json& d, const std::string& where, const std::string& path, S
   }
   if (d.contains("audio_s")) {
     if (!d["audio_s"].is_array()) {
-      throw Error(fmt::format("{}: {}audio_s: expected a list [seconds, ...], got {}", where, path, d["audio_s"].dump()));
+      throw Error(
+          fmt::format("{}: {}audio_s: expected a list [seconds, ...], got {}", where, path, d["audio_s"].dump()));
     }
     for (size_t i = 0; i < d["audio_s"].size(); ++i) {
       const json& a = d["audio_s"][i];
@@ -122,8 +124,7 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where) {
       throw Error(fmt::format("{}: docs: expected a non-empty list of documents", where));
     }
     if (j.size() != 1) {
-      throw Error(fmt::format("{}: give either `docs` or the fields of one document, not both",
-                              where));
+      throw Error(fmt::format("{}: give either `docs` or the fields of one document, not both", where));
     }
     for (size_t i = 0; i < j["docs"].size(); ++i) {
       ReadDoc(j["docs"][i], where, fmt::format("docs[{}].", i), s);

@@ -42,9 +42,10 @@ void FreezeArgs(const Model& model, std::vector<std::string>& args, std::vector<
     } else if (whole && m.modality == Modality::kImage && m.role == ModuleRole::kEncoder) {
       args.push_back("--freeze-ViT");
     } else {
-      notes.push_back(fmt::format("{} is {}frozen; Megatron-LM's flags freeze only the whole LLM (--freeze-LM) or "
-                                  "the whole vision encoder (--freeze-ViT): freeze it in your model code",
-                                  m.name, whole ? "" : "partly "));
+      notes.push_back(
+          fmt::format("{} is {}frozen; Megatron-LM's flags freeze only the whole LLM (--freeze-LM) or "
+                      "the whole vision encoder (--freeze-ViT): freeze it in your model code",
+                      m.name, whole ? "" : "partly "));
     }
   }
 }
@@ -73,34 +74,39 @@ void RecomputeArgs(const Unit& u, std::vector<std::string>& args) {
 // Reasons a unit cannot be one Megatron-LM rank grid.
 void UnitObstacles(const Unit& u, const Plan& plan, std::vector<std::string>& why) {
   if (u.pipelines.size() != 1) {
-    why.push_back(fmt::format("unit {} runs {} pipeline templates of different depths as data-parallel replicas "
-                              "(Oobleck); Megatron-LM replicas are identical",
-                              u.name, u.pipelines.size()));
+    why.push_back(
+        fmt::format("unit {} runs {} pipeline templates of different depths as data-parallel replicas "
+                    "(Oobleck); Megatron-LM replicas are identical",
+                    u.name, u.pipelines.size()));
   }
   if (u.sm_fraction < 1) why.push_back("it gives a unit a fraction of each GPU's SMs (Green Contexts)");
   if (u.zero_stage > 1) {
-    why.push_back(fmt::format("it uses ZeRO stage {}; Megatron-LM's distributed optimizer shards optimizer state "
-                              "only (stage 1)",
-                              u.zero_stage));
+    why.push_back(
+        fmt::format("it uses ZeRO stage {}; Megatron-LM's distributed optimizer shards optimizer state "
+                    "only (stage 1)",
+                    u.zero_stage));
   }
   for (const auto& p : u.pipelines) {
     // Without a pipeline, sequences shared inside a group are data parallelism (EffectiveDp).
     if (u.tp * u.cp != plan.group_gpus && p.pp > 1) {
-      why.push_back(fmt::format("unit {} shares sequences inside each pipeline stage's GPU group instead of splitting "
-                                "every module by TP; Megatron-LM's data-parallel replicas are whole pipelines",
-                                u.name));
+      why.push_back(
+          fmt::format("unit {} shares sequences inside each pipeline stage's GPU group instead of splitting "
+                      "every module by TP; Megatron-LM's data-parallel replicas are whole pipelines",
+                      u.name));
     }
     if (!p.rank_groups.empty() && p.groups() != p.pp) {
       why.push_back("its pipeline ranks span different GPU counts; Megatron-LM gives every stage the same");
     }
     if (p.schedule == ScheduleKind::kCustom) {
-      why.push_back("it runs a custom per-batch order; Megatron-LM's schedules are 1F1B and interleaved 1F1B "
-                    "(export the order for PyTorch instead: `loom simulate --plan ... --export-pytorch-csv`)");
+      why.push_back(
+          "it runs a custom per-batch order; Megatron-LM's schedules are 1F1B and interleaved 1F1B "
+          "(export the order for PyTorch instead: `loom simulate --plan ... --export-pytorch-csv`)");
     }
     if (p.vpp() > 1 && p.pp < 2) {
-      why.push_back(fmt::format("it interleaves {} chunks on a single pipeline rank; Megatron-LM interleaves only "
-                                "across pipeline ranks (pipeline parallel size >= 2)",
-                                p.vpp()));
+      why.push_back(
+          fmt::format("it interleaves {} chunks on a single pipeline rank; Megatron-LM interleaves only "
+                      "across pipeline ranks (pipeline parallel size >= 2)",
+                      p.vpp()));
     }
     for (size_t s = 0; s < p.stages.size(); ++s) {
       if (p.stages[s].rank != static_cast<int>(s) % p.pp) {
@@ -146,9 +152,17 @@ std::string StageLayout(const StageSpec& stage, const Model& model, const std::s
     const Module& m = model.modules[model.FindModule(r.module)];
     for (int l = r.begin; l < r.end; ++l) {
       switch (m.layers[l].kind) {
-        case LayerKind::kTransformer: ++run; break;
-        case LayerKind::kEmbedding: flush(); out += "E"; break;
-        case LayerKind::kLmHead: flush(); out += "L"; break;
+        case LayerKind::kTransformer:
+          ++run;
+          break;
+        case LayerKind::kEmbedding:
+          flush();
+          out += "E";
+          break;
+        case LayerKind::kLmHead:
+          flush();
+          out += "L";
+          break;
         default:
           *why = fmt::format("{} layer {} is a {}, which Megatron-LM's GPT layout has no symbol for", r.module, l,
                              LayerKindName(m.layers[l].kind));
@@ -196,15 +210,17 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
       }
     }
     if (why.empty() && !empty_stages.empty()) {
-      why.push_back(fmt::format("stages {} hold no LLM layer (encoders only); Megatron-LM runs the encoders with the "
-                                "first stage's LLM layers and cannot give them stages of their own (the "
-                                "--encoder-pipeline-model-parallel-size that did was removed in July 2025)",
-                                Ranges(empty_stages)));
+      why.push_back(
+          fmt::format("stages {} hold no LLM layer (encoders only); Megatron-LM runs the encoders with the "
+                      "first stage's LLM layers and cannot give them stages of their own (the "
+                      "--encoder-pipeline-model-parallel-size that did was removed in July 2025)",
+                      Ranges(empty_stages)));
     } else if (last_encoder_stage > 0) {
-      notes.push_back(fmt::format("the plan spreads the encoders over stages 0..{}; Megatron-LM runs every encoder "
-                                  "and projector with the first pipeline stage, so that stage will be heavier than "
-                                  "planned (a layout with fewer LLM layers there balances it)",
-                                  last_encoder_stage));
+      notes.push_back(
+          fmt::format("the plan spreads the encoders over stages 0..{}; Megatron-LM runs every encoder "
+                      "and projector with the first pipeline stage, so that stage will be heavier than "
+                      "planned (a layout with fewer LLM layers there balances it)",
+                      last_encoder_stage));
     }
     if (p.schedule == ScheduleKind::kZbH1) {
       notes.push_back("the plan runs ZB-H1 (split backward); Megatron-LM will run 1F1B, with the larger bubble");
@@ -235,12 +251,13 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
     }
     stages += fmt::format("\n  stage {} (rank {}): {}", s, p.stages[s].rank, label);
   }
-  e.notes = fmt::format("For {}. {} microbatches per replica, data parallel {}{}.{}\nThe plan's stages (the layout "
-                        "above: E embedding, t decoder layer, L output layer and loss; virtual stage v on rank v mod "
-                        "{}):{}",
-                        kLayoutVersion, p.microbatches, EffectiveDp(u, plan), p.vpp() > 1 ? fmt::format(", {} virtual stages per rank", p.vpp()) : "",
-                        notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".",
-                        p.pp, stages);
+  e.notes = fmt::format(
+      "For {}. {} microbatches per replica, data parallel {}{}.{}\nThe plan's stages (the layout "
+      "above: E embedding, t decoder layer, L output layer and loss; virtual stage v on rank v mod "
+      "{}):{}",
+      kLayoutVersion, p.microbatches, EffectiveDp(u, plan),
+      p.vpp() > 1 ? fmt::format(", {} virtual stages per rank", p.vpp()) : "",
+      notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".", p.pp, stages);
   return e;
 }
 
@@ -256,9 +273,10 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model) {
     }
   }
   if (plan.units.size() != 2 || llm < 0) {
-    why.push_back(fmt::format("it has {} units on separate GPUs or phases; Megatron-LM runs one grid for every "
-                              "module, or (MIMO) one for the encoders and one for the LLM",
-                              plan.units.size()));
+    why.push_back(
+        fmt::format("it has {} units on separate GPUs or phases; Megatron-LM runs one grid for every "
+                    "module, or (MIMO) one for the encoders and one for the LLM",
+                    plan.units.size()));
   }
   if (why.empty()) {
     const Unit& enc = plan.units[1 - llm];
@@ -291,18 +309,18 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model) {
       RecomputeArgs(lm, a);
       FreezeArgs(model, a, notes);
       if (ep.microbatches != lp.microbatches) {
-        notes.push_back(fmt::format("the encoders run {} microbatches per replica and the LLM {}; MIMO hands each "
-                                    "LLM microbatch its encoder outputs as they come",
-                                    ep.microbatches, lp.microbatches));
+        notes.push_back(
+            fmt::format("the encoders run {} microbatches per replica and the LLM {}; MIMO hands each "
+                        "LLM microbatch its encoder outputs as they come",
+                        ep.microbatches, lp.microbatches));
       }
       e.expressible = true;
       e.args = fmt::format("{}", fmt::join(a, " \\\n  "));
-      e.notes = fmt::format("For {}. Encoders ({}) on GPUs {}..{}, the LLM on GPUs {}..{}.{}", kMimoVersion,
-                            fmt::join(enc.modules, ", "), enc.first_group * plan.group_gpus,
-                            (enc.first_group + enc.num_groups()) * plan.group_gpus - 1,
-                            lm.first_group * plan.group_gpus,
-                            (lm.first_group + lm.num_groups()) * plan.group_gpus - 1,
-                            notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".");
+      e.notes = fmt::format(
+          "For {}. Encoders ({}) on GPUs {}..{}, the LLM on GPUs {}..{}.{}", kMimoVersion, fmt::join(enc.modules, ", "),
+          enc.first_group * plan.group_gpus, (enc.first_group + enc.num_groups()) * plan.group_gpus - 1,
+          lm.first_group * plan.group_gpus, (lm.first_group + lm.num_groups()) * plan.group_gpus - 1,
+          notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".");
       return e;
     }
   }

@@ -15,8 +15,8 @@ namespace loom {
 
 struct MegatronExport {
   bool expressible = false;
-  std::string args;     // the arguments, one per line (continuations), when expressible
-  std::string notes;    // what Megatron-LM will do differently, or why it cannot run the plan
+  std::string args;   // the arguments, one per line (continuations), when expressible
+  std::string notes;  // what Megatron-LM will do differently, or why it cannot run the plan
 };
 
 MegatronExport ExportMegatron(const Plan& plan, const Model& model);

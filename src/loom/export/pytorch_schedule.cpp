@@ -23,14 +23,22 @@ constexpr int kMaxMicrobatches = 1 << 20;
 
 const char* TypeName(PtActionType t) {
   switch (t) {
-    case PtActionType::kF: return "F";
-    case PtActionType::kB: return "B";
-    case PtActionType::kI: return "I";
-    case PtActionType::kW: return "W";
-    case PtActionType::kSendF: return "SEND_F";
-    case PtActionType::kRecvF: return "RECV_F";
-    case PtActionType::kSendB: return "SEND_B";
-    case PtActionType::kRecvB: return "RECV_B";
+    case PtActionType::kF:
+      return "F";
+    case PtActionType::kB:
+      return "B";
+    case PtActionType::kI:
+      return "I";
+    case PtActionType::kW:
+      return "W";
+    case PtActionType::kSendF:
+      return "SEND_F";
+    case PtActionType::kRecvF:
+      return "RECV_F";
+    case PtActionType::kSendB:
+      return "SEND_B";
+    case PtActionType::kRecvB:
+      return "RECV_B";
   }
   return "?";
 }
@@ -58,9 +66,7 @@ std::string PlacementNote(const std::vector<int>& stage_rank, int pp) {
 
 }  // namespace
 
-std::string PtActionName(const PtAction& a) {
-  return fmt::format("{}{}{}", a.stage, TypeName(a.type), a.microbatch);
-}
+std::string PtActionName(const PtAction& a) { return fmt::format("{}{}{}", a.stage, TypeName(a.type), a.microbatch); }
 
 PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) {
   PytorchExport out;
@@ -68,30 +74,34 @@ PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) 
   std::set<std::pair<int, int>> units;  // (unit, template)
   for (const auto& st : exec.stages) units.insert({st.unit, st.pipeline});
   if (units.size() != 1) {
-    out.notes = fmt::format("the plan runs {} pipelines (units or templates) side by side or in turn; PyTorch's "
-                            "pipeline schedules run one pipeline of one model",
-                            units.size());
+    out.notes = fmt::format(
+        "the plan runs {} pipelines (units or templates) side by side or in turn; PyTorch's "
+        "pipeline schedules run one pipeline of one model",
+        units.size());
     return out;
   }
   if (!exec.replicated) {
-    out.notes = "its data-parallel replicas run different microbatches or orders (per-replica schedules, as "
-                "Entrain's); PyTorch runs the same schedule on every replica";
+    out.notes =
+        "its data-parallel replicas run different microbatches or orders (per-replica schedules, as "
+        "Entrain's); PyTorch runs the same schedule on every replica";
     return out;
   }
   const int m = s.microbatches_of(0);
   for (int v = 0; v < s.num_stages(); ++v) {
     if (s.microbatches_of(v) != m) {
-      out.notes = fmt::format("stage {} runs {} microbatches and stage 0 runs {} (per-module sub-microbatches, as "
-                              "PipeWeaver's); PyTorch runs every stage on the same microbatches",
-                              v, s.microbatches_of(v), m);
+      out.notes = fmt::format(
+          "stage {} runs {} microbatches and stage 0 runs {} (per-module sub-microbatches, as "
+          "PipeWeaver's); PyTorch runs every stage on the same microbatches",
+          v, s.microbatches_of(v), m);
       return out;
     }
   }
   for (const StageEdge& e : s.StageEdges()) {
     if (e.to != e.from + 1 || !e.first.empty() || !e.producers.empty()) {
-      out.notes = fmt::format("stage {} feeds stage {} other than one microbatch to the next stage; PyTorch's "
-                              "stages form a chain",
-                              e.from, e.to);
+      out.notes = fmt::format(
+          "stage {} feeds stage {} other than one microbatch to the next stage; PyTorch's "
+          "stages form a chain",
+          e.from, e.to);
       return out;
     }
   }
@@ -107,10 +117,18 @@ PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) 
     for (const Action& a : s.ranks[r]) {
       const bool act = a.payload == Payload::kActivation;
       switch (a.kind) {
-        case ActionKind::kForward: out.order[r].push_back({a.stage, PtActionType::kF, a.microbatch}); break;
-        case ActionKind::kBackward: out.order[r].push_back({a.stage, PtActionType::kB, a.microbatch}); break;
-        case ActionKind::kBackwardData: out.order[r].push_back({a.stage, PtActionType::kI, a.microbatch}); break;
-        case ActionKind::kBackwardWeight: out.order[r].push_back({a.stage, PtActionType::kW, a.microbatch}); break;
+        case ActionKind::kForward:
+          out.order[r].push_back({a.stage, PtActionType::kF, a.microbatch});
+          break;
+        case ActionKind::kBackward:
+          out.order[r].push_back({a.stage, PtActionType::kB, a.microbatch});
+          break;
+        case ActionKind::kBackwardData:
+          out.order[r].push_back({a.stage, PtActionType::kI, a.microbatch});
+          break;
+        case ActionKind::kBackwardWeight:
+          out.order[r].push_back({a.stage, PtActionType::kW, a.microbatch});
+          break;
         case ActionKind::kSend:
           if (with_comms) {
             out.order[r].push_back({a.stage, act ? PtActionType::kSendF : PtActionType::kSendB, a.microbatch});
@@ -123,7 +141,8 @@ PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) 
             out.order[r].push_back({to, act ? PtActionType::kRecvF : PtActionType::kRecvB, a.microbatch});
           }
           break;
-        default: break;  // gradient collectives, waits, the optimizer step: DDP/FSDP's, outside the schedule
+        default:
+          break;  // gradient collectives, waits, the optimizer step: DDP/FSDP's, outside the schedule
       }
     }
   }
@@ -173,9 +192,10 @@ PtSchedule ParsePytorchCsv(const std::string& text, const std::string& file) {
       const std::string v = raw.substr(first, raw.find_last_not_of(" \t") - first + 1);
       std::smatch mt;
       if (!std::regex_match(v, mt, cell)) {
-        throw Error(fmt::format("{}:{}:{}: cell '{}': expected STAGE TYPE MICROBATCH, TYPE one of F, B, I, W, SEND_F, "
-                                "RECV_F, SEND_B, RECV_B (e.g. 0F0, 1I3, 2SEND_F1)",
-                                file, line, column, v.substr(0, 40)));
+        throw Error(
+            fmt::format("{}:{}:{}: cell '{}': expected STAGE TYPE MICROBATCH, TYPE one of F, B, I, W, SEND_F, "
+                        "RECV_F, SEND_B, RECV_B (e.g. 0F0, 1I3, 2SEND_F1)",
+                        file, line, column, v.substr(0, 40)));
       }
       if (mt[2] == "UNSHARD" || mt[2] == "RESHARD") continue;  // FSDP's, not the pipeline's
       if (mt[3].length() == 0) {
@@ -197,7 +217,8 @@ PtSchedule ParsePytorchCsv(const std::string& text, const std::string& file) {
 void ValidatePytorchSchedule(const PtSchedule& order, int pp, int num_stages, int num_microbatches,
                              const std::string& file) {
   if (static_cast<int>(order.size()) != pp) {
-    throw Error(fmt::format("{}: {} rows for {} pipeline ranks; PyTorch needs one row per rank", file, order.size(), pp));
+    throw Error(
+        fmt::format("{}: {} rows for {} pipeline ranks; PyTorch needs one row per rank", file, order.size(), pp));
   }
   // [stage][type F, B, I, W] -> microbatches seen
   std::vector<std::array<std::set<int>, 4>> seen(num_stages);
@@ -210,8 +231,8 @@ void ValidatePytorchSchedule(const PtSchedule& order, int pp, int num_stages, in
         throw Error(fmt::format("{}: stage {} is not one of the {} stages", where, a.stage, num_stages));
       }
       if (a.microbatch < 0 || a.microbatch >= num_microbatches) {
-        throw Error(fmt::format("{}: microbatch {} is not one of the {} microbatches", where, a.microbatch,
-                                num_microbatches));
+        throw Error(
+            fmt::format("{}: microbatch {} is not one of the {} microbatches", where, a.microbatch, num_microbatches));
       }
       if (rank_of[a.stage] >= 0 && rank_of[a.stage] != r) {
         throw Error(fmt::format("{}: stage {} is on both rank {} and rank {}; a stage lives on one rank", where,
@@ -221,23 +242,23 @@ void ValidatePytorchSchedule(const PtSchedule& order, int pp, int num_stages, in
       auto& s = seen[a.stage];
       const int k = static_cast<int>(a.type);
       if (a.type != PtActionType::kF && !s[0].count(a.microbatch)) {
-        throw Error(fmt::format("{}: a backward before the forward of stage {} microbatch {}", where, a.stage,
-                                a.microbatch));
+        throw Error(
+            fmt::format("{}: a backward before the forward of stage {} microbatch {}", where, a.stage, a.microbatch));
       }
       if (a.type == PtActionType::kW && !s[2].count(a.microbatch)) {
         throw Error(fmt::format("{}: a weight gradient (W) before the input gradient (I) of stage {} microbatch {}",
                                 where, a.stage, a.microbatch));
       }
       if (!s[k].insert(a.microbatch).second) {
-        throw Error(fmt::format("{}: stage {} microbatch {} runs {} twice", where, a.stage, a.microbatch,
-                                TypeName(a.type)));
+        throw Error(
+            fmt::format("{}: stage {} microbatch {} runs {} twice", where, a.stage, a.microbatch, TypeName(a.type)));
       }
     }
   }
   for (int v = 0; v < num_stages; ++v) {
     const auto& s = seen[v];
-    const int f = static_cast<int>(s[0].size()), b = static_cast<int>(s[1].size()),
-              i = static_cast<int>(s[2].size()), w = static_cast<int>(s[3].size());
+    const int f = static_cast<int>(s[0].size()), b = static_cast<int>(s[1].size()), i = static_cast<int>(s[2].size()),
+              w = static_cast<int>(s[3].size());
     if (f != num_microbatches) {
       throw Error(fmt::format("{}: stage {} runs {} forwards (F) for {} microbatches", file, v, f, num_microbatches));
     }
@@ -285,12 +306,13 @@ ImportedPytorchSchedule ImportPytorchSchedule(const PtSchedule& order, const std
 }
 
 PlanRun SimulatePytorchSchedule(const Model& model, const Cluster& cluster, const Workload& workload,
-                                ParallelConfig config, const ImportedPytorchSchedule& schedule,
-                                const std::string& file, int64_t iteration) {
+                                ParallelConfig config, const ImportedPytorchSchedule& schedule, const std::string& file,
+                                int64_t iteration) {
   if (schedule.num_stages % schedule.pp != 0) {
-    throw Error(fmt::format("{}: {} stages over {} ranks; Loom cuts the layers into the same number of stages per "
-                            "rank (pp x vpp)",
-                            file, schedule.num_stages, schedule.pp));
+    throw Error(
+        fmt::format("{}: {} stages over {} ranks; Loom cuts the layers into the same number of stages per "
+                    "rank (pp x vpp)",
+                    file, schedule.num_stages, schedule.pp));
   }
   config.pp = schedule.pp;
   config.vpp = schedule.num_stages / schedule.pp;
@@ -316,8 +338,8 @@ PlanRun SimulatePytorchSchedule(const Model& model, const Cluster& cluster, cons
   }
   it.unit_rank_orders[unit.name].assign(unit.num_replicas(), schedule.rank_orders);
   PlanRun run = RunPlan(model, cluster, workload, plan, batch, &it, config.sim);
-  CheckFits(run, fmt::format("{} on {} (tp {} pp {} dp {} cp {})", file, cluster.name, config.tp, config.pp,
-                             config.dp, config.cp));
+  CheckFits(run, fmt::format("{} on {} (tp {} pp {} dp {} cp {})", file, cluster.name, config.tp, config.pp, config.dp,
+                             config.cp));
   return run;
 }
 

@@ -41,10 +41,10 @@ std::string PtActionName(const PtAction& a);
 
 struct PytorchExport {
   bool expressible = false;
-  PtSchedule order;                // when expressible
-  std::vector<int> stage_rank;     // virtual stage -> pipeline rank
-  int num_microbatches = 0;        // per replica
-  std::string notes;               // the stage placement torchtitan must match, or why it cannot be expressed
+  PtSchedule order;             // when expressible
+  std::vector<int> stage_rank;  // virtual stage -> pipeline rank
+  int num_microbatches = 0;     // per replica
+  std::string notes;            // the stage placement torchtitan must match, or why it cannot be expressed
 };
 
 // The pipeline of `exec` as PyTorch's actions; `with_comms` adds the sends
@@ -83,7 +83,7 @@ ImportedPytorchSchedule ImportPytorchSchedule(const PtSchedule& order, const std
 // Throws loom::Error for a layout that does not match the file or the
 // cluster, or a plan that does not fit.
 PlanRun SimulatePytorchSchedule(const Model& model, const Cluster& cluster, const Workload& workload,
-                                ParallelConfig config, const ImportedPytorchSchedule& schedule,
-                                const std::string& file, int64_t iteration = 0);
+                                ParallelConfig config, const ImportedPytorchSchedule& schedule, const std::string& file,
+                                int64_t iteration = 0);
 
 }  // namespace loom

@@ -19,11 +19,16 @@ enum CommSlot { kSendAct, kSendGrad, kRecvAct, kRecvGrad, kNumCommSlots };
 
 int ComputeSlotOf(ActionKind k) {
   switch (k) {
-    case ActionKind::kForward: return kF;
-    case ActionKind::kBackward: return kB;
-    case ActionKind::kBackwardData: return kBd;
-    case ActionKind::kBackwardWeight: return kW;
-    default: return -1;
+    case ActionKind::kForward:
+      return kF;
+    case ActionKind::kBackward:
+      return kB;
+    case ActionKind::kBackwardData:
+      return kBd;
+    case ActionKind::kBackwardWeight:
+      return kW;
+    default:
+      return -1;
   }
 }
 
@@ -35,8 +40,8 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   const auto edges = s.StageEdges();
   const int num_edges = static_cast<int>(edges.size());
   if (!s.stage_microbatches.empty() && static_cast<int>(s.stage_microbatches.size()) != stages) {
-    throw Error(fmt::format("schedule {}: {} microbatch counts for {} stages", s.name, s.stage_microbatches.size(),
-                            stages));
+    throw Error(
+        fmt::format("schedule {}: {} microbatch counts for {} stages", s.name, s.stage_microbatches.size(), stages));
   }
   // Flat slot offsets: compute slots per stage, communication slots per edge.
   std::vector<size_t> stage_off(stages + 1, 0), edge_off(num_edges + 1, 0);
@@ -47,8 +52,8 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   for (int e = 0; e < num_edges; ++e) {
     const StageEdge& se = edges[e];
     if (se.from < 0 || se.from >= stages || se.to < 0 || se.to >= stages || se.from == se.to) {
-      throw Error(fmt::format("schedule {}: edge {} -> {} names a stage outside 0..{}", s.name, se.from, se.to,
-                              stages - 1));
+      throw Error(
+          fmt::format("schedule {}: edge {} -> {} names a stage outside 0..{}", s.name, se.from, se.to, stages - 1));
     }
     const int mu = s.microbatches_of(se.from), mv = s.microbatches_of(se.to);
     bool ok;
@@ -71,9 +76,10 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
                                se.first.back() == mu && std::is_sorted(se.first.begin(), se.first.end()));
     }
     if (!ok) {
-      throw Error(fmt::format("schedule {}: edge {} -> {} does not map the {} microbatches of stage {} onto the {} "
-                              "of stage {}",
-                              s.name, se.from, se.to, mu, se.from, mv, se.to));
+      throw Error(
+          fmt::format("schedule {}: edge {} -> {} does not map the {} microbatches of stage {} onto the {} "
+                      "of stage {}",
+                      s.name, se.from, se.to, mu, se.from, mv, se.to));
     }
     edge_off[e + 1] = edge_off[e] + (se.producers.empty() ? mu : static_cast<int>(pair_of[e].size()));
     in[se.to].push_back(e);
@@ -83,7 +89,8 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   // On many-to-many edges a producer microbatch may feed only some consumers'
   // edges, but it must feed one: else its backward would get no gradient.
   for (int v = 0; v < stages; ++v) {
-    const bool explicit_out = std::any_of(out[v].begin(), out[v].end(), [&](int e) { return !edges[e].producers.empty(); });
+    const bool explicit_out =
+        std::any_of(out[v].begin(), out[v].end(), [&](int e) { return !edges[e].producers.empty(); });
     if (!explicit_out) continue;
     for (int j = 0; j < s.microbatches_of(v); ++j) {
       bool fed = false;
@@ -114,9 +121,7 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
     auto it = pair_of[e].find({j, k});
     return it == pair_of[e].end() ? -1 : it->second;
   };
-  auto describe = [&](int r, int i) {
-    return fmt::format("rank {} action {} ({})", r, i, ActionName(s.ranks[r][i]));
-  };
+  auto describe = [&](int r, int i) { return fmt::format("rank {} action {} ({})", r, i, ActionName(s.ranks[r][i])); };
   // The edge a send or receive travels on, and its producer microbatch.
   auto edge_of = [&](int r, int i, const Action& a) -> int {
     const bool act = a.payload == Payload::kActivation;
@@ -126,8 +131,8 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
       throw Error(fmt::format("{}: no edge between stages {} and {}", describe(r, i), a.stage, other));
     }
     if (a.microbatch < 0 || a.microbatch >= s.microbatches_of(edges[it->second].from)) {
-      throw Error(fmt::format("{}: microbatch out of range (stage {} has {})", describe(r, i),
-                              edges[it->second].from, s.microbatches_of(edges[it->second].from)));
+      throw Error(fmt::format("{}: microbatch out of range (stage {} has {})", describe(r, i), edges[it->second].from,
+                              s.microbatches_of(edges[it->second].from)));
     }
     return it->second;
   };
@@ -183,10 +188,12 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   // Barriers between ranks, grouped by the waiting action.
   std::map<int, std::vector<int>> extra;
   for (const ExtraDep& d : s.extra_deps) {
-    auto valid = [&](int r, int i) { return r >= 0 && r < s.num_ranks && i >= 0 && i < static_cast<int>(s.ranks[r].size()); };
+    auto valid = [&](int r, int i) {
+      return r >= 0 && r < s.num_ranks && i >= 0 && i < static_cast<int>(s.ranks[r].size());
+    };
     if (!valid(d.rank, d.index) || !valid(d.after_rank, d.after_index)) {
-      throw Error(fmt::format("schedule {}: barrier rank {} action {} after rank {} action {} names no action",
-                              s.name, d.rank, d.index, d.after_rank, d.after_index));
+      throw Error(fmt::format("schedule {}: barrier rank {} action {} after rank {} action {} names no action", s.name,
+                              d.rank, d.index, d.after_rank, d.after_index));
     }
     extra[g.offset[d.rank] + d.index].push_back(g.offset[d.after_rank] + d.after_index);
   }
@@ -203,7 +210,9 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
         g.dep_id.push_back(producer);
         g.dep_fraction.push_back(fraction);
       };
-      auto backward_of = [&](int stage, int mb) { return at(kB, stage, mb) >= 0 ? at(kB, stage, mb) : at(kBd, stage, mb); };
+      auto backward_of = [&](int stage, int mb) {
+        return at(kB, stage, mb) >= 0 ? at(kB, stage, mb) : at(kBd, stage, mb);
+      };
       const int v = a.stage, mb = a.microbatch;
       switch (a.kind) {
         case ActionKind::kForward:

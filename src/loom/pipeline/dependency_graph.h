@@ -13,10 +13,10 @@
 namespace loom {
 
 struct DependencyGraph {
-  std::vector<int> offset;        // flat id of rank r's first action; size ranks + 1
-  std::vector<int> rank;          // rank of each flat id
-  std::vector<int> stream_prev;   // previous action on the same stream and rank, or -1
-  std::vector<int> dep_begin;     // deps of id i are dep_id[dep_begin[i] .. dep_begin[i+1])
+  std::vector<int> offset;       // flat id of rank r's first action; size ranks + 1
+  std::vector<int> rank;         // rank of each flat id
+  std::vector<int> stream_prev;  // previous action on the same stream and rank, or -1
+  std::vector<int> dep_begin;    // deps of id i are dep_id[dep_begin[i] .. dep_begin[i+1])
   std::vector<int> dep_id;
   // 1: the dependency is satisfied when the producer ends; f < 1: once a
   // fraction f of it has run (a gradient bucket ready during the last backward).

@@ -16,8 +16,10 @@ Schedule MakeInterleaved(int p, int m, int v, bool p2p) {
     throw Error(fmt::format("interleaved schedule: virtual chunks per rank must be >= 1, got {}", v));
   }
   if (m % p != 0) {
-    throw Error(fmt::format("interleaved schedule: microbatches ({}) must be a multiple of pipeline "
-                            "ranks ({}), as in Megatron-LM", m, p));
+    throw Error(
+        fmt::format("interleaved schedule: microbatches ({}) must be a multiple of pipeline "
+                    "ranks ({}), as in Megatron-LM",
+                    m, p));
   }
   Schedule s = EmptySchedule("interleaved", p, m, p * v);
   for (int st = 0; st < p * v; ++st) {

@@ -11,8 +11,8 @@
 namespace loom {
 
 struct Partition {
-  std::vector<int> begin;            // stage s holds layers [begin[s], begin[s+1]); size S + 1
-  std::vector<double> stage_cost;    // cost of each stage (divided by its GPUs)
+  std::vector<int> begin;          // stage s holds layers [begin[s], begin[s+1]); size S + 1
+  std::vector<double> stage_cost;  // cost of each stage (divided by its GPUs)
   double max_cost = 0;
   int num_stages() const { return static_cast<int>(stage_cost.size()); }
 };

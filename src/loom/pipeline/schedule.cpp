@@ -16,19 +16,26 @@ int Schedule::num_actions() const {
 
 std::string ActionName(const Action& a) {
   switch (a.kind) {
-    case ActionKind::kForward: return fmt::format("F{}@{}", a.microbatch, a.stage);
-    case ActionKind::kBackward: return fmt::format("B{}@{}", a.microbatch, a.stage);
-    case ActionKind::kBackwardData: return fmt::format("Bd{}@{}", a.microbatch, a.stage);
-    case ActionKind::kBackwardWeight: return fmt::format("W{}@{}", a.microbatch, a.stage);
+    case ActionKind::kForward:
+      return fmt::format("F{}@{}", a.microbatch, a.stage);
+    case ActionKind::kBackward:
+      return fmt::format("B{}@{}", a.microbatch, a.stage);
+    case ActionKind::kBackwardData:
+      return fmt::format("Bd{}@{}", a.microbatch, a.stage);
+    case ActionKind::kBackwardWeight:
+      return fmt::format("W{}@{}", a.microbatch, a.stage);
     case ActionKind::kSend:
-      return fmt::format("send-{}{}@{}->r{}", a.payload == Payload::kActivation ? "act" : "grad",
-                         a.microbatch, a.stage, a.peer);
+      return fmt::format("send-{}{}@{}->r{}", a.payload == Payload::kActivation ? "act" : "grad", a.microbatch, a.stage,
+                         a.peer);
     case ActionKind::kRecv:
-      return fmt::format("recv-{}{}@{}<-r{}", a.payload == Payload::kActivation ? "act" : "grad",
-                         a.microbatch, a.stage, a.peer);
-    case ActionKind::kCollective: return fmt::format("grad-sync@{}.{}", a.stage, a.bucket);
-    case ActionKind::kWait: return "wait";
-    case ActionKind::kOptimizerStep: return "optimizer";
+      return fmt::format("recv-{}{}@{}<-r{}", a.payload == Payload::kActivation ? "act" : "grad", a.microbatch, a.stage,
+                         a.peer);
+    case ActionKind::kCollective:
+      return fmt::format("grad-sync@{}.{}", a.stage, a.bucket);
+    case ActionKind::kWait:
+      return "wait";
+    case ActionKind::kOptimizerStep:
+      return "optimizer";
   }
   return "?";
 }
@@ -163,8 +170,8 @@ void AddPointToPoint(Schedule& s) {
           const int u = edges[e].from;
           if (s.stage_rank[u] == r) continue;
           for_producers(e, a.microbatch, [&](int j) {
-            out.push_back(comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u,
-                               pair_mb(e, a.microbatch)));
+            out.push_back(
+                comm(ActionKind::kSend, a.stage, j, s.stage_rank[u], Payload::kGradient, u, pair_mb(e, a.microbatch)));
           });
         }
       }

@@ -28,9 +28,9 @@ enum class ActionKind : uint8_t {
   kBackwardWeight = 3,  // weight gradient only
   kSend = 4,
   kRecv = 5,
-  kCollective = 6,      // data-parallel gradient sync of one bucket of a stage
-  kWait = 7,            // compute stream waits for this rank's collectives
-  kOptimizerStep = 8,   // the optimizer updates this rank's weights (after the wait)
+  kCollective = 6,     // data-parallel gradient sync of one bucket of a stage
+  kWait = 7,           // compute stream waits for this rank's collectives
+  kOptimizerStep = 8,  // the optimizer updates this rank's weights (after the wait)
 };
 
 enum class Payload : uint8_t { kActivation = 0, kGradient = 1 };
@@ -43,11 +43,11 @@ inline bool IsCompute(ActionKind kind) {
 
 struct Action {
   ActionKind kind = ActionKind::kForward;
-  int stage = -1;       // virtual stage it computes, or the sending stage for send/recv
+  int stage = -1;  // virtual stage it computes, or the sending stage for send/recv
   int microbatch = -1;
-  int peer = -1;        // send: destination rank; recv: source rank
+  int peer = -1;  // send: destination rank; recv: source rank
   Payload payload = Payload::kActivation;
-  int bucket = -1;      // collective: gradient bucket of `stage`
+  int bucket = -1;  // collective: gradient bucket of `stage`
   // send/recv: the receiving end's stage. An activation goes from `stage` (its
   // producer) to `peer_stage`; a gradient goes from `stage` (the consumer that
   // computed it) back to `peer_stage` (the producer of the output it is the

@@ -38,9 +38,10 @@ ActionOrder ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
     for (int mb = 0; mb < s.microbatches_of(v); ++mb) {
       size_t k = off[v] + mb;
       if (fwd[k] != 1 || bwd[k] != 1 || bwd_w[k] != 1) {
-        throw Error(fmt::format("schedule {}: rank {}: stage {} microbatch {} has {} forward(s), {} backward(s) "
-                                "and {} weight gradient(s); each must be exactly 1",
-                                s.name, s.stage_rank[v], v, mb, fwd[k], bwd[k], bwd_w[k]));
+        throw Error(
+            fmt::format("schedule {}: rank {}: stage {} microbatch {} has {} forward(s), {} backward(s) "
+                        "and {} weight gradient(s); each must be exactly 1",
+                        s.name, s.stage_rank[v], v, mb, fwd[k], bwd[k], bwd_w[k]));
       }
     }
   }
@@ -53,8 +54,8 @@ ActionOrder ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
         forward_on[off[a.stage] + a.microbatch] = r;
       } else if ((a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) &&
                  forward_on[off[a.stage] + a.microbatch] != r) {
-        throw Error(fmt::format("schedule {}: rank {} action {} ({}) comes before its forward", s.name, r, i,
-                                ActionName(a)));
+        throw Error(
+            fmt::format("schedule {}: rank {} action {} ({}) comes before its forward", s.name, r, i, ActionName(a)));
       }
     }
   }
@@ -110,8 +111,8 @@ ActionOrder ValidateSchedule(const Schedule& s, const DependencyGraph& g) {
                              ActionName(s.ranks[pr][p - g.offset[pr]]));
       }
     }
-    throw Error(fmt::format("schedule {} deadlocks: rank {} action {} ({}) waits for {}, which can never run",
-                            s.name, r, id - g.offset[r], ActionName(s.ranks[r][id - g.offset[r]]), waits));
+    throw Error(fmt::format("schedule {} deadlocks: rank {} action {} ({}) waits for {}, which can never run", s.name,
+                            r, id - g.offset[r], ActionName(s.ranks[r][id - g.offset[r]]), waits));
   }
   throw Error(fmt::format("schedule {} deadlocks", s.name));
 }

@@ -38,21 +38,24 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
   }
   for (int s = 0; s < plan.global_batch; ++s) {
     if (seen[s] != 1) {
-      throw Error(fmt::format("iteration schedule: sample {} is placed {} times; every sample must be in exactly "
-                              "one microbatch or deferred",
-                              s, seen[s]));
+      throw Error(
+          fmt::format("iteration schedule: sample {} is placed {} times; every sample must be in exactly "
+                      "one microbatch or deferred",
+                      s, seen[s]));
     }
   }
   for (const auto& [unit, mbs] : it.unit_microbatch_samples) {
-    if (plan.FindUnit(unit) < 0) throw Error(fmt::format("iteration schedule: unit_microbatch_samples: no unit {}", unit));
+    if (plan.FindUnit(unit) < 0)
+      throw Error(fmt::format("iteration schedule: unit_microbatch_samples: no unit {}", unit));
     if (static_cast<int>(mbs.size()) != m) {
       throw Error(fmt::format("iteration schedule: unit_microbatch_samples.{}: {} microbatches, the plan runs {}", unit,
                               mbs.size(), m));
     }
     if (it.sub_microbatches.count(unit)) {
-      throw Error(fmt::format("iteration schedule: unit {} has both its own microbatches and sub_microbatches; give "
-                              "one",
-                              unit));
+      throw Error(
+          fmt::format("iteration schedule: unit {} has both its own microbatches and sub_microbatches; give "
+                      "one",
+                      unit));
     }
     // The unit trains exactly the samples the global microbatches hold.
     std::vector<int> want, got;
@@ -61,9 +64,10 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
     if (got != want) {
-      throw Error(fmt::format("iteration schedule: unit_microbatch_samples.{}: holds {} sample placements; it must "
-                              "place every sample of microbatch_samples ({}) exactly once",
-                              unit, got.size(), want.size()));
+      throw Error(
+          fmt::format("iteration schedule: unit_microbatch_samples.{}: holds {} sample placements; it must "
+                      "place every sample of microbatch_samples ({}) exactly once",
+                      unit, got.size(), want.size()));
     }
   }
   for (const auto& [unit, replicas] : it.replica_microbatch_samples) {
@@ -88,9 +92,10 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
     std::sort(want.begin(), want.end());
     std::sort(got.begin(), got.end());
     if (got != want) {
-      throw Error(fmt::format("{}: holds {} sample placements; it must place every sample of microbatch_samples ({}) "
-                              "exactly once",
-                              f, got.size(), want.size()));
+      throw Error(
+          fmt::format("{}: holds {} sample placements; it must place every sample of microbatch_samples ({}) "
+                      "exactly once",
+                      f, got.size(), want.size()));
     }
   }
   for (const auto& [unit, counts] : it.sub_microbatches) {
@@ -183,9 +188,7 @@ std::string StageLabel(const StageSpec& stage) {
   return label;
 }
 
-int NumItems(const Sample& s) {
-  return static_cast<int>(s.images.size() + s.videos.size() + s.audios.size());
-}
+int NumItems(const Sample& s) { return static_cast<int>(s.images.size() + s.videos.size() + s.audios.size()); }
 
 Sample PieceSample(const Batch& batch, const SamplePiece& piece) {
   const Sample& s = batch.samples.at(piece.sample);
@@ -277,7 +280,8 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
       const ExecRank& rank = out.ranks[out.schedule.stage_rank[s]];
       for (const auto& r : st.layers) {
         for (int l = r.begin; l < r.end; ++l) {
-          for (int g = rank.group; g < rank.group + rank.num_groups; ++g) holders[{model.FindModule(r.module), l}].insert(g);
+          for (int g = rank.group; g < rank.group + rank.num_groups; ++g)
+            holders[{model.FindModule(r.module), l}].insert(g);
         }
       }
     }
@@ -286,15 +290,17 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
     for (const auto& [key, who] : holders) {
       CommGroup* g = out.groups.empty() ? nullptr : &out.groups.back();
       const std::string& name = model.modules[key.first].name;
-      const bool extends = last != nullptr && *last == who && g->layers.back().module == name &&
-                           g->layers.back().end == key.second;
+      const bool extends =
+          last != nullptr && *last == who && g->layers.back().module == name && g->layers.back().end == key.second;
       if (last != nullptr && *last == who && !extends) {
         g->layers.push_back({name, key.second, key.second + 1});  // the same holders, across a module boundary
       } else if (extends) {
         ++g->layers.back().end;
       } else {
-        out.groups.push_back({static_cast<int>(out.groups.size()), GroupKind::kLayerSegment,
-                              std::vector<int>(who.begin(), who.end()), {{name, key.second, key.second + 1}}});
+        out.groups.push_back({static_cast<int>(out.groups.size()),
+                              GroupKind::kLayerSegment,
+                              std::vector<int>(who.begin(), who.end()),
+                              {{name, key.second, key.second + 1}}});
       }
       last = &who;
       segment_of[key] = out.groups.back().id;
@@ -311,24 +317,25 @@ void AddDataParallelGroups(ExecutionPlan& out, const Plan& plan, const Model& mo
   }
 }
 
-ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan,
-                          const Batch& batch, const IterationSchedule* it, CompileOptions options) {
+ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& w, const Plan& plan, const Batch& batch,
+                          const IterationSchedule* it, CompileOptions options) {
   ValidatePlan(plan, model, c, w, "plan " + plan.strategy);
   if (options.only_replica >= plan.units[0].num_replicas()) {
-    throw Error(fmt::format("CompilePlan: only_replica {}; the plan's first unit has {} replicas",
-                            options.only_replica, plan.units[0].num_replicas()));
+    throw Error(fmt::format("CompilePlan: only_replica {}; the plan's first unit has {} replicas", options.only_replica,
+                            plan.units[0].num_replicas()));
   }
   if (static_cast<int64_t>(batch.samples.size()) != plan.global_batch) {
-    throw Error(fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(),
-                            plan.global_batch));
+    throw Error(
+        fmt::format("batch has {} samples, the plan's global batch is {}", batch.samples.size(), plan.global_batch));
   }
   for (const auto& u : plan.units) {
     for (const auto& p : u.pipelines) {
       if (p.schedule == ScheduleKind::kCustom &&
           (it == nullptr || (it->rank_orders.empty() && !it->unit_rank_orders.count(u.name)))) {
-        throw Error(fmt::format("plan {}: unit {} runs the custom schedule, whose per-rank orders come with each "
-                                "batch (iteration schedule rank_orders); none was given",
-                                plan.strategy, u.name));
+        throw Error(
+            fmt::format("plan {}: unit {} runs the custom schedule, whose per-rank orders come with each "
+                        "batch (iteration schedule rank_orders); none was given",
+                        plan.strategy, u.name));
       }
     }
   }
@@ -378,8 +385,8 @@ ExecutionPlan CompilePlan(const Model& model, const Cluster& c, const Workload& 
 void ValidateExecution(const ExecutionPlan& e) {
   const Schedule& s = e.schedule;
   if (static_cast<int>(e.stages.size()) != s.num_stages()) {
-    throw Error(fmt::format("execution plan: {} stages described, the schedule has {}", e.stages.size(),
-                            s.num_stages()));
+    throw Error(
+        fmt::format("execution plan: {} stages described, the schedule has {}", e.stages.size(), s.num_stages()));
   }
   if (static_cast<int>(e.ranks.size()) != s.num_ranks) {
     throw Error(fmt::format("execution plan: {} ranks described, the schedule has {}", e.ranks.size(), s.num_ranks));
@@ -387,8 +394,8 @@ void ValidateExecution(const ExecutionPlan& e) {
   if (e.replicas.empty()) throw Error("execution plan: no replica");
   for (size_t r = 0; r < e.replicas.size(); ++r) {
     if (static_cast<int>(e.replicas[r].size()) != s.num_stages()) {
-      throw Error(fmt::format("execution plan: replica {} has contents for {} stages, not {}", r,
-                              e.replicas[r].size(), s.num_stages()));
+      throw Error(fmt::format("execution plan: replica {} has contents for {} stages, not {}", r, e.replicas[r].size(),
+                              s.num_stages()));
     }
     for (int v = 0; v < s.num_stages(); ++v) {
       if (static_cast<int>(e.replicas[r][v].size()) != s.microbatches_of(v)) {

@@ -17,8 +17,7 @@ void CompilePipeline(const Model& model, const Plan& plan, const IterationSchedu
                      const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
                      const CompileOptions& options);
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
-                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
-                  const CompileOptions& options);
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out, const CompileOptions& options);
 // Whether every unit has one template and the same replica count, a GPU
 // group is used by one replica index only (units may take turns on it) and
 // the batch is cut evenly (no regrouped or per-replica samples, no explicit

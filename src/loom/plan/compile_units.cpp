@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <set>
 #include <unordered_map>
 
@@ -200,8 +200,7 @@ bool FoldableReplicas(const Plan& plan, const IterationSchedule* it) {
 }
 
 void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule* it,
-                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out,
-                  const CompileOptions& options) {
+                  const std::vector<std::vector<int>>& global_mbs, ExecutionPlan& out, const CompileOptions& options) {
   const bool uniform = UniformMicrobatches(plan);
   const int m = plan.units[0].pipelines[0].microbatches;
   const int num_units = static_cast<int>(plan.units.size());
@@ -217,8 +216,9 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
   // for m / rounds microbatches, once per round on the next microbatches.
   const int rounds = plan.phase_rounds;
   if (rounds > 1 && (it != nullptr || !uniform)) {
-    throw Error("phase_rounds > 1 needs a plan whose pipelines all run the same microbatch count, without an "
-                "iteration schedule (sub-microbatches or regrouped samples)");
+    throw Error(
+        "phase_rounds > 1 needs a plan whose pipelines all run the same microbatch count, without an "
+        "iteration schedule (sub-microbatches or regrouped samples)");
   }
   std::vector<UnitLayout> layout;
   for (const auto& unit : plan.units) layout.push_back(LayoutOf(model, plan, unit, it, global_mbs, uniform, only));
@@ -281,8 +281,8 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
           tmpl = MakeSchedule(ps.schedule, depth, M / rounds, ps.vpp(), /*p2p=*/false);  // compute order only
           tmpl_m = M;
         }
-        for (ExecRank& er : TemplateRanks(plan, u, static_cast<int>(t), j, group,
-                                          fmt::format("{} p{} r{}", unit.name, t, j))) {
+        for (ExecRank& er :
+             TemplateRanks(plan, u, static_cast<int>(t), j, group, fmt::format("{} p{} r{}", unit.name, t, j))) {
           const int rank = sch.num_ranks++;
           rank_id[u][d].push_back(rank);
           for (int g = er.group; g < er.group + er.num_groups; ++g) group_ranks[g].push_back(rank);
@@ -321,9 +321,10 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
             for (const StageStep& step : mine[r]) {
               if (step.stage < 0 || step.stage >= static_cast<int>(ps.stages.size()) || step.microbatch < 0 ||
                   step.microbatch >= M || ps.stages[step.stage].rank != r) {
-                throw Error(fmt::format("{}[{}]: step {}{}@{} names no stage of rank {} or no microbatch of the "
-                                        "replica's {}",
-                                        f, r, step.forward ? "F" : "B", step.microbatch, step.stage, r, M));
+                throw Error(
+                    fmt::format("{}[{}]: step {}{}@{} names no stage of rank {} or no microbatch of the "
+                                "replica's {}",
+                                f, r, step.forward ? "F" : "B", step.microbatch, step.stage, r, M));
               }
               ++seen[(step.stage * M + step.microbatch) * 4 + (step.forward ? 0 : 1 + static_cast<int>(step.part))];
               sch.ranks[rank_id[u][d][r]].push_back(
@@ -334,9 +335,10 @@ void CompileUnits(const Model& model, const Plan& plan, const IterationSchedule*
             const bool fused = seen[x + 1] == 1 && seen[x + 2] == 0 && seen[x + 3] == 0;
             const bool split = seen[x + 1] == 0 && seen[x + 2] == 1 && seen[x + 3] == 1;
             if (seen[x] != 1 || !(fused || split)) {
-              throw Error(fmt::format("{}: every (stage, microbatch) needs exactly one forward and one backward (fused, "
-                                      "or its data and weight halves)",
-                                      f));
+              throw Error(
+                  fmt::format("{}: every (stage, microbatch) needs exactly one forward and one backward (fused, "
+                              "or its data and weight halves)",
+                              f));
             }
           }
           continue;

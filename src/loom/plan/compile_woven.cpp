@@ -87,7 +87,8 @@ std::vector<std::vector<int>> WovenStageMicrobatches(const Plan& plan, const Ite
   const int m = ps.microbatches;
   for (const auto& [name, counts] : it.module_sub_microbatches) {
     if (std::find(unit.modules.begin(), unit.modules.end(), name) == unit.modules.end()) {
-      throw Error(fmt::format("iteration schedule: module_sub_microbatches: unit {} holds no module {}", unit.name, name));
+      throw Error(
+          fmt::format("iteration schedule: module_sub_microbatches: unit {} holds no module {}", unit.name, name));
     }
     if (static_cast<int>(counts.size()) != m) {
       throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: {} counts for {} microbatches", name,
@@ -103,9 +104,10 @@ std::vector<std::vector<int>> WovenStageMicrobatches(const Plan& plan, const Ite
     const std::vector<int> counts = CountsOf(it, layers.front().module, m);
     for (const auto& r : layers) {
       if (CountsOf(it, r.module, m) != counts) {
-        throw Error(fmt::format("iteration schedule: module_sub_microbatches: stage {} holds {} and {}, which are cut "
-                                "into different sub-microbatch counts; give them the same counts",
-                                s, layers.front().module, r.module));
+        throw Error(
+            fmt::format("iteration schedule: module_sub_microbatches: stage {} holds {} and {}, which are cut "
+                        "into different sub-microbatch counts; give them the same counts",
+                        s, layers.front().module, r.module));
       }
     }
     out.emplace_back();
@@ -152,10 +154,11 @@ void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, cons
           for (int i = 0; i < NumItems(batch.samples[s]); ++i) pieces.push_back({s, i});
         }
         if (counts[k] > std::max<int>(1, static_cast<int>(pieces.size()))) {
-          throw Error(fmt::format("iteration schedule: module_sub_microbatches.{}: {} sub-microbatches of global "
-                                  "microbatch {}, but replica {} holds only {} {} of it",
-                                  model.modules[split_modules[x][0]].name, counts[k], k, d, pieces.size(),
-                                  by_item ? "images / clips" : "samples (samples are not split)"));
+          throw Error(
+              fmt::format("iteration schedule: module_sub_microbatches.{}: {} sub-microbatches of global "
+                          "microbatch {}, but replica {} holds only {} {} of it",
+                          model.modules[split_modules[x][0]].name, counts[k], k, d, pieces.size(),
+                          by_item ? "images / clips" : "samples (samples are not split)"));
         }
         if (pieces.empty()) {
           parts[x][d].emplace_back();
@@ -244,10 +247,11 @@ void CompileWoven(const Model& model, const Plan& plan, const Batch& batch, cons
         const StageStep& st = it.rank_orders[p][i];
         if (st.stage < 0 || st.stage >= S || sch.stage_rank[st.stage] != p ||
             st.microbatch >= sch.stage_microbatches[st.stage] || st.part != BackwardPart::kFused) {
-          throw Error(fmt::format("iteration schedule: rank_orders[{}][{}]: {}:{}:{} is not a stage of rank {} with "
-                                  "that sub-microbatch, or not a forward or fused backward (woven orders fuse "
-                                  "backwards)",
-                                  p, i, st.forward ? 'F' : 'B', st.stage, st.microbatch, p));
+          throw Error(
+              fmt::format("iteration schedule: rank_orders[{}][{}]: {}:{}:{} is not a stage of rank {} with "
+                          "that sub-microbatch, or not a forward or fused backward (woven orders fuse "
+                          "backwards)",
+                          p, i, st.forward ? 'F' : 'B', st.stage, st.microbatch, p));
         }
         sch.ranks[p].push_back(
             Action{st.forward ? ActionKind::kForward : ActionKind::kBackward, st.stage, st.microbatch});

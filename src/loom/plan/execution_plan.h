@@ -45,25 +45,25 @@ struct MicrobatchWork {
 // by tp is replicated over the TP group). `dp` replicas of its unit hold the
 // same layers: model state is sharded and gradients synced over them.
 struct ExecStage {
-  int unit = 0;                  // index into the plan's units
-  int pipeline = 0;              // template of the unit
-  int replica = 0;               // replica of the unit (across templates)
+  int unit = 0;      // index into the plan's units
+  int pipeline = 0;  // template of the unit
+  int replica = 0;   // replica of the unit (across templates)
   std::vector<LayerRange> layers;
   int tp = 1, cp = 1, seq_share = 1;
   CpSplit cp_split = CpSplit::kIdeal;  // its unit's
   int dp = 1;
-  int gpus = 1;                  // GPUs that run it: its rank's groups x group_gpus
+  int gpus = 1;  // GPUs that run it: its rank's groups x group_gpus
   int zero_stage = 1;
-  double sm_fraction = 1;        // share of each GPU's SMs (Mosaic); cost/sm_sharing.h prices it
-  int phase = 0;                 // its unit's temporal phase (stages of one phase sharing GPUs run at once)
+  double sm_fraction = 1;                  // share of each GPU's SMs (Mosaic); cost/sm_sharing.h prices it
+  int phase = 0;                           // its unit's temporal phase (stages of one phase sharing GPUs run at once)
   Recompute recompute = Recompute::kNone;  // default of its layers
   bool sequence_parallel = true;           // Megatron sequence parallelism over its TP group
-  int dp_group = -1;             // index into ExecutionPlan::groups: the replicas its gradients sync with
+  int dp_group = -1;                       // index into ExecutionPlan::groups: the replicas its gradients sync with
   // Heterogeneous templates (Oobleck): the kLayerSegment groups its layers
   // fall in; its gradients sync over these, layer segment by segment, not
   // over dp_group (which holds only stages cut exactly alike).
   std::vector<int> segment_groups;
-  std::string label;             // "vision[0:16]+projector[0:1]"
+  std::string label;  // "vision[0:16]+projector[0:1]"
   int num_layers() const;
   bool operator==(const ExecStage&) const = default;
 };
@@ -71,10 +71,10 @@ struct ExecStage {
 // A schedule rank: one GPU group running one replica's pipeline rank of a unit.
 struct ExecRank {
   int unit = 0, pipeline = 0, replica = 0, pp_rank = 0;
-  int group = 0;                 // first GPU group: GPUs from group * group_gpus
-  int num_groups = 1;            // groups it spans
+  int group = 0;       // first GPU group: GPUs from group * group_gpus
+  int num_groups = 1;  // groups it spans
   double sm_fraction = 1;
-  std::string name;              // "llm p0 r1 pp2"
+  std::string name;  // "llm p0 r1 pp2"
   bool operator==(const ExecRank&) const = default;
 };
 
@@ -88,7 +88,7 @@ enum class GroupKind : uint8_t { kDataParallel = 0, kLayerSegment = 1 };
 struct CommGroup {
   int id = 0;
   GroupKind kind = GroupKind::kDataParallel;
-  std::vector<int> gpu_groups;   // members, ascending
+  std::vector<int> gpu_groups;     // members, ascending
   std::vector<LayerRange> layers;  // kLayerSegment: its layers, in model order
   bool operator==(const CommGroup&) const = default;
 };
@@ -106,9 +106,9 @@ struct ExecutionPlan {
   std::vector<std::vector<std::vector<MicrobatchWork>>> replicas;
   bool replicated = false;
   int group_gpus = 1;
-  int num_groups = 0;            // GPU groups of the cluster
+  int num_groups = 0;                      // GPU groups of the cluster
   Precision precision = Precision::kBf16;  // the workload's
-  int64_t samples = 0;           // samples trained (deferred ones excluded)
+  int64_t samples = 0;                     // samples trained (deferred ones excluded)
   bool operator==(const ExecutionPlan&) const = default;
 };
 

@@ -53,7 +53,7 @@ struct StageSpec {
 struct PipelineSpec {
   int replicas = 1;
   int pp = 1;
-  int microbatches = 1;            // per replica per iteration
+  int microbatches = 1;  // per replica per iteration
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   std::vector<StageSpec> stages;
   // GPU groups each pipeline rank spans (Oobleck: stages of different GPU
@@ -67,20 +67,20 @@ struct PipelineSpec {
 
 struct Unit {
   std::string name;
-  std::vector<std::string> modules;  // the modules it holds, in the model's execution order
-  int first_group = 0;               // first GPU group it occupies
-  int tp = 1;                        // tensor parallel inside a group (the rest of the group shares sequences)
-  int cp = 1;                        // context parallel inside a group
+  std::vector<std::string> modules;    // the modules it holds, in the model's execution order
+  int first_group = 0;                 // first GPU group it occupies
+  int tp = 1;                          // tensor parallel inside a group (the rest of the group shares sequences)
+  int cp = 1;                          // context parallel inside a group
   CpSplit cp_split = CpSplit::kIdeal;  // how each sequence splits over the cp ranks (cost/cp_assignment.h)
-  int phase = 0;                     // temporal stage: phase q runs after phase q-1 on shared groups
-  double sm_fraction = 1.0;          // share of each GPU's SMs (Mosaic); 1 = the whole GPU
+  int phase = 0;                       // temporal stage: phase q runs after phase q-1 on shared groups
+  double sm_fraction = 1.0;            // share of each GPU's SMs (Mosaic); 1 = the whole GPU
   Recompute recompute = Recompute::kNone;
-  int zero_stage = 1;                // 3 = fully sharded (FSDP)
-  bool sequence_parallel = true;     // with tp > 1, Megatron-LM's sequence parallelism (its recommended default)
+  int zero_stage = 1;             // 3 = fully sharded (FSDP)
+  bool sequence_parallel = true;  // with tp > 1, Megatron-LM's sequence parallelism (its recommended default)
   std::vector<PipelineSpec> pipelines;
 
-  int num_groups() const;            // sum over pipelines of replicas x pp
-  int num_replicas() const;          // sum over pipelines of replicas
+  int num_groups() const;    // sum over pipelines of replicas x pp
+  int num_replicas() const;  // sum over pipelines of replicas
   bool operator==(const Unit&) const = default;
 };
 
@@ -96,11 +96,11 @@ struct Broker {
 
 struct Plan {
   std::string strategy;
-  std::string model;      // names, for reports and `loom simulate --plan` checks
+  std::string model;  // names, for reports and `loom simulate --plan` checks
   std::string cluster;
   std::string workload;
   int64_t global_batch = 0;
-  int group_gpus = 1;     // GPUs per group (one simulated rank)
+  int group_gpus = 1;  // GPUs per group (one simulated rank)
   // Temporal phases run this many times per iteration, each round on the
   // next 1/phase_rounds of every unit's microbatches (gradient accumulation
   // over whole phase sequences: an earlier phase keeps one round's
@@ -110,7 +110,7 @@ struct Plan {
   int phase_rounds = 1;
   std::vector<Unit> units;
   std::vector<Broker> brokers;
-  std::string searched;   // what the strategy searched to find it, for reports
+  std::string searched;  // what the strategy searched to find it, for reports
 
   int FindUnit(const std::string& name) const;
   bool operator==(const Plan&) const = default;
@@ -137,9 +137,12 @@ struct StageStep {
 inline ActionKind StepActionKind(const StageStep& s) {
   if (s.forward) return ActionKind::kForward;
   switch (s.part) {
-    case BackwardPart::kData: return ActionKind::kBackwardData;
-    case BackwardPart::kWeight: return ActionKind::kBackwardWeight;
-    default: return ActionKind::kBackward;
+    case BackwardPart::kData:
+      return ActionKind::kBackwardData;
+    case BackwardPart::kWeight:
+      return ActionKind::kBackwardWeight;
+    default:
+      return ActionKind::kBackward;
   }
 }
 
@@ -161,8 +164,8 @@ struct StageRecompute {
 // of every pipeline rank and per-layer recomputation.
 struct IterationSchedule {
   int64_t iteration = 0;
-  std::vector<std::vector<int>> microbatch_samples;       // [global microbatch] -> sample indices in the batch
-  std::vector<int> deferred;                              // sample indices left for the next iteration
+  std::vector<std::vector<int>> microbatch_samples;          // [global microbatch] -> sample indices in the batch
+  std::vector<int> deferred;                                 // sample indices left for the next iteration
   std::map<std::string, std::vector<int>> sub_microbatches;  // unit -> per global microbatch count
   // unit -> its own [microbatch] -> samples: the unit regroups the trained
   // samples into microbatches of its own (Entrain moves samples of encoder
@@ -186,12 +189,13 @@ struct IterationSchedule {
   // backward on its stage's rank; CompilePlan rejects an order that deadlocks.
   std::map<std::string, std::vector<std::vector<std::vector<StageStep>>>> unit_rank_orders;
   std::map<std::string, std::vector<int>> module_sub_microbatches;  // module -> per global microbatch count
-  std::vector<std::vector<StageStep>> rank_orders;        // [pipeline rank] -> compute order; empty: GPipe order
-  std::optional<Recompute> recompute;                     // woven: every layer's; unset: the unit's
-  std::vector<StageRecompute> layer_recompute;            // per (stage, sub-microbatch) overrides of that
+  std::vector<std::vector<StageStep>> rank_orders;  // [pipeline rank] -> compute order; empty: GPipe order
+  std::optional<Recompute> recompute;               // woven: every layer's; unset: the unit's
+  std::vector<StageRecompute> layer_recompute;      // per (stage, sub-microbatch) overrides of that
   // Woven: the single-unit plan runs the per-module sub-microbatches, orders or recomputation above.
   bool woven() const {
-    return !module_sub_microbatches.empty() || !rank_orders.empty() || recompute.has_value() || !layer_recompute.empty();
+    return !module_sub_microbatches.empty() || !rank_orders.empty() || recompute.has_value() ||
+           !layer_recompute.empty();
   }
   bool operator==(const IterationSchedule&) const = default;
 };

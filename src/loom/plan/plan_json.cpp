@@ -25,7 +25,8 @@ class Reader {
  public:
   Reader(const json& j, std::string file, std::string path, std::set<std::string> keys)
       : j_(j), file_(std::move(file)), path_(std::move(path)) {
-    if (!j_.is_object()) Fail(path_.empty() ? "the document" : path_, fmt::format("must be an object, got {}", j_.type_name()));
+    if (!j_.is_object())
+      Fail(path_.empty() ? "the document" : path_, fmt::format("must be an object, got {}", j_.type_name()));
     for (const auto& [k, v] : j_.items()) {
       if (!keys.count(k)) {
         std::string valid;
@@ -104,9 +105,12 @@ json RangeToJson(const LayerRange& r) { return {{"module", r.module}, {"begin", 
 
 std::string RecomputeName(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "none";
 }
@@ -160,17 +164,18 @@ json PlanToJson(const Plan& p) {
   }
   json brokers = json::array();
   for (const Broker& b : p.brokers) brokers.push_back({{"from", b.from}, {"to", b.to}, {"count", b.count}});
-  json out = {{"strategy", p.strategy}, {"model", p.model},       {"cluster", p.cluster},
-              {"workload", p.workload}, {"global_batch", p.global_batch}, {"group_gpus", p.group_gpus},
-              {"units", units},         {"brokers", brokers},     {"searched", p.searched}};
+  json out = {
+      {"strategy", p.strategy},         {"model", p.model},           {"cluster", p.cluster}, {"workload", p.workload},
+      {"global_batch", p.global_batch}, {"group_gpus", p.group_gpus}, {"units", units},       {"brokers", brokers},
+      {"searched", p.searched}};
   if (p.phase_rounds != 1) out["phase_rounds"] = p.phase_rounds;  // omitted when 1 (every plan but Mosaic's)
   return out;
 }
 
 Plan PlanFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
-           {"strategy", "model", "cluster", "workload", "global_batch", "group_gpus", "phase_rounds", "units", "brokers",
-            "searched"});
+           {"strategy", "model", "cluster", "workload", "global_batch", "group_gpus", "phase_rounds", "units",
+            "brokers", "searched"});
   Plan p;
   p.strategy = r.String("strategy");
   p.model = r.String("model");
@@ -202,7 +207,8 @@ Plan PlanFromJson(const json& j, const std::string& file) {
     u.recompute = ParseRecompute(ur.String("recompute", "none"), file + ": " + ur.Field("recompute"));
     u.zero_stage = static_cast<int>(ur.Int("zero_stage", 1));
     if (ur.Has("sequence_parallel")) {
-      if (!units[i].at("sequence_parallel").is_boolean()) ur.Fail(ur.Field("sequence_parallel"), "must be true or false");
+      if (!units[i].at("sequence_parallel").is_boolean())
+        ur.Fail(ur.Field("sequence_parallel"), "must be true or false");
       u.sequence_parallel = units[i].at("sequence_parallel").get<bool>();
     }
     const json& pipes = ur.Array("pipelines");
@@ -309,7 +315,7 @@ namespace {
 // "F:3:12" is the forward of sub-microbatch 12 at stage 3; "B:..." its fused
 // backward, "Bd:..." and "W:..." its zero-bubble halves.
 std::string StepToString(const StageStep& step) {
-  const char* kind = step.forward                               ? "F"
+  const char* kind = step.forward                         ? "F"
                      : step.part == BackwardPart::kData   ? "Bd"
                      : step.part == BackwardPart::kWeight ? "W"
                                                           : "B";
@@ -333,7 +339,8 @@ StageStep StepFromString(const std::string& text, const Reader& r, const std::st
   return step;
 }
 
-std::map<std::string, std::vector<int>> CountsFromJson(const Reader& r, const std::string& key, const std::string& what) {
+std::map<std::string, std::vector<int>> CountsFromJson(const Reader& r, const std::string& key,
+                                                       const std::string& what) {
   std::map<std::string, std::vector<int>> out;
   if (!r.Has(key)) return out;
   const json& sub = r.Get(key);
@@ -397,8 +404,8 @@ json IterationScheduleToJson(const IterationSchedule& s) {
 IterationSchedule IterationScheduleFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
            {"iteration", "microbatch_samples", "deferred", "sub_microbatches", "module_sub_microbatches",
-            "unit_microbatch_samples", "replica_microbatch_samples", "unit_rank_orders",
-            "rank_orders", "recompute", "layer_recompute"});
+            "unit_microbatch_samples", "replica_microbatch_samples", "unit_rank_orders", "rank_orders", "recompute",
+            "layer_recompute"});
   IterationSchedule s;
   s.iteration = r.Int("iteration", 0);
   const json& mbs = r.Array("microbatch_samples");
@@ -423,7 +430,8 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
   }
   if (r.Has("replica_microbatch_samples")) {
     const json& u = r.Get("replica_microbatch_samples");
-    if (!u.is_object()) r.Fail("replica_microbatch_samples", "must be an object of unit -> [[[sample, ...], ...], ...]");
+    if (!u.is_object())
+      r.Fail("replica_microbatch_samples", "must be an object of unit -> [[[sample, ...], ...], ...]");
     for (const auto& [name, replicas] : u.items()) {
       const std::string f = "replica_microbatch_samples." + name;
       if (!replicas.is_array()) r.Fail(f, "must be an array of replicas");
@@ -487,7 +495,8 @@ IterationSchedule IterationScheduleFromJson(const json& j, const std::string& fi
     sr.microbatch = static_cast<int>(rr.Int("microbatch", 0, true));
     const std::string letters = rr.String("layers", "", true);
     if (letters.find_first_not_of("nsf") != std::string::npos) {
-      rr.Fail(rr.Field("layers"), fmt::format("'{}': one letter per layer, n (none), s (selective) or f (full)", letters));
+      rr.Fail(rr.Field("layers"),
+              fmt::format("'{}': one letter per layer, n (none), s (selective) or f (full)", letters));
     }
     for (char x : letters) {
       sr.layers.push_back(RecomputeFromLetter(x));

@@ -48,7 +48,8 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
   auto bad = [&](std::string s) { v.push_back(std::move(s)); };
   const int n = c.num_gpus();
   if (plan.group_gpus < 1 || c.gpus_per_node % plan.group_gpus != 0) {
-    bad(fmt::format("group_gpus is {}; it must divide the {} GPUs of a node (tensor and context parallelism stay "
+    bad(
+        fmt::format("group_gpus is {}; it must divide the {} GPUs of a node (tensor and context parallelism stay "
                     "inside a node)",
                     plan.group_gpus, c.gpus_per_node));
     return v;  // every group count below depends on it
@@ -119,10 +120,11 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
       if (stages < p.pp || (!custom && stages % p.pp != 0)) {
         bad(fmt::format("{}: {} stages for pp {}; it needs pp x vpp stages", pn, stages, p.pp));
       } else if (!custom && p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
-        bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(), ScheduleKindName(p.schedule)));
+        bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(),
+                        ScheduleKindName(p.schedule)));
       } else if (p.schedule == ScheduleKind::kInterleaved && p.microbatches % p.pp != 0) {
-        bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn,
-                        p.microbatches, p.pp));
+        bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn, p.microbatches,
+                        p.pp));
       }
       if (!p.rank_groups.empty()) {
         if (static_cast<int>(p.rank_groups.size()) != p.pp) {
@@ -130,7 +132,8 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
                           p.rank_groups.size(), p.pp));
         }
         for (size_t r = 0; r < p.rank_groups.size(); ++r) {
-          if (p.rank_groups[r] < 1) bad(fmt::format("{}: rank_groups[{}] is {}; it must be >= 1", pn, r, p.rank_groups[r]));
+          if (p.rank_groups[r] < 1)
+            bad(fmt::format("{}: rank_groups[{}] is {}; it must be >= 1", pn, r, p.rank_groups[r]));
         }
       }
       std::vector<int> per_rank(p.pp, 0);
@@ -139,7 +142,8 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         if (r < 0 || r >= p.pp) {
           bad(fmt::format("{}: stage {} is on rank {}; ranks are 0..{}", pn, s, r, p.pp - 1));
         } else if (p.schedule != ScheduleKind::kCustom && r != s % p.pp) {
-          bad(fmt::format("{}: stage {} is on rank {}; the {} schedule puts stage v on rank v % pp = {} (the custom "
+          bad(
+              fmt::format("{}: stage {} is on rank {}; the {} schedule puts stage v on rank v % pp = {} (the custom "
                           "schedule takes any mapping)",
                           pn, s, r, ScheduleKindName(p.schedule), s % p.pp));
         } else {
@@ -151,7 +155,8 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         if (stp < 0) {
           bad(fmt::format("{}: stage {} has tp {}; valid: 0 (the unit's) or >= 1", pn, s, stp));
         } else if (stp > 0 && u.cp >= 1 && (gpus % (stp * u.cp) != 0 || stp > plan.group_gpus)) {
-          bad(fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the {} GPUs of "
+          bad(
+              fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the {} GPUs of "
                           "its rank, and tp stays inside one group of {} GPUs",
                           pn, s, stp, u.cp, gpus, plan.group_gpus));
         }
@@ -170,8 +175,8 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
         }
       }
       if (got != expected) {
-        bad(fmt::format("{}: its stages hold {} layers; they must hold the {} layers of {} exactly once, in order",
-                        pn, got.size(), expected.size(), fmt::join(u.modules, ", ")));
+        bad(fmt::format("{}: its stages hold {} layers; they must hold the {} layers of {} exactly once, in order", pn,
+                        got.size(), expected.size(), fmt::join(u.modules, ", ")));
       }
       if (!uniform && plan.units.size() > 1) {
         bad(fmt::format("{}: runs {} microbatches; with several units every pipeline must run the same number", pn,
@@ -253,12 +258,13 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
       const Unit& ua = plan.units[a];
       for (size_t b = 0; b < plan.units.size(); ++b) {
         const Unit& ub = plan.units[b];
-        const bool overlap = ua.first_group < ub.first_group + ub.num_groups() &&
-                             ub.first_group < ua.first_group + ua.num_groups();
+        const bool overlap =
+            ua.first_group < ub.first_group + ub.num_groups() && ub.first_group < ua.first_group + ua.num_groups();
         if (a != b && overlap && ua.phase < ub.phase) {
           for (const auto& p : ua.pipelines) {
             if (p.schedule != ScheduleKind::kGpipe) {
-              bad(fmt::format("unit {} shares GPUs with the later phase of unit {}; it must use the gpipe schedule "
+              bad(
+                  fmt::format("unit {} shares GPUs with the later phase of unit {}; it must use the gpipe schedule "
                               "(all forwards, then all backwards), not {}",
                               ua.name, ub.name, ScheduleKindName(p.schedule)));
             }
@@ -274,7 +280,8 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
           for (const Unit* x : {&ua, &plan.units[b]}) {
             for (const auto& p : x->pipelines) {
               if (p.schedule == ScheduleKind::kInterleaved || p.schedule == ScheduleKind::kZbH1) {
-                bad(fmt::format("unit {}: the {} schedule cannot be chained with another unit in the same phase; "
+                bad(
+                    fmt::format("unit {}: the {} schedule cannot be chained with another unit in the same phase; "
                                 "use 1f1b or gpipe",
                                 x->name, ScheduleKindName(p.schedule)));
               }

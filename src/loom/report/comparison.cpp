@@ -49,13 +49,14 @@ std::string FormatComparison(const Comparison& c) {
         }
       }
       const int64_t factor = m > 0 ? (4 * pp + m - 1) / m : 1;
-      out += fmt::format("warning: the best plan idles {:.0f}% of the time (MFU {:.1f}%): a global batch of {} is small "
-                         "for {} GPUs{}\n",
-                         100 * b.bubble_ratio, 100 * b.mfu, c.global_batch, c.num_gpus,
-                         factor > 1 ? fmt::format("; {} ({} microbatches per replica for its {} stages) would fill "
-                                                  "its pipelines",
-                                                  c.global_batch * factor, m * factor, pp)
-                                    : "");
+      out += fmt::format(
+          "warning: the best plan idles {:.0f}% of the time (MFU {:.1f}%): a global batch of {} is small "
+          "for {} GPUs{}\n",
+          100 * b.bubble_ratio, 100 * b.mfu, c.global_batch, c.num_gpus,
+          factor > 1 ? fmt::format("; {} ({} microbatches per replica for its {} stages) would fill "
+                                   "its pipelines",
+                                   c.global_batch * factor, m * factor, pp)
+                     : "");
     }
   }
   for (const auto& o : c.outcomes) {

@@ -13,7 +13,6 @@ namespace loom {
 
 namespace {
 
-
 const char* kStyle = R"(
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2330;max-width:1400px}
 h1{font-size:22px;margin-bottom:4px} h2{font-size:17px;margin-top:28px;border-bottom:1px solid #dde;padding-bottom:4px}
@@ -41,12 +40,13 @@ std::string IterationChart(const Comparison& c) {
   std::string svg = fmt::format("<svg width='{}' height='{}' role=img>", W, H);
   for (int q = 0; q <= 4; ++q) {
     const double t = max_t * q / 4;
-    svg += fmt::format("<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#e4e6ee'/><text x='{}' y='{:.1f}' "
-                       "font-size='11' text-anchor='end' fill='#5a6275'>{:.1f} s</text>",
-                       left, W - 10, y(t), y(t), left - 6, y(t) + 4, t);
+    svg += fmt::format(
+        "<line x1='{}' x2='{}' y1='{:.1f}' y2='{:.1f}' stroke='#e4e6ee'/><text x='{}' y='{:.1f}' "
+        "font-size='11' text-anchor='end' fill='#5a6275'>{:.1f} s</text>",
+        left, W - 10, y(t), y(t), left - 6, y(t) + 4, t);
   }
-  svg += fmt::format("<text x='{}' y='{}' font-size='11' fill='#5a6275'>iteration (batch) 0 .. {}</text>", left,
-                     H - 8, c.iterations - 1);
+  svg += fmt::format("<text x='{}' y='{}' font-size='11' fill='#5a6275'>iteration (batch) 0 .. {}</text>", left, H - 8,
+                     c.iterations - 1);
   std::string legend = "<div class=legend>";
   int line = 0;
   for (const auto& o : c.outcomes) {
@@ -73,19 +73,20 @@ std::string BarChart(const Comparison& c) {
   if (max_t <= 0) return "<p>No strategy found a plan.</p>";
   const int label_w = 110, width = 760, bar_h = 22, gap = 8;
   const int height = rows * (bar_h + gap) + 30;
-  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
-                                label_w + width + 260, height);
+  std::string svg =
+      fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)", label_w + width + 260, height);
   int y = 4;
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
-    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="13">{}</text>)", label_w - 8,
-                       y + bar_h - 6, EscapeXml(o.name));
+    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="13">{}</text>)", label_w - 8, y + bar_h - 6,
+                       EscapeXml(o.name));
     if (o.ok()) {
       const double w = width * o.mean_iteration_time_s / max_t;
       const double wmax = width * o.max_iteration_time_s / max_t;
-      svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: mean {:.3f} s, max {:.3f} s</title></rect>)",
-                         label_w, y, w, bar_h, i == c.best ? "#54a24b" : "#4c78a8", EscapeXml(o.name),
-                         o.mean_iteration_time_s, o.max_iteration_time_s);
+      svg += fmt::format(
+          R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: mean {:.3f} s, max {:.3f} s</title></rect>)",
+          label_w, y, w, bar_h, i == c.best ? "#54a24b" : "#4c78a8", EscapeXml(o.name), o.mean_iteration_time_s,
+          o.max_iteration_time_s);
       svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#333" stroke-width="2"/>)",
                          label_w + wmax, label_w + wmax, y + 3, y + bar_h - 3);
       const double s = c.SpeedupOverMegatron(i);
@@ -97,8 +98,9 @@ std::string BarChart(const Comparison& c) {
     }
     y += bar_h + gap;
   }
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="#666">bar: mean iteration time; tick: slowest of the {} batches</text>)",
-                     label_w, y + 14, c.iterations);
+  svg += fmt::format(
+      R"(<text x="{}" y="{}" font-size="11" fill="#666">bar: mean iteration time; tick: slowest of the {} batches</text>)",
+      label_w, y + 14, c.iterations);
   return svg + "</svg>";
 }
 
@@ -121,11 +123,12 @@ std::string Timeline(const StrategyOutcome& o) {
   const std::string svg = TimelineSvg(r, s, names, T);
   std::string more;
   if (r.num_ranks() > ranks) more = fmt::format(" (first {} of {} simulated ranks)", ranks, r.num_ranks());
-  return fmt::format("<p class=note>{}: {:.3f} s, bubble {:.1f}%{}. One row per simulated rank (a GPU group of one "
-                     "unit); grey is idle; the thin lane under each row is its communication stream. Rows of units "
-                     "that share GPUs in different phases take turns on the same GPUs (the bubble counts the GPU as "
-                     "busy when either is).</p>",
-                     EscapeXml(o.name), T, 100 * run.metrics.bubble_ratio, more) +
+  return fmt::format(
+             "<p class=note>{}: {:.3f} s, bubble {:.1f}%{}. One row per simulated rank (a GPU group of one "
+             "unit); grey is idle; the thin lane under each row is its communication stream. Rows of units "
+             "that share GPUs in different phases take turns on the same GPUs (the bubble counts the GPU as "
+             "busy when either is).</p>",
+             EscapeXml(o.name), T, 100 * run.metrics.bubble_ratio, more) +
          svg;
 }
 
@@ -137,14 +140,17 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
   for (double p : run.group_peak_mem_bytes) top = std::max(top, p);
   top *= 1.05;
   const int left = 60, width = 900, height = 240;
-  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)", left + width + 330,
-                                height + 40);
+  std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
+                                left + width + 330, height + 40);
   auto X = [&](double t) { return left + width * t / T; };
   auto Y = [&](double b) { return 10 + height * (1 - b / top); };
-  svg += fmt::format(R"(<rect x="{}" y="10" width="{}" height="{}" fill="#fafbfd" stroke="#ccd"/>)", left, width, height);
-  svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#c33" stroke-dasharray="5,4"/><text x="{}" y="{:.1f}" font-size="11" fill="#c33">capacity {}</text>)",
-                     left, left + width, Y(capacity), Y(capacity), left + width + 6, Y(capacity) + 4, HumanBytes(capacity));
-  static const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"};
+  svg +=
+      fmt::format(R"(<rect x="{}" y="10" width="{}" height="{}" fill="#fafbfd" stroke="#ccd"/>)", left, width, height);
+  svg += fmt::format(
+      R"(<line x1="{}" x2="{}" y1="{:.1f}" y2="{:.1f}" stroke="#c33" stroke-dasharray="5,4"/><text x="{}" y="{:.1f}" font-size="11" fill="#c33">capacity {}</text>)",
+      left, left + width, Y(capacity), Y(capacity), left + width + 6, Y(capacity) + 4, HumanBytes(capacity));
+  static const char* palette[] = {"#4c78a8", "#f58518", "#54a24b", "#e45756",
+                                  "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"};
   const int curves = std::min<int>(static_cast<int>(run.group_memory.size()), 8);
   for (int i = 0; i < curves; ++i) {
     std::string pts;
@@ -154,8 +160,9 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
       prev = pt.bytes;
     }
     pts += fmt::format("{:.1f},{:.1f}", X(T), Y(prev));
-    svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"><title>{}</title></polyline>)",
-                       pts, palette[i % 8], EscapeXml(run.group_names[i]));
+    svg +=
+        fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"><title>{}</title></polyline>)",
+                    pts, palette[i % 8], EscapeXml(run.group_names[i]));
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (peak {})</text>)", left + width + 6,
                        40 + 16 * i, palette[i % 8], EscapeXml(run.group_names[i].substr(0, 34)),
                        HumanBytes(run.group_peak_mem_bytes[i]));
@@ -164,15 +171,17 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
     svg += fmt::format(R"(<text x="{}" y="{:.1f}" font-size="10" text-anchor="end" fill="#555">{}</text>)", left - 4,
                        Y(top * k / 4) + 3, HumanBytes(top * k / 4));
   }
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="#555">0 s</text><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#555">{:.2f} s</text>)",
-                     left, height + 28, left + width, height + 28, T);
+  svg += fmt::format(
+      R"(<text x="{}" y="{}" font-size="11" fill="#555">0 s</text><text x="{}" y="{}" font-size="11" text-anchor="end" fill="#555">{:.2f} s</text>)",
+      left, height + 28, left + width, height + 28, T);
   return svg + "</svg>";
 }
 
 std::string Table(const Comparison& c) {
-  std::string h = "<table><tr><th class=l>strategy</th><th class=l>configuration</th><th>iter mean</th><th>iter max</th>"
-                  "<th>samples/s</th><th>tokens/s</th><th>MFU</th><th>bubble</th><th>peak mem</th><th>plan time</th>"
-                  "<th>vs megatron</th></tr>";
+  std::string h =
+      "<table><tr><th class=l>strategy</th><th class=l>configuration</th><th>iter mean</th><th>iter max</th>"
+      "<th>samples/s</th><th>tokens/s</th><th>MFU</th><th>bubble</th><th>peak mem</th><th>plan time</th>"
+      "<th>vs megatron</th></tr>";
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
     if (!o.ok()) {
@@ -185,9 +194,9 @@ std::string Table(const Comparison& c) {
         "<tr{}><td class=l>{}{}</td><td class=l>{}</td><td>{:.3f} s</td><td>{:.3f} s</td><td>{:.2f}</td><td>{}</td>"
         "<td>{:.1f}%</td><td>{:.1f}%</td><td>{}</td><td>{:.2f} s</td><td>{}</td></tr>",
         i == c.best ? " class=best" : "", EscapeXml(o.name), i == c.best ? " ★" : "", EscapeXml(o.result.config),
-        o.mean_iteration_time_s, o.max_iteration_time_s, o.throughput_samples_per_s, HumanCount(o.throughput_tokens_per_s),
-        100 * o.mfu, 100 * o.bubble_ratio, HumanBytes(o.peak_mem_bytes), o.planning_time_s,
-        s > 0 ? fmt::format("{:.2f}x", s) : "-");
+        o.mean_iteration_time_s, o.max_iteration_time_s, o.throughput_samples_per_s,
+        HumanCount(o.throughput_tokens_per_s), 100 * o.mfu, 100 * o.bubble_ratio, HumanBytes(o.peak_mem_bytes),
+        o.planning_time_s, s > 0 ? fmt::format("{:.2f}x", s) : "-");
   }
   return h + "</table>";
 }
@@ -204,22 +213,23 @@ std::string UnitsTable(const Plan& p) {
     for (const auto& m : u.modules) modules += (modules.empty() ? "" : ", ") + m;
     std::string pps, mbs, schedules;
     for (const auto& ps : u.pipelines) {
-      pps += (pps.empty() ? "" : " / ") + std::to_string(ps.pp) + (ps.vpp() > 1 ? fmt::format(" (vpp {})", ps.vpp()) : "");
+      pps +=
+          (pps.empty() ? "" : " / ") + std::to_string(ps.pp) + (ps.vpp() > 1 ? fmt::format(" (vpp {})", ps.vpp()) : "");
       mbs += (mbs.empty() ? "" : " / ") + std::to_string(ps.microbatches);
       schedules += (schedules.empty() ? "" : " / ") + ScheduleKindName(ps.schedule);
     }
-    h += fmt::format("<tr><td class=l>{}</td><td class=l>{}</td><td>{} ({}..{})</td><td>{}</td><td>{}</td><td>{}</td>"
-                     "<td>{}</td><td class=l>{}</td><td>{}</td><td>{:.2f}</td></tr>",
-                     EscapeXml(u.name), EscapeXml(modules), gpus, first_gpu, first_gpu + gpus - 1, u.tp,
-                     u.num_replicas() * p.group_gpus / (u.tp * u.cp), pps, mbs, EscapeXml(schedules), u.phase,
-                     u.sm_fraction);
+    h += fmt::format(
+        "<tr><td class=l>{}</td><td class=l>{}</td><td>{} ({}..{})</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td><td class=l>{}</td><td>{}</td><td>{:.2f}</td></tr>",
+        EscapeXml(u.name), EscapeXml(modules), gpus, first_gpu, first_gpu + gpus - 1, u.tp,
+        u.num_replicas() * p.group_gpus / (u.tp * u.cp), pps, mbs, EscapeXml(schedules), u.phase, u.sm_fraction);
   }
   h += "</table>";
   if (!p.brokers.empty()) {
     h += "<p>Brokers: ";
     for (size_t i = 0; i < p.brokers.size(); ++i) {
-      h += fmt::format("{}{} &rarr; {} &times;{}", i ? ", " : "", EscapeXml(p.brokers[i].from), EscapeXml(p.brokers[i].to),
-                       p.brokers[i].count);
+      h += fmt::format("{}{} &rarr; {} &times;{}", i ? ", " : "", EscapeXml(p.brokers[i].from),
+                       EscapeXml(p.brokers[i].to), p.brokers[i].count);
     }
     h += "</p>";
   }
@@ -231,10 +241,10 @@ std::string UnitsTable(const Plan& p) {
 std::string HtmlReport(const Comparison& c) {
   std::string html = "<!doctype html><html><head><meta charset=utf-8><title>Loom plan: " + EscapeXml(c.model) +
                      "</title><style>" + kStyle + "</style></head><body>";
-  html += fmt::format("<h1>Loom plan: {} on {}</h1><p class=sub>{} GPUs, workload {}, global batch {}, {} simulated "
-                      "batches per strategy</p>",
-                      EscapeXml(c.model), EscapeXml(c.cluster), c.num_gpus, EscapeXml(c.workload), c.global_batch,
-                      c.iterations);
+  html += fmt::format(
+      "<h1>Loom plan: {} on {}</h1><p class=sub>{} GPUs, workload {}, global batch {}, {} simulated "
+      "batches per strategy</p>",
+      EscapeXml(c.model), EscapeXml(c.cluster), c.num_gpus, EscapeXml(c.workload), c.global_batch, c.iterations);
   if (c.best >= 0) {
     const auto& b = c.outcomes[c.best];
     const double s = c.SpeedupOverMegatron(c.best);
@@ -268,8 +278,9 @@ std::string HtmlReport(const Comparison& c) {
     html += fmt::format("<li><b>{}</b>: {}</li>", EscapeXml(o.name),
                         EscapeXml(o.ok() ? o.result.plan.searched : "no plan: " + o.error));
   }
-  html += "</ul><p class=note>Generated by Loom. Times are simulated (docs/simulator.md); metrics are defined in "
-          "docs/metrics.md.</p></body></html>\n";
+  html +=
+      "</ul><p class=note>Generated by Loom. Times are simulated (docs/simulator.md); metrics are defined in "
+      "docs/metrics.md.</p></body></html>\n";
   return html;
 }
 

@@ -62,8 +62,7 @@ nlohmann::json InspectModel(const Model& model, const InspectOptions& options) {
     if (options.cluster) {
       double t = 0;
       for (const auto& l : m.layers) {
-        t += PhaseTime_s(EstimateLayerWork(l, tokens[i], 1), Phase::kForward, options.cluster->gpu,
-                         Efficiency());
+        t += PhaseTime_s(EstimateLayerWork(l, tokens[i], 1), Phase::kForward, options.cluster->gpu, Efficiency());
       }
       j["fwd_time_s"] = t / static_cast<double>(n);
     }
@@ -74,21 +73,24 @@ nlohmann::json InspectModel(const Model& model, const InspectOptions& options) {
 
 std::string FormatInspect(const nlohmann::json& in) {
   bool timed = in.contains("gpu");
-  std::vector<std::string> header = {"module", "role", "modality", "layers", "hidden", "params",
-                                     "tokens/sample", "fwd TFLOP/sample", "FLOP/byte", "frozen"};
+  std::vector<std::string> header = {"module", "role",          "modality",         "layers",    "hidden",
+                                     "params", "tokens/sample", "fwd TFLOP/sample", "FLOP/byte", "frozen"};
   if (timed) {
     header.push_back(fmt::format("fwd ms/sample ({})", in["gpu"].get<std::string>()));
   }
   TextTable t(header);
   double flops = 0, time_s = 0;
   for (const auto& m : in["modules"]) {
-    std::vector<std::string> row = {
-        m["name"], m["role"], m["modality"], fmt::format("{}", m["layers"].get<int>()),
-        fmt::format("{}", m["hidden"].get<int64_t>()), HumanCount(m["params"].get<double>()),
-        fmt::format("{:.0f}", m["tokens"].get<double>()),
-        fmt::format("{:.3f}", m["fwd_flops"].get<double>() / 1e12),
-        fmt::format("{:.1f}", m["compute_intensity"].get<double>()),
-        m["frozen"].get<bool>() ? "yes" : "no"};
+    std::vector<std::string> row = {m["name"],
+                                    m["role"],
+                                    m["modality"],
+                                    fmt::format("{}", m["layers"].get<int>()),
+                                    fmt::format("{}", m["hidden"].get<int64_t>()),
+                                    HumanCount(m["params"].get<double>()),
+                                    fmt::format("{:.0f}", m["tokens"].get<double>()),
+                                    fmt::format("{:.3f}", m["fwd_flops"].get<double>() / 1e12),
+                                    fmt::format("{:.1f}", m["compute_intensity"].get<double>()),
+                                    m["frozen"].get<bool>() ? "yes" : "no"};
     flops += m["fwd_flops"].get<double>();
     if (timed) {
       row.push_back(fmt::format("{:.2f}", m["fwd_time_s"].get<double>() * 1e3));
@@ -97,8 +99,8 @@ std::string FormatInspect(const nlohmann::json& in) {
     t.AddRow(row);
   }
   t.AddRule();
-  std::vector<std::string> total = {"total", "", "", "", "", HumanCount(in["params"].get<double>()),
-                                    "", fmt::format("{:.3f}", flops / 1e12), "", ""};
+  std::vector<std::string> total = {
+      "total", "", "", "", "", HumanCount(in["params"].get<double>()), "", fmt::format("{:.3f}", flops / 1e12), "", ""};
   if (timed) {
     total.push_back(fmt::format("{:.2f}", time_s * 1e3));
   }

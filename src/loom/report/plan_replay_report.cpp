@@ -11,9 +11,12 @@ namespace {
 
 const char* ScheduleNote(ReplayedSchedule schedule) {
   switch (schedule) {
-    case ReplayedSchedule::kPlan: return "";
-    case ReplayedSchedule::kRecorded: return " (its schedule)";
-    case ReplayedSchedule::kStrategy: return " (the strategy's schedule)";
+    case ReplayedSchedule::kPlan:
+      return "";
+    case ReplayedSchedule::kRecorded:
+      return " (its schedule)";
+    case ReplayedSchedule::kStrategy:
+      return " (the strategy's schedule)";
   }
   return "";
 }

@@ -42,7 +42,8 @@ nlohmann::json ReplayJson(const FailureTrace& trace, const std::vector<SystemRep
   for (const auto& r : replays) {
     nlohmann::json tl = nlohmann::json::array(), ev = nlohmann::json::array();
     for (const auto& s : r.timeline) {
-      tl.push_back({{"start_s", s.start_s}, {"end_s", s.end_s}, {"nodes", s.nodes}, {"samples_per_s", s.samples_per_s}});
+      tl.push_back(
+          {{"start_s", s.start_s}, {"end_s", s.end_s}, {"nodes", s.nodes}, {"samples_per_s", s.samples_per_s}});
     }
     for (const auto& e : r.events) {
       ev.push_back({{"time_s", e.time_s}, {"node", e.node}, {"lost_s", e.lost_s}, {"what", e.what}});
@@ -82,11 +83,12 @@ std::string ReplaySvg(const FailureTrace& trace, const std::vector<SystemReplay>
   }
   for (int k = 0; k <= 4; ++k) {
     const double rate = 1.1 * top_rate * k / 4;
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3g}</text>\n", left - 6, y(rate) + 4,
-                       rate);
+    svg +=
+        fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{:.3g}</text>\n", left - 6, y(rate) + 4, rate);
   }
-  svg += fmt::format("<text x=\"14\" y=\"{:.1f}\" transform=\"rotate(-90 14 {:.1f})\" text-anchor=\"middle\">samples/s</text>\n",
-                     (top + H - bottom) / 2, (top + H - bottom) / 2);
+  svg += fmt::format(
+      "<text x=\"14\" y=\"{:.1f}\" transform=\"rotate(-90 14 {:.1f})\" text-anchor=\"middle\">samples/s</text>\n",
+      (top + H - bottom) / 2, (top + H - bottom) / 2);
   for (const auto& e : trace.events) {
     if (e.time_s >= trace.duration_s) continue;
     svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#ccc\"/>\n", x(e.time_s),
@@ -96,8 +98,8 @@ std::string ReplaySvg(const FailureTrace& trace, const std::vector<SystemReplay>
   for (size_t i = 0; i < replays.size(); ++i) {
     std::string points;
     for (const auto& s : replays[i].timeline) {
-      points += fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", x(s.start_s), y(s.samples_per_s), x(s.end_s),
-                            y(s.samples_per_s));
+      points +=
+          fmt::format("{:.1f},{:.1f} {:.1f},{:.1f} ", x(s.start_s), y(s.samples_per_s), x(s.end_s), y(s.samples_per_s));
     }
     const char* c = colors[i % 5];
     svg += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"2\" points=\"{}\"/>\n", c, points);
@@ -144,8 +146,9 @@ std::string ReplayHtml(const std::string& model, const std::string& cluster, con
     if (!r.stopped.empty()) html += "<p>Stopped " + Escape(r.stopped) + "</p>\n";
     html += "<table><tr><th>time</th><th>node</th><th>lost</th><th>what</th></tr>\n";
     for (const auto& e : r.events) {
-      html += fmt::format("<tr><td>{:.0f} s</td><td>{}</td><td>{:.1f} s</td><td style=\"text-align:left\">{}</td></tr>\n",
-                          e.time_s, e.node, e.lost_s, Escape(e.what));
+      html +=
+          fmt::format("<tr><td>{:.0f} s</td><td>{}</td><td>{:.1f} s</td><td style=\"text-align:left\">{}</td></tr>\n",
+                      e.time_s, e.node, e.lost_s, Escape(e.what));
     }
     html += "</table>\n";
   }

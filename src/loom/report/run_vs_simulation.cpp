@@ -8,9 +8,8 @@
 
 namespace loom {
 
-std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows,
-                                     const std::vector<std::string>& not_run, int steps,
-                                     const std::string& cost_model, Precision precision) {
+std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows, const std::vector<std::string>& not_run,
+                                     int steps, const std::string& cost_model, Precision precision) {
   const MeasuredStrategy* megatron = nullptr;
   for (const auto& row : rows) {
     if (row.name == "megatron") megatron = &row;
@@ -31,8 +30,9 @@ std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows,
   out += t.Render();
   for (const auto& line : not_run) out += "not run: " + line + "\n";
   if (precision != Precision::kFp32) {
-    out += "note: the runtime computes in fp32; plan with --precision fp32 (and this machine's `loom profile`) for "
-           "predictions of what it runs\n";
+    out +=
+        "note: the runtime computes in fp32; plan with --precision fp32 (and this machine's `loom profile`) for "
+        "predictions of what it runs\n";
   }
   return out;
 }
@@ -46,9 +46,8 @@ std::string FormatRunBesideSimulation(const PlanRun& simulated, const SimResult&
   TextTable t({"rank", "simulated busy", "measured busy", "measured / simulated"});
   for (int i = 0; i < measured.num_ranks(); ++i) {
     const double sim_busy = simulated.result.busy_s[i % static_cast<int>(simulated.result.busy_s.size())];
-    t.AddRow({fmt::format("replica {} {}", i / P, simulated.exec.ranks[i % P].name),
-              fmt::format("{:.4f} s", sim_busy), fmt::format("{:.4f} s", measured.busy_s[i]),
-              fmt::format("{:.2f}x", measured.busy_s[i] / sim_busy)});
+    t.AddRow({fmt::format("replica {} {}", i / P, simulated.exec.ranks[i % P].name), fmt::format("{:.4f} s", sim_busy),
+              fmt::format("{:.4f} s", measured.busy_s[i]), fmt::format("{:.2f}x", measured.busy_s[i] / sim_busy)});
   }
   std::string out = fmt::format("\nlast step: simulated {:.4f} s ({}), measured {:.4f} s\n",
                                 simulated.metrics.iteration_time_s, cost_model, measured.iteration_time_s) +

@@ -29,9 +29,8 @@ struct MeasuredStrategy {
 // run); a "not run: ..." line per `not_run`; a note when `precision` is not
 // the fp32 the runtime computes in. `steps`: steps per run; `cost_model`:
 // the name of the cost model the simulations used.
-std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows,
-                                     const std::vector<std::string>& not_run, int steps,
-                                     const std::string& cost_model, Precision precision);
+std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows, const std::vector<std::string>& not_run,
+                                     int steps, const std::string& cost_model, Precision precision);
 
 // `loom run --compare`: the last step's simulated beside measured time, a
 // table of each measured rank's busy time beside its simulated rank's (the

@@ -10,11 +10,11 @@ namespace loom {
 
 std::string FormatPlanRun(const PlanRun& run, const Model& model, const Workload& workload, const std::string& header) {
   const Schedule& sch = run.exec.schedule;
-  std::string out = fmt::format("{}, workload {} (global batch {}): {}, {} schedule, {} distinct replica(s) simulated\n\n",
-                                model.name, workload.name, workload.global_batch, header, sch.name,
-                                run.costs.replicas.size());
-  TextTable stages({"stage", "rank", "layers", "fwd ms/mb", "bwd ms/mb", "activations/mb", "rank idle",
-                    "rank peak mem"});
+  std::string out =
+      fmt::format("{}, workload {} (global batch {}): {}, {} schedule, {} distinct replica(s) simulated\n\n",
+                  model.name, workload.name, workload.global_batch, header, sch.name, run.costs.replicas.size());
+  TextTable stages(
+      {"stage", "rank", "layers", "fwd ms/mb", "bwd ms/mb", "activations/mb", "rank idle", "rank peak mem"});
   const auto& costs = run.costs.replicas[0];
   for (int v = 0; v < sch.num_stages(); ++v) {
     double f = 0, b = 0, act = 0;
@@ -41,9 +41,10 @@ std::string FormatPlanRun(const PlanRun& run, const Model& model, const Workload
   double row_peak = 0;
   for (double p : run.result.peak_mem_bytes) row_peak = std::max(row_peak, p);
   if (x.peak_mem_bytes > row_peak * (1 + 1e-9) && run.costs.replicas.size() > 1) {
-    out += fmt::format("peak mem/GPU is the largest over all {} distinct replicas (each trains other samples); the "
-                       "rows show replica 0's ranks, whose peak is {}\n",
-                       run.costs.replicas.size(), HumanBytes(row_peak));
+    out += fmt::format(
+        "peak mem/GPU is the largest over all {} distinct replicas (each trains other samples); the "
+        "rows show replica 0's ranks, whose peak is {}\n",
+        run.costs.replicas.size(), HumanBytes(row_peak));
   }
   return out;
 }

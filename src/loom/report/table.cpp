@@ -10,8 +10,7 @@ namespace loom {
 namespace {
 
 bool LooksNumeric(const std::string& s) {
-  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
-                        (s[0] == '-' && s.size() > 1) || s[0] == '.');
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) || (s[0] == '-' && s.size() > 1) || s[0] == '.');
 }
 
 }  // namespace
@@ -31,8 +30,7 @@ std::string TextTable::Render() const {
     for (size_t c = 0; c < width.size(); ++c) {
       std::string cell = c < r.size() ? r[c] : "";
       out += c ? "  " : "";
-      out += LooksNumeric(cell) ? fmt::format("{:>{}}", cell, width[c])
-                                : fmt::format("{:<{}}", cell, width[c]);
+      out += LooksNumeric(cell) ? fmt::format("{:>{}}", cell, width[c]) : fmt::format("{:<{}}", cell, width[c]);
     }
     while (!out.empty() && out.back() == ' ') {
       out.pop_back();
@@ -57,6 +55,5 @@ std::string HumanCount(double n) {
   if (n >= 1e3) return fmt::format("{:.1f}K", n / 1e3);
   return fmt::format("{:.0f}", n);
 }
-
 
 }  // namespace loom

@@ -19,18 +19,27 @@ std::string EscapeXml(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
 }
 
-std::string TimelineSvg(const SimResult& r, const Schedule& s, const std::vector<std::string>& row_names,
-                        double axis_s, int max_rows) {
+std::string TimelineSvg(const SimResult& r, const Schedule& s, const std::vector<std::string>& row_names, double axis_s,
+                        int max_rows) {
   const int ranks = Rows(r, max_rows);
   const double T = std::max(axis_s, r.iteration_time_s) > 0 ? std::max(axis_s, r.iteration_time_s) : 1.0;
   std::string svg = fmt::format(R"(<svg width="{}" height="{}" xmlns="http://www.w3.org/2000/svg">)",
@@ -39,8 +48,8 @@ std::string TimelineSvg(const SimResult& r, const Schedule& s, const std::vector
   for (int i = 0; i < ranks; ++i) {
     const int y = i * (kRowH + kCommH + 4) + 4;
     const std::string name = i < static_cast<int>(row_names.size()) ? row_names[i] : fmt::format("rank {}", i);
-    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="11">{}</text>)", kLabelW - 6,
-                       y + kRowH - 5, EscapeXml(name));
+    svg += fmt::format(R"(<text x="{}" y="{}" text-anchor="end" font-size="11">{}</text>)", kLabelW - 6, y + kRowH - 5,
+                       EscapeXml(name));
     svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="#eceef3"/>)", kLabelW, y, kWidth, kRowH);
   }
   const int p = s.num_ranks;
@@ -48,15 +57,16 @@ std::string TimelineSvg(const SimResult& r, const Schedule& s, const std::vector
     if (iv.rank >= ranks || iv.end_s <= iv.start_s) continue;
     const Action& a = s.ranks[iv.rank % p][iv.action];
     const int y = iv.rank * (kRowH + kCommH + 4) + 4;
-    const char* color = a.kind == ActionKind::kForward                              ? kTimelineForward
-                        : a.kind == ActionKind::kBackwardWeight                     ? kTimelineWeight
+    const char* color = a.kind == ActionKind::kForward                           ? kTimelineForward
+                        : a.kind == ActionKind::kBackwardWeight                  ? kTimelineWeight
                         : a.is_compute() || a.kind == ActionKind::kOptimizerStep ? kTimelineBackward
-                                                                                    : kTimelineComm;
+                                                                                 : kTimelineComm;
     const int yy = iv.stream == 0 ? y : y + kRowH + 1;
     const int hh = iv.stream == 0 ? kRowH : kCommH;
-    svg += fmt::format(R"(<rect x="{:.2f}" y="{}" width="{:.2f}" height="{}" fill="{}" stroke="#fff" stroke-width="0.3"><title>{} {:.3f}-{:.3f} ms</title></rect>)",
-                       x_of(iv.start_s), yy, std::max(0.3, x_of(iv.end_s) - x_of(iv.start_s)), hh, color,
-                       EscapeXml(ActionName(a)), 1e3 * iv.start_s, 1e3 * iv.end_s);
+    svg += fmt::format(
+        R"(<rect x="{:.2f}" y="{}" width="{:.2f}" height="{}" fill="{}" stroke="#fff" stroke-width="0.3"><title>{} {:.3f}-{:.3f} ms</title></rect>)",
+        x_of(iv.start_s), yy, std::max(0.3, x_of(iv.end_s) - x_of(iv.start_s)), hh, color, EscapeXml(ActionName(a)),
+        1e3 * iv.start_s, 1e3 * iv.end_s);
   }
   const int axis_y = ranks * (kRowH + kCommH + 4) + 16;
   for (int k = 0; k <= 5; ++k) {
@@ -77,8 +87,7 @@ std::string StackedTimelinesSvg(const std::vector<TimelinePanel>& panels) {
   std::string body;
   int y = 0;
   for (const auto& p : panels) {
-    body += fmt::format(R"(<text x="8" y="{}" font-size="13" font-weight="600">{}</text>)", y + 17,
-                        EscapeXml(p.title));
+    body += fmt::format(R"(<text x="8" y="{}" font-size="13" font-weight="600">{}</text>)", y + 17, EscapeXml(p.title));
     std::string inner = TimelineSvg(*p.result, *p.schedule, p.row_names, axis_s);
     inner.insert(4, fmt::format(R"( y="{}")", y + 24));  // place the panel: "<svg" + y
     body += inner;

@@ -32,8 +32,8 @@ void HostActionClock::BeginAction(int r, int index, const Action& a, const Sched
 // communication stream; sends are asynchronous: their issue).
 void HostActionClock::EndAction() {
   if (!traced_ || !(action_->is_compute() || action_->on_comm_stream())) return;
-  reports_.step(report::Interval{place_.Instance(rank_), action_->on_comm_stream() ? 1 : 0, index_, began_s_,
-                                 Since_s()});
+  reports_.step(
+      report::Interval{place_.Instance(rank_), action_->on_comm_stream() ? 1 : 0, index_, began_s_, Since_s()});
 }
 
 void HostActionClock::BeginOptimizerSteps(const std::vector<std::pair<int, int>>& stepping) {

@@ -14,9 +14,10 @@ namespace {
 
 void CheckShapes(const torch::Tensor& q, const BitfieldMask& mask) {
   if (q.dim() != 4 || q.size(0) != 1 || q.size(1) != static_cast<int64_t>(mask.size())) {
-    throw Error(fmt::format("bitfield attention: q of {} dimensions and {} tokens for a mask of {} tokens; valid: "
-                            "[1, T, heads, d] with T the mask's length",
-                            q.dim(), q.dim() >= 2 ? q.size(1) : 0, mask.size()));
+    throw Error(
+        fmt::format("bitfield attention: q of {} dimensions and {} tokens for a mask of {} tokens; valid: "
+                    "[1, T, heads, d] with T the mask's length",
+                    q.dim(), q.dim() >= 2 ? q.size(1) : 0, mask.size()));
   }
 }
 
@@ -96,8 +97,8 @@ torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, 
 }
 
 torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    const BitfieldMask& mask, const std::vector<int64_t>& rows,
-                                    int64_t block_tokens, const std::vector<std::vector<int64_t>>* kv_blocks_given) {
+                                    const BitfieldMask& mask, const std::vector<int64_t>& rows, int64_t block_tokens,
+                                    const std::vector<std::vector<int64_t>>* kv_blocks_given) {
   CheckShapes(k, mask);
   const int64_t T = k.size(1), n = static_cast<int64_t>(rows.size());
   if (q.dim() != 4 || q.size(1) != n) {
@@ -106,8 +107,8 @@ torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor&
   }
   for (int64_t i = 0; i < n; ++i) {
     if (rows[i] < 0 || rows[i] >= T || (i > 0 && rows[i] <= rows[i - 1])) {
-      throw Error(fmt::format("bitfield attention: query row {} is {}; valid: ascending positions in [0, {})", i,
-                              rows[i], T));
+      throw Error(
+          fmt::format("bitfield attention: query row {} is {}; valid: ascending positions in [0, {})", i, rows[i], T));
     }
   }
   if (block_tokens < 1) throw Error(fmt::format("bitfield attention: blocks of {} tokens; valid: >= 1", block_tokens));

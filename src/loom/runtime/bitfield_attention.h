@@ -39,8 +39,7 @@ torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, 
 // `kv_blocks`, if given, is KvBlocks(mask, block_tokens) computed once for
 // every layer attending under the same mask.
 torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    const BitfieldMask& mask, const std::vector<int64_t>& rows,
-                                    int64_t block_tokens,
+                                    const BitfieldMask& mask, const std::vector<int64_t>& rows, int64_t block_tokens,
                                     const std::vector<std::vector<int64_t>>* kv_blocks = nullptr);
 
 }  // namespace loom::runtime

@@ -11,8 +11,8 @@
 
 #include "loom/error.h"
 
-#include <fmt/format.h>
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -60,11 +60,13 @@ int ListenOn(const std::string& host, int port, bool other_machines) {
   // machine, as the tests run them) is meant; a name that resolves to one is
   // not, where other machines must reach it.
   in6_addr numeric{};
-  const bool literal = inet_pton(AF_INET, host.c_str(), &numeric) == 1 || inet_pton(AF_INET6, host.c_str(), &numeric) == 1;
+  const bool literal =
+      inet_pton(AF_INET, host.c_str(), &numeric) == 1 || inet_pton(AF_INET6, host.c_str(), &numeric) == 1;
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
     if (other_machines && !literal && IsLoopback(a->ai_addr)) {
-      why = "it is this machine's loopback address here, which the other nodes cannot reach (pass --master this "
-            "machine's network address)";
+      why =
+          "it is this machine's loopback address here, which the other nodes cannot reach (pass --master this "
+          "machine's network address)";
       continue;
     }
     fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -82,16 +84,16 @@ int ListenOn(const std::string& host, int port, bool other_machines) {
   }
   freeaddrinfo(found);
   if (fd < 0) {
-    throw Error(fmt::format("the store cannot listen on {}:{}: {} (the address must be this machine's own)", host,
-                            port, why));
+    throw Error(
+        fmt::format("the store cannot listen on {}:{}: {} (the address must be this machine's own)", host, port, why));
   }
   return fd;
 }
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
-                                          double timeout_s, bool client_only, bool other_machines) {
+c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port, double timeout_s,
+                                          bool client_only, bool other_machines) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(port);
   so.isServer = rank == 0 && !client_only;

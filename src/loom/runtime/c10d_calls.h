@@ -16,8 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
-#include <thread>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -36,8 +36,8 @@ using Group = c10::intrusive_ptr<GroupBase>;
 // resolves to this machine's loopback (a hostname /etc/hosts maps to
 // 127.0.1.1, as Debian's does) is refused, naming it; a loopback address
 // given as one (127.0.0.1: several launchers on one machine) is taken.
-c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port,
-                                          double timeout_s, bool client_only = false, bool other_machines = false);
+c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, int world, int port, double timeout_s,
+                                          bool client_only = false, bool other_machines = false);
 
 // A group named `name` of `size` members (this process is member `rank`),
 // rendezvousing under its name in `store`: NCCL for CUDA tensors, else Gloo

@@ -84,8 +84,12 @@ std::vector<std::string> CommitCheckpoint(const std::string& staging, const std:
       throw Error(fmt::format("checkpoint {}: cannot move {} to {}: {}", dir, from, to, std::strerror(errno)));
     }
   }
-  const nlohmann::json j = {{"format", "loom-checkpoint-1"}, {"steps_done", m.steps_done}, {"model", m.model},
-                            {"seed", m.seed},                {"layers", m.layers},         {"outcome", m.outcome}};
+  const nlohmann::json j = {{"format", "loom-checkpoint-1"},
+                            {"steps_done", m.steps_done},
+                            {"model", m.model},
+                            {"seed", m.seed},
+                            {"layers", m.layers},
+                            {"outcome", m.outcome}};
   const std::string temp = fmt::format("{}/.{}.{}.tmp", dir, kManifest, getpid());
   {
     std::ofstream f(temp);

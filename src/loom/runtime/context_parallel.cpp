@@ -14,7 +14,6 @@ namespace loom::runtime {
 
 namespace {
 
-
 // `t` with dimension 0 padded to `rows` with `fill`.
 torch::Tensor Pad(const torch::Tensor& t, int64_t rows, double fill) {
   if (t.size(0) == rows) return t;
@@ -39,8 +38,8 @@ torch::Tensor Visible(const AttentionLayout& L, int q_rank, int k_rank, bool cau
 
 struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
   // q, k, v: [heads, rows, d] of this rank.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor q, torch::Tensor k,
-                               torch::Tensor v, c10::IValue layout_capsule, bool causal, int64_t cp_ptr) {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor q, torch::Tensor k, torch::Tensor v,
+                               c10::IValue layout_capsule, bool causal, int64_t cp_ptr) {
     auto L = c10::static_intrusive_pointer_cast<AttentionLayout>(layout_capsule.toCapsule());
     ContextParallel* cp = FromInt<ContextParallel>(cp_ptr);
     const int C = cp->size, me = cp->rank;
@@ -99,8 +98,8 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
                             block[3] + torch::matmul(p.transpose(-2, -1), dout)});
       block = cp->ring(block);  // C hops: each block's gradients end at its owner
     }
-    return {dq, block[2].slice(1, 0, rows), block[3].slice(1, 0, rows), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    return {
+        dq, block[2].slice(1, 0, rows), block[3].slice(1, 0, rows), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -231,8 +230,8 @@ BitfieldMask DocumentMask(const std::vector<int64_t>& lengths, bool causal) {
 }
 
 torch::Tensor AllGatherAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const c10::intrusive_ptr<AttentionLayout>& layout, bool causal,
-                                 int64_t block_tokens, ContextParallel* cp) {
+                                 const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, int64_t block_tokens,
+                                 ContextParallel* cp) {
   const BitfieldMask* mask = &layout->mask;
   if (mask->empty()) {
     BitfieldMask& cached = causal ? layout->causal_mask : layout->full_mask;

@@ -77,10 +77,10 @@ std::vector<int64_t> ContextRows(const MicrobatchPacking& packing, int module, i
 // Shared with recomputation (a checkpoint keeps it for its backward).
 struct AttentionLayout : torch::CustomClassHolder {
   std::vector<int64_t> lengths;
-  torch::Tensor seq, pos, index;  // [size, max rows]: sequence, position, row in the whole tensor (CP only)
-  std::vector<int64_t> rows;      // rows per rank (CP only)
-  int64_t tokens = 0;             // of the whole module tensor
-  torch::Tensor mine;             // this rank's rows of the packed module, [rows] long (CP only)
+  torch::Tensor seq, pos, index;   // [size, max rows]: sequence, position, row in the whole tensor (CP only)
+  std::vector<int64_t> rows;       // rows per rank (CP only)
+  int64_t tokens = 0;              // of the whole module tensor
+  torch::Tensor mine;              // this rank's rows of the packed module, [rows] long (CP only)
   std::vector<int64_t> mine_rows;  // the same, on the host (CP only)
   // A module with bitfield attention (Module::bitfield_attention): the packed
   // row's mask, each packed sequence a document, input i's tokens modality i.
@@ -117,8 +117,8 @@ torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, cons
 // (k, v: this rank's rows) gathered whole, under the module's bitfield mask or
 // its document mask (`causal`), in blocks of `block_tokens`.
 torch::Tensor AllGatherAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const c10::intrusive_ptr<AttentionLayout>& layout, bool causal,
-                                 int64_t block_tokens, ContextParallel* cp);
+                                 const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, int64_t block_tokens,
+                                 ContextParallel* cp);
 
 // The whole module tensor [1, tokens, width] from every rank's rows (`x`:
 // this rank's); its backward sums the whole gradient over the ranks and keeps

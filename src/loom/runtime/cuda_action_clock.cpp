@@ -96,9 +96,9 @@ CudaActionClock::CudaActionClock(const ExecutionPlan& exec, const ProcessPlace& 
   int s = 0;
   for (const auto& [phase, list] : by_phase) {
     for (size_t i = 0; i < list.size(); ++i) {
-      rank_stream_.emplace(list[i].first, c10::cuda::getStreamFromExternal(
-                                              static_cast<cudaStream_t>(green_->Stream(s, static_cast<int>(i))),
-                                              device_));
+      rank_stream_.emplace(
+          list[i].first,
+          c10::cuda::getStreamFromExternal(static_cast<cudaStream_t>(green_->Stream(s, static_cast<int>(i))), device_));
     }
     reports_.now(report::Note{fmt::format("phase {}: {} green context(s) created in {:.3f} ms", phase, list.size(),
                                           green_->CreationTime_s(s) * 1e3)});
@@ -195,7 +195,8 @@ double CudaActionClock::EndStep() {
                                      step_begin_->elapsed_time(iv->end) * 1e-3});
     }
   } catch (const std::exception& e) {
-    reports_.now(report::Note{fmt::format("the last step's GPU timing failed ({}); its trace is incomplete", e.what())});
+    reports_.now(
+        report::Note{fmt::format("the last step's GPU timing failed ({}); its trace is incomplete", e.what())});
   }
   return secs;
 }

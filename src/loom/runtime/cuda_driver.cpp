@@ -19,9 +19,10 @@ void Resolve(GetProcAddress get, const char* name, Fn& out) {
   CUdriverProcAddressQueryResult found{};
   if (get(name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || fn == nullptr ||
       found != CU_GET_PROC_ADDRESS_SUCCESS) {
-    throw Error(fmt::format("CUDA driver: this driver has no {} for CUDA {}.{} (green contexts need a driver for "
-                            "CUDA 12.4 or later)",
-                            name, CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10));
+    throw Error(
+        fmt::format("CUDA driver: this driver has no {} for CUDA {}.{} (green contexts need a driver for "
+                    "CUDA 12.4 or later)",
+                    name, CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10));
   }
   out = reinterpret_cast<Fn>(fn);
 }
@@ -30,7 +31,8 @@ CudaDriver Load() {
   // The library stays loaded for the process's life (never dlclose'd), as the
   // CUDA runtime keeps it.
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) throw Error(fmt::format("CUDA driver: cannot load libcuda.so.1 ({}): no GPU driver here", dlerror()));
+  if (lib == nullptr)
+    throw Error(fmt::format("CUDA driver: cannot load libcuda.so.1 ({}): no GPU driver here", dlerror()));
   auto get = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
   if (get == nullptr) throw Error("CUDA driver: libcuda.so.1 has no cuGetProcAddress_v2 (a driver older than CUDA 12)");
   CudaDriver d;

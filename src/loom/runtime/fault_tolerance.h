@@ -44,7 +44,7 @@ struct ControlCommand {
   int step = 0;        // go: the step released; gen/stop: the first step not yet committed
   int generation = 0;  // gen
   int rank = 0, world = 0, nodes = 0;
-  std::string path;    // gen: the plan file; stop, go: a checkpoint directory (go: optional)
+  std::string path;  // gen: the plan file; stop, go: a checkpoint directory (go: optional)
 };
 
 std::string FormatCommand(const ControlCommand& c);
@@ -84,11 +84,10 @@ class WorkerControl {
   std::atomic<int> released_{-1};
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
-  std::optional<ControlCommand> pending_;  // guarded by mu_
-  std::function<void()> interrupt_;        // guarded by mu_
+  std::optional<ControlCommand> pending_;   // guarded by mu_
+  std::function<void()> interrupt_;         // guarded by mu_
   std::map<int, std::string> checkpoints_;  // guarded by mu_: go's step -> directory
   std::thread thread_;
 };
-
 
 }  // namespace loom::runtime

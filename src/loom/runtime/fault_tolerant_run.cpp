@@ -68,9 +68,10 @@ CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, co
     throw Error(fmt::format("{}: field model is {}, but the run trains {}", path, m.model, model.name));
   }
   if (m.seed != workload.seed) {
-    throw Error(fmt::format("{}: field seed is {}, but the workload's seed is {} (its frozen layers and samples would "
-                            "differ)",
-                            path, m.seed, workload.seed));
+    throw Error(
+        fmt::format("{}: field seed is {}, but the workload's seed is {} (its frozen layers and samples would "
+                    "differ)",
+                    path, m.seed, workload.seed));
   }
   if (m.steps_done < 0) throw Error(fmt::format("{}: field steps_done is {}; valid: >= 0", path, m.steps_done));
   // The layer files a resume reads are the ones the manifest lists, and it

@@ -30,17 +30,22 @@ namespace loom::runtime {
 
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
 GenerationController::GenerationController(const Model& model, const Cluster& cluster, const Workload& workload,
                                            const Plan& plan, const RunOptions& options, const Replanner& replanner,
                                            int first_step)
-    : model_(model), cluster_(cluster), workload_(workload), options_(options), replanner_(replanner),
-      first_step_(first_step), gpn_(cluster.gpus_per_node), plan_g_(plan), cluster_g_(cluster),
+    : model_(model),
+      cluster_(cluster),
+      workload_(workload),
+      options_(options),
+      replanner_(replanner),
+      first_step_(first_step),
+      gpn_(cluster.gpus_per_node),
+      plan_g_(plan),
+      cluster_g_(cluster),
       worker_options_(options) {
   layout_ = LayoutOf(plan_g_, cluster_g_, first_step);  // generation 0's plan, checked as RunLocally checks it
   port_ = options.port > 0 ? options.port : FreePort();
@@ -470,13 +475,15 @@ void GenerationController::StopWithCheckpoint(const Replanned& r, const std::str
   try {
     CommitCheckpoint(staging, dir, m);
   } catch (const Error& e) {
-    throw Error(fmt::format("{}:{}\nthe state after {} step(s) could not be committed to {}: {}; the layer files "
-                            "written are in {}, and {} holds no checkpoint to resume from{}",
-                            r.outcome, why, committed_, dir, e.what(), staging, dir, failures));
+    throw Error(
+        fmt::format("{}:{}\nthe state after {} step(s) could not be committed to {}: {}; the layer files "
+                    "written are in {}, and {} holds no checkpoint to resume from{}",
+                    r.outcome, why, committed_, dir, e.what(), staging, dir, failures));
   }
-  throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run --resume "
-                          "{}` goes on from there",
-                          r.outcome, why, committed_, dir, m.layers.size(), failures, dir));
+  throw Error(
+      fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run --resume "
+                  "{}` goes on from there",
+                  r.outcome, why, committed_, dir, m.layers.size(), failures, dir));
 }
 
 void GenerationController::Advance(double now) {
@@ -494,9 +501,10 @@ void GenerationController::Advance(double now) {
   }
   if (!all_done) {
     if (now - step_started_ > options_.timeout_s + 10) {
-      throw Error(fmt::format("run failed: no step committed for {:.0f} s (step {}), though every worker sends "
-                              "heartbeats",
-                              now - step_started_, committed_));
+      throw Error(
+          fmt::format("run failed: no step committed for {:.0f} s (step {}), though every worker sends "
+                      "heartbeats",
+                      now - step_started_, committed_));
     }
     return;
   }

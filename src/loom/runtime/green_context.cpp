@@ -42,9 +42,7 @@ CUdevice Device(int device) {
   return d;
 }
 
-double Now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double Now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The device's SMs cut once into groups of the alignment (132 SMs: 16 groups
 // of 8, 4 left over). A green context of q SMs combines q / alignment of these
@@ -56,15 +54,15 @@ std::vector<CUdevResource> SmGroups(CUdevice dev, int alignment) {
   Check(Driver().cuDeviceGetDevResource_(dev, &full, CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource");
   unsigned int groups = full.sm.smCount / static_cast<unsigned int>(alignment);
   std::vector<CUdevResource> out(groups);
-  Check(Driver().cuDevSmResourceSplitByCount_(out.data(), &groups, &full, &rest, 0, static_cast<unsigned int>(alignment)),
-        "cuDevSmResourceSplitByCount");
+  Check(
+      Driver().cuDevSmResourceSplitByCount_(out.data(), &groups, &full, &rest, 0, static_cast<unsigned int>(alignment)),
+      "cuDevSmResourceSplitByCount");
   out.resize(groups);
   return out;
 }
 
 // One green context over groups [first, first + count) and its stream.
-void Create(CUdevice dev, std::vector<CUdevResource>& groups, int first, int count, CUgreenCtx* ctx,
-            CUstream* stream) {
+void Create(CUdevice dev, std::vector<CUdevResource>& groups, int first, int count, CUgreenCtx* ctx, CUstream* stream) {
   if (first + count > static_cast<int>(groups.size())) {
     throw Error(fmt::format("green context: {} SM groups asked from group {}, the device split into {}", count, first,
                             groups.size()));
@@ -103,15 +101,16 @@ GreenStreamPool::GreenStreamPool(int device, const std::vector<std::vector<int>>
       sum += q;
     }
     if (sum > rules.sm_count) {
-      throw Error(fmt::format("green contexts of {} SMs together on device {}, which has {}", sum, device,
-                              rules.sm_count));
+      throw Error(
+          fmt::format("green contexts of {} SMs together on device {}, which has {}", sum, device, rules.sm_count));
     }
     const double t0 = Now_s();
     auto groups = SmGroups(dev, rules.alignment_sms);
     if (sum > static_cast<int>(groups.size()) * rules.alignment_sms) {
-      throw Error(fmt::format("green contexts of {} SMs together on device {}: its SMs split into {} groups of {} "
-                              "({} SMs can be partitioned)",
-                              sum, device, groups.size(), rules.alignment_sms, groups.size() * rules.alignment_sms));
+      throw Error(
+          fmt::format("green contexts of {} SMs together on device {}: its SMs split into {} groups of {} "
+                      "({} SMs can be partitioned)",
+                      sum, device, groups.size(), rules.alignment_sms, groups.size() * rules.alignment_sms));
     }
     streams_.emplace_back();
     contexts_.emplace_back();
@@ -198,8 +197,8 @@ std::string ProbeSmPartitions(int device, int repeats) {
       Driver().cuGreenCtxDestroy_(ctx);
     }
     std::sort(t.begin(), t.end());
-    out += fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>10.3f}\n", q, t[t.size() / 2] * 1e3, t.front() * 1e3,
-                       t.back() * 1e3);
+    out +=
+        fmt::format("{:>5} {:>10.3f} {:>10.3f} {:>10.3f}\n", q, t[t.size() / 2] * 1e3, t.front() * 1e3, t.back() * 1e3);
   }
   // 2. A launch on a pre-created stream: switch to it and enqueue one small kernel.
   std::vector<std::vector<int>> quotas;
@@ -228,9 +227,10 @@ std::string ProbeSmPartitions(int device, int repeats) {
     };
     launch(true);
     launch(false);
-    out += fmt::format("\nlaunch of one small kernel, host time: {:.4f} ms on a pre-created green stream (switching "
-                       "among {} of them), {:.4f} ms on the current stream\n",
-                       launch(true) * 1e3, quotas.size(), launch(false) * 1e3);
+    out += fmt::format(
+        "\nlaunch of one small kernel, host time: {:.4f} ms on a pre-created green stream (switching "
+        "among {} of them), {:.4f} ms on the current stream\n",
+        launch(true) * 1e3, quotas.size(), launch(false) * 1e3);
   }
   // 3. Two stacks side by side on disjoint partitions vs one after the other on the whole GPU.
   struct Pair {
@@ -241,12 +241,17 @@ std::string ProbeSmPartitions(int device, int repeats) {
   const Pair pairs[] = {{"h768x12 B4xS197 | h1280x8 B16xS257", 768, 4 * 197, 1280, 16 * 257, 12, 8},
                         {"h1024x24 B16xS257 | h768x12 B64xS197", 1024, 16 * 257, 768, 64 * 197, 24, 12}};
   out += "\nMLP stacks fwd+bwd, bf16, eager, one host thread (median ms):\n";
-  out += fmt::format("{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}\n", "pair", "SMs a+b", "a full",
-                     "b full", "a alone", "b alone", "together", "2 threads", "seq full");
+  out += fmt::format("{:<40} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9} {:>8}\n", "pair", "SMs a+b", "a full", "b full",
+                     "a alone", "b alone", "together", "2 threads", "seq full");
   for (const auto& p : pairs) {
     Stack a(p.ha, p.la, p.ta), b(p.hb, p.lb, p.tb);
     const double full_a = TimeIt([&] { a.Step(); }, repeats), full_b = TimeIt([&] { b.Step(); }, repeats);
-    const double seq = TimeIt([&] { a.Step(); b.Step(); }, repeats);
+    const double seq = TimeIt(
+        [&] {
+          a.Step();
+          b.Step();
+        },
+        repeats);
     for (int sa : {32, 56, 88}) {
       const int sb = partitionable - sa;
       GreenStreamPool two(device, {{sa, sb}});  // disjoint: sb comes from what sa left
@@ -258,7 +263,12 @@ std::string ProbeSmPartitions(int device, int repeats) {
       };
       const double alone_a = TimeIt([&] { on(sa_stream, a); }, repeats);
       const double alone_b = TimeIt([&] { on(sb_stream, b); }, repeats);
-      const double together = TimeIt([&] { on(sa_stream, a); on(sb_stream, b); }, repeats);
+      const double together = TimeIt(
+          [&] {
+            on(sa_stream, a);
+            on(sb_stream, b);
+          },
+          repeats);
       // One launching thread per module: the host floors no longer add up.
       const double threads = TimeIt(
           [&] {
@@ -278,7 +288,9 @@ std::string ProbeSmPartitions(int device, int repeats) {
 
 #else
 
-SmPartitionRules ReadSmPartitionRules(int) { throw Error("green contexts need a CUDA build of Loom (scripts/build-cuda.sh)"); }
+SmPartitionRules ReadSmPartitionRules(int) {
+  throw Error("green contexts need a CUDA build of Loom (scripts/build-cuda.sh)");
+}
 GreenStreamPool::GreenStreamPool(int, const std::vector<std::vector<int>>&) {
   throw Error("green contexts need a CUDA build of Loom (scripts/build-cuda.sh)");
 }

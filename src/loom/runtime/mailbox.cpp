@@ -28,10 +28,11 @@ int Message::Slot(int module) const {
 
 std::vector<torch::Tensor> Message::Gradient(const MessageKey& key) const {
   if (finished != users) {
-    throw Error(fmt::format("runtime: the gradient of stage {} microbatch {} goes back to stage {} before every "
-                            "consumer microbatch that read it finished its backward ({} of {}); the schedule "
-                            "sends it too early",
-                            key.to, key.consumer, key.from, finished, users));
+    throw Error(
+        fmt::format("runtime: the gradient of stage {} microbatch {} goes back to stage {} before every "
+                    "consumer microbatch that read it finished its backward ({} of {}); the schedule "
+                    "sends it too early",
+                    key.to, key.consumer, key.from, finished, users));
   }
   std::vector<torch::Tensor> parts;
   for (const auto& t : leaves) parts.push_back(t.grad().defined() ? t.grad() : torch::zeros_like(t));
@@ -54,7 +55,8 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
   Message* run_msg = nullptr;
   int64_t run_begin = 0, run_end = 0;
   auto flush = [&]() {
-    if (run_msg != nullptr) runs.push_back(run_msg->leaves[run_msg->Slot(module)].narrow(1, run_begin, run_end - run_begin));
+    if (run_msg != nullptr)
+      runs.push_back(run_msg->leaves[run_msg->Slot(module)].narrow(1, run_begin, run_end - run_begin));
     run_msg = nullptr;
   };
   for (const auto& s : consumer.modules[module]) {
@@ -72,9 +74,10 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
       }
     }
     if (found == nullptr) {
-      throw Error(fmt::format("runtime: {}: no message carries module {}'s sequence of sample {} (document {}, "
-                              "image {}, clip {})",
-                              where, module, s.sample, s.doc, s.image, s.clip));
+      throw Error(
+          fmt::format("runtime: {}: no message carries module {}'s sequence of sample {} (document {}, "
+                      "image {}, clip {})",
+                      where, module, s.sample, s.doc, s.image, s.clip));
     }
     used.insert(found);
     if (found == run_msg && offset == run_end) {

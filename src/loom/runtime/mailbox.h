@@ -58,8 +58,8 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
                        const torch::Device& device);
 
 struct Mailbox {
-  std::map<MessageKey, Message> activations;       // received (or cut from a local producer), by message
-  std::map<MessageKey, torch::Tensor> gradients;   // received, flat, by message
+  std::map<MessageKey, Message> activations;      // received (or cut from a local producer), by message
+  std::map<MessageKey, torch::Tensor> gradients;  // received, flat, by message
   // Between schedule ranks of this process, flat: put by the send, taken by the receive.
   std::map<MessageKey, torch::Tensor> local_activations, local_gradients;
 

@@ -14,11 +14,14 @@ namespace loom::runtime {
 int Tag(Payload payload, const MessageKey& m, int stages, int microbatches, int parts) {
   const int64_t tag =
       (((((static_cast<int64_t>(payload) * stages + m.from) * stages + m.to) * microbatches + m.mb) * microbatches) +
-       m.consumer) * parts + m.part;
+       m.consumer) *
+          parts +
+      m.part;
   if (tag > 0x7fffffff) {
-    throw Error(fmt::format("runtime: {} stages of up to {} microbatches ({} parts of a group) need more message "
-                            "tags than Gloo has",
-                            stages, microbatches, parts));
+    throw Error(
+        fmt::format("runtime: {} stages of up to {} microbatches ({} parts of a group) need more message "
+                    "tags than Gloo has",
+                    stages, microbatches, parts));
   }
   return static_cast<int>(tag);
 }
@@ -45,9 +48,10 @@ PieceList StepPackings::PiecesOf(int v, int k, int part) const {
   size_t begin = 0;
   for (int i = 0; i < part; ++i) begin += cut[i].size();
   if (cut[part].empty()) {
-    throw Error(fmt::format("runtime: stage {} ({}) microbatch {} has {} sample piece(s) for {} GPUs sharing "
-                            "its sequences",
-                            v, exec_.stages[v].label, k, all.size(), n));
+    throw Error(
+        fmt::format("runtime: stage {} ({}) microbatch {} has {} sample piece(s) for {} GPUs sharing "
+                    "its sequences",
+                    v, exec_.stages[v].label, k, all.size(), n));
   }
   return PieceList(std::span<const SamplePiece>(all.begin() + begin, cut[part].size()));
 }
@@ -81,9 +85,8 @@ std::vector<Partner> Partners(const Transfer& t, bool sends, const ProcessPlace&
     const int producer_part = place.PartOf(t.producer, t.activation ? send_shard : receive_shard);
     const int consumer_part = place.PartOf(t.consumer, t.activation ? receive_shard : send_shard);
     if (!packings.Paired(t.producer, t.mb, producer_part, t.consumer, t.consumer_mb, consumer_part)) continue;
-    out.push_back({q,
-                   MessageKey{t.producer, t.consumer, t.mb, t.consumer_mb, place.PartOf(sender, send_shard)},
-                   producer_part});
+    out.push_back(
+        {q, MessageKey{t.producer, t.consumer, t.mb, t.consumer_mb, place.PartOf(sender, send_shard)}, producer_part});
   }
   return out;
 }

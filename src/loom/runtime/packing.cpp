@@ -55,7 +55,8 @@ void CheckPackable(const Module& m) {
       if (r.downsample != 1) fail(fmt::format("token downsampling by {}", r.downsample));
       break;
     case TokenSource::kAudio:
-    case TokenSource::kText: break;
+    case TokenSource::kText:
+      break;
   }
 }
 
@@ -94,8 +95,8 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
       const int x = piece.sample;
       const Sample& sample = batch.samples.at(x);
       if (piece.item >= static_cast<int>(sample.images.size())) {
-        throw Error(fmt::format("runtime: sample {} has {} images, not an item {}: only image items are run",
-                                x, sample.images.size(), piece.item));
+        throw Error(fmt::format("runtime: sample {} has {} images, not an item {}: only image items are run", x,
+                                sample.images.size(), piece.item));
       }
       switch (m.tokens.source) {
         case TokenSource::kText:
@@ -165,10 +166,14 @@ int64_t MergeGroup(const Module& source) {
 int64_t OutputWidth(const Model& model, int module, int layer) {
   const Layer& l = model.modules[module].layers[layer];
   switch (l.kind) {
-    case LayerKind::kMlpProjector: return l.out_dim;
-    case LayerKind::kConv: return l.out_channels;
-    case LayerKind::kLmHead: return l.vocab;
-    default: return l.hidden;
+    case LayerKind::kMlpProjector:
+      return l.out_dim;
+    case LayerKind::kConv:
+      return l.out_channels;
+    case LayerKind::kLmHead:
+      return l.vocab;
+    default:
+      return l.hidden;
   }
 }
 

@@ -30,7 +30,11 @@ class GroupMaker {
  public:
   GroupMaker(c10::intrusive_ptr<c10d::Store> store, double timeout_s, std::string host, bool cuda,
              AbortFlag abort = nullptr, std::vector<Group>* keep_alive = nullptr)
-      : store_(std::move(store)), timeout_s_(timeout_s), host_(std::move(host)), cuda_(cuda), abort_(abort),
+      : store_(std::move(store)),
+        timeout_s_(timeout_s),
+        host_(std::move(host)),
+        cuda_(cuda),
+        abort_(abort),
         keep_alive_(keep_alive) {}
 
   // This process as member `rank` of `size`.
@@ -63,8 +67,7 @@ struct ProcessGroups {
 
 // The world, tensor-parallel (ascending degree) and context-parallel groups:
 // what a stage's layers need to be built.
-ProcessGroups MakeModelGroups(const GroupMaker& maker, const ExecutionPlan& exec, const ProcessPlace& place,
-                              int world);
+ProcessGroups MakeModelGroups(const GroupMaker& maker, const ExecutionPlan& exec, const ProcessPlace& place, int world);
 
 // The data-parallel groups, in communication group id order on every member.
 // `layerwise` (heterogeneous pipeline templates): none, gradients are summed

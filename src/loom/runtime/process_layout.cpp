@@ -63,9 +63,10 @@ ProcessLayout LayoutProcesses(const ExecutionPlan& exec) {
     for (int r = 0; r < out.ranks; ++r) {
       const ExecRank& er = exec.ranks[r];
       if (er.num_groups != 1) {
-        throw Error(fmt::format("runtime: rank {} ({}) spans {} GPU groups; stages wider than one group (Oobleck's "
-                                "templates) are not run yet",
-                                r, er.name, er.num_groups));
+        throw Error(
+            fmt::format("runtime: rank {} ({}) spans {} GPU groups; stages wider than one group (Oobleck's "
+                        "templates) are not run yet",
+                        r, er.name, er.num_groups));
       }
       const int g = er.group + (exec.replicated ? j * stride : 0);
       out.instance_group.push_back(g);
@@ -219,8 +220,8 @@ std::vector<std::vector<BoundaryTensor>> StageOutputs(const Model& model, const 
       bool needed = false;
       for (int w : after[v]) needed = needed || reads(w, module);
       if (own != nullptr && own->end < static_cast<int>(model.modules[module].layers.size()) && !needed) {
-        throw Error(fmt::format("runtime: stage {} ({}) stops inside module {} but no later stage continues it",
-                                v, exec.stages[v].label, model.modules[module].name));
+        throw Error(fmt::format("runtime: stage {} ({}) stops inside module {} but no later stage continues it", v,
+                                exec.stages[v].label, model.modules[module].name));
       }
       if (needed) handed[v].push_back({module, width});
     }

@@ -28,9 +28,9 @@ struct RankCopy {
 
 struct ProcessLayout {
   int group_gpus = 1;
-  int processes = 0;                     // GPU groups used x group_gpus
+  int processes = 0;                            // GPU groups used x group_gpus
   std::vector<std::vector<RankCopy>> of_group;  // per GPU group: the copies it runs, ascending rank
-  std::vector<int> instance_group;       // per instance: its GPU group
+  std::vector<int> instance_group;              // per instance: its GPU group
   // Instance number of a copy: replica * ranks + rank (the simulator's rank of a replicated plan's copy).
   int ranks = 0;
   int Instance(const RankCopy& c) const { return c.replica * ranks + c.rank; }
@@ -46,12 +46,12 @@ struct ProcessLayout {
 // them). Fixed for a run: a later step's batch places stages as step 0's did.
 struct ProcessPlace {
   ProcessLayout layout;
-  int rank = 0;           // this process
-  int group_gpus = 1;     // G
-  int group = 0;          // its GPU group
-  int shard = 0;          // its index in the group
-  int replica = 0;        // the data-parallel copy it runs (a replicated plan; else 0)
-  int content = 0;        // index into ExecutionPlan::replicas (replica for a replicated plan, else 0)
+  int rank = 0;                  // this process
+  int group_gpus = 1;            // G
+  int group = 0;                 // its GPU group
+  int shard = 0;                 // its index in the group
+  int replica = 0;               // the data-parallel copy it runs (a replicated plan; else 0)
+  int content = 0;               // index into ExecutionPlan::replicas (replica for a replicated plan, else 0)
   std::vector<int> local_ranks;  // the schedule ranks it runs
   // Per stage: its schedule rank, TP degree and sequence shares.
   std::vector<int> stage_rank, tp, seq_share;

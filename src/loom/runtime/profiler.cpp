@@ -42,7 +42,8 @@ struct Timer {
   // busy neighbour or a side-by-side copy's heavy phase lands on several of a
   // few), so they get more. `prepare` runs untimed before each.
   template <typename Fn, typename Prepare = void (*)()>
-  double Median(Fn&& fn, Prepare&& prepare = [] {}) const {
+  double Median(
+      Fn&& fn, Prepare&& prepare = [] {}) const {
     std::vector<double> t;
     int runs = repeats;
     for (int i = 0; i <= runs; ++i) {
@@ -328,10 +329,11 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
     throw Error(fmt::format("loom profile: --device {}; valid: cpu, cuda", o.device));
   }
   if (o.device == "cuda" && !torch::cuda::is_available()) {
-    throw Error("loom profile: --device cuda, but this libtorch sees no CUDA device (scripts/build-cuda.sh builds "
-                "against a CUDA libtorch)");
+    throw Error(
+        "loom profile: --device cuda, but this libtorch sees no CUDA device (scripts/build-cuda.sh builds "
+        "against a CUDA libtorch)");
   }
-  FindGpu(o.gpu);  // the datasheet must exist
+  FindGpu(o.gpu);                                          // the datasheet must exist
   const auto [link, collective] = MeasureLink(o.repeats);  // first: it forks
   // Ranks that share this machine's cores: measured beside copies of the
   // same measurement (forked before this process uses torch; they die with it).
@@ -367,10 +369,10 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   p.precision = Precision::kFp32;
   p.link = link;
   p.collective = collective;
-  p.source = fmt::format("loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
-                         "medians of >= {} runs (>= 50 ms each point)",
-                         o.device, TORCH_VERSION, o.device == "cuda" ? "CUDA" : CpuName(), o.threads, o.concurrent,
-                         o.repeats);
+  p.source = fmt::format(
+      "loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
+      "medians of >= {} runs (>= 50 ms each point)",
+      o.device, TORCH_VERSION, o.device == "cuda" ? "CUDA" : CpuName(), o.threads, o.concurrent, o.repeats);
   MeasureInto(p, model, o);
   return p;
 }
@@ -383,7 +385,7 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
   std::set<std::tuple<ProfileShape, bool>> seen;
   std::set<std::pair<int64_t, int64_t>> linears;  // (in, out) of every matrix product
   std::set<std::pair<int64_t, int64_t>> heads;    // (heads, head_dim) of every attention core
-  std::vector<std::pair<int, int>> shape_layers;   // (module, layer) of each distinct shape
+  std::vector<std::pair<int, int>> shape_layers;  // (module, layer) of each distinct shape
   for (size_t mi = 0; mi < model.modules.size(); ++mi) {
     const auto& layers = model.modules[mi].layers;
     for (size_t li = 0; li < layers.size(); ++li) {
@@ -391,8 +393,11 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
       switch (l.kind) {
         case LayerKind::kTransformer: {
           const int64_t d = l.hidden / l.heads;
-          linears.insert({{l.hidden, l.heads * d}, {l.hidden, l.kv_heads * d}, {l.heads * d, l.hidden},
-                          {l.hidden, l.ffn_hidden}, {l.ffn_hidden, l.hidden}});
+          linears.insert({{l.hidden, l.heads * d},
+                          {l.hidden, l.kv_heads * d},
+                          {l.heads * d, l.hidden},
+                          {l.hidden, l.ffn_hidden},
+                          {l.ffn_hidden, l.hidden}});
           heads.insert({l.heads, d});
           if (!seen.insert({ShapeOf(l), l.frozen}).second) break;
           shape_layers.push_back({static_cast<int>(mi), static_cast<int>(li)});
@@ -406,9 +411,14 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
           }
           break;
         }
-        case LayerKind::kMlpProjector: linears.insert({{l.in_dim, l.hidden}, {l.hidden, l.out_dim}}); break;
-        case LayerKind::kLmHead: linears.insert({l.hidden, l.vocab}); break;
-        default: break;
+        case LayerKind::kMlpProjector:
+          linears.insert({{l.in_dim, l.hidden}, {l.hidden, l.out_dim}});
+          break;
+        case LayerKind::kLmHead:
+          linears.insert({l.hidden, l.vocab});
+          break;
+        default:
+          break;
       }
     }
   }
@@ -428,7 +438,8 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
     const int64_t seq = *std::min_element(o.tokens.begin(), o.tokens.end());
     for (const auto& [mi, li] : shape_layers) {
       for (int64_t t : o.tokens) {
-        for (int q : quotas) points.push_back(MeasureLayerOnSms(model, mi, li, std::max<int64_t>(1, t / seq), seq, q, timer));
+        for (int q : quotas)
+          points.push_back(MeasureLayerOnSms(model, mi, li, std::max<int64_t>(1, t / seq), seq, q, timer));
       }
     }
     const SmScalingFit fit = FitSmScaling(points, rules.sm_count);
@@ -450,7 +461,8 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
     for (const auto& [h, d] : heads) {
       const torch::Tensor q = torch::randn({1, h, s, d}, opts), k = torch::randn({1, h, s, d}, opts),
                           v = torch::randn({1, h, s, d}, opts);
-      const double t = timer.Median([&] { torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)), -1), v); });
+      const double t =
+          timer.Median([&] { torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)), -1), v); });
       const double H = static_cast<double>(h), D = static_cast<double>(d);
       // Unfused: the scores are written, read by the softmax, written and read again.
       p.ops.push_back({OpClass::kAttention, 4.0 * S * S * D * H, 4.0 * (4.0 * S * D * H + 4.0 * H * S * S), t});

@@ -65,15 +65,16 @@ void RunOptions::Validate() const {
   if (steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", steps));
   if (!(timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", timeout_s));
   if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
-    throw Error(fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", node_rank,
-                            nnodes));
+    throw Error(
+        fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", node_rank, nnodes));
   }
   if (threads_per_rank <= 0) throw Error(fmt::format("--threads {}: must be positive", threads_per_rank));
   if (!fault_tolerant) return;
   if (nnodes != 1) throw Error("--fault-tolerance: runs on one machine yet (--nnodes 1)");
   if (device != Device::kCpu) {
-    throw Error("--fault-tolerance: runs on --device cpu yet (an NCCL communicator of a dead peer needs aborting, "
-                "which is not done yet)");
+    throw Error(
+        "--fault-tolerance: runs on --device cpu yet (an NCCL communicator of a dead peer needs aborting, "
+        "which is not done yet)");
   }
   if (checkpoint_every < 0) {
     throw Error(fmt::format("--checkpoint-every {}: valid: 0 (none) or a number of steps", checkpoint_every));
@@ -107,8 +108,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     throw Error(fmt::format("the plan runs {} processes, which do not split over {} nodes", world, options.nnodes));
   }
   if (options.nnodes > 1 && options.port <= 0) {
-    throw Error("a run over several nodes needs the store's address on every node: --master ADDR:PORT (or "
-                "MASTER_ADDR and MASTER_PORT)");
+    throw Error(
+        "a run over several nodes needs the store's address on every node: --master ADDR:PORT (or "
+        "MASTER_ADDR and MASTER_PORT)");
   }
   const int port = options.port > 0 ? options.port : FreePort();
   const int per_node = world / options.nnodes, first_rank = options.node_rank * per_node;
@@ -117,8 +119,10 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   if (options.device == Device::kCuda) {
     // NCCL pairs messages by order, not by tag.
     if (const std::string why = MessageOrderMismatch(first.schedule); !why.empty()) {
-      throw Error("--device cuda: the plan's messages between two ranks are not received in the order they are "
-                  "sent, which NCCL needs: " + why);
+      throw Error(
+          "--device cuda: the plan's messages between two ranks are not received in the order they are "
+          "sent, which NCCL needs: " +
+          why);
     }
     // Where a process merges several ranks' lists, a message fans out to several
     // processes of a group (sequence shares) or CP's ring exchanges blocks,
@@ -128,18 +132,20 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     // memory): Mosaic's co-located modules on one GPU run.
     for (const auto& copies : layout.of_group) {
       if (copies.size() > 1 && world > 1) {
-        throw Error("--device cuda: this plan runs several ranks on one GPU (units taking turns: DistMM, Optimus; "
-                    "or sharing its SMs: Mosaic, whose green-context engine does not drive runs yet); "
-                    "their merged message order is not checked against NCCL's in-order matching yet; run it on "
-                    "--device cpu");
+        throw Error(
+            "--device cuda: this plan runs several ranks on one GPU (units taking turns: DistMM, Optimus; "
+            "or sharing its SMs: Mosaic, whose green-context engine does not drive runs yet); "
+            "their merged message order is not checked against NCCL's in-order matching yet; run it on "
+            "--device cpu");
       }
     }
     for (const auto& st : first.stages) {
       if (st.seq_share > 1 || st.cp > 1) {
-        throw Error(fmt::format("--device cuda: stage {} shares sequences or runs context parallelism; their "
-                                "messages are not checked against NCCL's in-order matching yet; run it on --device "
-                                "cpu",
-                                st.label));
+        throw Error(
+            fmt::format("--device cuda: stage {} shares sequences or runs context parallelism; their "
+                        "messages are not checked against NCCL's in-order matching yet; run it on --device "
+                        "cpu",
+                        st.label));
       }
     }
     // Counted without CUDA in this process (workers fork from it): the driver's device nodes.
@@ -147,10 +153,11 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     while (access(fmt::format("/dev/nvidia{}", gpus).c_str(), F_OK) == 0) ++gpus;
     if (gpus == 0) throw Error("--device cuda: this machine has no GPU (/dev/nvidia0 is absent)");
     if (gpus < per_node) {
-      throw Error(fmt::format("--device cuda: the plan runs {} processes on this node but it has {} GPU(s); NCCL "
-                              "cannot share a GPU between ranks (ncclInvalidUsage): use a plan of at most {} "
-                              "GPU(s) per node",
-                              per_node, gpus, gpus));
+      throw Error(
+          fmt::format("--device cuda: the plan runs {} processes on this node but it has {} GPU(s); NCCL "
+                      "cannot share a GPU between ranks (ncclInvalidUsage): use a plan of at most {} "
+                      "GPU(s) per node",
+                      per_node, gpus, gpus));
     }
   }
   std::vector<Child> children(world);

@@ -60,9 +60,9 @@ const char* DeviceName(Device device);
 struct RunOptions {
   int steps = 3;
   double learning_rate = 1e-3;
-  double timeout_s = 60;   // a rank silent this long fails the run
-  int port = 0;            // TCPStore port; 0 picks a free one
-  int kill_rank = -1;      // tests: this rank exits abruptly at the start of step `kill_step`
+  double timeout_s = 60;  // a rank silent this long fails the run
+  int port = 0;           // TCPStore port; 0 picks a free one
+  int kill_rank = -1;     // tests: this rank exits abruptly at the start of step `kill_step`
   int kill_step = -1;
   // Intra-op threads of each rank's libtorch, as `loom profile --threads`
   // measures them. 1 by default: on the 2-core VM a forked worker at 2 threads
@@ -109,37 +109,38 @@ int FreePort();
 // report (losses come from the node holding the last pipeline stage; other
 // nodes' `losses` are NaN).
 struct RunResult {
-  std::vector<double> losses;                 // per step: the global batch's mean loss
-  std::vector<std::vector<double>> step_s;    // [rank][step] wall time of the step
-  std::vector<std::vector<double>> params;    // [process] per parameter tensor: sum, sum of squares, sum of |w| (replica 0's)
+  std::vector<double> losses;               // per step: the global batch's mean loss
+  std::vector<std::vector<double>> step_s;  // [rank][step] wall time of the step
+  std::vector<std::vector<double>>
+      params;  // [process] per parameter tensor: sum, sum of squares, sum of |w| (replica 0's)
   // What ran in the last step, in the simulator's terms (so sim/chrome_trace
   // writes it and it opens beside a simulated trace): one simulated rank per
   // pipeline rank of each replica (TP shard 0), replica-major; intervals index
   // the last step's ExecutionPlan actions, times from the step's start; busy_s
   // sums each rank's compute actions; iteration_time_s is the slowest rank's step.
   SimResult measured;
-  std::vector<double> peak_rss_bytes;         // [process] peak resident memory (CPU)
+  std::vector<double> peak_rss_bytes;  // [process] peak resident memory (CPU)
   // [process] peak bytes of live tensors (tensor_memory.h): the weights of its
   // stages plus the peak of what the steps allocated (activations, gradients,
   // optimizer state); what the simulator's per-GPU peak predicts.
   std::vector<double> peak_tensor_bytes;
-  std::vector<std::string> notes;             // what workers said about the run ("phase 0: 2 green context(s) ...")
+  std::vector<std::string> notes;  // what workers said about the run ("phase 0: 2 green context(s) ...")
   // A fault-tolerant run: what happened to its nodes, in order.
   struct NodeEvent {
-    int step = 0;                // the step replayed (failures) or started (joins)
-    std::string kind;            // "failure" or "join"
-    std::vector<int> nodes;      // the nodes lost or back
-    std::string outcome;         // the re-planner's account
-    double detect_s = 0;         // failure: from the worker's death to the launcher noticing it
-    double recover_s = 0;        // from noticing to every worker of the new generation ready
-    double lost_s = 0;           // failure: work thrown away (the interrupted step's start to the failure) + recover_s
-    int64_t copied_bytes = 0;    // layer state the new generation's workers received
-    int processes = 0;           // the new generation's workers
+    int step = 0;              // the step replayed (failures) or started (joins)
+    std::string kind;          // "failure" or "join"
+    std::vector<int> nodes;    // the nodes lost or back
+    std::string outcome;       // the re-planner's account
+    double detect_s = 0;       // failure: from the worker's death to the launcher noticing it
+    double recover_s = 0;      // from noticing to every worker of the new generation ready
+    double lost_s = 0;         // failure: work thrown away (the interrupted step's start to the failure) + recover_s
+    int64_t copied_bytes = 0;  // layer state the new generation's workers received
+    int processes = 0;         // the new generation's workers
   };
   std::vector<NodeEvent> events;
-  int first_step = 0;            // > 0: resumed from a checkpoint
-  Plan final_plan;               // the plan the last generation ran
-  int final_nodes = 0;           // on this many nodes
+  int first_step = 0;   // > 0: resumed from a checkpoint
+  Plan final_plan;      // the plan the last generation ran
+  int final_nodes = 0;  // on this many nodes
 };
 
 // Throws loom::Error for what the runtime cannot run yet, and when a worker
@@ -151,8 +152,7 @@ struct RunResult {
 // (the strategy's; Oobleck's templates) and throws loom::Error with its
 // "cannot recover" outcome once it cannot go on, after writing the checkpoint.
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                     const RunOptions& options,
-                     const std::vector<std::optional<IterationSchedule>>& schedules = {},
+                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules = {},
                      const Replanner& replanner = {});
 
 }  // namespace loom

@@ -24,17 +24,19 @@ std::string Divergence(const std::vector<double>& losses, const std::vector<int>
                        const std::vector<std::vector<double>>& params) {
   for (size_t s = 0; s < losses.size(); ++s) {
     if (s < reports_per_step.size() && reports_per_step[s] > 0 && !std::isfinite(losses[s])) {
-      return fmt::format("training diverged: the loss of step {} is {}; the weights it leaves are not usable "
-                         "(lower --lr, or check the data)",
-                         s, losses[s]);
+      return fmt::format(
+          "training diverged: the loss of step {} is {}; the weights it leaves are not usable "
+          "(lower --lr, or check the data)",
+          s, losses[s]);
     }
   }
   for (size_t p = 0; p < params.size(); ++p) {
     for (double v : params[p]) {
       if (!std::isfinite(v)) {
-        return fmt::format("training diverged: process {}'s parameters are not finite after the last step ({}); "
-                           "the weights are not usable (lower --lr, or check the data)",
-                           p, v);
+        return fmt::format(
+            "training diverged: process {}'s parameters are not finite after the last step ({}); "
+            "the weights are not usable (lower --lr, or check the data)",
+            p, v);
       }
     }
   }
@@ -65,7 +67,8 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
       } else if (const auto* m = std::get_if<report::PeakMemory>(&message)) {
         out.peak_rss_bytes[r] = m->bytes;
         if (r % tp == 0 && r / tp < static_cast<int>(layout.of_group.size())) {
-          for (const auto& copy : layout.of_group[r / tp]) out.measured.peak_mem_bytes[layout.Instance(copy)] = m->bytes;
+          for (const auto& copy : layout.of_group[r / tp])
+            out.measured.peak_mem_bytes[layout.Instance(copy)] = m->bytes;
         }
       } else if (const auto* m = std::get_if<report::PeakTensorMemory>(&message)) {
         out.peak_tensor_bytes[r] = m->bytes;
@@ -89,7 +92,8 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
   for (int s = 0; s < steps; ++s) {
     if (reporters[s] == 0) out.losses[s] = std::nan("");
   }
-  for (const auto& rank : out.step_s) out.measured.iteration_time_s = std::max(out.measured.iteration_time_s, rank.back());
+  for (const auto& rank : out.step_s)
+    out.measured.iteration_time_s = std::max(out.measured.iteration_time_s, rank.back());
 }
 
 }  // namespace loom::runtime

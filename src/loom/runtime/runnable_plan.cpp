@@ -31,9 +31,10 @@ void CheckFaultTolerable(const Model& model, const Plan& plan) {
     }
   }
   if (u.zero_stage != 0) {
-    refuse(fmt::format("unit {} shards its optimizer state over its replicas (zero_stage {}); fault tolerance needs "
-                       "zero_stage 0",
-                       u.name, u.zero_stage));
+    refuse(
+        fmt::format("unit {} shards its optimizer state over its replicas (zero_stage {}); fault tolerance needs "
+                    "zero_stage 0",
+                    u.name, u.zero_stage));
   }
   for (const auto& m : model.modules) {
     if (!m.layers.empty() && m.layers.back().kind == LayerKind::kLmHead && m.layers.back().tied) {
@@ -42,8 +43,8 @@ void CheckFaultTolerable(const Model& model, const Plan& plan) {
   }
 }
 
-ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, const Batch& batch, const IterationSchedule* it) {
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                                const Batch& batch, const IterationSchedule* it) {
   for (const Unit& u : plan.units) {
     if (u.pipelines.size() != 1) {
       // Oobleck's heterogeneous templates: gradients are summed layer by layer
@@ -55,13 +56,14 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
         for (const auto& st : ps.stages) tp = tp || st.tp > 1;
       }
       if (plan.units.size() > 1 || tp || u.cp > 1 || u.zero_stage > 1) {
-        throw Error(fmt::format("runtime: unit {} has {} pipeline templates with {}; Oobleck's heterogeneous "
-                                "templates run alone, without TP, CP or ZeRO-2/3",
-                                u.name, u.pipelines.size(),
-                                plan.units.size() > 1 ? "other units"
-                                : tp                  ? "tensor parallelism"
-                                : u.cp > 1            ? "context parallelism"
-                                                      : fmt::format("zero_stage {}", u.zero_stage)));
+        throw Error(
+            fmt::format("runtime: unit {} has {} pipeline templates with {}; Oobleck's heterogeneous "
+                        "templates run alone, without TP, CP or ZeRO-2/3",
+                        u.name, u.pipelines.size(),
+                        plan.units.size() > 1 ? "other units"
+                        : tp                  ? "tensor parallelism"
+                        : u.cp > 1            ? "context parallelism"
+                                              : fmt::format("zero_stage {}", u.zero_stage)));
       }
     }
     // SM quotas (Mosaic): on a CPU the units sharing a process run one after
@@ -70,31 +72,35 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     // and run.cpp refuses several units per GPU across processes.
     for (const auto& name : u.modules) {
       if (!SplitsOverTensorParallel(model.modules[model.FindModule(name)], u.tp)) {
-        throw Error(fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
-                                "replicating it inside the TP group is not run yet",
-                                name, u.tp));
+        throw Error(
+            fmt::format("runtime: module {} does not split over tp {} (its heads do not divide); "
+                        "replicating it inside the TP group is not run yet",
+                        name, u.tp));
       }
     }
   }
   if (it != nullptr && !it->deferred.empty()) {
-    throw Error(fmt::format("runtime: the iteration schedule defers {} sample(s) to the next iteration; deferral is "
-                            "not run yet",
-                            it->deferred.size()));
+    throw Error(
+        fmt::format("runtime: the iteration schedule defers {} sample(s) to the next iteration; deferral is "
+                    "not run yet",
+                    it->deferred.size()));
   }
   ExecutionPlan exec = CompilePlan(model, cluster, workload, plan, batch, it);
   const auto towers = TowerEnds(model, exec);
   for (size_t v = 0; v < exec.stages.size(); ++v) {
     if (exec.stages[v].cp > 1 && !towers[v].empty()) {
-      throw Error(fmt::format("runtime: stage {} ends module {}, a tower no module reads, under context parallelism "
-                              "{}; its surrogate loss over gathered rows is not run yet",
-                              exec.stages[v].label, model.modules[towers[v].front()].name, exec.stages[v].cp));
+      throw Error(
+          fmt::format("runtime: stage {} ends module {}, a tower no module reads, under context parallelism "
+                      "{}; its surrogate loss over gathered rows is not run yet",
+                      exec.stages[v].label, model.modules[towers[v].front()].name, exec.stages[v].cp));
     }
   }
   for (const auto& st : exec.stages) {
     if (st.cp > 1 && st.seq_share > 1) {
-      throw Error(fmt::format("runtime: stage {} runs context parallelism {} and shares sequences over {} more GPUs "
-                              "of its group; both at once is not run yet (use groups of tp x cp GPUs)",
-                              st.label, st.cp, st.seq_share));
+      throw Error(
+          fmt::format("runtime: stage {} runs context parallelism {} and shares sequences over {} more GPUs "
+                      "of its group; both at once is not run yet (use groups of tp x cp GPUs)",
+                      st.label, st.cp, st.seq_share));
     }
     CheckRunnable(model, st.layers);
   }
@@ -102,14 +108,16 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     const ExecStage &a = exec.stages[e.from], &b = exec.stages[e.to];
     if (exec.schedule.stage_rank[e.from] == exec.schedule.stage_rank[e.to] &&
         (a.tp != b.tp || a.seq_share != b.seq_share)) {
-      throw Error(fmt::format("runtime: stages {} and {} of one rank split their group differently (tp {} / {}, "
-                              "sequence shares {} / {}); that is not run yet",
-                              a.label, b.label, a.tp, b.tp, a.seq_share, b.seq_share));
+      throw Error(
+          fmt::format("runtime: stages {} and {} of one rank split their group differently (tp {} / {}, "
+                      "sequence shares {} / {}); that is not run yet",
+                      a.label, b.label, a.tp, b.tp, a.seq_share, b.seq_share));
     }
     if (a.cp > 1 && a.tp != b.tp) {
-      throw Error(fmt::format("runtime: stages {} and {} run context parallelism at different tp ({} / {}); that is "
-                              "not run yet",
-                              a.label, b.label, a.tp, b.tp));
+      throw Error(
+          fmt::format("runtime: stages {} and {} run context parallelism at different tp ({} / {}); that is "
+                      "not run yet",
+                      a.label, b.label, a.tp, b.tp));
     }
   }
   // Units may differ in context parallelism (Cornstarch: a CP LLM fed by
@@ -125,9 +133,10 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
           cp = exec.stages[v].cp;
           first = v;
         } else if (exec.stages[v].cp != cp) {
-          throw Error(fmt::format("runtime: GPU group {} runs stages {} (cp {}) and {} (cp {}); stages of different "
-                                  "context parallelism on one group are not run yet",
-                                  g, exec.stages[first].label, cp, exec.stages[v].label, exec.stages[v].cp));
+          throw Error(
+              fmt::format("runtime: GPU group {} runs stages {} (cp {}) and {} (cp {}); stages of different "
+                          "context parallelism on one group are not run yet",
+                          g, exec.stages[first].label, cp, exec.stages[v].label, exec.stages[v].cp));
         }
       }
     }

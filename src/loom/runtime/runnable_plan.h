@@ -14,8 +14,8 @@ namespace loom::runtime {
 
 // The ExecutionPlan of `batch`, checked for what the runtime supports (throws
 // loom::Error naming what is missing). Shared by the launcher's check and the workers.
-ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload,
-                                const Plan& plan, const Batch& batch, const IterationSchedule* it = nullptr);
+ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                                const Batch& batch, const IterationSchedule* it = nullptr);
 
 // Throws loom::Error naming what keeps `plan` from running fault-tolerantly
 // (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied head.

@@ -24,10 +24,17 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
 
 struct StepExecutor::Step {
   Step(const Model& model, const ExecutionPlan& e, const Batch& b, const ProcessPlace& place, int step_index)
-      : exec(e), batch(b), step(step_index), handed(StageOutputs(model, e)), loss_stage(LossStages(model, e)),
-        tower_ends(TowerEnds(model, e)), edges(e.schedule), packings(model, b, e, place),
+      : exec(e),
+        batch(b),
+        step(step_index),
+        handed(StageOutputs(model, e)),
+        loss_stage(LossStages(model, e)),
+        tower_ends(TowerEnds(model, e)),
+        edges(e.schedule),
+        packings(model, b, e, place),
         batch_text_tokens(BatchTextTokens(b)) {
-    for (int v = 0; v < e.schedule.num_stages(); ++v) microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
+    for (int v = 0; v < e.schedule.num_stages(); ++v)
+      microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
     // Towers beside the loss module: their values in the whole batch (TowerLoss).
     for (const auto& ends : tower_ends) {
       for (int m : ends) {
@@ -35,8 +42,9 @@ struct StepExecutor::Step {
         std::vector<int> all(b.samples.size());
         std::iota(all.begin(), all.end(), 0);
         const int64_t tokens = PackMicrobatch(model, b, all).Tokens(m);
-        tower_values[m] = static_cast<double>(std::max<int64_t>(1, tokens)) *
-                          static_cast<double>(OutputWidth(model, m, static_cast<int>(model.modules[m].layers.size()) - 1));
+        tower_values[m] =
+            static_cast<double>(std::max<int64_t>(1, tokens)) *
+            static_cast<double>(OutputWidth(model, m, static_cast<int>(model.modules[m].layers.size()) - 1));
       }
     }
   }
@@ -73,8 +81,12 @@ struct StepExecutor::Step {
 StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int rank, int world,
                            const torch::Device& device, const GroupMaker& maker, AbortFlag abort,
                            const ExecutorOptions& options, WorkerReports& reports)
-    : model_(model), place_(PlaceProcess(first, rank)), device_(device), abort_(abort),
-      loss_module_(static_cast<int>(model.modules.size()) - 1), reports_(reports) {
+    : model_(model),
+      place_(PlaceProcess(first, rank)),
+      device_(device),
+      abort_(abort),
+      loss_module_(static_cast<int>(model.modules.size()) - 1),
+      reports_(reports) {
   groups_ = MakeModelGroups(maker, first, place_, world);
   // This process's stages, built from the same per-layer seeds as any other copy.
   for (int v = 0; v < place_.stages(); ++v) {
@@ -145,7 +157,8 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   }
   clock_->ActionsDone();
   if (!stepping.empty()) StepOptimizers(stepping);
-  for (auto& [work, buffers] : step_->sending) AwaitMessage(work, abort_);  // every receiver has posted its receive by now
+  for (auto& [work, buffers] : step_->sending)
+    AwaitMessage(work, abort_);  // every receiver has posted its receive by now
   const double secs = clock_->EndStep();
   reports_.Step(report::StepTime{step, secs});
   ReportLoss(step);
@@ -154,15 +167,23 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
 
 void StepExecutor::Run(int r, const Action& a) {
   switch (a.kind) {
-    case ActionKind::kForward: return Forward(r, a);
+    case ActionKind::kForward:
+      return Forward(r, a);
     case ActionKind::kBackward:
-    case ActionKind::kBackwardData: return Backward(r, a);
-    case ActionKind::kBackwardWeight: return BackwardWeight(a);
-    case ActionKind::kSend: return Send(a);
-    case ActionKind::kRecv: return Receive(r, a);
-    case ActionKind::kCollective: return Collective(a);
-    case ActionKind::kWait: return Wait(r);
-    case ActionKind::kOptimizerStep: return;  // RunStep runs them after every other action
+    case ActionKind::kBackwardData:
+      return Backward(r, a);
+    case ActionKind::kBackwardWeight:
+      return BackwardWeight(a);
+    case ActionKind::kSend:
+      return Send(a);
+    case ActionKind::kRecv:
+      return Receive(r, a);
+    case ActionKind::kCollective:
+      return Collective(a);
+    case ActionKind::kWait:
+      return Wait(r);
+    case ActionKind::kOptimizerStep:
+      return;  // RunStep runs them after every other action
   }
 }
 
@@ -181,7 +202,8 @@ void StepExecutor::ReportLoss(int step) {
   const Step& s = *step_;
   bool reports = s.holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
   for (int v = 0; v < place_.stages(); ++v) {
-    reports = reports && !((s.loss_stage[v] || !s.tower_ends[v].empty()) && place_.IsLocal(v) && place_.MyTpRank(v) != 0);
+    reports =
+        reports && !((s.loss_stage[v] || !s.tower_ends[v].empty()) && place_.IsLocal(v) && place_.MyTpRank(v) != 0);
   }
   if (!reports) return;
   double loss_sum = 0;
@@ -265,10 +287,10 @@ void StepExecutor::Forward(int r, const Action& a) {
   const torch::Tensor towers = TowerLoss(v, out);
   if (s.loss_stage[v]) {
     const int CP = place_.cp;
-    torch::Tensor loss = TextLoss(out.at(loss_module_), mb, s.batch_text_tokens,
-                                  CP > 1 ? ContextRows(s.packings.Mine(v, k), loss_module_, place_.cp_rank, CP,
-                                                       groups_.context_parallel.split)
-                                         : std::vector<int64_t>{});
+    torch::Tensor loss = TextLoss(
+        out.at(loss_module_), mb, s.batch_text_tokens,
+        CP > 1 ? ContextRows(s.packings.Mine(v, k), loss_module_, place_.cp_rank, CP, groups_.context_parallel.split)
+               : std::vector<int64_t>{});
     if (towers.defined()) loss = loss + towers;
     s.loss_terms.push_back(loss.detach());
     s.holds_loss = true;
@@ -303,9 +325,10 @@ std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
       for (const Partner& p : Partners(Transfer{v, x, k, c, false}, /*sends=*/false, place_, s.packings)) {
         auto flat = s.mail.gradients.find(p.key);
         if (flat == s.mail.gradients.end()) {
-          throw Error(fmt::format("runtime: stage {} microbatch {} runs its backward before the gradient from stage "
-                                  "{} microbatch {} arrived",
-                                  v, k, x, c));
+          throw Error(
+              fmt::format("runtime: stage {} microbatch {} runs its backward before the gradient from stage "
+                          "{} microbatch {} arrived",
+                          v, k, x, c));
         }
         add(SplitLike(flat->second, hands));
       }
@@ -414,9 +437,10 @@ void StepExecutor::Receive(int r, const Action& a) {
       auto& box = s.mail.Local(t.activation);
       auto found = box.find(p.key);
       if (found == box.end()) {
-        throw Error(fmt::format("runtime: stage {} microbatch {}: a message between ranks {} and {} of this process "
-                                "is received before it is sent",
-                                a.stage, a.microbatch, a.peer, r));
+        throw Error(
+            fmt::format("runtime: stage {} microbatch {}: a message between ranks {} and {} of this process "
+                        "is received before it is sent",
+                        a.stage, a.microbatch, a.peer, r));
       }
       flat = found->second;
       box.erase(found);

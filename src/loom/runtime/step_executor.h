@@ -38,10 +38,10 @@ namespace loom::runtime {
 
 // What the executor needs of its worker's options.
 struct ExecutorOptions {
-  int seed = 0;               // the workload's: every copy of a layer starts from the same weights
+  int seed = 0;  // the workload's: every copy of a layer starts from the same weights
   double learning_rate = 1e-3;
-  bool sm_quotas = true;      // CUDA: co-located ranks on green-context streams
-  bool layerwise = false;     // heterogeneous pipeline templates: gradients summed per layer segment
+  bool sm_quotas = true;   // CUDA: co-located ranks on green-context streams
+  bool layerwise = false;  // heterogeneous pipeline templates: gradients summed per layer segment
 };
 
 // One worker process's stages, groups and optimizer state for a run (a

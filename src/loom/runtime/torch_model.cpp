@@ -15,7 +15,6 @@ namespace loom::runtime {
 
 namespace {
 
-
 // Megatron's f and g operators: f is the identity forward and sums the input
 // gradient over the TP group backward; g sums the forward and is the identity
 // backward.
@@ -38,8 +37,7 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
     FromInt<TensorParallel>(tp)->all_reduce(sum);
     return sum;
   }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list g) {
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
     return {g[0], torch::Tensor()};
   }
 };
@@ -198,8 +196,13 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl(const Layer& l, TensorParallel* tp, ContextParallel* cp, WeightGradDeferral* deferral)
-      : heads(l.heads / tp->size), kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp->size),
-        head_dim(l.hidden / l.heads), causal(l.causal), gated(l.gated_mlp), tp(tp), cp(cp) {
+      : heads(l.heads / tp->size),
+        kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp->size),
+        head_dim(l.hidden / l.heads),
+        causal(l.causal),
+        gated(l.gated_mlp),
+        tp(tp),
+        cp(cp) {
     // Built whole (the seeded initial weights of the single-process model), then sharded.
     const int64_t all_heads = l.heads, all_kv = l.kv_heads > 0 ? l.kv_heads : l.heads;
     auto dense = [&](const char* name, int64_t in, int64_t out) {
@@ -235,10 +238,12 @@ struct BlockImpl : torch::nn::Module {
   // whom. Selective recomputation (Megatron's) checkpoints the attention
   // core, full recomputation the layer.
   torch::Tensor forward(const torch::Tensor& x, const Layout& layout, Recompute recompute) {
-    if (recompute == Recompute::kFull) return Checkpoint::apply(x, AsInt(this), c10::IValue::make_capsule(layout), false);
+    if (recompute == Recompute::kFull)
+      return Checkpoint::apply(x, AsInt(this), c10::IValue::make_capsule(layout), false);
     return Run(x, layout, recompute == Recompute::kSelective);
   }
-  torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V, const Layout& layout) {
+  torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
+                          const Layout& layout) {
     if (cp->size > 1) {
       return layout->all_gather ? AllGatherAttention(Q, K, V, layout, causal, kBitfieldBlockTokens, cp)
                                 : RingAttention(Q, K, V, layout, causal, cp);
@@ -314,7 +319,8 @@ torch::Tensor TextIds(int x, int d, int64_t begin, int64_t n, const MicrobatchIn
 struct ConvImpl : torch::nn::Module {
   ConvImpl(const Layer& l, WeightGradDeferral* deferral) : kernel(l.kernel), stride(l.stride) {
     proj = register_module("proj", Dense(l.in_channels * l.kernel, l.out_channels, true, deferral));
-    if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.out_channels}) * 0.02);
+    if (l.positions > 0)
+      positions = register_parameter("positions", torch::randn({l.positions, l.out_channels}) * 0.02);
   }
   // x [rows, in_channels], one sequence -> [ceil(rows / stride), out_channels].
   torch::Tensor Sequence(const torch::Tensor& x) {
@@ -335,8 +341,8 @@ struct ConvImpl : torch::nn::Module {
   }
   static torch::Tensor AddPositions(const torch::Tensor& seq, const torch::Tensor& table) {
     if (seq.size(0) > table.size(0)) {
-      throw Error(fmt::format("runtime: a sequence of {} tokens exceeds the {} learned positions", seq.size(0),
-                              table.size(0)));
+      throw Error(
+          fmt::format("runtime: a sequence of {} tokens exceeds the {} learned positions", seq.size(0), table.size(0)));
     }
     return seq + table.slice(0, 0, seq.size(0));
   }
@@ -482,11 +488,16 @@ namespace {
 // Width a layer reads, for a layer that reads the previous one's output (0: it reads its own data).
 int64_t InputWidth(const Layer& l, bool first) {
   switch (l.kind) {
-    case LayerKind::kMlpProjector: return l.in_dim;
-    case LayerKind::kConv: return first ? 0 : l.in_channels;
-    case LayerKind::kEmbedding: return l.hidden;  // the width of the tokens spliced in front of the text
-    case LayerKind::kPatchEmbed: return 0;
-    default: return l.hidden;
+    case LayerKind::kMlpProjector:
+      return l.in_dim;
+    case LayerKind::kConv:
+      return first ? 0 : l.in_channels;
+    case LayerKind::kEmbedding:
+      return l.hidden;  // the width of the tokens spliced in front of the text
+    case LayerKind::kPatchEmbed:
+      return 0;
+    default:
+      return l.hidden;
   }
 }
 
@@ -507,8 +518,8 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
         case LayerKind::kEmbedding:
           first_only();
           if (m.tokens.source != TokenSource::kText && m.tokens.source != TokenSource::kTextAndInputs) {
-            throw Error(fmt::format("runtime: {}: a token embedding reads text (token source text or text+inputs)",
-                                    where));
+            throw Error(
+                fmt::format("runtime: {}: a token embedding reads text (token source text or text+inputs)", where));
           }
           break;
         case LayerKind::kPatchEmbed:
@@ -520,41 +531,45 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
           break;
         case LayerKind::kConv:
           if (l.dims != 1) {
-            throw Error(fmt::format("runtime: {}: only 1-d convolutions (audio stems) are built, not dims {}", where,
-                                    l.dims));
+            throw Error(
+                fmt::format("runtime: {}: only 1-d convolutions (audio stems) are built, not dims {}", where, l.dims));
           }
           if (li == 0 && m.tokens.source != TokenSource::kAudio) {
             throw Error(fmt::format("runtime: {}: a conv stem reads audio features (token source audio)", where));
           }
           if (li > 0 && l.stride != 1) {
-            throw Error(fmt::format("runtime: {}: a conv after the first layer must keep the tokens (stride 1, "
-                                    "got {})",
-                                    where, l.stride));
+            throw Error(
+                fmt::format("runtime: {}: a conv after the first layer must keep the tokens (stride 1, "
+                            "got {})",
+                            where, l.stride));
           }
           break;
         case LayerKind::kTransformer:
           if (l.cross_attention) throw Error(fmt::format("runtime: {}: cross-attention is not built yet", where));
           break;
-        case LayerKind::kMlpProjector: break;
+        case LayerKind::kMlpProjector:
+          break;
         case LayerKind::kLmHead:
           if (l.tied && (m.layers[0].kind != LayerKind::kEmbedding || m.layers[0].vocab != l.vocab ||
                          m.layers[0].hidden != l.hidden)) {
-            throw Error(fmt::format("runtime: {}: a tied LM head needs its module's first layer to be an embedding "
-                                    "of the same vocab and hidden",
-                                    where));
+            throw Error(
+                fmt::format("runtime: {}: a tied LM head needs its module's first layer to be an embedding "
+                            "of the same vocab and hidden",
+                            where));
           }
           break;
         default:
-          throw Error(fmt::format("runtime: {}: the runtime cannot build this layer kind yet; it builds "
-                                  "patch_embed, 1-d conv, embedding, transformer, mlp_projector and lm_head",
-                                  where));
+          throw Error(
+              fmt::format("runtime: {}: the runtime cannot build this layer kind yet; it builds "
+                          "patch_embed, 1-d conv, embedding, transformer, mlp_projector and lm_head",
+                          where));
       }
       // What flows in must have the width the layer reads.
       if (li > 0) {
         const int64_t in = InputWidth(l, false), have = OutputWidth(model, mi, li - 1);
         if (in != have) {
-          throw Error(fmt::format("runtime: {}: reads width {} but layer {} hands on width {}", where, in, li - 1,
-                                  have));
+          throw Error(
+              fmt::format("runtime: {}: reads width {} but layer {} hands on width {}", where, in, li - 1, have));
         }
       } else if (!own_data) {
         for (int p : m.inputs) {
@@ -574,8 +589,11 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
 
 LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>& ranges, uint64_t seed,
                                const TensorParallel& tp, const ContextParallel& cp)
-    : model_(&model), ranges_(ranges), deferral_(std::make_shared<WeightGradDeferral>()),
-      tp_(std::make_shared<TensorParallel>(tp)), cp_(std::make_shared<ContextParallel>(cp)) {
+    : model_(&model),
+      ranges_(ranges),
+      deferral_(std::make_shared<WeightGradDeferral>()),
+      tp_(std::make_shared<TensorParallel>(tp)),
+      cp_(std::make_shared<ContextParallel>(cp)) {
   CheckRunnable(model, ranges);
   torch::Tensor* table = nullptr;  // this stack's embedding matrix (a tied head's weights)
   for (const auto& r : ranges) {
@@ -687,9 +705,15 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
     }
     for (int li = r.begin; li < r.end; ++li, ++i) {
       switch (kinds_[i]) {
-        case kEmbed: x = cut(std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb), mi); break;
-        case kHead: x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x); break;
-        case kProjector: x = std::static_pointer_cast<ProjectorImpl>(layers_[i])->forward(x); break;
+        case kEmbed:
+          x = cut(std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb), mi);
+          break;
+        case kHead:
+          x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x);
+          break;
+        case kProjector:
+          x = std::static_pointer_cast<ProjectorImpl>(layers_[i])->forward(x);
+          break;
         case kConvLayer: {  // a conv reads whole sequences: gathered from context parallel ranks first
           const bool was_cut = sliced.count(mi) > 0;
           if (was_cut) x = GatherContext(x, layout_of(mi), cp_.get());
@@ -724,8 +748,9 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
   std::vector<torch::Tensor> parts;
   for (const auto& s : packing.modules.back()) {
     for (const Part& p : s.parts) {
-      parts.push_back(p.source >= 0 ? torch::full({p.tokens}, -100, torch::TensorOptions(torch::kLong).device(mb.device))
-                                    : TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1));
+      parts.push_back(p.source >= 0
+                          ? torch::full({p.tokens}, -100, torch::TensorOptions(torch::kLong).device(mb.device))
+                          : TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1));
     }
   }
   // A microbatch without the loss module's tokens (a woven sub-microbatch of
@@ -745,9 +770,7 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
          static_cast<double>(batch_text_tokens);
 }
 
-torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) {
-  return output.pow(2).sum() / batch_values;
-}
+torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) { return output.pow(2).sum() / batch_values; }
 
 void SetComputeThreads(int threads) {
   torch::set_num_threads(threads);

@@ -76,7 +76,7 @@ void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending);
 struct MicrobatchInput {
   const MicrobatchPacking* packing = nullptr;
   int64_t iteration = 0;
-  int64_t batch_samples = 1;  // samples in the global batch (the data seeds)
+  int64_t batch_samples = 1;           // samples in the global batch (the data seeds)
   torch::Device device = torch::kCPU;  // where the data is made
 };
 

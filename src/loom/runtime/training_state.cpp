@@ -81,9 +81,10 @@ ParamState CaptureParam(const torch::Tensor& p, torch::optim::AdamW& optimizer) 
 
 void RestoreParam(const std::string& name, torch::Tensor& p, torch::optim::AdamW& optimizer, const ParamState& s) {
   if (!s.value.defined() || s.value.sizes() != p.sizes()) {
-    throw Error(fmt::format("runtime: restoring parameter {}: the carried tensor has shape {} where the stage's has "
-                            "{}",
-                            name, s.value.defined() ? ShapeText(s.value) : "none", ShapeText(p)));
+    throw Error(
+        fmt::format("runtime: restoring parameter {}: the carried tensor has shape {} where the stage's has "
+                    "{}",
+                    name, s.value.defined() ? ShapeText(s.value) : "none", ShapeText(p)));
   }
   {
     torch::NoGradGuard no_grad;
@@ -136,8 +137,8 @@ int64_t ExchangeState(GroupBase& world, const Model& model, TrainingState& state
     if (src < 0) {
       int mi = 0;
       while (offset[mi + 1] <= l) ++mi;
-      throw Error(fmt::format("runtime: layer {} of module {} was lost: no surviving process holds it",
-                              l - offset[mi], model.modules[mi].name));
+      throw Error(fmt::format("runtime: layer {} of module {} was lost: no surviving process holds it", l - offset[mi],
+                              model.modules[mi].name));
     }
     torch::Tensor size = torch::zeros({1}, torch::kLong);
     torch::Tensor flat;
@@ -156,8 +157,8 @@ int64_t ExchangeState(GroupBase& world, const Model& model, TrainingState& state
       const torch::Tensor& like = needed.at(name);
       const int64_t n = like.numel();
       if (off + 3 * n + 1 > flat.numel()) {
-        throw Error(fmt::format("runtime: the state of {} sent for layer {} is shorter than this stage's parameters",
-                                name, l));
+        throw Error(
+            fmt::format("runtime: the state of {} sent for layer {} is shorter than this stage's parameters", name, l));
       }
       ParamState s;
       s.value = flat.slice(0, off, off + n).view(like.sizes()).clone();
@@ -226,16 +227,17 @@ TrainingState LoadLayers(const std::string& dir, const Model& model,
         throw Error(fmt::format("checkpoint {}: {} holds no parameter {}", dir, path, name));
       }
       s.step = step[0].item<int64_t>();
-      if (s.step > 0 && (!archive.try_read(name + "#exp_avg", s.exp_avg) ||
-                         !archive.try_read(name + "#exp_avg_sq", s.exp_avg_sq))) {
+      if (s.step > 0 &&
+          (!archive.try_read(name + "#exp_avg", s.exp_avg) || !archive.try_read(name + "#exp_avg_sq", s.exp_avg_sq))) {
         throw Error(fmt::format("checkpoint {}: {} holds no AdamW state for {}", dir, path, name));
       }
       // A diverged run's weights (issue 45: one resumed with exit 0 and NaN losses).
       for (const torch::Tensor* t : {&s.value, &s.exp_avg, &s.exp_avg_sq}) {
         if (t->defined() && !torch::isfinite(*t).all().item<bool>()) {
-          throw Error(fmt::format("checkpoint {}: {} holds values of {} that are not finite (nan or inf): the run "
-                                  "that saved it diverged, so it cannot be resumed",
-                                  dir, path, name));
+          throw Error(
+              fmt::format("checkpoint {}: {} holds values of {} that are not finite (nan or inf): the run "
+                          "that saved it diverged, so it cannot be resumed",
+                          dir, path, name));
         }
       }
       out[name] = std::move(s);

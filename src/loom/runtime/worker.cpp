@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <unistd.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -57,8 +57,8 @@ struct Reconfigure {};
 struct Progress {
   TrainingState snapshot;  // as of the start of step snapshot_step
   int snapshot_step = -1;
-  int completed = 0;       // steps done
-  bool restored = false;   // the generation's starting state is loaded
+  int completed = 0;      // steps done
+  bool restored = false;  // the generation's starting state is loaded
 };
 
 // Per step, the strategy's schedule of that step's batch (null: the plan's own compile).
@@ -156,9 +156,10 @@ void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor,
   } else if (progress.snapshot_step == c) {
     gen.carry = std::move(progress.snapshot);
   } else {
-    throw Error(fmt::format("runtime: the launcher resumes from step {}, but this worker finished {} step(s) and "
-                            "holds a snapshot of step {}",
-                            c, progress.completed, progress.snapshot_step));
+    throw Error(
+        fmt::format("runtime: the launcher resumes from step {}, but this worker finished {} step(s) and "
+                    "holds a snapshot of step {}",
+                    c, progress.completed, progress.snapshot_step));
   }
   throw Reconfigure{};
 }
@@ -184,7 +185,8 @@ void ReportMemory(const WorkerReports& reports, bool cuda, int device, double we
   // allocator's peak of allocated bytes instead.
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
-  reports.Now(report::PeakMemory{cuda ? CudaPeakAllocatedBytes(device) : static_cast<double>(usage.ru_maxrss) * 1024.0});
+  reports.Now(
+      report::PeakMemory{cuda ? CudaPeakAllocatedBytes(device) : static_cast<double>(usage.ru_maxrss) * 1024.0});
   // The weights are held before the counter starts: added to its peak so it
   // compares with the simulator's.
   reports.Now(report::PeakTensorMemory{weight_bytes + static_cast<double>(tensor_memory.peak_bytes())});
@@ -197,8 +199,8 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   SetComputeThreads(std::max(1, spec.options.threads_per_rank));
   const int first_step = gen ? gen->first_step : 0;
   Batch batch = DrawBatch(*spec.workload, first_step);
-  ExecutionPlan exec = CompileForRuntime(*spec.model, *spec.cluster, *spec.workload, *spec.plan, batch,
-                                         ScheduleOf(spec, first_step));
+  ExecutionPlan exec =
+      CompileForRuntime(*spec.model, *spec.cluster, *spec.workload, *spec.plan, batch, ScheduleOf(spec, first_step));
   // A fault-tolerant run's generations rendezvous under their own prefix of
   // the run's store; an aborted generation's keys are never read again.
   const c10::intrusive_ptr<c10d::Store> store =

@@ -40,9 +40,7 @@ std::string Encode(const WorkerMessage& message) {
           [](const Note& m) { return "note " + OneLine(m.text); },
           [](const Failure& m) { return "error " + OneLine(m.text); },
           [](const Heartbeat&) { return std::string("hb"); },
-          [](const Ready& m) {
-            return fmt::format("ready {} {:.17g} {}", m.generation, m.seconds, m.received_bytes);
-          },
+          [](const Ready& m) { return fmt::format("ready {} {:.17g} {}", m.generation, m.seconds, m.received_bytes); },
           [](const Done& m) { return fmt::format("done {} {}", m.generation, m.step); },
           [](const Saved& m) { return fmt::format("saved {} {}", m.generation, m.step); },
           [](const Stopped& m) { return fmt::format("stopped {}", m.step); },

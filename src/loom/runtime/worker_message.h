@@ -47,7 +47,7 @@ struct Failure {  // why the worker stops (its last message)
 struct Heartbeat {};
 struct Ready {  // its generation's state is restored
   int generation = 0;
-  double seconds = 0;        // since the command
+  double seconds = 0;          // since the command
   int64_t received_bytes = 0;  // copied from surviving holders
 };
 struct Done {  // it finished a step and waits for the release

@@ -64,7 +64,7 @@ class ZeroShards {
   StageBuckets& buckets_;
   const ProcessGroups& groups_;
   AbortFlag abort_;
-  std::map<int, int> dp_group_;  // stage -> its communication group
+  std::map<int, int> dp_group_;        // stage -> its communication group
   std::vector<ShardedBucket> shards_;  // never resized after construction (optimizers point into it)
   std::set<int> sharded_, scattered_, fsdp_;
   std::set<int> resident_;  // ZeRO-3 stages whose full weights are gathered

@@ -95,14 +95,14 @@ StrategyOutcome PlanAndTrain(const std::string& name, const Model& model, const 
 
 Comparison CompareStrategies(const Model& model, const Cluster& cluster, const Workload& workload,
                              const std::vector<std::string>& strategies, int iterations,
-                             const std::function<void(const Progress&)>& progress,
-                             const CompareOptions& options) {
+                             const std::function<void(const Progress&)>& progress, const CompareOptions& options) {
   if (iterations < 1) throw Error(fmt::format("--iterations: must be >= 1, got {}", iterations));
   if (iterations > kMaxIterations && options.keep_batches) {
-    throw Error(fmt::format("--iterations: at most {} sampled batches per strategy when each is kept (--json, "
-                            "--report, --run write every batch), got {}; without them any number runs in the same "
-                            "memory",
-                            kMaxIterations, iterations));
+    throw Error(
+        fmt::format("--iterations: at most {} sampled batches per strategy when each is kept (--json, "
+                    "--report, --run write every batch), got {}; without them any number runs in the same "
+                    "memory",
+                    kMaxIterations, iterations));
   }
   if (options.jobs < 1) throw Error(fmt::format("--jobs: must be >= 1, got {}", options.jobs));
   Comparison cmp;
@@ -148,8 +148,8 @@ Comparison CompareStrategies(const Model& model, const Cluster& cluster, const W
       }
       for (size_t k = next++; k < strategies.size(); k = next++) {
         try {
-          cmp.outcomes[k] = PlanAndTrain(strategies[k], model, cluster, workload, *source, representative,
-                                         iterations, report, options, memo);
+          cmp.outcomes[k] = PlanAndTrain(strategies[k], model, cluster, workload, *source, representative, iterations,
+                                         report, options, memo);
         } catch (...) {  // not a strategy's Error (that is its row): stop every job, rethrow on the caller
           std::lock_guard<std::mutex> lock(mu);
           if (!failure) failure = std::current_exception();

@@ -19,7 +19,7 @@ namespace loom {
 
 struct StrategyOutcome {
   std::string name;
-  std::string error;                 // non-empty: the strategy found no plan
+  std::string error;  // non-empty: the strategy found no plan
   StrategyResult result;
   double planning_time_s = 0;
   double batch_schedule_time_s = 0;       // mean per batch, for strategies that schedule each batch
@@ -27,14 +27,14 @@ struct StrategyOutcome {
   std::vector<RecordedBatch> batches;     // each batch with its schedule, as --json writes them for replay
   double mean_iteration_time_s = 0;
   double max_iteration_time_s = 0;
-  double throughput_samples_per_s = 0;   // mean over batches
+  double throughput_samples_per_s = 0;  // mean over batches
   double throughput_tokens_per_s = 0;
   double mfu = 0;
   double bubble_ratio = 0;
-  double peak_mem_bytes = 0;             // worst over batches
+  double peak_mem_bytes = 0;                   // worst over batches
   std::vector<std::string> memory_violations;  // of batches after the representative one (the first 100 lines)
   int overflow_batches = 0;                    // batches after the representative one that overflow
-  PlanRun first_run;                     // iteration 0 with intervals, for timelines
+  PlanRun first_run;                           // iteration 0 with intervals, for timelines
   bool ok() const { return error.empty(); }
 };
 
@@ -45,8 +45,8 @@ struct Comparison {
   double gpu_mem_bytes = 0;
   int iterations = 0;
   std::vector<StrategyOutcome> outcomes;
-  int best = -1;      // fastest mean iteration time among those that planned
-  int megatron = -1;  // index of megatron, the reference for speedups
+  int best = -1;                            // fastest mean iteration time among those that planned
+  int megatron = -1;                        // index of megatron, the reference for speedups
   double SpeedupOverMegatron(int i) const;  // 0 when either is missing
 };
 
@@ -57,7 +57,7 @@ struct CompareOptions {
   int fixed_pp = 0;
   int fixed_dp = 0;
   double schedule_budget_s = 1.0;
-  int fault_tolerance = 0;  // Oobleck's f
+  int fault_tolerance = 0;   // Oobleck's f
   double time_budget_s = 0;  // per strategy's search (StrategyContext::time_budget_s); 0: none
   bool prune = true;         // StrategyContext::prune
   // Keep every batch's time and schedule (StrategyOutcome::iteration_times_s,

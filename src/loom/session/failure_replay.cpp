@@ -45,8 +45,8 @@ class Planner {
     if (system == "bamboo") {
       // Every node also holds its successor's stage.
       if (2 * c.peak_bytes > cluster_.usable_mem_bytes()) {
-        c.why = fmt::format("bamboo: twice the plan's peak ({:.1f} GiB) does not fit a GPU",
-                            2 * c.peak_bytes / (1 << 30));
+        c.why =
+            fmt::format("bamboo: twice the plan's peak ({:.1f} GiB) does not fit a GPU", 2 * c.peak_bytes / (1 << 30));
         c.iteration_s = 0;
       } else {
         c.iteration_s *= 1 + options_.redundant_compute;

@@ -33,13 +33,13 @@
 namespace loom {
 
 struct ReplayOptions {
-  int fault_tolerance = 1;               // oobleck's f
-  int checkpoint_every = 10;             // iterations (the thesis' Varuna setting)
+  int fault_tolerance = 1;    // oobleck's f
+  int checkpoint_every = 10;  // iterations (the thesis' Varuna setting)
   // The thesis' checkpoint store: MinIO on 6 nodes, 200 Gb/s NICs each.
   double storage_bytes_per_s = 6 * 25e9;
-  double restart_s = 60;                 // relaunching processes, rebuilding communicators
-  double detect_s = 1;                   // a heartbeat interval
-  double redundant_compute = 1.0 / 3;    // Bamboo's successor forward, as a share of a stage's time
+  double restart_s = 60;               // relaunching processes, rebuilding communicators
+  double detect_s = 1;                 // a heartbeat interval
+  double redundant_compute = 1.0 / 3;  // Bamboo's successor forward, as a share of a stage's time
 };
 
 struct ReplaySegment {
@@ -51,7 +51,7 @@ struct ReplaySegment {
 struct ReplayEvent {
   double time_s = 0;
   int node = 0;
-  double lost_s = 0;         // wall-clock time without progress it caused
+  double lost_s = 0;  // wall-clock time without progress it caused
   std::string what;
 };
 
@@ -61,7 +61,7 @@ struct SystemReplay {
   double mean_samples_per_s = 0;     // over the trace's duration
   std::vector<ReplaySegment> timeline;
   std::vector<ReplayEvent> events;
-  std::string stopped;               // why it stopped, if it did
+  std::string stopped;  // why it stopped, if it did
 };
 
 // `systems`: oobleck, varuna, bamboo. Throws loom::Error for an unknown one.

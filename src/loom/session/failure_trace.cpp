@@ -63,8 +63,8 @@ FailureTrace ReadFailureTrace(const std::string& path, int nodes, double duratio
       throw Error(fmt::format("{}:{}: node {}; the cluster's nodes are 0..{}", path, n, node, nodes - 1));
     }
     if (time_s < 0 || (!t.events.empty() && time_s < t.events.back().time_s)) {
-      throw Error(fmt::format("{}:{}: time {} s is before the previous event's; events go in time order", path, n,
-                              time_s));
+      throw Error(
+          fmt::format("{}:{}: time {} s is before the previous event's; events go in time order", path, n, time_s));
     }
     const bool fail = kind == "fail";
     if (fail == static_cast<bool>(dead.count(node))) {

@@ -21,9 +21,9 @@ struct FailureEvent {
 };
 
 struct FailureTrace {
-  int nodes = 0;                      // at time 0, ids 0 .. nodes - 1
+  int nodes = 0;  // at time 0, ids 0 .. nodes - 1
   double duration_s = 0;
-  std::vector<FailureEvent> events;   // by time
+  std::vector<FailureEvent> events;  // by time
 };
 
 // Failures with exponential gaps of mean `mtbf_s` (the cluster's, not a

@@ -20,11 +20,11 @@ nlohmann::json ChromeTrace(const SimResult& r, const Schedule& s, const std::vec
   }
   for (const Interval& iv : r.intervals) {
     const Action& a = s.ranks[iv.rank % p][iv.action];
-    const char* cat = a.kind == ActionKind::kForward ? "forward"
-                      : a.is_compute()                ? "backward"
-                      : a.kind == ActionKind::kSend   ? "p2p"
+    const char* cat = a.kind == ActionKind::kForward         ? "forward"
+                      : a.is_compute()                       ? "backward"
+                      : a.kind == ActionKind::kSend          ? "p2p"
                       : a.kind == ActionKind::kOptimizerStep ? "optimizer"
-                                                      : "collective";
+                                                             : "collective";
     events.push_back({{"ph", "X"},
                       {"name", ActionName(a)},
                       {"cat", cat},
@@ -36,7 +36,10 @@ nlohmann::json ChromeTrace(const SimResult& r, const Schedule& s, const std::vec
   }
   for (int i = 0; i < r.num_ranks(); ++i) {
     for (const MemoryPoint& m : r.memory[i]) {
-      events.push_back({{"ph", "C"}, {"name", "memory GiB"}, {"pid", i}, {"ts", m.time_s * 1e6},
+      events.push_back({{"ph", "C"},
+                        {"name", "memory GiB"},
+                        {"pid", i},
+                        {"ts", m.time_s * 1e6},
                         {"args", {{"live", m.bytes / (1024.0 * 1024 * 1024)}}}});
     }
   }

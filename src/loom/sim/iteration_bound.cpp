@@ -11,11 +11,16 @@ namespace {
 double ComputeDuration_s(const Action& a, const PipelineCosts& c) {
   const StageCost& sc = c.at(a.stage, a.microbatch);
   switch (a.kind) {
-    case ActionKind::kForward: return sc.forward_s;
-    case ActionKind::kBackward: return sc.backward_data_s + sc.backward_weight_s;
-    case ActionKind::kBackwardData: return sc.backward_data_s;
-    case ActionKind::kBackwardWeight: return sc.backward_weight_s;
-    default: return 0;
+    case ActionKind::kForward:
+      return sc.forward_s;
+    case ActionKind::kBackward:
+      return sc.backward_data_s + sc.backward_weight_s;
+    case ActionKind::kBackwardData:
+      return sc.backward_data_s;
+    case ActionKind::kBackwardWeight:
+      return sc.backward_weight_s;
+    default:
+      return 0;
   }
 }
 

@@ -12,11 +12,11 @@ namespace loom {
 
 struct StageCost {
   double forward_s = 0;
-  double backward_data_s = 0;    // includes recomputation when activations were dropped
+  double backward_data_s = 0;  // includes recomputation when activations were dropped
   double backward_weight_s = 0;
-  double activation_bytes = 0;   // kept from the forward until the backward finishes
-  double transient_bytes = 0;    // extra live bytes while the backward runs (recomputed activations)
-  double send_bytes = 0;         // the stage's output activation; its gradient has the same size
+  double activation_bytes = 0;  // kept from the forward until the backward finishes
+  double transient_bytes = 0;   // extra live bytes while the backward runs (recomputed activations)
+  double send_bytes = 0;        // the stage's output activation; its gradient has the same size
   // Of forward_s and backward_weight_s, time the SMs wait on communication
   // the phase cannot hide (LayerTimes::forward_wait_s): not busy.
   double forward_wait_s = 0, backward_wait_s = 0;

@@ -6,8 +6,8 @@
 #include <map>
 
 #include "loom/error.h"
-#include "loom/plan/compile_plan.h"
 #include "loom/human_bytes.h"
+#include "loom/plan/compile_plan.h"
 
 namespace loom {
 
@@ -41,8 +41,7 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
   }
   options.memory_groups.clear();
   for (const auto& [g, ranks] : by_group) options.memory_groups.push_back(ranks);
-  Simulator::Parts parts =
-      Simulator(std::move(run.exec.schedule), std::move(run.costs.replicas), options).Release();
+  Simulator::Parts parts = Simulator(std::move(run.exec.schedule), std::move(run.costs.replicas), options).Release();
   run.exec.schedule = std::move(parts.schedule);  // with the gradient-sync actions it added (intervals index them)
   run.costs.replicas = std::move(parts.replicas);
   run.result = std::move(parts.result);

@@ -19,23 +19,23 @@ namespace loom {
 
 struct PlanMetrics {
   double iteration_time_s = 0;
-  double mfu = 0;                 // useful FLOPs / (time x cluster GPUs x peak)
-  double bubble_ratio = 0;        // idle share of the used GPUs' compute (SM-fraction weighted)
-  double peak_mem_bytes = 0;      // the fullest GPU
+  double mfu = 0;             // useful FLOPs / (time x cluster GPUs x peak)
+  double bubble_ratio = 0;    // idle share of the used GPUs' compute (SM-fraction weighted)
+  double peak_mem_bytes = 0;  // the fullest GPU
   double throughput_samples_per_s = 0;
   double throughput_tokens_per_s = 0;  // the busiest module's tokens
 };
 
 struct PlanRun {
-  ExecutionPlan exec;    // with the gradient-sync actions the simulator added (intervals index them)
+  ExecutionPlan exec;  // with the gradient-sync actions the simulator added (intervals index them)
   ExecutionCosts costs;
   SimResult result;
   PlanMetrics metrics;
-  std::vector<int> groups;                               // GPU groups reported (one per memory curve)
-  std::vector<std::string> group_names;                  // what runs on each
+  std::vector<int> groups;               // GPU groups reported (one per memory curve)
+  std::vector<std::string> group_names;  // what runs on each
   std::vector<double> group_peak_mem_bytes;
-  std::vector<std::vector<MemoryPoint>> group_memory;    // step functions, summed over co-located ranks (when recorded)
-  std::vector<std::string> memory_violations;            // one per group over capacity
+  std::vector<std::vector<MemoryPoint>> group_memory;  // step functions, summed over co-located ranks (when recorded)
+  std::vector<std::string> memory_violations;          // one per group over capacity
 };
 
 // Throws loom::Error for an invalid plan; memory overflows are returned in

@@ -58,8 +58,7 @@ std::string PricingSignature(const Model& model, const ExecStage& st, Precision 
                              const std::vector<std::vector<int>>& classes) {
   std::string s = fmt::format("{} {} {} {} {} {} {:a} {} {} {}|", st.tp, st.cp, st.seq_share, st.dp * st.gpus,
                               st.zero_stage, static_cast<int>(st.recompute), st.sm_fraction,
-                              st.sequence_parallel ? 1 : 0, static_cast<int>(precision),
-                              static_cast<int>(st.cp_split));
+                              st.sequence_parallel ? 1 : 0, static_cast<int>(precision), static_cast<int>(st.cp_split));
   for (const auto& r : st.layers) {
     const int mi = model.FindModule(r.module);
     s += fmt::format("{}:", mi);
@@ -116,8 +115,7 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
 double GradSyncTime_s(const StageParams& params, const ExecStage& st, Precision precision, const Cluster& c) {
   if (st.zero_stage == 3) return 0;
   const double elem = ElementBytes(precision);
-  return GroupAllReduceTime_s(elem * (params.trainable - params.replicated), st.dp * st.seq_share * st.cp, st.tp,
-                              c) +
+  return GroupAllReduceTime_s(elem * (params.trainable - params.replicated), st.dp * st.seq_share * st.cp, st.tp, c) +
          GroupAllReduceTime_s(elem * params.replicated, st.dp * st.gpus, 1, c);
 }
 
@@ -193,10 +191,8 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
 
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
-                     const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
-                     double* flops,
-                     std::vector<std::array<LayerTimes, 3>>* options,
-                     const std::vector<double>* cp_imbalance) {
+                     const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision, double* flops,
+                     std::vector<std::array<LayerTimes, 3>>* options, const std::vector<double>* cp_imbalance) {
   StageCost sc;
   const SmSharing sharing = c.cost_model ? c.cost_model->sm_sharing() : SmSharing{};
   int layer = 0, last_module = -1, last_layer = -1;
@@ -395,10 +391,10 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
   for (int s = 0; s < S; ++s) {
     const ExecStage& st = exec.stages[s];
     const StageParams sp = StageParamsOf(model, st);
-    static_bytes[sch.stage_rank[s]] += ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp,
-                                                  st.zero_stage, exec.precision).total();
-    grad_sync_s[s] = st.segment_groups.empty() ? GradSyncTime_s(sp, st, exec.precision, c)
-                                               : SegmentSyncTime_s(model, exec, st, c);
+    static_bytes[sch.stage_rank[s]] +=
+        ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp, st.zero_stage, exec.precision).total();
+    grad_sync_s[s] =
+        st.segment_groups.empty() ? GradSyncTime_s(sp, st, exec.precision, c) : SegmentSyncTime_s(model, exec, st, c);
     step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, st.dp * st.seq_share * st.cp, st.zero_stage);
   }
   // Each rank's fused Adam step streams its (ZeRO-sharded) optimizer state
@@ -466,8 +462,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
             }
           }
           pc.stage[s].push_back(PriceStage(model, c, st, tokens, mb.layer_recompute, needs, exec.precision, &flops,
-                                           want_options ? &options->at[s][j] : nullptr,
-                                           masked ? &imbalance : nullptr));
+                                           want_options ? &options->at[s][j] : nullptr, masked ? &imbalance : nullptr));
           if (cacheable) {
             ++memo->stage_misses_;
             memo->stages_.emplace(key, PricingMemo::Priced{pc.stage[s].back(), flops});

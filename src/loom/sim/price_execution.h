@@ -59,8 +59,8 @@ class PricingMemo {
   static constexpr size_t kMaxEntries = size_t{1} << 20;
 
  private:
-  friend ExecutionCosts PriceExecution(const ExecutionPlan&, const Model&, const Cluster&, const Batch&,
-                                       LayerOptions*, PricingMemo*, int);
+  friend ExecutionCosts PriceExecution(const ExecutionPlan&, const Model&, const Cluster&, const Batch&, LayerOptions*,
+                                       PricingMemo*, int);
   friend int HeaviestReplica(const ExecutionPlan&, const Model&, const Batch&, PricingMemo*);
   // Binds the memo to (model, cluster, batch) or checks it is bound to them;
   // starts over when full.
@@ -82,9 +82,9 @@ class PricingMemo {
   std::vector<std::vector<int>> classes_;          // per module and layer: its class (equal layers, equal needs)
   std::map<std::vector<std::pair<int, int>>, int> token_ids_;  // microbatch pieces -> index into tokens_
   std::vector<std::vector<TokenStats>> tokens_;
-  std::map<std::string, int> stage_ids_;                      // a stage's pricing signature -> id
-  std::unordered_map<uint64_t, Priced> stages_;               // (stage id, token id) -> price
-  std::map<ImbalanceKey, double> imbalance_;                  // -> CpImbalanceOfModule
+  std::map<std::string, int> stage_ids_;         // a stage's pricing signature -> id
+  std::unordered_map<uint64_t, Priced> stages_;  // (stage id, token id) -> price
+  std::map<ImbalanceKey, double> imbalance_;     // -> CpImbalanceOfModule
   int64_t stage_hits_ = 0, stage_misses_ = 0;
 };
 
@@ -93,9 +93,8 @@ class PricingMemo {
 // `only_replica` >= 0 prices that replica of exec.replicas alone (the costs
 // then hold one replica, and model_flops and tokens count only it): what a
 // search's lower bound needs (sim/iteration_bound.h).
-ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& cluster,
-                              const Batch& batch, LayerOptions* options = nullptr, PricingMemo* memo = nullptr,
-                              int only_replica = -1);
+ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, const Cluster& cluster, const Batch& batch,
+                              LayerOptions* options = nullptr, PricingMemo* memo = nullptr, int only_replica = -1);
 
 // The replica of `exec` whose microbatches carry the most tokens (summed over
 // modules) of `batch`: the one a lower bound from one replica is tightest on.
@@ -106,8 +105,7 @@ int HeaviestReplica(const ExecutionPlan& exec, const Model& model, const Batch& 
 // the stage's). `flops`, when not null, receives the useful FLOPs of one GPU.
 StageCost PriceStage(const Model& model, const Cluster& cluster, const ExecStage& stage,
                      const std::vector<TokenStats>& tokens, const std::vector<Recompute>& layer_recompute,
-                     const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision,
-                     double* flops = nullptr,
+                     const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision, double* flops = nullptr,
                      std::vector<std::array<LayerTimes, 3>>* options = nullptr,
                      const std::vector<double>* cp_imbalance = nullptr);
 
@@ -136,7 +134,6 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage);
 double GradSyncTime_s(const StageParams& params, const ExecStage& stage, Precision precision, const Cluster& cluster);
 // The same for a stage of heterogeneous templates: one all-reduce per layer
 // segment it holds (ExecStage::segment_groups) over the segment's holders.
-double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const ExecStage& stage,
-                         const Cluster& cluster);
+double SegmentSyncTime_s(const Model& model, const ExecutionPlan& exec, const ExecStage& stage, const Cluster& cluster);
 
 }  // namespace loom

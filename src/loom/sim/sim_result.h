@@ -10,16 +10,16 @@
 namespace loom {
 
 struct Interval {
-  int rank = 0;         // simulated rank (replica * p + pipeline rank)
-  int stream = 0;       // 0 compute, 1 communication
-  int action = 0;       // index in that pipeline rank's action list
+  int rank = 0;    // simulated rank (replica * p + pipeline rank)
+  int stream = 0;  // 0 compute, 1 communication
+  int action = 0;  // index in that pipeline rank's action list
   double start_s = 0;
   double end_s = 0;
 };
 
 struct MemoryPoint {
   double time_s = 0;
-  double bytes = 0;     // live bytes from this time on
+  double bytes = 0;  // live bytes from this time on
 };
 
 struct SimResult {
@@ -31,8 +31,8 @@ struct SimResult {
   // the peak of the group's summed memory curve.
   std::vector<double> group_peak_mem_bytes;
   std::vector<std::vector<MemoryPoint>> memory;  // per rank, step function; when SimOptions::record_timelines
-  std::vector<Interval> intervals;     // when SimOptions::record_timelines
-  int64_t events = 0;                  // actions simulated (replicas included)
+  std::vector<Interval> intervals;               // when SimOptions::record_timelines
+  int64_t events = 0;                            // actions simulated (replicas included)
 
   double max_peak_mem_bytes() const;
   // Idle share of rank i's compute stream: 1 - busy_s[i] / iteration_time_s.

@@ -87,9 +87,9 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   for (int id = 0; id < n; ++id) {
     const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
     // A gradient sent by stage v is the gradient of its producer's output.
-    const int producer =
-        a.kind != ActionKind::kSend || a.payload == Payload::kActivation ? a.stage
-                                                                         : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
+    const int producer = a.kind != ActionKind::kSend || a.payload == Payload::kActivation
+                             ? a.stage
+                             : (a.peer_stage >= 0 ? a.peer_stage : a.stage - 1);
     ops_[id] = {a.kind, producer, a.microbatch, graph_.rank[id]};
     if (a.kind == ActionKind::kCollective) collective_ids_.push_back(id);
     if (a.kind == ActionKind::kWait) wait_ids_.push_back(id);
@@ -148,7 +148,7 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   // not say which samples go where in bytes).
   send_share_.assign(n, 1.0);
   const auto edges = schedule_.StageEdges();
-  std::map<std::pair<int, int>, int> many_to_many;  // (from, to) -> edge
+  std::map<std::pair<int, int>, int> many_to_many;        // (from, to) -> edge
   std::vector<std::vector<int>> consumers(edges.size());  // per such edge and producer microbatch
   for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
     if (edges[e].producers.empty()) continue;
@@ -191,14 +191,15 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   for (int id : topo_order_) {
     if (join_index_[id] >= 0) continue;
     replica_order_.push_back(id);
-    const bool after_join = (graph_.stream_prev[id] >= 0 && join_index_[graph_.stream_prev[id]] >= 0) ||
-                            std::any_of(graph_.dep_id.begin() + graph_.dep_begin[id],
-                                        graph_.dep_id.begin() + graph_.dep_begin[id + 1],
-                                        [&](int d) { return join_index_[d] >= 0; });
+    const bool after_join =
+        (graph_.stream_prev[id] >= 0 && join_index_[graph_.stream_prev[id]] >= 0) ||
+        std::any_of(graph_.dep_id.begin() + graph_.dep_begin[id], graph_.dep_id.begin() + graph_.dep_begin[id + 1],
+                    [&](int d) { return join_index_[d] >= 0; });
     if (after_join) {
-      throw Error(fmt::format("simulator: action {} of rank {} waits on a gradient collective, wait or optimizer "
-                              "step; only those may follow them",
-                              id - graph_.offset[graph_.rank[id]], graph_.rank[id]));
+      throw Error(
+          fmt::format("simulator: action {} of rank {} waits on a gradient collective, wait or optimizer "
+                      "step; only those may follow them",
+                      id - graph_.offset[graph_.rank[id]], graph_.rank[id]));
     }
   }
   for (int r = 0; r < schedule_.num_ranks; ++r) {
@@ -228,8 +229,7 @@ void Simulator::CheckCosts() const {
         static_cast<int>(rep.grad_sync_s.size()) != schedule_.num_stages() ||
         (!rep.optimizer_s.empty() && static_cast<int>(rep.optimizer_s.size()) != schedule_.num_ranks)) {
       throw Error(fmt::format("simulator: costs cover {} stages and {} ranks; the schedule has {} and {}",
-                              rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(),
-                              schedule_.num_ranks));
+                              rep.stage.size(), rep.static_bytes.size(), schedule_.num_stages(), schedule_.num_ranks));
     }
     for (int v = 0; v < schedule_.num_stages(); ++v) {
       if (static_cast<int>(rep.stage[v].size()) != schedule_.microbatches_of(v)) {
@@ -265,18 +265,23 @@ double Simulator::Duration(int rep, int id) const {
   const Op& a = ops_[id];
   const PipelineCosts& c = replicas_[rep];
   switch (a.kind) {
-    case ActionKind::kForward: return c.at(a.cost_stage, a.microbatch).forward_s;
+    case ActionKind::kForward:
+      return c.at(a.cost_stage, a.microbatch).forward_s;
     case ActionKind::kBackward:
       return c.at(a.cost_stage, a.microbatch).backward_data_s + c.at(a.cost_stage, a.microbatch).backward_weight_s;
-    case ActionKind::kBackwardData: return c.at(a.cost_stage, a.microbatch).backward_data_s;
-    case ActionKind::kBackwardWeight: return c.at(a.cost_stage, a.microbatch).backward_weight_s;
+    case ActionKind::kBackwardData:
+      return c.at(a.cost_stage, a.microbatch).backward_data_s;
+    case ActionKind::kBackwardWeight:
+      return c.at(a.cost_stage, a.microbatch).backward_weight_s;
     case ActionKind::kSend:
       return c.p2p.latency_s + send_share_[id] * c.at(a.cost_stage, a.microbatch).send_bytes / c.p2p.bytes_per_s;
-    case ActionKind::kCollective: return c.grad_sync_s[a.cost_stage] / buckets_[a.cost_stage];
+    case ActionKind::kCollective:
+      return c.grad_sync_s[a.cost_stage] / buckets_[a.cost_stage];
     case ActionKind::kOptimizerStep:
       return c.optimizer_s.empty() || !options_.optimizer_step ? 0.0 : c.optimizer_s[a.rank];
     case ActionKind::kRecv:
-    case ActionKind::kWait: return 0;
+    case ActionKind::kWait:
+      return 0;
   }
   return 0;
 }
@@ -463,7 +468,7 @@ void Simulator::Resimulate() {
     // whose times do not move stops the walk unless its own cost changed.
     // The join set is timed by the join.
     std::priority_queue<int, std::vector<int>, std::greater<int>> work;  // topo index
-    std::vector<int> touched;  // to clear the scratch flags afterwards
+    std::vector<int> touched;                                            // to clear the scratch flags afterwards
     for (int id : dirty_[rep]) {
       forced_[id] = 1;
       if (!queued_[id]) {
@@ -520,9 +525,9 @@ double Simulator::RankMemory(int rep, int r, const double* start, const double* 
     const double s = start[id], e = end[id];
     const StageCost& sc = c.at(a.cost_stage, a.microbatch);
     // Waits on unhidden communication inside the op are idle, not busy.
-    const double wait_s = a.kind == ActionKind::kForward          ? sc.forward_wait_s
+    const double wait_s = a.kind == ActionKind::kForward        ? sc.forward_wait_s
                           : a.kind == ActionKind::kBackwardData ? 0.0
-                                                                  : sc.backward_wait_s;
+                                                                : sc.backward_wait_s;
     busy += std::max(0.0, e - s - wait_s);
     if (a.kind == ActionKind::kForward) deltas_.push_back({s, sc.activation_bytes});
     if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {

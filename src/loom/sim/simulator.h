@@ -44,8 +44,8 @@ struct SimOptions {
   // time-sharing stages): SimResult::group_peak_mem_bytes holds the peak of
   // each group's summed curve. Empty: no groups.
   std::vector<std::vector<int>> memory_groups;
-  bool optimizer_step = true;     // end each rank with its optimizer step (PipelineCosts::optimizer_s)
-  void Validate() const;          // throws loom::Error naming the field
+  bool optimizer_step = true;  // end each rank with its optimizer step (PipelineCosts::optimizer_s)
+  void Validate() const;       // throws loom::Error naming the field
 };
 
 class Simulator {
@@ -97,8 +97,8 @@ class Simulator {
   void RunReplica(int replica, double* start, double* end);
   // Keeps what the join and the iteration time read of one replica's times.
   void CollectReplica(int replica, const double* start, const double* end);
-  void JoinGradientSync();                          // the join set, across replicas
-  void Summarize();                                 // iteration time
+  void JoinGradientSync();  // the join set, across replicas
+  void Summarize();         // iteration time
   // Busy time, memory curve (when `curve` is not null) and peak of rank r in one replica.
   double RankMemory(int replica, int r, const double* start, const double* end, double* busy_s,
                     std::vector<MemoryPoint>* curve);
@@ -115,8 +115,8 @@ class Simulator {
   Schedule schedule_;
   DependencyGraph graph_;
   SimOptions options_;
-  std::vector<int> topo_order_;                // a topological order of action ids
-  std::vector<int> topo_index_;                // position in topo_order_ (with timelines: Resimulate)
+  std::vector<int> topo_order_;  // a topological order of action ids
+  std::vector<int> topo_index_;  // position in topo_order_ (with timelines: Resimulate)
   // Stream successor and data users of each id: users_[users_begin_[id]] on.
   std::vector<int> users_begin_, users_;
   // What Duration reads of each action, flat (the hot loop of every run).
@@ -132,14 +132,14 @@ class Simulator {
   // of one sync_set, else one collective), each after those its members
   // follow on their streams.
   std::vector<std::vector<int>> all_reduces_;
-  std::vector<int> buckets_;                   // per stage: its gradient collectives (on its rank)
-  std::vector<double> send_share_;             // per action: share of the producer's output a send carries
+  std::vector<int> buckets_;                     // per stage: its gradient collectives (on its rank)
+  std::vector<double> send_share_;               // per action: share of the producer's output a send carries
   std::vector<std::vector<int>> actions_of_mb_;  // ids of every action of each microbatch (with timelines)
   // The join set: gradient collectives, waits and optimizer steps, timed
   // across replicas by JoinGradientSync; no other action depends on one
   // (the constructor checks), so a replica's pass times everything else.
-  std::vector<int> join_ids_;      // in id order
-  std::vector<int> join_index_;    // per id: its index in join_ids_, -1 outside the join set
+  std::vector<int> join_ids_;       // in id order
+  std::vector<int> join_index_;     // per id: its index in join_ids_, -1 outside the join set
   std::vector<int> replica_order_;  // topo_order_ without the join set
   std::vector<int> last_action_;    // per rank: id of its last listed action, -1 if none
   std::vector<char> shares_gpus_;   // per rank: in a memory group with other ranks
@@ -152,10 +152,10 @@ class Simulator {
   // its times, each rank's last action's end (outside the join set) and each
   // stage's last backward's end.
   std::vector<std::vector<double>> local_ready_, join_start_, join_end_, last_end_, backward_end_;
-  std::vector<std::pair<double, double>> deltas_;  // RankMemory scratch: (time, bytes)
+  std::vector<std::pair<double, double>> deltas_;        // RankMemory scratch: (time, bytes)
   std::vector<std::vector<MemoryPoint>> shared_curves_;  // SummarizeReplica scratch: ranks sharing GPUs
-  std::vector<std::vector<int>> dirty_;           // [replica] ids whose cost changed
-  std::vector<char> forced_, queued_;             // Resimulate() scratch, all zero between calls
+  std::vector<std::vector<int>> dirty_;                  // [replica] ids whose cost changed
+  std::vector<char> forced_, queued_;                    // Resimulate() scratch, all zero between calls
   double iteration_time_s_ = 0;
   SimResult result_;
   bool memory_stale_ = true;

@@ -69,8 +69,7 @@ const std::vector<Testbed>& Testbeds() {
   static const std::vector<Testbed> beds = {
       {"mosaic-testbed", "Mosaic §5.1: 4 HGX nodes x 8 H100, NVLink 900 GB/s, 8x400 Gb/s IB",
        [] { return Server("h100", 4, 8); }},
-      {"mmscale-cluster",
-       "MMScale §7: 162 nodes x 8 A800 (1296 GPUs), NVLink 300 GB/s bidirectional, 4x200 Gb/s RoCE",
+      {"mmscale-cluster", "MMScale §7: 162 nodes x 8 A800 (1296 GPUs), NVLink 300 GB/s bidirectional, 4x200 Gb/s RoCE",
        [] {
          Cluster c = Server("a800", 162, 8);
          c.gpu.nvlink_bytes_per_s = 150 * kG;  // the paper's "300GB/s (bidirectional)"
@@ -79,8 +78,7 @@ const std::vector<Testbed>& Testbeds() {
        }},
       {"pipeweaver-testbed", "PipeWeaver §8: 8 nodes x 8 H800, NVLink 200 GB/s, 8x200 Gb/s RoCE",
        [] { return Server("h800", 8, 8); }},
-      {"cornstarch-testbed",
-       "Cornstarch §3.5: 6 nodes x 4 A40-48GB, NVLink pairs + PCIe 4.0, 200 Gb/s IB",
+      {"cornstarch-testbed", "Cornstarch §3.5: 6 nodes x 4 A40-48GB, NVLink pairs + PCIe 4.0, 200 Gb/s IB",
        [] { return Server("a40", 6, 4); }},
       {"entrain-testbed", "Entrain §4.7: 4 nodes x 4 A40-48GB, NVLink pairs + PCIe 4.0, 200 Gb/s IB",
        [] { return Server("a40", 4, 4); }},
@@ -88,8 +86,7 @@ const std::vector<Testbed>& Testbeds() {
        "Entrain §4.7's emulated 64 GPUs: 16 nodes x 4 A40-48GB (the thesis runs one 16-GPU replica of "
        "entrain-testbed at a time, four times, and takes the slowest)",
        [] { return Server("a40", 16, 4); }},
-      {"oobleck-testbed", "Oobleck §2.7: 30 nodes x 1 A40, 200 Gb/s IB",
-       [] { return Server("a40", 30, 1); }},
+      {"oobleck-testbed", "Oobleck §2.7: 30 nodes x 1 A40, 200 Gb/s IB", [] { return Server("a40", 30, 1); }},
   };
   return beds;
 }
@@ -108,16 +105,15 @@ Link Cluster::LinkForSpan(int span) const {
 
 Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node) {
   if (nodes < 1 || gpus_per_node < 1) {
-    throw Error(fmt::format("cluster {}:{}x{}: node and GPU counts must be >= 1", gpu_name, nodes,
-                            gpus_per_node));
+    throw Error(fmt::format("cluster {}:{}x{}: node and GPU counts must be >= 1", gpu_name, nodes, gpus_per_node));
   }
   if (nodes > kMaxNodes) {
     throw Error(fmt::format("cluster {}:{}x{}: at most {} nodes ({} GPUs of 16 per node)", gpu_name, nodes,
                             gpus_per_node, kMaxNodes, kMaxNodes * 16));
   }
   if (gpus_per_node > 16) {
-    throw Error(fmt::format("cluster {}:{}x{}: at most 16 GPUs per node (servers hold 1-16)",
-                            gpu_name, nodes, gpus_per_node));
+    throw Error(
+        fmt::format("cluster {}:{}x{}: at most 16 GPUs per node (servers hold 1-16)", gpu_name, nodes, gpus_per_node));
   }
   return Server(gpu_name, nodes, gpus_per_node);
 }
@@ -148,8 +144,8 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
   c.description = doc.String("description", "");
   c.nvlink_domain = static_cast<int>(doc.PositiveInt("nvlink_domain", c.nvlink_domain));
   if (per_node % c.nvlink_domain != 0) {
-    throw doc.ErrorAt("nvlink_domain", fmt::format("must divide gpus_per_node ({}), got {}",
-                                                   per_node, c.nvlink_domain));
+    throw doc.ErrorAt("nvlink_domain",
+                      fmt::format("must divide gpus_per_node ({}), got {}", per_node, c.nvlink_domain));
   }
   c.gpu.nvlink_bytes_per_s = doc.PositiveReal("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kG) * kG;
   c.gpu.pcie_bytes_per_s = doc.PositiveReal("pcie_GBps", c.gpu.pcie_bytes_per_s / kG) * kG;
@@ -200,9 +196,10 @@ Cluster LoadCluster(const std::string& name_or_path) {
   for (const auto& t : TestbedNames()) {
     beds += ", " + t;
   }
-  throw Error(fmt::format("unknown cluster '{}': write GPU:NODESxPER_NODE (e.g. h800:8x8), a "
-                          "testbed name{}, or a path to a cluster YAML file",
-                          name_or_path, beds));
+  throw Error(
+      fmt::format("unknown cluster '{}': write GPU:NODESxPER_NODE (e.g. h800:8x8), a "
+                  "testbed name{}, or a path to a cluster YAML file",
+                  name_or_path, beds));
 }
 
 }  // namespace loom

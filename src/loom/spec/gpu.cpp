@@ -34,9 +34,12 @@ const std::vector<GpuSpec>& BuiltinGpus() {
 double PeakFlops(const GpuSpec& gpu, Precision precision) {
   switch (precision) {
     case Precision::kBf16:
-    case Precision::kFp16: return gpu.peak_flops;
-    case Precision::kTf32: return gpu.peak_tf32_flops;
-    case Precision::kFp32: return gpu.peak_fp32_flops;
+    case Precision::kFp16:
+      return gpu.peak_flops;
+    case Precision::kTf32:
+      return gpu.peak_tf32_flops;
+    case Precision::kFp32:
+      return gpu.peak_fp32_flops;
   }
   return gpu.peak_flops;
 }

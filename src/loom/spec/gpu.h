@@ -14,14 +14,14 @@ namespace loom {
 
 struct GpuSpec {
   std::string name;
-  double peak_flops = 0;           // dense BF16/FP16 tensor FLOP/s
-  double hbm_bytes_per_s = 0;      // device memory bandwidth
-  int64_t mem_bytes = 0;           // usable device memory
+  double peak_flops = 0;       // dense BF16/FP16 tensor FLOP/s
+  double hbm_bytes_per_s = 0;  // device memory bandwidth
+  int64_t mem_bytes = 0;       // usable device memory
   int sm_count = 0;
-  double nvlink_bytes_per_s = 0;   // per GPU per direction; 0 when the GPU has none
-  double pcie_bytes_per_s = 0;     // host link per direction
-  double peak_tf32_flops = 0;      // dense TF32 tensor FLOP/s
-  double peak_fp32_flops = 0;      // FP32 FLOP/s (no tensor cores)
+  double nvlink_bytes_per_s = 0;  // per GPU per direction; 0 when the GPU has none
+  double pcie_bytes_per_s = 0;    // host link per direction
+  double peak_tf32_flops = 0;     // dense TF32 tensor FLOP/s
+  double peak_fp32_flops = 0;     // FP32 FLOP/s (no tensor cores)
 };
 
 // The peak FLOP/s of `gpu` in `precision`.

@@ -43,7 +43,8 @@ class Cfg {
   bool Bool(const std::string& key, bool fallback) const {
     if (!j_.contains(key) || j_.at(key).is_null()) return fallback;
     if (!j_.at(key).is_boolean()) {
-      throw Error(fmt::format("{}: {}: expected true or false, got {}", file_, Field(key), j_.at(key).dump().substr(0, 40)));
+      throw Error(
+          fmt::format("{}: {}: expected true or false, got {}", file_, Field(key), j_.at(key).dump().substr(0, 40)));
     }
     return j_.at(key).get<bool>();
   }
@@ -72,29 +73,64 @@ class Cfg {
 // Defaults of Transformers' config classes (their __init__ signatures).
 const std::map<std::string, std::map<std::string, int64_t>>& LlmDefaults() {
   static const std::map<std::string, std::map<std::string, int64_t>> d = {
-      {"llama", {{"vocab_size", 32000}, {"hidden_size", 4096}, {"intermediate_size", 11008},
-                 {"num_hidden_layers", 32}, {"num_attention_heads", 32}}},
-      {"mistral", {{"vocab_size", 32000}, {"hidden_size", 4096}, {"intermediate_size", 14336},
-                   {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8}}},
-      {"qwen2", {{"vocab_size", 151936}, {"hidden_size", 4096}, {"intermediate_size", 22016},
-                 {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 32}}},
-      {"qwen3", {{"vocab_size", 151936}, {"hidden_size", 4096}, {"intermediate_size", 22016},
-                 {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 32},
-                 {"head_dim", 128}}},
+      {"llama",
+       {{"vocab_size", 32000},
+        {"hidden_size", 4096},
+        {"intermediate_size", 11008},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32}}},
+      {"mistral",
+       {{"vocab_size", 32000},
+        {"hidden_size", 4096},
+        {"intermediate_size", 14336},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8}}},
+      {"qwen2",
+       {{"vocab_size", 151936},
+        {"hidden_size", 4096},
+        {"intermediate_size", 22016},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 32}}},
+      {"qwen3",
+       {{"vocab_size", 151936},
+        {"hidden_size", 4096},
+        {"intermediate_size", 22016},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 32},
+        {"head_dim", 128}}},
   };
   return d;
 }
 
 const std::map<std::string, std::map<std::string, int64_t>>& VisionDefaults() {
   static const std::map<std::string, std::map<std::string, int64_t>> d = {
-      {"vit", {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-               {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 16}, {"num_channels", 3}}},
-      {"clip_vision_model", {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                             {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 32},
-                             {"num_channels", 3}}},
-      {"siglip_vision_model", {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                               {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 16},
-                               {"num_channels", 3}}},
+      {"vit",
+       {{"hidden_size", 768},
+        {"intermediate_size", 3072},
+        {"num_hidden_layers", 12},
+        {"num_attention_heads", 12},
+        {"image_size", 224},
+        {"patch_size", 16},
+        {"num_channels", 3}}},
+      {"clip_vision_model",
+       {{"hidden_size", 768},
+        {"intermediate_size", 3072},
+        {"num_hidden_layers", 12},
+        {"num_attention_heads", 12},
+        {"image_size", 224},
+        {"patch_size", 32},
+        {"num_channels", 3}}},
+      {"siglip_vision_model",
+       {{"hidden_size", 768},
+        {"intermediate_size", 3072},
+        {"num_hidden_layers", 12},
+        {"num_attention_heads", 12},
+        {"image_size", 224},
+        {"patch_size", 16},
+        {"num_channels", 3}}},
   };
   return d;
 }
@@ -106,8 +142,8 @@ std::string Known() {
 
 struct Emitter {
   std::string yaml;
-  void Module(const std::string& name, const std::string& role, const std::string& modality,
-              const std::string& inputs, const std::string& tokens, const std::vector<std::string>& layers) {
+  void Module(const std::string& name, const std::string& role, const std::string& modality, const std::string& inputs,
+              const std::string& tokens, const std::vector<std::string>& layers) {
     yaml += fmt::format("  - name: {}\n    role: {}\n    modality: {}\n", name, role, modality);
     if (!inputs.empty()) yaml += fmt::format("    inputs: [{}]\n", inputs);
     yaml += fmt::format("    tokens: {}\n    layers:\n", tokens);
@@ -126,9 +162,10 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
   const int64_t hidden = c.Int("hidden_size"), heads = c.Int("num_attention_heads");
   const int64_t kv = c.Int("num_key_value_heads", heads), vocab = c.Int("vocab_size");
   if (hidden % heads != 0 || (c.Has("head_dim") && c.Int("head_dim") != hidden / heads)) {
-    throw Error(fmt::format("{}: head_dim {} x num_attention_heads {} is not hidden_size {}; Loom's transformer layer "
-                            "has hidden / heads per head",
-                            c.Field("head_dim"), c.Int("head_dim", hidden / heads), heads, hidden));
+    throw Error(
+        fmt::format("{}: head_dim {} x num_attention_heads {} is not hidden_size {}; Loom's transformer layer "
+                    "has hidden / heads per head",
+                    c.Field("head_dim"), c.Int("head_dim", hidden / heads), heads, hidden));
   }
   if (heads % kv != 0) {
     throw Error(fmt::format("{}: {} must divide num_attention_heads ({})", c.Field("num_key_value_heads"), kv, heads));
@@ -148,14 +185,14 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
 int64_t EmitVision(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, int64_t out_tokens) {
   const int64_t hidden = c.Int("hidden_size"), patch = c.Int("patch_size"), image = c.Int("image_size");
   const int64_t grid = (image / patch) * (image / patch);  // the stride-`patch` conv drops a remainder (384 / 14)
-  const int cls = type == "siglip_vision_model" ? 0 : 1;  // SigLIP has no class token
+  const int cls = type == "siglip_vision_model" ? 0 : 1;   // SigLIP has no class token
   std::string tokens = fmt::format("{{source: image, patch_px: {}, resize_px: {}, extra_tokens: {}{}}}", patch, image,
                                    cls, out_tokens > 0 ? fmt::format(", out_tokens_per_image: {}", out_tokens) : "");
   std::vector<std::string> layers = {
       fmt::format("{{kind: patch_embed, patch_px: {}, hidden: {}, in_channels: {}, positions: {}}}", patch, hidden,
                   c.Int("num_channels", 3), grid + cls),
-      fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}}}",
-                  c.Int("num_hidden_layers"), hidden, c.Int("intermediate_size"), c.Int("num_attention_heads"))};
+      fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}}}", c.Int("num_hidden_layers"),
+                  hidden, c.Int("intermediate_size"), c.Int("num_attention_heads"))};
   // SigLIP's attention-pooling head: one more attention + MLP block (as the zoo's siglip).
   if (type == "siglip_vision_model" && c.Bool("vision_use_head", true)) {
     layers.push_back(fmt::format("{{kind: transformer, hidden: {}, ffn_hidden: {}, heads: {}}}", hidden,
@@ -167,12 +204,12 @@ int64_t EmitVision(Emitter& out, const Cfg& c, const std::string& type, const st
 
 void EmitTextEncoder(Emitter& out, const Cfg& c) {
   const int64_t hidden = c.Int("hidden_size");
-  out.Module("text", "encoder", "text", "", "{source: text}",
-             {fmt::format("{{kind: embedding, vocab: {}, hidden: {}, positions: {}}}", c.Int("vocab_size"), hidden,
-                          c.Int("max_position_embeddings")),
-              fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, causal: true}}",
-                          c.Int("num_hidden_layers"), hidden, c.Int("intermediate_size"),
-                          c.Int("num_attention_heads"))});
+  out.Module(
+      "text", "encoder", "text", "", "{source: text}",
+      {fmt::format("{{kind: embedding, vocab: {}, hidden: {}, positions: {}}}", c.Int("vocab_size"), hidden,
+                   c.Int("max_position_embeddings")),
+       fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, causal: true}}",
+                   c.Int("num_hidden_layers"), hidden, c.Int("intermediate_size"), c.Int("num_attention_heads"))});
 }
 
 }  // namespace
@@ -208,24 +245,29 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
     const std::string vt = type + "_vision_model";
     EmitVision(out, top.Sub("vision_config", VisionDefaults().at(vt)), vt, "vision", 0);
     const std::map<std::string, int64_t> text_defaults =
-        type == "clip" ? std::map<std::string, int64_t>{{"vocab_size", 49408}, {"hidden_size", 512},
+        type == "clip" ? std::map<std::string, int64_t>{{"vocab_size", 49408},       {"hidden_size", 512},
                                                         {"intermediate_size", 2048}, {"num_hidden_layers", 12},
-                                                        {"num_attention_heads", 8}, {"max_position_embeddings", 77}}
-                       : std::map<std::string, int64_t>{{"vocab_size", 32000}, {"hidden_size", 768},
+                                                        {"num_attention_heads", 8},  {"max_position_embeddings", 77}}
+                       : std::map<std::string, int64_t>{{"vocab_size", 32000},       {"hidden_size", 768},
                                                         {"intermediate_size", 3072}, {"num_hidden_layers", 12},
                                                         {"num_attention_heads", 12}, {"max_position_embeddings", 64}};
     EmitTextEncoder(out, top.Sub("text_config", text_defaults));
   } else if (type == "whisper") {
     // The audio encoder: two 1-D convolutions (the second halves the frames
     // to 50 a second) and the encoder layers, as the zoo's whisper-encoder.
-    const Cfg w(j, file, "", {{"num_mel_bins", 80}, {"d_model", 384}, {"encoder_layers", 4},
-                              {"encoder_attention_heads", 6}, {"encoder_ffn_dim", 1536}, {"max_source_positions", 1500}});
+    const Cfg w(j, file, "",
+                {{"num_mel_bins", 80},
+                 {"d_model", 384},
+                 {"encoder_layers", 4},
+                 {"encoder_attention_heads", 6},
+                 {"encoder_ffn_dim", 1536},
+                 {"max_source_positions", 1500}});
     const int64_t d = w.Int("d_model");
     out.Module("audio", "encoder", "audio", "", "{source: audio, tokens_per_s: 50}",
                {fmt::format("{{kind: conv, in_channels: {}, out_channels: {}, kernel: 3, dims: 1, stride: 2}}",
                             w.Int("num_mel_bins"), d),
-                fmt::format("{{kind: conv, in_channels: {}, out_channels: {}, kernel: 3, dims: 1, positions: {}}}", d, d,
-                            w.Int("max_source_positions")),
+                fmt::format("{{kind: conv, in_channels: {}, out_channels: {}, kernel: 3, dims: 1, positions: {}}}", d,
+                            d, w.Int("max_source_positions")),
                 fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}}}",
                             w.Int("encoder_layers"), d, w.Int("encoder_ffn_dim"), w.Int("encoder_attention_heads"))});
     description += "; its audio encoder (the text decoder is not modelled)";
@@ -251,18 +293,30 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
                {fmt::format("{{kind: mlp_projector, in_dim: {}, hidden: {}, out_dim: {}}}", vh, th, th)});
     EmitLlm(out, text, tt, "llm", true, "projector");
   } else if (type == "qwen2_vl") {
-    const Cfg v = top.Sub("vision_config", {{"depth", 32}, {"embed_dim", 1280}, {"hidden_size", 3584},
-                                            {"mlp_ratio", 4}, {"num_heads", 16}, {"in_chans", 3}, {"patch_size", 14},
-                                            {"spatial_merge_size", 2}, {"temporal_patch_size", 2}});
+    const Cfg v = top.Sub("vision_config", {{"depth", 32},
+                                            {"embed_dim", 1280},
+                                            {"hidden_size", 3584},
+                                            {"mlp_ratio", 4},
+                                            {"num_heads", 16},
+                                            {"in_chans", 3},
+                                            {"patch_size", 14},
+                                            {"spatial_merge_size", 2},
+                                            {"temporal_patch_size", 2}});
     const int64_t e = v.Int("embed_dim"), merge = v.Int("spatial_merge_size"), patch = v.Int("patch_size");
-    out.Module("vision", "encoder", "image", "", fmt::format("{{source: image, patch_px: {}, merge: {}}}", patch, merge),
+    out.Module("vision", "encoder", "image", "",
+               fmt::format("{{source: image, patch_px: {}, merge: {}}}", patch, merge),
                {fmt::format("{{kind: patch_embed, patch_px: {}, hidden: {}, in_channels: {}, temporal_patch: {}}}",
                             patch, e, v.Int("in_chans"), v.Int("temporal_patch_size")),
-                fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}}}", v.Int("depth"), e,
-                            e * v.Int("mlp_ratio"), v.Int("num_heads"))});
+                fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}}}", v.Int("depth"),
+                            e, e * v.Int("mlp_ratio"), v.Int("num_heads"))});
     // The patch merger: merge x merge neighbours concatenated, a 2-layer MLP into the LLM's width.
-    const Cfg text(j, file, "", {{"vocab_size", 152064}, {"hidden_size", 8192}, {"intermediate_size", 29568},
-                                 {"num_hidden_layers", 80}, {"num_attention_heads", 64}, {"num_key_value_heads", 8}});
+    const Cfg text(j, file, "",
+                   {{"vocab_size", 152064},
+                    {"hidden_size", 8192},
+                    {"intermediate_size", 29568},
+                    {"num_hidden_layers", 80},
+                    {"num_attention_heads", 64},
+                    {"num_key_value_heads", 8}});
     out.Module("merger", "projector", "image", "vision", "{source: inputs}",
                {fmt::format("{{kind: mlp_projector, in_dim: {}, hidden: {}, out_dim: {}}}", e * merge * merge,
                             e * merge * merge, text.Int("hidden_size"))});

@@ -31,9 +31,9 @@ struct Layer {
   int64_t hidden = 0;      // model width (channels for U-Net blocks)
   int64_t ffn_hidden = 0;  // MLP inner width
   int64_t heads = 0;
-  int64_t kv_heads = 0;    // grouped-query attention groups; == heads for MHA
-  bool gated_mlp = false;  // SwiGLU / GEGLU: three FFN matrices instead of two
-  bool causal = false;     // causal self-attention: half of the s^2 work
+  int64_t kv_heads = 0;          // grouped-query attention groups; == heads for MHA
+  bool gated_mlp = false;        // SwiGLU / GEGLU: three FFN matrices instead of two
+  bool causal = false;           // causal self-attention: half of the s^2 work
   bool cross_attention = false;  // an extra attention block reading the context
   int64_t context_dim = 0;       // width of the cross-attention context (0: = hidden)
   int64_t conv_kernel = 0;       // conformer depthwise kernel
@@ -47,9 +47,9 @@ struct Layer {
   int64_t in_channels = 0;
   int64_t out_channels = 0;
   int64_t kernel = 0;
-  int64_t dims = 2;         // 1: audio, 2: image, 3: video
+  int64_t dims = 2;  // 1: audio, 2: image, 3: video
   int64_t temporal_patch = 1;
-  int64_t stride = 1;       // conv: output positions = module tokens (stride already in tokens)
+  int64_t stride = 1;           // conv: output positions = module tokens (stride already in tokens)
   int64_t spatial_divisor = 1;  // U-Net level: works on tokens / divisor^2 positions
   int64_t time_embed_dim = 0;   // resnet block: width of the timestep embedding
 

@@ -35,23 +35,28 @@ E ParseEnum(YamlMap& m, const std::string& key, const std::vector<std::pair<std:
 }
 
 const std::vector<std::pair<std::string, LayerKind>> kLayerKinds = {
-    {"transformer", LayerKind::kTransformer},       {"conformer", LayerKind::kConformer},
-    {"patch_embed", LayerKind::kPatchEmbed},        {"conv", LayerKind::kConv},
-    {"embedding", LayerKind::kEmbedding},           {"lm_head", LayerKind::kLmHead},
-    {"mlp_projector", LayerKind::kMlpProjector},    {"resnet_block", LayerKind::kResnetBlock},
+    {"transformer", LayerKind::kTransformer},
+    {"conformer", LayerKind::kConformer},
+    {"patch_embed", LayerKind::kPatchEmbed},
+    {"conv", LayerKind::kConv},
+    {"embedding", LayerKind::kEmbedding},
+    {"lm_head", LayerKind::kLmHead},
+    {"mlp_projector", LayerKind::kMlpProjector},
+    {"resnet_block", LayerKind::kResnetBlock},
     {"spatial_transformer", LayerKind::kSpatialTransformer}};
-const std::vector<std::pair<std::string, ModuleRole>> kRoles = {
-    {"encoder", ModuleRole::kEncoder},     {"projector", ModuleRole::kProjector},
-    {"backbone", ModuleRole::kBackbone},   {"decoder", ModuleRole::kDecoder},
-    {"generator", ModuleRole::kGenerator}};
-const std::vector<std::pair<std::string, Modality>> kModalities = {
-    {"text", Modality::kText},   {"image", Modality::kImage},
-    {"video", Modality::kVideo}, {"audio", Modality::kAudio},
-    {"multimodal", Modality::kMultimodal}};
+const std::vector<std::pair<std::string, ModuleRole>> kRoles = {{"encoder", ModuleRole::kEncoder},
+                                                                {"projector", ModuleRole::kProjector},
+                                                                {"backbone", ModuleRole::kBackbone},
+                                                                {"decoder", ModuleRole::kDecoder},
+                                                                {"generator", ModuleRole::kGenerator}};
+const std::vector<std::pair<std::string, Modality>> kModalities = {{"text", Modality::kText},
+                                                                   {"image", Modality::kImage},
+                                                                   {"video", Modality::kVideo},
+                                                                   {"audio", Modality::kAudio},
+                                                                   {"multimodal", Modality::kMultimodal}};
 const std::vector<std::pair<std::string, TokenSource>> kSources = {
-    {"text", TokenSource::kText},     {"image", TokenSource::kImage},
-    {"video", TokenSource::kVideo},   {"audio", TokenSource::kAudio},
-    {"inputs", TokenSource::kInputs}, {"text+inputs", TokenSource::kTextAndInputs}};
+    {"text", TokenSource::kText},   {"image", TokenSource::kImage},   {"video", TokenSource::kVideo},
+    {"audio", TokenSource::kAudio}, {"inputs", TokenSource::kInputs}, {"text+inputs", TokenSource::kTextAndInputs}};
 
 // A layer's widths and sizes: products of two or three of them (parameters,
 // FLOPs, activation bytes) must stay far inside int64, so each is at most
@@ -77,8 +82,7 @@ void ReadAttention(YamlMap& m, Layer& l) {
     throw m.ErrorAt("heads", fmt::format("heads ({}) must divide hidden ({})", l.heads, l.hidden));
   }
   if (l.heads % l.kv_heads != 0) {
-    throw m.ErrorAt("kv_heads",
-                    fmt::format("kv_heads ({}) must divide heads ({})", l.kv_heads, l.heads));
+    throw m.ErrorAt("kv_heads", fmt::format("kv_heads ({}) must divide heads ({})", l.kv_heads, l.heads));
   }
   l.causal = m.Bool("causal", false);
 }
@@ -143,8 +147,7 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       l.hidden = Dim(m, "channels");
       l.heads = Dim(m, "heads");
       if (l.hidden % l.heads != 0) {
-        throw m.ErrorAt("heads",
-                        fmt::format("heads ({}) must divide channels ({})", l.heads, l.hidden));
+        throw m.ErrorAt("heads", fmt::format("heads ({}) must divide channels ({})", l.heads, l.hidden));
       }
       l.kv_heads = l.heads;
       l.ffn_hidden = Dim(m, "ffn_hidden", 4 * l.hidden);
@@ -195,8 +198,8 @@ struct Loader {
   std::set<std::string> loading;  // guards `from:` chains against cycles
 
   Model Parse(const std::string& text, const std::string& file);
-  Model LoadNamed(const std::string& name_or_path, const std::string& relative_to,
-                  const YamlMap& at, const std::string& key);
+  Model LoadNamed(const std::string& name_or_path, const std::string& relative_to, const YamlMap& at,
+                  const std::string& key);
 };
 
 Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, const YamlMap& at,
@@ -215,7 +218,8 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
     }
     if (KindOfPath(p.string()) == PathKind::kNone) {
       throw at.ErrorAt(key, fmt::format("unknown model '{}': not a zoo name (see `loom models`) "
-                                        "and no file {}", ref, p.string()));
+                                        "and no file {}",
+                                        ref, p.string()));
     }
     if (KindOfPath(p.string()) == PathKind::kDirectory) {
       throw at.ErrorAt(key, fmt::format("'{}' is a directory; expected a zoo name or a model YAML file", p.string()));
@@ -235,21 +239,31 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
 std::pair<int64_t, int64_t> LayerWidths(const Layer& l) {
   switch (l.kind) {
     case LayerKind::kTransformer:
-    case LayerKind::kConformer: return {l.hidden, l.hidden};
-    case LayerKind::kPatchEmbed: return {0, l.hidden};
-    case LayerKind::kConv: return {l.in_channels, l.out_channels};
-    case LayerKind::kEmbedding: return {0, l.hidden};
-    case LayerKind::kLmHead: return {l.hidden, 0};
-    case LayerKind::kMlpProjector: return {l.in_dim, l.out_dim};
-    default: return {0, 0};
+    case LayerKind::kConformer:
+      return {l.hidden, l.hidden};
+    case LayerKind::kPatchEmbed:
+      return {0, l.hidden};
+    case LayerKind::kConv:
+      return {l.in_channels, l.out_channels};
+    case LayerKind::kEmbedding:
+      return {0, l.hidden};
+    case LayerKind::kLmHead:
+      return {l.hidden, 0};
+    case LayerKind::kMlpProjector:
+      return {l.in_dim, l.out_dim};
+    default:
+      return {0, 0};
   }
 }
 // The field that states a layer's input width.
 const char* WidthKey(const Layer& l) {
   switch (l.kind) {
-    case LayerKind::kConv: return "in_channels";
-    case LayerKind::kMlpProjector: return "in_dim";
-    default: return "hidden";
+    case LayerKind::kConv:
+      return "in_channels";
+    case LayerKind::kMlpProjector:
+      return "in_dim";
+    default:
+      return "hidden";
   }
 }
 
@@ -304,8 +318,8 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
         for (const auto& bm : base.modules) {
           names += (names.empty() ? "" : ", ") + model_ref + "/" + bm.name;
         }
-        throw m.ErrorAt("from", fmt::format("model '{}' has {} modules; name one: {}", model_ref,
-                                            base.modules.size(), names));
+        throw m.ErrorAt("from",
+                        fmt::format("model '{}' has {} modules; name one: {}", model_ref, base.modules.size(), names));
       }
       std::string keep_name = mod.name;
       mod = base.modules[idx];
@@ -332,10 +346,9 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
         }
       }
     }
-    mod.role = ParseEnum<ModuleRole>(m, "role", kRoles,
-                                     has_from ? std::optional(mod.role) : std::nullopt);
-    mod.modality = ParseEnum<Modality>(m, "modality", kModalities,
-                                       has_from ? std::optional(mod.modality) : std::nullopt);
+    mod.role = ParseEnum<ModuleRole>(m, "role", kRoles, has_from ? std::optional(mod.role) : std::nullopt);
+    mod.modality =
+        ParseEnum<Modality>(m, "modality", kModalities, has_from ? std::optional(mod.modality) : std::nullopt);
     bool frozen_before = mod.frozen;
     mod.frozen = m.Bool("frozen", has_from ? mod.frozen : false);
     const std::string mask = m.String("attention_mask", mod.bitfield_attention ? "bitfield" : "document");
@@ -379,9 +392,9 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
         const int64_t out = LayerWidths(entries[e - 1].first).second, in = LayerWidths(entries[e].first).first;
         if (out > 0 && in > 0 && in != out) {
           YamlMap lm(layers[entries[e].second], file, m.PathOf(fmt::format("layers[{}]", entries[e].second)));
-          throw lm.ErrorAt(WidthKey(entries[e].first), fmt::format("{} takes width {}, but layers[{}] hands on {}",
-                                                                   LayerKindName(entries[e].first.kind), in,
-                                                                   entries[e - 1].second, out));
+          throw lm.ErrorAt(WidthKey(entries[e].first),
+                           fmt::format("{} takes width {}, but layers[{}] hands on {}",
+                                       LayerKindName(entries[e].first.kind), in, entries[e - 1].second, out));
         }
       }
     }
@@ -417,8 +430,7 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
         for (const auto& mm : model.modules) {
           names += (names.empty() ? "" : ", ") + mm.name;
         }
-        throw m.ErrorAt("inputs", fmt::format("dangling edge: no module named '{}'; modules: {}",
-                                              in, names));
+        throw m.ErrorAt("inputs", fmt::format("dangling edge: no module named '{}'; modules: {}", in, names));
       }
       preds[i].push_back(j);
     }
@@ -440,10 +452,9 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       if (out > 0 && mod.layers.front().in_dim != want) {
         throw m.ErrorAt("name", fmt::format("module {}: its projector takes in_dim {}, but {} hands on {}{}", mod.name,
                                             mod.layers.front().in_dim, from.name, want,
-                                            from.tokens.merge > 1
-                                                ? fmt::format(" (width {} x its {}x{} merge)", out, from.tokens.merge,
-                                                              from.tokens.merge)
-                                                : ""));
+                                            from.tokens.merge > 1 ? fmt::format(" (width {} x its {}x{} merge)", out,
+                                                                                from.tokens.merge, from.tokens.merge)
+                                                                  : ""));
       }
     }
   }
@@ -468,8 +479,10 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
           cyc += (cyc.empty() ? "" : ", ") + model.modules[i].name;
         }
       }
-      throw Error(fmt::format("{}: modules: the module graph has a cycle through: {}; "
-                              "`inputs` must form a DAG", Where(modules, file), cyc));
+      throw Error(
+          fmt::format("{}: modules: the module graph has a cycle through: {}; "
+                      "`inputs` must form a DAG",
+                      Where(modules, file), cyc));
     }
     done[pick] = true;
     order.push_back(pick);
@@ -527,9 +540,10 @@ Model ParseModel(const std::string& yaml_text, const std::string& file) {
     for (const auto& l : mod.layers) trainable = trainable || !l.frozen;
   }
   if (!trainable) {
-    throw Error(fmt::format("{}: model {}: every layer is frozen, so there is nothing to train; valid: at least one "
-                            "module or layer without `frozen: true`",
-                            file, m.name));
+    throw Error(
+        fmt::format("{}: model {}: every layer is frozen, so there is nothing to train; valid: at least one "
+                    "module or layer without `frozen: true`",
+                    file, m.name));
   }
   return m;
 }
@@ -539,8 +553,7 @@ Model LoadModel(const std::string& name_or_path) {
     return ParseModel(text, "zoo:" + name_or_path + ".yaml");
   }
   if (KindOfPath(name_or_path) == PathKind::kDirectory) {
-    throw Error(fmt::format("{}: is a directory; expected a built-in model name or a model YAML file",
-                            name_or_path));
+    throw Error(fmt::format("{}: is a directory; expected a built-in model name or a model YAML file", name_or_path));
   }
   if (KindOfPath(name_or_path) != PathKind::kNone) {
     return ParseModel(ReadTextFile(name_or_path), name_or_path);
@@ -549,8 +562,10 @@ Model LoadModel(const std::string& name_or_path) {
   for (const auto& n : ZooModelNames()) {
     names += (names.empty() ? "" : ", ") + n;
   }
-  throw Error(fmt::format("unknown model '{}': not a built-in name and no such file; "
-                          "built-in models: {}", name_or_path, names));
+  throw Error(
+      fmt::format("unknown model '{}': not a built-in name and no such file; "
+                  "built-in models: {}",
+                  name_or_path, names));
 }
 
 }  // namespace loom

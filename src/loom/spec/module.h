@@ -38,15 +38,15 @@ std::string_view TokenSourceName(TokenSource source);
 // Inputs: upstream tokens / downsample.
 struct TokenRule {
   TokenSource source = TokenSource::kText;
-  int64_t tokens_per_image = 0;  // fixed count; overrides patch_px when > 0
+  int64_t tokens_per_image = 0;      // fixed count; overrides patch_px when > 0
   int64_t out_tokens_per_image = 0;  // tokens handed downstream per image (pooling); 0: by merge
-  int64_t resize_px = 0;         // images/frames are resized to this square side first (0: keep)
-  int64_t patch_px = 0;          // pixels per token side (patch x VAE factor for latents)
-  int64_t merge = 1;             // spatial merge after the encoder (pixel shuffle)
-  int64_t extra_tokens = 0;      // CLS / register tokens per image
-  int64_t frames_per_token = 1;  // temporal compression for video
-  double tokens_per_s = 0;       // audio frame rate after the conv stem
-  int64_t downsample = 1;        // projector token reduction
+  int64_t resize_px = 0;             // images/frames are resized to this square side first (0: keep)
+  int64_t patch_px = 0;              // pixels per token side (patch x VAE factor for latents)
+  int64_t merge = 1;                 // spatial merge after the encoder (pixel shuffle)
+  int64_t extra_tokens = 0;          // CLS / register tokens per image
+  int64_t frames_per_token = 1;      // temporal compression for video
+  double tokens_per_s = 0;           // audio frame rate after the conv stem
+  int64_t downsample = 1;            // projector token reduction
 };
 
 struct Module {

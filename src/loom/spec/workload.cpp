@@ -13,10 +13,9 @@ namespace loom {
 
 namespace {
 
-const std::vector<std::string> kSourceKinds = {"text",  "laion",        "obelics",
-                                               "video", "mosaic-fixed", "cornstarch-synthetic",
-                                               "dynamic-images", "synthchartnet", "chartqa",
-                                               "cocoqa", "llava-150k", "jsonl"};
+const std::vector<std::string> kSourceKinds = {
+    "text",           "laion",         "obelics", "video",  "mosaic-fixed", "cornstarch-synthetic",
+    "dynamic-images", "synthchartnet", "chartqa", "cocoqa", "llava-150k",   "jsonl"};
 
 // Default global batches follow each seed's evaluation: MMScale 1920 (LAION),
 // Mosaic 32, Cornstarch 48, Entrain 512; the others are common choices.
@@ -29,7 +28,7 @@ Workload Named(const std::string& kind) {
     w.global_batch = 512;
   } else if (kind == "laion") {
     w.global_batch = 1920;
-    w.source.image_px = 224;    // ViT-H/14 at 224 px (MMScale's encoder)
+    w.source.image_px = 224;  // ViT-H/14 at 224 px (MMScale's encoder)
     w.source.image_tokens = 256;
   } else if (kind == "obelics") {
     w.global_batch = 128;
@@ -128,8 +127,7 @@ Workload LoadWorkload(const std::string& name_or_path) {
   for (const auto& n : WorkloadNames()) {
     names += (names.empty() ? "" : ", ") + n;
   }
-  throw Error(fmt::format("unknown workload '{}': not a built-in name ({}) and no such file",
-                          name_or_path, names));
+  throw Error(fmt::format("unknown workload '{}': not a built-in name ({}) and no such file", name_or_path, names));
 }
 
 }  // namespace loom

@@ -15,16 +15,17 @@ namespace loom {
 // Parameters of a sample source; which ones matter depends on `kind`
 // (docs/spec-format.md lists them per kind).
 struct SourceSpec {
-  std::string kind = "text";  // text | laion | obelics | video | mosaic-fixed | cornstarch-synthetic | dynamic-images | synthchartnet | chartqa | cocoqa | llava-150k | jsonl
+  std::string kind = "text";  // text | laion | obelics | video | mosaic-fixed | cornstarch-synthetic | dynamic-images |
+                              // synthchartnet | chartqa | cocoqa | llava-150k | jsonl
   int64_t seq_len = 2048;     // text: tokens per sample
-  int64_t pack_tokens = 8192; // laion, obelics: LLM tokens per packed sequence
-  int64_t image_tokens = 169; // laion, obelics: LLM tokens one image becomes (used for packing)
-  int64_t image_px = 768;     // laion, obelics: image side in pixels
-  int64_t video_px = 512;     // video: frame side
-  double fps = 16;            // video frames per second
-  double max_video_s = 16;    // video: longest clip and longest group per sample
-  int64_t max_clips = 8;      // video: clips grouped into one sample
-  std::string path;           // jsonl: file of per-sample metadata
+  int64_t pack_tokens = 8192;  // laion, obelics: LLM tokens per packed sequence
+  int64_t image_tokens = 169;  // laion, obelics: LLM tokens one image becomes (used for packing)
+  int64_t image_px = 768;      // laion, obelics: image side in pixels
+  int64_t video_px = 512;      // video: frame side
+  double fps = 16;             // video frames per second
+  double max_video_s = 16;     // video: longest clip and longest group per sample
+  int64_t max_clips = 8;       // video: clips grouped into one sample
+  std::string path;            // jsonl: file of per-sample metadata
 };
 
 // The largest global batch Loom draws (samples per iteration): 2^24, above any

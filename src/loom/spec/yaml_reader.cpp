@@ -1,8 +1,8 @@
 #include "loom/spec/yaml_reader.h"
 #include "loom/path_kind.h"
 
-#include <cmath>
 #include <fmt/format.h>
+#include <cmath>
 
 #include <filesystem>
 #include <fstream>
@@ -26,15 +26,16 @@ YAML::Node ParseYaml(const std::string& text, const std::string& file) {
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{}:{}:{}: malformed YAML: {}", file, e.mark.line + 1,
-                            e.mark.column + 1, e.msg));
+    throw Error(fmt::format("{}:{}:{}: malformed YAML: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
 
 std::string ScalarText(const YAML::Node& node, const std::string& file, const std::string& field) {
   if (!node.IsScalar()) {
     throw Error(fmt::format("{}: {}: expected a name, got a {}", Where(node, file), field,
-                            node.IsMap() ? "mapping" : node.IsSequence() ? "list" : "null"));
+                            node.IsMap()        ? "mapping"
+                            : node.IsSequence() ? "list"
+                                                : "null"));
   }
   return node.Scalar();
 }
@@ -85,9 +86,7 @@ bool YamlMap::Has(const std::string& key) const {
   return node_[key].IsDefined() && !node_[key].IsNull();
 }
 
-std::string YamlMap::PathOf(const std::string& key) const {
-  return path_.empty() ? key : path_ + "." + key;
-}
+std::string YamlMap::PathOf(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
 Error YamlMap::ErrorAt(const std::string& key, const std::string& message) const {
   YAML::Node at = node_[key];
@@ -124,7 +123,7 @@ bool IsValidUtf8(const std::string& s) {
   size_t i = 0;
   while (i < s.size()) {
     const auto c = static_cast<unsigned char>(s[i]);
-    int n = 0;  // continuation bytes
+    int n = 0;                           // continuation bytes
     unsigned char lo = 0x80, hi = 0xBF;  // the first continuation byte's range (no overlongs, no surrogates)
     if (c < 0x80) {
       n = 0;
@@ -264,8 +263,8 @@ void YamlMap::RejectUnknownKeys() const {
     const std::string key = kv.first.Scalar();  // a plain name: the constructor checked
     if (known_.count(key) == 0) {
       std::vector<std::string> valid(known_.begin(), known_.end());
-      throw Error(fmt::format("{}: {}: unknown field; valid fields here: {}",
-                              Where(kv.first, file_), PathOf(key), Join(valid)));
+      throw Error(fmt::format("{}: {}: unknown field; valid fields here: {}", Where(kv.first, file_), PathOf(key),
+                              Join(valid)));
     }
   }
 }

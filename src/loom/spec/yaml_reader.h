@@ -46,8 +46,7 @@ class YamlMap {
   std::string String(const std::string& key, const std::string& default_value);
   // One of `allowed`; the error lists them.
   std::string Enum(const std::string& key, const std::vector<std::string>& allowed);
-  std::string Enum(const std::string& key, const std::vector<std::string>& allowed,
-                   const std::string& default_value);
+  std::string Enum(const std::string& key, const std::vector<std::string>& allowed, const std::string& default_value);
   // Integers and reals must be > 0 (sizes, counts, rates): zero or negative is an error.
   // Integers are at most `max` (default 2^31 - 1: every count Loom stores fits an
   // int), checked before any conversion, the message naming the limit.

@@ -71,8 +71,7 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
 }
 
 Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
-                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance,
-                    int zero_stage) {
+                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance, int zero_stage) {
   Plan plan = EmptyPlan(ctx, strategy, tp);
   std::vector<std::string> modules;
   for (const auto& m : ctx.model.modules) modules.push_back(m.name);
@@ -131,7 +130,7 @@ std::string DescribeUnit(const Unit& u) {
   std::string pipes;
   for (const auto& p : u.pipelines) {
     std::string sched = p.schedule == ScheduleKind::kInterleaved ? fmt::format("interleaved(vpp{})", p.vpp())
-                                                                  : ScheduleKindName(p.schedule);
+                                                                 : ScheduleKindName(p.schedule);
     pipes += fmt::format("{}pp{} dp{} m{} {}", pipes.empty() ? "" : " | ", p.pp, p.replicas, p.microbatches, sched);
   }
   std::string extra;

@@ -33,8 +33,7 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
 
 // A one-unit plan with one pipeline template (Megatron-LM's layout).
 Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
-                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance,
-                    int zero_stage);
+                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance, int zero_stage);
 
 // One unit with one pipeline template of `replicas` x `pp` groups starting at
 // `first_group`, its stages balanced by `balance` at tensor parallel `tp`.

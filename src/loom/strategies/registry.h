@@ -39,7 +39,7 @@ struct StrategyInfo {
   int order = 0;
   StrategyResult (*plan)(const StrategyContext&) = nullptr;
   std::function<std::unique_ptr<BatchScheduler>()> batch_scheduler;  // empty: the plan is static
-  bool variant = false;  // an ablation: runs only when named
+  bool variant = false;                                              // an ablation: runs only when named
   // Honours the context's fixed_tp / fixed_pp / fixed_dp (`--tp`, `--pp`,
   // `--dp`); RunStrategy refuses pins for the others instead of ignoring them.
   bool pinnable = false;

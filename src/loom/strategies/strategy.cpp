@@ -43,9 +43,10 @@ StrategyResult RunStrategy(const std::string& name, const StrategyContext& ctx) 
     for (const auto& s : RegisteredStrategies()) {
       if (s.pinnable) pinnable.push_back(s.name);
     }
-    throw Error(fmt::format("strategy {} searches its own parallel degrees and takes no --tp / --pp / --dp pin; "
-                            "strategies that do: {}",
-                            name, fmt::join(pinnable, ", ")));
+    throw Error(
+        fmt::format("strategy {} searches its own parallel degrees and takes no --tp / --pp / --dp pin; "
+                    "strategies that do: {}",
+                    name, fmt::join(pinnable, ", ")));
   }
   return info.plan(ctx);
 }
@@ -62,8 +63,8 @@ IterationSchedule ScheduleBatch(const std::string& name, const StrategyContext& 
   return e.batch_scheduler()->Schedule(ctx, plan, batch, iteration);
 }
 
-std::vector<std::optional<IterationSchedule>> ScheduleIterations(const std::string& name,
-                                                                 const StrategyContext& ctx, const Plan& plan,
+std::vector<std::optional<IterationSchedule>> ScheduleIterations(const std::string& name, const StrategyContext& ctx,
+                                                                 const Plan& plan,
                                                                  const std::vector<RecordedBatch>& recorded,
                                                                  int count) {
   std::vector<std::optional<IterationSchedule>> out(std::max(0, count));

@@ -67,10 +67,10 @@ struct StrategyContext {
 
 struct StrategyResult {
   Plan plan;
-  std::string config;       // one-line summary: "tp4 pp4 dp1 m16 interleaved(vpp2) recompute=full"
-  int candidates = 0;       // configurations simulated
-  int feasible = 0;         // of which fit in memory
-  int pruned = 0;           // configurations skipped: their lower bound exceeds the best plan's time
+  std::string config;         // one-line summary: "tp4 pp4 dp1 m16 interleaved(vpp2) recompute=full"
+  int candidates = 0;         // configurations simulated
+  int feasible = 0;           // of which fit in memory
+  int pruned = 0;             // configurations skipped: their lower bound exceeds the best plan's time
   bool budget_spent = false;  // the search stopped at StrategyContext::time_budget_s
 };
 
@@ -99,7 +99,6 @@ IterationSchedule ScheduleBatch(const std::string& name, const StrategyContext& 
 // schedule batches.
 std::vector<std::optional<IterationSchedule>> ScheduleIterations(const std::string& name,
                                                                  const StrategyContext& context, const Plan& plan,
-                                                                 const std::vector<RecordedBatch>& recorded,
-                                                                 int count);
+                                                                 const std::vector<RecordedBatch>& recorded, int count);
 
 }  // namespace loom

@@ -25,9 +25,10 @@ StrategyResult DipStrategy(const StrategyContext& ctx) {
   std::vector<std::string> encoder, llm;
   for (const auto& m : ctx.model.modules) (waves.IsUpstream(m.name) ? encoder : llm).push_back(m.name);
   if (encoder.empty()) {
-    throw Error(fmt::format("model {} has no module upstream of its backbone; DIP co-locates an encoder with an "
-                            "LLM (valid: a model with an encoder)",
-                            ctx.model.name));
+    throw Error(
+        fmt::format("model {} has no module upstream of its backbone; DIP co-locates an encoder with an "
+                    "LLM (valid: a model with an encoder)",
+                    ctx.model.name));
   }
   const int64_t mu = ctx.workload.microbatch_size, B = ctx.workload.global_batch;
   std::vector<Sample> first(ctx.representative.samples.begin(),
@@ -50,25 +51,25 @@ StrategyResult DipStrategy(const StrategyContext& ctx) {
         }
         search.Try([&](Recompute r) {
           Plan plan = EmptyPlan(ctx, "dip", g);
-          plan.units.push_back(MakeUnit(profiled, "encoder", encoder, 0, g, 0, dp, pp, K, ScheduleKind::kGpipe, r,
-                                        Balance::kTime));
-          plan.units.push_back(MakeUnit(profiled, "llm", llm, 0, g, 1, dp, pp, K, ScheduleKind::kOneFOneB, r,
-                                        Balance::kTime));
+          plan.units.push_back(
+              MakeUnit(profiled, "encoder", encoder, 0, g, 0, dp, pp, K, ScheduleKind::kGpipe, r, Balance::kTime));
+          plan.units.push_back(
+              MakeUnit(profiled, "llm", llm, 0, g, 1, dp, pp, K, ScheduleKind::kOneFOneB, r, Balance::kTime));
           return plan;
         });
       }
     }
   };
   search.Run(grid);
-  return search.Finish("dip: the encoder and the LLM each pipelined over every group of a replica, co-located in two "
-                       "phases (encoder GPipe, then LLM 1F1B), stages balanced on one microbatch; DP x TP x "
-                       "recomputation",
-                       [](const Plan& p) {
-                         const Unit& e = p.units[0];
-                         return fmt::format("encoder+llm co-located tp{} pp{} dp{} m{}, recompute={}", e.tp,
-                                            e.pipelines[0].pp, e.num_replicas(), e.pipelines[0].microbatches,
-                                            RecomputeName(e.recompute));
-                       });
+  return search.Finish(
+      "dip: the encoder and the LLM each pipelined over every group of a replica, co-located in two "
+      "phases (encoder GPipe, then LLM 1F1B), stages balanced on one microbatch; DP x TP x "
+      "recomputation",
+      [](const Plan& p) {
+        const Unit& e = p.units[0];
+        return fmt::format("encoder+llm co-located tp{} pp{} dp{} m{}, recompute={}", e.tp, e.pipelines[0].pp,
+                           e.num_replicas(), e.pipelines[0].microbatches, RecomputeName(e.recompute));
+      });
 }
 
 }  // namespace loom

@@ -124,8 +124,10 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
                 // (ValidatePlan): a plan with more would be built only to be
                 // refused, thousands of times on a big cluster.
                 int most_replicas = has_backbone ? dp : 0;
-                for (int b = 0; b < branches; ++b) most_replicas = std::max(most_replicas, split[b] / (enc == 2 ? pp : 1));
-                if (has_backbone && !waves.downstream.empty()) most_replicas = std::max(most_replicas, down == 0 ? groups : dp);
+                for (int b = 0; b < branches; ++b)
+                  most_replicas = std::max(most_replicas, split[b] / (enc == 2 ? pp : 1));
+                if (has_backbone && !waves.downstream.empty())
+                  most_replicas = std::max(most_replicas, down == 0 ? groups : dp);
                 if (most_replicas > ctx.workload.global_batch / m) continue;
                 // Stages balanced by time; by parameters when those do not fit.
                 auto make = [&](Balance balance) {
@@ -136,19 +138,21 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
                     for (int b = 0; b < branches; ++b) {
                       const int bpp = enc == 2 ? pp : 1;
                       if (split[b] % bpp != 0) throw Error("branch split not divisible by pp");
-                      plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b], first,
-                                                    enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m, ScheduleKind::kGpipe, r, balance));
+                      plan.units.push_back(MakeUnit(ctx, "branch" + std::to_string(b), waves.upstream_branches[b],
+                                                    first, enc == 0 ? 1 : g, 0, split[b] / bpp, bpp, m,
+                                                    ScheduleKind::kGpipe, r, balance));
                       first += split[b];
                     }
                     const int phase = branches > 0 ? 1 : 0;
                     if (!has_backbone) return plan;  // an encoder-only model: the branches are all of it
                     plan.units.push_back(MakeUnit(ctx, "backbone", waves.backbone, 0, g, phase, dp, pp, m,
-                                                  has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r, balance));
+                                                  has_down ? ScheduleKind::kGpipe : ScheduleKind::kOneFOneB, r,
+                                                  balance));
                     if (has_down) {
-                      plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1, groups,
-                                                                1, m, ScheduleKind::kOneFOneB, r, balance)
-                                                     : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1, dp,
-                                                                pp, m, ScheduleKind::kOneFOneB, r, balance));
+                      plan.units.push_back(down == 0 ? MakeUnit(ctx, "downstream", waves.downstream, 0, 1, phase + 1,
+                                                                groups, 1, m, ScheduleKind::kOneFOneB, r, balance)
+                                                     : MakeUnit(ctx, "downstream", waves.downstream, 0, g, phase + 1,
+                                                                dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
                     }
                     return plan;
                   };
@@ -162,17 +166,17 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
     }
   };
   search.Run(grid);
-  return search.Finish("group size x backbone pp x microbatches x recompute x branch GPU split; parallel branches on "
-                       "disjoint whole GPUs, waves on all GPUs",
-                       [](const Plan& p) {
-                         std::string s;
-                         for (const auto& u : p.units) {
-                           s += (s.empty() ? "" : "; ") + u.name + " " +
-                                (u.num_groups() == 1 && u.pipelines[0].pp == 1 ? "1 group"
-                                                                                : DescribeUnit(u));
-                         }
-                         return s;
-                       });
+  return search.Finish(
+      "group size x backbone pp x microbatches x recompute x branch GPU split; parallel branches on "
+      "disjoint whole GPUs, waves on all GPUs",
+      [](const Plan& p) {
+        std::string s;
+        for (const auto& u : p.units) {
+          s += (s.empty() ? "" : "; ") + u.name + " " +
+               (u.num_groups() == 1 && u.pipelines[0].pp == 1 ? "1 group" : DescribeUnit(u));
+        }
+        return s;
+      });
 }
 
 }  // namespace loom

@@ -66,7 +66,8 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
         if (units.names[u] == "backbone") dp_lm = a.units[u].dp;
       }
       if (mu > 1 && ctx.workload.global_batch % (dp_lm * mu) == 0) {
-        for (auto& u : plan.units) u.pipelines[0].microbatches = static_cast<int>(ctx.workload.global_batch / (dp_lm * mu));
+        for (auto& u : plan.units)
+          u.pipelines[0].microbatches = static_cast<int>(ctx.workload.global_batch / (dp_lm * mu));
       }
       if (search.Evaluate(plan) >= 0) {
         fitted = true;
@@ -77,8 +78,8 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
   }
   if (ranked == 0) search.Skip("no TP x DP x PP split fits every unit in memory under MMScale's model");
   if (ranked > 0 && matched == 0) {
-    search.Skip(fmt::format("none of the {} best-ranked TP x DP x PP splits that fit has the backbone at --pp {}", ranked,
-                            ctx.fixed_pp));
+    search.Skip(fmt::format("none of the {} best-ranked TP x DP x PP splits that fit has the backbone at --pp {}",
+                            ranked, ctx.fixed_pp));
   }
   return search.Finish(fmt::format("disttrain: MMScale Alg. 1 on a one-sample profile{}{}, the best allocation that "
                                    "fits, lowest recomputation first",

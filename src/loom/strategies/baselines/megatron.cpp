@@ -24,15 +24,17 @@ StrategyResult MegatronStrategy(const StrategyContext& ctx) {
       for (int vpp : {2, 4}) {
         if (pp == 1 || m % pp != 0 || pp * vpp > layers) continue;
         search.Try([&](Recompute r) {
-          return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, ScheduleKind::kInterleaved, r, Balance::kParams, 1);
+          return SingleUnitPlan(ctx, "megatron", tp, pp, dp, vpp, m, ScheduleKind::kInterleaved, r, Balance::kParams,
+                                1);
         });
       }
     });
   };
   search.Run(grid);
-  return search.Finish("tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
-                       "parameters",
-                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+  return search.Finish(
+      "tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
+      "parameters",
+      [](const Plan& p) { return DescribeUnit(p.units[0]); });
 }
 
 // Megatron-LM as Mosaic §5.1 configures it: every module data parallel over

@@ -9,8 +9,8 @@
 namespace loom {
 
 void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const Workload& workload) const {
-  for (auto [name, v] : {std::pair{"tp", tp}, {"pp", pp}, {"dp", dp}, {"cp", cp}, {"vpp", vpp},
-                         {"microbatches", microbatches}}) {
+  for (auto [name, v] :
+       {std::pair{"tp", tp}, {"pp", pp}, {"dp", dp}, {"cp", cp}, {"vpp", vpp}, {"microbatches", microbatches}}) {
     if (v < 1) throw Error(fmt::format("--{}: must be >= 1, got {}", name, v));
   }
   if (tp * pp * dp * cp != cluster.num_gpus()) {
@@ -18,9 +18,10 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
                             tp * pp * dp * cp, cluster.num_gpus(), cluster.name));
   }
   if (tp * cp > cluster.gpus_per_node || cluster.gpus_per_node % (tp * cp) != 0) {
-    throw Error(fmt::format("tp ({}) x cp ({}) must divide the {} GPUs of a node: tensor and context parallelism "
-                            "stay inside a node",
-                            tp, cp, cluster.gpus_per_node));
+    throw Error(
+        fmt::format("tp ({}) x cp ({}) must divide the {} GPUs of a node: tensor and context parallelism "
+                    "stay inside a node",
+                    tp, cp, cluster.gpus_per_node));
   }
   if (workload.global_batch % (static_cast<int64_t>(dp) * microbatches) != 0) {
     throw Error(fmt::format("global batch ({}) must split into dp ({}) x microbatches ({}) equal microbatches",
@@ -31,16 +32,18 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
                             model.num_layers()));
   }
   if (vpp > 1 && pp < 2) {
-    throw Error(fmt::format("--vpp {} needs --pp >= 2: Megatron-LM interleaves model chunks across pipeline ranks, "
-                            "and refuses virtual stages on a single rank",
-                            vpp));
+    throw Error(
+        fmt::format("--vpp {} needs --pp >= 2: Megatron-LM interleaves model chunks across pipeline ranks, "
+                    "and refuses virtual stages on a single rank",
+                    vpp));
   }
   if (vpp > 1 && schedule != ScheduleKind::kInterleaved) {
     throw Error(fmt::format("--vpp {} needs --schedule interleaved", vpp));
   }
   if (schedule == ScheduleKind::kCustom) {
-    throw Error("--schedule custom: a custom order comes with a plan's per-batch schedule; valid here: gpipe, 1f1b, "
-                "interleaved, zb-h1");
+    throw Error(
+        "--schedule custom: a custom order comes with a plan's per-batch schedule; valid here: gpipe, 1f1b, "
+        "interleaved, zb-h1");
   }
   sim.Validate();
 }
@@ -61,15 +64,15 @@ Plan MegatronConfigPlan(const StrategyContext& ctx, const ParallelConfig& cfg) {
   return plan;
 }
 
-PlanRun SimulateConfig(const Model& model, const Cluster& cluster, const Workload& workload,
-                       const ParallelConfig& cfg, int64_t iteration) {
+PlanRun SimulateConfig(const Model& model, const Cluster& cluster, const Workload& workload, const ParallelConfig& cfg,
+                       int64_t iteration) {
   cfg.Validate(model, cluster, workload);
   const Batch batch = DrawBatch(workload, iteration);
   StrategyContext ctx{model, cluster, workload, batch, {}};
   const Plan plan = MegatronConfigPlan(ctx, cfg);
   PlanRun run = RunPlan(model, cluster, workload, plan, batch, nullptr, cfg.sim);
-  CheckFits(run, fmt::format("{} on {} (tp {} pp {} dp {} cp {})", model.name, cluster.name, cfg.tp, cfg.pp, cfg.dp,
-                             cfg.cp));
+  CheckFits(
+      run, fmt::format("{} on {} (tp {} pp {} dp {} cp {})", model.name, cluster.name, cfg.tp, cfg.pp, cfg.dp, cfg.cp));
   return run;
 }
 

@@ -18,7 +18,7 @@ namespace loom {
 
 struct ParallelConfig {
   int tp = 1, pp = 1, dp = 1, cp = 1, vpp = 1;
-  int microbatches = 1;           // per DP replica per iteration
+  int microbatches = 1;  // per DP replica per iteration
   ScheduleKind schedule = ScheduleKind::kOneFOneB;
   Recompute recompute = Recompute::kNone;
   SimOptions sim;

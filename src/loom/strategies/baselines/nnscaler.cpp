@@ -25,9 +25,10 @@ StrategyResult NnScalerStrategy(const StrategyContext& ctx) {
     });
   };
   search.Run(grid);
-  return search.Finish("tp x pp x dp x microbatches x recompute, 1F1B, stages balanced by time on the "
-                       "representative batch",
-                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+  return search.Finish(
+      "tp x pp x dp x microbatches x recompute, 1F1B, stages balanced by time on the "
+      "representative batch",
+      [](const Plan& p) { return DescribeUnit(p.units[0]); });
 }
 
 }  // namespace loom

@@ -31,7 +31,8 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
   order(backbone);
   const int n = ctx.cluster.num_gpus();
   int backbone_layers = 0;
-  for (const auto& m : backbone) backbone_layers += static_cast<int>(ctx.model.modules[ctx.model.FindModule(m)].layers.size());
+  for (const auto& m : backbone)
+    backbone_layers += static_cast<int>(ctx.model.modules[ctx.model.FindModule(m)].layers.size());
   auto grid = [&] {
     ForEachPipelineGrid(ctx, backbone_layers, [&](int tp, int pp, int dp, int m) {
       // Encoders: data parallel with TP 1 or the backbone's, one replica per
@@ -47,10 +48,12 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
             Plan plan = EmptyPlan(ctx, "optimus", tp);
             // Phase 0 on every group: all encoder forwards before the backbone's
             // pipeline, all encoder backwards after it.
-            plan.units.push_back(enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, ScheduleKind::kGpipe, r, balance)
-                                          : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
-                                                     ScheduleKind::kGpipe, r, balance));
-            plan.units.push_back(MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
+            plan.units.push_back(
+                enc == 2 ? MakeUnit(ctx, "encoders", encoders, 0, tp, 0, dp, pp, m, ScheduleKind::kGpipe, r, balance)
+                         : MakeUnit(ctx, "encoders", encoders, 0, enc == 0 ? 1 : tp, 0, n / tp, 1, m,
+                                    ScheduleKind::kGpipe, r, balance));
+            plan.units.push_back(
+                MakeUnit(ctx, "backbone", backbone, 0, tp, 1, dp, pp, m, ScheduleKind::kOneFOneB, r, balance));
             return plan;
           });
         }
@@ -58,13 +61,13 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
     });
   };
   search.Run(grid);
-  return search.Finish("backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
-                       "GPUs, forwards before and backwards after the backbone pipeline",
-                       [](const Plan& p) {
-                         if (p.units.size() == 1) return DescribeUnit(p.units[0]);
-                         return "backbone " + DescribeUnit(p.units[1]) + "; encoders " + DescribeUnit(p.units[0]) +
-                                " before/after";
-                       });
+  return search.Finish(
+      "backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
+      "GPUs, forwards before and backwards after the backbone pipeline",
+      [](const Plan& p) {
+        if (p.units.size() == 1) return DescribeUnit(p.units[0]);
+        return "backbone " + DescribeUnit(p.units[1]) + "; encoders " + DescribeUnit(p.units[0]) + " before/after";
+      });
 }
 
 }  // namespace loom

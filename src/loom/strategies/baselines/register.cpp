@@ -9,11 +9,18 @@ namespace {
 const StrategyRegistration kMegatron({"megatron",
                                       "Megatron-LM: one pipeline, encoders first, stages balanced by parameters; "
                                       "TP/PP/DP/microbatches/1F1B or interleaved/recompute searched",
-                                      0, MegatronStrategy, {}, false, true});
+                                      0,
+                                      MegatronStrategy,
+                                      {},
+                                      false,
+                                      true});
 const StrategyRegistration kMegatronDp({"megatron-dp",
                                         "Megatron-LM as Mosaic runs it: every module data parallel over all GPUs "
                                         "(tp 1, pp 1), one after another; microbatches and recompute searched",
-                                        1000, MegatronDpStrategy, {}, true});
+                                        1000,
+                                        MegatronDpStrategy,
+                                        {},
+                                        true});
 const StrategyRegistration kFsdp({"fsdp", "FSDP / ZeRO-3 data parallelism over every GPU", 10, FsdpStrategy});
 const StrategyRegistration kDistMm({"distmm",
                                     "DistMM: parallel branches on disjoint whole-GPU sets sized by time, dependent "
@@ -22,7 +29,11 @@ const StrategyRegistration kDistMm({"distmm",
 const StrategyRegistration kOptimus({"optimus",
                                      "Optimus (coarse-grained): encoders data parallel on the backbone's GPUs, "
                                      "scheduled around its pipeline",
-                                     30, OptimusStrategy, {}, false, true});
+                                     30,
+                                     OptimusStrategy,
+                                     {},
+                                     false,
+                                     true});
 IterationSchedule DisttrainBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration) {
   return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, batch, iteration);
 }
@@ -34,11 +45,19 @@ const StrategyRegistration kDisttrain({"disttrain",
 const StrategyRegistration kDip({"dip",
                                  "DIP (Entrain's baseline): encoder and LLM pipelined over the same GPUs, every "
                                  "encoder forward before the LLM, stages from a one-microbatch profile",
-                                 60, DipStrategy, {}, false, true});
+                                 60,
+                                 DipStrategy,
+                                 {},
+                                 false,
+                                 true});
 const StrategyRegistration kNnScaler({"nnscaler",
                                       "nnScaler*: one static 1F1B plan, stages balanced by time on a representative "
                                       "batch",
-                                      40, NnScalerStrategy, {}, false, true});
+                                      40,
+                                      NnScalerStrategy,
+                                      {},
+                                      false,
+                                      true});
 
 }  // namespace
 }  // namespace loom

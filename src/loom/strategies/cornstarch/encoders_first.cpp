@@ -30,8 +30,8 @@ StrategyResult EncodersFirstStrategy(const StrategyContext& ctx) {
   for (const auto& m : ctx.model.modules) order.push_back(m.name);
   for (size_t i = 0; i < encoders.size(); ++i) {
     if (std::find(encoders.begin(), encoders.end(), order[i]) == encoders.end()) {
-      throw Error(fmt::format("megatron-encoders-first: model {} runs module {} among its encoders", ctx.model.name,
-                              order[i]));
+      throw Error(
+          fmt::format("megatron-encoders-first: model {} runs module {} among its encoders", ctx.model.name, order[i]));
     }
   }
   const auto layers = UnitLayers(ctx.model, order);
@@ -61,9 +61,10 @@ StrategyResult EncodersFirstStrategy(const StrategyContext& ctx) {
       }
     }
   }
-  return search.Finish("TP x PP (>= 2) x microbatches x recompute; the encoders and projectors on the first stage, "
-                       "the LLM balanced by parameters over the rest",
-                       [](const Plan& p) { return DescribeUnit(p.units[0]); });
+  return search.Finish(
+      "TP x PP (>= 2) x microbatches x recompute; the encoders and projectors on the first stage, "
+      "the LLM balanced by parameters over the rest",
+      [](const Plan& p) { return DescribeUnit(p.units[0]); });
 }
 
 }  // namespace loom

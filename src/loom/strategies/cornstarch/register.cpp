@@ -10,14 +10,23 @@ const StrategyRegistration kCornstarch({"cornstarch",
                                         "Cornstarch: encoder branches and the LLM as parallel pipelines on their own "
                                         "GPUs or one colocated pipeline, stages balanced by frozen-aware forward + "
                                         "backward time, the LLM's token-balanced context parallelism",
-                                        1200, CornstarchStrategy, {}, /*variant=*/false});
+                                        1200,
+                                        CornstarchStrategy,
+                                        {},
+                                        /*variant=*/false});
 const StrategyRegistration kEncodersFirst({"megatron-encoders-first",
                                            "Cornstarch's Megatron* baseline: Megatron-LM's grid with the encoders "
                                            "and projectors pinned to the first pipeline stage",
-                                           1202, EncodersFirstStrategy, {}, /*variant=*/true});
+                                           1202,
+                                           EncodersFirstStrategy,
+                                           {},
+                                           /*variant=*/true});
 const StrategyRegistration kUnaware({"cornstarch-unaware",
                                      "Cornstarch's ablation: the same pipelines balanced as if every layer trained",
-                                     1201, CornstarchUnawareStrategy, {}, /*variant=*/true});
+                                     1201,
+                                     CornstarchUnawareStrategy,
+                                     {},
+                                     /*variant=*/true});
 
 }  // namespace
 }  // namespace loom

@@ -30,28 +30,28 @@ struct ComponentOption {
 };
 
 struct ConfigProblem {
-  int microbatches = 1;            // K = B_global / (DP mu)
-  int group_gpus = 1;              // TP x CP of every component (a GPU group)
-  std::vector<int> gpus;           // M_i per component (multiples of group_gpus)
+  int microbatches = 1;                               // K = B_global / (DP mu)
+  int group_gpus = 1;                                 // TP x CP of every component (a GPU group)
+  std::vector<int> gpus;                              // M_i per component (multiples of group_gpus)
   std::vector<std::vector<ComponentOption>> options;  // [component][option]
-  std::vector<double> reshard_s;   // [boundary i -> i+1]: one microbatch's resharding when (TP, CP) differ
-  double gpu_mem_bytes = 0;        // 0: no state check
+  std::vector<double> reshard_s;  // [boundary i -> i+1]: one microbatch's resharding when (TP, CP) differ
+  double gpu_mem_bytes = 0;       // 0: no state check
 };
 
 struct ComponentChoice {
   int option = 0;
   int tp = 1, cp = 1, pp = 1;
-  std::vector<int> stage_layers;   // layers per stage (Eq. 4.1's backtracking)
-  std::vector<double> stage_s;     // tau_{i,p}
-  double beta_s = 0;               // max_p tau_{i,p}
+  std::vector<int> stage_layers;  // layers per stage (Eq. 4.1's backtracking)
+  std::vector<double> stage_s;    // tau_{i,p}
+  double beta_s = 0;              // max_p tau_{i,p}
 };
 
 struct EntrainConfig {
   std::vector<ComponentChoice> components;
-  double pipeline_s = 0;           // Eq. 4.2's T_S
-  double reshard_s = 0;            // P_reshard
+  double pipeline_s = 0;  // Eq. 4.2's T_S
+  double reshard_s = 0;   // P_reshard
   double iteration_s() const { return pipeline_s + reshard_s; }
-  double throughput = 0;           // microbatches per second of one replica: K / T_iter (x DP for the cluster)
+  double throughput = 0;  // microbatches per second of one replica: K / T_iter (x DP for the cluster)
 };
 
 // Eq. 4.1 + 4.2 for one choice of option per component. Returns false when a

@@ -1,6 +1,5 @@
 #include "loom/strategies/entrain/cost_fit.h"
 
-
 #include "loom/cost/token_stats.h"
 
 namespace loom {

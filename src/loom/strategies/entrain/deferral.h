@@ -30,11 +30,11 @@ struct DeferralPair {
 };
 
 struct DeferralPlan {
-  double bottleneck = 0;              // T*: the largest LLM load after deferral
-  std::vector<DeferralPair> pairs;    // in execution order
-  int unpaired = -1;                  // odd K: the median microbatch, run last
-  std::vector<int> order;             // microbatch execution order
-  std::vector<double> llm_load;       // per microbatch, after deferral
+  double bottleneck = 0;            // T*: the largest LLM load after deferral
+  std::vector<DeferralPair> pairs;  // in execution order
+  int unpaired = -1;                // odd K: the median microbatch, run last
+  std::vector<int> order;           // microbatch execution order
+  std::vector<double> llm_load;     // per microbatch, after deferral
 };
 
 // `microbatches`: sample indices per microbatch; `llm_work`: per sample.

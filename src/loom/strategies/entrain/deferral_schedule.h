@@ -41,12 +41,12 @@ namespace loom {
 struct EncoderPiece {
   std::vector<int> samples;  // sample indices (a subset of one stratified microbatch)
   int forward_slot = 0;
-  int backward_slot = 0;     // the slot of the LLM microbatch that consumes it
+  int backward_slot = 0;  // the slot of the LLM microbatch that consumes it
 };
 
 struct ReplicaDeferralSchedule {
-  std::vector<EncoderPiece> pieces;               // the encoder's microbatches, in forward order
-  std::vector<std::vector<int>> llm_microbatches; // one per slot: the deferred samples first, then the slot's own
+  std::vector<EncoderPiece> pieces;                // the encoder's microbatches, in forward order
+  std::vector<std::vector<int>> llm_microbatches;  // one per slot: the deferred samples first, then the slot's own
   // Extra LLM-side samples each slot carries (for buffer accounting): the deferred ones.
   std::vector<int> deferred_samples;
   int slots() const { return static_cast<int>(llm_microbatches.size()); }

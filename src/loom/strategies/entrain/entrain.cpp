@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <tuple>
 #include <numeric>
+#include <tuple>
 
 #include "loom/cost/frozen.h"
 #include "loom/cost/layer_pricing.h"
@@ -61,8 +61,8 @@ std::vector<TokenStats> MeanMicrobatchTokens(const Model& model, const std::vect
 
 // Eq. 4.1's T_{j,i} and each layer's model states, for one component at (tp, cp).
 ComponentOption PriceComponent(const Model& model, const Cluster& cluster, const Workload& w,
-                               const std::vector<std::string>& modules, const std::vector<TokenStats>& tokens,
-                               int tp, int cp, int dp) {
+                               const std::vector<std::string>& modules, const std::vector<TokenStats>& tokens, int tp,
+                               int cp, int dp) {
   ComponentOption o;
   o.tp = tp;
   o.cp = cp;
@@ -78,8 +78,8 @@ ComponentOption PriceComponent(const Model& model, const Cluster& cluster, const
     const TokenStats& t = tokens[mi];
     o.layer_s.push_back(CurveTime(q, t));
     const double params = static_cast<double>(LayerParams(layer)) / (par.split ? tp : 1);
-    const ModelStateBytes st = ModelState(layer.frozen ? 0 : params, layer.frozen ? params : 0, dp, w.zero_stage,
-                                          w.precision);
+    const ModelStateBytes st =
+        ModelState(layer.frozen ? 0 : params, layer.frozen ? params : 0, dp, w.zero_stage, w.precision);
     o.state_bytes.push_back(st.weights + st.grads + st.optimizer);
   }
   return o;
@@ -110,12 +110,12 @@ Unit MakeEntrainUnit(const StrategyContext& ctx, const std::string& name, const 
 std::string Describe(const Plan& p) {
   std::string s;
   for (const auto& u : p.units) {
-    s += fmt::format("{}{} tp{}{} pp{}", s.empty() ? "" : "; ", u.name, u.tp, u.cp > 1 ? fmt::format(" cp{}", u.cp) : "",
-                     u.pipelines[0].pp);
+    s += fmt::format("{}{} tp{}{} pp{}", s.empty() ? "" : "; ", u.name, u.tp,
+                     u.cp > 1 ? fmt::format(" cp{}", u.cp) : "", u.pipelines[0].pp);
   }
   const Unit& u0 = p.units[0];
-  return s + fmt::format("; dp{} m{} deferral-aware 1f1b, recompute={}", u0.num_replicas(), u0.pipelines[0].microbatches,
-                         RecomputeName(u0.recompute));
+  return s + fmt::format("; dp{} m{} deferral-aware 1f1b, recompute={}", u0.num_replicas(),
+                         u0.pipelines[0].microbatches, RecomputeName(u0.recompute));
 }
 
 }  // namespace
@@ -125,9 +125,10 @@ EntrainUnits SplitEntrainUnits(const Model& model) {
   EntrainUnits out;
   for (const auto& m : model.modules) (waves.IsUpstream(m.name) ? out.encoder : out.llm).push_back(m.name);
   if (out.encoder.empty()) {
-    throw Error(fmt::format("model {} has no module upstream of its backbone; Entrain balances an encoder against "
-                            "an LLM (valid: a multimodal model with an encoder)",
-                            model.name));
+    throw Error(
+        fmt::format("model {} has no module upstream of its backbone; Entrain balances an encoder against "
+                    "an LLM (valid: a multimodal model with an encoder)",
+                    model.name));
   }
   if (out.llm.empty()) throw Error(fmt::format("entrain: model {} has no backbone", model.name));
   return out;
@@ -317,7 +318,8 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
         p.options.emplace_back();
         for (int tp : Divisors(g)) {
           if (ctx.fixed_tp > 0 && tp != ctx.fixed_tp) continue;
-          p.options.back().push_back(PriceComponent(ctx.model, ctx.cluster, ctx.workload, mods, tokens, tp, g / tp, dp));
+          p.options.back().push_back(
+              PriceComponent(ctx.model, ctx.cluster, ctx.workload, mods, tokens, tp, g / tp, dp));
         }
       }
       // Resharding between the components: the encoder's last module's output
@@ -365,8 +367,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
   }
   CandidateSearch search(ctx, "entrain");
   EntrainScheduler scheduler;
-  search.SetBatchSchedule(
-      [&](const Plan& plan) { return scheduler.Schedule(ctx, plan, ctx.representative, 0); });
+  search.SetBatchSchedule([&](const Plan& plan) { return scheduler.Schedule(ctx, plan, ctx.representative, 0); });
   int simulated = 0;
   std::string profiled;
   for (const Candidate& c : candidates) {
@@ -410,12 +411,13 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
                                               B, mu)
                                 : skipped);
   }
-  return search.Finish(fmt::format("entrain: Algorithm 2 ({}), then Algorithm 3 over DP x group x per-component "
-                                   "TP x CP x PP on that split and one group either side (Eq. 4.1-4.2 ranking {} configurations); up to {} "
-                                   "simulated with the deferral schedule, round-robin over DP x group, until {} fit",
-                                   profiled.empty() ? "no stable batch" : profiled, candidates.size(), kSimulated,
-                                   kConfirmed),
-                       Describe);
+  return search.Finish(
+      fmt::format(
+          "entrain: Algorithm 2 ({}), then Algorithm 3 over DP x group x per-component "
+          "TP x CP x PP on that split and one group either side (Eq. 4.1-4.2 ranking {} configurations); up to {} "
+          "simulated with the deferral schedule, round-robin over DP x group, until {} fit",
+          profiled.empty() ? "no stable batch" : profiled, candidates.size(), kSimulated, kConfirmed),
+      Describe);
 }
 
 }  // namespace loom

@@ -36,8 +36,8 @@ std::vector<double> MacroscopicProportions(const LayerCurves& curves,
 StrategyResult EntrainStrategy(const StrategyContext& ctx);
 
 struct EntrainScheduleOptions {
-  bool deferral = true;  // pairwise deferral (§4.5.2); off: stratified microbatches only
-  int eager_slots = 1;   // extra warm-up slots on encoder ranks (deferral_schedule.h)
+  bool deferral = true;      // pairwise deferral (§4.5.2); off: stratified microbatches only
+  int eager_slots = 1;       // extra warm-up slots on encoder ranks (deferral_schedule.h)
   bool zero_bubble = false;  // split every backward, weight halves lagged as ZB-H1 does
 };
 

@@ -22,9 +22,10 @@ std::vector<int> ProportionalAllocation(int gpus, const std::vector<double>& pro
   const double total = std::accumulate(proportions.begin(), proportions.end(), 0.0);
   const bool negative = std::any_of(proportions.begin(), proportions.end(), [](double p) { return p < 0; });
   if (n == 0 || negative || total <= 0 || unit < 1 || gpus / unit < n) {
-    throw Error(fmt::format("entrain: {} GPUs in units of {} for {} components (work total {}); valid: at least one "
-                            "unit per component and non-negative work, not all zero",
-                            gpus, unit, n, total));
+    throw Error(
+        fmt::format("entrain: {} GPUs in units of {} for {} components (work total {}); valid: at least one "
+                    "unit per component and non-negative work, not all zero",
+                    gpus, unit, n, total));
   }
   const int units = gpus / unit;
   // Every component one unit; the rest by quota, whole parts first, then the largest remainders.
@@ -47,9 +48,9 @@ std::vector<int> ProportionalAllocation(int gpus, const std::vector<double>& pro
   return count;
 }
 
-ProfilingBatch StableProfilingBatch(const std::function<std::vector<double>(int64_t, Rng&)>& proportions,
-                                    int gpus, int unit, double alpha, double p_error, int64_t n0,
-                                    int64_t max_samples, uint64_t seed) {
+ProfilingBatch StableProfilingBatch(const std::function<std::vector<double>(int64_t, Rng&)>& proportions, int gpus,
+                                    int unit, double alpha, double p_error, int64_t n0, int64_t max_samples,
+                                    uint64_t seed) {
   if (n0 < 1 || max_samples < n0) {
     throw Error(fmt::format("entrain: profiling from {} up to {} samples; valid: 1 <= n0 <= max", n0, max_samples));
   }
@@ -85,9 +86,10 @@ ProfilingBatch StableProfilingBatch(const std::function<std::vector<double>(int6
       return out;
     }
   }
-  throw Error(fmt::format("entrain: no batch of up to {} samples gives a stable allocation over {} trials (last tried "
-                          "{}); raise the limit or the GPUs per unit",
-                          max_samples, out.trials, out.tried.empty() ? 0 : out.tried.back()));
+  throw Error(
+      fmt::format("entrain: no batch of up to {} samples gives a stable allocation over {} trials (last tried "
+                  "{}); raise the limit or the GPUs per unit",
+                  max_samples, out.trials, out.tried.empty() ? 0 : out.tried.back()));
 }
 
 }  // namespace loom

@@ -30,9 +30,9 @@ int ValidationTrials(double alpha, double p_error);
 std::vector<int> ProportionalAllocation(int gpus, const std::vector<double>& proportions, int unit);
 
 struct ProfilingBatch {
-  int64_t samples = 0;     // b_min
-  int trials = 0;          // k
-  std::vector<int> gpus;   // the allocation every trial agreed on
+  int64_t samples = 0;         // b_min
+  int trials = 0;              // k
+  std::vector<int> gpus;       // the allocation every trial agreed on
   std::vector<int64_t> tried;  // batch sizes tried, doubling
   // Per size tried: the distinct allocations its k + 1 draws gave, most
   // frequent first (ties: first seen); one entry where it was stable (Table 4.2).
@@ -43,8 +43,8 @@ struct ProfilingBatch {
 // samples (EstimateMacroscopicProportions). Doubles n from n0 until k + 1
 // draws give the same allocation; deterministic given `seed`. Throws
 // loom::Error when n would pass max_samples, naming the last size tried.
-ProfilingBatch StableProfilingBatch(const std::function<std::vector<double>(int64_t, Rng&)>& proportions,
-                                    int gpus, int unit, double alpha, double p_error, int64_t n0,
-                                    int64_t max_samples, uint64_t seed);
+ProfilingBatch StableProfilingBatch(const std::function<std::vector<double>(int64_t, Rng&)>& proportions, int gpus,
+                                    int unit, double alpha, double p_error, int64_t n0, int64_t max_samples,
+                                    uint64_t seed);
 
 }  // namespace loom

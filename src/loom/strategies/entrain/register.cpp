@@ -9,8 +9,8 @@ const StrategyRegistration kEntrain({"entrain",
                                      "Entrain: encoder and LLM on disjoint GPUs split by macroscopic profiling "
                                      "(Alg. 2) and configuration search (Alg. 3); per batch stratified microbatches, "
                                      "pairwise deferral, split-backward eager 1F1B",
-                                     140, EntrainStrategy,
-                                     [] { return std::make_unique<EntrainScheduler>(); }, false, true});
+                                     140, EntrainStrategy, [] { return std::make_unique<EntrainScheduler>(); }, false,
+                                     true});
 
 // Ablations (§4.7's breakdown): Entrain's plan, each batch without pairwise
 // deferral (stratified microbatches, plain 1F1B in slots), without the eager

@@ -12,8 +12,8 @@ namespace loom {
 
 StratifiedMicrobatches StratifiedAssignment(const std::vector<SampleWork>& samples, int k) {
   if (k < 1 || samples.empty()) {
-    throw Error(fmt::format("entrain: {} samples into {} microbatches; valid: at least one sample, k >= 1",
-                            samples.size(), k));
+    throw Error(
+        fmt::format("entrain: {} samples into {} microbatches; valid: at least one sample, k >= 1", samples.size(), k));
   }
   double total = 0, heaviest = 0;
   for (size_t i = 0; i < samples.size(); ++i) {

@@ -49,12 +49,12 @@ int MinPp(double state_bytes, double act_bytes, int depth_after, double mem_byte
 // One candidate TP x DP for one unit, given the backbone's DP.
 struct Option {
   int option = 0, tp = 1, dp = 1;
-  double w = 0;  // warm-up contribution (DP_lm / DP_u) x C_u
-  double a = 0;  // stage-time numerator DP_lm x TP_u x C_u
-  int cost = 1;  // GPUs per unit of PP: TP x DP
+  double w = 0;            // warm-up contribution (DP_lm / DP_u) x C_u
+  double a = 0;            // stage-time numerator DP_lm x TP_u x C_u
+  int cost = 1;            // GPUs per unit of PP: TP x DP
   int kmin = 1, kmax = 1;  // kmin: memory with no stage after the unit
-  double state = 0;  // weights + gradients + optimizer share, before dividing by PP
-  double act = 0;    // activations of one microbatch of the unit
+  double state = 0;        // weights + gradients + optimizer share, before dividing by PP
+  double act = 0;          // activations of one microbatch of the unit
 };
 
 // Keeps the `keep` best allocations with distinct choices, best first.
@@ -67,8 +67,9 @@ class TopK {
     for (const auto& b : best_) {
       if (b.units == a.units) return;
     }
-    auto pos = std::upper_bound(best_.begin(), best_.end(), a,
-                                [](const Allocation& x, const Allocation& y) { return x.iteration_s() < y.iteration_s(); });
+    auto pos = std::upper_bound(best_.begin(), best_.end(), a, [](const Allocation& x, const Allocation& y) {
+      return x.iteration_s() < y.iteration_s();
+    });
     best_.insert(pos, std::move(a));
     if (static_cast<int>(best_.size()) > keep_) best_.pop_back();
   }
@@ -317,18 +318,18 @@ bool IntegerSplit(const std::vector<double>& a, const std::vector<int>& cost, co
 
 std::vector<Allocation> AllocateResources(const AllocationProblem& p, int keep) {
   const int N = p.num_gpus;
-  return Enumerate(p, keep, [N](const std::vector<const Option*>& pick, const std::vector<int>& kmin,
-                                std::vector<int>& k) {
-    const size_t U = pick.size();
-    std::vector<double> a(U);
-    std::vector<int> cost(U), kmax(U);
-    for (size_t u = 0; u < U; ++u) {
-      a[u] = pick[u]->a;
-      cost[u] = pick[u]->cost;
-      kmax[u] = pick[u]->kmax;
-    }
-    return IntegerSplit(a, cost, kmin, kmax, N, k);
-  });
+  return Enumerate(p, keep,
+                   [N](const std::vector<const Option*>& pick, const std::vector<int>& kmin, std::vector<int>& k) {
+                     const size_t U = pick.size();
+                     std::vector<double> a(U);
+                     std::vector<int> cost(U), kmax(U);
+                     for (size_t u = 0; u < U; ++u) {
+                       a[u] = pick[u]->a;
+                       cost[u] = pick[u]->cost;
+                       kmax[u] = pick[u]->kmax;
+                     }
+                     return IntegerSplit(a, cost, kmin, kmax, N, k);
+                   });
 }
 
 std::vector<Allocation> RatioAllocation(const AllocationProblem& p, const std::vector<double>& flops_per_sample,
@@ -337,17 +338,17 @@ std::vector<Allocation> RatioAllocation(const AllocationProblem& p, const std::v
   const double total = std::accumulate(flops_per_sample.begin(), flops_per_sample.end(), 0.0);
   if (total <= 0) throw Error("ratio allocation: the units have no FLOPs");
   const int N = p.num_gpus;
-  return Enumerate(p, keep, [&](const std::vector<const Option*>& pick, const std::vector<int>& kmin,
-                                std::vector<int>& k) {
-    k.assign(pick.size(), 0);
-    int64_t used = 0;
-    for (size_t u = 0; u < pick.size(); ++u) {
-      const double share = N * flops_per_sample[u] / total;
-      k[u] = std::min(pick[u]->kmax, std::max(kmin[u], static_cast<int>(share / pick[u]->cost)));
-      used += static_cast<int64_t>(pick[u]->cost) * k[u];
-    }
-    return used <= N;
-  });
+  return Enumerate(p, keep,
+                   [&](const std::vector<const Option*>& pick, const std::vector<int>& kmin, std::vector<int>& k) {
+                     k.assign(pick.size(), 0);
+                     int64_t used = 0;
+                     for (size_t u = 0; u < pick.size(); ++u) {
+                       const double share = N * flops_per_sample[u] / total;
+                       k[u] = std::min(pick[u]->kmax, std::max(kmin[u], static_cast<int>(share / pick[u]->cost)));
+                       used += static_cast<int64_t>(pick[u]->cost) * k[u];
+                     }
+                     return used <= N;
+                   });
 }
 
 Allocation BruteForceAllocation(const AllocationProblem& p) {

@@ -25,10 +25,10 @@ namespace loom {
 // One unit at one TP degree, as the allocator sees it.
 struct UnitModel {
   int tp = 1;
-  double time_s = 0;             // C_u(TP): fwd + bwd of the whole unit for one sample, TP comm included
-  double weight_bytes = 0;       // weights + gradients of the whole unit per TP rank (divided by PP)
-  double optimizer_bytes = 0;    // optimizer state of the whole unit per TP rank (divided by DP x PP, ZeRO-1)
-  double activation_bytes = 0;   // peak activations per GPU for one sample per microbatch (paper: L / TP)
+  double time_s = 0;            // C_u(TP): fwd + bwd of the whole unit for one sample, TP comm included
+  double weight_bytes = 0;      // weights + gradients of the whole unit per TP rank (divided by PP)
+  double optimizer_bytes = 0;   // optimizer state of the whole unit per TP rank (divided by DP x PP, ZeRO-1)
+  double activation_bytes = 0;  // peak activations per GPU for one sample per microbatch (paper: L / TP)
 };
 
 struct AllocationUnit {
@@ -43,9 +43,9 @@ struct AllocationProblem {
   int num_gpus = 0;
   int64_t global_batch = 0;
   double gpu_mem_bytes = 0;
-  int vpp = 1;                        // interleaved 1F1B: T_warm / vpp
-  std::vector<int> dp_choices;        // empty: the divisors of global_batch (paper §4.3)
-  int node_gpus = 8;                  // TP <= node_gpus
+  int vpp = 1;                  // interleaved 1F1B: T_warm / vpp
+  std::vector<int> dp_choices;  // empty: the divisors of global_batch (paper §4.3)
+  int node_gpus = 8;            // TP <= node_gpus
   // Loom plans cut GPUs into equal groups (plan/plan.h) of the largest TP
   // among the units: every unit's TP x DP must be a multiple of it, and no
   // unit may have more such groups per PP stage than the backbone's DP (a

@@ -52,8 +52,8 @@ int MicrobatchCount(const Plan& plan) {
     }
   }
   if (m < 1 || plan.global_batch % m != 0) {
-    throw Error(fmt::format("mmscale reordering: {} microbatches do not divide the global batch {}", m,
-                            plan.global_batch));
+    throw Error(
+        fmt::format("mmscale reordering: {} microbatches do not divide the global batch {}", m, plan.global_batch));
   }
   return m;
 }

@@ -18,8 +18,7 @@ namespace {
 // each position (or a placeholder while the position is empty).
 class Recurrence {
  public:
-  Recurrence(const std::vector<MicrobatchTimes>& mbs, const PipelineShape& shape)
-      : mbs_(mbs), nodes_(shape.nodes()) {
+  Recurrence(const std::vector<MicrobatchTimes>& mbs, const PipelineShape& shape) : mbs_(mbs), nodes_(shape.nodes()) {
     exact_end_.assign(nodes_.size(), -1.0);
     call_end_.assign(nodes_.size(), 0.0);
     call_stamp_.assign(nodes_.size(), 0);
@@ -88,19 +87,22 @@ class Recurrence {
 };
 
 void CheckInput(const std::vector<MicrobatchTimes>& mbs, int ranks, int vpp) {
-  if (ranks < 1 || vpp < 1) throw Error(fmt::format("inter-microbatch reordering: ranks {} and vpp {} must be >= 1", ranks, vpp));
+  if (ranks < 1 || vpp < 1)
+    throw Error(fmt::format("inter-microbatch reordering: ranks {} and vpp {} must be >= 1", ranks, vpp));
   const size_t stages = static_cast<size_t>(ranks) * vpp;
   for (size_t i = 0; i < mbs.size(); ++i) {
     if (mbs[i].forward_s.size() != stages || mbs[i].backward_s.size() != stages) {
-      throw Error(fmt::format("inter-microbatch reordering: microbatch {} has {} forward and {} backward stage "
-                              "times; the pipeline has {} stages",
-                              i, mbs[i].forward_s.size(), mbs[i].backward_s.size(), stages));
+      throw Error(
+          fmt::format("inter-microbatch reordering: microbatch {} has {} forward and {} backward stage "
+                      "times; the pipeline has {} stages",
+                      i, mbs[i].forward_s.size(), mbs[i].backward_s.size(), stages));
     }
   }
   if (vpp > 1 && mbs.size() % ranks != 0) {
-    throw Error(fmt::format("inter-microbatch reordering: interleaving needs the microbatch count ({}) to be a "
-                            "multiple of the ranks ({})",
-                            mbs.size(), ranks));
+    throw Error(
+        fmt::format("inter-microbatch reordering: interleaving needs the microbatch count ({}) to be a "
+                    "multiple of the ranks ({})",
+                    mbs.size(), ranks));
   }
 }
 
@@ -119,7 +121,8 @@ PipelineShape::PipelineShape(int ranks, int l, int vpp) : ranks_(ranks), microba
     throw Error(fmt::format("pipeline shape: ranks {}, microbatches {} and vpp {} must be >= 1", ranks, l, vpp));
   }
   const int stages = ranks * vpp;
-  const Schedule s = MakeSchedule(vpp == 1 ? ScheduleKind::kOneFOneB : ScheduleKind::kInterleaved, ranks, l, vpp, /*p2p=*/false);
+  const Schedule s =
+      MakeSchedule(vpp == 1 ? ScheduleKind::kOneFOneB : ScheduleKind::kInterleaved, ranks, l, vpp, /*p2p=*/false);
   std::vector<int> index(2 * stages * l, -1);
   auto key = [&](bool f, int stage, int pos) { return (pos * stages + stage) * 2 + (f ? 1 : 0); };
   nodes_.reserve(2 * stages * l);
@@ -239,7 +242,8 @@ std::vector<int> InterReorder(const std::vector<MicrobatchTimes>& mbs, const Pip
     }
     double window = 0;
     if (first_backward >= 0) {
-      window = std::max(0.0, rec.Ready(first_backward) - rec.End(r0.front()) - (own_chunks_s - rec.Duration(r0.front())));
+      window =
+          std::max(0.0, rec.Ready(first_backward) - rec.End(r0.front()) - (own_chunks_s - rec.Duration(r0.front())));
     }
     const int k = std::min<int>(warm_positions, static_cast<int>(left.size()));
     std::vector<double> sizes;

@@ -41,7 +41,7 @@ class PipelineShape {
     int prev = -1, dep = -1;  // previous action on the rank; the action whose output it needs
   };
   const std::vector<Node>& nodes() const { return nodes_; }
-  const std::vector<int>& rank0() const { return rank0_; }              // first rank's actions, in order
+  const std::vector<int>& rank0() const { return rank0_; }                           // first rank's actions, in order
   const std::vector<std::vector<int>>& forwards_at() const { return forwards_at_; }  // [position] -> indices into rank0
 
  private:

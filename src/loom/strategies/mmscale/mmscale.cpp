@@ -33,8 +33,7 @@ std::string DescribeAllocationPlan(const Plan& p) {
   for (const auto& u : p.units) {
     const int dp = u.num_replicas() * p.group_gpus / u.tp;
     const int gpus = u.num_groups() * p.group_gpus;
-    s += fmt::format("{}{} tp{} dp{} pp{} ({} GPUs)", s.empty() ? "" : "; ", u.name, u.tp, dp, u.pipelines[0].pp,
-                     gpus);
+    s += fmt::format("{}{} tp{} dp{} pp{} ({} GPUs)", s.empty() ? "" : "; ", u.name, u.tp, dp, u.pipelines[0].pp, gpus);
   }
   s += fmt::format("; m{} 1f1b, recompute={}", p.units[0].pipelines[0].microbatches,
                    RecomputeName(p.units[0].recompute));
@@ -219,8 +218,8 @@ Plan AllocationPlan(const StrategyContext& ctx, const std::string& strategy, con
   for (size_t u = 0; u < units.names.size(); ++u) {
     const UnitChoice& c = a.units[u];
     const int replicas = c.tp * c.dp / g;  // a group of g GPUs holds g / TP data-parallel ranks
-    plan.units.push_back(MakeUnit(ctx, units.names[u], units.modules[u], first, c.tp, 0, replicas, c.pp, m, ScheduleKind::kOneFOneB,
-                                  recompute, Balance::kTime));
+    plan.units.push_back(MakeUnit(ctx, units.names[u], units.modules[u], first, c.tp, 0, replicas, c.pp, m,
+                                  ScheduleKind::kOneFOneB, recompute, Balance::kTime));
     first += replicas * c.pp;
   }
   // MMScale §6: gcd(DP_up, DP_down) brokers between adjacent units.

@@ -17,8 +17,8 @@ namespace loom {
 // backbone (one encoder unit, branches in model order), the backbone, every
 // module after it (one generator unit, absent when there is none).
 struct MmscaleUnits {
-  std::vector<std::string> names;                  // "encoder", "backbone", "generator"
-  std::vector<std::vector<std::string>> modules;   // per unit
+  std::vector<std::string> names;                 // "encoder", "backbone", "generator"
+  std::vector<std::vector<std::string>> modules;  // per unit
 };
 MmscaleUnits SplitMmscaleUnits(const Model& model);
 

@@ -18,10 +18,16 @@ const StrategyRegistration kMmscale({"mmscale",
 const StrategyRegistration kRatio({"mmscale-ratio",
                                    "MMScale's ratio-based baseline: the same units, GPUs in proportion to FLOPs, no "
                                    "reordering",
-                                   1000, MmscaleRatioStrategy, {}, true});
+                                   1000,
+                                   MmscaleRatioStrategy,
+                                   {},
+                                   true});
 const StrategyRegistration kNoReorder({"mmscale-noreorder",
-                                       "MMScale's allocation trained in the loader's (random) order", 1001,
-                                       MmscaleNoReorderStrategy, {}, true});
+                                       "MMScale's allocation trained in the loader's (random) order",
+                                       1001,
+                                       MmscaleNoReorderStrategy,
+                                       {},
+                                       true});
 
 }  // namespace
 }  // namespace loom

@@ -35,8 +35,8 @@ std::vector<int> StageOf(const std::vector<std::vector<int>>& stages, int n) {
 
 // reach[a][b]: a directed path a -> ... -> b in the stage graph; false when
 // the graph has a cycle or an edge inside a stage (illegal partition: *ok = false).
-std::vector<std::vector<bool>> Reach(const std::vector<std::vector<int>>& deps, const std::vector<std::vector<int>>& stages,
-                                     bool* ok) {
+std::vector<std::vector<bool>> Reach(const std::vector<std::vector<int>>& deps,
+                                     const std::vector<std::vector<int>>& stages, bool* ok) {
   const int k = static_cast<int>(stages.size());
   const auto of = StageOf(stages, static_cast<int>(deps.size()));
   std::vector<std::vector<bool>> reach(k, std::vector<bool>(k, false));

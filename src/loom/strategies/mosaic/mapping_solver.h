@@ -33,11 +33,11 @@ struct Stage {
 };
 
 struct Mapping {
-  std::vector<Stage> stages;   // in execution order
-  double time_s = 0;           // sum of stage times (Eq. 1)
+  std::vector<Stage> stages;  // in execution order
+  double time_s = 0;          // sum of stage times (Eq. 1)
   int pairs_visited = 0;
   int pruned = 0;
-  int refinements = 0;         // single-module moves after the merging
+  int refinements = 0;  // single-module moves after the merging
   bool feasible() const;
 };
 

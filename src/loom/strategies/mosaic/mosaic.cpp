@@ -34,8 +34,7 @@ namespace {
 // simulator judges them), and sets `why` when none fits.
 constexpr int kPerLevel = 3;
 std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const MosaicOptions& options,
-                                        const std::vector<TokenStats>& batch_tokens, int tp, int pp,
-                                        std::string& why) {
+                                        const std::vector<TokenStats>& batch_tokens, int tp, int pp, std::string& why) {
   std::vector<MosaicSolution> found;
   MosaicSolution sol;
   SurfaceOptions so;
@@ -67,11 +66,12 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
           double least = 1e300;
           for (const auto& p : s.points) least = std::min(least, p.mem_bytes);
           if (least > mem && too_big.empty()) {
-            too_big = fmt::format("module {} needs {} per GPU even with TP {}{}, DP over the rest of the {} GPUs, "
-                                  "{} microbatches in {} rounds, more than the {} of a {}",
-                                  s.module, s.points.empty() ? std::string("more") : HumanBytes(least), tp,
-                                  pp > 1 ? fmt::format(" x PP {}", pp) : "", ctx.cluster.num_gpus(), m, k,
-                                  HumanBytes(mem), ctx.cluster.gpu.name);
+            too_big = fmt::format(
+                "module {} needs {} per GPU even with TP {}{}, DP over the rest of the {} GPUs, "
+                "{} microbatches in {} rounds, more than the {} of a {}",
+                s.module, s.points.empty() ? std::string("more") : HumanBytes(least), tp,
+                pp > 1 ? fmt::format(" x PP {}", pp) : "", ctx.cluster.num_gpus(), m, k, HumanBytes(mem),
+                ctx.cluster.gpu.name);
           }
         }
         if (!too_big.empty()) {
@@ -97,10 +97,11 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
           done = ++per_level == kPerLevel;
           break;
         }
-        why = fmt::format("no stage mapping fits {} at TP {}{}: every module keeps its state on each GPU it uses "
-                          "for the whole iteration (and the activations of every stage but the last until its "
-                          "backward), even with full recomputation, {} microbatches and {} rounds",
-                          ctx.cluster.name, tp, pp > 1 ? fmt::format(" x PP {}", pp) : "", m, k);
+        why = fmt::format(
+            "no stage mapping fits {} at TP {}{}: every module keeps its state on each GPU it uses "
+            "for the whole iteration (and the activations of every stage but the last until its "
+            "backward), even with full recomputation, {} microbatches and {} rounds",
+            ctx.cluster.name, tp, pp > 1 ? fmt::format(" x PP {}", pp) : "", m, k);
       }
     }
   }
@@ -129,8 +130,7 @@ Plan BuildPlan(const StrategyContext& ctx, const MosaicOptions& options, const M
       const int m = sol.microbatches;
       const bool last = phase + 1 == static_cast<int>(sol.mapping.stages.size());
       Unit u = MakeUnit(ctx, name, {name}, p.first_gpu * sol.pp, sol.tp, phase, sp.replicas, sp.pp, m,
-                        m > 1 && last ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe, sol.recompute,
-                        Balance::kTime);
+                        m > 1 && last ? ScheduleKind::kOneFOneB : ScheduleKind::kGpipe, sol.recompute, Balance::kTime);
       u.sm_fraction = static_cast<double>(p.sms) / rules.sm_count;
       plan.units.push_back(std::move(u));
     }
@@ -198,8 +198,8 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
       "evaluations, {} CBC solves, {} pairs, {} pruned, {} refinements",
       options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
                          : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
-      max_tp, out.front().pp > 1 ? fmt::format(" x {} nodes (PP)", out.front().pp) : "", out.size(), evaluations,
-      milp, pairs, pruned, refinements);
+      max_tp, out.front().pp > 1 ? fmt::format(" x {} nodes (PP)", out.front().pp) : "", out.size(), evaluations, milp,
+      pairs, pruned, refinements);
   for (auto& sol : out) sol.plan.searched = searched;
   // Fastest mapping first; a tie keeps the smaller slot (the paper's).
   std::stable_sort(out.begin(), out.end(), [](const MosaicSolution& a, const MosaicSolution& b) {

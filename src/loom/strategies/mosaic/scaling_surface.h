@@ -31,20 +31,20 @@ namespace loom::mosaic {
 
 struct SurfacePoint {
   int dp = 1;
-  int sms = 0;              // per GPU; sm_count = the whole GPU
+  int sms = 0;  // per GPU; sm_count = the whole GPU
   double latency_s = 0;
   double launch_floor_s = 0;
-  double mem_bytes = 0;     // per GPU when it runs 1F1B (the last stage): state + in-flight activations
-  double bandwidth = 0;     // B in [0, 1]
+  double mem_bytes = 0;       // per GPU when it runs 1F1B (the last stage): state + in-flight activations
+  double bandwidth = 0;       // B in [0, 1]
   double held_mem_bytes = 0;  // per GPU when it keeps all m microbatches until its backward (GPipe)
-  int pp = 1;               // pipeline stages over a slot's groups (1: whole on each; SurfaceOptions::pp)
-  int replicas = 1;         // data-parallel copies on the dp slots: dp with pp > 1; with pp = 1 one per
-                            // group, fewer (the first groups) when a microbatch has fewer samples
+  int pp = 1;                 // pipeline stages over a slot's groups (1: whole on each; SurfaceOptions::pp)
+  int replicas = 1;           // data-parallel copies on the dp slots: dp with pp > 1; with pp = 1 one per
+                              // group, fewer (the first groups) when a microbatch has fewer samples
 };
 
 struct ModuleSurface {
   std::string module;
-  int index = 0;                      // in Model::modules
+  int index = 0;  // in Model::modules
   // By dp, then pp, then sms, increasing; (dp, pp, sms) is unique. The
   // solver chooses among these grid points only (its quotas are the grid's),
   // so nothing interpolates between them.
@@ -54,7 +54,7 @@ struct ModuleSurface {
 };
 
 struct SurfaceOptions {
-  double granularity = 0.1;   // SM-quota step (Mosaic's default 10%)
+  double granularity = 0.1;  // SM-quota step (Mosaic's default 10%)
   // Activation recomputation of every module (the paper is silent; Loom
   // raises it only when a module fits no GPU without).
   Recompute recompute = Recompute::kNone;

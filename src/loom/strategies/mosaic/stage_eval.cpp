@@ -12,7 +12,11 @@ namespace loom::mosaic {
 
 StageEvaluator::StageEvaluator(const std::vector<ModuleSurface>& surfaces, int gpus, double mem_bytes_per_gpu,
                                SmPartitionRules rules, SmSharing sharing, StageEvalOptions options)
-    : surfaces_(surfaces), gpus_(gpus), mem_bytes_(mem_bytes_per_gpu), rules_(rules), sharing_(sharing),
+    : surfaces_(surfaces),
+      gpus_(gpus),
+      mem_bytes_(mem_bytes_per_gpu),
+      rules_(rules),
+      sharing_(sharing),
       options_(options) {
   if (!options_.interference) {
     sharing_.e1 = sharing_.e2 = sharing_.e3 = 0;
@@ -42,9 +46,7 @@ double StageEvaluator::Rectify(std::vector<Placement>* placements) const {
     const auto& p = (*placements)[i];
     for (int g = p.first_gpu; g < p.first_gpu + p.dp; ++g) on[g].push_back(i);
   }
-  auto point = [&](const Placement& p) -> const SurfacePoint& {
-    return surfaces_[p.module].At(p.dp, p.pp, p.sms);
-  };
+  auto point = [&](const Placement& p) -> const SurfacePoint& { return surfaces_[p.module].At(p.dp, p.pp, p.sms); };
   double stage = 0;
   for (int i = 0; i < static_cast<int>(placements->size()); ++i) {
     auto& p = (*placements)[i];
@@ -90,8 +92,12 @@ struct GpuLoad {
   std::vector<double> mem_left, floor_left;
   int sm_count = 0;
   GpuLoad(int gpus, const SmPartitionRules& rules, const std::vector<double>& caps, double tau)
-      : sm_left(gpus, rules.sm_count), part_left(gpus, rules.partitionable_sms), users(gpus, 0),
-        mem_left(caps), floor_left(gpus, tau), sm_count(rules.sm_count) {}
+      : sm_left(gpus, rules.sm_count),
+        part_left(gpus, rules.partitionable_sms),
+        users(gpus, 0),
+        mem_left(caps),
+        floor_left(gpus, tau),
+        sm_count(rules.sm_count) {}
   // Whether `o` fits on GPUs [start, start + o.dp); `left` gets the SMs it would leave free.
   bool Fits(const Option& o, int start, int* left, bool* empty) const {
     *left = 0;

@@ -32,35 +32,35 @@
 namespace loom::mosaic {
 
 struct Placement {
-  int module = 0;      // index into the surfaces
-  int dp = 1;          // slots
-  int pp = 1;          // the option's SurfacePoint::pp
-  int sms = 0;         // per GPU
-  int first_gpu = 0;   // GPUs first_gpu .. first_gpu + dp - 1
-  double latency_s = 0;   // rectified
+  int module = 0;        // index into the surfaces
+  int dp = 1;            // slots
+  int pp = 1;            // the option's SurfacePoint::pp
+  int sms = 0;           // per GPU
+  int first_gpu = 0;     // GPUs first_gpu .. first_gpu + dp - 1
+  double latency_s = 0;  // rectified
 };
 
 struct StageResult {
-  double time_s = std::numeric_limits<double>::infinity();  // infinite: the modules cannot share the pool
+  double time_s = std::numeric_limits<double>::infinity();    // infinite: the modules cannot share the pool
   double target_s = std::numeric_limits<double>::infinity();  // the smallest feasible target (before rectification)
   std::vector<Placement> placements;
   bool feasible() const { return time_s < std::numeric_limits<double>::infinity(); }
 };
 
 struct StageEvalOptions {
-  bool cache = true;          // reuse results per module set (bitmask; Mosaic §4)
-  bool greedy_first = true;   // try a first fit and a best fit first
-  bool exact_search = true;   // then a depth-first search (node budget); off: CBC decides every target
-  bool interference = true;   // rectify with Eq. 7-8 and the host floor
-  bool additive_only = false; // Eq. 8 without its product term (the ablation)
+  bool cache = true;           // reuse results per module set (bitmask; Mosaic §4)
+  bool greedy_first = true;    // try a first fit and a best fit first
+  bool exact_search = true;    // then a depth-first search (node budget); off: CBC decides every target
+  bool interference = true;    // rectify with Eq. 7-8 and the host floor
+  bool additive_only = false;  // Eq. 8 without its product term (the ablation)
 };
 
 // Evaluates stages over one model's surfaces; caches by module bitmask.
 // Not thread-safe (the cache); one evaluator per search.
 class StageEvaluator {
  public:
-  StageEvaluator(const std::vector<ModuleSurface>& surfaces, int gpus, double mem_bytes_per_gpu,
-                 SmPartitionRules rules, SmSharing sharing, StageEvalOptions options = {});
+  StageEvaluator(const std::vector<ModuleSurface>& surfaces, int gpus, double mem_bytes_per_gpu, SmPartitionRules rules,
+                 SmSharing sharing, StageEvalOptions options = {});
 
   // `modules`: indices into the surfaces. REQUIRES: at most 64 modules.
   // `lower_bound_s`: a target known infeasible below it (a subset's
@@ -88,7 +88,7 @@ class StageEvaluator {
   // depends on where the other stages sit). An empty vector switches it off.
   void SetResident(std::vector<double> resident_bytes, bool holds_all);
 
-  int evaluations() const { return evaluations_; }   // Evaluate calls that were not cached
+  int evaluations() const { return evaluations_; }  // Evaluate calls that were not cached
   int milp_solves() const { return milp_solves_; }
 
  private:
@@ -105,8 +105,8 @@ class StageEvaluator {
   StageEvalOptions options_;
   // Mutated by Evaluate.
   std::map<uint64_t, StageResult> cache_;
-  double cap_ = 0;             // the most memory any GPU leaves to the stage being evaluated
-  std::vector<double> caps_;   // per GPU (all cap_ without SetResident)
+  double cap_ = 0;            // the most memory any GPU leaves to the stage being evaluated
+  std::vector<double> caps_;  // per GPU (all cap_ without SetResident)
   bool reserve_others_ = true;
   std::vector<double> resident_;  // SetResident's; empty: off
   bool holds_all_ = false;

@@ -28,9 +28,10 @@ std::vector<std::vector<int>> EnumerateInstantiations(int nodes, const std::vect
           ++v[q - 1];
           cur[n].push_back(std::move(v));
           if (++cells > limit) {
-            throw Error(fmt::format("oobleck: more than {} ways to instantiate {} nodes from {} templates; plan a "
-                                    "larger n0 or fewer nodes",
-                                    limit, nodes, p));
+            throw Error(
+                fmt::format("oobleck: more than {} ways to instantiate {} nodes from {} templates; plan a "
+                            "larger n0 or fewer nodes",
+                            limit, nodes, p));
           }
         }
       }
@@ -94,10 +95,11 @@ BatchDistribution DistributeBatch(const std::vector<int>& x, const std::vector<d
   if (x.size() != microbatch_time_s.size()) throw Error("oobleck: internal: one time per template");
   if (!Splits(x, total_microbatches)) {
     const auto [up, down] = NearestDistributable(x, total_microbatches);
-    throw Error(fmt::format("oobleck: {} microbatches do not split over the pipelines ({} in all, counts {}): the "
-                            "nearest totals that do are {}{}",
-                            total_microbatches, std::accumulate(x.begin(), x.end(), 0), fmt::join(x, ","), up,
-                            down > 0 ? fmt::format(" and {}", down) : ""));
+    throw Error(
+        fmt::format("oobleck: {} microbatches do not split over the pipelines ({} in all, counts {}): the "
+                    "nearest totals that do are {}{}",
+                    total_microbatches, std::accumulate(x.begin(), x.end(), 0), fmt::join(x, ","), up,
+                    down > 0 ? fmt::format(" and {}", down) : ""));
   }
   std::vector<int> used;
   for (size_t j = 0; j < x.size(); ++j) {

@@ -179,12 +179,11 @@ std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const Oobl
       const int mid = lo + (hi - lo) / 2;
       (too_many(mid) ? hi : lo) = mid;
     }
-    throw Error(fmt::format("oobleck: {} nodes split into {} pipeline templates ({}-{} nodes) in too many ways to "
-                            "enumerate and rank (Eq. 2.5 builds more than {} vectors){}",
-                            N, sizes.nodes.size(), sizes.nodes.front(), sizes.nodes.back(), kMaxInstantiations,
-                            lo > 0 ? fmt::format("; for {} (f = {}) it plans clusters of up to {} nodes", ctx.model.name,
-                                                 f, lo)
-                                   : ""));
+    throw Error(fmt::format(
+        "oobleck: {} nodes split into {} pipeline templates ({}-{} nodes) in too many ways to "
+        "enumerate and rank (Eq. 2.5 builds more than {} vectors){}",
+        N, sizes.nodes.size(), sizes.nodes.front(), sizes.nodes.back(), kMaxInstantiations,
+        lo > 0 ? fmt::format("; for {} (f = {}) it plans clusters of up to {} nodes", ctx.model.name, f, lo) : ""));
   }
   const auto xs = FeasibleInstantiations(N, sizes, kMaxInstantiations);
   if (xs.empty()) {
@@ -264,9 +263,10 @@ std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const Oobl
     }
   }
   if (ranked.empty()) {
-    throw Error(fmt::format("oobleck: no instantiation of {} nodes with >= {} pipelines has templates that fit and "
-                            "a batch split: {}",
-                            N, f + 1, why));
+    throw Error(
+        fmt::format("oobleck: no instantiation of {} nodes with >= {} pipelines has templates that fit and "
+                    "a batch split: {}",
+                    N, f + 1, why));
   }
   // Fastest estimate first; ties: fewer pipelines, then the vector (deterministic).
   std::stable_sort(ranked.begin(), ranked.end(), [](const OobleckSolution& a, const OobleckSolution& b) {
@@ -300,8 +300,8 @@ std::string Describe(const Plan& p) {
   for (const auto& ps : p.units[0].pipelines) {
     int gpus = 0;
     for (int g : ps.rank_groups) gpus += g * p.group_gpus;
-    s += fmt::format("{}{} x (pp{} on {} GPUs, m{})", s.empty() ? "" : " + ", ps.replicas, ps.pp, gpus,
-                     ps.microbatches);
+    s +=
+        fmt::format("{}{} x (pp{} on {} GPUs, m{})", s.empty() ? "" : " + ", ps.replicas, ps.pp, gpus, ps.microbatches);
   }
   return s + fmt::format("{} rc={}", p.units[0].zero_stage == 3 ? " fsdp" : "", RecomputeName(p.units[0].recompute));
 }

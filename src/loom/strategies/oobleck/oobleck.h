@@ -52,8 +52,8 @@ struct OobleckSolution {
   oobleck::BatchDistribution batch;
   int microbatch_samples = 1;
   Recompute recompute = Recompute::kNone;  // the planner's times and memory assumed it
-  double estimated_s = 0;  // the slowest pipeline's critical path
-  int instantiations = 0;  // feasible instantiations ranked
+  double estimated_s = 0;                  // the slowest pipeline's critical path
+  int instantiations = 0;                  // feasible instantiations ranked
   Plan plan;
 };
 

@@ -87,8 +87,8 @@ Reconfiguration Reconfigure(const std::vector<std::vector<int>>& pipelines, cons
       // Fewest pipelines (deeper pipelines keep more of the old layout), then
       // the most large templates.
       if (best_x.empty() || count < best_count ||
-          (count == best_count && std::lexicographical_compare(best_x[0].rbegin(), best_x[0].rend(), x.rbegin(),
-                                                               x.rend()))) {
+          (count == best_count &&
+           std::lexicographical_compare(best_x[0].rbegin(), best_x[0].rend(), x.rbegin(), x.rend()))) {
         best_x = {x};
         best_count = count;
       }

@@ -29,9 +29,9 @@ enum class RecoveryStep : int { kNone = 0, kSimple = 1, kBorrow = 2, kMerge = 3,
 
 struct Reconfiguration {
   bool recovered = false;
-  std::string outcome;                    // what happened, or why it cannot recover
+  std::string outcome;                      // what happened, or why it cannot recover
   std::vector<std::vector<int>> pipelines;  // node ids of each pipeline after it
-  std::vector<RecoveryStep> steps;        // one per pipeline that lost nodes, in order
+  std::vector<RecoveryStep> steps;          // one per pipeline that lost nodes, in order
 };
 
 // `pipelines`: node ids of each pipeline before the failure (each a template

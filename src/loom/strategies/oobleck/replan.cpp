@@ -18,9 +18,10 @@ OobleckReplanner::OobleckReplanner(const Model& model, const Cluster& cluster, c
                                    const Plan& plan, int fault_tolerance)
     : model_(model), cluster_(cluster), workload_(workload), original_(plan) {
   if (plan.strategy != "oobleck" || plan.units.size() != 1) {
-    throw Error(fmt::format("--fault-tolerance: re-planning after failures uses Oobleck's pipeline templates; this "
-                            "plan is {}'s (plan one with `loom plan --strategy oobleck --fault-tolerance {}`)",
-                            plan.strategy, fault_tolerance));
+    throw Error(
+        fmt::format("--fault-tolerance: re-planning after failures uses Oobleck's pipeline templates; this "
+                    "plan is {}'s (plan one with `loom plan --strategy oobleck --fault-tolerance {}`)",
+                    plan.strategy, fault_tolerance));
   }
   const Unit& u = plan.units[0];
   int64_t microbatches = 0;
@@ -56,9 +57,10 @@ OobleckReplanner::OobleckReplanner(const Model& model, const Cluster& cluster, c
     for (int g : ps.rank_groups) gpus += g * plan.group_gpus;
     if (ps.rank_groups.empty()) gpus = ps.pp * plan.group_gpus;
     if (gpus % cluster.gpus_per_node != 0) {
-      throw Error(fmt::format("--fault-tolerance: a pipeline of the plan runs on {} GPUs, not whole nodes of {}; "
-                              "Oobleck's pipelines own whole nodes",
-                              gpus, cluster.gpus_per_node));
+      throw Error(
+          fmt::format("--fault-tolerance: a pipeline of the plan runs on {} GPUs, not whole nodes of {}; "
+                      "Oobleck's pipelines own whole nodes",
+                      gpus, cluster.gpus_per_node));
     }
     for (int r = 0; r < ps.replicas; ++r) {
       pipelines_.emplace_back();
@@ -66,14 +68,15 @@ OobleckReplanner::OobleckReplanner(const Model& model, const Cluster& cluster, c
     }
   }
   if (next > cluster.nodes) {
-    throw Error(fmt::format("--fault-tolerance: the plan's pipelines need {} nodes; the cluster has {}", next,
-                            cluster.nodes));
+    throw Error(
+        fmt::format("--fault-tolerance: the plan's pipelines need {} nodes; the cluster has {}", next, cluster.nodes));
   }
   for (const auto& p : pipelines_) {
     if (!solution_.sizes.Has(static_cast<int>(p.size()))) {
-      throw Error(fmt::format("--fault-tolerance: the plan has a pipeline of {} nodes, but the templates for f = {} "
-                              "span {}-{} nodes",
-                              p.size(), fault_tolerance, solution_.sizes.nodes.front(), solution_.sizes.max_nodes()));
+      throw Error(
+          fmt::format("--fault-tolerance: the plan has a pipeline of {} nodes, but the templates for f = {} "
+                      "span {}-{} nodes",
+                      p.size(), fault_tolerance, solution_.sizes.nodes.front(), solution_.sizes.max_nodes()));
     }
   }
 }
@@ -144,14 +147,16 @@ Replanned OobleckReplanner::operator()(const std::vector<int>& failed, const std
       out.nodes.insert(out.nodes.end(), next[order[k]].begin(), next[order[k]].end());
     }
     std::vector<int> counts(sol.batch.microbatches.rbegin(), sol.batch.microbatches.rend());
-    split = fmt::format("{} pipelines of {} node(s), microbatches per pipeline {} (the batch split pipeline by "
-                        "pipeline)",
-                        next.size(), [&] {
-                          std::vector<size_t> n;
-                          for (int k = static_cast<int>(order.size()) - 1; k >= 0; --k) n.push_back(next[order[k]].size());
-                          return fmt::format("{}", fmt::join(n, "/"));
-                        }(),
-                        fmt::join(counts, "/"));
+    split = fmt::format(
+        "{} pipelines of {} node(s), microbatches per pipeline {} (the batch split pipeline by "
+        "pipeline)",
+        next.size(),
+        [&] {
+          std::vector<size_t> n;
+          for (int k = static_cast<int>(order.size()) - 1; k >= 0; --k) n.push_back(next[order[k]].size());
+          return fmt::format("{}", fmt::join(n, "/"));
+        }(),
+        fmt::join(counts, "/"));
   }
   Cluster now = cluster_;
   now.nodes = static_cast<int>(out.nodes.size());

@@ -35,7 +35,7 @@ class OobleckReplanner {
   const Cluster& cluster_;
   const Workload& workload_;
   Plan original_;
-  OobleckSolution solution_;  // templates, sizes, microbatch size
+  OobleckSolution solution_;          // templates, sizes, microbatch size
   std::vector<double> microbatch_s_;  // T_j per template
   std::vector<std::vector<int>> pipelines_;
 };

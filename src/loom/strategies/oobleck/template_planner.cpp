@@ -226,9 +226,10 @@ PipelineTemplate TemplatePlanner::Plan(int nodes) {
     }
   }
   if (best_s == 0) {
-    throw Error(fmt::format("oobleck: no template of {} nodes: no split of the {} layers into stages of one node "
-                            "each fits{}",
-                            nodes, layers_, memory_.empty() ? "" : " in memory"));
+    throw Error(
+        fmt::format("oobleck: no template of {} nodes: no split of the {} layers into stages of one node "
+                    "each fits{}",
+                    nodes, layers_, memory_.empty() ? "" : " in memory"));
   }
   EmitNodes(best_s, 0, nodes, 0, &best.stages);
   best.planned_s = best_cost;

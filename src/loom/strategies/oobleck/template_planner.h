@@ -92,12 +92,12 @@ class TemplatePlanner {
 
   // Summary of a partial pipeline: what Eq. 2.1-2.3 combine.
   struct Part {
-    double t1 = 0;      // Σ t
-    double tail = 0;    // Σ t from the slowest stage on (T3)
-    double slow = -1;   // slowest stage time; < 0: infeasible
-    int k_star = 0;     // its index in the part
+    double t1 = 0;     // Σ t
+    double tail = 0;   // Σ t from the slowest stage on (T3)
+    double slow = -1;  // slowest stage time; < 0: infeasible
+    int k_star = 0;    // its index in the part
     int stages = 0;
-    int split = -1;     // the (s, k, m) of the best divide; -1: a single stage (conquer)
+    int split = -1;  // the (s, k, m) of the best divide; -1: a single stage (conquer)
     int split_layer = 0, split_units = 0;
     double Cost() const;  // T1 + T2 + T3 at N_b = 4 · stages
   };

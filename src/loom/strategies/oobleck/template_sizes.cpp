@@ -13,9 +13,10 @@ TemplateSizes TemplateNodeCounts(int nodes, int fault_tolerance, int min_nodes) 
   if (min_nodes < 1) throw Error(fmt::format("oobleck: n0 is {}; a template needs at least 1 node", min_nodes));
   const int need = (fault_tolerance + 1) * min_nodes;
   if (nodes < need) {
-    throw Error(fmt::format("oobleck: fault tolerance {} needs f + 1 = {} pipelines of at least {} node(s) (what "
-                            "holds the model's training state), {} nodes; the cluster has {}",
-                            fault_tolerance, fault_tolerance + 1, min_nodes, need, nodes));
+    throw Error(
+        fmt::format("oobleck: fault tolerance {} needs f + 1 = {} pipelines of at least {} node(s) (what "
+                    "holds the model's training state), {} nodes; the cluster has {}",
+                    fault_tolerance, fault_tolerance + 1, min_nodes, need, nodes));
   }
   TemplateSizes t;
   t.min_nodes = min_nodes;

@@ -57,8 +57,7 @@ ExactSchedule SolveFullIlp(const StageFlow& flow, double time_limit_s) {
           if (u == v || v == w || u == w) continue;
           std::vector<int> cols;
           std::vector<double> coefs;
-          double constant = before(u, v, cols, coefs, 1) + before(v, w, cols, coefs, 1) +
-                            before(u, w, cols, coefs, -1);
+          double constant = before(u, v, cols, coefs, 1) + before(v, w, cols, coefs, 1) + before(u, w, cols, coefs, -1);
           ilp.AddRow(cols, coefs, 'L', 1 - constant);  // before(u,v) + before(v,w) - before(u,w) <= 1
         }
       }

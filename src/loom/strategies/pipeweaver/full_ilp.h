@@ -14,9 +14,9 @@
 namespace loom {
 
 struct ExactSchedule {
-  bool solved = false;     // CBC proved optimality within the time limit
-  double makespan_s = 0;   // the optimum (or best found)
-  double bound_s = 0;      // CBC's lower bound
+  bool solved = false;    // CBC proved optimality within the time limit
+  double makespan_s = 0;  // the optimum (or best found)
+  double bound_s = 0;     // CBC's lower bound
   int variables = 0, rows = 0;
 };
 

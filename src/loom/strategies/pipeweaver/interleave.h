@@ -34,8 +34,8 @@ struct Interleaving {
   std::vector<std::vector<int>> order;  // per rank, flow stages in execution order
   std::vector<double> start_s, end_s;   // per flow stage
   double makespan_s = 0;
-  std::vector<double> peak_bytes;       // per rank, activations held at the worst point
-  bool fits = true;                     // false: a forward ran over the rank's capacity
+  std::vector<double> peak_bytes;  // per rank, activations held at the worst point
+  bool fits = true;                // false: a forward ran over the rank's capacity
   // Busiest rank's work / makespan (the score of PipeWeaver Alg. 1: the share
   // of the critical rank's time that is not bubble).
   double score = 0;

@@ -137,8 +137,8 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
     for (int c = 0; c < static_cast<int>(cands[i].size()); ++c) {  // fastest first
       if (cands[i][c].time_s >= cands[i][pick[i]].time_s) break;
       const double delta = cands[i][c].activation_bytes - cands[i][pick[i]].activation_bytes;
-      const bool ok = std::all_of(rows_of[i].begin(), rows_of[i].end(),
-                                  [&](int k) { return usage[k] + delta <= cap(k) + 1e-6; });
+      const bool ok =
+          std::all_of(rows_of[i].begin(), rows_of[i].end(), [&](int k) { return usage[k] + delta <= cap(k) + 1e-6; });
       if (!ok) continue;
       for (int k : rows_of[i]) usage[k] += delta;
       pick[i] = c;

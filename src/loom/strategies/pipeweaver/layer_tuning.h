@@ -12,8 +12,8 @@
 //     each pair k on rank p, the pairs of p live at k's start (s_i <= s_k <= t_i,
 //     taken in the rank's execution order so zero-length stages tie right)
 //     hold at most M_p. Rows that cannot bind are dropped, with the
-//     variables of pairs in none of the rest (they take their fastest candidate). Solved by CBC from a greedy warm start, stopping at a
-//     relative gap (5%, as the paper).
+//     variables of pairs in none of the rest (they take their fastest candidate). Solved by CBC from a greedy warm
+//     start, stopping at a relative gap (5%, as the paper).
 // Offload to host memory is not modelled (the cluster has no host link).
 #pragma once
 
@@ -37,19 +37,19 @@ std::vector<TuningCandidate> PairCandidates(const std::vector<std::array<LayerTi
                                             int grid = 64);
 
 struct TuningOptions {
-  int candidates = 4;         // K
+  int candidates = 4;  // K
   double relative_gap = 0.05;
   double time_limit_s = 0.2;
-  int max_variables = 4000;   // larger ILPs keep the greedy warm start (CBC's set-up alone takes seconds)
-  bool use_solver = true;     // false: the greedy warm start alone
+  int max_variables = 4000;  // larger ILPs keep the greedy warm start (CBC's set-up alone takes seconds)
+  bool use_solver = true;    // false: the greedy warm start alone
 };
 
 struct TuningResult {
-  bool feasible = false;       // some choice fits (else `choice` is empty)
-  std::vector<int> choice;     // per pair (index into flow forward stages order), the candidate
-  double objective_s = 0;      // sum of the chosen pairs' times
-  double greedy_s = 0;         // the warm start's
-  bool optimal = false;        // proven within the gap
+  bool feasible = false;    // some choice fits (else `choice` is empty)
+  std::vector<int> choice;  // per pair (index into flow forward stages order), the candidate
+  double objective_s = 0;   // sum of the chosen pairs' times
+  double greedy_s = 0;      // the warm start's
+  bool optimal = false;     // proven within the gap
   int variables = 0, rows = 0;
 };
 

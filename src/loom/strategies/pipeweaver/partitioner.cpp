@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "loom/cost/frozen.h"
+#include "loom/cost/layer_pricing.h"
 #include "loom/cost/token_stats.h"
 #include "loom/error.h"
-#include "loom/cost/layer_pricing.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/strategies/plan_builders.h"
 
@@ -163,8 +163,9 @@ std::map<std::string, std::vector<int>> SubMicrobatchCounts(const Model& model, 
     for (const auto& mb : microbatch_samples) {
       int most = 1 << 30;
       double sequences = 0;
-      const bool by_item = std::all_of(mod.modules.begin(), mod.modules.end(),
-                                       [&](const std::string& n) { return ItemDrivenModule(model, model.FindModule(n)); });
+      const bool by_item = std::all_of(mod.modules.begin(), mod.modules.end(), [&](const std::string& n) {
+        return ItemDrivenModule(model, model.FindModule(n));
+      });
       for (const auto& slice : SplitEven(mb, D)) {
         double n = 0;
         for (int s : slice) n += CountModuleTokens(model, batch.samples[s])[lead].sequences;

@@ -23,12 +23,12 @@ namespace loom {
 // A modality module: consecutive model modules (in model order) trained as
 // one pipeline segment group.
 struct ModalityModule {
-  std::string name;                  // its first module's name
+  std::string name;  // its first module's name
   std::vector<std::string> modules;
   int layers = 0;
-  int sub_microbatch_size = 1;       // B_i, in sequences of its first module
-  double time_s = 0;                 // T_i: forward + backward of the representative batch at the plan's TP
-  int segments = 1;                  // K_i
+  int sub_microbatch_size = 1;  // B_i, in sequences of its first module
+  double time_s = 0;            // T_i: forward + backward of the representative batch at the plan's TP
+  int segments = 1;             // K_i
 };
 
 // Module groups: every module that is not a projector starts one; a projector

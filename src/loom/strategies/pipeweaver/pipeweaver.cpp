@@ -87,7 +87,6 @@ Woven BuildWoven(const StrategyContext& ctx, const Plan& plan, const Batch& batc
   return w;
 }
 
-
 }  // namespace
 
 PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
@@ -109,8 +108,7 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   const std::vector<ModalityModule> modules = StaticPartition(ctx, tp, pp);
   const std::vector<int> stage_module = StageModules(plan, modules);
   IterationSchedule it = rep.schedule;
-  it.module_sub_microbatches =
-      SubMicrobatchCounts(ctx.model, plan, modules, batch, it.microbatch_samples);
+  it.module_sub_microbatches = SubMicrobatchCounts(ctx.model, plan, modules, batch, it.microbatch_samples);
   if (it.module_sub_microbatches.empty()) {  // nothing to cut: mark the schedule woven with unit counts
     it.module_sub_microbatches[unit.modules.front()] = std::vector<int>(it.microbatch_samples.size(), 1);
   }
@@ -210,7 +208,8 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
   std::map<std::pair<int, int>, std::vector<ModalityModule>> partitions;
   ForEachPipelineGrid(ctx, ctx.model.num_layers(), [&](int tp, int pp, int dp, int m) {
     auto found = partitions.find({tp, pp});
-    if (found == partitions.end()) found = partitions.emplace(std::make_pair(tp, pp), StaticPartition(ctx, tp, pp)).first;
+    if (found == partitions.end())
+      found = partitions.emplace(std::make_pair(tp, pp), StaticPartition(ctx, tp, pp)).first;
     const auto& modules = found->second;
     int vpp = 0;
     for (const auto& mod : modules) vpp += mod.segments;
@@ -241,8 +240,8 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
     std::string segments;
     const auto& modules = partitions.at({p.units[0].tp, p.units[0].pipelines[0].pp});
     for (const auto& mod : modules) {
-      segments += fmt::format("{}{}:K{}B{}", segments.empty() ? "" : ",", mod.name, mod.segments,
-                              mod.sub_microbatch_size);
+      segments +=
+          fmt::format("{}{}:K{}B{}", segments.empty() ? "" : ",", mod.name, mod.segments, mod.sub_microbatch_size);
     }
     return DescribeUnit(p.units[0]) + " segments " + segments;
   };
@@ -283,7 +282,9 @@ PipeweaverOptions Levels(bool weave, bool rank, bool tune) {
 
 }  // namespace
 
-StrategyResult PipeweaverStrategy(const StrategyContext& ctx) { return Search(ctx, "pipeweaver", Levels(true, true, true)); }
+StrategyResult PipeweaverStrategy(const StrategyContext& ctx) {
+  return Search(ctx, "pipeweaver", Levels(true, true, true));
+}
 StrategyResult PipeweaverPartitionStrategy(const StrategyContext& ctx) {
   return Search(ctx, "pipeweaver-partition", Levels(true, true, true));
 }

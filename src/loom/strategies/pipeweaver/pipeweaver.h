@@ -13,23 +13,23 @@ namespace loom {
 
 // Which levels of the per-batch search run (the ablation of paper Table 5).
 struct PipeweaverOptions {
-  bool weave = true;   // sub-microbatches + dual-queue interleaving; false: the static layout only
-  bool rank = true;    // MCTS ranking; false: the default (microbatch-major) ranking
-  bool tune = true;    // per-layer recomputation by the ILP
+  bool weave = true;  // sub-microbatches + dual-queue interleaving; false: the static layout only
+  bool rank = true;   // MCTS ranking; false: the default (microbatch-major) ranking
+  bool tune = true;   // per-layer recomputation by the ILP
   RankingOptions ranking;
   TuningOptions tuning;
 };
 
 // What one batch's search did, level by level (simulated iteration times).
 struct PipeweaverBatchReport {
-  IterationSchedule schedule;     // the one returned
-  double static_s = 0;            // the plan's static interleaved schedule
-  double woven_s = 0;             // sub-microbatches + interleaving, default ranking
-  double ranked_s = 0;            // + MCTS ranking (= woven_s when not run)
-  double tuned_s = 0;             // + layer tuning (= ranked_s when not run or not better)
-  double final_s = 0;             // the best of the above (what `schedule` gives)
-  int flow_stages = 0;            // forward + backward stages in the flow
-  int groups = 0;                 // segment groups ranked
+  IterationSchedule schedule;  // the one returned
+  double static_s = 0;         // the plan's static interleaved schedule
+  double woven_s = 0;          // sub-microbatches + interleaving, default ranking
+  double ranked_s = 0;         // + MCTS ranking (= woven_s when not run)
+  double tuned_s = 0;          // + layer tuning (= ranked_s when not run or not better)
+  double final_s = 0;          // the best of the above (what `schedule` gives)
+  int flow_stages = 0;         // forward + backward stages in the flow
+  int groups = 0;              // segment groups ranked
   RankingResult ranking;
   TuningResult tuning;
 };
@@ -38,9 +38,9 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
                                               int64_t iteration, const PipeweaverOptions& options);
 
 StrategyResult PipeweaverStrategy(const StrategyContext& ctx);
-StrategyResult PipeweaverPartitionStrategy(const StrategyContext& ctx);  // ablation: static layout only
-StrategyResult PipeweaverInterleaveStrategy(const StrategyContext& ctx); // + interleaving, default ranking
-StrategyResult PipeweaverRankStrategy(const StrategyContext& ctx);       // + MCTS ranking, no layer tuning
+StrategyResult PipeweaverPartitionStrategy(const StrategyContext& ctx);   // ablation: static layout only
+StrategyResult PipeweaverInterleaveStrategy(const StrategyContext& ctx);  // + interleaving, default ranking
+StrategyResult PipeweaverRankStrategy(const StrategyContext& ctx);        // + MCTS ranking, no layer tuning
 
 // Registry hooks: the per-batch schedule of each variant.
 IterationSchedule PipeweaverBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration);

@@ -13,14 +13,14 @@ namespace loom {
 namespace {
 
 struct Node {
-  int group = -1;      // the group this node places (-1: root)
+  int group = -1;  // the group this node places (-1: root)
   int parent = -1;
   int depth = 0;
   std::vector<int> children;
   std::vector<int> untried;  // groups that can come next and have no child yet
   int visits = 0;
   double best = 0;
-  bool complete = false;     // every order below it has been tried
+  bool complete = false;  // every order below it has been tried
 };
 
 // Search state shared by the workers.
@@ -114,9 +114,7 @@ struct Tree {
       result.trace.push_back({Elapsed(), result.best.makespan_s});
     }
   }
-  double Elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  }
+  double Elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); }
 };
 
 double Score(const Interleaving& il) { return il.fits ? il.score : 0.5 * il.score; }

@@ -42,8 +42,8 @@ struct RankingResult {
   Interleaving best;
   int rollouts = 0;
   double elapsed_s = 0;
-  bool exhausted = false;        // the whole space was explored
-  bool budget_hit = false;       // stopped by the wall clock
+  bool exhausted = false;                        // the whole space was explored
+  bool budget_hit = false;                       // stopped by the wall clock
   std::vector<std::pair<double, double>> trace;  // (elapsed s, best makespan s) at each improvement
 };
 

@@ -13,7 +13,11 @@ const StrategyRegistration kPipeweaver({"pipeweaver",
 const StrategyRegistration kPartition({"pipeweaver-partition",
                                        "PipeWeaver ablation: the modality-aware layout with its static interleaved "
                                        "schedule",
-                                       1010, PipeweaverPartitionStrategy, {}, true, true});
+                                       1010,
+                                       PipeweaverPartitionStrategy,
+                                       {},
+                                       true,
+                                       true});
 const StrategyRegistration kInterleave({"pipeweaver-interleave",
                                         "PipeWeaver ablation: + sub-microbatches and dual-queue interleaving, default "
                                         "ranking",

@@ -55,7 +55,8 @@ StageFlow BuildStageFlow(const Schedule& sch, const PipelineCosts& pc, const std
     }
   }
   for (int s = 0; s < S; ++s) {
-    for (int j = 0; j < sch.microbatches_of(s); ++j) f.stages[f.backward_id[s][j]].preds.push_back({f.forward_id[s][j], 0.0});
+    for (int j = 0; j < sch.microbatches_of(s); ++j)
+      f.stages[f.backward_id[s][j]].preds.push_back({f.forward_id[s][j], 0.0});
   }
   f.capacity_bytes.assign(sch.num_ranks, gpu_mem_bytes);
   for (int r = 0; r < sch.num_ranks; ++r) f.capacity_bytes[r] -= pc.static_bytes[r] + transient[r];

@@ -17,22 +17,22 @@ namespace loom {
 struct FlowStage {
   bool forward = true;
   int rank = 0;
-  int stage = 0;         // pipeline stage of the plan's template
-  int microbatch = 0;    // the stage's sub-microbatch
-  int module = 0;        // modality module (index into the partition)
+  int stage = 0;       // pipeline stage of the plan's template
+  int microbatch = 0;  // the stage's sub-microbatch
+  int module = 0;      // modality module (index into the partition)
   int global_mb = 0;
   double time_s = 0;
-  double activation_bytes = 0;  // held from the forward's start to the backward's end
+  double activation_bytes = 0;                // held from the forward's start to the backward's end
   std::vector<std::pair<int, double>> preds;  // (flow stage, transfer time after it ends)
 };
 
 struct StageFlow {
   int num_ranks = 0;
-  int num_modules = 0;      // modality modules, in pipeline order
-  int num_microbatches = 0; // global microbatches
+  int num_modules = 0;       // modality modules, in pipeline order
+  int num_microbatches = 0;  // global microbatches
   std::vector<FlowStage> stages;
   std::vector<std::vector<int>> forward_id, backward_id;  // [stage][sub-mb] -> flow stage
-  std::vector<double> capacity_bytes;  // per rank: memory left for activations
+  std::vector<double> capacity_bytes;                     // per rank: memory left for activations
   int group(int module, int global_mb) const { return global_mb * num_modules + module; }
   int num_groups() const { return num_modules * num_microbatches; }
   // A ranking orders 2 x num_groups() events: each group's forward segments
@@ -41,8 +41,7 @@ struct StageFlow {
   // then backwards by module in reverse. Event `step` (0 .. 2 x modules - 1)
   // of microbatch k:
   int event(int step, int global_mb) const {
-    return step < num_modules ? group(step, global_mb)
-                              : num_groups() + group(2 * num_modules - 1 - step, global_mb);
+    return step < num_modules ? group(step, global_mb) : num_groups() + group(2 * num_modules - 1 - step, global_mb);
   }
   int num_events() const { return 2 * num_groups(); }
   // Per rank, the sum of its stage times: a lower bound on the makespan.

@@ -118,7 +118,8 @@ double CandidateSearch::Simulate(const Plan& plan, double prune_above_s) {
     if (early && heaviest_of_cut_.count(cut)) {
       ExecutionPlan alone_exec = Compile(plan, heaviest_of_cut_.at(cut));
       if (alone_exec.replicated) {
-        ExecutionCosts alone = PriceExecution(alone_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
+        ExecutionCosts alone =
+            PriceExecution(alone_exec, ctx_.model, ctx_.cluster, ctx_.representative, nullptr, &memo);
         if (beyond(IterationLowerBound_s(alone_exec, alone))) {
           ++pruned_;
           return kPruned;
@@ -196,8 +197,8 @@ CandidateSearch::Outcome CandidateSearch::TryNow(const std::function<Plan(Recomp
   const double full_s = Simulate(full, prune_above_s);
   if (full_s < 0 && full_s != kPruned) return Outcome::kNoFit;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective}) {
-    if (r == Recompute::kNone && index < static_cast<int64_t>(tries_.size()) &&
-        !tries_[index].none_overflow.empty() && pass_ != Pass::kDirect) {
+    if (r == Recompute::kNone && index < static_cast<int64_t>(tries_.size()) && !tries_[index].none_overflow.empty() &&
+        pass_ != Pass::kDirect) {
       ++overflow_;  // its memory bound overflows: it would not fit
       overflow_reason_ = tries_[index].none_overflow;
       continue;
@@ -238,7 +239,8 @@ std::string CandidateSearch::MemoryOverflow(const ExecutionPlan& exec, const Pla
     auto [pos, inserted] = last_phase.try_emplace(exec.ranks[r].group, phase_of(r));
     if (!inserted) pos->second = std::max(pos->second, phase_of(r));
   }
-  std::map<int, std::pair<double, double>> group_bytes;  // group -> (states + earlier phases' activations, largest other)
+  std::map<int, std::pair<double, double>>
+      group_bytes;  // group -> (states + earlier phases' activations, largest other)
   for (size_t r = 0; r < costs.static_bytes.size(); ++r) {
     double held_s = 0;
     for (const Action& a : exec.schedule.ranks[r]) {
@@ -302,8 +304,7 @@ CandidateSearch::TryState CandidateSearch::Bound(const std::function<Plan(Recomp
     st.none_overflow = MemoryOverflow(exec, plan, costs.replicas.front());
     if (!st.none_overflow.empty()) {
       const Plan full = make(Recompute::kFull);
-      const ExecutionPlan full_exec =
-          Compile(full, heaviest_of_cut_.count(cut) ? heaviest_of_cut_.at(cut) : -1);
+      const ExecutionPlan full_exec = Compile(full, heaviest_of_cut_.count(cut) ? heaviest_of_cut_.at(cut) : -1);
       st.overflow = MemoryOverflow(full_exec, full, heaviest(full_exec).replicas.front());
       st.cannot_fit = !st.overflow.empty();
     }
@@ -487,10 +488,10 @@ StrategyResult CandidateSearch::Finish(const std::string& searched,
   if (invalid_ > 0) r.plan.searched += fmt::format(", {} invalid", invalid_);
   if (pruned_ > 0) r.plan.searched += fmt::format(", {} skipped by their lower bound", pruned_);
   if (budget_spent_) {
-    r.plan.searched += total_ > 0 ? fmt::format("; time budget of {:g} s spent after {} of {} candidates",
-                                                ctx_.time_budget_s, steps_, total_)
-                                  : fmt::format("; time budget of {:g} s spent after {} candidates",
-                                                ctx_.time_budget_s, steps_);
+    r.plan.searched +=
+        total_ > 0
+            ? fmt::format("; time budget of {:g} s spent after {} of {} candidates", ctx_.time_budget_s, steps_, total_)
+            : fmt::format("; time budget of {:g} s spent after {} candidates", ctx_.time_budget_s, steps_);
   }
   r.plan.searched += ")";
   r.config = describe(best_);

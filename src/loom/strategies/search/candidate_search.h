@@ -80,11 +80,11 @@ class CandidateSearch {
   // What is known of one Try of a Run().
   enum class Outcome { kUnseen, kFits, kNoFit, kSkipped };
   struct TryState {
-    double bound_s = -1;      // lower bound of its none variant; < 0: unknown
-    bool cannot_fit = false;  // its memory lower bound overflows a GPU under every recomputation
-    std::string overflow;     // why, when it cannot fit
+    double bound_s = -1;        // lower bound of its none variant; < 0: unknown
+    bool cannot_fit = false;    // its memory lower bound overflows a GPU under every recomputation
+    std::string overflow;       // why, when it cannot fit
     std::string none_overflow;  // why its none variant cannot fit (its memory bound); empty: it may
-    bool invalid = false;     // building or compiling it fails, with none and with full recomputation
+    bool invalid = false;       // building or compiling it fails, with none and with full recomputation
     std::string invalid_reason;
     Outcome outcome = Outcome::kUnseen;
   };

@@ -18,8 +18,7 @@ std::vector<int> TpChoices(const Cluster& c) {
   return out;
 }
 
-void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp,
-                         const std::function<void(int, int, int, int)>& visit) {
+void ForEachPipelineGrid(const StrategyContext& ctx, int max_pp, const std::function<void(int, int, int, int)>& visit) {
   const int n = ctx.cluster.num_gpus();
   for (int tp : TpChoices(ctx.cluster)) {
     if (n % tp != 0 || (ctx.fixed_tp > 0 && tp != ctx.fixed_tp)) continue;
