@@ -2,9 +2,17 @@
 // (NaN included), and a run that diverged fails instead of reporting a loss
 // of 0 and exiting 0.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <dirent.h>
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/error.h"
@@ -100,4 +108,81 @@ TEST(Runtime, ADivergedRunFailsNamingTheStep) {
 }
 
 }  // namespace
+// Issue 45: a scheduler that stops `loom run` signals the launcher alone;
+// its workers used to train on with no parent. Each worker now dies with it.
+namespace {
+
+// The processes whose parent is `parent` (/proc/PID/stat's fourth field).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* proc = opendir("/proc");
+  while (dirent* e = proc ? readdir(proc) : nullptr) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent) out.push_back(pid);
+  }
+  if (proc) closedir(proc);
+  return out;
+}
+
+// Ended: no such process, or a zombie nobody reaped yet.
+bool Ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+}  // namespace
+
+TEST(Runtime, WorkersDieWithTheirLauncher) {
+  for (const int sig : {SIGKILL, SIGTERM, SIGINT}) {
+    const std::vector<std::string> args = {LOOM_BINARY, "run",  "--model",    kModel,   "--cluster",      "h100:1x2",
+                                           "--dp",      "2",    "--workload", "text",   "--global-batch", "32",
+                                           "--seq-len", "1024", "--steps",    "1000000"};
+    const pid_t launcher = fork();
+    ASSERT_GE(launcher, 0);
+    if (launcher == 0) {
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      freopen("/dev/null", "w", stdout);
+      freopen("/dev/null", "w", stderr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    // Its two workers, once both are forked (they start before any step).
+    std::vector<pid_t> workers;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (workers.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      workers = ChildrenOf(launcher);
+    }
+    ASSERT_EQ(workers.size(), 2u) << "signal " << sig;
+    std::this_thread::sleep_for(std::chrono::seconds(1));  // in step 0, which takes some 6 s
+    kill(launcher, sig);
+    int status = 0;
+    waitpid(launcher, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status)) << "signal " << sig;
+    // Well before step 0 ends: a worker's next report would find the pipe
+    // closed and end it by SIGPIPE, so only a short wait tells the fix apart.
+    const auto gone_by = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    bool all_ended = false;
+    while (!all_ended && std::chrono::steady_clock::now() < gone_by) {
+      all_ended = std::all_of(workers.begin(), workers.end(), Ended);
+      if (!all_ended) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(all_ended) << "signal " << sig << ": a worker outlived its launcher";
+    for (pid_t w : workers) kill(w, SIGKILL);  // whatever the outcome, none is left behind
+  }
+}
+
 }  // namespace loom

@@ -21,6 +21,7 @@
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/checkpoint_dir.h"
+#include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
@@ -88,9 +89,11 @@ void GenerationController::StartStore() {
   if (pipe(store_pipe) != 0 || pipe(store_ready) != 0) {
     throw Error("runtime: cannot create a pipe for the store process");
   }
+  const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw Error(fmt::format("runtime: cannot start the store process: {}", std::strerror(errno)));
   if (pid == 0) {
+    DieWithParent(launcher);
     close(store_pipe[1]);
     close(store_ready[0]);
     try {
@@ -128,9 +131,11 @@ void GenerationController::Spawn(int node, int local, int rank, int world, int s
   w.local = local;
   int report[2], control[2];
   if (pipe(report) != 0 || pipe(control) != 0) throw Error("runtime: cannot create a worker's pipes");
+  const pid_t launcher = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw Error(fmt::format("runtime: cannot start a worker: {}", std::strerror(errno)));
   if (pid == 0) {
+    DieWithParent(launcher);
     close(report[0]);
     close(control[1]);
     close(store_pipe_);

@@ -26,6 +26,7 @@
 #include "loom/cost/sm_sharing.h"
 #include "loom/error.h"
 #include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/child_process.h"
 #include "loom/runtime/green_context.h"
 #include "loom/runtime/run.h"
 #include "loom/runtime/torch_model.h"
@@ -236,10 +237,12 @@ std::pair<Link, Link> MeasureLinkOnce(int repeats) {
   int fds[2];
   if (pipe(fds) != 0) throw Error("loom profile: cannot create a pipe to measure the link");
   pid_t pids[2];
+  const pid_t self = getpid();
   for (int r = 0; r < 2; ++r) {
     pids[r] = fork();
     if (pids[r] < 0) throw Error("loom profile: cannot start a process to measure the link");
     if (pids[r] == 0) {
+      DieWithParent(self);
       close(fds[0]);
       _exit(BounceMessages(r, port, repeats, fds[1]));
     }
@@ -347,11 +350,12 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
       }
     }
   } reap{&load};
+  const pid_t self = getpid();
   for (int i = 1; i < o.concurrent; ++i) {
     const pid_t pid = fork();
     if (pid < 0) throw Error("loom profile: cannot start a process to measure beside");
     if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      DieWithParent(self);
       try {
         for (;;) {
           Profile scratch;

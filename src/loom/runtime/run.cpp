@@ -16,6 +16,7 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/pipeline/validate.h"
+#include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run_reports.h"
@@ -161,12 +162,14 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   std::vector<Child> children(world);
+  const pid_t launcher = getpid();
   for (int r = first_rank; r < first_rank + per_node; ++r) {
     int fds[2];
     if (pipe(fds) != 0) throw Error(fmt::format("runtime: cannot create a pipe for rank {}", r));
     const pid_t pid = fork();
     if (pid < 0) throw Error(fmt::format("runtime: cannot start rank {}: {}", r, std::strerror(errno)));
     if (pid == 0) {
+      runtime::DieWithParent(launcher);
       close(fds[0]);
       for (int q = first_rank; q < r; ++q) close(children[q].fd);
       runtime::WorkerSpec spec{&model, &cluster, &workload, &plan, &schedules, worker_options, r, world, port};

@@ -1,0 +1,16 @@
+#include "loom/runtime/child_process.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+namespace loom::runtime {
+
+void DieWithParent(pid_t parent) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The parent may have ended between the fork and the prctl: then this
+  // process was re-parented already and no signal will come.
+  if (getppid() != parent) _exit(9);
+}
+
+}  // namespace loom::runtime
