@@ -34,6 +34,10 @@ int ComputeSlotOf(ActionKind k) {
 
 }  // namespace
 
+// About 250 lines, on purpose: one pass that checks the stage edges and
+// builds the graph, its steps sharing the same slot indexes (flat offsets per
+// stage and per edge, the many-to-many message pairs); the validator and the
+// simulator both read the graph it returns.
 DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   DependencyGraph g;
   const int stages = s.num_stages();

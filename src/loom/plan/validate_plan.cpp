@@ -43,6 +43,9 @@ std::vector<std::vector<int>> UnitInputs(const Plan& plan, const Model& model) {
   return in;
 }
 
+// About 250 lines, on purpose: one flat list of independent rule checks, each
+// a few lines that append a message, in the order docs/plan-format.md states
+// the rules; split into functions they would only be harder to match against it.
 std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, const Cluster& c, const Workload& w) {
   std::vector<std::string> v;
   auto bad = [&](std::string s) { v.push_back(std::move(s)); };

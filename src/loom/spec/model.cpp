@@ -267,6 +267,9 @@ const char* WidthKey(const Layer& l) {
   }
 }
 
+// About 240 lines, on purpose: the model file's fields in the order
+// docs/spec-format.md documents them, each read and checked where it appears
+// so that its error names its own line.
 Model Loader::Parse(const std::string& text, const std::string& file) {
   // A Hugging Face config.json: its translation into model YAML (spec/hf_config.h),
   // named after its folder (`Qwen2-VL-7B/config.json`) or else its file.
