@@ -49,12 +49,12 @@ double Predict(const SmSharing& law, double compute_s, int layers, int sms, int 
   return std::max(law.launch_floor_s_per_layer * layers, law.ScaledTime_s(compute_s, fraction));
 }
 
-struct Group {
+struct ModulePoints {
   std::vector<const SmScalingPoint*> points;
 };
 
 // Squared log error of one module at compute time c.
-double ModuleLoss(const SmSharing& law, const Group& g, double c, int sm_count) {
+double ModuleLoss(const SmSharing& law, const ModulePoints& g, double c, int sm_count) {
   double loss = 0;
   for (const auto* p : g.points) {
     const double e = std::log(Predict(law, c, p->layers, p->sms, sm_count) / p->time_s);
@@ -65,7 +65,7 @@ double ModuleLoss(const SmSharing& law, const Group& g, double c, int sm_count) 
 
 // Best compute time of one module: golden-section search on log c between
 // 1/50 and 2x its fastest measured time (the loss is unimodal in log c).
-double BestCompute(const SmSharing& law, const Group& g, int sm_count, double* loss) {
+double BestCompute(const SmSharing& law, const ModulePoints& g, int sm_count, double* loss) {
   double fastest = g.points.front()->time_s;
   for (const auto* p : g.points) fastest = std::min(fastest, p->time_s);
   double lo = std::log(fastest / 50), hi = std::log(fastest * 2);
@@ -87,7 +87,7 @@ double BestCompute(const SmSharing& law, const Group& g, int sm_count, double* l
 
 SmScalingFit FitSmScaling(const std::vector<SmScalingPoint>& points, int sm_count) {
   if (points.empty()) throw Error("SM scaling fit: no measured points");
-  std::map<std::string, Group> groups;
+  std::map<std::string, ModulePoints> groups;
   std::vector<std::string> order;
   for (const auto& p : points) {
     if (p.sms <= 0 || p.time_s <= 0 || p.layers <= 0) {
@@ -137,7 +137,7 @@ SmScalingFit FitSmScaling(const std::vector<SmScalingPoint>& points, int sm_coun
   double err_sum = 0;
   int err_n = 0;
   for (const auto& name : order) {
-    const Group& g = groups[name];
+    const ModulePoints& g = groups[name];
     double l = 0;
     SmScalingFit::Module m;
     m.module = name;

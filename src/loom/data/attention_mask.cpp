@@ -19,19 +19,19 @@ bool IsText(uint64_t bits) { return (bits & 1) != 0; }
 
 // The tokens of one block that share a field and document: all a query or
 // key needs to know about them (positions only bound causality).
-struct Group {
+struct TokenGroup {
   uint64_t bits = 0;
   int32_t doc = 0;
   int64_t first = 0, last = 0;  // positions
 };
 
-std::vector<std::vector<Group>> Summaries(const BitfieldMask& mask, int64_t block_tokens) {
+std::vector<std::vector<TokenGroup>> Summaries(const BitfieldMask& mask, int64_t block_tokens) {
   const int64_t n = static_cast<int64_t>(mask.size());
-  std::vector<std::vector<Group>> out((n + block_tokens - 1) / block_tokens);
+  std::vector<std::vector<TokenGroup>> out((n + block_tokens - 1) / block_tokens);
   for (int64_t i = 0; i < n; ++i) {
     auto& groups = out[i / block_tokens];
     auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const Group& g) { return g.bits == mask[i].bits && g.doc == mask[i].doc; });
+                           [&](const TokenGroup& g) { return g.bits == mask[i].bits && g.doc == mask[i].doc; });
     if (it == groups.end()) {
       groups.push_back({mask[i].bits, mask[i].doc, i, i});
     } else {
@@ -42,7 +42,7 @@ std::vector<std::vector<Group>> Summaries(const BitfieldMask& mask, int64_t bloc
 }
 
 // Whether some query of group q may read some key of group k (MayAttend over the groups).
-bool GroupsMeet(const Group& q, const Group& k) {
+bool GroupsMeet(const TokenGroup& q, const TokenGroup& k) {
   if (q.doc != k.doc) return false;
   if (!IsText(q.bits)) return q.bits == k.bits;
   if ((q.bits & k.bits & kModalityBits) == 0) return false;
@@ -244,8 +244,8 @@ std::vector<std::vector<int64_t>> KvBlocks(const BitfieldMask& mask, int64_t blo
   for (size_t qb = 0; qb < blocks.size(); ++qb) {
     for (size_t kb = 0; kb < blocks.size(); ++kb) {
       bool meet = false;
-      for (const Group& q : blocks[qb]) {
-        for (const Group& k : blocks[kb]) meet = meet || GroupsMeet(q, k);
+      for (const TokenGroup& q : blocks[qb]) {
+        for (const TokenGroup& k : blocks[kb]) meet = meet || GroupsMeet(q, k);
       }
       if (meet) out[qb].push_back(static_cast<int64_t>(kb));
     }

@@ -14,7 +14,7 @@ namespace loom {
 
 namespace {
 
-constexpr double kG = 1e9;
+constexpr double kGiga = 1e9;
 constexpr double kGbit = 1e9 / 8;
 // Per-hop latencies as NCCL sees them (launch + protocol), not wire latency:
 // the usual alpha terms of alpha-beta models of NVLink, PCIe and IB/RoCE.
@@ -72,7 +72,7 @@ const std::vector<Testbed>& Testbeds() {
       {"mmscale-cluster", "MMScale §7: 162 nodes x 8 A800 (1296 GPUs), NVLink 300 GB/s bidirectional, 4x200 Gb/s RoCE",
        [] {
          Cluster c = Server("a800", 162, 8);
-         c.gpu.nvlink_bytes_per_s = 150 * kG;  // the paper's "300GB/s (bidirectional)"
+         c.gpu.nvlink_bytes_per_s = 150 * kGiga;  // the paper's "300GB/s (bidirectional)"
          Finish(c);
          return c;
        }},
@@ -147,8 +147,8 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
     throw doc.ErrorAt("nvlink_domain",
                       fmt::format("must divide gpus_per_node ({}), got {}", per_node, c.nvlink_domain));
   }
-  c.gpu.nvlink_bytes_per_s = doc.PositiveReal("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kG) * kG;
-  c.gpu.pcie_bytes_per_s = doc.PositiveReal("pcie_GBps", c.gpu.pcie_bytes_per_s / kG) * kG;
+  c.gpu.nvlink_bytes_per_s = doc.PositiveReal("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kGiga) * kGiga;
+  c.gpu.pcie_bytes_per_s = doc.PositiveReal("pcie_GBps", c.gpu.pcie_bytes_per_s / kGiga) * kGiga;
   c.gpu.mem_bytes = static_cast<int64_t>(
       doc.PositiveReal("gpu_mem_GiB", static_cast<double>(c.gpu.mem_bytes) / (1 << 30)) * (1 << 30));
   c.nics_per_node = static_cast<int>(doc.PositiveInt("nics_per_node", c.nics_per_node));

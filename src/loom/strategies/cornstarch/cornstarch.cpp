@@ -23,7 +23,7 @@ std::vector<int> Depths(int layers, int groups) {
   return out;
 }
 
-std::string Describe(const Plan& p) {
+std::string DescribeCornstarchPlan(const Plan& p) {
   std::string s;
   for (const auto& u : p.units) s += (s.empty() ? "" : "; ") + u.name + " " + DescribeUnit(u);
   return s;
@@ -162,7 +162,7 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
           "TP (the LLM's or 1) and pipeline depth x the LLM's depth) x replicas x microbatches x recompute; stages "
           "balanced by {} forward + backward time (colocated by parameters where none fits)",
           balance == Balance::kTime ? "frozen-aware" : "frozen-unaware"),
-      Describe);
+      DescribeCornstarchPlan);
 }
 
 StrategyResult CornstarchStrategy(const StrategyContext& ctx) {
