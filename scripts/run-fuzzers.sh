@@ -35,6 +35,24 @@ seed profile_yaml_fuzzer "$src"/src/loom/cost/profiles/*.yaml
 mkdir -p "$corpus/calibration_yaml_fuzzer"
 printf 'gpu: h100\nmeasured_with: "bench"\npoints:\n  - {op: gemm, flops: 1.0e12, bytes: 1.0e8, time_s: 2.0e-3}\n  - {op: attention, flops: 4.0e11, bytes: 2.0e8, time_s: 1.5e-3, label: fa}\n' \
   > "$corpus/calibration_yaml_fuzzer/seed-gemm"
+# safetensors files as transformers writes them: tensors of several dtypes and
+# shapes, metadata, the header padded to 8 bytes (Python's standard library only).
+mkdir -p "$corpus/safetensors_fuzzer"
+python3 - "$corpus/safetensors_fuzzer" <<'PY'
+import json, struct, sys
+def write(path, tensors, metadata=None):
+    header, data = {}, b""
+    if metadata: header["__metadata__"] = metadata
+    for name, (dtype, shape, size) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + size]}
+        data += bytes(range(size % 251)) + bytes(size - size % 251)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    open(path, "wb").write(struct.pack("<Q", len(text)) + text + data)
+write(sys.argv[1] + "/seed-llama", {"model.embed_tokens.weight": ("BF16", [8, 4], 64),
+      "model.norm.weight": ("F32", [4], 16), "lm_head.weight": ("F16", [8, 4], 64)}, {"format": "pt"})
+write(sys.argv[1] + "/seed-scalars", {"step": ("I64", [], 8), "empty": ("F32", [0, 3], 0), "mask": ("BOOL", [3], 3)})
+PY
 # Plans for plan_json_fuzzer's setting (tiny-vlm on h100:1x4, 8 samples), one file per strategy.
 mkdir -p "$corpus/plan_json_fuzzer"
 for s in megatron fsdp distmm optimus nnscaler disttrain dip spindle mmscale pipeweaver oobleck mosaic entrain entrain-zb cornstarch; do

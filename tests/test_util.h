@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -48,6 +49,24 @@ inline std::pair<int, std::string> RunLoom(const std::string& args) {
   std::array<char, 4096> buf;
   while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
   const int status = pclose(pipe);
+  return {WEXITSTATUS(status), out};
+}
+#endif
+
+#ifdef LOOM_PYTHON_EXE
+// Runs `script` (Python source) with the interpreter Loom builds against and
+// `args`; returns its exit code and stdout + stderr. The references tests
+// compare with (transformers, safetensors) are that interpreter's packages.
+inline std::pair<int, std::string> RunPython(const std::string& script, const std::string& args = "") {
+  static int calls = 0;
+  const std::string path = WriteTemp("script_" + std::to_string(::getpid()) + "_" + std::to_string(calls++) + ".py", script);
+  const std::string cmd = std::string(LOOM_PYTHON_EXE) + " " + path + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  std::filesystem::remove(path);
   return {WEXITSTATUS(status), out};
 }
 #endif

@@ -1,0 +1,160 @@
+#include "loom/weights/checkpoint_weights.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "loom/error.h"
+
+namespace loom::weights {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path.string() + ": cannot open");
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// The index's weight map, checked: file names only (a shard outside the folder
+// is refused, "../x" included), every value a string.
+std::map<std::string, std::string> ReadWeightMap(const fs::path& index) {
+  const std::string where = index.string();
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(ReadText(index));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(where + ": not JSON: " + e.what());
+  }
+  if (!doc.is_object() || !doc.contains("weight_map") || !doc["weight_map"].is_object()) {
+    throw Error(where + ": no \"weight_map\" object (the index maps each tensor name to its shard file)");
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [name, file] : doc["weight_map"].items()) {
+    if (!file.is_string()) throw Error(where + ": weight_map['" + name + "'] is " + file.dump() + "; it must be a file name");
+    const std::string shard = file.get<std::string>();
+    if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+      throw Error(where + ": weight_map['" + name + "'] is '" + shard + "'; shards are files in the index's folder");
+    }
+    out[name] = shard;
+  }
+  return out;
+}
+
+}  // namespace
+
+bool CheckpointWeights::Present(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / kIndexFile, ec) || fs::is_regular_file(fs::path(dir) / kSingleFile, ec);
+}
+
+CheckpointWeights::CheckpointWeights(const std::string& dir) : dir_(dir) {
+  const fs::path index = fs::path(dir) / kIndexFile;
+  const fs::path single = fs::path(dir) / kSingleFile;
+  std::error_code ec;
+  if (fs::is_regular_file(index, ec)) {
+    const std::map<std::string, std::string> weight_map = ReadWeightMap(index);
+    std::map<std::string, const SafetensorsFile*> shards;
+    for (const auto& [name, shard] : weight_map) {
+      if (shards.count(shard)) continue;
+      const fs::path path = fs::path(dir) / shard;
+      if (!fs::is_regular_file(path, ec)) {
+        throw Error(index.string() + ": shard " + shard + " (of tensor '" + name + "') is missing from " + dir);
+      }
+      files_.push_back(std::make_unique<SafetensorsFile>(path.string()));
+      shards[shard] = files_.back().get();
+    }
+    for (const auto& [name, shard] : weight_map) {
+      const SafetensorsFile* file = shards.at(shard);
+      const TensorInfo* tensor = file->Find(name);
+      if (!tensor) throw Error(index.string() + ": maps '" + name + "' to " + shard + ", which has no such tensor");
+      tensors_[name] = Location{file, tensor};
+    }
+    return;
+  }
+  if (!fs::is_regular_file(single, ec)) {
+    throw Error(dir + ": no weights (neither " + std::string(kSingleFile) + " nor " + kIndexFile + ")");
+  }
+  files_.push_back(std::make_unique<SafetensorsFile>(single.string()));
+  for (const TensorInfo& t : files_.back()->layout().tensors) tensors_[t.name] = Location{files_.back().get(), &t};
+}
+
+const CheckpointWeights::Location* CheckpointWeights::Find(const std::string& name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+const CheckpointWeights::Location& CheckpointWeights::At(const std::string& name) const {
+  if (const Location* l = Find(name)) return *l;
+  throw Error(dir_ + ": the checkpoint has no tensor '" + name + "' (it has " + std::to_string(tensors_.size()) +
+              "; is it another model's checkpoint?)");
+}
+
+std::vector<std::string> CheckpointWeights::Names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, location] : tensors_) out.push_back(name);
+  return out;
+}
+
+void WriteCheckpointWeights(const std::string& dir, const std::vector<TensorToWrite>& tensors,
+                            uint64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
+  if (max_shard_bytes == 0) throw Error(dir + ": the shard size limit must be positive");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(dir + ": cannot create the folder: " + ec.message());
+  std::vector<const TensorToWrite*> sorted;
+  uint64_t total_bytes = 0;
+  for (const TensorToWrite& t : tensors) {
+    sorted.push_back(&t);
+    total_bytes += t.bytes.size();
+  }
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  std::vector<std::vector<TensorToWrite>> shards(1);
+  uint64_t shard_bytes = 0;
+  for (const TensorToWrite* t : sorted) {
+    if (shard_bytes > 0 && shard_bytes + t->bytes.size() > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(*t);
+    shard_bytes += t->bytes.size();
+  }
+  if (shards.size() == 1) {
+    WriteSafetensors((fs::path(dir) / kSingleFile).string(), shards[0], metadata);
+    return;
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total_bytes}};
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  char name[64];
+  for (size_t k = 0; k < shards.size(); ++k) {
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    WriteSafetensors((fs::path(dir) / name).string(), shards[k], metadata);
+    for (const TensorToWrite& t : shards[k]) weight_map[t.name] = name;
+  }
+  index["weight_map"] = weight_map;
+  const fs::path path = fs::path(dir) / kIndexFile;
+  const std::string temp = path.string() + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << index.dump(2) << "\n";
+    out.close();
+    if (!out) {
+      std::remove(temp.c_str());
+      throw Error(path.string() + ": cannot write " + temp);
+    }
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    std::remove(temp.c_str());
+    throw Error(path.string() + ": cannot rename " + temp + " to it");
+  }
+}
+
+}  // namespace loom::weights
