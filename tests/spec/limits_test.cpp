@@ -149,7 +149,7 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
   EXPECT_NE(dout.find("/tmp: is a directory; expected a plan JSON file"), std::string::npos) << dout;
   auto [mcode, mout] = test::RunLoom("inspect /tmp");
   EXPECT_EQ(mcode, 2);
-  EXPECT_NE(mout.find("/tmp: is a directory; expected a built-in model name or a model YAML file"), std::string::npos)
+  EXPECT_NE(mout.find("/tmp: is a directory without config.json; expected a built-in model name, a model YAML file or a Hugging Face model folder"), std::string::npos)
       << mout;
   for (const auto& [args, message] : cases) {
     SCOPED_TRACE(args);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/strategies/oobleck/replan.h"
 #include "loom/strategies/strategy.h"
+#include "loom/weights/checkpoint_weights.h"
 
 namespace loom::cli {
 
@@ -54,6 +56,10 @@ class RunCommand : public Command {
     ChosenPlan chosen = ChoosePlan(model, cluster, workload);
 #ifdef LOOM_HAVE_RUNTIME
     RunOptions options = flags_.BasicOptions();
+    // A Hugging Face model folder with weights: the run starts from them.
+    if (std::filesystem::is_directory(flags_.model) && weights::CheckpointWeights::Present(flags_.model)) {
+      options.weights_dir = flags_.model;
+    }
     flags_.AddFaultTolerance(options);
     // Fault tolerance: Oobleck's templates re-plan after failures.
     std::optional<OobleckReplanner> oobleck;

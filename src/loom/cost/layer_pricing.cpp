@@ -75,7 +75,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
   // Context parallelism all-gathers K and V of the whole sequence per attention layer.
   double cp_s = 0;
   if (par.cp > 1 && HasAttention(l)) {
-    double kv = static_cast<double>(l.kv_heads) * (l.hidden / std::max<int64_t>(l.heads, 1));
+    double kv = static_cast<double>(l.kv_heads) * static_cast<double>(l.HeadDim());
     cp_s = GroupAllGatherTime_s(2 * full.tokens * kv * elem / tp, par.cp, tp, c);
   }
   const ComputeTimes kernels = CostModelOf(c).LayerCompute(l, t, tp, w, c.gpu, par.precision);

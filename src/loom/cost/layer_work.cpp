@@ -46,15 +46,18 @@ void AddConv(LayerWork& w, double positions, double k_in, double c_out, int tp, 
   }
 }
 
-double KvWidth(const Layer& l) { return static_cast<double>(l.kv_heads * (l.hidden / l.heads)); }
+// Widths of Q (and the attention output) and of K or V: heads x head_dim,
+// which is the hidden width unless the layer sets head_dim (Qwen3).
+double QWidth(const Layer& l) { return static_cast<double>(l.heads * l.HeadDim()); }
+double KvWidth(const Layer& l) { return static_cast<double>(l.kv_heads * l.HeadDim()); }
 double MlpMatrices(const Layer& l) { return l.gated_mlp ? 3.0 : 2.0; }
 
 // Self-attention block (QKV, core, output projection) of a transformer or conformer.
 void AddSelfAttention(LayerWork& w, const Layer& l, const TokenStats& t, int tp, double e) {
-  double h = static_cast<double>(l.hidden);
-  AddGemm(w, t.tokens, h, h + 2 * KvWidth(l), tp, e);
-  AddAttentionCore(w, t.AttentionPairs(l.causal), h, t.tokens, KvWidth(l), tp, e);
-  AddGemm(w, t.tokens, h, h, tp, e);
+  double h = static_cast<double>(l.hidden), q = QWidth(l);
+  AddGemm(w, t.tokens, h, q + 2 * KvWidth(l), tp, e);
+  AddAttentionCore(w, t.AttentionPairs(l.causal), q, t.tokens, KvWidth(l), tp, e);
+  AddGemm(w, t.tokens, q, h, tp, e);
   w.tp_allreduce_bytes += e * t.tokens * h;
 }
 
@@ -98,14 +101,17 @@ LayerWork& LayerWork::operator+=(const LayerWork& o) {
 
 int64_t LayerParams(const Layer& l) {
   const int64_t h = l.hidden;
-  const int64_t kv = l.heads > 0 ? l.kv_heads * (h / l.heads) : 0;
+  const int64_t q = l.heads * l.HeadDim(), kv = l.kv_heads * l.HeadDim();
   switch (l.kind) {
     case LayerKind::kTransformer: {
-      int64_t attn = h * (h + 2 * kv) + h * h;
+      int64_t attn = h * (q + 2 * kv) + q * h;
       int64_t mlp = (l.gated_mlp ? 3 : 2) * h * l.ffn_hidden;
       int64_t cross = l.cross_attention ? 2 * h * h + 2 * l.context_dim * h : 0;
       int64_t norms = (l.cross_attention ? 3 : 2) * h;
-      return attn + mlp + cross + norms;
+      // Biases and q/k norms (spec/layer.h): Qwen2's q/k/v, CLIP's and SigLIP's everywhere, Qwen3's per-head norms.
+      int64_t extra = (l.qkv_bias ? q + 2 * kv : 0) + (l.out_bias ? h : 0) +
+                      (l.mlp_bias ? (l.gated_mlp ? 2 : 1) * l.ffn_hidden + h : 0) + (l.qk_norm ? 2 * l.HeadDim() : 0);
+      return attn + mlp + cross + norms + extra;
     }
     case LayerKind::kConformer: {
       int64_t attn = h * (h + 2 * kv) + h * h;
@@ -124,8 +130,8 @@ int64_t LayerParams(const Layer& l) {
     }
     case LayerKind::kEmbedding:
       return l.vocab * h + l.positions * h;
-    case LayerKind::kLmHead:
-      return l.tied ? 0 : l.vocab * h;
+    case LayerKind::kLmHead:  // plus the final norm on its input, where it has one (Llama's model.norm)
+      return (l.tied ? 0 : l.vocab * h) + (l.final_norm == NormKind::kNone ? 0 : h);
     case LayerKind::kMlpProjector:
       return l.in_dim * h + h + h * l.out_dim + l.out_dim;
     case LayerKind::kResnetBlock: {

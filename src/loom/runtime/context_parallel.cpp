@@ -261,4 +261,21 @@ torch::Tensor GatherContext(const torch::Tensor& x, const c10::intrusive_ptr<Att
   return GatherContextFn::apply(x, c10::IValue::make_capsule(layout), AsInt(cp));
 }
 
+const torch::Tensor& AttentionLayout::RowPositions(const torch::Device& device) {
+  if (!row_positions.defined() || row_positions.device() != device) {
+    std::vector<int64_t> positions;
+    for (int64_t length : lengths) {
+      for (int64_t p = 0; p < length; ++p) positions.push_back(p);
+    }
+    if (!mine_rows.empty()) {
+      std::vector<int64_t> mine;
+      mine.reserve(mine_rows.size());
+      for (int64_t row : mine_rows) mine.push_back(positions[static_cast<size_t>(row)]);
+      positions = std::move(mine);
+    }
+    row_positions = torch::tensor(positions, torch::kLong).to(device);
+  }
+  return row_positions;
+}
+
 }  // namespace loom::runtime

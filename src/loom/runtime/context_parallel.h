@@ -99,6 +99,12 @@ struct AttentionLayout : torch::CustomClassHolder {
   };
   std::vector<CachedBlocks> kv_blocks;
   const std::vector<std::vector<int64_t>>& KvBlocksOf(const BitfieldMask& m, int64_t block_tokens);
+  // Each of this process's rows' position in its packed sequence ([rows],
+  // int64, on `device`; made on first use): rotary positions restart at every
+  // sequence, as transformers' position_ids do for packed sequences
+  // (DataCollatorWithFlattening). With CP, this rank's rows only.
+  const torch::Tensor& RowPositions(const torch::Device& device);
+  torch::Tensor row_positions;
 };
 // Document attention as a bitfield mask: each packed sequence a document, its
 // tokens text (causal) or, not causal, one modality (each reads its whole document).

@@ -94,6 +94,9 @@ struct RunOptions {
   std::string checkpoint_dir;        // where "cannot recover" writes the state ("" : a directory beside the run's)
   int checkpoint_every = 0;          // > 0: also a complete checkpoint every this many steps, in checkpoint_dir/step-N
   std::string resume_from;           // a checkpoint to start from (its steps are skipped)
+  // A Hugging Face model folder whose safetensors the stages start from
+  // (`loom run --model DIR`; runtime/hf_weights.h); "": the seeded weights.
+  std::string weights_dir;
 
   // Throws loom::Error naming the flag of the first option that no plan
   // could run with (steps, timeout, node rank, threads; under fault

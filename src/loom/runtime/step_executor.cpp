@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 #include "loom/error.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/runtime/hf_weights.h"
 #include "loom/runtime/tensor_buckets.h"
 
 namespace loom::runtime {
@@ -88,11 +90,15 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
       loss_module_(static_cast<int>(model.modules.size()) - 1),
       reports_(reports) {
   groups_ = MakeModelGroups(maker, first, place_, world);
-  // This process's stages, built from the same per-layer seeds as any other copy.
+  // This process's stages, built from the same per-layer seeds as any other
+  // copy, then (with a checkpoint) loaded from its files, each TP shard its slice.
+  std::optional<weights::CheckpointWeights> checkpoint;
+  if (!options.weights_dir.empty()) checkpoint.emplace(options.weights_dir);
   for (int v = 0; v < place_.stages(); ++v) {
     if (!place_.IsLocal(v)) continue;
-    LayerStack stack(model, first.stages[v].layers, options.seed, groups_.tensor_parallel.at(place_.TpOf(v)),
-                     groups_.context_parallel);
+    const TensorParallel& tp = groups_.tensor_parallel.at(place_.TpOf(v));
+    LayerStack stack(model, first.stages[v].layers, options.seed, tp, groups_.context_parallel);
+    if (checkpoint) LoadHfWeights(*stack, model, *checkpoint, tp);
     stack->to(device);
     std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
     for (auto& p : stack->parameters()) {

@@ -42,6 +42,7 @@ struct ExecutorOptions {
   double learning_rate = 1e-3;
   bool sm_quotas = true;   // CUDA: co-located ranks on green-context streams
   bool layerwise = false;  // heterogeneous pipeline templates: gradients summed per layer segment
+  std::string weights_dir;  // a Hugging Face checkpoint folder the stages start from ("": the seeded weights)
 };
 
 // One worker process's stages, groups and optimizer state for a run (a

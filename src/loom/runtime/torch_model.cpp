@@ -10,6 +10,7 @@
 #include "loom/error.h"
 #include "loom/runtime/autograd_pointers.h"
 #include "loom/runtime/bitfield_attention.h"
+#include "loom/runtime/rotary.h"
 
 namespace loom::runtime {
 
@@ -77,18 +78,66 @@ struct DenseImpl : torch::nn::Module {
     if (bias) this->bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = DeferrableMatmul::apply(x, weight, AsInt(deferral), AsInt(&weight));
+    torch::Tensor y = Matmul(x);
     return bias.defined() ? y + bias : y;
   }
-  // Keeps rows (dim 0: column parallel) or columns (dim 1: row parallel) [lo, hi).
+  torch::Tensor Matmul(const torch::Tensor& x) { return DeferrableMatmul::apply(x, weight, AsInt(deferral), AsInt(&weight)); }
+  // A row-parallel layer's output: its shards' partial products summed by
+  // `reduce`, then the bias once (Megatron's RowParallelLinear adds it after the all-reduce).
+  template <typename Reduce>
+  torch::Tensor RowParallel(const torch::Tensor& x, Reduce&& reduce) {
+    torch::Tensor y = reduce(Matmul(x));
+    return bias.defined() ? y + bias : y;
+  }
+  // Keeps rows (dim 0: column parallel, the bias too) or columns (dim 1: row
+  // parallel, the bias whole) [lo, hi).
   void Shard(int dim, int64_t lo, int64_t hi) {
     torch::NoGradGuard no_grad;
     weight.set_data(weight.slice(dim, lo, hi).clone());
+    if (dim == 0 && bias.defined()) bias.set_data(bias.slice(0, lo, hi).clone());
   }
   torch::Tensor weight, bias;
   WeightGradDeferral* deferral;
 };
 TORCH_MODULE(Dense);
+
+// A layer's norm (spec/layer.h NormKind): LayerNorm with weight and bias, or
+// RMSNorm with a weight only, as transformers' LlamaRMSNorm computes it: the
+// mean square in float32, x * rsqrt(mean + eps), cast back, times the weight.
+struct NormImpl : torch::nn::Module {
+  NormImpl(NormKind kind, int64_t width, double eps) : kind(kind), eps(eps) {
+    weight = register_parameter("weight", torch::ones({width}));
+    if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({width}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+    torch::Tensor h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return weight * h.to(x.scalar_type());
+  }
+  NormKind kind;
+  double eps;
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Norm);
+
+// The MLP's activation (spec/layer.h): transformers' ACT2FN `silu`, `gelu`
+// (exact), `gelu_pytorch_tanh` and `quick_gelu` (x sigmoid(1.702 x)).
+torch::Tensor Activate(Activation activation, bool gated, const torch::Tensor& x) {
+  switch (activation) {
+    case Activation::kDefault:
+      return gated ? torch::silu(x) : torch::gelu(x);
+    case Activation::kSilu:
+      return torch::silu(x);
+    case Activation::kGelu:
+      return torch::gelu(x);
+    case Activation::kGeluTanh:
+      return torch::gelu(x, "tanh");
+    case Activation::kQuickGelu:
+      return x * torch::sigmoid(1.702 * x);
+  }
+  return x;
+}
 
 // Softmax attention inside each packed sequence: q [1, T, heads, d], k and v
 // [1, T, heads, d] (GQA already expanded). Equal lengths batch as one matmul.
@@ -198,25 +247,31 @@ struct BlockImpl : torch::nn::Module {
   BlockImpl(const Layer& l, TensorParallel* tp, ContextParallel* cp, WeightGradDeferral* deferral)
       : heads(l.heads / tp->size),
         kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp->size),
-        head_dim(l.hidden / l.heads),
+        head_dim(l.HeadDim()),
         causal(l.causal),
         gated(l.gated_mlp),
+        activation(l.activation),
         tp(tp),
         cp(cp) {
     // Built whole (the seeded initial weights of the single-process model), then sharded.
     const int64_t all_heads = l.heads, all_kv = l.kv_heads > 0 ? l.kv_heads : l.heads;
-    auto dense = [&](const char* name, int64_t in, int64_t out) {
-      return register_module(name, Dense(in, out, false, deferral));
+    auto dense = [&](const char* name, int64_t in, int64_t out, bool bias) {
+      return register_module(name, Dense(in, out, bias, deferral));
     };
-    norm1 = register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({l.hidden})));
-    q = dense("q", l.hidden, all_heads * head_dim);
-    k = dense("k", l.hidden, all_kv * head_dim);
-    v = dense("v", l.hidden, all_kv * head_dim);
-    o = dense("o", all_heads * head_dim, l.hidden);
-    norm2 = register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({l.hidden})));
-    up = dense("up", l.hidden, l.ffn_hidden);
-    if (gated) gate = dense("gate", l.hidden, l.ffn_hidden);
-    down = dense("down", l.ffn_hidden, l.hidden);
+    norm1 = register_module("norm1", Norm(l.norm, l.hidden, l.norm_eps));
+    q = dense("q", l.hidden, all_heads * head_dim, l.qkv_bias);
+    k = dense("k", l.hidden, all_kv * head_dim, l.qkv_bias);
+    v = dense("v", l.hidden, all_kv * head_dim, l.qkv_bias);
+    o = dense("o", all_heads * head_dim, l.hidden, l.out_bias);
+    if (l.qk_norm) {  // Qwen3: one RMSNorm over head_dim, shared by every head
+      q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, head_dim, l.norm_eps));
+      k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, head_dim, l.norm_eps));
+    }
+    if (l.rope.theta > 0) rope_inverse_frequencies = RopeInverseFrequencies(l.rope, head_dim);
+    norm2 = register_module("norm2", Norm(l.norm, l.hidden, l.norm_eps));
+    up = dense("up", l.hidden, l.ffn_hidden, l.mlp_bias);
+    if (gated) gate = dense("gate", l.hidden, l.ffn_hidden, l.mlp_bias);
+    down = dense("down", l.ffn_hidden, l.hidden, l.mlp_bias);
     if (tp->size > 1) {
       const int64_t t = tp->rank, f = l.ffn_hidden / tp->size;
       q->Shard(0, t * heads * head_dim, (t + 1) * heads * head_dim);
@@ -260,6 +315,15 @@ struct BlockImpl : torch::nn::Module {
     auto Q = q->forward(h).view({1, T, heads, head_dim});
     auto K = k->forward(h).view({1, T, kv_heads, head_dim});
     auto V = v->forward(h).view({1, T, kv_heads, head_dim});
+    if (q_norm) {
+      Q = q_norm->forward(Q);
+      K = k_norm->forward(K);
+    }
+    if (rope_inverse_frequencies.defined()) {
+      const RopeTables tables = MakeRopeTables(rope_inverse_frequencies, layout->RowPositions(x.device()), x.scalar_type());
+      Q = ApplyRope(Q, tables);
+      K = ApplyRope(K, tables);
+    }
     if (kv_heads != heads) {  // grouped-query attention: each K/V head serves heads / kv_heads query heads
       K = K.repeat_interleave(heads / kv_heads, 2);
       V = V.repeat_interleave(heads / kv_heads, 2);
@@ -270,17 +334,21 @@ struct BlockImpl : torch::nn::Module {
     } else {
       attn = Attention(Q, K, V, layout);
     }
-    auto y = x + FromShards(o->forward(attn.reshape({1, T, heads * head_dim})));
+    auto reduce = [&](const torch::Tensor& t) { return FromShards(t); };
+    auto y = x + o->RowParallel(attn.reshape({1, T, heads * head_dim}), reduce);
     auto m = ToShards(norm2->forward(y));
-    auto inner = gated ? torch::silu(gate->forward(m)) * up->forward(m) : torch::gelu(up->forward(m));
-    return y + FromShards(down->forward(inner));
+    auto inner = gated ? Activate(activation, true, gate->forward(m)) * up->forward(m)
+                       : Activate(activation, false, up->forward(m));
+    return y + down->RowParallel(inner, reduce);
   }
   int64_t heads, kv_heads, head_dim;
   bool causal, gated;
+  Activation activation;
   TensorParallel* tp;
   ContextParallel* cp;
-  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  Norm norm1{nullptr}, norm2{nullptr}, q_norm{nullptr}, k_norm{nullptr};
   Dense q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, up{nullptr}, gate{nullptr}, down{nullptr};
+  torch::Tensor rope_inverse_frequencies;  // [head_dim / 2], float32; undefined: no rotary positions
 };
 TORCH_MODULE(Block);
 
@@ -305,6 +373,15 @@ TORCH_MODULE(Projector);
 // The token ids of text positions [begin, begin + n) of sample x's document d
 // (`shift` 1: the next-token targets).
 torch::Tensor TextIds(int x, int d, int64_t begin, int64_t n, const MicrobatchInput& mb, int64_t vocab, int shift) {
+  if (mb.text) {
+    const std::vector<int64_t>& row = (shift == 0 ? mb.text->ids : mb.text->labels).at(x).at(d);
+    std::vector<int64_t> out(static_cast<size_t>(n), -100);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = begin + shift + i;
+      if (at < static_cast<int64_t>(row.size())) out[static_cast<size_t>(i)] = row[static_cast<size_t>(at)];
+    }
+    return torch::tensor(out, torch::kLong).to(mb.device);
+  }
   const int64_t offset = 13 * (mb.iteration * mb.batch_samples + x) + 29 * d;
   return (torch::arange(begin + shift, begin + shift + n, torch::TensorOptions(torch::kLong).device(mb.device)) * 7 +
           offset)
@@ -444,6 +521,7 @@ struct HeadImpl : torch::nn::Module {
   // each optimizer step (Megatron's tied word embeddings across stages).
   HeadImpl(const Layer& l, WeightGradDeferral* deferral, torch::Tensor* tied_table, uint64_t embedding_seed)
       : deferral(deferral) {
+    if (l.final_norm != NormKind::kNone) norm = register_module("norm", Norm(l.final_norm, l.hidden, l.norm_eps));
     if (tied_table) {
       weight_slot = tied_table;
     } else if (l.tied) {
@@ -454,10 +532,12 @@ struct HeadImpl : torch::nn::Module {
       proj = register_module("proj", Dense(l.hidden, l.vocab, false, deferral));
     }
   }
-  torch::Tensor forward(const torch::Tensor& x) {
+  torch::Tensor forward(const torch::Tensor& input) {
+    const torch::Tensor x = norm ? norm->forward(input) : input;
     if (proj) return proj->forward(x);
     return DeferrableMatmul::apply(x, *weight_slot, AsInt(deferral), AsInt(weight_slot));
   }
+  Norm norm{nullptr};  // the model's final norm (Llama's model.norm), before the logits
   WeightGradDeferral* deferral;
   torch::Tensor* weight_slot = nullptr;
   torch::Tensor copy;

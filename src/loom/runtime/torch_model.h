@@ -71,6 +71,14 @@ struct WeightGradDeferral {
 // weight.grad += grad_output^T input for each queued linear, in queue order.
 void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending);
 
+// Real text (the parity tests; `loom run --data`): per sample, per document,
+// its token ids and its labels (-100: not scored), both of the document's
+// text length. The target of position p is labels[p + 1], transformers'
+// shift (the last position scores nothing).
+struct TextTokens {
+  std::vector<std::vector<std::vector<int64_t>>> ids, labels;  // [sample][document][position]
+};
+
 // What a stage's forward reads besides its input tensors: the microbatch's
 // packing and what seeds its synthetic data.
 struct MicrobatchInput {
@@ -78,6 +86,7 @@ struct MicrobatchInput {
   int64_t iteration = 0;
   int64_t batch_samples = 1;           // samples in the global batch (the data seeds)
   torch::Device device = torch::kCPU;  // where the data is made
+  const TextTokens* text = nullptr;    // real text; null: the synthetic text (TextTargets)
 };
 
 // Per module index, its packed activation [1, tokens, width] (runtime/packing.h).

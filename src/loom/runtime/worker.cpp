@@ -221,6 +221,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   options.seed = spec.workload->seed;
   options.learning_rate = spec.options.learning_rate;
   options.sm_quotas = spec.options.sm_quotas;
+  options.weights_dir = spec.options.weights_dir;
   // Heterogeneous pipeline templates (Oobleck): stage boundaries differ
   // between templates, so gradients are summed per layer segment.
   options.layerwise = spec.plan->units[0].pipelines.size() > 1;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -57,12 +58,27 @@ class Cfg {
   }
   Cfg Sub(const std::string& key, std::map<std::string, int64_t> defaults) const {
     static const json empty = json::object();
-    if (j_.contains(key) && !j_.at(key).is_object()) {
+    if (Has(key) && !j_.at(key).is_object()) {  // null is absent, as transformers reads it
       throw Error(fmt::format("{}: {}: expected an object", file_, Field(key)));
     }
-    return Cfg(j_.contains(key) ? j_.at(key) : empty, file_, Field(key), std::move(defaults));
+    return Cfg(Has(key) ? j_.at(key) : empty, file_, Field(key), std::move(defaults));
   }
   bool Has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  double Real(const std::string& key, double fallback) const {
+    if (!Has(key)) return fallback;
+    const json& v = j_.at(key);
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
+      throw Error(fmt::format("{}: {}: expected a positive number, got {}", file_, Field(key), v.dump().substr(0, 40)));
+    }
+    return v.get<double>();
+  }
+  std::string String(const std::string& key, const std::string& fallback) const {
+    if (!Has(key)) return fallback;
+    if (!j_.at(key).is_string()) {
+      throw Error(fmt::format("{}: {}: expected a string, got {}", file_, Field(key), j_.at(key).dump().substr(0, 40)));
+    }
+    return j_.at(key).get<std::string>();
+  }
 
  private:
   const json& j_;
@@ -151,7 +167,52 @@ struct Emitter {
   }
 };
 
-// A Llama-style decoder: embedding, N gated-MLP GQA blocks, the head.
+// A real number as YAML that reads back to the same double.
+std::string Exact(double x) { return fmt::format("{:.17g}", x); }
+
+// The rotary positions of an LLM config as transformer-layer YAML keys.
+// transformers 5 writes `rope_parameters` {rope_type, rope_theta, ...}; older
+// configs `rope_theta` and `rope_scaling` {rope_type or type, ...}. Both are
+// read; "default" and "llama3" are what Loom's runtime computes.
+std::string RopeYaml(const Cfg& c) {
+  const bool v5 = c.Has("rope_parameters");
+  const Cfg r = v5 ? c.Sub("rope_parameters", {}) : c.Sub("rope_scaling", {});
+  const double theta = v5 ? r.Real("rope_theta", c.Real("rope_theta", 10000.0)) : c.Real("rope_theta", 10000.0);
+  const std::string type = r.String("rope_type", r.String("type", "default"));
+  std::string yaml = ", rope_theta: " + Exact(theta);
+  if (type == "default") return yaml;
+  if (type != "llama3") {
+    throw Error(fmt::format("{}: rope type '{}' is not one Loom's runtime computes; valid: default, llama3",
+                            r.Field("rope_type"), type));
+  }
+  const Cfg d = v5 ? c.Sub("rope_parameters", {{"original_max_position_embeddings", 8192}})
+                   : c.Sub("rope_scaling", {{"original_max_position_embeddings", 8192}});
+  return yaml + fmt::format(
+                    ", rope_scaling: {{type: llama3, factor: {}, low_freq_factor: {}, high_freq_factor: {}, "
+                    "original_max_position_embeddings: {}}}",
+                    Exact(d.Real("factor", 8.0)), Exact(d.Real("low_freq_factor", 1.0)),
+                    Exact(d.Real("high_freq_factor", 4.0)), d.Int("original_max_position_embeddings"));
+}
+
+// transformers' ACT2FN names as Loom's activations (spec/layer.h).
+std::string ActivationYaml(const Cfg& c, const std::string& key, const std::string& fallback) {
+  const std::string act = c.String(key, fallback);
+  if (act == "silu" || act == "swish") return "silu";
+  if (act == "gelu") return "gelu";
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new") return "gelu_tanh";  // the same tanh formula
+  if (act == "quick_gelu") return "quick_gelu";
+  throw Error(fmt::format("{}: activation '{}' is not one Loom's runtime computes; valid: silu, gelu, "
+                          "gelu_pytorch_tanh, gelu_new, quick_gelu",
+                          c.Field(key), act));
+}
+
+// A Llama-style decoder (transformers' LlamaModel, MistralModel, Qwen2Model,
+// Qwen3Model): embedding, N pre-RMSNorm blocks of GQA attention with rotary
+// positions and a SwiGLU MLP, the final RMSNorm, the head. Per family:
+// `attention_bias` puts biases on q, k, v and o (Llama, Mistral, Qwen3);
+// Qwen2 always has them on q, k and v and never on o; Qwen3 normalises each
+// head of q and k and sets head_dim itself. Mistral's and Qwen's sliding
+// windows are not computed: the runtime refuses a sample longer than one.
 void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, bool multimodal,
              const std::string& inputs) {
   const auto it = LlmDefaults().find(type);
@@ -161,11 +222,12 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
   }
   const int64_t hidden = c.Int("hidden_size"), heads = c.Int("num_attention_heads");
   const int64_t kv = c.Int("num_key_value_heads", heads), vocab = c.Int("vocab_size");
-  if (hidden % heads != 0 || (c.Has("head_dim") && c.Int("head_dim") != hidden / heads)) {
-    throw Error(
-        fmt::format("{}: head_dim {} x num_attention_heads {} is not hidden_size {}; Loom's transformer layer "
-                    "has hidden / heads per head",
-                    c.Field("head_dim"), c.Int("head_dim", hidden / heads), heads, hidden));
+  const double eps = c.Real("rms_norm_eps", 1e-6);
+  const bool attention_bias = c.Bool("attention_bias", false);
+  const bool qkv_bias = type == "qwen2" || attention_bias, out_bias = type != "qwen2" && attention_bias;
+  if (!c.Has("head_dim") && type != "qwen3" && hidden % heads != 0) {
+    throw Error(fmt::format("{}: {} does not divide hidden_size {}; give head_dim", c.Field("num_attention_heads"),
+                            heads, hidden));
   }
   if (heads % kv != 0) {
     throw Error(fmt::format("{}: {} must divide num_attention_heads ({})", c.Field("num_key_value_heads"), kv, heads));
@@ -173,11 +235,15 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
   out.Module(name, "backbone", multimodal ? "multimodal" : "text", inputs,
              multimodal ? "{source: text+inputs}" : "{source: text}",
              {fmt::format("{{kind: embedding, vocab: {}, hidden: {}}}", vocab, hidden),
-              fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, kv_heads: {}, "
-                          "gated_mlp: true, causal: true}}",
-                          c.Int("num_hidden_layers"), hidden, c.Int("intermediate_size"), heads, kv),
-              fmt::format("{{kind: lm_head, vocab: {}, hidden: {}, tied: {}}}", vocab, hidden,
-                          c.Bool("tie_word_embeddings", false))});
+              fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, kv_heads: {}{}, "
+                          "gated_mlp: true, causal: true, norm: rms, norm_eps: {}, activation: {}, qkv_bias: {}, "
+                          "out_bias: {}, mlp_bias: {}, qk_norm: {}{}}}",
+                          c.Int("num_hidden_layers"), hidden, c.Int("intermediate_size"), heads, kv,
+                          c.Has("head_dim") || type == "qwen3" ? fmt::format(", head_dim: {}", c.Int("head_dim")) : "",
+                          Exact(eps), ActivationYaml(c, "hidden_act", "silu"), qkv_bias, out_bias,
+                          c.Bool("mlp_bias", false), type == "qwen3", RopeYaml(c)),
+              fmt::format("{{kind: lm_head, vocab: {}, hidden: {}, tied: {}, final_norm: rms, norm_eps: {}}}", vocab,
+                          hidden, c.Bool("tie_word_embeddings", false), Exact(eps))});
 }
 
 // A ViT-style tower; returns its width. `out_tokens` > 0 hands that many

@@ -24,6 +24,31 @@ enum class LayerKind : uint8_t {
 
 std::string_view LayerKindName(LayerKind kind);
 
+// How a transformer layer computes beyond its shapes, so that the runtime
+// builds exactly the Hugging Face architecture it stands for (transformers'
+// modeling files: LlamaDecoderLayer, Qwen2's q/k/v biases, Qwen3's q/k norms,
+// CLIP's and SigLIP's encoder layers). The defaults are Loom's own stand-in
+// layer (LayerNorm, no biases, no rotary positions); the cost model reads only
+// head_dim and the biases (their parameters), everything else is the runtime's.
+enum class NormKind : uint8_t { kNone, kLayerNorm, kRmsNorm };
+std::string_view NormKindName(NormKind kind);
+// The MLP's activation: kDefault is SiLU in a gated MLP, exact GELU otherwise
+// (Loom's stand-in); the others as transformers' ACT2FN names them (`silu`,
+// `gelu`, `gelu_pytorch_tanh`, `quick_gelu`).
+enum class Activation : uint8_t { kDefault, kSilu, kGelu, kGeluTanh, kQuickGelu };
+std::string_view ActivationName(Activation activation);
+enum class RopeScaling : uint8_t { kNone, kLlama3 };
+
+// Rotary positions (RoPE; runtime/rotary.h): theta 0 means none. Llama 3's
+// scaling (`rope_scaling.rope_type: llama3`) with its four parameters.
+struct Rope {
+  double theta = 0;
+  RopeScaling scaling = RopeScaling::kNone;
+  double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
+  int64_t original_max_positions = 8192;
+  bool operator==(const Rope&) const = default;
+};
+
 struct Layer {
   LayerKind kind = LayerKind::kTransformer;
 
@@ -37,6 +62,16 @@ struct Layer {
   bool cross_attention = false;  // an extra attention block reading the context
   int64_t context_dim = 0;       // width of the cross-attention context (0: = hidden)
   int64_t conv_kernel = 0;       // conformer depthwise kernel
+  int64_t head_dim = 0;          // per attention head; 0: hidden / heads (Qwen3 sets it)
+  NormKind norm = NormKind::kLayerNorm;  // the attention's and the MLP's pre-norms
+  NormKind final_norm = NormKind::kNone;  // lm_head: the norm on its input (Llama's model.norm)
+  double norm_eps = 1e-5;                 // of either
+  bool qkv_bias = false, out_bias = false, mlp_bias = false;
+  bool qk_norm = false;  // an RMSNorm over each head of q and k before RoPE (Qwen3)
+  Activation activation = Activation::kDefault;
+  Rope rope;
+
+  int64_t HeadDim() const { return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0); }
 
   // Embedding, LM head, patch embedding.
   int64_t vocab = 0;

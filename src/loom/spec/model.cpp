@@ -74,11 +74,60 @@ int64_t Dim0(YamlMap& m, const std::string& key) {  // may be 0
   return v;
 }
 
+const std::vector<std::pair<std::string, NormKind>> kNorms = {{"layer", NormKind::kLayerNorm},
+                                                              {"rms", NormKind::kRmsNorm}};
+const std::vector<std::pair<std::string, NormKind>> kFinalNorms = {
+    {"none", NormKind::kNone}, {"layer", NormKind::kLayerNorm}, {"rms", NormKind::kRmsNorm}};
+const std::vector<std::pair<std::string, Activation>> kActivations = {{"silu", Activation::kSilu},
+                                                                      {"gelu", Activation::kGelu},
+                                                                      {"gelu_tanh", Activation::kGeluTanh},
+                                                                      {"quick_gelu", Activation::kQuickGelu}};
+
+// Rotary positions: `rope_theta`, and Llama 3's `rope_scaling` map.
+Rope ReadRope(YamlMap& m) {
+  Rope r;
+  if (!m.Has("rope_theta")) {
+    if (m.Has("rope_scaling")) throw m.ErrorAt("rope_scaling", "needs rope_theta (the rotary base)");
+    return r;
+  }
+  r.theta = m.PositiveReal("rope_theta");
+  if (std::optional<YAML::Node> node = m.OptionalChild("rope_scaling")) {
+    YamlMap s(*node, m.file(), m.PathOf("rope_scaling"));
+    s.Enum("type", {"llama3"});
+    r.scaling = RopeScaling::kLlama3;
+    r.factor = s.PositiveReal("factor");
+    r.low_freq_factor = s.PositiveReal("low_freq_factor");
+    r.high_freq_factor = s.PositiveReal("high_freq_factor");
+    r.original_max_positions = s.PositiveInt("original_max_position_embeddings");
+    if (r.high_freq_factor <= r.low_freq_factor) {
+      throw s.ErrorAt("high_freq_factor", fmt::format("must exceed low_freq_factor ({})", r.low_freq_factor));
+    }
+    s.RejectUnknownKeys();
+  }
+  return r;
+}
+
+// What a transformer layer computes beyond its shapes (spec/layer.h).
+void ReadArchitecture(YamlMap& m, Layer& l) {
+  l.norm = ParseEnum<NormKind>(m, "norm", kNorms, NormKind::kLayerNorm);
+  l.norm_eps = m.PositiveReal("norm_eps", 1e-5);
+  l.qkv_bias = m.Bool("qkv_bias", false);
+  l.out_bias = m.Bool("out_bias", false);
+  l.mlp_bias = m.Bool("mlp_bias", false);
+  l.qk_norm = m.Bool("qk_norm", false);
+  l.activation = ParseEnum<Activation>(m, "activation", kActivations, Activation::kDefault);
+  l.rope = ReadRope(m);
+  if (l.rope.theta > 0 && l.HeadDim() % 2 != 0) {
+    throw m.ErrorAt("rope_theta", fmt::format("rotary positions need an even head_dim, got {}", l.HeadDim()));
+  }
+}
+
 void ReadAttention(YamlMap& m, Layer& l) {
   l.hidden = Dim(m, "hidden");
   l.heads = Dim(m, "heads");
   l.kv_heads = Dim(m, "kv_heads", l.heads);
-  if (l.hidden % l.heads != 0) {
+  if (m.Has("head_dim")) l.head_dim = Dim(m, "head_dim");
+  if (l.head_dim == 0 && l.hidden % l.heads != 0) {
     throw m.ErrorAt("heads", fmt::format("heads ({}) must divide hidden ({})", l.heads, l.hidden));
   }
   if (l.heads % l.kv_heads != 0) {
@@ -97,6 +146,7 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       l.gated_mlp = m.Bool("gated_mlp", false);
       l.cross_attention = m.Bool("cross_attention", false);
       l.context_dim = Dim(m, "context_dim", l.hidden);
+      ReadArchitecture(m, l);
       break;
     case LayerKind::kConformer:
       ReadAttention(m, l);
@@ -131,6 +181,8 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       l.vocab = Dim(m, "vocab");
       l.hidden = Dim(m, "hidden");
       l.tied = m.Bool("tied", false);
+      l.final_norm = ParseEnum<NormKind>(m, "final_norm", kFinalNorms, NormKind::kNone);
+      l.norm_eps = m.PositiveReal("norm_eps", 1e-5);
       break;
     case LayerKind::kMlpProjector:
       l.in_dim = Dim(m, "in_dim");
@@ -556,7 +608,12 @@ Model LoadModel(const std::string& name_or_path) {
     return ParseModel(text, "zoo:" + name_or_path + ".yaml");
   }
   if (KindOfPath(name_or_path) == PathKind::kDirectory) {
-    throw Error(fmt::format("{}: is a directory; expected a built-in model name or a model YAML file", name_or_path));
+    // A Hugging Face model folder: its config.json (its weights are the runtime's, runtime/hf_weights.h).
+    const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
+    if (KindOfPath(config) != PathKind::kNone) return ParseModel(ReadTextFile(config), config);
+    throw Error(fmt::format("{}: is a directory without config.json; expected a built-in model name, a model "
+                            "YAML file or a Hugging Face model folder",
+                            name_or_path));
   }
   if (KindOfPath(name_or_path) != PathKind::kNone) {
     return ParseModel(ReadTextFile(name_or_path), name_or_path);

@@ -4,6 +4,34 @@
 
 namespace loom {
 
+std::string_view NormKindName(NormKind kind) {
+  switch (kind) {
+    case NormKind::kNone:
+      return "none";
+    case NormKind::kLayerNorm:
+      return "layer";
+    case NormKind::kRmsNorm:
+      return "rms";
+  }
+  return "?";
+}
+
+std::string_view ActivationName(Activation activation) {
+  switch (activation) {
+    case Activation::kDefault:
+      return "default";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kGeluTanh:
+      return "gelu_tanh";
+    case Activation::kQuickGelu:
+      return "quick_gelu";
+  }
+  return "?";
+}
+
 std::string_view LayerKindName(LayerKind kind) {
   switch (kind) {
     case LayerKind::kTransformer:

@@ -1,0 +1,33 @@
+// A Hugging Face checkpoint's weights in a stage's layers (`loom run --model
+// DIR` with safetensors beside config.json). Each parameter is read from its
+// file on its own; a tensor-parallel shard reads only its slice of the tensor
+// (weights/safetensors.h ReadSlice), so no process holds the whole model.
+//
+// Names follow transformers' LLM families (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM): `model.embed_tokens`,
+// `model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
+// post_attention_layernorm, mlp.{gate,up,down}_proj}`, `model.norm`, `lm_head`.
+#pragma once
+
+#include <string>
+
+#include "loom/runtime/torch_model.h"
+#include "loom/spec/model.h"
+#include "loom/weights/checkpoint_weights.h"
+
+namespace loom::runtime {
+
+// The checkpoint name of one of `stack`'s parameters ("llm_3.q.weight" ->
+// "model.layers.2.self_attn.q_proj.weight"). Throws loom::Error for a module
+// or layer kind the mapping does not cover (naming it and what it covers).
+std::string HfParameterName(const Model& model, const std::string& loom_name);
+
+// Copies every parameter of `stack` from `checkpoint` (converted from F32,
+// BF16 or F16 to the parameter's dtype). Throws loom::Error naming the
+// checkpoint folder and the tensor: one the model needs and the checkpoint
+// lacks, a shape other than the model's (another model's checkpoint), a dtype
+// that is not floating point.
+void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::CheckpointWeights& checkpoint,
+                   const TensorParallel& tp);
+
+}  // namespace loom::runtime
