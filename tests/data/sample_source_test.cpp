@@ -171,3 +171,31 @@ TEST(JsonlSource, BadLinesAreNamed) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Tokenized samples (`loom run --data`): one document of len(input_ids) text
+// tokens, the ids and labels kept; what is not read yet is refused by name.
+TEST(JsonlSource, TokenizedSamplesKeepTheirIdsAndLabels) {
+  const Sample s = ParseJsonlSample(R"({"input_ids": [5, 6, 7], "labels": [-100, 6, 7]})", "d.jsonl:3");
+  EXPECT_EQ(s.text_tokens, 3);
+  EXPECT_EQ(s.doc_text_tokens, std::vector<int64_t>{3});
+  ASSERT_TRUE(s.tokens);
+  EXPECT_EQ(s.tokens->input_ids, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(s.tokens->labels, (std::vector<int64_t>{-100, 6, 7}));
+  EXPECT_EQ(s.tokens->where, "d.jsonl:3");
+  EXPECT_EQ(ParseJsonlSample(R"({"input_ids": [1, 2]})", "x").tokens->labels, (std::vector<int64_t>{1, 2}));
+  EXPECT_FALSE(ParseJsonlSample(R"({"text_tokens": 4})", "x").tokens);
+  test::ExpectError([] { ParseJsonlSample(R"({"input_ids": [1, -100]})", "d.jsonl:1"); },
+                    {"d.jsonl:1: input_ids[1]: expected a token id from 0 to 2147483647, got -100"});
+  test::ExpectError([] { ParseJsonlSample(R"({"input_ids": [1], "labels": [-5]})", "d.jsonl:1"); },
+                    {"labels[0]", "or -100 (not scored)"});
+  test::ExpectError([] { ParseJsonlSample(R"({"input_ids": []})", "d.jsonl:2"); },
+                    {"d.jsonl:2: input_ids: expected a non-empty list"});
+  test::ExpectError([] { ParseJsonlSample(R"({"input_ids": [1], "images": ["a.png"]})", "d.jsonl:4"); },
+                    {"d.jsonl:4: images: not read beside input_ids"});
+}
+
+}  // namespace
+}  // namespace loom

@@ -174,5 +174,82 @@ TEST(HfParity, LoomRunStartsFromTheCheckpointUnderEveryLayout) {
       << text;
 }
 
+// `loom run --model DIR --data FILE.jsonl`: real token ids and labels, the
+// loss as transformers computes it (labels shifted, -100 ignored, the mean over
+// the batch's scored tokens), and one AdamW step as torch.optim.AdamW takes it
+// (lr 0.01, betas 0.9/0.999, eps 1e-8, weight decay 0.01): the loss before and
+// after the step equal transformers' under one process, TP 2, PP 2 and DP 2.
+const char* kTrainReference = R"(
+import json, sys, torch
+import transformers
+d = sys.argv[1]
+model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+model.train()
+torch.manual_seed(1)
+samples = []
+for n in (9, 6, 12, 5):
+    ids = torch.randint(0, 128, (n,)).tolist()
+    labels = list(ids)
+    if n == 12:
+        labels[2:5] = [-100] * 3  # a prompt the loss ignores
+    samples.append({"input_ids": ids, "labels": labels})
+with open(d + "/data.jsonl", "w") as f:
+    for s in samples:
+        f.write(json.dumps(s) + "\n")
+def loss():
+    total, count = 0.0, 0
+    for s in samples:
+        logits = model(input_ids=torch.tensor([s["input_ids"]])).logits[0, :-1]
+        target = torch.tensor(s["labels"][1:])
+        total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
+        count += int((target != -100).sum())
+    return total / count
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+l0 = loss()
+l0.backward()
+opt.step()
+opt.zero_grad()
+with torch.no_grad():
+    l1 = loss()
+print(json.dumps([l0.item(), l1.item()]))
+)";
+
+TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("hf_data_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto [rc, out] = test::RunPython(kMakeReference, "llama " + dir.string() +
+                                                       R"( '{"attention_bias": true, "mlp_bias": true}')");
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = test::RunPython(kTrainReference, dir.string());
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
+  const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
+                           " --global-batch 4 --steps 2 --lr 0.01 --json ";
+  for (const std::string layout : {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2",
+                                   "--cluster h100:1x2 --pp 2 --microbatches 2", "--cluster h100:1x2 --dp 2"}) {
+    SCOPED_TRACE(layout);
+    auto [code, text] = test::RunLoom(base + layout);
+    ASSERT_EQ(code, 0) << text;
+    const nlohmann::json j = nlohmann::json::parse(text);
+    for (int step = 0; step < 2; ++step) {
+      const double want = expected[step].get<double>();
+      EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
+    }
+  }
+  // Bad data is named: a token past the vocabulary, labels of another length.
+  std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 2, 300]})" << "\n";
+  auto [code1, text1] = test::RunLoom("run --model " + dir.string() + " --data " + (dir / "bad.jsonl").string() +
+                                      " --global-batch 1 --steps 1 --cluster h100:1x1");
+  EXPECT_EQ(code1, 2) << text1;
+  EXPECT_NE(text1.find("bad.jsonl:1: input_ids[2] is 300, past the model's vocabulary of 128"), std::string::npos)
+      << text1;
+  std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 2, 3], "labels": [1, 2]})" << "\n";
+  auto [code2, text2] = test::RunLoom("run --model " + dir.string() + " --data " + (dir / "bad.jsonl").string() +
+                                      " --global-batch 1 --steps 1 --cluster h100:1x1");
+  EXPECT_EQ(code2, 2) << text2;
+  EXPECT_NE(text2.find("bad.jsonl:1: labels: 2 entries for 3 input_ids"), std::string::npos) << text2;
+}
+
 }  // namespace
 }  // namespace loom

@@ -181,6 +181,8 @@ TEST(Safetensors, CorruptFilesAreErrorsAsTheyAreForPython) {
       {"truncated", Bytes(R"({"a":{"dtype":"F32","shape":[8],"data_offsets":[0,32]}})", four_floats), {"end at byte 32", "holds 16 bytes"}},
       {"metadata", Bytes(R"({"__metadata__":{"step":3}})", ""), {"__metadata__", "'step' is 3", "must be strings"}},
       {"no_offsets", Bytes(R"({"a":{"dtype":"F32","shape":[4]}})", four_floats), {"no 'data_offsets'"}},
+      {"field_twice", Bytes(R"({"a":{"dtype":"F32","dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four_floats), {"'dtype' is named twice"}},
+      {"deep", Bytes(R"({"a":{"dtype":"F32","shape":)" + std::string(200, '[') + std::string(200, ']') + R"(,"data_offsets":[0,16]}})", four_floats), {"nests deeper than 128 levels"}},
   };
   std::string paths;
   for (const Case& c : cases) {
@@ -207,10 +209,15 @@ for p in sys.argv[1:]:
                                         paths);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_EQ(out, "");
-  // And both accept the same file made valid.
+  // And both accept the same file made valid, with leading whitespace and null metadata as the crate allows.
   const fs::path good = dir / "good.safetensors";
-  std::ofstream(good, std::ios::binary) << Bytes(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four_floats);
+  std::ofstream(good, std::ios::binary)
+      << Bytes(R"( {"__metadata__":null,"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", four_floats);
   EXPECT_EQ(SafetensorsFile(good.string()).At("a").elements(), 4);
+  const auto [rc_good, out_good] = test::RunPython(
+      "import sys\nfrom safetensors import safe_open\nwith safe_open(sys.argv[1], 'np') as f: print(f.get_tensor('a').size)",
+      good.string());
+  EXPECT_EQ(out_good, "4\n");
 }
 
 TEST(CheckpointWeights, ShardsAsTransformersLaysThemOutAndReadsThemBack) {

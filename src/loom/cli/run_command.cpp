@@ -52,7 +52,7 @@ class RunCommand : public Command {
   void Run() override {
     const Model model = LoadModel(flags_.model);
     Cluster cluster = LoadCluster(flags_.cluster);
-    const Workload workload = flags_.workload.ResolveOrDefault(model);
+    const Workload workload = ResolveWorkload(model);
     ChosenPlan chosen = ChoosePlan(model, cluster, workload);
 #ifdef LOOM_HAVE_RUNTIME
     RunOptions options = flags_.BasicOptions();
@@ -109,6 +109,19 @@ class RunCommand : public Command {
   }
 
  private:
+  // --data's samples (a JSONL file is its own workload, spec/workload.h), else --workload's, else the model's default.
+  Workload ResolveWorkload(const Model& model) const {
+    WorkloadFlags w = flags_.workload;
+    if (!flags_.data.empty()) {
+      if (!w.name.empty()) throw loom::Error("--data and --workload both name the samples: give one");
+      if (std::filesystem::path(flags_.data).extension() != ".jsonl") {
+        throw loom::Error(fmt::format("--data {}: expected a .jsonl file (one JSON sample a line)", flags_.data));
+      }
+      w.name = flags_.data;
+    }
+    return w.ResolveOrDefault(model);
+  }
+
   // --plan's file, else Oobleck's plan for --fault-tolerance F, else the Megatron-LM layout of the flags.
   ChosenPlan ChoosePlan(const Model& model, const Cluster& cluster, const Workload& workload) const {
     if (!flags_.plan.empty()) {

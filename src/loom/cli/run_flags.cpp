@@ -20,6 +20,9 @@ void RunFlags::Add(CLI::App* run) {
                   "Megatron flags below describe");
   run->add_option("--strategy", strategy, "with a `loom plan --json` file: whose plan (default: the best)");
   workload.Add(run);
+  run->add_option("--data", data,
+                  "a JSONL file of tokenized samples, {\"input_ids\": [...], \"labels\": [...]} a line: the workload "
+                  "(docs/workloads.md)");
   run->add_option("--steps", steps, "training steps")->check(kPositive);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")->check(kPositive);
   run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);

@@ -25,6 +25,7 @@ struct RunFlags {
   std::string plan;      // a plan file; empty: Oobleck's plan (fault_tolerance >= 0) or the layout below
   std::string strategy;  // whose plan of a `loom plan --json` file; empty: the best
   WorkloadFlags workload;
+  std::string data;  // --data FILE.jsonl: tokenized samples as the workload
   // Without --plan: a Megatron-LM layout, as `loom simulate` takes it.
   ParallelConfig layout;
   std::string schedule = "1f1b";

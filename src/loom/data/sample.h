@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace loom {
@@ -28,7 +30,18 @@ struct AudioInput {
   int doc = 0;
 };
 
+// A sample's real text (a JSONL line with `input_ids`, docs/workloads.md): its
+// token ids and labels (-100: not scored; the target of position p is
+// labels[p + 1], transformers' shift), one document.
+struct SampleTokens {
+  std::vector<int64_t> input_ids, labels;
+  std::string where;  // "file:line", for errors
+};
+
 struct Sample {
+  // Where the source has them, the sample's token ids (shared: the planner
+  // copies samples by the million); null: shapes only.
+  std::shared_ptr<const SampleTokens> tokens;
   int64_t text_tokens = 0;
   std::vector<int64_t> doc_text_tokens;  // one entry per document
   std::vector<ImageInput> images;

@@ -1,6 +1,7 @@
 #include "loom/runtime/hf_weights.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 

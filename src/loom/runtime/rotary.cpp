@@ -8,16 +8,19 @@ namespace loom::runtime {
 torch::Tensor RopeInverseFrequencies(const Rope& rope, int64_t head_dim) {
   // transformers: 1 / base ** (arange(0, dim, 2, dtype=int64).float() / dim)
   const torch::Tensor exponents = torch::arange(0, head_dim, 2, torch::kLong).to(torch::kFloat) / head_dim;
-  torch::Tensor inv = 1.0 / torch::pow(rope.theta, exponents);  // libtorch's Scalar / Tensor is reciprocal x scalar, as Python's
+  // Python's `scalar / tensor` is tensor.reciprocal() * scalar (two roundings)
+  // while libtorch's is a division: written as Python computes it (for 1 / x
+  // the two agree; below they differ in the last bit).
+  torch::Tensor inv = torch::pow(rope.theta, exponents).reciprocal();
   if (rope.scaling != RopeScaling::kLlama3) return inv;
   // _compute_llama3_parameters, in its order of operations (all float32).
   const double old_context = static_cast<double>(rope.original_max_positions);
   const double low_freq_wavelen = old_context / rope.low_freq_factor;
   const double high_freq_wavelen = old_context / rope.high_freq_factor;
-  const torch::Tensor wavelen = 2 * std::numbers::pi / inv;
+  const torch::Tensor wavelen = inv.reciprocal() * (2 * std::numbers::pi);
   torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv / rope.factor, inv);
   const torch::Tensor smooth =
-      (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
+      (wavelen.reciprocal() * old_context - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor);
   const torch::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
   const torch::Tensor medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen);
   return torch::where(medium, smoothed, scaled);

@@ -24,6 +24,42 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
 
 }  // namespace
 
+// The batch's real text where its samples carry token ids (TextTokens; null:
+// synthetic text), each id checked against the vocabulary of the loss
+// module's embedding.
+std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
+  if (b.samples.empty() || !b.samples[0].tokens) return nullptr;
+  const Layer& embedding = model.modules.back().layers.front();
+  const int64_t vocab = embedding.kind == LayerKind::kEmbedding ? embedding.vocab : 0;
+  auto text = std::make_unique<TextTokens>();
+  for (const Sample& s : b.samples) {
+    if (!s.tokens) throw Error("runtime: a batch mixes samples with and without token ids");
+    for (const auto* list : {&s.tokens->input_ids, &s.tokens->labels}) {
+      for (size_t i = 0; i < list->size(); ++i) {
+        if ((*list)[i] >= vocab) {
+          throw Error(fmt::format("{}: {}[{}] is {}, past the model's vocabulary of {}", s.tokens->where,
+                                  list == &s.tokens->input_ids ? "input_ids" : "labels", i, (*list)[i], vocab));
+        }
+      }
+    }
+    text->ids.push_back({s.tokens->input_ids});
+    text->labels.push_back({s.tokens->labels});
+  }
+  return text;
+}
+
+// What the batch's loss averages over: with real text, the targets it scores
+// (transformers' shift: the first label of each sample scores nothing, -100
+// neither), else every text token (BatchTextTokens).
+int64_t ScoredTargets(const Batch& b, const TextTokens* text) {
+  if (!text) return BatchTextTokens(b);
+  int64_t n = 0;
+  for (const auto& sample : text->labels) {
+    for (const auto& doc : sample) n += std::count_if(doc.begin() + 1, doc.end(), [](int64_t l) { return l != -100; });
+  }
+  return std::max<int64_t>(n, 1);
+}
+
 struct StepExecutor::Step {
   Step(const Model& model, const ExecutionPlan& e, const Batch& b, const ProcessPlace& place, int step_index)
       : exec(e),
@@ -34,7 +70,8 @@ struct StepExecutor::Step {
         tower_ends(TowerEnds(model, e)),
         edges(e.schedule),
         packings(model, b, e, place),
-        batch_text_tokens(BatchTextTokens(b)) {
+        text(RealText(model, b)),
+        batch_text_tokens(ScoredTargets(b, text.get())) {
     for (int v = 0; v < e.schedule.num_stages(); ++v)
       microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
     // Towers beside the loss module: their values in the whole batch (TowerLoss).
@@ -60,6 +97,7 @@ struct StepExecutor::Step {
   const std::vector<std::vector<int>> tower_ends;
   const StepEdges edges;
   StepPackings packings;
+  const std::unique_ptr<TextTokens> text;  // the samples' token ids; null: synthetic text
   const int64_t batch_text_tokens;
   std::map<int, double> tower_values;
   // Per (stage, mb): what it hands on (the loss, on a loss stage), in
@@ -287,7 +325,8 @@ void StepExecutor::Forward(int r, const Action& a) {
   const int v = a.stage, k = a.microbatch;
   const std::string where = fmt::format("stage {} ({}) microbatch {}", v, s.exec.stages[v].label, k);
   const ModuleTensors in = Inputs(r, v, k, where);
-  const MicrobatchInput mb{&s.packings.Mine(v, k), s.step, static_cast<int64_t>(s.batch.samples.size()), device_};
+  const MicrobatchInput mb{&s.packings.Mine(v, k), s.step, static_cast<int64_t>(s.batch.samples.size()), device_,
+                           s.text.get()};
   ModuleTensors out = local_.stacks.at(v)->forward(in, mb, LayerRecompute(s.exec, place_.content, v, k));
   std::vector<torch::Tensor>& hands = s.output[{v, k}];
   const torch::Tensor towers = TowerLoss(v, out);

@@ -109,11 +109,15 @@ struct NormImpl : torch::nn::Module {
     weight = register_parameter("weight", torch::ones({width}));
     if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({width}));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+  torch::Tensor forward(const torch::Tensor& x) { return Apply(x, weight); }
+  // With `w` standing for the weight: a TP rank's copy of a replicated weight
+  // that only its shard of the heads reads (Qwen3's q/k norms), passed through
+  // Megatron's f so that its gradient sums over the TP group.
+  torch::Tensor Apply(const torch::Tensor& x, const torch::Tensor& w) {
+    if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, w, bias, eps);
     torch::Tensor h = x.to(torch::kFloat);
     h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-    return weight * h.to(x.scalar_type());
+    return w * h.to(x.scalar_type());
   }
   NormKind kind;
   double eps;
@@ -315,9 +319,9 @@ struct BlockImpl : torch::nn::Module {
     auto Q = q->forward(h).view({1, T, heads, head_dim});
     auto K = k->forward(h).view({1, T, kv_heads, head_dim});
     auto V = v->forward(h).view({1, T, kv_heads, head_dim});
-    if (q_norm) {
-      Q = q_norm->forward(Q);
-      K = k_norm->forward(K);
+    if (q_norm) {  // each TP rank normalises its own heads: the weights' gradients sum over the group
+      Q = q_norm->Apply(Q, ToShards(q_norm->weight));
+      K = k_norm->Apply(K, ToShards(k_norm->weight));
     }
     if (rope_inverse_frequencies.defined()) {
       const RopeTables tables = MakeRopeTables(rope_inverse_frequencies, layout->RowPositions(x.device()), x.scalar_type());
@@ -818,7 +822,8 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
 
 bool LayerStackImpl::IsSharded(const std::string& name) const {
   if (tp_->size < 2) return false;
-  for (const char* part : {".q.", ".k.", ".v.", ".o.", ".up.", ".gate.", ".down."}) {
+  // Column-parallel weights and biases; row-parallel weights (their biases are whole).
+  for (const char* part : {".q.", ".k.", ".v.", ".o.weight", ".up.", ".gate.", ".down.weight"}) {
     if (name.find(part) != std::string::npos) return true;
   }
   return false;

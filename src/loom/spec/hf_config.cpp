@@ -185,8 +185,10 @@ std::string RopeYaml(const Cfg& c) {
     throw Error(fmt::format("{}: rope type '{}' is not one Loom's runtime computes; valid: default, llama3",
                             r.Field("rope_type"), type));
   }
-  const Cfg d = v5 ? c.Sub("rope_parameters", {{"original_max_position_embeddings", 8192}})
-                   : c.Sub("rope_scaling", {{"original_max_position_embeddings", 8192}});
+  // transformers' standardize_rope_params: original_max_position_embeddings defaults to max_position_embeddings.
+  const int64_t max_positions = c.Int("max_position_embeddings", 2048);
+  const Cfg d = v5 ? c.Sub("rope_parameters", {{"original_max_position_embeddings", max_positions}})
+                   : c.Sub("rope_scaling", {{"original_max_position_embeddings", max_positions}});
   return yaml + fmt::format(
                     ", rope_scaling: {{type: llama3, factor: {}, low_freq_factor: {}, high_freq_factor: {}, "
                     "original_max_position_embeddings: {}}}",
@@ -199,7 +201,8 @@ std::string ActivationYaml(const Cfg& c, const std::string& key, const std::stri
   const std::string act = c.String(key, fallback);
   if (act == "silu" || act == "swish") return "silu";
   if (act == "gelu") return "gelu";
-  if (act == "gelu_pytorch_tanh" || act == "gelu_new") return "gelu_tanh";  // the same tanh formula
+  // gelu_new is the same tanh formula written out in Python: equal up to rounding, not bit for bit.
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new") return "gelu_tanh";
   if (act == "quick_gelu") return "quick_gelu";
   throw Error(fmt::format("{}: activation '{}' is not one Loom's runtime computes; valid: silu, gelu, "
                           "gelu_pytorch_tanh, gelu_new, quick_gelu",

@@ -121,6 +121,16 @@ Workload LoadWorkload(const std::string& name_or_path) {
     }
   }
   if (KindOfPath(name_or_path) == PathKind::kFile) {
+    // A JSONL file of samples is its own workload (`--workload data.jsonl`,
+    // `loom run --data`): its samples, the default batch; flags override it.
+    if (std::filesystem::path(name_or_path).extension() == ".jsonl") {
+      Workload w;
+      w.name = std::filesystem::path(name_or_path).stem().string();
+      w.source_file = name_or_path;
+      w.source.kind = "jsonl";
+      w.source.path = name_or_path;
+      return w;
+    }
     return ParseWorkload(ReadTextFile(name_or_path), name_or_path);
   }
   std::string names;

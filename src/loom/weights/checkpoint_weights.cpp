@@ -1,5 +1,6 @@
 #include "loom/weights/checkpoint_weights.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,7 +60,8 @@ CheckpointWeights::CheckpointWeights(const std::string& dir) : dir_(dir) {
   const fs::path index = fs::path(dir) / kIndexFile;
   const fs::path single = fs::path(dir) / kSingleFile;
   std::error_code ec;
-  if (fs::is_regular_file(index, ec)) {
+  // Both present: model.safetensors, as transformers' _get_resolved_checkpoint_files chooses.
+  if (!fs::is_regular_file(single, ec) && fs::is_regular_file(index, ec)) {
     const std::map<std::string, std::string> weight_map = ReadWeightMap(index);
     std::map<std::string, const SafetensorsFile*> shards;
     for (const auto& [name, shard] : weight_map) {
@@ -116,6 +118,14 @@ void WriteCheckpointWeights(const std::string& dir, const std::vector<TensorToWr
     total_bytes += t.bytes.size();
   }
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  // The other layout's files go (as save_pretrained removes stale shards), so
+  // the folder never holds two sets of weights that readers choose between.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool shard = name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
+                       entry.path().extension() == ".safetensors";
+    if (shard || name == kIndexFile || name == kSingleFile) fs::remove(entry.path(), ec);
+  }
   std::vector<std::vector<TensorToWrite>> shards(1);
   uint64_t shard_bytes = 0;
   for (const TensorToWrite* t : sorted) {

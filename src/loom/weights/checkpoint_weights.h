@@ -22,8 +22,8 @@ class CheckpointWeights {
   // Reads `dir`'s index (if any) and every shard's header. Throws loom::Error
   // naming the file and what is wrong: no weights at all, an index that is not
   // {"weight_map": {name: file}}, a shard named outside the folder, a missing
-  // shard, a tensor the index maps to a shard that lacks it, a tensor in two
-  // shards.
+  // shard, a tensor the index maps to a shard that lacks it. With both files,
+  // model.safetensors is read (as transformers does).
   explicit CheckpointWeights(const std::string& dir);
 
   // Whether `dir` holds weights (either file above).

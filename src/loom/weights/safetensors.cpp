@@ -31,12 +31,15 @@ struct DTypeRow {
   int64_t bytes;
 };
 // The names of safetensors' `Dtype` (its Rust crate's serde spelling).
-constexpr std::array<DTypeRow, 15> kDTypes = {{
+constexpr std::array<DTypeRow, 19> kDTypes = {{
     {DType::kBool, "BOOL", 1},
     {DType::kU8, "U8", 1},
     {DType::kI8, "I8", 1},
     {DType::kF8E4M3, "F8_E4M3", 1},
     {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF8E8M0, "F8_E8M0", 1},
+    {DType::kF8E4M3Fnuz, "F8_E4M3FNUZ", 1},
+    {DType::kF8E5M2Fnuz, "F8_E5M2FNUZ", 1},
     {DType::kI16, "I16", 2},
     {DType::kU16, "U16", 2},
     {DType::kF16, "F16", 2},
@@ -47,6 +50,7 @@ constexpr std::array<DTypeRow, 15> kDTypes = {{
     {DType::kI64, "I64", 8},
     {DType::kU64, "U64", 8},
     {DType::kF64, "F64", 8},
+    {DType::kC64, "C64", 8},
 }};
 
 const DTypeRow& Row(DType dtype) {
@@ -115,25 +119,33 @@ TensorInfo ParseTensor(const std::string& name, const nlohmann::json& entry, con
   return t;
 }
 
-// The header's JSON with every name checked to be given once (nlohmann keeps
-// the last of two equal keys; the Rust crate refuses them).
+// The header's JSON. A name given twice is refused (nlohmann keeps the last;
+// so does the Rust crate, whose offsets check then usually fails: a corrupt
+// file either way), as is a field given twice in one tensor (the crate refuses
+// it) and nesting deeper than 128 (the crate's serde limit; it also keeps the
+// error messages' dump() from recursing without bound).
 nlohmann::json ParseHeaderJson(std::string_view text, const std::string& file) {
-  std::set<std::string> names;
+  std::vector<std::set<std::string>> keys(3);  // per open object at depths 1 and 2
   std::string duplicate;
+  bool too_deep = false;
   auto callback = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (depth == 1 && event == nlohmann::json::parse_event_t::key && duplicate.empty()) {
+    using Event = nlohmann::json::parse_event_t;
+    if (depth > 128) too_deep = true;
+    if (event == Event::object_start && depth + 1 <= 2) keys[static_cast<size_t>(depth + 1)].clear();
+    if (event == Event::key && depth <= 2 && duplicate.empty()) {
       const std::string key = parsed.get<std::string>();
-      if (!names.insert(key).second) duplicate = key;
+      if (!keys[static_cast<size_t>(depth)].insert(key).second) duplicate = key;
     }
-    return true;
+    return !too_deep;
   };
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text.begin(), text.end(), callback);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(file + ": safetensors header is not JSON: " + e.what());
+    if (!too_deep) throw Error(file + ": safetensors header is not JSON: " + e.what());
   }
-  if (!duplicate.empty()) throw Error(Where(file, duplicate) + " is named twice");
+  if (too_deep) throw Error(file + ": safetensors header nests deeper than 128 levels");
+  if (!duplicate.empty()) throw Error(file + ": safetensors header: '" + duplicate + "' is named twice");
   if (!header.is_object()) throw Error(file + ": safetensors header is not a JSON object");
   return header;
 }
@@ -247,7 +259,8 @@ SafetensorsLayout ParseSafetensorsLayout(std::string_view head, uint64_t file_by
                 std::to_string(file_bytes) + " bytes (truncated, or not a safetensors file)");
   }
   const std::string_view text = head.substr(8, header_bytes);
-  if (text.empty() || text.front() != '{') {
+  const size_t first = text.find_first_not_of(" \t\r\n");  // the crate accepts leading JSON whitespace
+  if (first == std::string_view::npos || text[first] != '{') {
     throw Error(file + ": safetensors header does not start with '{' (not a safetensors file?)");
   }
   const nlohmann::json header = ParseHeaderJson(text, file);
@@ -255,7 +268,7 @@ SafetensorsLayout ParseSafetensorsLayout(std::string_view head, uint64_t file_by
   layout.data_offset_bytes = 8 + header_bytes;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
-      layout.metadata = ParseMetadata(entry, file);
+      if (!entry.is_null()) layout.metadata = ParseMetadata(entry, file);  // null: none, as the crate reads it
     } else {
       layout.tensors.push_back(ParseTensor(name, entry, file));
     }
@@ -366,7 +379,12 @@ void WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>&
     header[t->name] = {{"dtype", DTypeName(t->dtype)}, {"shape", t->shape}, {"data_offsets", {offset, offset + t->bytes.size()}}};
     offset += t->bytes.size();
   }
-  std::string text = header.dump();
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // a name or metadata that is not UTF-8
+    throw Error(path + ": cannot save: " + e.what());
+  }
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t header_bytes = text.size();
 

@@ -24,7 +24,11 @@
 namespace loom::weights {
 
 // The dtypes safetensors names, with the spelling its header uses.
-enum class DType { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64 };
+// (The sub-byte F4 and F6 types are refused: nothing Loom reads uses them.)
+enum class DType {
+  kBool, kU8, kI8, kF8E4M3, kF8E5M2, kF8E8M0, kF8E4M3Fnuz, kF8E5M2Fnuz, kI16, kU16, kF16, kBF16, kI32, kU32, kF32,
+  kI64, kU64, kF64, kC64
+};
 const char* DTypeName(DType dtype);  // "BF16", ...
 int64_t DTypeBytes(DType dtype);
 // Throws loom::Error naming `where` and listing the valid names.
@@ -90,9 +94,9 @@ struct TensorToWrite {
 };
 
 // Writes a safetensors file atomically (a temporary file beside `path`, then a
-// rename). Tensors are laid out as the Rust crate lays them out (by dtype size,
-// largest first, then by name), so that each starts aligned to its element
-// size; the header is padded with spaces to a multiple of 8. Throws loom::Error
+// rename). Tensors are laid out by element size, largest first, then by name
+// (the Rust crate sorts by its own dtype order; both start each tensor aligned
+// to its element size); the header is padded with spaces to a multiple of 8. Throws loom::Error
 // for a duplicate name, a byte count that does not match the shape, or a file
 // that cannot be written (naming it).
 void WriteSafetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
