@@ -178,7 +178,7 @@ TEST(HfParity, LoomRunStartsFromTheCheckpointUnderEveryLayout) {
 // loss as transformers computes it (labels shifted, -100 ignored, the mean over
 // the batch's scored tokens), and one AdamW step as torch.optim.AdamW takes it
 // (lr 0.01, betas 0.9/0.999, eps 1e-8, weight decay 0.01): the loss before and
-// after the step equal transformers' under one process, TP 2, PP 2 and DP 2.
+// after the step equal transformers' under one process, TP 2, PP 2, DP 2 and CP 2.
 const char* kTrainReference = R"(
 import json, sys, torch
 import transformers
@@ -215,26 +215,34 @@ print(json.dumps([l0.item(), l1.item()]))
 )";
 
 TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
-  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("hf_data_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  auto [rc, out] = test::RunPython(kMakeReference, "llama " + dir.string() +
-                                                       R"( '{"attention_bias": true, "mlp_bias": true}')");
-  ASSERT_EQ(rc, 0) << out;
-  std::tie(rc, out) = test::RunPython(kTrainReference, dir.string());
-  ASSERT_EQ(rc, 0) << out;
-  const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
-  const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
-                           " --global-batch 4 --steps 2 --lr 0.01 --json ";
-  for (const std::string layout : {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2",
-                                   "--cluster h100:1x2 --pp 2 --microbatches 2", "--cluster h100:1x2 --dp 2"}) {
-    SCOPED_TRACE(layout);
-    auto [code, text] = test::RunLoom(base + layout);
-    ASSERT_EQ(code, 0) << text;
-    const nlohmann::json j = nlohmann::json::parse(text);
-    for (int step = 0; step < 2; ++step) {
-      const double want = expected[step].get<double>();
-      EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
+  // A Llama with every bias (row-parallel ones added after the reduce) and a
+  // Qwen3 (q/k norms whose gradients sum over the TP group, head_dim 32).
+  const std::vector<std::pair<std::string, std::string>> families = {
+      {"llama", R"('{"attention_bias": true, "mlp_bias": true}')"}, {"qwen3", R"('{"head_dim": 32}')"}};
+  fs::path dir;
+  for (const auto& [family, overrides] : families) {
+    SCOPED_TRACE(family);
+    dir = fs::temp_directory_path() / "loom_tests" / ("hf_data_" + family + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    auto [rc, out] = test::RunPython(kMakeReference, family + " " + dir.string() + " " + overrides);
+    ASSERT_EQ(rc, 0) << out;
+    std::tie(rc, out) = test::RunPython(kTrainReference, dir.string());
+    ASSERT_EQ(rc, 0) << out;
+    const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
+    const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
+                             " --global-batch 4 --steps 2 --lr 0.01 --json ";
+    for (const std::string layout : {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2",
+                                     "--cluster h100:1x2 --pp 2 --microbatches 2", "--cluster h100:1x2 --dp 2",
+                                     "--cluster h100:1x2 --cp 2"}) {
+      SCOPED_TRACE(layout);
+      auto [code, text] = test::RunLoom(base + layout);
+      ASSERT_EQ(code, 0) << text;
+      const nlohmann::json j = nlohmann::json::parse(text);
+      for (int step = 0; step < 2; ++step) {
+        const double want = expected[step].get<double>();
+        EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
+      }
     }
   }
   // Bad data is named: a token past the vocabulary, labels of another length.
