@@ -52,19 +52,6 @@ const std::map<std::string, std::string>& BlockNames() {
   return names;
 }
 
-// How tensor parallelism splits a parameter (runtime/torch_model.h
-// TensorParallel): column-parallel weights and biases by rows (dim 0),
-// row-parallel weights by columns (dim 1); -1: whole.
-int ShardDim(const std::string& rest) {
-  for (const char* column : {"q.", "k.", "v.", "up.", "gate."}) {
-    if (rest.rfind(column, 0) == 0) return 0;
-  }
-  for (const char* row : {"o.weight", "down.weight"}) {
-    if (rest == row) return 1;
-  }
-  return -1;
-}
-
 torch::ScalarType TorchDType(weights::DType dtype) {
   switch (dtype) {
     case weights::DType::kF32:
@@ -126,7 +113,7 @@ void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::Che
     torch::Tensor& param = item.value();
     const weights::CheckpointWeights::Location& where = checkpoint.At(hf);
     const weights::TensorInfo& info = *where.tensor;
-    const int dim = tp.size > 1 ? ShardDim(Split(item.key()).rest) : -1;
+    const int dim = tp.size > 1 ? LayerStackImpl::TensorParallelDim(item.key()) : -1;
     std::vector<int64_t> whole = param.sizes().vec();
     if (dim >= 0) whole[dim] *= tp.size;
     if (info.shape != whole) {

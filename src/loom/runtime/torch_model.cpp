@@ -820,13 +820,14 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
   return live;
 }
 
-bool LayerStackImpl::IsSharded(const std::string& name) const {
-  if (tp_->size < 2) return false;
-  // Column-parallel weights and biases; row-parallel weights (their biases are whole).
-  for (const char* part : {".q.", ".k.", ".v.", ".o.weight", ".up.", ".gate.", ".down.weight"}) {
-    if (name.find(part) != std::string::npos) return true;
+int LayerStackImpl::TensorParallelDim(const std::string& name) {
+  for (const char* column : {".q.", ".k.", ".v.", ".up.", ".gate."}) {
+    if (name.find(column) != std::string::npos) return 0;
   }
-  return false;
+  for (const char* row : {".o.weight", ".down.weight"}) {
+    if (name.find(row) != std::string::npos) return 1;
+  }
+  return -1;
 }
 
 torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInput& mb, int64_t vocab) {

@@ -105,7 +105,11 @@ class LayerStackImpl : public torch::nn::Module {
   ModuleTensors forward(ModuleTensors in, const MicrobatchInput& mb, const std::vector<Recompute>& recompute = {});
   WeightGradDeferral& deferral() { return *deferral_; }
   // The parameters TP splits (their statistics are summed over shards).
-  bool IsSharded(const std::string& parameter_name) const;
+  bool IsSharded(const std::string& parameter_name) const { return tp_->size > 1 && TensorParallelDim(parameter_name) >= 0; }
+  // How TP splits a stack parameter ("llm_3.q.weight"): 0, by rows
+  // (column-parallel weights and their biases: q, k, v, up, gate); 1, by
+  // columns (row-parallel weights: o, down; their biases stay whole); -1, whole.
+  static int TensorParallelDim(const std::string& parameter_name);
   // Tied word embeddings across stages: the embedding matrix of a stack whose
   // module's head lies elsewhere, and a tied head's copy of it (undefined if none).
   torch::Tensor EmbeddingTable() const { return table_ ? *table_ : torch::Tensor(); }
