@@ -14,16 +14,20 @@ void WorkloadFlags::Add(CLI::App* app) {
   app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")->check(kPositive);
   app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
       ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
+  app->add_option("--zero-stage", zero_stage,
+                  "ZeRO stage of data parallelism: 0 none, 1 optimizer state, 2 + gradients, 3 + weights (FSDP); "
+                  "default: the workload's, 1")
+      ->check(CLI::Range(0, 3));
 }
 
 WorkloadOverrides WorkloadFlags::Overrides() const {
-  return WorkloadOverrides{global_batch, seed, seq_len, FindPrecision(precision)};
+  return WorkloadOverrides{global_batch, seed, seq_len, FindPrecision(precision), zero_stage};
 }
 
 std::optional<Workload> WorkloadFlags::Resolve(const Model* model) const {
   const WorkloadOverrides overrides = Overrides();
   if (name.empty() && (!overrides.any() || model == nullptr)) {
-    if (overrides.any()) throw loom::Error("--global-batch, --seed, --seq-len and --precision need --workload here");
+    if (overrides.any()) throw loom::Error("--global-batch, --seed, --seq-len, --precision and --zero-stage need --workload here");
     return std::nullopt;
   }
   Workload w = name.empty() ? DefaultWorkload(*model) : LoadWorkload(name);

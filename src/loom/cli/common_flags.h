@@ -30,6 +30,7 @@ struct WorkloadFlags {
   std::optional<uint64_t> seed;
   std::optional<int64_t> seq_len;
   std::string precision;  // empty, or one of bf16 fp16 tf32 fp32 (CLI11 checks)
+  std::optional<int> zero_stage;
 
   void Add(CLI::App* app);
   // The overrides given, in the library's terms.

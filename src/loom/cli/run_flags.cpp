@@ -23,6 +23,10 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--data", data,
                   "a JSONL file of tokenized samples, {\"input_ids\": [...], \"labels\": [...]} a line: the workload "
                   "(docs/workloads.md)");
+  run->add_option("--save", save,
+                  "write the trained weights as a Hugging Face model folder DIR (model.safetensors + config.json) "
+                  "that transformers' from_pretrained loads; --model must be a Hugging Face folder or config.json")
+      ->check(kFileName);
   run->add_option("--steps", steps, "training steps")->check(kPositive);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")->check(kPositive);
   run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);
@@ -142,6 +146,7 @@ RunOptions RunFlags::BasicOptions() const {
   o.threads_per_rank = threads;
   o.device = ParseDevice(device);
   o.sm_quotas = sm_quotas == "on";
+  o.save_dir = save;
   return o;
 }
 

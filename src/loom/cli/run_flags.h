@@ -26,6 +26,7 @@ struct RunFlags {
   std::string strategy;  // whose plan of a `loom plan --json` file; empty: the best
   WorkloadFlags workload;
   std::string data;  // --data FILE.jsonl: tokenized samples as the workload
+  std::string save;  // --save DIR: the trained weights as a Hugging Face folder
   // Without --plan: a Megatron-LM layout, as `loom simulate` takes it.
   ParallelConfig layout;
   std::string schedule = "1f1b";

@@ -138,4 +138,34 @@ void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::Che
   }
 }
 
+void AppendHfPart(LayerStackImpl& stack, const Model& model, const TensorParallel& tp, torch::ScalarType dtype,
+                  bool whole, HfPart& part) {
+  torch::NoGradGuard no_grad;
+  weights::DType file_dtype = weights::DType::kF32;
+  switch (dtype) {
+    case torch::kFloat:
+      break;
+    case torch::kBFloat16:
+      file_dtype = weights::DType::kBF16;
+      break;
+    case torch::kHalf:
+      file_dtype = weights::DType::kF16;
+      break;
+    default:
+      throw std::logic_error("hf_weights: a checkpoint dtype other than float32, bfloat16 or float16");
+  }
+  for (const auto& item : stack.named_parameters()) {
+    const std::string& name = item.key();
+    if (name.size() >= 10 && name.compare(name.size() - 10, 10, "tied_table") == 0) continue;
+    const bool sliced = stack.IsSharded(name);
+    if (!sliced && !whole) continue;
+    const std::string hf = HfParameterName(model, name);
+    torch::Tensor host = item.value().detach().to(torch::kCPU, dtype).contiguous();
+    part.tensors.push_back({hf, file_dtype, host.sizes().vec(),
+                            std::span<const std::byte>(static_cast<const std::byte*>(host.data_ptr()), host.nbytes())});
+    part.hold.push_back(std::move(host));
+    if (sliced) part.slices[hf] = {LayerStackImpl::TensorParallelDim(name), tp.rank, tp.size};
+  }
+}
+
 }  // namespace loom::runtime

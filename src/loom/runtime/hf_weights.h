@@ -9,10 +9,13 @@
 // post_attention_layernorm, mlp.{gate,up,down}_proj}`, `model.norm`, `lm_head`.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/model.h"
+#include "loom/weights/checkpoint_parts.h"
 #include "loom/weights/checkpoint_weights.h"
 
 namespace loom::runtime {
@@ -29,5 +32,21 @@ std::string HfParameterName(const Model& model, const std::string& loom_name);
 // that is not floating point.
 void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::CheckpointWeights& checkpoint,
                    const TensorParallel& tp);
+
+// One process's share of a checkpoint being saved (`loom run --save DIR`,
+// weights/checkpoint_parts.h): tensors under transformers' names, converted
+// to the checkpoint's dtype on the host; `hold` owns the bytes `tensors` point at.
+struct HfPart {
+  std::vector<torch::Tensor> hold;
+  std::vector<weights::TensorToWrite> tensors;
+  std::map<std::string, weights::SliceOf> slices;
+};
+
+// Adds `stack`'s parameters to `part`: a TP-split one as slice tp.rank of
+// tp.size along its TensorParallelDim; a whole one only when `whole` (one TP
+// rank writes what every rank holds). A tied head's copy of the embedding is
+// left out (transformers ties it again on load).
+void AppendHfPart(LayerStackImpl& stack, const Model& model, const TensorParallel& tp, torch::ScalarType dtype,
+                  bool whole, HfPart& part);
 
 }  // namespace loom::runtime

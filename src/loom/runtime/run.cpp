@@ -18,6 +18,7 @@
 #include "loom/pipeline/validate.h"
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
+#include "loom/runtime/hf_save.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
@@ -86,10 +87,31 @@ void RunOptions::Validate() const {
   }
 }
 
+namespace {
+// The run's workers (fault-tolerant or not) from start to their reports.
+RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
+                     const Replanner& replanner);
+}  // namespace
+
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
   options.Validate();
+  if (options.save_dir.empty()) return RunWorkers(model, cluster, workload, plan, options, schedules, replanner);
+  // --save: checked before any worker starts, joined once every one finished.
+  RunOptions saving = options;
+  saving.save_dtype = runtime::PrepareSave(model, options);
+  RunResult result = RunWorkers(model, cluster, workload, plan, saving, schedules, replanner);
+  runtime::FinishSave(model, saving);
+  return result;
+}
+
+namespace {
+
+RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
+                     const Replanner& replanner) {
   if (options.fault_tolerant) {
     for (const auto& s : schedules) {
       if (s) {
@@ -249,5 +271,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   runtime::ReadReports(lines, layout, options.steps, out);
   return out;
 }
+
+}  // namespace
 
 }  // namespace loom

@@ -97,6 +97,11 @@ struct RunOptions {
   // A Hugging Face model folder whose safetensors the stages start from
   // (`loom run --model DIR`; runtime/hf_weights.h); "": the seeded weights.
   std::string weights_dir;
+  // `loom run --save DIR`: the trained weights as a Hugging Face model folder
+  // (runtime/hf_save.h); "": not saved. save_dtype is set by the launcher
+  // (config.json's dtype) for its workers.
+  std::string save_dir;
+  std::string save_dtype;
 
   // Throws loom::Error naming the flag of the first option that no plan
   // could run with (steps, timeout, node rank, threads; under fault

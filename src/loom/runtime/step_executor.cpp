@@ -585,4 +585,15 @@ void StepExecutor::ReportWeights(const ExecutionPlan& exec) {
   }
 }
 
+void StepExecutor::SaveHfPart(const ExecutionPlan& exec, const std::string& path, torch::ScalarType dtype) {
+  HfPart part;
+  for (auto& [v, stack] : local_.stacks) {
+    const bool first_copy = (exec.replicated ? place_.replica : exec.stages[v].replica) == 0;
+    if (!first_copy || place_.MyPart(v) != 0) continue;
+    const TensorParallel& tp = groups_.tensor_parallel.at(place_.TpOf(v));
+    AppendHfPart(*stack, model_, tp, dtype, tp.rank == 0, part);
+  }
+  weights::WriteCheckpointPart(path, part.tensors, part.slices);
+}
+
 }  // namespace loom::runtime

@@ -79,6 +79,11 @@ class StepExecutor {
   // come back unchanged); a sharded weight's statistics are summed over its
   // TP shards, so they describe the whole tensor. ZeRO-3 weights are gathered first.
   void ReportWeights(const ExecutionPlan& exec);
+  // Writes this process's share of the weights to `path`, a checkpoint part
+  // (`loom run --save`, weights/checkpoint_parts.h) in `dtype`: replica 0's
+  // stages, each TP rank its slices and TP rank 0 the whole tensors, CP part
+  // 0 alone. Call after ReportWeights (ZeRO-3's weights gathered).
+  void SaveHfPart(const ExecutionPlan& exec, const std::string& path, torch::ScalarType dtype);
 
   const ProcessPlace& place() const { return place_; }
   // The group of every process of the run (a fault-tolerant run's state exchange).

@@ -20,6 +20,7 @@
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/fault_tolerance.h"
+#include "loom/runtime/hf_save.h"
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/step_executor.h"
 #include "loom/runtime/tensor_memory.h"
@@ -192,6 +193,13 @@ void ReportMemory(const WorkerReports& reports, bool cuda, int device, double we
   reports.Now(report::PeakTensorMemory{weight_bytes + static_cast<double>(tensor_memory.peak_bytes())});
 }
 
+// The torch dtype of a checkpoint's config.json name (runtime/hf_save.h PrepareSave checked it).
+torch::ScalarType SaveDType(const std::string& name) {
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  return torch::kFloat;
+}
+
 // Runs steps first_step.. of spec's plan. `gen`: a fault-tolerant run's
 // generation (null otherwise); throws Reconfigure when its launcher sent a
 // gen or stop command, with gen->carry set to the state as of that command's step.
@@ -267,6 +275,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   }
   ReportMemory(reports, cuda, device.index(), executor.WeightBytes(), *tensor_memory);
   executor.ReportWeights(exec);
+  if (!spec.options.save_dir.empty()) {
+    executor.SaveHfPart(exec, SavePartPath(spec.options.save_dir, spec.rank), SaveDType(spec.options.save_dtype));
+  }
 }
 
 // A fault-tolerant run's worker: generation after generation, as its

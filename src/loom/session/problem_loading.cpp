@@ -21,6 +21,14 @@ Workload ApplyWorkloadOverrides(Workload workload, const WorkloadOverrides& over
   if (overrides.global_batch) workload.global_batch = *overrides.global_batch;
   if (overrides.seed) workload.seed = *overrides.seed;
   if (overrides.precision) workload.precision = *overrides.precision;
+  if (overrides.zero_stage) {
+    if (*overrides.zero_stage < 0 || *overrides.zero_stage > 3) {
+      throw Error(fmt::format("--zero-stage {}: valid: 0 (none), 1 (optimizer state), 2 (+ gradients), 3 "
+                              "(+ weights, FSDP)",
+                              *overrides.zero_stage));
+    }
+    workload.zero_stage = *overrides.zero_stage;
+  }
   if (overrides.seq_len) {
     if (workload.source.kind != "text") {
       throw Error(fmt::format("--seq-len applies to the `text` workload, not '{}'", workload.name));

@@ -26,8 +26,9 @@ struct WorkloadOverrides {
   std::optional<uint64_t> seed;         // of the sample draw
   std::optional<int64_t> seq_len;       // tokens per sample; only the `text` source has one
   std::optional<Precision> precision;
+  std::optional<int> zero_stage;  // ZeRO stage of the plans' data parallelism, 0..3
 
-  bool any() const { return global_batch || seed || seq_len || precision; }
+  bool any() const { return global_batch || seed || seq_len || precision || zero_stage; }
 };
 
 // `workload` with `overrides` applied. Throws loom::Error, naming the `loom`

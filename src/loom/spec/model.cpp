@@ -329,7 +329,9 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
     const std::filesystem::path p(file);
     std::string name = p.stem().string();
     if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();
-    return Parse(HfConfigToModelYaml(text, file, name), file + " (as Loom model YAML)");
+    Model model = Parse(HfConfigToModelYaml(text, file, name), file + " (as Loom model YAML)");
+    model.hf_config = file;
+    return model;
   }
   YAML::Node root = ParseYaml(text, file);
   if (!root.IsDefined() || root.IsNull()) {

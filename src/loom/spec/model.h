@@ -15,7 +15,8 @@ namespace loom {
 struct Model {
   std::string name;
   std::string description;
-  std::string source;  // "zoo:NAME.yaml" or the file path it was loaded from
+  std::string source;     // "zoo:NAME.yaml" or the file path it was loaded from
+  std::string hf_config;  // the Hugging Face config.json it was translated from; "" for Loom YAML
   std::vector<Module> modules;
 
   // Index of the module called `name`, or -1.

@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <unistd.h>
 
+#include "loom/atomic_file.h"
 #include "loom/error.h"
 
 namespace loom::weights {
@@ -118,14 +120,6 @@ void WriteCheckpointWeights(const std::string& dir, const std::vector<TensorToWr
     total_bytes += t.bytes.size();
   }
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
-  // The other layout's files go (as save_pretrained removes stale shards), so
-  // the folder never holds two sets of weights that readers choose between.
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const bool shard = name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
-                       entry.path().extension() == ".safetensors";
-    if (shard || name == kIndexFile || name == kSingleFile) fs::remove(entry.path(), ec);
-  }
   std::vector<std::vector<TensorToWrite>> shards(1);
   uint64_t shard_bytes = 0;
   for (const TensorToWrite* t : sorted) {
@@ -136,10 +130,24 @@ void WriteCheckpointWeights(const std::string& dir, const std::vector<TensorToWr
     shards.back().push_back(*t);
     shard_bytes += t->bytes.size();
   }
+  // The other layout's files and stale shards go once the new files are in
+  // place (as save_pretrained removes them), so the folder never holds two
+  // sets of weights that readers choose between, and a write that fails
+  // midway leaves the old set readable.
+  const auto remove_stale = [&](const std::set<std::string>& written) {
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool shard = name.rfind("model-", 0) == 0 && name.find("-of-") != std::string::npos &&
+                         entry.path().extension() == ".safetensors";
+      if ((shard || name == kIndexFile || name == kSingleFile) && !written.count(name)) fs::remove(entry.path(), ec);
+    }
+  };
   if (shards.size() == 1) {
     WriteSafetensors((fs::path(dir) / kSingleFile).string(), shards[0], metadata);
+    remove_stale({kSingleFile});
     return;
   }
+  std::set<std::string> written = {kIndexFile};
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total_bytes}};
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
@@ -147,24 +155,12 @@ void WriteCheckpointWeights(const std::string& dir, const std::vector<TensorToWr
   for (size_t k = 0; k < shards.size(); ++k) {
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
     WriteSafetensors((fs::path(dir) / name).string(), shards[k], metadata);
+    written.insert(name);
     for (const TensorToWrite& t : shards[k]) weight_map[t.name] = name;
   }
   index["weight_map"] = weight_map;
-  const fs::path path = fs::path(dir) / kIndexFile;
-  const std::string temp = path.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << index.dump(2) << "\n";
-    out.close();
-    if (!out) {
-      std::remove(temp.c_str());
-      throw Error(path.string() + ": cannot write " + temp);
-    }
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    std::remove(temp.c_str());
-    throw Error(path.string() + ": cannot rename " + temp + " to it");
-  }
+  WriteFileAtomically((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
+  remove_stale(written);
 }
 
 }  // namespace loom::weights

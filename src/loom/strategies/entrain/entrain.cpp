@@ -107,7 +107,7 @@ Unit MakeEntrainUnit(const StrategyContext& ctx, const std::string& name, const 
   return u;
 }
 
-std::string Describe(const Plan& p) {
+std::string DescribeEntrainPlan(const Plan& p) {
   std::string s;
   for (const auto& u : p.units) {
     s += fmt::format("{}{} tp{}{} pp{}", s.empty() ? "" : "; ", u.name, u.tp,
@@ -417,7 +417,7 @@ StrategyResult EntrainStrategy(const StrategyContext& ctx) {
           "TP x CP x PP on that split and one group either side (Eq. 4.1-4.2 ranking {} configurations); up to {} "
           "simulated with the deferral schedule, round-robin over DP x group, until {} fit",
           profiled.empty() ? "no stable batch" : profiled, candidates.size(), kSimulated, kConfirmed),
-      Describe);
+      DescribeEntrainPlan);
 }
 
 }  // namespace loom

@@ -214,7 +214,7 @@ MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& opti
 
 namespace {
 
-std::string Describe(const Plan& p) {
+std::string DescribeMosaicPlan(const Plan& p) {
   std::string s;
   int phase = -1;
   for (int q = 0;; ++q) {
@@ -265,7 +265,7 @@ StrategyResult Run(const StrategyContext& ctx, const MosaicOptions& options, con
       break;
     }
   }
-  return search.Finish(searched, Describe);
+  return search.Finish(searched, DescribeMosaicPlan);
 }
 
 }  // namespace

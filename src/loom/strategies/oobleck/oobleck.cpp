@@ -295,7 +295,7 @@ std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const Oobl
 
 namespace {
 
-std::string Describe(const Plan& p) {
+std::string DescribeOobleckPlan(const Plan& p) {
   std::string s;
   for (const auto& ps : p.units[0].pipelines) {
     int gpus = 0;
@@ -329,7 +329,7 @@ StrategyResult OobleckStrategy(const StrategyContext& ctx) {
     }
     if (search.feasible() > 0) break;
   }
-  StrategyResult r = search.Finish(solutions.front().plan.searched, Describe);
+  StrategyResult r = search.Finish(solutions.front().plan.searched, DescribeOobleckPlan);
   r.config = fmt::format("f={} {}", ctx.fault_tolerance, r.config);
   return r;
 }
