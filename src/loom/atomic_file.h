@@ -10,9 +10,11 @@
 
 namespace loom {
 
-// Writes `bytes` to `path` atomically. Throws loom::Error naming `path` and
-// the system's reason when the file cannot be written or renamed; the
-// temporary file is removed and `path` is left as it was.
+// Writes `bytes` to `path` atomically. A symbolic link's target is replaced
+// (the link stays); a device, pipe or socket (/dev/stdout) is written in place,
+// as a stream cannot be replaced. Throws loom::Error naming `path` and the
+// system's reason when the file cannot be written or renamed, or `path` is a
+// folder; the temporary file is removed and `path` is left as it was.
 void WriteFileAtomically(const std::string& path, std::string_view bytes);
 
 // The name of the temporary file WriteFileAtomically uses for `path` (same

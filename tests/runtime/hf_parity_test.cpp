@@ -182,6 +182,8 @@ TEST(HfParity, LoomRunStartsFromTheCheckpointUnderEveryLayout) {
   refused(run + " --model gpt2-medium --save " + (dir / "out").string(),
           {"--save", "must come from one", "Loom model YAML"});
   refused(run + " --model " + dir.string() + " --save " + dir.string(),
+          {"--save " + dir.string() + ": is also --model, an input", "no output overwrites an input"});
+  refused(run + " --model " + (dir / "config.json").string() + " --save " + dir.string(),
           {"is the folder the model is read from", "no output overwrites an input"});
   fs::create_directories(dir / "mine");
   std::ofstream(dir / "mine" / "notes.txt") << "mine\n";

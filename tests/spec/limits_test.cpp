@@ -125,9 +125,9 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
       {"--tp 3 --strategy megatron", "no candidate matched --tp 3 with the global batch 512 on 8 GPUs"},
       {"--tp 2 --strategy fsdp", "strategy fsdp searches its own parallel degrees and takes no --tp / --pp / --dp pin"},
       {"--pp 2 --strategy mmscale,distmm", "strategy distmm searches its own parallel degrees"},
-      {"--strategy megatron --json /dev/full", "--json /dev/full: writing the file failed"},
-      {"--strategy megatron --trace /dev/full", "/dev/full: writing the trace failed"},
-      {"--strategy megatron --report /dev/full", "--report /dev/full: writing the file failed"},
+      {"--strategy megatron --json /dev/full", "--json /dev/full: writing failed: No space left on device"},
+      {"--strategy megatron --trace /dev/full", "/dev/full: writing failed: No space left on device"},
+      {"--strategy megatron --report /dev/full", "--report /dev/full: writing failed: No space left on device"},
       {"--strategy megatron --workload " + test::WriteTemp("lim-missing.yaml",
                                                            "workload: w\nsource: {kind: jsonl, path: "
                                                            "/nonexistent/s.jsonl}\n"),

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/cli/command.h"
+#include "loom/cli/output_file.h"
 #include "loom/runtime/build_info.h"
 
 namespace loom::cli {
@@ -41,7 +42,9 @@ int Dispatch(int argc, char** argv) {
   }
 
   for (const auto& command : commands) {
-    if (command->subcommand()->parsed()) command->Run();  // exactly one: require_subcommand(1)
+    if (!command->subcommand()->parsed()) continue;  // exactly one runs: require_subcommand(1)
+    CheckOutputs(*command->subcommand());
+    command->Run();
   }
   return 0;
 }

@@ -1,14 +1,23 @@
 #include "loom/cli/flag_checks.h"
 
+#include <fmt/format.h>
+
+#include <cctype>
 #include <cmath>
 #include <exception>
 #include <string>
+
+#include "loom/error.h"
 
 namespace loom::cli {
 
 const CLI::Validator kFileName(
     [](std::string& v) { return v.empty() ? std::string("a file name is required, got an empty one") : std::string(); },
     "FILE");
+
+const CLI::Validator kOutputFile(
+    [](std::string& v) { return v.empty() ? std::string("a file name is required, got an empty one") : std::string(); },
+    "FILE", kOutputValidatorName);
 
 const CLI::Validator kPositive(
     [](std::string& v) {
@@ -23,5 +32,61 @@ const CLI::Validator kPositive(
 
 const CLI::Validator kNotNegative(
     [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "UINT");
+
+int64_t ParseIntIn(const std::string& text, const std::string& what, int64_t lo, int64_t hi) {
+  const std::string range = fmt::format("an integer in {}..{}", lo, hi);
+  int64_t v = 0;
+  try {
+    size_t used = 0;
+    v = std::stoll(text, &used);
+    if (used != text.size() || text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) {
+      throw std::invalid_argument(text);
+    }
+  } catch (const std::exception&) {
+    throw loom::Error(fmt::format("{}: '{}' is not {}", what, text, range));
+  }
+  if (v < lo || v > hi) throw loom::Error(fmt::format("{}: {} is out of range; valid: {}", what, text, range));
+  return v;
+}
+
+double ParseRealIn(const std::string& text, const std::string& what, double lo_exclusive, double hi) {
+  const std::string range = fmt::format("a number > {} and <= {}", lo_exclusive, hi);
+  double v = 0;
+  try {
+    size_t used = 0;
+    v = std::stod(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+  } catch (const std::exception&) {
+    throw loom::Error(fmt::format("{}: '{}' is not {}", what, text, range));
+  }
+  if (!(v > lo_exclusive && v <= hi)) throw loom::Error(fmt::format("{}: {} is out of range; valid: {}", what, text, range));
+  return v;
+}
+
+CLI::Validator IntIn(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& v) {
+        try {
+          ParseIntIn(v, "value", lo, hi);
+          return std::string();
+        } catch (const loom::Error& e) {
+          return std::string(e.what()).substr(7);  // past "value: "
+        }
+      },
+      "INT");
+}
+
+CLI::Validator RealIn(double lo_exclusive, double hi) {
+  return CLI::Validator(
+      [lo_exclusive, hi](std::string& v) {
+        try {
+          ParseRealIn(v, "value", lo_exclusive, hi);
+          return std::string();
+        } catch (const loom::Error& e) {
+          return std::string(e.what()).substr(7);
+        }
+      },
+      "NUMBER");
+}
 
 }  // namespace loom::cli

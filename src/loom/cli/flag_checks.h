@@ -6,10 +6,27 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <string>
+
 namespace loom::cli {
 
 extern const CLI::Validator kFileName;     // a non-empty file name
+// A non-empty file name the command writes: Dispatch refuses it where it is
+// also one of the command's inputs or another output (CheckOutputs).
+extern const CLI::Validator kOutputFile;
+inline constexpr const char* kOutputValidatorName = "output";
 extern const CLI::Validator kPositive;     // a finite number > 0
 extern const CLI::Validator kNotNegative;  // no leading '-'
+
+// The one checked number parser (issue 45: a port past 65535 was wrapped, a
+// timeout of 1e300 overflowed inside Gloo): the whole of `text` as an
+// integer, or a finite real, in [lo, hi]; otherwise loom::Error naming
+// `what`, the value and the range.
+int64_t ParseIntIn(const std::string& text, const std::string& what, int64_t lo, int64_t hi);
+double ParseRealIn(const std::string& text, const std::string& what, double lo_exclusive, double hi);
+// The same as flag checks (the message names the range).
+CLI::Validator IntIn(int64_t lo, int64_t hi);
+CLI::Validator RealIn(double lo_exclusive, double hi);
 
 }  // namespace loom::cli

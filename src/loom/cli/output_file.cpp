@@ -1,19 +1,75 @@
 #include "loom/cli/output_file.h"
 
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
-#include <fstream>
+#include <filesystem>
+#include <vector>
 
+#include "loom/atomic_file.h"
+#include "loom/cli/flag_checks.h"
 #include "loom/error.h"
+#include "loom/path_kind.h"
 
 namespace loom::cli {
 
+namespace {
+
+struct PathFlag {
+  std::string flag, path;
+};
+
+bool IsOutput(CLI::Option* option) {
+  try {
+    option->get_validator(kOutputValidatorName);
+    return true;
+  } catch (const CLI::OptionNotFound&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void CheckOutputs(CLI::App& command) {
+  namespace fs = std::filesystem;
+  std::vector<PathFlag> inputs, outputs;
+  for (CLI::Option* option : command.get_options()) {
+    if (option->count() == 0 || option->get_type_size() == 0) continue;  // not given, or a flag
+    const bool output = IsOutput(option);
+    for (const std::string& value : option->results()) {
+      if (value.empty()) continue;
+      if (output) {
+        outputs.push_back({option->get_name(), value});
+      } else if (KindOfPath(value) != PathKind::kNone) {
+        inputs.push_back({option->get_name(), value});
+      }
+    }
+  }
+  std::error_code ec;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const PathFlag& out = outputs[i];
+    for (const PathFlag& in : inputs) {
+      if (fs::equivalent(out.path, in.path, ec)) {
+        throw loom::Error(fmt::format("{} {}: is also {}, an input of this command; no output overwrites an input: "
+                                      "choose another file",
+                                      out.flag, out.path, in.flag));
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (fs::weakly_canonical(out.path, ec) == fs::weakly_canonical(outputs[j].path, ec)) {
+        throw loom::Error(fmt::format("{} {} and {} {} name the same file; give each output its own", outputs[j].flag,
+                                      outputs[j].path, out.flag, out.path));
+      }
+    }
+  }
+}
+
 void WriteText(const std::string& path, const std::string& text, const char* flag) {
-  std::ofstream out(path);
-  if (!out) throw loom::Error(fmt::format("{} {}: cannot write the file", flag, path));
-  out << text;
-  out.close();  // a full disk shows only when the buffer is written out
-  if (!out) throw loom::Error(fmt::format("{} {}: writing the file failed (disk full?)", flag, path));
+  try {
+    WriteFileAtomically(path, text);
+  } catch (const loom::Error& e) {
+    throw loom::Error(fmt::format("{} {}", flag, e.what()));
+  }
 }
 
 }  // namespace loom::cli

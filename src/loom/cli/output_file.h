@@ -3,11 +3,23 @@
 
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace loom::cli {
 
-// Writes `text` to `path`. Throws loom::Error naming `flag` and `path` when
-// the file cannot be opened or written in full (a full disk shows only when
-// the buffer is flushed, so the file is closed before the check).
+// Rule 4, "no output overwrites an input", for any command: every option
+// marked kOutputFile (flag_checks.h) that was given must name a file that
+// is none of the command's inputs (any other option whose value names an
+// existing file or folder: --model, --plan, --failures, --data, ...) and
+// that no other output names. Throws loom::Error naming both flags and the
+// file. Dispatch calls it before the command runs, so nothing is lost.
+void CheckOutputs(CLI::App& command);
+
+// Writes `text` to `path` atomically (atomic_file.h: a failed write, a full
+// disk included, leaves the previous file whole). Throws loom::Error naming
+// `flag`, `path` and the system's reason.
 void WriteText(const std::string& path, const std::string& text, const char* flag);
 
 }  // namespace loom::cli

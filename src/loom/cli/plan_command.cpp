@@ -134,10 +134,10 @@ class PlanCommand : public Command {
     sub->add_flag("--exhaustive", exhaustive_,
                   "simulate every candidate, even those whose lower bound cannot beat the best plan found "
                   "(slower; the same best plans; docs/search.md)");
-    sub->add_option("--json", json_, "write the comparison and every plan as JSON")->check(kFileName);
-    sub->add_option("--report", report_, "write a self-contained HTML report")->check(kFileName);
+    sub->add_option("--json", json_, "write the comparison and every plan as JSON")->check(kOutputFile);
+    sub->add_option("--report", report_, "write a self-contained HTML report")->check(kOutputFile);
     sub->add_option("--trace", trace_, "write a Chrome trace (Perfetto) of the best plan's first iteration")
-        ->check(kFileName);
+        ->check(kOutputFile);
     sub->add_option("--export", export_, "print launch arguments for a framework: megatron")
         ->check(CLI::IsMember({"megatron"}));
     sub->add_flag("--run", run_,

@@ -13,6 +13,7 @@
 #include "loom/cli/command.h"
 #include "loom/cli/flag_checks.h"
 #include "loom/cost/profile.h"
+#include "loom/cli/output_file.h"
 #include "loom/error.h"
 #include "loom/runtime/profiler.h"
 #include "loom/spec/model.h"
@@ -58,7 +59,7 @@ class ProfileCommand : public Command {
                     "cuda: on measures the layers on green contexts of part of the SMs and fits the profile's "
                     "sm_sharing law (default); off leaves it out")
         ->check(CLI::IsMember({"on", "off"}));
-    sub->add_option("--out", out_, "write the profile here (default: standard output)")->check(kFileName);
+    sub->add_option("--out", out_, "write the profile here (default: standard output)")->check(kOutputFile);
   }
 
   void Run() override {
@@ -72,12 +73,11 @@ class ProfileCommand : public Command {
       std::cout << yaml;
       return;
     }
-    std::ofstream out(out_);
-    out << "# Written by `loom profile --model " << model_ << " --device " << options_.device << " --threads "
-        << options_.threads << " --tokens " << tokens_ << "`\n"
-        << yaml;
-    out.close();
-    if (!out) throw loom::Error(fmt::format("--out {}: cannot write", out_));
+    WriteText(out_,
+              fmt::format("# Written by `loom profile --model {} --device {} --threads {} --tokens {}`\n", model_,
+                          options_.device, options_.threads, tokens_) +
+                  yaml,
+              "--out");
     std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", out_, profile.layers.size(),
                              profile.ops.size());
 #else

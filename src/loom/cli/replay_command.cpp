@@ -51,10 +51,10 @@ class ReplayCommand : public Command {
         ->check(kPositive);
     sub->add_flag("--free-checkpoints", free_checkpoints_,
                   "varuna's checkpoints cost nothing to write or load (thesis Table 2.4's ablation)");
-    sub->add_option("--svg", svg_, "write samples/s over time of every system as an SVG plot");
-    sub->add_option("--json", json_, "write the replay as JSON")->check(kFileName);
+    sub->add_option("--svg", svg_, "write samples/s over time of every system as an SVG plot")->check(kOutputFile);
+    sub->add_option("--json", json_, "write the replay as JSON")->check(kOutputFile);
     sub->add_option("--report", report_, "write an HTML report: the plot, the table, every system's events")
-        ->check(kFileName);
+        ->check(kOutputFile);
   }
 
   void Run() override {

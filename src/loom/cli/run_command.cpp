@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "loom/cli/command.h"
+#include "loom/cli/output_file.h"
 #include "loom/cli/run_flags.h"
 #include "loom/cli/run_output.h"
 #include "loom/cost/cost_model.h"
@@ -95,11 +96,12 @@ class RunCommand : public Command {
                                  schedules[last] ? &*schedules[last] : nullptr);
       cost_model = CostModelOf(cluster).name();
     }
-    WriteTraceAndTimeline(r, predicted, cost_model);
     const RunOutputContext context{chosen.label,  &chosen.plan,           flags_.device,
                                    flags_.resume, options.fault_tolerant, flags_.compare ? &predicted : nullptr,
                                    cost_model};
-    std::cout << (flags_.json ? RunJson(r, context).dump(2) + "\n" : FormatRun(r, context));
+    // The losses first: a trace that cannot be written must not hide what was trained.
+    std::cout << (flags_.json ? RunJson(r, context).dump(2) + "\n" : FormatRun(r, context)) << std::flush;
+    WriteTraceAndTimeline(r, predicted, cost_model);
 #else
     (void)chosen;
     throw loom::Error(
@@ -153,11 +155,7 @@ class RunCommand : public Command {
                        ChromeTrace(r.measured, predicted.exec.schedule, MeasuredRankNames(predicted, r.measured)));
     }
     if (!flags_.timeline.empty()) {
-      const std::string svg = RunTimelineSvg(predicted, r.measured, flags_.steps, cost_model);
-      std::ofstream out(flags_.timeline);
-      out << svg;
-      out.close();
-      if (!out) throw loom::Error(fmt::format("--timeline {}: cannot write", flags_.timeline));
+      WriteText(flags_.timeline, RunTimelineSvg(predicted, r.measured, flags_.steps, cost_model), "--timeline");
     }
   }
 #endif

@@ -13,9 +13,16 @@
 namespace loom::cli {
 
 void RunFlags::Add(CLI::App* run) {
+#ifdef LOOM_HAVE_RUNTIME
+  const double max_timeout_s = kMaxTimeout_s;
+  const int max_threads = MaxThreadsPerRank();
+#else  // a build without the runtime refuses `loom run` whatever its flags
+  const double max_timeout_s = 1e9;
+  const int max_threads = 1 << 20;
+#endif
   run->add_option("--model", model, "built-in model name or YAML file")->required();
   run->add_option("--cluster", cluster, "the cluster the plan was made for")->required();
-  run->add_option("--plan", plan,
+  CLI::Option* plan_option = run->add_option("--plan", plan,
                   "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
                   "Megatron flags below describe");
   run->add_option("--strategy", strategy, "with a `loom plan --json` file: whose plan (default: the best)");
@@ -26,9 +33,10 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--save", save,
                   "write the trained weights as a Hugging Face model folder DIR (model.safetensors + config.json) "
                   "that transformers' from_pretrained loads; --model must be a Hugging Face folder or config.json")
-      ->check(kFileName);
+      ->check(kOutputFile);
   run->add_option("--steps", steps, "training steps")->check(kPositive);
-  run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")->check(kPositive);
+  run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")
+      ->check(RealIn(0, max_timeout_s));
   run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);
   run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")->group("");
   run->add_option("--kill-step", kill_step, "fault injection step")->group("");
@@ -66,9 +74,10 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--master", master, "ADDR:PORT of node 0's store (default: MASTER_ADDR:MASTER_PORT)");
   run->add_option("--host", host,
                   "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
-  run->add_option("--trace", trace, "write a Chrome trace (Perfetto) of the last step as it ran")->check(kFileName);
+  run->add_option("--trace", trace, "write a Chrome trace (Perfetto) of the last step as it ran")->check(kOutputFile);
   run->add_option("--timeline", timeline,
-                  "write an SVG of the last step as predicted (top) and as it ran (bottom), on one time axis");
+                  "write an SVG of the last step as predicted (top) and as it ran (bottom), on one time axis")
+      ->check(kOutputFile);
   run->add_flag("--compare", compare, "print the simulator's prediction of the last step beside what ran");
   run->add_option("--profile", profile, "cost model for --compare (default|roofline|FILE)");
   run->add_option("--tp", layout.tp, "without --plan: tensor parallel degree")->check(kPositive);
@@ -86,7 +95,11 @@ void RunFlags::Add(CLI::App* run) {
                   "cuda: on runs SM-quota stages on green contexts (default); off runs them on one stream, "
                   "one after another (the ablation)")
       ->check(CLI::IsMember({"on", "off"}));
-  run->add_option("--threads", threads, "intra-op threads per rank (default 1)")->check(kPositive);
+  run->add_option("--threads", threads, "intra-op threads per rank (default 1)")->check(IntIn(1, max_threads));
+  // The layout flags describe a plan: beside --plan they would be ignored.
+  for (const char* name : {"--tp", "--pp", "--dp", "--cp", "--vpp", "--microbatches", "--schedule", "--recompute"}) {
+    run->get_option(name)->excludes(plan_option);
+  }
 }
 
 #ifdef LOOM_HAVE_RUNTIME
@@ -120,18 +133,6 @@ std::vector<int> ParseColonInts(const std::string& text, const char* flag, int p
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return std::string(v ? v : "");
-}
-
-// `text` as a whole integer; throws loom::Error naming `what` otherwise.
-int ParseInt(const std::string& text, const char* what) {
-  try {
-    size_t used = 0;
-    const int v = std::stoi(text, &used);
-    if (used != text.size()) throw std::invalid_argument(text);
-    return v;
-  } catch (const std::exception&) {
-    throw loom::Error(fmt::format("{}: '{}' is not an integer", what, text));
-  }
 }
 
 }  // namespace
@@ -177,8 +178,9 @@ void RunFlags::AddFaultTolerance(RunOptions& o) const {
 }
 
 void RunFlags::AddMachines(RunOptions& o) const {
-  o.nnodes = nnodes > 0 ? nnodes : (Env("NNODES").empty() ? 1 : ParseInt(Env("NNODES"), "NNODES"));
-  o.node_rank = node_rank >= 0 ? node_rank : (Env("NODE_RANK").empty() ? 0 : ParseInt(Env("NODE_RANK"), "NODE_RANK"));
+  o.nnodes = nnodes > 0 ? nnodes : (Env("NNODES").empty() ? 1 : ParseIntIn(Env("NNODES"), "NNODES", 1, 1 << 16));
+  o.node_rank = node_rank >= 0 ? node_rank
+                               : (Env("NODE_RANK").empty() ? 0 : ParseIntIn(Env("NODE_RANK"), "NODE_RANK", 0, 1 << 16));
   std::string addr_port = master;
   if (addr_port.empty() && !Env("MASTER_ADDR").empty()) addr_port = Env("MASTER_ADDR") + ":" + Env("MASTER_PORT");
   if (!addr_port.empty()) {
@@ -187,7 +189,8 @@ void RunFlags::AddMachines(RunOptions& o) const {
       throw loom::Error(fmt::format("--master: '{}'; valid: ADDR:PORT, e.g. 10.0.0.1:29500", addr_port));
     }
     o.master_addr = addr_port.substr(0, colon);
-    o.port = ParseInt(addr_port.substr(colon + 1), "--master port");
+    o.port = static_cast<int>(ParseIntIn(addr_port.substr(colon + 1),
+                                         master.empty() ? "MASTER_PORT" : "--master port", 1, kMaxPort));
   }
   if (!host.empty()) {
     o.host = host;

@@ -43,21 +43,26 @@ class SimulateCommand : public Command {
     sub->add_option("--schedule", schedule_, "gpipe | 1f1b | interleaved | zb-h1");
     sub->add_option("--recompute", recompute_, "none | selective | full")
         ->check(CLI::IsMember({"none", "selective", "full"}));
-    sub->add_option("--trace", trace_, "write a Chrome trace (Perfetto) of the iteration")->check(kFileName);
+    sub->add_option("--trace", trace_, "write a Chrome trace (Perfetto) of the iteration")->check(kOutputFile);
     sub->add_flag("--json", json_, "print JSON");
     sub->add_option("--export-pytorch-csv", export_csv_,
                     "write the simulated schedule as PyTorch pipelining's CSV (torchtitan's "
                     "pipeline_parallel_schedule_csv), or say why PyTorch cannot run it")
-        ->check(kFileName);
+        ->check(kOutputFile);
     sub->add_flag("--pytorch-csv-comms", csv_comms_,
                   "with --export-pytorch-csv: the compute_comms form (SEND_F / RECV_F / SEND_B / RECV_B cells)");
     sub->add_option("--import-pytorch-csv", import_csv_,
                     "simulate a PyTorch pipelining CSV's order: PP, stages per rank and microbatches from the file, "
                     "TP / DP / CP / --recompute from the flags")
         ->check(kFileName);
-    sub->add_option("--plan", plan_,
-                    "simulate a plan JSON file instead of flags; a `loom plan --json` output replays every batch "
-                    "it was measured on, with its per-batch schedules");
+    CLI::Option* plan = sub->add_option(
+        "--plan", plan_,
+        "simulate a plan JSON file instead of flags; a `loom plan --json` output replays every batch "
+        "it was measured on, with its per-batch schedules");
+    // The layout flags describe a plan: beside --plan they would be ignored.
+    for (const char* name : {"--tp", "--pp", "--dp", "--cp", "--vpp", "--microbatches", "--schedule", "--recompute"}) {
+      sub->get_option(name)->excludes(plan);
+    }
     sub->add_option("--strategy", strategy_, "with --plan: the strategy whose plan to take (default: the best)");
   }
 

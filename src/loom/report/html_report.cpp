@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "loom/atomic_file.h"
 #include "loom/error.h"
 #include "loom/report/table.h"
 #include "loom/report/timeline_svg.h"
@@ -285,11 +286,11 @@ std::string HtmlReport(const Comparison& c) {
 }
 
 void WriteHtmlReport(const std::string& path, const Comparison& c) {
-  std::ofstream out(path);
-  if (!out) throw Error(fmt::format("--report {}: cannot write the file", path));
-  out << HtmlReport(c);
-  out.close();  // a full disk shows only when the buffer is written out
-  if (!out) throw Error(fmt::format("--report {}: writing the file failed (disk full?)", path));
+  try {
+    WriteFileAtomically(path, HtmlReport(c));
+  } catch (const Error& e) {
+    throw Error(fmt::format("--report {}", e.what()));
+  }
 }
 
 }  // namespace loom

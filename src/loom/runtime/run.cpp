@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -63,14 +65,24 @@ Device ParseDevice(const std::string& name, const std::string& flag) {
 
 const char* DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
 
+int MaxThreadsPerRank() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
 void RunOptions::Validate() const {
   if (steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", steps));
-  if (!(timeout_s > 0)) throw Error(fmt::format("--timeout: must be > 0 s, got {}", timeout_s));
+  if (!(timeout_s > 0 && timeout_s <= kMaxTimeout_s)) {
+    throw Error(fmt::format("--timeout: {} s is out of range; valid: > 0 and <= {} s (a week)", timeout_s, kMaxTimeout_s));
+  }
+  if (port < 0 || port > kMaxPort) {
+    throw Error(fmt::format("--master port: {} is out of range; valid: 1..{} (0: a free one)", port, kMaxPort));
+  }
   if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
     throw Error(
         fmt::format("--node-rank {} with --nnodes {}: the node rank must be in 0..nnodes-1", node_rank, nnodes));
   }
-  if (threads_per_rank <= 0) throw Error(fmt::format("--threads {}: must be positive", threads_per_rank));
+  if (threads_per_rank <= 0 || threads_per_rank > MaxThreadsPerRank()) {
+    throw Error(fmt::format("--threads {}: valid: 1..{} (this machine's hardware threads)", threads_per_rank,
+                            MaxThreadsPerRank()));
+  }
   if (!fault_tolerant) return;
   if (nnodes != 1) throw Error("--fault-tolerance: runs on one machine yet (--nnodes 1)");
   if (device != Device::kCpu) {

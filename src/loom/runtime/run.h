@@ -57,6 +57,12 @@ enum class Device {
 Device ParseDevice(const std::string& name, const std::string& flag = "--device");
 const char* DeviceName(Device device);
 
+// Bounds of RunOptions' numbers (c10d takes the timeout in milliseconds;
+// more threads than the machine's cores only slow each other).
+inline constexpr double kMaxTimeout_s = 7 * 24 * 3600.0;
+inline constexpr int kMaxPort = 65535;
+int MaxThreadsPerRank();  // the machine's hardware threads
+
 struct RunOptions {
   int steps = 3;
   double learning_rate = 1e-3;

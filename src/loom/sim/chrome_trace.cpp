@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "loom/atomic_file.h"
 #include "loom/error.h"
 
 namespace loom {
@@ -47,11 +48,7 @@ nlohmann::json ChromeTrace(const SimResult& r, const Schedule& s, const std::vec
 }
 
 void WriteChromeTrace(const std::string& path, const nlohmann::json& trace) {
-  std::ofstream out(path);
-  if (!out) throw Error(fmt::format("{}: cannot write the trace file", path));
-  out << trace.dump();
-  out.close();  // a full disk shows only when the buffer is written out
-  if (!out) throw Error(fmt::format("{}: writing the trace failed (disk full?)", path));
+  WriteFileAtomically(path, trace.dump());
 }
 
 }  // namespace loom

@@ -1,0 +1,99 @@
+// Rule 4 for every command's outputs (issue 45, "data loss on output"): no
+// output may be one of the command's inputs or another output (the input is
+// refused before anything runs, and stays byte for byte what it was), and an
+// output is replaced atomically: a write that fails leaves the previous file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "loom/atomic_file.h"
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Each case names an input as an output; the input must survive unchanged.
+TEST(OutputFiles, AnOutputThatIsAnInputIsRefusedAndTheInputKept) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("outputs_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path model = dir / "model.yaml", plan = dir / "p.json", failures = dir / "failures.txt";
+  fs::copy_file(fs::path(LOOM_TEST_DATA) / "runtime" / "tiny-llm.yaml", model);
+  auto [code, text] = test::RunLoom("plan --model " + model.string() +
+                                    " --cluster h100:1x2 --strategy megatron --iterations 1 --json " + plan.string());
+  ASSERT_EQ(code, 0) << text;
+  std::ofstream(failures) << "10 fail 0\n";
+  const std::string model_text = Slurp(model), plan_text = Slurp(plan);
+  const std::string problem = " --model " + model.string() + " --cluster h100:1x2";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"plan" + problem + " --strategy megatron --iterations 1 --json " + model.string(),
+       "--json " + model.string() + ": is also --model, an input"},
+      {"simulate" + problem + " --plan " + plan.string() + " --trace " + plan.string(),
+       "--trace " + plan.string() + ": is also --plan, an input"},
+      {"profile --model " + model.string() + " --out " + model.string(),
+       "--out " + model.string() + ": is also --model, an input"},
+      {"run" + problem + " --plan " + plan.string() + " --trace " + plan.string(),
+       "--trace " + plan.string() + ": is also --plan, an input"},
+      {"replay --model llama3-8b --cluster h100:4x8 --failures " + failures.string() + " --json " +
+           failures.string(),
+       "--json " + failures.string() + ": is also --failures, an input"},
+      // The same file through another spelling of its path.
+      {"plan" + problem + " --strategy megatron --iterations 1 --report " + (dir / "." / "model.yaml").string(),
+       "is also --model, an input"},
+      // Two outputs into one file.
+      {"plan" + problem + " --strategy megatron --iterations 1 --json " + (dir / "x.json").string() + " --trace " +
+           (dir / "x.json").string(),
+       "name the same file; give each output its own"},
+  };
+  for (const auto& [args, expected] : cases) {
+    SCOPED_TRACE(args);
+    auto [rc, out] = test::RunLoom(args);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+  }
+  EXPECT_EQ(Slurp(model), model_text);
+  EXPECT_EQ(Slurp(plan), plan_text);
+  EXPECT_EQ(Slurp(failures), "10 fail 0\n");
+  EXPECT_FALSE(fs::exists(dir / "x.json"));
+}
+
+// A write that fails leaves the previous output whole, and no temporary
+// file; a link keeps pointing at its file; a stream (/dev/null) is written in
+// place, not replaced.
+TEST(OutputFiles, AFailedWriteKeepsThePreviousFile) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("outputs_atomic_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path out = dir / "plans.json";
+  WriteFileAtomically(out.string(), "previous\n");
+  EXPECT_EQ(Slurp(out), "previous\n");
+  // The temporary file's name taken by a folder: the write fails (as a full
+  // disk or a crash would, midway), even for root.
+  fs::create_directories(TemporaryPathFor(out.string()));
+  test::ExpectError([&] { WriteFileAtomically(out.string(), "new\n"); }, {out.string(), "cannot write"});
+  EXPECT_EQ(Slurp(out), "previous\n");
+  fs::remove(TemporaryPathFor(out.string()));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);
+  // A link to the output: the file is replaced, the link stays a link.
+  fs::create_symlink(out, dir / "link.json");
+  WriteFileAtomically((dir / "link.json").string(), "through the link\n");
+  EXPECT_TRUE(fs::is_symlink(dir / "link.json"));
+  EXPECT_EQ(Slurp(out), "through the link\n");
+  WriteFileAtomically("/dev/null", "x");
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  test::ExpectError([&] { WriteFileAtomically(dir.string(), "x"); }, {"is a folder; expected a file name"});
+}
+
+}  // namespace
+}  // namespace loom
