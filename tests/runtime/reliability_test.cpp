@@ -107,6 +107,34 @@ TEST(Runtime, ADivergedRunFailsNamingTheStep) {
   EXPECT_EQ(out.find("\"losses\""), std::string::npos) << out;
 }
 
+// A sequence longer than a layer's learned positions (GPT-2's 1024, a ViT's
+// 257) failed inside a worker with libtorch's words; it is named before any
+// worker starts, with the module, the layer and what would fit.
+TEST(Runtime, ASequencePastTheLearnedPositionsIsNamedBeforeTheRun) {
+  const std::string model = test::WriteTemp("positions-16.yaml", R"(model: positions-16
+modules:
+  - name: llm
+    role: backbone
+    modality: text
+    tokens: {source: text}
+    layers:
+      - {kind: embedding, vocab: 128, hidden: 64, positions: 16}
+      - {kind: transformer, count: 2, hidden: 64, ffn_hidden: 128, heads: 4, causal: true}
+      - {kind: lm_head, vocab: 128, hidden: 64}
+)");
+  auto [code, out] =
+      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 24 --global-batch 2 --steps 1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("module llm packs a sequence of 24 tokens, but its layer 0 (embedding) has 16 learned positions; "
+                     "valid: positions >= 24"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("libtorch"), std::string::npos) << out;
+  std::tie(code, out) =
+      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 16 --global-batch 2 --steps 1");
+  EXPECT_EQ(code, 0) << out;
+}
+
 }  // namespace
 // Issue 45: a scheduler that stops `loom run` signals the launcher alone;
 // its workers used to train on with no parent. Each worker now dies with it.

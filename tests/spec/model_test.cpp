@@ -148,7 +148,7 @@ modules:
   EXPECT_EQ(m.modules[1].tokens.source, TokenSource::kTextAndInputs);
   std::string multi = "model: y\nmodules:\n  - name: a\n    from: vlm-s\n";
   ExpectError([&] { ParseModel(multi, "multi.yaml"); }, {"has 3 modules", "vlm-s/vision"});
-  std::string named = "model: y\nmodules:\n  - name: a\n    from: vlm-s/llm\n";
+  std::string named = "model: y\nmodules:\n  - name: a\n    from: vlm-s/llm\n    tokens: {source: text}\n";
   EXPECT_EQ(ParseModel(named, "named.yaml").modules[0].layers.size(), 34u);
 }
 

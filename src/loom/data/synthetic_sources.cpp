@@ -28,7 +28,8 @@ Sample DrawLaionSample(const SourceSpec& spec, Rng& rng) {
   Sample s;
   int64_t used = 0;
   while (true) {
-    int64_t text = std::clamp<int64_t>(std::llround(rng.LogNormalWithMean(16.4, 0.5)), 3, 77);
+    int64_t text = std::clamp<int64_t>(std::llround(rng.LogNormalWithMean(16.4, 0.5)), kLaionMinCaptionTokens,
+                                        kLaionMaxCaptionTokens);
     if (used + text + spec.image_tokens > spec.pack_tokens) {
       break;
     }

@@ -142,9 +142,31 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     }
   }
   StageOutputs(model, exec);
+  // The inputs are ones the runtime packs, and every packed sequence fits
+  // the learned position table of each layer that has one (a ViT's 257
+  // positions, GPT-2's 1024): a longer one is named here, not by libtorch in a worker.
+  std::vector<int64_t> longest(model.modules.size(), 0);
   for (const auto& stages : exec.replicas) {
     for (const auto& mbs : stages) {
-      for (const auto& mb : mbs) PackMicrobatch(model, batch, mb.pieces);  // the inputs are ones the runtime packs
+      for (const auto& mb : mbs) {
+        const MicrobatchPacking packing = PackMicrobatch(model, batch, mb.pieces);
+        for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+          for (int64_t len : packing.Lengths(static_cast<int>(mi))) longest[mi] = std::max(longest[mi], len);
+        }
+      }
+    }
+  }
+  for (size_t mi = 0; mi < model.modules.size(); ++mi) {
+    const Module& m = model.modules[mi];
+    for (size_t li = 0; li < m.layers.size(); ++li) {
+      const Layer& l = m.layers[li];
+      if (l.positions > 0 && longest[mi] > l.positions) {
+        throw Error(fmt::format("model {}: module {} packs a sequence of {} tokens, but its layer {} ({}) has {} "
+                                "learned positions; valid: positions >= {}, or shorter sequences (the workload's "
+                                "seq_len or pack_tokens, the samples' lengths)",
+                                model.source, m.name, longest[mi], li, LayerKindName(l.kind), l.positions,
+                                longest[mi]));
+      }
     }
   }
   return exec;

@@ -354,6 +354,13 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
     YamlMap m(modules[i], file, fmt::format("modules[{}]", i));
     Module mod;
     mod.name = m.String("name");
+    // The runtime names its layers "{module}_{layer}" and parameters
+    // "{module}_{layer}.{weight}": torch refuses a submodule name with a dot.
+    if (mod.name.empty() || mod.name.find('.') != std::string::npos) {
+      throw m.ErrorAt("name", fmt::format("'{}': a module name must be non-empty and without '.' (torch submodule "
+                                          "and parameter names); valid: letters, digits, '_', '-'",
+                                          mod.name));
+    }
     bool has_from = m.Has("from");
     if (has_from) {
       std::string ref = m.String("from");
@@ -455,6 +462,21 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
         }
       }
     }
+    // The token rule cuts images into the patches the patch embedding takes
+    // (on VAE latents, in_channels other than 3, a multiple: patch x VAE factor).
+    const TokenRule& rule = mod.tokens;
+    if ((rule.source == TokenSource::kImage || rule.source == TokenSource::kVideo) && rule.tokens_per_image == 0 &&
+        rule.patch_px > 0) {
+      const auto pe = std::find_if(mod.layers.begin(), mod.layers.end(),
+                                   [](const Layer& l) { return l.kind == LayerKind::kPatchEmbed; });
+      if (pe != mod.layers.end() && pe->kernel > 0 && rule.patch_px != pe->kernel &&
+          !(pe->in_channels != 3 && rule.patch_px % pe->kernel == 0)) {
+        throw m.ErrorAt(m.Has("tokens") ? "tokens" : "name",
+                        fmt::format("module {}: tokens.patch_px {} px per token, but its patch_embed cuts {} px "
+                                    "patches; valid: patch_px {} (or, on VAE latents, a multiple of it)",
+                                    mod.name, rule.patch_px, pe->kernel, pe->kernel));
+      }
+    }
     std::vector<std::string> ins;
     YAML::Node ins_node;
     if (auto in = m.OptionalChild("inputs")) {
@@ -492,9 +514,29 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       preds[i].push_back(j);
     }
     const Module& mod = model.modules[i];
-    bool needs_inputs = mod.tokens.source == TokenSource::kInputs;
+    const bool needs_inputs =
+        mod.tokens.source == TokenSource::kInputs || mod.tokens.source == TokenSource::kTextAndInputs;
     if (needs_inputs && preds[i].empty()) {
-      throw m.ErrorAt("tokens", "source 'inputs' needs a non-empty `inputs` list");
+      throw m.ErrorAt(m.Has("tokens") ? "tokens" : "name",
+                      fmt::format("module {}: source '{}' needs a non-empty `inputs` list; valid: inputs: [MODULE, "
+                                  "...], or tokens: {{source: text}}",
+                                  mod.name, TokenSourceName(mod.tokens.source)));
+    }
+    // Cross-attention reads its module's inputs as context (a DiT's text
+    // encoder); a module whose inputs are spliced into its own tokens, or a
+    // module of a larger model that reads nothing, has none to attend to. A
+    // lone component (sd-2.1, dit-5b) is priced with its context's tokens.
+    const bool cross = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) {
+      return l.cross_attention;
+    });
+    if (cross && (needs_inputs || (preds[i].empty() && n > 1))) {
+      throw m.ErrorAt(preds[i].empty() ? "name" : "inputs",
+                      fmt::format("module {}: its layers cross-attend, but {}; valid: inputs: [CONTEXT MODULE] with "
+                                  "tokens of its own, or no cross_attention",
+                                  mod.name,
+                                  needs_inputs ? "its inputs are spliced into its tokens (source '" +
+                                                     std::string(TokenSourceName(mod.tokens.source)) + "')"
+                                               : "it has no inputs to attend to"));
     }
     // A projector reading one module takes that module's output width, times
     // the merged patches (Qwen2-VL's 2x2 merge: 4 x hidden). A U-Net's first
@@ -512,6 +554,29 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
                                             from.tokens.merge > 1 ? fmt::format(" (width {} x its {}x{} merge)", out,
                                                                                 from.tokens.merge, from.tokens.merge)
                                                                   : ""));
+      }
+    }
+  }
+  // A projector hands its tokens to the modules that splice them: its out_dim
+  // is their first layer's width (an LLM's embedding or first block).
+  for (size_t i = 0; i < n; ++i) {
+    const Module& to = model.modules[i];
+    const bool splices = to.tokens.source == TokenSource::kInputs || to.tokens.source == TokenSource::kTextAndInputs;
+    const bool unet = std::any_of(to.layers.begin(), to.layers.end(), [](const Layer& l) {
+      return l.kind == LayerKind::kResnetBlock || l.kind == LayerKind::kSpatialTransformer;
+    });
+    if (!splices || unet || to.layers.empty()) continue;
+    // Spliced tokens join an embedding's output, or enter the first block.
+    const Layer& first = to.layers.front();
+    const int64_t width = first.kind == LayerKind::kEmbedding ? LayerWidths(first).second : LayerWidths(first).first;
+    for (int j : preds[i]) {
+      const Module& from = model.modules[j];
+      if (from.layers.empty() || from.layers.back().kind != LayerKind::kMlpProjector) continue;
+      if (width > 0 && from.layers.back().out_dim != width) {
+        YamlMap m(input_nodes[i], file, fmt::format("modules[{}]", i));
+        throw m.ErrorAt("inputs", fmt::format("module {} splices {}'s tokens, whose projector hands on out_dim {}, but "
+                                              "{}'s first layer is {} wide; valid: out_dim {}",
+                                              to.name, from.name, from.layers.back().out_dim, to.name, width, width));
       }
     }
   }

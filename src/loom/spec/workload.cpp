@@ -99,6 +99,14 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
     s.path = p.string();
   }
   src.RejectUnknownKeys();
+  // Every LAION sample would pack to nothing: no image fits beside a caption.
+  if (kind == "laion" && s.pack_tokens < s.image_tokens + kLaionMinCaptionTokens) {
+    throw src.ErrorAt("pack_tokens",
+                      fmt::format("{} tokens cannot hold one image ({} tokens) and the shortest caption ({}): every "
+                                  "sample would be empty; valid: pack_tokens >= {}",
+                                  s.pack_tokens, s.image_tokens, kLaionMinCaptionTokens,
+                                  s.image_tokens + kLaionMinCaptionTokens));
+  }
   w.global_batch = doc.PositiveIntAtMost("global_batch", w.global_batch, kMaxGlobalBatch);
   w.microbatch_size = doc.PositiveIntAtMost("microbatch_size", w.microbatch_size, kMaxGlobalBatch);
   const std::string precision = doc.Enum("precision", {"bf16", "fp16", "tf32", "fp32"}, "bf16");

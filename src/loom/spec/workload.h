@@ -28,6 +28,11 @@ struct SourceSpec {
   std::string path;            // jsonl: file of per-sample metadata
 };
 
+// LAION captions are clipped to [3, 77] text tokens (data/synthetic_sources.cpp):
+// a sample holds an image only with room for its tokens and the shortest caption.
+constexpr int64_t kLaionMinCaptionTokens = 3;
+constexpr int64_t kLaionMaxCaptionTokens = 77;
+
 // The largest global batch Loom draws (samples per iteration): 2^24, above any
 // published run by two orders of magnitude; a batch is held in memory at once.
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
