@@ -8,6 +8,7 @@
 #include "loom/error.h"
 #include "loom/runtime/context_parallel.h"
 #include "loom/runtime/packing.h"
+#include "loom/runtime/runnable_layers.h"
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/model.h"
 

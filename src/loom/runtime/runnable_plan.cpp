@@ -12,6 +12,7 @@
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/process_layout.h"
+#include "loom/runtime/runnable_layers.h"
 #include "loom/runtime/torch_model.h"
 
 namespace loom::runtime {

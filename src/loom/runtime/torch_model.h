@@ -128,9 +128,6 @@ class LayerStackImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LayerStack);
 
-// Throws loom::Error naming the first layer kind (or feature) the runtime cannot build.
-void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers);
-
 // The loss module's next-token targets over its packed tokens: the text
 // sequence of sample x's document d at iteration i is the arithmetic sequence
 // t_p = (7 p + 13 (i G + x) + 29 d) mod vocab and each position targets the
