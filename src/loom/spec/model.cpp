@@ -319,6 +319,105 @@ const char* WidthKey(const Layer& l) {
   }
 }
 
+// A module whose sequences are (or hold) its inputs' tokens.
+bool SplicesInputs(const Module& m) {
+  return m.tokens.source == TokenSource::kInputs || m.tokens.source == TokenSource::kTextAndInputs;
+}
+// U-Net blocks form no chain of widths (side branches, skips, a timestep MLP).
+bool IsUnet(const Module& m) {
+  return std::any_of(m.layers.begin(), m.layers.end(), [](const Layer& l) {
+    return l.kind == LayerKind::kResnetBlock || l.kind == LayerKind::kSpatialTransformer;
+  });
+}
+
+// The token rule cuts images into the patches the patch embedding takes
+// (on VAE latents, in_channels other than 3, a multiple: patch x VAE factor).
+void CheckPatchSize(const Module& mod, const YamlMap& m) {
+  const TokenRule& rule = mod.tokens;
+  if ((rule.source == TokenSource::kImage || rule.source == TokenSource::kVideo) && rule.tokens_per_image == 0 &&
+      rule.patch_px > 0) {
+    const auto pe = std::find_if(mod.layers.begin(), mod.layers.end(),
+                                 [](const Layer& l) { return l.kind == LayerKind::kPatchEmbed; });
+    if (pe != mod.layers.end() && pe->kernel > 0 && rule.patch_px != pe->kernel &&
+        !(pe->in_channels != 3 && rule.patch_px % pe->kernel == 0)) {
+      throw m.ErrorAt(m.Has("tokens") ? "tokens" : "name",
+                      fmt::format("module {}: tokens.patch_px {} px per token, but its patch_embed cuts {} px "
+                                  "patches; valid: patch_px {} (or, on VAE latents, a multiple of it)",
+                                  mod.name, rule.patch_px, pe->kernel, pe->kernel));
+    }
+  }
+}
+
+// What module mi reads, once its inputs are resolved (`preds`): a source
+// that splices inputs has some, cross-attention has a context, a projector
+// takes its input's width. Errors point at the module's entry `m`.
+void CheckModuleInputs(const Model& model, int mi, const std::vector<std::vector<int>>& preds, const YamlMap& m) {
+  const Module& mod = model.modules[mi];
+  const bool needs_inputs = SplicesInputs(mod);
+  if (needs_inputs && preds[mi].empty()) {
+    throw m.ErrorAt(m.Has("tokens") ? "tokens" : "name",
+                    fmt::format("module {}: source '{}' needs a non-empty `inputs` list; valid: inputs: [MODULE, "
+                                "...], or tokens: {{source: text}}",
+                                mod.name, TokenSourceName(mod.tokens.source)));
+  }
+  // Cross-attention reads its module's inputs as context (a DiT's text
+  // encoder); a module whose inputs are spliced into its own tokens, or a
+  // module of a larger model that reads nothing, has none to attend to. A
+  // lone component (sd-2.1, dit-5b) is priced with its context's tokens.
+  const bool cross =
+      std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) { return l.cross_attention; });
+  if (cross && (needs_inputs || (preds[mi].empty() && model.modules.size() > 1))) {
+    throw m.ErrorAt(preds[mi].empty() ? "name" : "inputs",
+                    fmt::format("module {}: its layers cross-attend, but {}; valid: inputs: [CONTEXT MODULE] with "
+                                "tokens of its own, or no cross_attention",
+                                mod.name,
+                                needs_inputs ? "its inputs are spliced into its tokens (source '" +
+                                                   std::string(TokenSourceName(mod.tokens.source)) + "')"
+                                             : "it has no inputs to attend to"));
+  }
+  // A projector reading one module takes that module's output width, times
+  // the merged patches (Qwen2-VL's 2x2 merge: 4 x hidden). A U-Net's first
+  // MLP embeds the timestep; what it reads comes as cross-attention context.
+  const bool unet = IsUnet(mod);
+  if (preds[mi].size() == 1 && !unet && !mod.layers.empty() && mod.layers.front().kind == LayerKind::kMlpProjector) {
+    const Module& from = model.modules[preds[mi][0]];
+    const int64_t out = from.layers.empty() ? 0 : LayerWidths(from.layers.back()).second;
+    const int64_t want = out * from.tokens.merge * from.tokens.merge;
+    if (out > 0 && mod.layers.front().in_dim != want) {
+      throw m.ErrorAt("name", fmt::format("module {}: its projector takes in_dim {}, but {} hands on {}{}", mod.name,
+                                          mod.layers.front().in_dim, from.name, want,
+                                          from.tokens.merge > 1 ? fmt::format(" (width {} x its {}x{} merge)", out,
+                                                                              from.tokens.merge, from.tokens.merge)
+                                                                : ""));
+    }
+  }
+}
+
+// A projector hands its tokens to the modules that splice them: its out_dim
+// is their first layer's width (an LLM's embedding or first block).
+void CheckProjectorOutputs(const Model& model, const std::vector<std::vector<int>>& preds,
+                           const std::vector<YAML::Node>& input_nodes, const std::string& file) {
+  const size_t n = model.modules.size();
+  for (size_t i = 0; i < n; ++i) {
+    const Module& to = model.modules[i];
+    const bool splices = SplicesInputs(to);
+    if (!splices || IsUnet(to) || to.layers.empty()) continue;
+    // Spliced tokens join an embedding's output, or enter the first block.
+    const Layer& first = to.layers.front();
+    const int64_t width = first.kind == LayerKind::kEmbedding ? LayerWidths(first).second : LayerWidths(first).first;
+    for (int j : preds[i]) {
+      const Module& from = model.modules[j];
+      if (from.layers.empty() || from.layers.back().kind != LayerKind::kMlpProjector) continue;
+      if (width > 0 && from.layers.back().out_dim != width) {
+        YamlMap m(input_nodes[i], file, fmt::format("modules[{}]", i));
+        throw m.ErrorAt("inputs", fmt::format("module {} splices {}'s tokens, whose projector hands on out_dim {}, but "
+                                              "{}'s first layer is {} wide; valid: out_dim {}",
+                                              to.name, from.name, from.layers.back().out_dim, to.name, width, width));
+      }
+    }
+  }
+}
+
 // About 240 lines, on purpose: the model file's fields in the order
 // docs/spec-format.md documents them, each read and checked where it appears
 // so that its error names its own line.
@@ -462,21 +561,7 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
         }
       }
     }
-    // The token rule cuts images into the patches the patch embedding takes
-    // (on VAE latents, in_channels other than 3, a multiple: patch x VAE factor).
-    const TokenRule& rule = mod.tokens;
-    if ((rule.source == TokenSource::kImage || rule.source == TokenSource::kVideo) && rule.tokens_per_image == 0 &&
-        rule.patch_px > 0) {
-      const auto pe = std::find_if(mod.layers.begin(), mod.layers.end(),
-                                   [](const Layer& l) { return l.kind == LayerKind::kPatchEmbed; });
-      if (pe != mod.layers.end() && pe->kernel > 0 && rule.patch_px != pe->kernel &&
-          !(pe->in_channels != 3 && rule.patch_px % pe->kernel == 0)) {
-        throw m.ErrorAt(m.Has("tokens") ? "tokens" : "name",
-                        fmt::format("module {}: tokens.patch_px {} px per token, but its patch_embed cuts {} px "
-                                    "patches; valid: patch_px {} (or, on VAE latents, a multiple of it)",
-                                    mod.name, rule.patch_px, pe->kernel, pe->kernel));
-      }
-    }
+    CheckPatchSize(mod, m);
     std::vector<std::string> ins;
     YAML::Node ins_node;
     if (auto in = m.OptionalChild("inputs")) {
@@ -513,73 +598,9 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       }
       preds[i].push_back(j);
     }
-    const Module& mod = model.modules[i];
-    const bool needs_inputs =
-        mod.tokens.source == TokenSource::kInputs || mod.tokens.source == TokenSource::kTextAndInputs;
-    if (needs_inputs && preds[i].empty()) {
-      throw m.ErrorAt(m.Has("tokens") ? "tokens" : "name",
-                      fmt::format("module {}: source '{}' needs a non-empty `inputs` list; valid: inputs: [MODULE, "
-                                  "...], or tokens: {{source: text}}",
-                                  mod.name, TokenSourceName(mod.tokens.source)));
-    }
-    // Cross-attention reads its module's inputs as context (a DiT's text
-    // encoder); a module whose inputs are spliced into its own tokens, or a
-    // module of a larger model that reads nothing, has none to attend to. A
-    // lone component (sd-2.1, dit-5b) is priced with its context's tokens.
-    const bool cross = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) {
-      return l.cross_attention;
-    });
-    if (cross && (needs_inputs || (preds[i].empty() && n > 1))) {
-      throw m.ErrorAt(preds[i].empty() ? "name" : "inputs",
-                      fmt::format("module {}: its layers cross-attend, but {}; valid: inputs: [CONTEXT MODULE] with "
-                                  "tokens of its own, or no cross_attention",
-                                  mod.name,
-                                  needs_inputs ? "its inputs are spliced into its tokens (source '" +
-                                                     std::string(TokenSourceName(mod.tokens.source)) + "')"
-                                               : "it has no inputs to attend to"));
-    }
-    // A projector reading one module takes that module's output width, times
-    // the merged patches (Qwen2-VL's 2x2 merge: 4 x hidden). A U-Net's first
-    // MLP embeds the timestep; what it reads comes as cross-attention context.
-    const bool unet = std::any_of(mod.layers.begin(), mod.layers.end(), [](const Layer& l) {
-      return l.kind == LayerKind::kResnetBlock || l.kind == LayerKind::kSpatialTransformer;
-    });
-    if (preds[i].size() == 1 && !unet && !mod.layers.empty() && mod.layers.front().kind == LayerKind::kMlpProjector) {
-      const Module& from = model.modules[preds[i][0]];
-      const int64_t out = from.layers.empty() ? 0 : LayerWidths(from.layers.back()).second;
-      const int64_t want = out * from.tokens.merge * from.tokens.merge;
-      if (out > 0 && mod.layers.front().in_dim != want) {
-        throw m.ErrorAt("name", fmt::format("module {}: its projector takes in_dim {}, but {} hands on {}{}", mod.name,
-                                            mod.layers.front().in_dim, from.name, want,
-                                            from.tokens.merge > 1 ? fmt::format(" (width {} x its {}x{} merge)", out,
-                                                                                from.tokens.merge, from.tokens.merge)
-                                                                  : ""));
-      }
-    }
+    CheckModuleInputs(model, static_cast<int>(i), preds, m);
   }
-  // A projector hands its tokens to the modules that splice them: its out_dim
-  // is their first layer's width (an LLM's embedding or first block).
-  for (size_t i = 0; i < n; ++i) {
-    const Module& to = model.modules[i];
-    const bool splices = to.tokens.source == TokenSource::kInputs || to.tokens.source == TokenSource::kTextAndInputs;
-    const bool unet = std::any_of(to.layers.begin(), to.layers.end(), [](const Layer& l) {
-      return l.kind == LayerKind::kResnetBlock || l.kind == LayerKind::kSpatialTransformer;
-    });
-    if (!splices || unet || to.layers.empty()) continue;
-    // Spliced tokens join an embedding's output, or enter the first block.
-    const Layer& first = to.layers.front();
-    const int64_t width = first.kind == LayerKind::kEmbedding ? LayerWidths(first).second : LayerWidths(first).first;
-    for (int j : preds[i]) {
-      const Module& from = model.modules[j];
-      if (from.layers.empty() || from.layers.back().kind != LayerKind::kMlpProjector) continue;
-      if (width > 0 && from.layers.back().out_dim != width) {
-        YamlMap m(input_nodes[i], file, fmt::format("modules[{}]", i));
-        throw m.ErrorAt("inputs", fmt::format("module {} splices {}'s tokens, whose projector hands on out_dim {}, but "
-                                              "{}'s first layer is {} wide; valid: out_dim {}",
-                                              to.name, from.name, from.layers.back().out_dim, to.name, width, width));
-      }
-    }
-  }
+  CheckProjectorOutputs(model, preds, input_nodes, file);
   // Kahn's algorithm, stable (keeps file order among ready modules).
   std::vector<int> indeg(n, 0), order;
   for (size_t i = 0; i < n; ++i) {
@@ -678,9 +699,10 @@ Model LoadModel(const std::string& name_or_path) {
     // A Hugging Face model folder: its config.json (its weights are the runtime's, runtime/hf_weights.h).
     const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
     if (KindOfPath(config) != PathKind::kNone) return ParseModel(ReadTextFile(config), config);
-    throw Error(fmt::format("{}: is a directory without config.json; expected a built-in model name, a model "
-                            "YAML file or a Hugging Face model folder",
-                            name_or_path));
+    throw Error(
+        fmt::format("{}: is a directory without config.json; expected a built-in model name, a model "
+                    "YAML file or a Hugging Face model folder",
+                    name_or_path));
   }
   if (KindOfPath(name_or_path) != PathKind::kNone) {
     return ParseModel(ReadTextFile(name_or_path), name_or_path);
