@@ -255,10 +255,11 @@ for s in saved:
     missing = [k for key in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in info[key]]
     assert not missing, (s, info)
     m.eval()
-    p = max((a - b).abs().max().item() for a, b in zip(m.state_dict().values(), ref.state_dict().values()))
     assert list(m.state_dict()) == list(ref.state_dict())
+    d = torch.cat([(a - b).abs().flatten() for a, b in zip(m.state_dict().values(), ref.state_dict().values())])
+    p = [d.max().item(), d.mean().item(), (d > 1e-5).float().mean().item()]
     l = max((a - b).abs().max().item() for a, b in zip(logits(m), want))
-    out[s] = [p, l]
+    out[s] = p + [l]
 print(json.dumps(out))
 )";
 
@@ -306,12 +307,17 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
       SCOPED_TRACE(s);
       // AdamW's first steps move each weight by about lr (0.01) whatever its
       // gradient's size: a slice saved in the wrong place or a weight not
-      // trained is off by a step or more. Adam divides by the gradient's own
-      // size, so fp32 sums taken in another order (even in one process)
-      // show in weights with small gradients: up to 1.8e-5 measured, so
-      // 1e-4, a hundredth of a step.
-      EXPECT_LT(diffs[s][0].get<double>(), 1e-4) << "largest parameter difference";
-      EXPECT_LT(diffs[s][1].get<double>(), 1e-4) << "largest logit difference";
+      // trained is off by a step or more in every element it holds. Adam
+      // divides by the gradient's own size, so fp32 sums taken in another
+      // order (even in one process, and more so in the -O1 sanitizer build)
+      // show in the few weights with tiny gradients: measured up to 6.9e-5
+      // (Release) and 2.2e-4 (ASan) in one element, a mean of 2.9e-8 and
+      // 0.024% of elements past 1e-5. So: no element off by a tenth of a step,
+      // and the bulk equal to fp32 rounding.
+      EXPECT_LT(diffs[s][0].get<double>(), 1e-3) << "largest parameter difference";
+      EXPECT_LT(diffs[s][1].get<double>(), 1e-6) << "mean parameter difference";
+      EXPECT_LT(diffs[s][2].get<double>(), 0.01) << "fraction of parameters off by more than 1e-5";
+      EXPECT_LT(diffs[s][3].get<double>(), 1e-4) << "largest logit difference";
     }
   }
   // Bad data is named: a token past the vocabulary, labels of another length.
