@@ -22,6 +22,7 @@
 #include "loom/report/simulation_report.h"
 #include "loom/session/compare_strategies.h"
 #include "loom/session/problem_loading.h"
+#include "loom/session/strategy_list.h"
 #include "loom/session/training_session.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -35,30 +36,18 @@ namespace py = pybind11;
 namespace {
 
 // The named workload, else the model's default one, with `global_batch`
-// checked here (the message names the Python argument) and applied as the
-// CLI's --global-batch is.
+// applied as the CLI's --global-batch is (session/problem_loading.h, the
+// CLI's own path). The range is checked here first so that the message names
+// the Python argument, not the flag, and includes the lower bound that CLI11
+// checks for the CLI.
 loom::Workload MakeWorkload(const loom::Model& model, const std::optional<std::string>& workload,
                             std::optional<int64_t> global_batch) {
-  loom::Workload w = workload ? loom::LoadWorkload(*workload) : loom::DefaultWorkload(model);
   if (global_batch && (*global_batch < 1 || *global_batch > loom::kMaxGlobalBatch)) {
     throw loom::Error(fmt::format("global_batch: must be 1..{}, got {}", loom::kMaxGlobalBatch, *global_batch));
   }
   loom::WorkloadOverrides overrides;
   overrides.global_batch = global_batch;
-  return loom::ApplyWorkloadOverrides(std::move(w), overrides);
-}
-
-std::vector<std::string> SplitNames(const std::string& strategies) {
-  if (strategies == "all") return loom::StrategyNames();
-  std::vector<std::string> out;
-  size_t b = 0;
-  while (b <= strategies.size()) {
-    size_t e = strategies.find(',', b);
-    if (e == std::string::npos) e = strategies.size();
-    out.push_back(strategies.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
+  return loom::LoadWorkloadWithOverrides(model, workload.value_or(""), overrides);
 }
 
 // `loom plan`: every strategy's plan, simulated on `iterations` batches; the
@@ -69,7 +58,8 @@ std::string Plan(const std::string& model_name, const std::string& cluster_name,
   const loom::Model model = loom::LoadModel(model_name);
   const loom::Cluster cluster = loom::LoadClusterWithProfile(cluster_name, profile);
   const loom::Workload w = MakeWorkload(model, workload, global_batch);
-  const loom::Comparison cmp = loom::CompareStrategies(model, cluster, w, SplitNames(strategies), iterations, {}, {});
+  const loom::Comparison cmp =
+      loom::CompareStrategies(model, cluster, w, loom::ParseStrategyList(strategies, "strategies"), iterations, {}, {});
   return loom::ComparisonJson(cmp).dump();
 }
 

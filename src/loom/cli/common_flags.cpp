@@ -27,7 +27,8 @@ WorkloadOverrides WorkloadFlags::Overrides() const {
 std::optional<Workload> WorkloadFlags::Resolve(const Model* model) const {
   const WorkloadOverrides overrides = Overrides();
   if (name.empty() && (!overrides.any() || model == nullptr)) {
-    if (overrides.any()) throw loom::Error("--global-batch, --seed, --seq-len, --precision and --zero-stage need --workload here");
+    if (overrides.any())
+      throw loom::Error("--global-batch, --seed, --seq-len, --precision and --zero-stage need --workload here");
     return std::nullopt;
   }
   Workload w = name.empty() ? DefaultWorkload(*model) : LoadWorkload(name);
@@ -35,8 +36,7 @@ std::optional<Workload> WorkloadFlags::Resolve(const Model* model) const {
 }
 
 Workload WorkloadFlags::ResolveOrDefault(const Model& model) const {
-  std::optional<Workload> w = Resolve(&model);
-  return w ? *std::move(w) : DefaultWorkload(model);
+  return LoadWorkloadWithOverrides(model, name, Overrides());
 }
 
 void ProblemFlags::Add(CLI::App* app) {

@@ -39,7 +39,8 @@ struct WorkloadFlags {
   // flags' overrides; nullopt when neither a name nor an override is given.
   // Throws loom::Error for overrides without a workload to apply them to.
   std::optional<Workload> Resolve(const Model* model = nullptr) const;
-  // Resolve(&model), else the model's default workload.
+  // Resolve(&model), else the model's default workload: session/problem_loading.h's
+  // LoadWorkloadWithOverrides, which the Python module calls too.
   Workload ResolveOrDefault(const Model& model) const;
 };
 

@@ -2,7 +2,6 @@
 // and compared (the main job); optionally run on this machine, written as
 // JSON, HTML or a trace, or exported as launch arguments.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -28,38 +27,13 @@
 #include "loom/report/progress_line.h"
 #include "loom/report/rank_names.h"
 #include "loom/session/compare_strategies.h"
+#include "loom/session/strategy_list.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/strategies/strategy.h"
 
 namespace loom::cli {
 
 namespace {
-
-// --strategy's NAME[,NAME...] or all: the strategies to compare, each known and named once.
-std::vector<std::string> ParseStrategyList(const std::string& list) {
-  if (list == "all") return StrategyNames();
-  if (list.empty()) {
-    throw loom::Error(
-        fmt::format("--strategy: empty; valid: NAME[,NAME...] of {}, or all", fmt::join(StrategyNames(true), ", ")));
-  }
-  std::vector<std::string> names;
-  std::string rest = list;
-  while (true) {
-    auto comma = rest.find(',');
-    std::string name = rest.substr(0, comma);
-    if (StrategyDescription(name).empty()) {
-      throw loom::Error(fmt::format("--strategy: unknown strategy '{}'; valid: {}, or all", name,
-                                    fmt::join(StrategyNames(true), ", ")));
-    }
-    if (std::find(names.begin(), names.end(), name) != names.end()) {
-      throw loom::Error(fmt::format("--strategy: {} is named twice; name each strategy once", name));
-    }
-    names.push_back(name);
-    if (comma == std::string::npos) break;
-    rest = rest.substr(comma + 1);
-  }
-  return names;
-}
 
 // The searches' progress on one terminal row of standard error, one part per
 // job slot; empty (no progress shown) when standard error is not a terminal.

@@ -12,8 +12,8 @@
 
 #include "loom/cli/command.h"
 #include "loom/cli/flag_checks.h"
-#include "loom/cost/profile.h"
 #include "loom/cli/output_file.h"
+#include "loom/cost/profile.h"
 #include "loom/error.h"
 #include "loom/runtime/profiler.h"
 #include "loom/spec/model.h"
@@ -46,7 +46,7 @@ class ProfileCommand : public Command {
                                    "write a profile the simulator reads (--profile FILE)")) {
     CLI::App* sub = subcommand();
     sub->add_option("--model", model_, "built-in model name or YAML file: its layer shapes are measured")->required();
-    sub->add_option("--device", options_.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+    sub->add_option("--device", device_, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
     sub->add_option("--gpu", options_.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
     sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(kPositive);
     sub->add_option("--tokens", tokens_, "token counts to measure, comma-separated");
@@ -67,6 +67,7 @@ class ProfileCommand : public Command {
     options_.sm_scaling = sm_scaling_ == "on";
     options_.tokens = ParseTokenCounts(tokens_);
 #ifdef LOOM_HAVE_RUNTIME
+    options_.device = ParseDevice(device_);
     const Profile profile = loom::runtime::MeasureProfile(model, options_);
     const std::string yaml = ProfileToYaml(profile);
     if (out_.empty()) {
@@ -75,7 +76,7 @@ class ProfileCommand : public Command {
     }
     WriteText(out_,
               fmt::format("# Written by `loom profile --model {} --device {} --threads {} --tokens {}`\n", model_,
-                          options_.device, options_.threads, tokens_) +
+                          DeviceName(options_.device), options_.threads, tokens_) +
                   yaml,
               "--out");
     std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", out_, profile.layers.size(),
@@ -89,6 +90,7 @@ class ProfileCommand : public Command {
 
  private:
   std::string model_;
+  std::string device_ = "cpu";  // parsed in Run(): ParseDevice lives in the runtime, which a fuzz build lacks
   std::string tokens_ = "64,256,1024";
   std::string sm_scaling_ = "on";
   std::string out_;

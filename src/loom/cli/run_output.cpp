@@ -72,7 +72,7 @@ std::string FormatRun(const RunResult& r, const RunOutputContext& context) {
       context.label, p.strategy, r.step_s.size(), r.losses.size(), HumanBytes(peak), HumanBytes(tensors));
   for (const auto& n : r.notes) out += "  " + n + "\n";
   for (const auto& u : p.units) {
-    if (u.sm_fraction < 1 && context.device != "cuda") {
+    if (u.sm_fraction < 1 && context.device != Device::kCuda) {
       out +=
           "  SM quotas: on this CPU build the modules sharing a GPU ran one after another; the "
           "quotas shape the prediction only\n";

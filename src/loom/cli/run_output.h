@@ -1,7 +1,8 @@
 // What `loom run` prints: the run's losses, step times, memory and node
 // events, as text or JSON, with the simulator's prediction beside it under
-// --compare. In cli/ because it reads the runtime's RunResult (runtime/ comes
-// after report/ in the flow); the comparison tables are report/run_vs_simulation.h's.
+// --compare. In cli/ because it reads the runtime's RunResult and only cli/
+// includes runtime/ (a library of its own, built only with libtorch; see
+// docs/architecture.md); the comparison tables are report/run_vs_simulation.h's.
 #pragma once
 
 #ifdef LOOM_HAVE_RUNTIME
@@ -18,11 +19,11 @@ namespace loom::cli {
 
 // What a run's output needs besides the RunResult.
 struct RunOutputContext {
-  std::string label;            // what ran: the plan file, "oobleck f=F" or the layout
-  const Plan* plan = nullptr;   // the plan that ran last
-  std::string device;           // --device
-  std::string resume;           // --resume
-  bool fault_tolerant = false;  // the run had fault tolerance on (JSON lists its events)
+  std::string label;             // what ran: the plan file, "oobleck f=F" or the layout
+  const Plan* plan = nullptr;    // the plan that ran last
+  Device device = Device::kCpu;  // what the workers computed on (--device)
+  std::string resume;            // --resume
+  bool fault_tolerant = false;   // the run had fault tolerance on (JSON lists its events)
   // --compare: the simulator's prediction of the last step, priced by `cost_model`; null without --compare.
   const PlanRun* predicted = nullptr;
   std::string cost_model;

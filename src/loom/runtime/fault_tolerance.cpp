@@ -4,8 +4,10 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
-#include <sstream>
+#include <system_error>
 
 #include "loom/error.h"
 
@@ -33,44 +35,77 @@ std::string FormatCommand(const ControlCommand& c) {
 
 namespace {
 
-// The rest of the line after the fields read: the path, spaces included.
-std::string RestOfLine(std::istringstream& in) {
-  std::string rest;
-  if (in.peek() == ' ') in.get();
-  std::getline(in, rest);
-  return rest;
-}
+// A command's fields, left to right, each after exactly one space (what
+// FormatCommand writes). Each error names the line and the field, so a
+// launcher and worker out of step say which number went wrong; `istream >>`
+// left such a field at its old value and read on.
+class CommandFields {
+ public:
+  explicit CommandFields(const std::string& line) : line_(line) {
+    pos_ = std::min(line_.find(' '), line_.size());
+    kind_ = line_.substr(0, pos_);
+  }
+
+  const std::string& kind() const { return kind_; }
+
+  int Int(const char* field) {
+    if (pos_ >= line_.size()) {
+      throw Error(fmt::format("runtime: control command '{}' lacks its {}", line_, field));
+    }
+    const size_t begin = pos_ + 1;  // past the space
+    const size_t end = std::min(line_.find(' ', begin), line_.size());
+    int v = 0;
+    const auto [ptr, ec] = std::from_chars(line_.data() + begin, line_.data() + end, v);
+    if (begin == end || ec != std::errc() || ptr != line_.data() + end) {
+      throw Error(fmt::format("runtime: control command '{}' has '{}' where its {} (an int) belongs", line_,
+                              line_.substr(begin, end - begin), field));
+    }
+    pos_ = end;
+    return v;
+  }
+
+  // The rest of the line after the fields read, without the one space before
+  // it: the path, spaces included (a path may begin or end with one).
+  std::string Path() const { return pos_ < line_.size() ? line_.substr(pos_ + 1) : std::string(); }
+  std::string RequiredPath() const {
+    std::string path = Path();
+    if (path.empty()) throw Error(fmt::format("runtime: control command '{}' lacks its path", line_));
+    return path;
+  }
+
+ private:
+  const std::string& line_;
+  std::string kind_;
+  size_t pos_ = 0;  // where the fields not yet read start: at their space, or the line's end
+};
 
 }  // namespace
 
 ControlCommand ParseCommand(const std::string& line) {
-  std::istringstream in(line);
-  std::string kind;
-  in >> kind;
+  CommandFields in(line);
   ControlCommand c;
-  if (kind == "go") {
+  if (in.kind() == "go") {
     c.kind = ControlCommand::Kind::kGo;
-    in >> c.step;
-    if (in.fail()) throw Error(fmt::format("runtime: malformed control command '{}'", line));
-    c.path = RestOfLine(in);  // optional
-    return c;
-  } else if (kind == "gen") {
+    c.step = in.Int("step");
+    c.path = in.Path();  // optional: the checkpoint to write before the step
+  } else if (in.kind() == "gen") {
     c.kind = ControlCommand::Kind::kGeneration;
-    in >> c.generation >> c.step >> c.rank >> c.world >> c.nodes;
-    if (!in.fail()) c.path = RestOfLine(in);
-    if (c.path.empty()) in.setstate(std::ios::failbit);
-  } else if (kind == "stop") {
+    c.generation = in.Int("generation");
+    c.step = in.Int("step");
+    c.rank = in.Int("rank");
+    c.world = in.Int("world");
+    c.nodes = in.Int("nodes");
+    c.path = in.RequiredPath();
+  } else if (in.kind() == "stop") {
     c.kind = ControlCommand::Kind::kStop;
-    in >> c.step;
-    if (!in.fail()) c.path = RestOfLine(in);
-    if (c.path.empty()) in.setstate(std::ios::failbit);
-  } else if (kind == "exit") {
+    c.step = in.Int("step");
+    c.path = in.RequiredPath();
+  } else if (in.kind() == "exit") {
     c.kind = ControlCommand::Kind::kExit;
-    return c;
+    if (!in.Path().empty()) throw Error(fmt::format("runtime: control command '{}' has fields after 'exit'", line));
   } else {
     throw Error(fmt::format("runtime: unknown control command '{}'", line));
   }
-  if (in.fail()) throw Error(fmt::format("runtime: malformed control command '{}'", line));
   return c;
 }
 

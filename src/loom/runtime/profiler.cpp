@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/green_context.h"
+#include "loom/runtime/report_line.h"
 #include "loom/runtime/run.h"
 #include "loom/runtime/torch_model.h"
 
@@ -163,7 +165,10 @@ SmScalingPoint MeasureLayerOnSms(const Model& model, int mi, int li, int64_t bat
 
 // Messages of these sizes bounce between two processes of this machine (Gloo
 // over loopback TCP, as `loom run` sends them); process 0 writes the median
-// one-way time of each, "BYTES SECONDS" per line, to `fd`.
+// one-way time of each ("link BYTES SECONDS") and of an all-reduce of the same
+// bytes ("allreduce BYTES SECONDS") to `fd`, one line each, in the line form
+// of the workers' reports (report_line.h), so MeasureLinkOnce reads them with
+// its checked numbers.
 constexpr int64_t kLinkBytes[] = {4 << 10, 64 << 10, 1 << 20, 8 << 20};
 
 int BounceMessages(int rank, int port, int repeats, int fd) {
@@ -187,7 +192,7 @@ int BounceMessages(int rank, int port, int repeats, int fd) {
         if (i > 0) one_way.push_back(s / 2);
       }
       std::sort(one_way.begin(), one_way.end());
-      out += fmt::format("{} {:.9g}\n", bytes, one_way[one_way.size() / 2]);
+      out += fmt::format("link {} {:.9g}\n", bytes, one_way[one_way.size() / 2]);
       // The same bytes all-reduced over the two (a collective's own cost: Gloo's threads and algorithm).
       std::vector<double> reduce;
       for (int i = 0; i <= repeats; ++i) {
@@ -201,7 +206,10 @@ int BounceMessages(int rank, int port, int repeats, int fd) {
     if (rank == 0 && write(fd, out.data(), out.size()) != static_cast<ssize_t>(out.size())) return 4;
     return 0;
   } catch (const std::exception& e) {
-    const std::string msg = fmt::format("error {}\n", e.what());
+    // One line: a line break inside what() would start a line that is no report.
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    const std::string msg = fmt::format("error {}\n", what);
     if (write(fd, msg.data(), msg.size()) < 0) return 3;
     return 3;
   }
@@ -264,20 +272,36 @@ std::pair<Link, Link> MeasureLinkOnce(int repeats) {
     waitpid(pid, &status, 0);
     failed += WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
   }
-  std::vector<std::pair<double, double>> points, reduces;
+  // A process that failed wrote why ("error ...") or was stopped mid-way: its text is the message.
+  if (failed > 0) throw Error(fmt::format("loom profile: measuring the link between two processes failed: {}", text));
+  std::vector<std::pair<double, double>> points, reduces;  // (bytes, seconds)
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
-    double bytes = 0, s = 0;
-    std::string word;
-    std::istringstream fields(line);
-    if (line.rfind("allreduce ", 0) == 0) {
-      if (fields >> word >> bytes >> s) reduces.push_back({bytes, s});
-    } else if (fields >> bytes >> s) {
-      points.push_back({bytes, s});
+    // Every line is a measurement: one that is not is an error naming it,
+    // never dropped (a dropped point would leave the fit on fewer sizes).
+    ReportLine report(line);
+    if (report.kind() != "link" && report.kind() != "allreduce") {
+      throw Error(
+          fmt::format("loom profile: the link measurement's line '{}' is neither 'link BYTES SECONDS' nor "
+                      "'allreduce BYTES SECONDS'",
+                      line));
     }
+    const double bytes = static_cast<double>(report.Integer());
+    const double seconds = report.Number();
+    if (!report.Rest().empty()) {
+      throw Error(fmt::format("loom profile: the link measurement's line '{}' has fields after its seconds", line));
+    }
+    if (!(std::isfinite(seconds) && seconds >= 0)) {
+      throw Error(fmt::format("loom profile: the link measurement's line '{}' has {} where a time in seconds belongs",
+                              line, seconds));
+    }
+    (report.kind() == "link" ? points : reduces).push_back({bytes, seconds});
   }
-  if (failed > 0 || points.size() != std::size(kLinkBytes) || reduces.size() != std::size(kLinkBytes)) {
-    throw Error(fmt::format("loom profile: measuring the link between two processes failed: {}", text));
+  if (points.size() != std::size(kLinkBytes) || reduces.size() != std::size(kLinkBytes)) {
+    throw Error(
+        fmt::format("loom profile: measuring the link between two processes gave {} link and {} all-reduce "
+                    "times of {} each: {}",
+                    points.size(), reduces.size(), std::size(kLinkBytes), text));
   }
   return {FitLink(points, 1, "link"), FitLink(reduces, 2, "all-reduce")};
 }
@@ -325,13 +349,10 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   }
   if (o.threads <= 0) throw Error(fmt::format("loom profile: --threads {}: must be positive", o.threads));
   if (o.concurrent <= 0) throw Error(fmt::format("loom profile: --concurrent {}: must be positive", o.concurrent));
-  if (o.concurrent > 1 && o.device == "cuda") {
+  if (o.concurrent > 1 && o.device == Device::kCuda) {
     throw Error("loom profile: --concurrent is for ranks sharing CPU cores; each CUDA rank has its own GPU");
   }
-  if (o.device != "cpu" && o.device != "cuda") {
-    throw Error(fmt::format("loom profile: --device {}; valid: cpu, cuda", o.device));
-  }
-  if (o.device == "cuda" && !torch::cuda::is_available()) {
+  if (o.device == Device::kCuda && !torch::cuda::is_available()) {
     throw Error(
         "loom profile: --device cuda, but this libtorch sees no CUDA device (scripts/build-cuda.sh builds "
         "against a CUDA libtorch)");
@@ -376,14 +397,15 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   p.source = fmt::format(
       "loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
       "medians of >= {} runs (>= 50 ms each point)",
-      o.device, TORCH_VERSION, o.device == "cuda" ? "CUDA" : CpuName(), o.threads, o.concurrent, o.repeats);
+      DeviceName(o.device), TORCH_VERSION, o.device == Device::kCuda ? "CUDA" : CpuName(), o.threads, o.concurrent,
+      o.repeats);
   MeasureInto(p, model, o);
   return p;
 }
 
 void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
   SetComputeThreads(o.threads);
-  const Timer timer{o.device == "cuda" ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
+  const Timer timer{o.device == Device::kCuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
   const auto opts = torch::TensorOptions().device(timer.device);
   // Layers: each distinct transformer shape once (frozen and trainable apart).
   std::set<std::tuple<ProfileShape, bool>> seen;

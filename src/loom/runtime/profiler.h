@@ -30,13 +30,14 @@
 #include <vector>
 
 #include "loom/cost/profile.h"
+#include "loom/runtime/run.h"  // Device
 #include "loom/spec/model.h"
 
 namespace loom::runtime {
 
 struct ProfilerOptions {
-  std::string device = "cpu";  // cpu | cuda
-  std::string gpu = "h100";    // the datasheet the profile is fitted against (the cluster's GPU)
+  Device device = Device::kCpu;
+  std::string gpu = "h100";  // the datasheet the profile is fitted against (the cluster's GPU)
   int threads = 1;
   std::vector<int64_t> tokens = {64, 256, 1024};
   int repeats = 5;
@@ -50,7 +51,8 @@ struct ProfilerOptions {
   bool sm_scaling = true;
 };
 
-// Throws loom::Error for a device this build cannot use or empty token counts.
+// Throws loom::Error for a device this build cannot use or empty token counts,
+// and naming the line when a measuring process reports one that is not a measurement.
 Profile MeasureProfile(const Model& model, const ProfilerOptions& options);
 
 }  // namespace loom::runtime

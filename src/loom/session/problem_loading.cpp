@@ -23,9 +23,10 @@ Workload ApplyWorkloadOverrides(Workload workload, const WorkloadOverrides& over
   if (overrides.precision) workload.precision = *overrides.precision;
   if (overrides.zero_stage) {
     if (*overrides.zero_stage < 0 || *overrides.zero_stage > 3) {
-      throw Error(fmt::format("--zero-stage {}: valid: 0 (none), 1 (optimizer state), 2 (+ gradients), 3 "
-                              "(+ weights, FSDP)",
-                              *overrides.zero_stage));
+      throw Error(
+          fmt::format("--zero-stage {}: valid: 0 (none), 1 (optimizer state), 2 (+ gradients), 3 "
+                      "(+ weights, FSDP)",
+                      *overrides.zero_stage));
     }
     workload.zero_stage = *overrides.zero_stage;
   }
@@ -36,6 +37,10 @@ Workload ApplyWorkloadOverrides(Workload workload, const WorkloadOverrides& over
     workload.source.seq_len = *overrides.seq_len;
   }
   return workload;
+}
+
+Workload LoadWorkloadWithOverrides(const Model& model, const std::string& name, const WorkloadOverrides& overrides) {
+  return ApplyWorkloadOverrides(name.empty() ? DefaultWorkload(model) : LoadWorkload(name), overrides);
 }
 
 }  // namespace loom

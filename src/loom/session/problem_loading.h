@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/spec/cluster.h"
+#include "loom/spec/model.h"
 #include "loom/spec/precision.h"
 #include "loom/spec/workload.h"
 
@@ -35,5 +36,11 @@ struct WorkloadOverrides {
 // flag (--global-batch, --seq-len), for a global batch past kMaxGlobalBatch
 // and for a sequence length on a workload whose source is not `text`.
 Workload ApplyWorkloadOverrides(Workload workload, const WorkloadOverrides& overrides);
+
+// The workload `name` (built-in or YAML file), else, for an empty name,
+// `model`'s default one, with `overrides` applied (ApplyWorkloadOverrides):
+// what `loom plan`, `simulate`, `replay` and `run` plan for from their
+// workload flags, and the Python module from its arguments.
+Workload LoadWorkloadWithOverrides(const Model& model, const std::string& name, const WorkloadOverrides& overrides);
 
 }  // namespace loom
