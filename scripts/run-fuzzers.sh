@@ -31,6 +31,9 @@ seed workload_yaml_fuzzer "$src"/examples/my-data.yaml "$src"/examples/runtime/i
   "$src"/examples/runtime/captions.yaml "$src"/tests/data/runtime/tiny-*data.yaml "$src"/tests/data/runtime/tiny-laion.yaml \
   "$src"/tests/data/runtime/tiny-obelics.yaml
 seed jsonl_fuzzer "$src"/examples/*.jsonl "$src"/examples/runtime/*.jsonl "$src"/tests/data/runtime/*.jsonl
+# Tokenized training data (`loom run --data`): input_ids, labels, an attention mask.
+printf '{"input_ids": [1, 2, 3, 4], "labels": [-100, 2, 3, 4]}\n{"input_ids": [5, 6], "attention_mask": [1, 1]}\n' \
+  > "$corpus/jsonl_fuzzer/seed-tokens.jsonl"
 seed profile_yaml_fuzzer "$src"/src/loom/cost/profiles/*.yaml
 mkdir -p "$corpus/calibration_yaml_fuzzer"
 printf 'gpu: h100\nmeasured_with: "bench"\npoints:\n  - {op: gemm, flops: 1.0e12, bytes: 1.0e8, time_s: 2.0e-3}\n  - {op: attention, flops: 4.0e11, bytes: 2.0e8, time_s: 1.5e-3, label: fa}\n' \
@@ -60,6 +63,12 @@ for s in megatron fsdp distmm optimus nnscaler disttrain dip spindle mmscale pip
     --iterations 2 --strategy "$s" --json "$corpus/plan_json_fuzzer/seed-$s.json" > /dev/null 2>&1 ||
     rm -f "$corpus/plan_json_fuzzer/seed-$s.json"
 done
+# Checkpoint manifests as a fault-tolerant run writes them (weights/checkpoint_manifest.h).
+mkdir -p "$corpus/checkpoint_manifest_fuzzer"
+printf '{\n  "format": "loom-checkpoint-1",\n  "layers": [\n    "llm_0",\n    "llm_1",\n    "vision_0"\n  ],\n  "model": "tiny-vlm",\n  "outcome": "stopped: 2 of 3 nodes lost",\n  "seed": 0,\n  "steps_done": 2\n}\n' \
+  > "$corpus/checkpoint_manifest_fuzzer/seed-stopped"
+printf '{"format": "loom-checkpoint-1", "layers": [], "model": "m", "seed": 18446744073709551615, "steps_done": 0}' \
+  > "$corpus/checkpoint_manifest_fuzzer/seed-empty"
 # PyTorch schedules the build's `loom` exports (compute_only and compute_comms).
 mkdir -p "$corpus/pytorch_csv_fuzzer"
 for s in gpipe 1f1b zb-h1; do

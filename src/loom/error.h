@@ -4,6 +4,9 @@
 // prints it and exits 2. Internal invariant breaks are not Errors: they are bugs.
 #pragma once
 
+#include <signal.h>
+#include <string.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +15,24 @@ namespace loom {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// A run stopped because the launcher received SIGINT, SIGTERM or SIGHUP
+// (runtime/launcher_signals.h): not bad input, so not an Error. The CLI exits
+// 128 + signal(), as a shell reports a process that signal ended.
+class Interrupted : public std::runtime_error {
+ public:
+  explicit Interrupted(int signal)
+      : std::runtime_error(std::string("stopped by ") + sigabbrev(signal) + ": its workers were stopped too"),
+        signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  static std::string sigabbrev(int signal) {
+    const char* d = strsignal(signal);
+    return std::string("signal ") + std::to_string(signal) + (d ? std::string(" (") + d + ")" : "");
+  }
+  int signal_;
 };
 
 }  // namespace loom

@@ -21,4 +21,9 @@ inline PathKind KindOfPath(const std::string& path) {
   return std::filesystem::exists(status) ? PathKind::kOther : PathKind::kNone;
 }
 
+// A path read as an input file: a regular file, or a pipe or device
+// (`--workload <(...)`, /dev/stdin). ReadInputFile (input_file.h) bounds
+// what it reads, so /dev/zero is an error, not a hang.
+inline bool IsInputFile(PathKind kind) { return kind == PathKind::kFile || kind == PathKind::kOther; }
+
 }  // namespace loom

@@ -157,7 +157,7 @@ TEST(JsonlSource, BadLinesAreNamed) {
                     {"f.jsonl:9:", "images: expected a list [[width_px, height_px], ...], got 3"});
   test::ExpectError([] { ParseJsonlSample("{\"audio_s\": {\"a\": 1}}", "f.jsonl:9"); },
                     {"f.jsonl:9:", "audio_s: expected a list"});
-  test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); }, {"/nonexistent/x.jsonl", "cannot open"});
+  test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); }, {"/nonexistent/x.jsonl: no such file; expected a JSONL sample file"});
   // Issue 20: sizes no real sample has (5e15 tokens from one image) are named, not accepted.
   test::ExpectError([] { JsonlSource(test::WriteTemp("b6.jsonl", "{\"images\": [[1000000000, 1000000000]]}\n")); },
                     {"b6.jsonl:1:", "images[0][0]", "at most 65536"});

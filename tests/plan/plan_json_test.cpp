@@ -67,7 +67,7 @@ TEST(PlanJson, ErrorsNameTheFileAndField) {
   j["units"][0]["recompute"] = "some";
   test::ExpectError([&] { PlanFromJson(j, "p.json"); }, {"units[0].recompute", "none, selective, full"});
   test::ExpectError([&] { LoadPlan(test::WriteTemp("bad.json", "{\"units\": [")); }, {"bad.json", "malformed JSON"});
-  test::ExpectError([&] { LoadPlan("/no/such/plan.json"); }, {"/no/such/plan.json", "cannot open"});
+  test::ExpectError([&] { LoadPlan("/no/such/plan.json"); }, {"/no/such/plan.json: no such file; expected a plan JSON file"});
   // Found by fuzz/plan_json_fuzzer.cpp: nlohmann throws out_of_range, not parse_error, for this.
   test::ExpectError([&] { ParsePlanFile("{\"units\": [{\"tp\": 0.1E2749124171373}]}", "big.json"); },
                     {"big.json", "malformed JSON", "number overflow"});

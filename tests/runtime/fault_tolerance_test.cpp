@@ -198,7 +198,7 @@ TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
            {base + " --fault-tolerance 1 --kill 1:x", "valid: PROCESS:STEP:ACTIONS"},
            {base + " --fault-tolerance 1 --kill 1:7:0", "a step in 0..2"},
            {base + " --fault-tolerance 1 --rejoin 9:1", "a node in 0..2"},
-           {base + " --fault-tolerance 1 --resume /nonexistent/ckpt", "no /nonexistent/ckpt/checkpoint.json"},
+           {base + " --fault-tolerance 1 --resume /nonexistent/ckpt", "--resume /nonexistent/ckpt: no such folder"},
            {"run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " + megatron +
                 " --fault-tolerance 0",
             "Oobleck's pipeline templates"},

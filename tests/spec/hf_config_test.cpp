@@ -199,14 +199,29 @@ TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {
       [] {
         LoadModel(WriteConfig("badtext", R"({"model_type": "llava", "text_config": {"model_type": "gpt_neox"}})"));
       },
-      {"text_config.model_type: unknown language model 'gpt_neox'"});
+      {"badtext/config.json: text_config.model_type: unknown language model 'gpt_neox'"});
   test::ExpectError(
       [] {
         LoadModel(WriteConfig("yarn", R"({"model_type": "llama", "rope_scaling": {"rope_type": "yarn", "factor": 4}})"));
       },
-      {"rope_scaling.rope_type: rope type 'yarn' is not one Loom's runtime computes; valid: default, llama3"});
+      {"yarn/config.json: rope_scaling.rope_type: rope type 'yarn' is not one Loom's runtime computes; valid: default, llama3"});
   test::ExpectError([] { LoadModel(WriteConfig("relu", R"({"model_type": "mistral", "hidden_act": "relu"})")); },
-                    {"hidden_act: activation 'relu'", "valid: silu, gelu"});
+                    {"relu/config.json: hidden_act: activation 'relu'", "valid: silu, gelu"});
+  // Issue 45: the head and GQA checks named the field but not the file.
+  test::ExpectError(
+      [] {
+        LoadModel(WriteConfig("heads5", R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 5,
+                                            "num_key_value_heads": 5, "intermediate_size": 128, "vocab_size": 128,
+                                            "num_hidden_layers": 1})"));
+      },
+      {"heads5/config.json: num_attention_heads: 5 does not divide hidden_size 64; give head_dim"});
+  test::ExpectError(
+      [] {
+        LoadModel(WriteConfig("gqa3", R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                          "num_key_value_heads": 3, "intermediate_size": 128, "vocab_size": 128,
+                                          "num_hidden_layers": 1})"));
+      },
+      {"gqa3/config.json: num_key_value_heads: 3 must divide num_attention_heads (4)"});
   test::ExpectError([] { LoadModel(WriteConfig("eps", R"({"model_type": "qwen2", "rms_norm_eps": -1})")); },
                     {"rms_norm_eps: expected a positive number, got -1"});
   EXPECT_FALSE(LooksLikeHfConfig("model: m\nmodules: []\n"));

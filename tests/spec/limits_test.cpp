@@ -131,7 +131,7 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
       {"--strategy megatron --workload " + test::WriteTemp("lim-missing.yaml",
                                                            "workload: w\nsource: {kind: jsonl, path: "
                                                            "/nonexistent/s.jsonl}\n"),
-       "lim-missing.yaml: source.path: /nonexistent/s.jsonl: cannot open"},
+       "lim-missing.yaml: source.path: /nonexistent/s.jsonl: no such file; expected a JSONL sample file"},
   };
   // A pin a strategy cannot honour is said, not ignored (disttrain kept PP 1 under --pp 64).
   auto [pcode, pout] =

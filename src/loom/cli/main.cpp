@@ -19,6 +19,9 @@ int main(int argc, char** argv) {
   } catch (const loom::Error& e) {  // bad input: said, exit 2
     std::cerr << "loom: error: " << e.what() << "\n";
     return 2;
+  } catch (const loom::Interrupted& e) {  // SIGINT, SIGTERM, SIGHUP: passed on to the workers
+    std::cerr << "loom: " << e.what() << "\n";
+    return 128 + e.signal();
   } catch (const std::bad_alloc&) {  // rule 4: nothing aborts
     std::cerr << "loom: error: out of memory: the problem is larger than this machine holds (cluster, global batch, "
                  "iterations or model size)\n";

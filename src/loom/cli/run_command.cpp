@@ -96,7 +96,7 @@ class RunCommand : public Command {
                                  schedules[last] ? &*schedules[last] : nullptr);
       cost_model = CostModelOf(cluster).name();
     }
-    const RunOutputContext context{chosen.label,  &chosen.plan,           flags_.device,
+    const RunOutputContext context{chosen.label,  &chosen.plan,           options.device,
                                    flags_.resume, options.fault_tolerant, flags_.compare ? &predicted : nullptr,
                                    cost_model};
     // The losses first: a trace that cannot be written must not hide what was trained.
@@ -128,7 +128,9 @@ class RunCommand : public Command {
   ChosenPlan ChoosePlan(const Model& model, const Cluster& cluster, const Workload& workload) const {
     if (!flags_.plan.empty()) {
       PlanFile file = LoadPlanFile(flags_.plan, flags_.strategy);
-      CheckPlanIsFor(file.plan, model, cluster, workload, flags_.plan);
+      // The runtime computes in fp32 whatever the precision: the plan's is not checked (plan_file_replay.h).
+      CheckPlanIsFor(file.plan, model, cluster, workload, flags_.plan, HasRecordedSchedules(file),
+                     /*check_precision=*/false);
       return {std::move(file.plan), std::move(file.batches), flags_.plan};
     }
     if (flags_.fault_tolerance >= 0) {

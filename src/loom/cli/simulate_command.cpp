@@ -95,7 +95,7 @@ class SimulateCommand : public Command {
     const Cluster cluster = problem_.LoadPricedCluster();
     std::optional<ImportedPytorchSchedule> imported;
     if (!import_csv_.empty()) {  // PP, stages per rank and microbatches are the file's
-      imported = ImportPytorchSchedule(ParsePytorchCsv(ReadTextFile(import_csv_), import_csv_), import_csv_);
+      imported = ImportPytorchSchedule(ParsePytorchCsv(ReadTextFile(import_csv_, "PyTorch schedule CSV"), import_csv_), import_csv_);
       cfg_.pp = imported->pp;
       cfg_.vpp = imported->num_stages / imported->pp;
       cfg_.microbatches = imported->num_microbatches;

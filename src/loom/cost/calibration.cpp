@@ -111,6 +111,6 @@ std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& points, c
   return out;
 }
 
-Calibration LoadCalibration(const std::string& path) { return ParseCalibration(ReadTextFile(path), path); }
+Calibration LoadCalibration(const std::string& path) { return ParseCalibration(ReadTextFile(path, "calibration YAML"), path); }
 
 }  // namespace loom

@@ -127,7 +127,7 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
   return p;
 }
 
-Profile LoadProfile(const std::string& path) { return ParseProfile(ReadTextFile(path), path); }
+Profile LoadProfile(const std::string& path) { return ParseProfile(ReadTextFile(path, "profile YAML"), path); }
 
 std::string ProfileToYaml(const Profile& p) {
   std::string out = fmt::format("gpu: {}\napplies_to: [", p.gpu);

@@ -9,6 +9,7 @@
 
 #include "loom/data/rng.h"
 #include "loom/error.h"
+#include "loom/input_file.h"
 
 namespace loom {
 
@@ -191,17 +192,10 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where) {
 }
 
 JsonlSource::JsonlSource(const std::string& path) {
-  if (KindOfPath(path) == PathKind::kDirectory) {
-    throw Error(fmt::format("{}: is a directory; expected a JSONL file of samples", path));
-  }
-  std::ifstream in(path);
-  if (!in) {
-    throw Error(fmt::format("{}: cannot open sample file", path));
-  }
+  InputLines in(path, "JSONL sample");
   std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
+  while (in.Next(line)) {
+    const int line_no = in.line_number();
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;
     }

@@ -36,6 +36,11 @@ void CheckPlacement(const Plan& plan, const IterationSchedule& it, int m) {
     }
     ++seen[s];
   }
+  if (!it.deferred.empty() && static_cast<int64_t>(it.deferred.size()) == plan.global_batch) {
+    throw Error(fmt::format("iteration schedule: all {} samples are deferred; a batch trains at least one (Entrain "
+                            "defers part of a batch to the next, never all of it)",
+                            plan.global_batch));
+  }
   for (int s = 0; s < plan.global_batch; ++s) {
     if (seen[s] != 1) {
       throw Error(

@@ -111,6 +111,19 @@ struct Plan {
   std::vector<Unit> units;
   std::vector<Broker> brokers;
   std::string searched;  // what the strategy searched to find it, for reports
+  // What it was made for beyond those names (issue 45; a plan file's
+  // "made_for"): it replays only under the same precision, text length and
+  // ZeRO stage, and its recorded per-batch schedules only under the same seed
+  // (session/plan_file_replay.h). Absent from files written before Loom
+  // recorded it: then nothing is checked.
+  struct MadeFor {
+    std::string precision;  // PrecisionName: "bf16", "fp16", "tf32", "fp32"
+    int64_t seq_len = 0;    // the workload's tokens per text sample
+    int zero_stage = 0;     // the workload's (--zero-stage)
+    uint64_t seed = 0;      // the workload's (--seed): which samples each batch holds
+    bool operator==(const MadeFor&) const = default;
+  };
+  std::optional<MadeFor> made_for;
 
   int FindUnit(const std::string& name) const;
   bool operator==(const Plan&) const = default;

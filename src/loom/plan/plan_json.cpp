@@ -1,4 +1,5 @@
 #include "loom/plan/plan_json.h"
+#include "loom/input_file.h"
 #include "loom/path_kind.h"
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include <sstream>
 
 #include "loom/error.h"
+#include "loom/spec/precision.h"
 
 namespace loom {
 
@@ -169,13 +171,40 @@ json PlanToJson(const Plan& p) {
       {"global_batch", p.global_batch}, {"group_gpus", p.group_gpus}, {"units", units},       {"brokers", brokers},
       {"searched", p.searched}};
   if (p.phase_rounds != 1) out["phase_rounds"] = p.phase_rounds;  // omitted when 1 (every plan but Mosaic's)
+  if (p.made_for) {
+    out["made_for"] = {{"precision", p.made_for->precision},
+                       {"seq_len", p.made_for->seq_len},
+                       {"zero_stage", p.made_for->zero_stage},
+                       {"seed", p.made_for->seed}};
+  }
   return out;
 }
+
+namespace {
+
+Plan::MadeFor MadeForFromJson(const json& j, const std::string& file) {
+  Reader r(j, file, "made_for", {"precision", "seq_len", "zero_stage", "seed"});
+  Plan::MadeFor m;
+  m.precision = r.String("precision", "", true);
+  if (!FindPrecision(m.precision)) r.Fail("made_for.precision", "'" + m.precision + "'; valid: bf16, fp16, tf32, fp32");
+  m.seq_len = r.Int("seq_len", 0, true);
+  if (m.seq_len < 1) r.Fail("made_for.seq_len", "must be >= 1");
+  m.zero_stage = static_cast<int>(r.Int("zero_stage", 0, true));
+  if (m.zero_stage < 0 || m.zero_stage > 3) r.Fail("made_for.zero_stage", "valid: 0, 1, 2, 3");
+  const json& seed = r.Get("seed");
+  if (!seed.is_number_unsigned() && !(seed.is_number_integer() && seed.get<int64_t>() >= 0)) {
+    r.Fail("made_for.seed", "must be a whole number >= 0");
+  }
+  m.seed = seed.get<uint64_t>();
+  return m;
+}
+
+}  // namespace
 
 Plan PlanFromJson(const json& j, const std::string& file) {
   Reader r(j, file, "",
            {"strategy", "model", "cluster", "workload", "global_batch", "group_gpus", "phase_rounds", "units",
-            "brokers", "searched"});
+            "brokers", "searched", "made_for"});
   Plan p;
   p.strategy = r.String("strategy");
   p.model = r.String("model");
@@ -185,6 +214,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
   p.group_gpus = static_cast<int>(r.Int("group_gpus", 1));
   p.phase_rounds = static_cast<int>(r.Int("phase_rounds", 1));
   p.searched = r.String("searched");
+  if (r.Has("made_for")) p.made_for = MadeForFromJson(r.Get("made_for"), file);
   const json& units = r.Array("units");
   for (size_t i = 0; i < units.size(); ++i) {
     const std::string up = fmt::format("units[{}]", i);
@@ -255,14 +285,7 @@ Plan PlanFromJson(const json& j, const std::string& file) {
 Plan LoadPlan(const std::string& path) { return LoadPlanFile(path).plan; }
 
 PlanFile LoadPlanFile(const std::string& path, const std::string& strategy) {
-  if (KindOfPath(path) == PathKind::kDirectory) {
-    throw Error(fmt::format("{}: is a directory; expected a plan JSON file (`loom plan --json`)", path));
-  }
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("{}: cannot open plan file", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParsePlanFile(text.str(), path, strategy);
+  return ParsePlanFile(ReadInputFile(path, "plan JSON", kMaxPlanBytes), path, strategy);
 }
 
 PlanFile ParsePlanFile(const std::string& text, const std::string& path, const std::string& strategy) {

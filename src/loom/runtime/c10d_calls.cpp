@@ -101,7 +101,29 @@ c10::intrusive_ptr<c10d::Store> MakeStore(const std::string& master, int rank, i
   if (world > 0) so.numWorkers = world;
   so.waitWorkers = world > 0;
   so.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  return c10::make_intrusive<c10d::TCPStore>(master, so);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(master, so);
+  } catch (const c10::Error& e) {
+    // c10d says "Timed out after N seconds waiting for clients. 1/2 clients
+    // joined" or "The client socket has timed out ... trying to connect",
+    // with a stack trace: the cause to name is the process or node that
+    // never came (issue 45), so the message says which and what to check.
+    std::string said = e.what_without_backtrace();
+    said = said.substr(0, said.find('\n'));
+    const std::string where = fmt::format("{}:{}", master, port);
+    if (so.isServer) {
+      throw Error(fmt::format(
+          "the run's store at {} waited {:.0f} s for its {} processes and not all joined ({}){}", where, timeout_s,
+          world, said,
+          other_machines ? "; a node never started or cannot reach this address: start every node with the same "
+                           "--nnodes and --master, each with its own --node-rank, and let them reach this port"
+                         : "; a process of this machine ended or stalled before it joined"));
+    }
+    throw Error(fmt::format("cannot reach the run's store at {} within {:.0f} s ({}){}", where, timeout_s, said,
+                            other_machines ? "; is node 0 started, with the same --master, and is the port open "
+                                             "to this machine?"
+                                           : "; its server, process 0 of this machine, ended or stalled"));
+  }
 }
 
 Group MakeGroup(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name, int rank, int size,

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "loom/atomic_file.h"
 #include "loom/error.h"
 
 namespace loom::runtime {
@@ -84,22 +85,7 @@ std::vector<std::string> CommitCheckpoint(const std::string& staging, const std:
       throw Error(fmt::format("checkpoint {}: cannot move {} to {}: {}", dir, from, to, std::strerror(errno)));
     }
   }
-  const nlohmann::json j = {{"format", "loom-checkpoint-1"},
-                            {"steps_done", m.steps_done},
-                            {"model", m.model},
-                            {"seed", m.seed},
-                            {"layers", m.layers},
-                            {"outcome", m.outcome}};
-  const std::string temp = fmt::format("{}/.{}.{}.tmp", dir, kManifest, getpid());
-  {
-    std::ofstream f(temp);
-    f << j.dump(2) << "\n";
-    f.flush();
-    if (!f) throw Error(fmt::format("checkpoint {}: cannot write {}", dir, temp));
-  }
-  if (std::rename(temp.c_str(), manifest.c_str()) != 0) {
-    throw Error(fmt::format("checkpoint {}: cannot rename {} to {}: {}", dir, temp, manifest, std::strerror(errno)));
-  }
+  WriteFileAtomically(manifest, CheckpointManifestText(m));
   DiscardStaging(staging);
   return m.layers;
 }

@@ -15,16 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "loom/weights/checkpoint_manifest.h"
+
 namespace loom::runtime {
 
-// checkpoint.json: what a run that stopped (or a periodic checkpoint) saved.
-struct CheckpointManifest {
-  int steps_done = 0;  // the state is the one after this many steps
-  std::string model;
-  uint64_t seed = 0;                // the workload's (frozen layers and data come from it)
-  std::vector<std::string> layers;  // "{module}_{layer}" files written
-  std::string outcome;              // why it was written
-};
+using loom::CheckpointManifest;  // checkpoint.json (weights/checkpoint_manifest.h)
 
 // Creates `dir` and its parents; throws loom::Error naming the part that fails.
 void Mkdirs(const std::string& dir);

@@ -1,5 +1,7 @@
 #include "loom/runtime/child_process.h"
 
+#include "loom/runtime/launcher_signals.h"
+
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -7,6 +9,7 @@
 namespace loom::runtime {
 
 void DieWithParent(pid_t parent) {
+  RestoreDefaultSignals();  // the launcher's handlers would keep a forwarded SIGTERM from ending it
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The parent may have ended between the fork and the prctl: then this
   // process was re-parented already and no signal will come.

@@ -11,7 +11,8 @@ namespace loom::runtime {
 
 // In a child just forked from `parent` (the launcher's getpid() before the
 // fork): the kernel sends it SIGKILL when its parent ends
-// (prctl PR_SET_PDEATHSIG); a parent already gone ends it at once.
+// (prctl PR_SET_PDEATHSIG); a parent already gone ends it at once. The
+// signals the launcher passes on (launcher_signals.h) get their default action.
 void DieWithParent(pid_t parent);
 
 }  // namespace loom::runtime

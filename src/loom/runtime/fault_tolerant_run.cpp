@@ -17,6 +17,8 @@
 #include <sstream>
 
 #include "loom/error.h"
+#include "loom/input_file.h"
+#include "loom/path_kind.h"
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/checkpoint_dir.h"
 #include "loom/runtime/generation_controller.h"
@@ -41,29 +43,14 @@ std::vector<std::string> UnlistedTrainableLayers(const Model& model, const std::
 
 CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, const Workload& workload) {
   const std::string path = dir + "/checkpoint.json";
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("--resume {}: no {} (write one with a fault-tolerant run that stops)", dir, path));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}: not JSON: {}", path, e.what()));
+  const char* written_by = "a fault-tolerant run that stops, or one with --checkpoint DIR --checkpoint-every N";
+  if (KindOfPath(dir) != PathKind::kDirectory) {
+    throw Error(fmt::format("--resume {}: no such folder; valid: a checkpoint folder, written by {}", dir, written_by));
   }
-  CheckpointManifest m;
-  try {
-    if (j.at("format").get<std::string>() != "loom-checkpoint-1") {
-      throw Error(fmt::format("{}: field format is '{}'; valid: loom-checkpoint-1", path, j.at("format").dump()));
-    }
-    m.steps_done = j.at("steps_done").get<int>();
-    m.model = j.at("model").get<std::string>();
-    m.seed = j.at("seed").get<uint64_t>();
-    m.layers = j.at("layers").get<std::vector<std::string>>();
-    m.outcome = j.value("outcome", "");
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{}: {} (fields: format, steps_done, model, seed, layers)", path, e.what()));
+  if (KindOfPath(path) == PathKind::kNone) {
+    throw Error(fmt::format("--resume {}: no {} in it (written by {})", dir, path, written_by));
   }
+  const CheckpointManifest m = ParseCheckpointManifest(ReadInputFile(path, "checkpoint manifest", kMaxSpecBytes), path);
   if (m.model != model.name) {
     throw Error(fmt::format("{}: field model is {}, but the run trains {}", path, m.model, model.name));
   }
@@ -73,7 +60,6 @@ CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, co
                     "differ)",
                     path, m.seed, workload.seed));
   }
-  if (m.steps_done < 0) throw Error(fmt::format("{}: field steps_done is {}; valid: >= 0", path, m.steps_done));
   // The layer files a resume reads are the ones the manifest lists, and it
   // must list every trainable layer (frozen ones come from the seed): files a
   // folder holds beside them may be another run's (checkpoint_dir.h).
@@ -87,10 +73,13 @@ CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, co
 RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                            const RunOptions& options, const Replanner& replanner) {
   options.Validate();
-  CheckFaultTolerable(model, plan);
+  // The checkpoint first: a folder that is not one is the cause to name.
   int first_step = 0;
+  if (!options.resume_from.empty()) first_step = ReadCheckpoint(options.resume_from, model, workload).steps_done;
+  CheckFaultTolerable(model, plan,
+                      options.resume_from.empty() ? "--fault-tolerance"
+                                                  : "--resume " + options.resume_from + " (resumes fault-tolerantly)");
   if (!options.resume_from.empty()) {
-    first_step = ReadCheckpoint(options.resume_from, model, workload).steps_done;
     if (first_step >= options.steps) {
       throw Error(fmt::format("--resume {}: the checkpoint is after step {}; --steps {} leaves nothing to run",
                               options.resume_from, first_step, options.steps));

@@ -194,6 +194,24 @@ void GenerationController::StopEverything() {
   }
 }
 
+void GenerationController::CheckStore() {
+  if (store_pid_ <= 0) return;
+  int status = 0;
+  if (waitpid(store_pid_, &status, WNOHANG) != store_pid_) return;
+  throw Error(fmt::format(
+      "run failed: the run's store process {} (every worker's rendezvous, serving {}:{}); the workers' errors that "
+      "follow (a broken pipe, a refused connection) are its consequence, not their nodes' failures",
+      DescribeExit(status), options_.master_addr, port_));
+}
+
+void GenerationController::PassOnSignal(int signal) {
+  std::vector<pid_t> pids;
+  for (const FtWorker& w : workers_) pids.push_back(w.reaped ? -1 : w.pid);
+  StopProcesses(pids, signal, kSignalGrace_s);
+  for (FtWorker& w : workers_) w.reaped = true;  // StopProcesses reaped them
+  throw Interrupted(signal);                     // the destructor stops the store and drops an unfinished checkpoint
+}
+
 // A save the run does not complete is removed, with its step-N folder when
 // nothing else is there.
 void GenerationController::DropUnfinishedSave() {
@@ -386,6 +404,7 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
   // a moment for the others, then stop the nodes' other workers.
   const double detected_at = now;
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CheckStore();  // the workers' errors may only be the store's death seen from their side
   for (FtWorker& w : workers_) {
     if (w.member && std::find(failed.begin(), failed.end(), &w) == failed.end() && Reap(w, false)) {
       failed.push_back(&w);
@@ -559,6 +578,8 @@ RunResult GenerationController::Run() {
   step_started_ = Now();
   while (true) {
     const double now = ReadWorkers();
+    if (const int s = signals_.Received()) PassOnSignal(s);
+    CheckStore();
     // A periodic checkpoint is complete once every worker wrote its layers
     // (checked first: a worker may die right after saying so).
     CompleteCheckpoint();

@@ -16,6 +16,7 @@
 #include "loom/plan/plan.h"
 #include "loom/plan/replanner.h"
 #include "loom/runtime/fault_tolerance.h"
+#include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run.h"
 #include "loom/spec/cluster.h"
@@ -68,6 +69,11 @@ class GenerationController {
   void Send(FtWorker& w, const ControlCommand& c);
   bool Reap(FtWorker& w, bool block);
   void StopEverything();
+  // Throws loom::Error naming the store process when it has ended: the
+  // workers' failures that follow are its consequence, not node failures.
+  void CheckStore();
+  // After SIGINT, SIGTERM or SIGHUP: the workers get it too, then Interrupted.
+  [[noreturn]] void PassOnSignal(int signal);
   // Reads what every open worker reported; returns the time it read at.
   double ReadWorkers();
   void Handle(FtWorker& w, const std::string& line);
@@ -101,6 +107,7 @@ class GenerationController {
   std::string run_dir_;
   std::string checkpoint_root_;  // where "cannot recover" writes, and the periodic ones (step-N under it)
   struct sigaction previous_sigpipe_ {};
+  LauncherSignals signals_;  // SIGINT, SIGTERM, SIGHUP: passed on to the workers
   int store_pipe_ = -1;  // the store process serves while this is open
   pid_t store_pid_ = -1;
   // The current generation.

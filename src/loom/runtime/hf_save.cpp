@@ -67,7 +67,7 @@ std::string PrepareSave(const Model& model, const RunOptions& options) {
                             "(with config.json) or a config.json; {} is Loom model YAML",
                             flag, model.source));
   }
-  const std::string config_text = ReadTextFile(model.hf_config);
+  const std::string config_text = ReadTextFile(model.hf_config, "config.json");
   for (const Module& m : model.modules) {
     if (m.tokens.source != TokenSource::kText) {
       throw Error(fmt::format("{}: module {} ({}) has no Hugging Face weight names in Loom yet; --save writes "
@@ -126,9 +126,14 @@ void FinishSave(const Model& model, const RunOptions& options) {
   for (const std::string& name : CompanionFiles()) {
     const fs::path from = name == "config.json" ? fs::path(model.hf_config) : model_dir / name;
     if (!fs::is_regular_file(from, ec)) continue;
-    WriteFileAtomically((dir / name).string(), ReadTextFile(from.string()));
+    WriteFileAtomically((dir / name).string(), ReadTextFile(from.string(), "tokenizer or processor", kMaxPlanBytes));
   }
   fs::remove_all(parts_dir, ec);
+}
+
+void AbandonSave(const RunOptions& options) {
+  std::error_code ec;
+  fs::remove_all(fs::path(options.save_dir) / kSavePartsDir, ec);
 }
 
 }  // namespace loom::runtime

@@ -33,4 +33,9 @@ std::string PrepareSave(const Model& model, const RunOptions& options);
 // loom::Error naming the part and tensor that could not be joined.
 void FinishSave(const Model& model, const RunOptions& options);
 
+// When the run failed or was interrupted: removes the part folder, so DIR
+// holds what it held before (PrepareSave refused anything a save would not
+// write). Never throws.
+void AbandonSave(const RunOptions& options);
+
 }  // namespace loom::runtime

@@ -10,10 +10,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -21,6 +21,7 @@
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/hf_save.h"
+#include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
@@ -70,7 +71,8 @@ int MaxThreadsPerRank() { return std::max(1, static_cast<int>(std::thread::hardw
 void RunOptions::Validate() const {
   if (steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", steps));
   if (!(timeout_s > 0 && timeout_s <= kMaxTimeout_s)) {
-    throw Error(fmt::format("--timeout: {} s is out of range; valid: > 0 and <= {} s (a week)", timeout_s, kMaxTimeout_s));
+    throw Error(
+        fmt::format("--timeout: {} s is out of range; valid: > 0 and <= {} s (a week)", timeout_s, kMaxTimeout_s));
   }
   if (port < 0 || port > kMaxPort) {
     throw Error(fmt::format("--master port: {} is out of range; valid: 1..{} (0: a free one)", port, kMaxPort));
@@ -114,7 +116,13 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   // --save: checked before any worker starts, joined once every one finished.
   RunOptions saving = options;
   saving.save_dtype = runtime::PrepareSave(model, options);
-  RunResult result = RunWorkers(model, cluster, workload, plan, saving, schedules, replanner);
+  RunResult result;
+  try {
+    result = RunWorkers(model, cluster, workload, plan, saving, schedules, replanner);
+  } catch (...) {  // failed or interrupted: no half-written parts are left in DIR
+    runtime::AbandonSave(saving);
+    throw;
+  }
   runtime::FinishSave(model, saving);
   return result;
 }
@@ -196,6 +204,7 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   std::vector<Child> children(world);
+  runtime::LauncherSignals signals;  // SIGINT, SIGTERM, SIGHUP: passed on to the workers below
   const pid_t launcher = getpid();
   for (int r = first_rank; r < first_rank + per_node; ++r) {
     int fds[2];
@@ -228,6 +237,15 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
       }
     }
     const int ready = poll(pfds.data(), pfds.size(), 200);
+    if (const int s = signals.Received()) {
+      std::vector<pid_t> pids;
+      for (int r = first_rank; r < first_rank + per_node; ++r) pids.push_back(children[r].pid);
+      runtime::StopProcesses(pids, s, runtime::kSignalGrace_s);
+      for (int r = 0; r < world; ++r) {
+        if (children[r].open) close(children[r].fd);
+      }
+      throw Interrupted(s);
+    }
     if (ready > 0) last_heard = std::chrono::steady_clock::now();
     for (size_t i = 0; i < pfds.size(); ++i) {
       if (!(pfds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
@@ -268,8 +286,13 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
       failures.push_back(fmt::format("rank {} (pid {}) was silent for over {:.0f} s and was stopped", r, c.pid,
                                      options.timeout_s + 10));
     } else if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
-      failures.push_back(fmt::format("rank {} (pid {}) {}{}", r, c.pid, runtime::DescribeExit(status),
-                                     error.empty() || WIFSIGNALED(status) ? "" : ": " + error));
+      // Process 0 serves the run's store (runtime/c10d_calls.h): when a
+      // signal ended it, the others' errors (a broken pipe) follow from that.
+      const bool store_gone = r == 0 && WIFSIGNALED(status) && world > 1;
+      failures.push_back(
+          fmt::format("rank {} (pid {}) {}{}{}", r, c.pid, runtime::DescribeExit(status),
+                      error.empty() || WIFSIGNALED(status) ? "" : ": " + error,
+                      store_gone ? " (it served the run's store; the errors below follow from it)" : ""));
     }
   }
   if (!failures.empty()) {

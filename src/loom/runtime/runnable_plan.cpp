@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -11,15 +12,15 @@
 #include "loom/error.h"
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/runtime/packing.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/runnable_layers.h"
-#include "loom/runtime/torch_model.h"
 
 namespace loom::runtime {
 
-void CheckFaultTolerable(const Model& model, const Plan& plan) {
+void CheckFaultTolerable(const Model& model, const Plan& plan, const std::string& flag) {
   auto refuse = [&](const std::string& why) {
-    throw Error("--fault-tolerance: " + why +
+    throw Error(flag + ": " + why +
                 "; a fault-tolerant run keeps whole layers with their AdamW state in every pipeline (Oobleck's "
                 "premise: a survivor holds what a failed node held)");
   };
@@ -162,11 +163,11 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const Layer& l = m.layers[li];
       if (l.positions > 0 && longest[mi] > l.positions) {
-        throw Error(fmt::format("model {}: module {} packs a sequence of {} tokens, but its layer {} ({}) has {} "
-                                "learned positions; valid: positions >= {}, or shorter sequences (the workload's "
-                                "seq_len or pack_tokens, the samples' lengths)",
-                                model.source, m.name, longest[mi], li, LayerKindName(l.kind), l.positions,
-                                longest[mi]));
+        throw Error(
+            fmt::format("model {}: module {} packs a sequence of {} tokens, but its layer {} ({}) has {} "
+                        "learned positions; valid: positions >= {}, or shorter sequences (the workload's "
+                        "seq_len or pack_tokens, the samples' lengths)",
+                        model.source, m.name, longest[mi], li, LayerKindName(l.kind), l.positions, longest[mi]));
       }
     }
   }

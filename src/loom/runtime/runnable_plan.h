@@ -1,6 +1,7 @@
 // "Can the runtime run this plan?", in one place: the launcher checks it
 // before starting workers, and each worker compiles its steps through it.
-// Torch-free (the .cpp asks torch_model.h which layers it can build).
+// Torch-free, the .cpp too: which layers the runtime can build is
+// runnable_layers.h's CheckRunnable, and the packing it checks is packing.h's.
 #pragma once
 
 #include "loom/data/sample.h"
@@ -18,7 +19,8 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                                 const Batch& batch, const IterationSchedule* it = nullptr);
 
 // Throws loom::Error naming what keeps `plan` from running fault-tolerantly
-// (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied head.
-void CheckFaultTolerable(const Model& model, const Plan& plan);
+// (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied
+// head. `flag` begins the message: the flag that asked for fault tolerance.
+void CheckFaultTolerable(const Model& model, const Plan& plan, const std::string& flag = "--fault-tolerance");
 
 }  // namespace loom::runtime

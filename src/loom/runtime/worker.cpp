@@ -328,6 +328,9 @@ int RunWorker(const WorkerSpec& spec, int fd) {
     if (spec.control_fd >= 0) return RunGenerations(spec, fd);
     RunGeneration(spec, fd, nullptr);
     return 0;
+  } catch (const c10::Error& e) {  // libtorch's words without its stack trace
+    WriteLine(fd, Encode(report::Failure{e.what_without_backtrace()}));
+    return 3;
   } catch (const std::exception& e) {
     WriteLine(fd, Encode(report::Failure{e.what()}));
     return 3;

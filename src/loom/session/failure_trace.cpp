@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "loom/error.h"
+#include "loom/input_file.h"
 
 namespace loom {
 
@@ -37,14 +38,14 @@ FailureTrace GenerateFailureTrace(int nodes, double mtbf_s, double duration_s, u
 }
 
 FailureTrace ReadFailureTrace(const std::string& path, int nodes, double duration_s) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("{}: cannot open the failure trace", path));
+  InputLines in(path, "failure trace");
   FailureTrace t;
   t.nodes = nodes;
   t.duration_s = duration_s;
   std::set<int> dead;
   std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
+  while (in.Next(line)) {
+    const int n = in.line_number();
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
     std::istringstream ss(line);

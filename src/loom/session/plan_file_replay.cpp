@@ -15,9 +15,19 @@
 
 namespace loom {
 
+bool HasRecordedSchedules(const PlanFile& file) {
+  for (const RecordedBatch& b : file.batches) {
+    if (b.schedule) return true;
+  }
+  return false;
+}
+
 void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster, const Workload& workload,
-                    const std::string& path) {
+                    const std::string& path, bool recorded_schedules, bool check_precision) {
   ValidatePlan(plan, model, cluster, workload, path);
+  if (!plan.model.empty() && plan.model != model.name) {
+    throw Error(fmt::format("{}: the plan was made for model '{}', not '{}'", path, plan.model, model.name));
+  }
   if (!plan.cluster.empty() && plan.cluster != cluster.name) {
     throw Error(fmt::format("{}: the plan was made for cluster '{}', not '{}'; pass --cluster {}", path, plan.cluster,
                             cluster.name, plan.cluster));
@@ -26,12 +36,34 @@ void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster
     throw Error(fmt::format("{}: the plan was made for workload '{}', not '{}'; pass --workload {}", path,
                             plan.workload, workload.name, plan.workload));
   }
+  if (!plan.made_for) return;  // a file written before plans recorded it
+  const Plan::MadeFor& m = *plan.made_for;
+  const auto differs = [&](const char* what, const std::string& made, const std::string& now, const char* flag) {
+    throw Error(fmt::format("{}: the plan was made for {} {}, not {}; pass {} {} or make a plan for this one", path,
+                            what, made, now, flag, made));
+  };
+  if (check_precision && m.precision != PrecisionName(workload.precision)) {
+    differs("precision", m.precision, PrecisionName(workload.precision), "--precision");
+  }
+  if (m.seq_len != workload.source.seq_len) {
+    differs("a sequence length of", std::to_string(m.seq_len), std::to_string(workload.source.seq_len), "--seq-len");
+  }
+  if (m.zero_stage != workload.zero_stage) {
+    differs("ZeRO stage", std::to_string(m.zero_stage), std::to_string(workload.zero_stage), "--zero-stage");
+  }
+  if (recorded_schedules && m.seed != workload.seed) {
+    differs("seed", std::to_string(m.seed),
+            std::to_string(workload.seed) +
+                " (its batches' schedules place that "
+                "seed's samples)",
+            "--seed");
+  }
 }
 
 PlanFileReplay ReplayPlanFile(const Model& model, const Cluster& cluster, const Workload& workload,
                               const std::string& path, const std::string& strategy) {
   PlanFile file = LoadPlanFile(path, strategy);
-  CheckPlanIsFor(file.plan, model, cluster, workload, path);
+  CheckPlanIsFor(file.plan, model, cluster, workload, path, HasRecordedSchedules(file));
   if (file.batches.empty()) file.batches.push_back({0, std::nullopt, 0.0});  // a bare plan: batch 0
   PlanFileReplay replay;
   replay.plan = std::move(file.plan);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loom/plan/plan.h"
+#include "loom/plan/plan_json.h"
 #include "loom/sim/plan_run.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -17,10 +18,18 @@
 
 namespace loom {
 
+// Whether any batch of `file` carries its own recorded schedule.
+bool HasRecordedSchedules(const PlanFile& file);
+
 // Throws loom::Error, naming `path`, when `plan` is not for this model (every
-// violation listed first, when its shape differs), cluster or workload.
+// violation listed first, when its shape differs), cluster or workload, or
+// was made for another precision, sequence length or ZeRO stage; with
+// `recorded_schedules` (the file holds per-batch schedules) also another
+// seed, whose batches hold other samples. Each message names the flag to pass.
+// `check_precision` false: `loom run`, whose runtime computes in fp32 whatever
+// the precision (bf16 comes with issue 41), so the plan's changes nothing run.
 void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster, const Workload& workload,
-                    const std::string& path);
+                    const std::string& path, bool recorded_schedules = false, bool check_precision = true);
 
 // Which schedule a replayed batch ran with.
 enum class ReplayedSchedule {

@@ -189,8 +189,8 @@ Cluster LoadCluster(const std::string& name_or_path) {
     };
     return MakeCluster(m[1], count(m[2]), count(m[3]));
   }
-  if (KindOfPath(name_or_path) == PathKind::kFile) {
-    return ParseCluster(ReadTextFile(name_or_path), name_or_path);
+  if (IsInputFile(KindOfPath(name_or_path))) {
+    return ParseCluster(ReadTextFile(name_or_path, "cluster YAML"), name_or_path);
   }
   std::string beds;
   for (const auto& t : TestbedNames()) {

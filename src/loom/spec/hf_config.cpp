@@ -24,6 +24,9 @@ class Cfg {
       : j_(j), file_(std::move(file)), path_(std::move(path)), defaults_(std::move(defaults)) {}
 
   std::string Field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // "FILE: FIELD": where every message about a field begins (issue 45: the
+  // head and GQA checks named the field without the file).
+  std::string Where(const std::string& key) const { return file_ + ": " + Field(key); }
 
   int64_t Int(const std::string& key) const {
     if (!j_.contains(key) || j_.at(key).is_null()) {
@@ -183,7 +186,7 @@ std::string RopeYaml(const Cfg& c) {
   if (type == "default") return yaml;
   if (type != "llama3") {
     throw Error(fmt::format("{}: rope type '{}' is not one Loom's runtime computes; valid: default, llama3",
-                            r.Field("rope_type"), type));
+                            r.Where("rope_type"), type));
   }
   // transformers' standardize_rope_params: original_max_position_embeddings defaults to max_position_embeddings.
   const int64_t max_positions = c.Int("max_position_embeddings", 2048);
@@ -204,9 +207,10 @@ std::string ActivationYaml(const Cfg& c, const std::string& key, const std::stri
   // gelu_new is the same tanh formula written out in Python: equal up to rounding, not bit for bit.
   if (act == "gelu_pytorch_tanh" || act == "gelu_new") return "gelu_tanh";
   if (act == "quick_gelu") return "quick_gelu";
-  throw Error(fmt::format("{}: activation '{}' is not one Loom's runtime computes; valid: silu, gelu, "
-                          "gelu_pytorch_tanh, gelu_new, quick_gelu",
-                          c.Field(key), act));
+  throw Error(
+      fmt::format("{}: activation '{}' is not one Loom's runtime computes; valid: silu, gelu, "
+                  "gelu_pytorch_tanh, gelu_new, quick_gelu",
+                  c.Where(key), act));
 }
 
 // A Llama-style decoder (transformers' LlamaModel, MistralModel, Qwen2Model,
@@ -221,7 +225,7 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
   const auto it = LlmDefaults().find(type);
   if (it == LlmDefaults().end()) {
     throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
-                            c.Field("model_type"), type));
+                            c.Where("model_type"), type));
   }
   const int64_t hidden = c.Int("hidden_size"), heads = c.Int("num_attention_heads");
   const int64_t kv = c.Int("num_key_value_heads", heads), vocab = c.Int("vocab_size");
@@ -229,11 +233,11 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
   const bool attention_bias = c.Bool("attention_bias", false);
   const bool qkv_bias = type == "qwen2" || attention_bias, out_bias = type != "qwen2" && attention_bias;
   if (!c.Has("head_dim") && type != "qwen3" && hidden % heads != 0) {
-    throw Error(fmt::format("{}: {} does not divide hidden_size {}; give head_dim", c.Field("num_attention_heads"),
+    throw Error(fmt::format("{}: {} does not divide hidden_size {}; give head_dim", c.Where("num_attention_heads"),
                             heads, hidden));
   }
   if (heads % kv != 0) {
-    throw Error(fmt::format("{}: {} must divide num_attention_heads ({})", c.Field("num_key_value_heads"), kv, heads));
+    throw Error(fmt::format("{}: {} must divide num_attention_heads ({})", c.Where("num_key_value_heads"), kv, heads));
   }
   out.Module(name, "backbone", multimodal ? "multimodal" : "text", inputs,
              multimodal ? "{source: text+inputs}" : "{source: text}",
@@ -344,15 +348,15 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
     const Cfg vc = top.Sub("vision_config", {});
     const std::string vt = vc.Has("model_type") ? vc.Type() : "clip_vision_model";
     if (!VisionDefaults().count(vt)) {
-      throw Error(fmt::format("{}: {}: unknown vision tower '{}'; valid: vit, clip_vision_model, siglip_vision_model",
-                              file, vc.Field("model_type"), vt));
+      throw Error(fmt::format("{}: unknown vision tower '{}'; valid: vit, clip_vision_model, siglip_vision_model",
+                              vc.Where("model_type"), vt));
     }
     const Cfg vision = top.Sub("vision_config", VisionDefaults().at(vt));
     const Cfg tc = top.Sub("text_config", {});
     const std::string tt = tc.Has("model_type") ? tc.Type() : "llama";
     if (!LlmDefaults().count(tt)) {
-      throw Error(fmt::format("{}: {}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3", file,
-                              tc.Field("model_type"), tt));
+      throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
+                              tc.Where("model_type"), tt));
     }
     const Cfg text = top.Sub("text_config", LlmDefaults().at(tt));
     const int64_t side = vision.Int("image_size") / vision.Int("patch_size");
@@ -390,8 +394,8 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
                {fmt::format("{{kind: mlp_projector, in_dim: {}, hidden: {}, out_dim: {}}}", e * merge * merge,
                             e * merge * merge, text.Int("hidden_size"))});
     if (v.Int("hidden_size") != text.Int("hidden_size")) {
-      throw Error(fmt::format("{}: {} ({}) must equal hidden_size ({}): the merger feeds the LLM", file,
-                              v.Field("hidden_size"), v.Int("hidden_size"), text.Int("hidden_size")));
+      throw Error(fmt::format("{} ({}) must equal hidden_size ({}): the merger feeds the LLM", v.Where("hidden_size"),
+                              v.Int("hidden_size"), text.Int("hidden_size")));
     }
     EmitLlm(out, text, "qwen2", "llm", true, "merger");
   } else {

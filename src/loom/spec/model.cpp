@@ -277,7 +277,7 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
       throw at.ErrorAt(key, fmt::format("'{}' is a directory; expected a zoo name or a model YAML file", p.string()));
     }
     try {
-      m = Parse(ReadTextFile(p.string()), p.string());
+      m = Parse(ReadTextFile(p.string(), "model YAML"), p.string());
     } catch (const Error& e) {  // say which file's `from:` led there
       throw at.ErrorAt(key, fmt::format("in '{}': {}", p.string(), e.what()));
     }
@@ -698,14 +698,14 @@ Model LoadModel(const std::string& name_or_path) {
   if (KindOfPath(name_or_path) == PathKind::kDirectory) {
     // A Hugging Face model folder: its config.json (its weights are the runtime's, runtime/hf_weights.h).
     const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
-    if (KindOfPath(config) != PathKind::kNone) return ParseModel(ReadTextFile(config), config);
+    if (KindOfPath(config) != PathKind::kNone) return ParseModel(ReadTextFile(config, "Hugging Face config.json"), config);
     throw Error(
         fmt::format("{}: is a directory without config.json; expected a built-in model name, a model "
                     "YAML file or a Hugging Face model folder",
                     name_or_path));
   }
   if (KindOfPath(name_or_path) != PathKind::kNone) {
-    return ParseModel(ReadTextFile(name_or_path), name_or_path);
+    return ParseModel(ReadTextFile(name_or_path, "model YAML"), name_or_path);
   }
   std::string names;
   for (const auto& n : ZooModelNames()) {

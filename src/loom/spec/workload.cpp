@@ -128,7 +128,7 @@ Workload LoadWorkload(const std::string& name_or_path) {
       return Named(n);
     }
   }
-  if (KindOfPath(name_or_path) == PathKind::kFile) {
+  if (IsInputFile(KindOfPath(name_or_path))) {
     // A JSONL file of samples is its own workload (`--workload data.jsonl`,
     // `loom run --data`): its samples, the default batch; flags override it.
     if (std::filesystem::path(name_or_path).extension() == ".jsonl") {
@@ -139,7 +139,7 @@ Workload LoadWorkload(const std::string& name_or_path) {
       w.source.path = name_or_path;
       return w;
     }
-    return ParseWorkload(ReadTextFile(name_or_path), name_or_path);
+    return ParseWorkload(ReadTextFile(name_or_path, "workload YAML"), name_or_path);
   }
   std::string names;
   for (const auto& n : WorkloadNames()) {

@@ -40,15 +40,8 @@ std::string ScalarText(const YAML::Node& node, const std::string& file, const st
   return node.Scalar();
 }
 
-std::string ReadTextFile(const std::string& path) {
-  if (KindOfPath(path) == PathKind::kDirectory) throw Error(fmt::format("{}: is a directory; expected a file", path));
-  std::ifstream in(path);
-  if (!in) {
-    throw Error(fmt::format("{}: cannot open file", path));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+std::string ReadTextFile(const std::string& path, const std::string& what, int64_t max_bytes) {
+  return ReadInputFile(path, what, max_bytes);
 }
 
 YAML::Node LoadYamlFile(const std::string& path) { return ParseYaml(ReadTextFile(path), path); }

@@ -15,13 +15,17 @@
 #include <vector>
 
 #include "loom/error.h"
+#include "loom/input_file.h"
 
 namespace loom {
 
 // Parses `text` as YAML; a syntax error becomes loom::Error naming `file` and the line.
 YAML::Node ParseYaml(const std::string& text, const std::string& file);
-// The whole content of a text file; a missing file is a loom::Error.
-std::string ReadTextFile(const std::string& path);
+// The whole content of a text file whose kind `what` names ("model YAML"),
+// at most `max_bytes` (input_file.h); a missing, unreadable or oversized
+// file is a loom::Error.
+std::string ReadTextFile(const std::string& path, const std::string& what = "YAML",
+                         int64_t max_bytes = kMaxSpecBytes);
 // Reads and parses a YAML file; a missing file is a loom::Error.
 YAML::Node LoadYamlFile(const std::string& path);
 // "FILE:LINE:COL" of a node (1-based), or just FILE when the node has no mark.

@@ -123,6 +123,8 @@ Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int grou
   plan.workload = ctx.workload.name;
   plan.global_batch = ctx.workload.global_batch;
   plan.group_gpus = group_gpus;
+  plan.made_for = Plan::MadeFor{PrecisionName(ctx.workload.precision), ctx.workload.source.seq_len,
+                                ctx.workload.zero_stage, ctx.workload.seed};
   return plan;
 }
 
