@@ -28,12 +28,12 @@ std::vector<Tie> MakeTies(const Model& model, const ExecutionPlan& exec, const P
     if (t.embedding_stage < 0 || t.head_stage < 0 || t.embedding_stage == t.head_stage) continue;
     const int pe = place.ProcessOf(place.stage_rank[t.embedding_stage]);
     const int ph = place.ProcessOf(place.stage_rank[t.head_stage]);
-    if (pe != place.rank && ph != place.rank) continue;
-    if (pe == place.rank) t.tensors.push_back(local.stacks.at(t.embedding_stage)->EmbeddingTable());
-    if (ph == place.rank) t.tensors.push_back(local.stacks.at(t.head_stage)->TiedHeadCopy());
+    if (pe != place.process && ph != place.process) continue;
+    if (pe == place.process) t.tensors.push_back(local.stacks.at(t.embedding_stage)->EmbeddingTable());
+    if (ph == place.process) t.tensors.push_back(local.stacks.at(t.head_stage)->TiedHeadCopy());
     if (pe != ph) {
       t.group = maker.Make(fmt::format("tie{}.{}.{}.{}", t.embedding_stage, t.head_stage, place.replica, place.shard),
-                           pe == place.rank ? 0 : 1, 2);
+                           pe == place.process ? 0 : 1, 2);
     }
     ties.push_back(std::move(t));
   }
@@ -66,7 +66,7 @@ std::vector<Segment> MakeSegments(const Model& model, const ExecutionPlan& exec,
     for (int g : cg.gpu_groups) {
       for (int x = 0; x < place.group_gpus; ++x) members.push_back(g * place.group_gpus + x);
     }
-    const auto at = std::find(members.begin(), members.end(), place.rank);
+    const auto at = std::find(members.begin(), members.end(), place.process);
     if (at == members.end() || members.size() < 2) continue;
     segments[k].group = maker.Make(fmt::format("seg{}", cg.id), static_cast<int>(at - members.begin()),
                                    static_cast<int>(members.size()));

@@ -28,7 +28,7 @@ Group GroupMaker::Make(const std::string& name, int rank, int size) const {
 ProcessGroups MakeModelGroups(const GroupMaker& maker, const ExecutionPlan& exec, const ProcessPlace& place,
                               int world) {
   ProcessGroups out;
-  out.world = maker.Make("world", place.rank, world);
+  out.world = maker.Make("world", place.process, world);
   const int S = place.stages(), shard = place.shard;
   out.tensor_parallel[1] = {};
   for (int v = 0; v < S; ++v) {

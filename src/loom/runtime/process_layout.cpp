@@ -17,13 +17,13 @@ bool ProcessPlace::IsLocal(int v) const {
   return std::find(local_ranks.begin(), local_ranks.end(), stage_rank[v]) != local_ranks.end();
 }
 
-ProcessPlace PlaceProcess(const ExecutionPlan& exec, int rank) {
+ProcessPlace PlaceProcess(const ExecutionPlan& exec, int process) {
   ProcessPlace p;
   p.layout = LayoutProcesses(exec);
-  p.rank = rank;
+  p.process = process;
   p.group_gpus = p.layout.group_gpus;
-  p.group = rank / p.group_gpus;
-  p.shard = rank % p.group_gpus;
+  p.group = process / p.group_gpus;
+  p.shard = process % p.group_gpus;
   const std::vector<RankCopy> copies =
       p.group < static_cast<int>(p.layout.of_group.size()) ? p.layout.of_group[p.group] : std::vector<RankCopy>{};
   // A replicated plan's process runs one copy of one pipeline rank; other

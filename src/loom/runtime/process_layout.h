@@ -46,7 +46,7 @@ struct ProcessLayout {
 // them). Fixed for a run: a later step's batch places stages as step 0's did.
 struct ProcessPlace {
   ProcessLayout layout;
-  int rank = 0;                  // this process
+  int process = 0;               // this process's index in the run (c10d's rank in the world group)
   int group_gpus = 1;            // G
   int group = 0;                 // its GPU group
   int shard = 0;                 // its index in the group
@@ -75,7 +75,8 @@ struct ProcessPlace {
   int Instance(int r) const { return layout.Instance({r, replica}); }
 };
 
-ProcessPlace PlaceProcess(const ExecutionPlan& exec, int rank);
+// Where process `process` (its index in the run) sits in `exec`.
+ProcessPlace PlaceProcess(const ExecutionPlan& exec, int process);
 
 // Throws loom::Error when a rank spans several GPU groups (Oobleck's stages
 // of mixed widths are not run yet; heterogeneous templates of one width are).

@@ -460,7 +460,7 @@ void StepExecutor::Send(const Action& a) {
       flat = Flatten(s.mail.activations.at(read_key).Gradient(read_key), device_);
     }
     const int peer = place_.GroupOf(a.peer) * G + p.shard;
-    if (peer == place_.rank) {  // a rank of this process: hand it over
+    if (peer == place_.process) {  // a rank of this process: hand it over
       s.mail.Local(t.activation)[p.key] = flat;
       continue;
     }
@@ -478,7 +478,7 @@ void StepExecutor::Receive(int r, const Action& a) {
   for (const Partner& p : Partners(t, /*sends=*/false, place_, s.packings)) {
     const int peer = place_.GroupOf(a.peer) * G + p.shard;
     torch::Tensor flat;
-    if (peer == place_.rank) {
+    if (peer == place_.process) {
       auto& box = s.mail.Local(t.activation);
       auto found = box.find(p.key);
       if (found == box.end()) {
