@@ -184,7 +184,10 @@ void WorkerControl::Monitor() {
       ControlCommand c;
       try {
         c = ParseCommand(line);
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        // The launcher and this worker are out of step (a bug): say so before
+        // exiting, so the run fails naming the command, not a silent exit.
+        WriteLine(report_fd_, Encode(report::Failure{e.what()}));
         c.kind = ControlCommand::Kind::kExit;
       }
       if (c.kind == ControlCommand::Kind::kGo) {
