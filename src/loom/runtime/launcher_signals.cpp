@@ -6,8 +6,6 @@
 #include <chrono>
 #include <thread>
 
-#include "loom/error.h"
-
 namespace loom::runtime {
 
 namespace {
@@ -36,10 +34,6 @@ LauncherSignals::~LauncherSignals() {
 }
 
 int LauncherSignals::Received() const { return g_received; }
-
-void LauncherSignals::ThrowIfReceived() const {
-  if (const int s = Received()) throw Interrupted(s);
-}
 
 void RestoreDefaultSignals() {
   for (int s : kCaught) signal(s, SIG_DFL);

@@ -32,9 +32,6 @@ class LauncherSignals {
   // The first of those signals received since construction, 0 if none.
   int Received() const;
 
-  // Throws Interrupted when a signal was received.
-  void ThrowIfReceived() const;
-
  private:
   struct sigaction previous_[3] = {};
 };

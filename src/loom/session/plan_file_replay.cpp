@@ -53,10 +53,7 @@ void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster
   }
   if (recorded_schedules && m.seed != workload.seed) {
     differs("seed", std::to_string(m.seed),
-            std::to_string(workload.seed) +
-                " (its batches' schedules place that "
-                "seed's samples)",
-            "--seed");
+            std::to_string(workload.seed) + " (its batches' schedules place that seed's samples)", "--seed");
   }
 }
 
