@@ -240,10 +240,55 @@ TEST(Runtime, PeakTensorMemoryFollowsTheScheduleAndThePrediction) {
   EXPECT_GT(gpipe[0], ofob[0] * 1.05);
   EXPECT_GT(gpipe_sim[0], ofob_sim[0]);
   for (int p : {0, 1}) {
-    EXPECT_GT(ofob[p], 0.5 * ofob_sim[p]) << p;
-    EXPECT_LT(ofob[p], 2.0 * ofob_sim[p]) << p;
+    EXPECT_GT(ofob[p], 0.9 * ofob_sim[p]) << p;
+    EXPECT_LT(ofob[p], 1.1 * ofob_sim[p]) << p;
+    EXPECT_GT(gpipe[p], 0.9 * gpipe_sim[p]) << p;
+    EXPECT_LT(gpipe[p], 1.1 * gpipe_sim[p]) << p;
   }
   EXPECT_EQ(measure(ScheduleKind::kOneFOneB, "mem-1f1b-again.json").first, ofob);
+}
+
+// Every runtime test model, PP 2 under 1F1B, with no, selective and full
+// recomputation: each process's peak tensor memory against the simulator's
+// prediction for its GPU group. Issue 41 asks for 10%; the layers' kept bytes
+// are exact (ActivationMemory.*) and the demo's plan and tiny-llm are inside
+// it (1.03-1.09x), but not yet every case: measured 1.00-1.25x here, because
+// the simulator prices no backward working set (a layer's input and weight
+// gradients, the loss's fp32 gradient of the logits), a large share of these
+// 2-layer stages; and 1.85-2.16x on the bitfield-masked LLM's stage, whose
+// blocked attention keeps each query block's K/V window for its backward.
+// The bounds below hold what is reached, so a regression shows.
+TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
+  const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
+  const std::vector<std::pair<std::string, TinyRun>> models = {
+      {"llm", TinyRun()},
+      {"vlm", TinyRun(kVlm, kLaion)},
+      {"vlm2", TinyRun(kVlm2, kLaion)},
+      {"omni", TinyRun(kOmni, kOmniData)},
+      {"clip", TinyRun(data + "tiny-clip.yaml", kLaion)},
+      {"vlm-bitfield", TinyRun(data + "tiny-vlm-bitfield.yaml", data + "tiny-obelics.yaml")},
+  };
+  for (const auto& [name, s] : models) {
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      const std::string plan = MegatronPlanFile(
+          s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-{}-{}.json", name, static_cast<int>(r)), 1, 2, 1, nullptr, r);
+      auto [code, out] = LoomCli("run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " +
+                                 plan + " --steps 2 --compare --json");
+      ASSERT_EQ(code, 0) << name << ": " << out;
+      const auto j = nlohmann::json::parse(out);
+      const auto measured = j["peak_tensor_bytes"], simulated = j["simulated_group_peak_mem_bytes"];
+      ASSERT_EQ(measured.size(), 2u) << name;
+      ASSERT_EQ(simulated.size(), 2u) << name;
+      for (int p : {0, 1}) {
+        const double ratio = measured[p].get<double>() / simulated[p].get<double>();
+        std::printf("%-13s recompute %d process %d: measured / simulated peak tensor bytes %.3f\n", name.c_str(),
+                    static_cast<int>(r), p, ratio);
+        EXPECT_GT(ratio, 0.9) << name << " recompute " << static_cast<int>(r) << " process " << p;
+        EXPECT_LT(ratio, name == "vlm-bitfield" && p == 1 ? 2.3 : 1.3)
+            << name << " recompute " << static_cast<int>(r) << " process " << p;
+      }
+    }
+  }
 }
 
 // Two "machines" (two `loom run` launchers on this one, joined through the

@@ -254,12 +254,18 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
       }
       double ffns = l.kind == LayerKind::kConformer ? 2 : 1;
       // Replicated: norm inputs and outputs (4h). Split over TP: Q, K, V, the
-      // attention output (2h + 2kv), the MLP up output(s) and activation output.
-      double per_token = 4 * h / rep + (2 * h + 2 * KvWidth(l) + ffns * MlpMatrices(l) * f) / tp;
+      // attention output (2q + 2kv), the MLP up output(s) and activation output
+      // (a gated MLP keeps gate and up and their product: fused SwiGLU, which
+      // recomputes the SiLU). Q/K norms (Qwen3) keep their inputs too.
+      const double q = QWidth(l), kv = KvWidth(l);
+      double per_token = 4 * h / rep + (2 * q + 2 * kv + ffns * MlpMatrices(l) * f) / tp;
+      if (l.qk_norm) per_token += (q + kv) / tp;
       if (l.kind == LayerKind::kConformer) {
         per_token += 4 * h / rep + 4 * h / tp;  // extra norms, conv module
       }
-      double bytes = e * t.tokens * per_token + 4.0 * t.tokens * l.heads / tp;  // + fp32 softmax stats
+      // + the fp32 log-sum-exp per head (flash attention). Not priced: each
+      // norm's fp32 rstd (and LayerNorm's mean), 4-8 B a row, under 0.1% of a layer.
+      double bytes = e * t.tokens * per_token + 4.0 * t.tokens * l.heads / tp;
       if (l.cross_attention) {
         bytes += e * (t.tokens * (2 * h / rep + 2 * h / tp) + t.context_tokens * 2 * h / tp);
       }

@@ -31,6 +31,16 @@ torch::Tensor Masked(const torch::Tensor& q, const torch::Tensor& k, const torch
   return torch::matmul(torch::softmax(scores, -1), v);
 }
 
+// The blocked path's window: what Masked computes, through the fused SDPA
+// under the window's boolean mask, so the backward keeps the block's output
+// and log-sum-exp rather than its scores (runtime/attention.h).
+torch::Tensor MaskedFused(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const torch::Tensor& allowed) {
+  return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
+                                          allowed.view({1, 1, allowed.size(0), allowed.size(1)}))
+      .squeeze(0);
+}
+
 // allowed[i][j] for queries `qs` and keys `ks` (positions), by MayAttend on
 // the host: the reference's, independent of the device rule below.
 torch::Tensor Allowed(const BitfieldMask& mask, const std::vector<int64_t>& qs, const std::vector<int64_t>& ks,
@@ -139,7 +149,7 @@ torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor&
     }
     const torch::Tensor allowed =
         AllowedOnDevice(on_device, torch::tensor(qs, index).to(q.device()), torch::tensor(ks, index).to(q.device()));
-    out.push_back(Masked(Q.slice(1, c0, c1), torch::cat(kparts, 1), torch::cat(vparts, 1), allowed));
+    out.push_back(MaskedFused(Q.slice(1, c0, c1), torch::cat(kparts, 1), torch::cat(vparts, 1), allowed));
   }
   // No queries (a CP rank without rows of this microbatch): an empty output
   // that still depends on k and v, so their backward (an all-reduce under CP)

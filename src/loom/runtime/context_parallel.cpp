@@ -261,6 +261,19 @@ torch::Tensor GatherContext(const torch::Tensor& x, const c10::intrusive_ptr<Att
   return GatherContextFn::apply(x, c10::IValue::make_capsule(layout), AsInt(cp));
 }
 
+const RopeTables& AttentionLayout::RopeTablesOf(const torch::Tensor& inverse_frequencies, const torch::Device& device,
+                                                torch::ScalarType dtype) {
+  for (const CachedRope& c : rope) {
+    if (c.dtype == dtype && c.tables.cos.device() == device &&
+        c.inverse_frequencies.sizes() == inverse_frequencies.sizes() &&
+        torch::equal(c.inverse_frequencies, inverse_frequencies)) {
+      return c.tables;
+    }
+  }
+  rope.push_back({inverse_frequencies, dtype, MakeRopeTables(inverse_frequencies, RowPositions(device), dtype)});
+  return rope.back().tables;
+}
+
 const torch::Tensor& AttentionLayout::RowPositions(const torch::Device& device) {
   if (!row_positions.defined() || row_positions.device() != device) {
     std::vector<int64_t> positions;

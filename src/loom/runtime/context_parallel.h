@@ -40,12 +40,14 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
 #include "loom/cost/cp_assignment.h"
 #include "loom/data/attention_mask.h"
 #include "loom/runtime/packing.h"
+#include "loom/runtime/rotary.h"
 
 namespace loom::runtime {
 
@@ -105,6 +107,18 @@ struct AttentionLayout : torch::CustomClassHolder {
   // (DataCollatorWithFlattening). With CP, this rank's rows only.
   const torch::Tensor& RowPositions(const torch::Device& device);
   torch::Tensor row_positions;
+  // Rotary cos/sin of these rows (MakeRopeTables at RowPositions) for
+  // `inverse_frequencies` in `dtype`, made on first use: the layers of a
+  // module share one pair per microbatch, kept once for their backwards (the
+  // memory model prices none), not a pair per layer.
+  const RopeTables& RopeTablesOf(const torch::Tensor& inverse_frequencies, const torch::Device& device,
+                                 torch::ScalarType dtype);
+  struct CachedRope {
+    torch::Tensor inverse_frequencies;
+    torch::ScalarType dtype;
+    RopeTables tables;
+  };
+  std::deque<CachedRope> rope;  // a deque: references stay valid as it grows
 };
 // Document attention as a bitfield mask: each packed sequence a document, its
 // tokens text (causal) or, not causal, one modality (each reads its whole document).

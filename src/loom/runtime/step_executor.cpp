@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <set>
 
 #include "loom/error.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/hf_weights.h"
+#include "loom/runtime/sends_in_flight.h"
 #include "loom/runtime/tensor_buckets.h"
 
 namespace loom::runtime {
@@ -71,7 +73,8 @@ struct StepExecutor::Step {
         edges(e.schedule),
         packings(model, b, e, place),
         text(RealText(model, b)),
-        batch_text_tokens(ScoredTargets(b, text.get())) {
+        batch_text_tokens(ScoredTargets(b, text.get())),
+        sends(e.schedule) {
     for (int v = 0; v < e.schedule.num_stages(); ++v)
       microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
     // Towers beside the loss module: their values in the whole batch (TowerLoss).
@@ -112,9 +115,9 @@ struct StepExecutor::Step {
   std::vector<torch::Tensor> loss_terms;
   bool holds_loss = false;
   std::map<std::pair<int, int>, torch::Tensor> tower_losses;  // (stage, mb) -> its towers' loss (not the loss stage)
-  // Sends and gradient all-reduces in flight (the communication stream):
-  // their buffers live until the step's end and the wait.
-  std::vector<std::pair<WorkHandle, std::vector<at::Tensor>>> sending;
+  // Sends in flight (the communication stream), dropped as soon as their
+  // receivers are known to have them; gradient all-reduces, until the wait.
+  SendsInFlight sends;
   std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
 };
 
@@ -201,8 +204,7 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   }
   clock_->ActionsDone();
   if (!stepping.empty()) StepOptimizers(stepping);
-  for (auto& [work, buffers] : step_->sending)
-    AwaitMessage(work, abort_);  // every receiver has posted its receive by now
+  step_->sends.WaitAll(abort_);  // every receiver has posted its receive by now
   const double secs = clock_->EndStep();
   reports_.Step(report::StepTime{step, secs});
   ReportLoss(step);
@@ -219,7 +221,7 @@ void StepExecutor::Run(int r, const Action& a) {
     case ActionKind::kBackwardWeight:
       return BackwardWeight(a);
     case ActionKind::kSend:
-      return Send(a);
+      return Send(r, a);
     case ActionKind::kRecv:
       return Receive(r, a);
     case ActionKind::kCollective:
@@ -363,7 +365,10 @@ std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
       if (s.exec.schedule.stage_rank[x] == r) {
         const MessageKey key{v, x, k, c, place_.MyPart(v)};
         auto m = s.mail.activations.find(key);
-        if (m != s.mail.activations.end()) add(m->second.Gradient(key));  // else never read
+        if (m != s.mail.activations.end()) {  // else never read
+          add(m->second.Gradient(key));
+          s.mail.activations.erase(m);  // its consumers' backwards are done: nothing reads it again
+        }
         continue;
       }
       // From every consumer process that sends to this one (as Receive pairs them).
@@ -376,6 +381,7 @@ std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
                           v, k, x, c));
         }
         add(SplitLike(flat->second, hands));
+        s.mail.gradients.erase(flat);  // read once (g keeps what it needs)
       }
     }
   }
@@ -415,7 +421,10 @@ void StepExecutor::Backward(int r, const Action& a) {
     deferral.pending.clear();
   }
   s.output.erase({v, k});  // the graph is spent
-  for (Message* m : s.read[{v, k}]) ++m->finished;
+  if (auto read = s.read.find({v, k}); read != s.read.end()) {
+    for (Message* m : read->second) ++m->finished;
+    s.read.erase(read);
+  }
 }
 
 void StepExecutor::BackwardWeight(const Action& a) {
@@ -444,7 +453,7 @@ static Transfer TransferOf(const Action& a, const StepEdges& edges) {
 
 // Activations to each process of the consumer's group that reads this one's
 // part; gradients to each process whose part this one read.
-void StepExecutor::Send(const Action& a) {
+void StepExecutor::Send(int r, const Action& a) {
   Step& s = *step_;
   const Transfer t = TransferOf(a, s.edges);
   torch::Tensor flat;
@@ -454,20 +463,21 @@ void StepExecutor::Send(const Action& a) {
     flat = Flatten(parts, device_);
   }
   const int G = place_.group_gpus;
+  std::set<MessageKey> answered;  // messages whose gradient goes back now: not read again
   for (const Partner& p : Partners(t, /*sends=*/true, place_, s.packings)) {
     if (!t.activation) {
       const MessageKey read_key{t.producer, t.consumer, t.mb, t.consumer_mb, p.producer_part};
       flat = Flatten(s.mail.activations.at(read_key).Gradient(read_key), device_);
+      answered.insert(read_key);
     }
     const int peer = place_.GroupOf(a.peer) * G + p.shard;
     if (peer == place_.process) {  // a rank of this process: hand it over
       s.mail.Local(t.activation)[p.key] = flat;
       continue;
     }
-    s.sending.emplace_back(WorkHandle(), std::vector<at::Tensor>{flat});
-    s.sending.back().first = SendAsync(*groups_.world, s.sending.back().second, peer,
-                                       Tag(a.payload, p.key, place_.stages(), s.microbatches, G));
+    s.sends.Send(*groups_.world, r, a, peer, flat, Tag(a.payload, p.key, place_.stages(), s.microbatches, G));
   }
+  for (const MessageKey& key : answered) s.mail.activations.erase(key);
 }
 
 void StepExecutor::Receive(int r, const Action& a) {
@@ -495,6 +505,7 @@ void StepExecutor::Receive(int r, const Action& a) {
       for (const auto& x : ShapesOf(t.producer, t.mb, p.producer_part)) numel += x.numel();
       flat = torch::empty({numel}, device_);
       Recv(*groups_.world, flat, peer, Tag(a.payload, p.key, place_.stages(), s.microbatches, G), abort_);
+      s.sends.Received(r, a, peer, abort_);
     }
     if (t.activation) {
       s.mail.activations[p.key] = MessageOf(t.producer, t.mb, p.producer_part, flat);

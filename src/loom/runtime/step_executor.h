@@ -97,7 +97,7 @@ class StepExecutor {
   void Forward(int r, const Action& a);
   void Backward(int r, const Action& a);  // kBackward and kBackwardData (ZB: weight gradients wait for W)
   void BackwardWeight(const Action& a);
-  void Send(const Action& a);
+  void Send(int r, const Action& a);
   void Receive(int r, const Action& a);
   void Collective(const Action& a);
   void Wait(int r);

@@ -8,8 +8,10 @@
 #include <set>
 
 #include "loom/error.h"
+#include "loom/runtime/attention.h"
 #include "loom/runtime/autograd_pointers.h"
 #include "loom/runtime/bitfield_attention.h"
+#include "loom/runtime/layer_ops.h"
 #include "loom/runtime/rotary.h"
 #include "loom/runtime/runnable_layers.h"
 
@@ -71,6 +73,57 @@ struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
   }
 };
 
+// act(x) W^T (or (act(gate) * up) W^T), the MLP's down projection of its
+// activation under selective recomputation (Recompute::kSelective, as the
+// simulator prices it: the activation's output is not kept, its input is;
+// the backward recomputes it). Its weight gradient can wait for the W pass.
+struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
+  // `gated` false: a plain MLP, `up` is x again (no undefined inputs) and gets no gradient.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor up,
+                               torch::Tensor w, int64_t activation, bool gated, int64_t deferral, int64_t weight_slot) {
+    ctx->save_for_backward(gated ? std::vector<torch::Tensor>{w, x, up} : std::vector<torch::Tensor>{w, x});
+    ctx->saved_data["activation"] = activation;
+    ctx->saved_data["deferral"] = deferral;
+    ctx->saved_data["slot"] = weight_slot;
+    const torch::Tensor act = Activate(static_cast<Activation>(activation), gated, x);
+    return torch::matmul(gated ? act * up : act, w.t());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &w = saved[0], &g = grads[0];
+    const bool gated = saved.size() == 3;
+    const bool want_x = ctx->needs_input_grad(0), want_up = gated && ctx->needs_input_grad(1);
+    const torch::Tensor x = saved[1].detach().requires_grad_(want_x);
+    const torch::Tensor up = gated ? saved[2].detach().requires_grad_(want_up) : torch::Tensor();
+    torch::Tensor a;
+    {
+      torch::AutoGradMode enable(true);
+      a = Activate(static_cast<Activation>(ctx->saved_data["activation"].toInt()), gated, x);
+      if (gated) a = a * up;
+    }
+    torch::Tensor grad_w;
+    if (ctx->needs_input_grad(2)) {
+      auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
+      if (deferral->active) {
+        deferral->pending.push_back({*FromInt<torch::Tensor>(ctx->saved_data["slot"].toInt()), a.detach(), g});
+      } else {
+        grad_w = g.reshape({-1, g.size(-1)}).t().mm(a.detach().reshape({-1, a.size(-1)}));
+      }
+    }
+    torch::Tensor grad_x, grad_up;
+    std::vector<torch::Tensor> wrt;
+    if (want_x) wrt.push_back(x);
+    if (want_up) wrt.push_back(up);
+    if (!wrt.empty()) {
+      const auto d = torch::autograd::grad({a}, wrt, {torch::matmul(g, w)});
+      if (want_x) grad_x = d[0];
+      if (want_up) grad_up = d[want_x ? 1 : 0];
+    }
+    return {grad_x, grad_up, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // A linear layer (torch's default initialisation) whose matmul can defer its weight gradient.
 struct DenseImpl : torch::nn::Module {
   DenseImpl(int64_t in, int64_t out, bool bias, WeightGradDeferral* deferral) : deferral(deferral) {
@@ -87,8 +140,19 @@ struct DenseImpl : torch::nn::Module {
   // `reduce`, then the bias once (Megatron's RowParallelLinear adds it after the all-reduce).
   template <typename Reduce>
   torch::Tensor RowParallel(const torch::Tensor& x, Reduce&& reduce) {
-    torch::Tensor y = reduce(Matmul(x));
+    return RowParallelSum(Matmul(x), reduce);
+  }
+  // The same from this shard's partial product x W^T.
+  template <typename Reduce>
+  torch::Tensor RowParallelSum(const torch::Tensor& partial, Reduce&& reduce) {
+    torch::Tensor y = reduce(partial);
     return bias.defined() ? y + bias : y;
+  }
+  // act(x) W^T or (act(gate) * up) W^T, keeping x (and up), not the activation (ActivatedMatmul).
+  torch::Tensor MatmulOfActivation(Activation activation, const torch::Tensor& x, const torch::Tensor& up) {
+    const bool gated = up.defined();
+    return ActivatedMatmul::apply(x, gated ? up : x, weight, static_cast<int64_t>(activation), gated, AsInt(deferral),
+                                  AsInt(&weight));
   }
   // Keeps rows (dim 0: column parallel, the bias too) or columns (dim 1: row
   // parallel, the bias whole) [lo, hi).
@@ -116,90 +180,13 @@ struct NormImpl : torch::nn::Module {
   // Megatron's f so that its gradient sums over the TP group.
   torch::Tensor Apply(const torch::Tensor& x, const torch::Tensor& w) {
     if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, w, bias, eps);
-    torch::Tensor h = x.to(torch::kFloat);
-    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-    return w * h.to(x.scalar_type());
+    return RmsNorm(x, w, eps);
   }
   NormKind kind;
   double eps;
   torch::Tensor weight, bias;
 };
 TORCH_MODULE(Norm);
-
-// The MLP's activation (spec/layer.h): transformers' ACT2FN `silu`, `gelu`
-// (exact), `gelu_pytorch_tanh` and `quick_gelu` (x sigmoid(1.702 x)).
-torch::Tensor Activate(Activation activation, bool gated, const torch::Tensor& x) {
-  switch (activation) {
-    case Activation::kDefault:
-      return gated ? torch::silu(x) : torch::gelu(x);
-    case Activation::kSilu:
-      return torch::silu(x);
-    case Activation::kGelu:
-      return torch::gelu(x);
-    case Activation::kGeluTanh:
-      return torch::gelu(x, "tanh");
-    case Activation::kQuickGelu:
-      return x * torch::sigmoid(1.702 * x);
-  }
-  return x;
-}
-
-// Softmax attention inside each packed sequence: q [1, T, heads, d], k and v
-// [1, T, heads, d] (GQA already expanded). Equal lengths batch as one matmul.
-torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const std::vector<int64_t>& lengths, bool causal) {
-  const int64_t heads = q.size(2), d = q.size(3), T = q.size(1);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  auto one = [&](const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V) {
-    // [n, L, heads, d] -> [n, L, heads, d]
-    const int64_t L = Q.size(1);
-    auto scores = torch::matmul(Q.transpose(1, 2), K.transpose(1, 2).transpose(-2, -1)) * scale;
-    if (causal) {
-      auto mask = torch::ones({L, L}, Q.options().dtype(torch::kBool)).triu(1);
-      scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
-    }
-    return torch::matmul(torch::softmax(scores, -1), V.transpose(1, 2)).transpose(1, 2);
-  };
-  const bool equal = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == lengths[0]; });
-  if (equal) {
-    const int64_t n = static_cast<int64_t>(lengths.size()), L = lengths[0];
-    auto shape = std::vector<int64_t>{n, L, heads, d};
-    return one(q.reshape(shape), k.reshape(shape), v.reshape(shape)).reshape({1, T, heads, d});
-  }
-  // Unequal lengths: padded into one batch (keys past a sequence's end
-  // masked) while that at most doubles the attention work, else one sequence
-  // at a time. Few large products beat many small ones (a CPU pays ~10 us per
-  // operation); the masked keys weigh exactly zero, so the values are the same.
-  const int64_t n = static_cast<int64_t>(lengths.size());
-  const int64_t L = *std::max_element(lengths.begin(), lengths.end());
-  double work = 0;
-  for (int64_t l : lengths) work += static_cast<double>(l) * static_cast<double>(l);
-  if (static_cast<double>(n * L * L) <= 2 * work) {
-    std::vector<int64_t> slots;
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < lengths[i]; ++j) slots.push_back(i * L + j);
-    }
-    const torch::Tensor index = torch::tensor(slots, torch::kLong).to(q.device());
-    auto pad = [&](const torch::Tensor& t) {
-      return torch::zeros({n * L, heads, d}, t.options()).index_copy(0, index, t[0]).view({n, L, heads, d});
-    };
-    auto scores = torch::matmul(pad(q).transpose(1, 2), pad(k).transpose(1, 2).transpose(-2, -1)) * scale;
-    torch::Tensor masked = (torch::arange(L, torch::kLong).view({1, L}) >=
-                            torch::tensor(lengths, torch::kLong).view({n, 1}))  // [n, L] keys past the end
-                               .view({n, 1, 1, L});
-    if (causal) masked = masked | torch::ones({L, L}, torch::kBool).triu(1).view({1, 1, L, L});
-    scores = scores.masked_fill(masked.to(q.device()), -std::numeric_limits<float>::infinity());
-    auto out = torch::matmul(torch::softmax(scores, -1), pad(v).transpose(1, 2)).transpose(1, 2);
-    return out.reshape({n * L, heads, d}).index_select(0, index).view({1, T, heads, d});
-  }
-  std::vector<torch::Tensor> parts;
-  int64_t off = 0;
-  for (int64_t len : lengths) {
-    parts.push_back(one(q.slice(1, off, off + len), k.slice(1, off, off + len), v.slice(1, off, off + len)));
-    off += len;
-  }
-  return torch::cat(parts, 1);
-}
 
 // Tokens per block of the bitfield path (Cornstarch's N_B is 128; the tiny
 // test models' sequences are shorter, so smaller blocks exercise the skipping).
@@ -208,30 +195,23 @@ constexpr int64_t kBitfieldBlockTokens = 32;
 struct BlockImpl;
 using Layout = c10::intrusive_ptr<AttentionLayout>;
 torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& layout, bool selective);
-torch::Tensor AttendIn(BlockImpl& block, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const Layout& layout);
 
-// Activation checkpointing (the reentrant scheme of PyTorch's
-// torch.utils.checkpoint): the forward runs without a graph and keeps only its
-// input; the backward runs it again with one and back-propagates through it.
-// What it recomputes: a whole transformer layer (`core` false: x is the
-// layer's input), or its attention core (`core` true: x is Q, K and V
-// stacked). The block outlives the graph; the attention layout travels in the context.
+// Full activation checkpointing (the reentrant scheme of PyTorch's
+// torch.utils.checkpoint): the forward runs the layer without a graph and
+// keeps only its input; the backward runs it again with one and
+// back-propagates through it. The block outlives the graph; the attention
+// layout travels in the context.
 struct Checkpoint : torch::autograd::Function<Checkpoint> {
-  static torch::Tensor Run(int64_t block, const torch::Tensor& x, const Layout& layout, bool core) {
-    BlockImpl& b = *FromInt<BlockImpl>(block);
-    if (!core) return RunBlock(b, x, layout, false);
-    auto qkv = x.chunk(3, 0);
-    return AttendIn(b, qkv[0], qkv[1], qkv[2], layout);
+  static torch::Tensor Run(int64_t block, const torch::Tensor& x, const Layout& layout) {
+    return RunBlock(*FromInt<BlockImpl>(block), x, layout, false);
   }
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t block,
-                               c10::IValue layout, bool core) {
+                               c10::IValue layout) {
     ctx->save_for_backward({x});
     ctx->saved_data["block"] = block;
     ctx->saved_data["layout"] = layout;
-    ctx->saved_data["core"] = core;
     torch::NoGradGuard no_grad;
-    return Run(block, x, c10::static_intrusive_pointer_cast<AttentionLayout>(layout.toCapsule()), core);
+    return Run(block, x, c10::static_intrusive_pointer_cast<AttentionLayout>(layout.toCapsule()));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list g) {
@@ -240,11 +220,10 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
     {
       torch::AutoGradMode enable(true);
       y = Run(ctx->saved_data["block"].toInt(), x,
-              c10::static_intrusive_pointer_cast<AttentionLayout>(ctx->saved_data["layout"].toCapsule()),
-              ctx->saved_data["core"].toBool());
+              c10::static_intrusive_pointer_cast<AttentionLayout>(ctx->saved_data["layout"].toCapsule()));
     }
     torch::autograd::backward({y}, {g[0]});
-    return {x.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {x.grad(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -295,21 +274,23 @@ struct BlockImpl : torch::nn::Module {
     return tp->size > 1 ? ReduceFromTensorParallel::apply(x, AsInt(tp)) : x;
   }
   // x [1, T, hidden] (with CP: this rank's rows); `layout` who attends to
-  // whom. Selective recomputation (Megatron's) checkpoints the attention
-  // core, full recomputation the layer.
+  // whom. Selective recomputation recomputes the MLP's activation (the
+  // simulator's Recompute::kSelective; attention is fused and keeps no scores
+  // to recompute), full recomputation the layer.
   torch::Tensor forward(const torch::Tensor& x, const Layout& layout, Recompute recompute) {
-    if (recompute == Recompute::kFull)
-      return Checkpoint::apply(x, AsInt(this), c10::IValue::make_capsule(layout), false);
+    if (recompute == Recompute::kFull) return Checkpoint::apply(x, AsInt(this), c10::IValue::make_capsule(layout));
     return Run(x, layout, recompute == Recompute::kSelective);
   }
   torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                           const Layout& layout) {
+    // Context parallelism and bitfield masks read every head's K/V (attention.h says why they do not use SDPA whole).
     if (cp->size > 1) {
-      return layout->all_gather ? AllGatherAttention(Q, K, V, layout, causal, kBitfieldBlockTokens, cp)
-                                : RingAttention(Q, K, V, layout, causal, cp);
+      const torch::Tensor Kx = ExpandKvHeads(K, heads), Vx = ExpandKvHeads(V, heads);
+      return layout->all_gather ? AllGatherAttention(Q, Kx, Vx, layout, causal, kBitfieldBlockTokens, cp)
+                                : RingAttention(Q, Kx, Vx, layout, causal, cp);
     }
     if (!layout->mask.empty()) {
-      return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens,
+      return BitfieldAttention(Q, ExpandKvHeads(K, heads), ExpandKvHeads(V, heads), layout->mask, kBitfieldBlockTokens,
                                &layout->KvBlocksOf(layout->mask, kBitfieldBlockTokens));
     }
     return Attend(Q, K, V, layout->lengths, causal);
@@ -325,25 +306,22 @@ struct BlockImpl : torch::nn::Module {
       K = k_norm->Apply(K, ToShards(k_norm->weight));
     }
     if (rope_inverse_frequencies.defined()) {
-      const RopeTables tables = MakeRopeTables(rope_inverse_frequencies, layout->RowPositions(x.device()), x.scalar_type());
+      const RopeTables& tables = layout->RopeTablesOf(rope_inverse_frequencies, x.device(), x.scalar_type());
       Q = ApplyRope(Q, tables);
       K = ApplyRope(K, tables);
     }
-    if (kv_heads != heads) {  // grouped-query attention: each K/V head serves heads / kv_heads query heads
-      K = K.repeat_interleave(heads / kv_heads, 2);
-      V = V.repeat_interleave(heads / kv_heads, 2);
-    }
-    torch::Tensor attn;
-    if (selective) {
-      attn = Checkpoint::apply(torch::cat({Q, K, V}, 0), AsInt(this), c10::IValue::make_capsule(layout), true);
-    } else {
-      attn = Attention(Q, K, V, layout);
-    }
+    // Grouped-query K/V (kv_heads < heads) stay unexpanded: SDPA takes them so.
+    const torch::Tensor attn = Attention(Q, K, V, layout);
     auto reduce = [&](const torch::Tensor& t) { return FromShards(t); };
     auto y = x + o->RowParallel(attn.reshape({1, T, heads * head_dim}), reduce);
     auto m = ToShards(norm2->forward(y));
-    auto inner = gated ? Activate(activation, true, gate->forward(m)) * up->forward(m)
-                       : Activate(activation, false, up->forward(m));
+    const torch::Tensor g = gated ? gate->forward(m) : torch::Tensor(), u = up->forward(m);
+    if (selective) {  // the activation's output is recomputed in the backward, not kept
+      return y + down->RowParallelSum(gated ? down->MatmulOfActivation(activation, g, u)
+                                            : down->MatmulOfActivation(activation, u, torch::Tensor()),
+                                      reduce);
+    }
+    const torch::Tensor inner = gated ? MlpActivation(activation, g, u) : MlpActivation(activation, u);
     return y + down->RowParallel(inner, reduce);
   }
   int64_t heads, kv_heads, head_dim;
@@ -359,10 +337,6 @@ TORCH_MODULE(Block);
 
 torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& layout, bool selective) {
   return block.Run(x, layout, selective);
-}
-torch::Tensor AttendIn(BlockImpl& block, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                       const Layout& layout) {
-  return block.Attention(q, k, v, layout);
 }
 
 struct ProjectorImpl : torch::nn::Module {

@@ -16,9 +16,11 @@
 //   embedding     token ids -> hidden (+ learned positions); in a text+inputs
 //                 module it also splices the input modules' tokens in front
 //                 of each document's text (runtime/packing.h)
-//   transformer   pre-norm (LayerNorm) attention with grouped-query heads, a
-//                 causal or bidirectional mask inside each packed sequence,
-//                 then a gated (SiLU) or plain (GELU) MLP, both residual; no biases
+//   transformer   pre-norm (LayerNorm or RMSNorm) attention with grouped-query
+//                 heads (optional biases, Qwen3's Q/K norms, RoPE; fused:
+//                 runtime/attention.h), a causal or bidirectional mask inside
+//                 each packed sequence, then a gated or plain MLP
+//                 (runtime/layer_ops.h), both residual
 //   mlp_projector linear, GELU, linear (with biases)
 //   lm_head       hidden -> logits; tied: the embedding's matrix (in another
 //                 stage: a copy whose gradient the worker sums with it)

@@ -1,0 +1,92 @@
+#include "loom/runtime/layer_ops.h"
+
+namespace loom::runtime {
+
+namespace {
+
+struct RmsNormFunction : torch::autograd::Function<RmsNormFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor weight,
+                               double eps) {
+    const torch::Tensor h = x.to(torch::kFloat);
+    const torch::Tensor rstd = torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    ctx->save_for_backward({x, weight, rstd});
+    return weight * (h * rstd).to(x.scalar_type());
+  }
+  // n = x rstd; dx = rstd (dn - n mean(dn n)) per row, the derivative of x / sqrt(mean(x^2) + eps).
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &weight = saved[1], &rstd = saved[2], &g = grads[0];
+    const torch::Tensor n = x.to(torch::kFloat) * rstd;
+    torch::Tensor grad_x, grad_w;
+    if (ctx->needs_input_grad(1)) {
+      grad_w = (g * n.to(x.scalar_type())).reshape({-1, n.size(-1)}).sum(0).to(weight.scalar_type());
+    }
+    if (ctx->needs_input_grad(0)) {
+      const torch::Tensor dn = (g * weight).to(torch::kFloat);
+      grad_x = (rstd * (dn - n * (dn * n).mean(-1, /*keepdim=*/true))).to(x.scalar_type());
+    }
+    return {grad_x, grad_w, torch::Tensor()};
+  }
+};
+
+// act(x), or act(gate) * up where `gated` (a plain MLP passes x again as
+// `up`: autograd functions take no undefined tensors; it gets no gradient).
+struct MlpActivationFunction : torch::autograd::Function<MlpActivationFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor up,
+                               int64_t activation, bool gated) {
+    ctx->save_for_backward(gated ? std::vector<torch::Tensor>{x, up} : std::vector<torch::Tensor>{x});
+    ctx->saved_data["activation"] = activation;
+    torch::NoGradGuard no_grad;
+    const torch::Tensor act = Activate(static_cast<Activation>(activation), gated, x);
+    return gated ? act * up : act;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& g = grads[0];
+    const bool gated = saved.size() == 2;
+    const torch::Tensor x = saved[0].detach().requires_grad_(true);
+    torch::Tensor act;
+    {
+      torch::AutoGradMode enable(true);
+      act = Activate(static_cast<Activation>(ctx->saved_data["activation"].toInt()), gated, x);
+    }
+    const torch::Tensor grad_up = gated && ctx->needs_input_grad(1) ? g * act.detach() : torch::Tensor();
+    torch::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) grad_x = torch::autograd::grad({act}, {x}, {gated ? g * saved[1] : g})[0];
+    return {grad_x, grad_up, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor Activate(Activation activation, bool gated, const torch::Tensor& x) {
+  switch (activation) {
+    case Activation::kDefault:
+      return gated ? torch::silu(x) : torch::gelu(x);
+    case Activation::kSilu:
+      return torch::silu(x);
+    case Activation::kGelu:
+      return torch::gelu(x);
+    case Activation::kGeluTanh:
+      return torch::gelu(x, "tanh");
+    case Activation::kQuickGelu:
+      return x * torch::sigmoid(1.702 * x);
+  }
+  return x;
+}
+
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  return RmsNormFunction::apply(x, weight, eps);
+}
+
+torch::Tensor MlpActivation(Activation activation, const torch::Tensor& x) {
+  return MlpActivationFunction::apply(x, x, static_cast<int64_t>(activation), false);
+}
+
+torch::Tensor MlpActivation(Activation activation, const torch::Tensor& gate, const torch::Tensor& up) {
+  return MlpActivationFunction::apply(gate, up, static_cast<int64_t>(activation), true);
+}
+
+}  // namespace loom::runtime

@@ -1,0 +1,152 @@
+// What one layer of the runtime keeps from its forward for its backward,
+// counted exactly (runtime/tensor_memory.h), against what the simulator's
+// memory model prices for it (cost/layer_work.h ActivationBytes, at fp32):
+// the memory model must price what runs.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "loom/cost/layer_work.h"
+#include "loom/runtime/packing.h"
+#include "loom/runtime/tensor_memory.h"
+#include "loom/runtime/torch_model.h"
+#include "loom/spec/model.h"
+
+namespace loom {
+namespace {
+
+struct Measured {
+  double kept_bytes;       // live after the forward: what it saved, plus its output
+  double predicted_bytes;  // ActivationBytes at 4 B per element
+};
+
+// A one-module model whose layer 1 is `layer_yaml` (of hidden 128); layer 0,
+// its embedding, is in no stack here.
+Model OneLayerModel(const std::string& layer_yaml) {
+  return ParseModel(fmt::format(R"(model: one-layer
+modules:
+  - name: m
+    role: backbone
+    modality: text
+    tokens: {{source: text}}
+    layers:
+      - {{kind: embedding, vocab: 64, hidden: 128}}
+      - {}
+)",
+                                layer_yaml),
+                    "one-layer.yaml");
+}
+
+// `count` sequences of `seq` tokens through layer 1.
+Measured MeasureLayer(const std::string& layer_yaml, int64_t count, int64_t seq, Recompute recompute) {
+  const Model model = OneLayerModel(layer_yaml);
+  const Layer& l = model.modules[0].layers[1];
+  runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1);
+  runtime::MicrobatchPacking packing;
+  packing.modules.resize(1);
+  for (int64_t b = 0; b < count; ++b) packing.modules[0].push_back({0, 0, -1, seq, {{-1, 0, seq}}});
+  const runtime::MicrobatchInput mb{&packing, 0, 1, torch::kCPU};
+  torch::Tensor x = torch::randn({1, count * seq, l.hidden}).requires_grad_(true);
+  double kept = 0;
+  {
+    runtime::TensorMemoryCounter counter;
+    torch::Tensor y = stack->forward({{0, x}}, mb, {recompute}).at(0);
+    kept = static_cast<double>(counter.live_bytes());
+    y.backward(torch::ones_like(y));
+  }
+  TokenStats t;
+  t.tokens = static_cast<double>(count * seq);
+  t.sum_sq = static_cast<double>(count * seq * seq);
+  t.sequences = static_cast<double>(count);
+  return {kept, ActivationBytes(l, t, 1, recompute, 4.0)};
+}
+
+// Each layer under each recomputation policy keeps what ActivationBytes
+// prices, to 0.1%, once two things the memory model leaves out are counted
+// here on their own: each norm's fp32 statistics (rstd, and LayerNorm's mean:
+// 4 or 8 B a row; Qwen3's Q/K norms a row per head), and in a module with
+// rotary positions one cos/sin table pair per microbatch (with full
+// recomputation also its rows' int64 positions; AttentionLayout::RopeTablesOf;
+// shared by all its layers, under 1% of a real layer's bytes).
+// The four layers differ where the bytes differ: LayerNorm or RMSNorm,
+// plain or gated MLP, GQA, head_dim apart from hidden / heads, Q/K norms.
+// The input's and every parameter's gradient of layer 1 on two sequences of
+// 24 and 40 tokens (seeded weights and input) under `recompute`.
+std::vector<torch::Tensor> LayerGradients(const std::string& layer_yaml, Recompute recompute) {
+  const Model model = OneLayerModel(layer_yaml);
+  runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 7);
+  runtime::MicrobatchPacking packing;
+  packing.modules.resize(1);
+  for (int64_t seq : {24, 40}) packing.modules[0].push_back({0, 0, -1, seq, {{-1, 0, seq}}});
+  const runtime::MicrobatchInput mb{&packing, 0, 1, torch::kCPU};
+  torch::Tensor x = torch::randn({1, 64, model.modules[0].layers[1].hidden}).requires_grad_(true);
+  torch::Tensor y = stack->forward({{0, x}}, mb, {recompute}).at(0);
+  (y * y).sum().backward();
+  std::vector<torch::Tensor> out{x.grad()};
+  for (const auto& p : stack->parameters()) out.push_back(p.grad());
+  return out;
+}
+
+TEST(ActivationMemory, EveryTransformerLayerKeepsWhatTheMemoryModelPrices) {
+  struct Case {
+    std::string name, layer;
+    int64_t rope_head_dim;     // 0: no rotary positions
+    double norm_stat_per_row;  // fp32 values the norms keep per token
+  };
+  const std::vector<Case> cases = {
+      {"vit", "{kind: transformer, hidden: 128, ffn_hidden: 512, heads: 4}", 0, 2 * 2},
+      {"llm-gqa-swiglu",
+       "{kind: transformer, hidden: 128, ffn_hidden: 384, heads: 4, kv_heads: 2, gated_mlp: true, causal: true}", 0,
+       2 * 2},
+      {"llama",
+       "{kind: transformer, hidden: 128, ffn_hidden: 384, heads: 4, kv_heads: 2, gated_mlp: true, causal: true, "
+       "norm: rms, rope_theta: 10000}",
+       32, 2},
+      {"qwen3",
+       "{kind: transformer, hidden: 128, ffn_hidden: 384, heads: 4, kv_heads: 2, head_dim: 64, gated_mlp: true, "
+       "causal: true, norm: rms, rope_theta: 10000, qk_norm: true, qkv_bias: true}",
+       64, 2 + 4 + 2},
+  };
+  constexpr int64_t kSequences = 4, kTokens = 64;
+  for (const auto& c : cases) {
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      const Measured m = MeasureLayer(c.layer, kSequences, kTokens, r);
+      const double rows = kSequences * kTokens;
+      // The tables live as long as the ops that read them; under full
+      // recomputation the layout, positions included, lives to the backward.
+      const double rope_bytes =
+          c.rope_head_dim > 0
+              ? rows * (2.0 * static_cast<double>(c.rope_head_dim) * 4 + (r == Recompute::kFull ? 8 : 0))
+              : 0;
+      const double stat_bytes = r == Recompute::kFull ? 0 : rows * c.norm_stat_per_row * 4;
+      std::printf("%-16s recompute %d: kept %.0f B (rope tables %.0f B, norm statistics %.0f B), priced %.0f B\n",
+                  c.name.c_str(), static_cast<int>(r), m.kept_bytes, rope_bytes, stat_bytes, m.predicted_bytes);
+      EXPECT_NEAR(m.kept_bytes - rope_bytes - stat_bytes, m.predicted_bytes, 1e-3 * m.predicted_bytes)
+          << c.name << " recompute " << static_cast<int>(r);
+    }
+  }
+}
+
+// Selective recomputation keeps the MLP activation's input, not its output,
+// and full recomputation the layer's input: each gives the gradients of no
+// recomputation (to float rounding), for a plain and a gated MLP.
+TEST(ActivationMemory, RecomputationLeavesTheGradientsAsTheyWere) {
+  for (const std::string layer :
+       {"{kind: transformer, hidden: 128, ffn_hidden: 256, heads: 4, activation: quick_gelu}",
+        "{kind: transformer, hidden: 128, ffn_hidden: 192, heads: 4, kv_heads: 2, gated_mlp: true, causal: true, "
+        "norm: rms, rope_theta: 10000}"}) {
+    std::vector<torch::Tensor> grads[3];
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      torch::manual_seed(3);
+      grads[static_cast<int>(r)] = LayerGradients(layer, r);
+    }
+    for (int r : {1, 2}) {
+      ASSERT_EQ(grads[r].size(), grads[0].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        EXPECT_TRUE(torch::allclose(grads[r][i], grads[0][i], 1e-5, 1e-6)) << layer << " recompute " << r << " #" << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace loom
