@@ -13,12 +13,12 @@ torch::Tensor Sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::
                    const torch::Tensor& keys_valid) {
   const int64_t heads = q.size(2);
   torch::Tensor K = k, V = v;
-  // Grouped-query heads go to the kernel as they are where it takes them with
-  // a mask (the CPU's flash kernel) or without one; CUDA's memory-efficient
-  // kernel, the one that takes a mask, does not, so there K/V are expanded
-  // (PyTorch would otherwise fall back to its math path, which keeps L x L).
+  // Grouped-query heads go to the kernel as they are on a CPU (its flash
+  // kernel takes them, with or without a mask). On a GPU K/V are expanded:
+  // CUDA's memory-efficient kernel (the one for fp32, and for masks) takes no
+  // GQA, and PyTorch would fall back to its math path, which keeps L x L.
   const bool gqa = k.size(2) != heads;
-  if (gqa && keys_valid.defined() && !q.is_cpu()) {
+  if (gqa && !q.is_cpu()) {
     K = k.repeat_interleave(heads / k.size(2), 2);
     V = v.repeat_interleave(heads / v.size(2), 2);
   }
