@@ -37,7 +37,7 @@ TEST(PlanMadeFor, APlanReplaysOnlyUnderWhatItWasMadeFor) {
   ASSERT_EQ(code, 0) << out;
   nlohmann::json j = ReadMadeForJson(plan);
   const nlohmann::json made_for = MadeForStrategy(j, "pipeweaver")["plan"]["made_for"];
-  EXPECT_EQ(made_for["precision"], "bf16") << made_for;
+  EXPECT_EQ(made_for["precision"], "fp32") << made_for;  // tiny-laion.yaml's
   EXPECT_EQ(made_for["zero_stage"], 1) << made_for;
   EXPECT_EQ(made_for["seed"], 0) << made_for;
   EXPECT_GT(made_for["seq_len"].get<int64_t>(), 0) << made_for;
@@ -48,7 +48,7 @@ TEST(PlanMadeFor, APlanReplaysOnlyUnderWhatItWasMadeFor) {
   const struct {
     std::string flags, says;
   } refused[] = {
-      {"--precision fp32", "the plan was made for precision bf16, not fp32; pass --precision bf16"},
+      {"--precision bf16", "the plan was made for precision fp32, not bf16; pass --precision fp32"},
       {"--zero-stage 0", "made for ZeRO stage 1, not 0; pass --zero-stage 1"},
       {"--seed 7", "made for seed 0, not 7 (its batches' schedules place that seed's samples); pass --seed 0"},
   };
@@ -57,6 +57,12 @@ TEST(PlanMadeFor, APlanReplaysOnlyUnderWhatItWasMadeFor) {
     EXPECT_EQ(code, 2) << r.flags << "\n" << out;
     EXPECT_NE(out.find(r.says), std::string::npos) << r.flags << "\n" << out;
   }
+  // `loom run` checks the precision too: its runtime computes in it.
+  std::tie(code, out) =
+      test::RunLoom("run " + kMadeForArgs + "--plan " + plan + " --strategy pipeweaver --precision bf16 --steps 1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("the plan was made for precision fp32, not bf16; pass --precision fp32"), std::string::npos)
+      << out;
   // Megatron-LM's plan records no per-batch schedule: another seed draws other
   // samples into the same static layout, which is what a static plan is for.
   std::tie(code, out) = test::RunLoom("simulate " + kMadeForArgs + "--plan " + plan + " --strategy megatron --seed 7");

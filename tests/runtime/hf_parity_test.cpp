@@ -139,7 +139,7 @@ TEST(HfParity, LoomRunStartsFromTheCheckpointUnderEveryLayout) {
   const auto [rc, out] = test::RunPython(kMakeReference, "llama " + dir.string() +
                                                              R"( '{"attention_bias": true, "mlp_bias": true}')");
   ASSERT_EQ(rc, 0) << out;
-  const std::string data = " --workload text --global-batch 4 --seq-len 24 --steps 2 --lr 0.01 --json";
+  const std::string data = " --workload text --global-batch 4 --seq-len 24 --steps 2 --lr 0.01 --precision fp32 --json";
   auto losses = [&](const std::string& model, const std::string& layout) {
     auto [code, text] = test::RunLoom("run --model " + model + data + " " + layout);
     EXPECT_EQ(code, 0) << layout << "\n" << text;
@@ -280,7 +280,7 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
     ASSERT_EQ(rc, 0) << out;
     const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
     const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
-                             " --global-batch 4 --steps 2 --lr 0.01 --json ";
+                             " --global-batch 4 --steps 2 --lr 0.01 --precision fp32 --json ";
     std::vector<std::string> saved;
     for (const std::string layout :
          {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2", "--cluster h100:1x2 --pp 2 --microbatches 2",

@@ -29,7 +29,9 @@
 namespace loom::runtime_test {
 
 const std::string kModel = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml";
-const std::string kData = "--workload text --global-batch 8 --seq-len 32";
+// fp32: the runtime's tests compare with fp32 references (the workloads in
+// tests/data/runtime/ say so too); bf16 runs have their own tests.
+const std::string kData = "--workload text --global-batch 8 --seq-len 32 --precision fp32";
 const std::string kFrozen = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm-frozen.yaml";
 constexpr int kSteps = 3, kMicrobatches = 4;
 
@@ -53,6 +55,7 @@ struct TinyRun {
       workload = LoadWorkload("text");
       workload.global_batch = 8;
       workload.source.seq_len = 32;
+      workload.precision = Precision::kFp32;
     } else {
       workload = LoadWorkload(workload_file);
     }

@@ -144,6 +144,43 @@ modules:
   EXPECT_EQ(code, 0) << out;
 }
 
+// Issue 41: a rotary model is refused a sequence longer than config.json's
+// max_position_embeddings (`rope_max_positions`), naming both, before any
+// worker starts; a Llama config.json carries its limit into the spec.
+TEST(Runtime, ASequencePastARotaryModelsPositionsIsNamedBeforeTheRun) {
+  const std::string model = test::WriteTemp("rope-positions-16.yaml", R"(model: rope-positions-16
+modules:
+  - name: llm
+    role: backbone
+    modality: text
+    tokens: {source: text}
+    layers:
+      - {kind: embedding, vocab: 128, hidden: 64}
+      - {kind: transformer, count: 2, hidden: 64, ffn_hidden: 128, heads: 4, causal: true, norm: rms,
+         rope_theta: 10000, rope_max_positions: 16}
+      - {kind: lm_head, vocab: 128, hidden: 64}
+)");
+  auto [code, out] =
+      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 24 --global-batch 2 --steps 1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("module llm packs a sequence of 24 tokens, but its layer 1 was made for 16 positions "
+                     "(rope_max_positions, config.json's max_position_embeddings); valid: sequences of at most 16"),
+            std::string::npos)
+      << out;
+  std::tie(code, out) =
+      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 16 --global-batch 2 --steps 1");
+  EXPECT_EQ(code, 0) << out;
+  const std::string dir = (std::filesystem::temp_directory_path() / "loom_tests" / "rope-config").string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+    "max_position_embeddings": 20, "rope_theta": 10000.0, "rms_norm_eps": 1e-6})";
+  std::tie(code, out) =
+      LoomCli("run --model " + dir + " --cluster h100:1x1 --workload text --seq-len 24 --global-batch 2 --steps 1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("was made for 20 positions"), std::string::npos) << out;
+}
+
 }  // namespace
 // Issue 45: a scheduler that stops `loom run` signals the launcher alone;
 // its workers used to train on with no parent. The launcher now passes

@@ -248,6 +248,54 @@ TEST(Runtime, PeakTensorMemoryFollowsTheScheduleAndThePrediction) {
   EXPECT_EQ(measure(ScheduleKind::kOneFOneB, "mem-1f1b-again.json").first, ofob);
 }
 
+// bf16 mixed precision (Megatron-LM's: fp32 master weights, gradients and
+// AdamW state; bf16 copies and activations) under one process, TP 2, PP 2 with
+// ZB-H1's split backward, DP 2 with ZeRO-3 and CP 2: each step's loss is the
+// fp32 run's to bf16's rounding (relative 2e-3; measured <= 3e-4) but not
+// equal to it (bf16 did run), and it falls as fp32's does. Peak tensor memory
+// follows the bf16 prediction (18 B a parameter, 2 B activations). fp16,
+// which would need loss scaling, is refused naming the flag.
+TEST(Runtime, Bf16MixedPrecisionTrainsLikeFp32UnderEveryLayout) {
+  const std::string base = "run --model " + kModel + " --workload text --global-batch 8 --seq-len 32 --steps 3 --json ";
+  auto losses = [&](const std::string& args) {
+    auto [code, out] = LoomCli(base + args);
+    EXPECT_EQ(code, 0) << args << "\n" << out;
+    std::vector<double> l;
+    if (code == 0) {
+      const auto j = nlohmann::json::parse(out);
+      for (const auto& x : j["losses"]) l.push_back(x.get<double>());
+    }
+    return l;
+  };
+  const std::vector<double> fp32 = losses("--cluster h100:1x1 --precision fp32");
+  ASSERT_EQ(fp32.size(), 3u);
+  for (const std::string layout : {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2",
+                                   "--cluster h100:1x2 --pp 2 --schedule zb-h1 --microbatches 4",
+                                   "--cluster h100:1x2 --dp 2 --zero-stage 3", "--cluster h100:1x2 --cp 2"}) {
+    const std::vector<double> bf16 = losses(layout + " --precision bf16");
+    ASSERT_EQ(bf16.size(), 3u) << layout;
+    bool differs = false;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(bf16[i], fp32[i], 2e-3 * fp32[i]) << layout << " step " << i;
+      differs = differs || std::abs(bf16[i] - fp32[i]) > 1e-6;
+    }
+    EXPECT_TRUE(differs) << layout << ": the bf16 run's losses are fp32's to 1e-6: did it compute in bf16?";
+    EXPECT_LT(bf16[2], bf16[0]) << layout;
+  }
+  auto [code, out] = LoomCli(base + "--cluster h100:1x2 --pp 2 --precision bf16 --compare");
+  ASSERT_EQ(code, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  for (int p : {0, 1}) {
+    const double ratio = j["peak_tensor_bytes"][p].get<double>() / j["simulated_group_peak_mem_bytes"][p].get<double>();
+    std::printf("bf16 pp 2 process %d: measured / simulated peak tensor bytes %.3f\n", p, ratio);
+    EXPECT_GT(ratio, 0.9) << p;
+    EXPECT_LT(ratio, 1.1) << p;
+  }
+  std::tie(code, out) = LoomCli(base + "--cluster h100:1x1 --precision fp16");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("--precision fp16: the runtime runs bf16 mixed precision"), std::string::npos) << out;
+}
+
 // Every runtime test model, PP 2 under 1F1B, with no, selective and full
 // recomputation: each process's peak tensor memory against the simulator's
 // prediction for its GPU group. Issue 41 asks for 10%; the layers' kept bytes

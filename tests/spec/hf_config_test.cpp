@@ -181,11 +181,11 @@ TEST(HfConfig, ArchitectureDetailsOfEachFamily) {
                         "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})"));
   const Layer& l = llama.modules[0].layers[1];
   EXPECT_TRUE(l.qkv_bias && l.out_bias);
-  EXPECT_EQ(l.rope, (Rope{500000.0, RopeScaling::kLlama3, 32.0, 1.0, 4.0, 8192}));
+  EXPECT_EQ(l.rope, (Rope{500000.0, 0, RopeScaling::kLlama3, 32.0, 1.0, 4.0, 8192}));
   const Model old = LoadModel(WriteConfig("llama-old-rope", R"({"model_type": "llama", "rope_theta": 500000.0,
     "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                      "original_max_position_embeddings": 8192}})"));
-  EXPECT_EQ(old.modules[0].layers[1].rope, (Rope{500000.0, RopeScaling::kLlama3, 8.0, 1.0, 4.0, 8192}));
+  EXPECT_EQ(old.modules[0].layers[1].rope, (Rope{500000.0, 0, RopeScaling::kLlama3, 8.0, 1.0, 4.0, 8192}));
 }
 
 TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {

@@ -128,9 +128,7 @@ class RunCommand : public Command {
   ChosenPlan ChoosePlan(const Model& model, const Cluster& cluster, const Workload& workload) const {
     if (!flags_.plan.empty()) {
       PlanFile file = LoadPlanFile(flags_.plan, flags_.strategy);
-      // The runtime computes in fp32 whatever the precision: the plan's is not checked (plan_file_replay.h).
-      CheckPlanIsFor(file.plan, model, cluster, workload, flags_.plan, HasRecordedSchedules(file),
-                     /*check_precision=*/false);
+      CheckPlanIsFor(file.plan, model, cluster, workload, flags_.plan, HasRecordedSchedules(file));
       return {std::move(file.plan), std::move(file.batches), flags_.plan};
     }
     if (flags_.fault_tolerance >= 0) {

@@ -30,9 +30,10 @@ std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows, 
   out += t.Render();
   for (const auto& line : not_run) out += "not run: " + line + "\n";
   if (precision != Precision::kFp32) {
-    out +=
-        "note: the runtime computes in fp32; plan with --precision fp32 (and this machine's `loom profile`) for "
-        "predictions of what it runs\n";
+    out += "note: run and predicted in " + PrecisionName(precision) +
+           "; `loom profile` on a CPU measures fp32: plan with "
+           "--precision fp32 (and this machine's `loom profile`) for "
+           "predictions of what it runs\n";
   }
   return out;
 }

@@ -50,7 +50,7 @@ Message MakeMessage(const std::vector<int>& modules, const torch::Tensor& flat,
 
 torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consumer, const std::vector<Message*>& own,
                        const std::vector<Message*>& pool, std::set<Message*>& used, const std::string& where,
-                       const torch::Device& device) {
+                       const torch::TensorOptions& options) {
   std::vector<torch::Tensor> runs;
   Message* run_msg = nullptr;
   int64_t run_begin = 0, run_end = 0;
@@ -90,7 +90,7 @@ torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consu
     run_end = offset + s.tokens;
   }
   flush();
-  if (runs.empty()) return torch::zeros({1, 0, width}, torch::TensorOptions().device(device));
+  if (runs.empty()) return torch::zeros({1, 0, width}, options);
   if (runs.size() == 1) return runs[0];
   return torch::cat(runs, 1);
 }

@@ -55,7 +55,7 @@ Message MakeMessage(const std::vector<int>& modules, const torch::Tensor& flat,
 // the message it came from. Marks the messages it reads as used.
 torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consumer, const std::vector<Message*>& own,
                        const std::vector<Message*>& pool, std::set<Message*>& used, const std::string& where,
-                       const torch::Device& device);
+                       const torch::TensorOptions& options);
 
 struct Mailbox {
   std::map<MessageKey, Message> activations;      // received (or cut from a local producer), by message

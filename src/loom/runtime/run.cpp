@@ -112,6 +112,11 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
   options.Validate();
+  if (workload.precision == Precision::kFp16) {
+    throw Error(
+        "--precision fp16: the runtime runs bf16 mixed precision (fp32 master weights, bf16 compute), tf32 and "
+        "fp32; fp16 needs loss scaling, which it does not run yet: pass --precision bf16 or fp32");
+  }
   if (options.save_dir.empty()) return RunWorkers(model, cluster, workload, plan, options, schedules, replanner);
   // --save: checked before any worker starts, joined once every one finished.
   RunOptions saving = options;

@@ -162,6 +162,13 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
     const Module& m = model.modules[mi];
     for (size_t li = 0; li < m.layers.size(); ++li) {
       const Layer& l = m.layers[li];
+      if (l.rope.max_positions > 0 && longest[mi] > l.rope.max_positions) {
+        throw Error(fmt::format(
+            "model {}: module {} packs a sequence of {} tokens, but its layer {} was made for {} positions "
+            "(rope_max_positions, config.json's max_position_embeddings); valid: sequences of at most {} tokens "
+            "(the workload's seq_len or pack_tokens, the samples' lengths)",
+            model.source, m.name, longest[mi], li, l.rope.max_positions, l.rope.max_positions));
+      }
       if (l.positions > 0 && longest[mi] > l.positions) {
         throw Error(
             fmt::format("model {}: module {} packs a sequence of {} tokens, but its layer {} ({}) has {} "

@@ -129,6 +129,7 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
       device_(device),
       abort_(abort),
       loss_module_(static_cast<int>(model.modules.size()) - 1),
+      compute_dtype_(options.compute_dtype),
       reports_(reports) {
   groups_ = MakeModelGroups(maker, first, place_, world);
   // This process's stages, built from the same per-layer seeds as any other
@@ -139,6 +140,7 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
     if (!place_.IsLocal(v)) continue;
     const TensorParallel& tp = groups_.tensor_parallel.at(place_.TpOf(v));
     LayerStack stack(model, first.stages[v].layers, options.seed, tp, groups_.context_parallel);
+    stack->SetComputeDtype(options.compute_dtype);
     if (checkpoint) LoadHfWeights(*stack, model, *checkpoint, tp);
     stack->to(device);
     std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
@@ -199,12 +201,16 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
     if (a.is_compute() && zero_->NeedsGather(v)) zero_->GatherWeights(v);
     clock_->BeginAction(r, index, a, sch, step_->edges);
     Run(r, a);
-    if (a.is_compute() && zero_->Fsdp(v)) zero_->ReleaseWeights(v);
+    if (a.is_compute() && zero_->Fsdp(v)) {
+      zero_->ReleaseWeights(v);
+      local_.stacks.at(v)->ClearComputeCopies();  // ZeRO-3 keeps no whole weights between actions, copies neither
+    }
     clock_->EndAction();
   }
   clock_->ActionsDone();
   if (!stepping.empty()) StepOptimizers(stepping);
   step_->sends.WaitAll(abort_);  // every receiver has posted its receive by now
+  for (auto& [v, stack] : local_.stacks) stack->ClearComputeCopies();  // the weights changed
   const double secs = clock_->EndStep();
   reports_.Step(report::StepTime{step, secs});
   ReportLoss(step);
@@ -316,7 +322,8 @@ ModuleTensors StepExecutor::Inputs(int r, int v, int k, const std::string& where
   std::set<Message*>& used = s.read[{v, k}];
   used.insert(own.begin(), own.end());
   for (const auto& [module, width] : widths) {
-    in[module] = Assemble(module, width, s.packings.Mine(v, k), own, pool, used, where, device_);
+    in[module] = Assemble(module, width, s.packings.Mine(v, k), own, pool, used, where,
+                          torch::TensorOptions().device(device_).dtype(compute_dtype_));
   }
   for (Message* m : used) ++m->users;
   return in;
@@ -503,7 +510,7 @@ void StepExecutor::Receive(int r, const Action& a) {
       // Shapes follow from the producer microbatch's packing on the producer's part.
       int64_t numel = 0;
       for (const auto& x : ShapesOf(t.producer, t.mb, p.producer_part)) numel += x.numel();
-      flat = torch::empty({numel}, device_);
+      flat = torch::empty({numel}, torch::TensorOptions().device(device_).dtype(compute_dtype_));
       Recv(*groups_.world, flat, peer, Tag(a.payload, p.key, place_.stages(), s.microbatches, G), abort_);
       s.sends.Received(r, a, peer, abort_);
     }

@@ -43,6 +43,10 @@ struct ExecutorOptions {
   bool sm_quotas = true;   // CUDA: co-located ranks on green-context streams
   bool layerwise = false;  // heterogeneous pipeline templates: gradients summed per layer segment
   std::string weights_dir;  // a Hugging Face checkpoint folder the stages start from ("": the seeded weights)
+  // What the layers compute in (kBFloat16: bf16 mixed precision over fp32
+  // master weights, torch_model.h ComputeCopies); activations and the
+  // messages between stages are in it.
+  torch::ScalarType compute_dtype = torch::kFloat;
 };
 
 // One worker process's stages, groups and optimizer state for a run (a
@@ -120,6 +124,7 @@ class StepExecutor {
   const torch::Device device_;
   const AbortFlag abort_;
   const int loss_module_;
+  const torch::ScalarType compute_dtype_;
   WorkerReports& reports_;
   ProcessGroups groups_;
   // Changed by the actions (weights, gradients) and the optimizer steps.

@@ -126,16 +126,21 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
 
 // A linear layer (torch's default initialisation) whose matmul can defer its weight gradient.
 struct DenseImpl : torch::nn::Module {
-  DenseImpl(int64_t in, int64_t out, bool bias, WeightGradDeferral* deferral) : deferral(deferral) {
+  DenseImpl(int64_t in, int64_t out, bool bias, WeightGradDeferral* deferral, ComputeCopies* copies)
+      : deferral(deferral), copies(copies) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(in));
     weight = register_parameter("weight", torch::empty({out, in}).uniform_(-bound, bound));
     if (bias) this->bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     torch::Tensor y = Matmul(x);
-    return bias.defined() ? y + bias : y;
+    return bias.defined() ? y + copies->Of(bias) : y;
   }
-  torch::Tensor Matmul(const torch::Tensor& x) { return DeferrableMatmul::apply(x, weight, AsInt(deferral), AsInt(&weight)); }
+  // x in the compute dtype times its copy of the weight; the deferred weight
+  // gradient goes to the fp32 weight itself.
+  torch::Tensor Matmul(const torch::Tensor& x) {
+    return DeferrableMatmul::apply(copies->Cast(x), copies->Of(weight), AsInt(deferral), AsInt(&weight));
+  }
   // A row-parallel layer's output: its shards' partial products summed by
   // `reduce`, then the bias once (Megatron's RowParallelLinear adds it after the all-reduce).
   template <typename Reduce>
@@ -146,13 +151,13 @@ struct DenseImpl : torch::nn::Module {
   template <typename Reduce>
   torch::Tensor RowParallelSum(const torch::Tensor& partial, Reduce&& reduce) {
     torch::Tensor y = reduce(partial);
-    return bias.defined() ? y + bias : y;
+    return bias.defined() ? y + copies->Of(bias) : y;
   }
   // act(x) W^T or (act(gate) * up) W^T, keeping x (and up), not the activation (ActivatedMatmul).
   torch::Tensor MatmulOfActivation(Activation activation, const torch::Tensor& x, const torch::Tensor& up) {
     const bool gated = up.defined();
-    return ActivatedMatmul::apply(x, gated ? up : x, weight, static_cast<int64_t>(activation), gated, AsInt(deferral),
-                                  AsInt(&weight));
+    return ActivatedMatmul::apply(x, gated ? up : x, copies->Of(weight), static_cast<int64_t>(activation), gated,
+                                  AsInt(deferral), AsInt(&weight));
   }
   // Keeps rows (dim 0: column parallel, the bias too) or columns (dim 1: row
   // parallel, the bias whole) [lo, hi).
@@ -163,6 +168,7 @@ struct DenseImpl : torch::nn::Module {
   }
   torch::Tensor weight, bias;
   WeightGradDeferral* deferral;
+  ComputeCopies* copies;
 };
 TORCH_MODULE(Dense);
 
@@ -170,20 +176,21 @@ TORCH_MODULE(Dense);
 // RMSNorm with a weight only, as transformers' LlamaRMSNorm computes it: the
 // mean square in float32, x * rsqrt(mean + eps), cast back, times the weight.
 struct NormImpl : torch::nn::Module {
-  NormImpl(NormKind kind, int64_t width, double eps) : kind(kind), eps(eps) {
+  NormImpl(NormKind kind, int64_t width, double eps, ComputeCopies* copies) : kind(kind), eps(eps), copies(copies) {
     weight = register_parameter("weight", torch::ones({width}));
     if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({width}));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return Apply(x, weight); }
+  torch::Tensor forward(const torch::Tensor& x) { return Apply(x, copies->Of(weight)); }
   // With `w` standing for the weight: a TP rank's copy of a replicated weight
   // that only its shard of the heads reads (Qwen3's q/k norms), passed through
   // Megatron's f so that its gradient sums over the TP group.
   torch::Tensor Apply(const torch::Tensor& x, const torch::Tensor& w) {
-    if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, w, bias, eps);
+    if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, w, copies->Of(bias), eps);
     return RmsNorm(x, w, eps);
   }
   NormKind kind;
   double eps;
+  ComputeCopies* copies;
   torch::Tensor weight, bias;
 };
 TORCH_MODULE(Norm);
@@ -228,7 +235,8 @@ struct Checkpoint : torch::autograd::Function<Checkpoint> {
 };
 
 struct BlockImpl : torch::nn::Module {
-  BlockImpl(const Layer& l, TensorParallel* tp, ContextParallel* cp, WeightGradDeferral* deferral)
+  BlockImpl(const Layer& l, TensorParallel* tp, ContextParallel* cp, WeightGradDeferral* deferral,
+            ComputeCopies* copies)
       : heads(l.heads / tp->size),
         kv_heads((l.kv_heads > 0 ? l.kv_heads : l.heads) / tp->size),
         head_dim(l.HeadDim()),
@@ -236,23 +244,24 @@ struct BlockImpl : torch::nn::Module {
         gated(l.gated_mlp),
         activation(l.activation),
         tp(tp),
-        cp(cp) {
+        cp(cp),
+        copies(copies) {
     // Built whole (the seeded initial weights of the single-process model), then sharded.
     const int64_t all_heads = l.heads, all_kv = l.kv_heads > 0 ? l.kv_heads : l.heads;
     auto dense = [&](const char* name, int64_t in, int64_t out, bool bias) {
-      return register_module(name, Dense(in, out, bias, deferral));
+      return register_module(name, Dense(in, out, bias, deferral, copies));
     };
-    norm1 = register_module("norm1", Norm(l.norm, l.hidden, l.norm_eps));
+    norm1 = register_module("norm1", Norm(l.norm, l.hidden, l.norm_eps, copies));
     q = dense("q", l.hidden, all_heads * head_dim, l.qkv_bias);
     k = dense("k", l.hidden, all_kv * head_dim, l.qkv_bias);
     v = dense("v", l.hidden, all_kv * head_dim, l.qkv_bias);
     o = dense("o", all_heads * head_dim, l.hidden, l.out_bias);
     if (l.qk_norm) {  // Qwen3: one RMSNorm over head_dim, shared by every head
-      q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, head_dim, l.norm_eps));
-      k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, head_dim, l.norm_eps));
+      q_norm = register_module("q_norm", Norm(NormKind::kRmsNorm, head_dim, l.norm_eps, copies));
+      k_norm = register_module("k_norm", Norm(NormKind::kRmsNorm, head_dim, l.norm_eps, copies));
     }
     if (l.rope.theta > 0) rope_inverse_frequencies = RopeInverseFrequencies(l.rope, head_dim);
-    norm2 = register_module("norm2", Norm(l.norm, l.hidden, l.norm_eps));
+    norm2 = register_module("norm2", Norm(l.norm, l.hidden, l.norm_eps, copies));
     up = dense("up", l.hidden, l.ffn_hidden, l.mlp_bias);
     if (gated) gate = dense("gate", l.hidden, l.ffn_hidden, l.mlp_bias);
     down = dense("down", l.ffn_hidden, l.hidden, l.mlp_bias);
@@ -302,8 +311,8 @@ struct BlockImpl : torch::nn::Module {
     auto K = k->forward(h).view({1, T, kv_heads, head_dim});
     auto V = v->forward(h).view({1, T, kv_heads, head_dim});
     if (q_norm) {  // each TP rank normalises its own heads: the weights' gradients sum over the group
-      Q = q_norm->Apply(Q, ToShards(q_norm->weight));
-      K = k_norm->Apply(K, ToShards(k_norm->weight));
+      Q = q_norm->Apply(Q, ToShards(copies->Of(q_norm->weight)));
+      K = k_norm->Apply(K, ToShards(copies->Of(k_norm->weight)));
     }
     if (rope_inverse_frequencies.defined()) {
       const RopeTables& tables = layout->RopeTablesOf(rope_inverse_frequencies, x.device(), x.scalar_type());
@@ -329,6 +338,7 @@ struct BlockImpl : torch::nn::Module {
   Activation activation;
   TensorParallel* tp;
   ContextParallel* cp;
+  ComputeCopies* copies;
   Norm norm1{nullptr}, norm2{nullptr}, q_norm{nullptr}, k_norm{nullptr};
   Dense q{nullptr}, k{nullptr}, v{nullptr}, o{nullptr}, up{nullptr}, gate{nullptr}, down{nullptr};
   torch::Tensor rope_inverse_frequencies;  // [head_dim / 2], float32; undefined: no rotary positions
@@ -340,9 +350,9 @@ torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& l
 }
 
 struct ProjectorImpl : torch::nn::Module {
-  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral) {
-    fc1 = register_module("fc1", Dense(l.in_dim, l.hidden, true, deferral));
-    fc2 = register_module("fc2", Dense(l.hidden, l.out_dim, true, deferral));
+  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies) {
+    fc1 = register_module("fc1", Dense(l.in_dim, l.hidden, true, deferral, copies));
+    fc2 = register_module("fc2", Dense(l.hidden, l.out_dim, true, deferral, copies));
   }
   torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(torch::gelu(fc1->forward(x))); }
   Dense fc1{nullptr}, fc2{nullptr};
@@ -373,8 +383,9 @@ torch::Tensor TextIds(int x, int d, int64_t begin, int64_t n, const MicrobatchIn
 // Written as a linear map of each window (unfold, then Dense) so that its
 // weight gradient can wait for the W pass like every other matmul.
 struct ConvImpl : torch::nn::Module {
-  ConvImpl(const Layer& l, WeightGradDeferral* deferral) : kernel(l.kernel), stride(l.stride) {
-    proj = register_module("proj", Dense(l.in_channels * l.kernel, l.out_channels, true, deferral));
+  ConvImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies)
+      : kernel(l.kernel), stride(l.stride), copies(copies) {
+    proj = register_module("proj", Dense(l.in_channels * l.kernel, l.out_channels, true, deferral, copies));
     if (l.positions > 0)
       positions = register_parameter("positions", torch::randn({l.positions, l.out_channels}) * 0.02);
   }
@@ -383,7 +394,7 @@ struct ConvImpl : torch::nn::Module {
     const int64_t left = (kernel - 1) / 2;
     torch::Tensor windows = torch::constant_pad_nd(x, {0, 0, left, kernel - 1 - left}).unfold(0, kernel, stride);
     torch::Tensor y = torch::gelu(proj->forward(windows.reshape({windows.size(0), -1})));
-    return positions.defined() ? AddPositions(y, positions) : y;
+    return positions.defined() ? AddPositions(y, copies->Of(positions)) : y;
   }
   // x [1, T, in_channels] packed (stride 1 inside a module: lengths are kept).
   torch::Tensor forward(const torch::Tensor& x, const std::vector<int64_t>& lengths) {
@@ -403,6 +414,7 @@ struct ConvImpl : torch::nn::Module {
     return seq + table.slice(0, 0, seq.size(0));
   }
   int64_t kernel, stride;
+  ComputeCopies* copies;
   Dense proj{nullptr};
   torch::Tensor positions;
 };
@@ -425,12 +437,12 @@ torch::Tensor InputRows(const ModuleTensors& in, const Part& p) {
 //             audio clip through ConvImpl
 struct EmbedImpl : torch::nn::Module {
   enum class Data { kText, kPatches, kFeatures };
-  EmbedImpl(const loom::Module& m, int module, const Layer& l, WeightGradDeferral* deferral)
-      : module(module), vocab(l.vocab) {
+  EmbedImpl(const loom::Module& m, int module, const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies)
+      : module(module), vocab(l.vocab), copies(copies) {
     if (l.kind == LayerKind::kPatchEmbed) {
       data = Data::kPatches;
       values = l.in_channels * l.kernel * l.kernel * l.temporal_patch;
-      proj = register_module("proj", Dense(values, l.hidden, true, deferral));
+      proj = register_module("proj", Dense(values, l.hidden, true, deferral, copies));
       if (m.tokens.extra_tokens > 0) {
         extra = register_parameter("extra", torch::randn({m.tokens.extra_tokens, l.hidden}) * 0.02);
       }
@@ -438,7 +450,7 @@ struct EmbedImpl : torch::nn::Module {
       data = Data::kFeatures;
       values = l.in_channels;
       stride = l.stride;
-      conv = register_module("conv", Conv(l, deferral));
+      conv = register_module("conv", Conv(l, deferral, copies));
       return;  // the conv adds its own positions
     } else {
       table = register_parameter("table", torch::randn({l.vocab, l.hidden}));
@@ -462,21 +474,23 @@ struct EmbedImpl : torch::nn::Module {
           parts.push_back(InputRows(in, p));
         } else if (data == Data::kPatches) {
           const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
-          if (n_extra > 0) parts.push_back(extra);
+          if (n_extra > 0) parts.push_back(copies->Of(extra));
           parts.push_back(proj->forward(Synthetic(s.sample, item, p.tokens - n_extra, mb)));
         } else if (data == Data::kFeatures) {
           parts.push_back(conv->Sequence(Synthetic(s.sample, item, p.tokens * stride, mb)));
         } else {
-          parts.push_back(torch::embedding(table, TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 0)));
+          parts.push_back(
+              torch::embedding(copies->Of(table), TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 0)));
         }
       }
       torch::Tensor seq = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
-      seqs.push_back(positions.defined() ? ConvImpl::AddPositions(seq, positions) : seq);
+      seqs.push_back(positions.defined() ? ConvImpl::AddPositions(seq, copies->Of(positions)) : seq);
     }
     return torch::cat(seqs, 0).unsqueeze(0);
   }
   int module;
   int64_t vocab, values = 0, stride = 1;
+  ComputeCopies* copies;
   Data data = Data::kText;
   Dense proj{nullptr};
   Conv conv{nullptr};
@@ -498,9 +512,12 @@ struct HeadImpl : torch::nn::Module {
   // uses add up in it), or null with `tied`: a copy of it drawn from the
   // embedding's seed, kept equal to it by summing the two gradients before
   // each optimizer step (Megatron's tied word embeddings across stages).
-  HeadImpl(const Layer& l, WeightGradDeferral* deferral, torch::Tensor* tied_table, uint64_t embedding_seed)
-      : deferral(deferral) {
-    if (l.final_norm != NormKind::kNone) norm = register_module("norm", Norm(l.final_norm, l.hidden, l.norm_eps));
+  HeadImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies, torch::Tensor* tied_table,
+           uint64_t embedding_seed)
+      : deferral(deferral), copies(copies) {
+    if (l.final_norm != NormKind::kNone) {
+      norm = register_module("norm", Norm(l.final_norm, l.hidden, l.norm_eps, copies));
+    }
     if (tied_table) {
       weight_slot = tied_table;
     } else if (l.tied) {
@@ -508,16 +525,17 @@ struct HeadImpl : torch::nn::Module {
       copy = register_parameter("tied_table", torch::randn({l.vocab, l.hidden}));  // EmbedImpl's first draw
       weight_slot = &copy;
     } else {
-      proj = register_module("proj", Dense(l.hidden, l.vocab, false, deferral));
+      proj = register_module("proj", Dense(l.hidden, l.vocab, false, deferral, copies));
     }
   }
   torch::Tensor forward(const torch::Tensor& input) {
     const torch::Tensor x = norm ? norm->forward(input) : input;
     if (proj) return proj->forward(x);
-    return DeferrableMatmul::apply(x, *weight_slot, AsInt(deferral), AsInt(weight_slot));
+    return DeferrableMatmul::apply(copies->Cast(x), copies->Of(*weight_slot), AsInt(deferral), AsInt(weight_slot));
   }
   Norm norm{nullptr};  // the model's final norm (Llama's model.norm), before the logits
   WeightGradDeferral* deferral;
+  ComputeCopies* copies;
   torch::Tensor* weight_slot = nullptr;
   torch::Tensor copy;
   Dense proj{nullptr};
@@ -531,8 +549,11 @@ enum Kind { kEmbed, kBlock, kProjector, kHead, kConvLayer };
 void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending) {
   torch::NoGradGuard no_grad;
   for (auto& p : pending) {
-    torch::Tensor gw =
-        p.grad_output.reshape({-1, p.grad_output.size(-1)}).t().mm(p.input.reshape({-1, p.input.size(-1)}));
+    // In the compute dtype (bf16 under mixed precision), accumulated into the fp32 weight's gradient.
+    torch::Tensor gw = p.grad_output.reshape({-1, p.grad_output.size(-1)})
+                           .t()
+                           .mm(p.input.reshape({-1, p.input.size(-1)}))
+                           .to(p.weight.scalar_type());
     if (p.weight.grad().defined()) {
       p.weight.mutable_grad().add_(gw);
     } else {
@@ -547,6 +568,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
     : model_(&model),
       ranges_(ranges),
       deferral_(std::make_shared<WeightGradDeferral>()),
+      copies_(std::make_shared<ComputeCopies>()),
       tp_(std::make_shared<TensorParallel>(tp)),
       cp_(std::make_shared<ContextParallel>(cp)) {
   CheckRunnable(model, ranges);
@@ -566,29 +588,30 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
       switch (l.kind) {
         case LayerKind::kEmbedding:
         case LayerKind::kPatchEmbed: {
-          auto e = register_module(name, Embed(m, mi, l, deferral_.get()));
+          auto e = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get()));
           if (l.kind == LayerKind::kEmbedding) table_ = table = &e->table;
           layer = e;
           kind = kEmbed;
           break;
         }
         case LayerKind::kLmHead: {
-          auto h = register_module(name, Head(l, deferral_.get(), l.tied ? table : nullptr, layer_seed(0)));
+          auto h =
+              register_module(name, Head(l, deferral_.get(), copies_.get(), l.tied ? table : nullptr, layer_seed(0)));
           if (h->copy.defined()) tied_copy_ = h->copy;
           layer = h;
           kind = kHead;
           break;
         }
         case LayerKind::kMlpProjector:
-          layer = register_module(name, Projector(l, deferral_.get()));
+          layer = register_module(name, Projector(l, deferral_.get(), copies_.get()));
           kind = kProjector;
           break;
         case LayerKind::kConv:
           if (li == 0) {  // a conv stem reads the module's audio
-            layer = register_module(name, Embed(m, mi, l, deferral_.get()));
+            layer = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get()));
             kind = kEmbed;
           } else {
-            layer = register_module(name, Conv(l, deferral_.get()));
+            layer = register_module(name, Conv(l, deferral_.get(), copies_.get()));
             kind = kConvLayer;
           }
           break;
@@ -598,7 +621,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
             throw Error(fmt::format("runtime: {} layer {}: {} heads, {} kv heads and ffn {} must divide by tp {}",
                                     r.module, li, l.heads, l.kv_heads, l.ffn_hidden, tp.size));
           }
-          layer = register_module(name, Block(l, tp_.get(), cp_.get(), deferral_.get()));
+          layer = register_module(name, Block(l, tp_.get(), cp_.get(), deferral_.get(), copies_.get()));
           break;
       }
       // Frozen layers (Cornstarch): no weight gradients and no optimizer state.
@@ -648,7 +671,8 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
       // its layers do not run and it hands on no rows; its parameters get no
       // gradient from this microbatch, as in the reference.
       i += r.end - r.begin;
-      live[mi] = torch::zeros({1, 0, OutputWidth(*model_, mi, r.end - 1)}, torch::TensorOptions().device(mb.device));
+      live[mi] = torch::zeros({1, 0, OutputWidth(*model_, mi, r.end - 1)},
+                              torch::TensorOptions().device(mb.device).dtype(copies_->dtype));
       continue;
     }
     torch::Tensor x;
@@ -722,12 +746,23 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
   namespace F = torch::nn::functional;
   torch::Tensor targets = TextTargets(*mb.packing, mb, vocab);
   if (!rows.empty()) targets = targets.index_select(0, torch::tensor(rows, torch::kLong).to(targets.device()));
-  return F::cross_entropy(logits.reshape({-1, vocab}), targets,
+  // In fp32 whatever the compute dtype, as transformers' ForCausalLMLoss upcasts the logits.
+  return F::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat), targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
          static_cast<double>(batch_text_tokens);
 }
 
-torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) { return output.pow(2).sum() / batch_values; }
+torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) {
+  return output.to(torch::kFloat).pow(2).sum() / batch_values;
+}
+
+torch::Tensor ComputeCopies::Of(const torch::Tensor& p) {
+  if (!p.defined() || p.scalar_type() == dtype) return p;
+  if (!torch::GradMode::is_enabled()) return p.to(dtype);
+  auto [it, made] = copies.try_emplace(p.unsafeGetTensorImpl());
+  if (made) it->second = p.to(dtype);
+  return it->second;
+}
 
 void SetComputeThreads(int threads) {
   torch::set_num_threads(threads);

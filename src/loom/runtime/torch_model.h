@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "loom/plan/plan.h"
@@ -73,6 +74,23 @@ struct WeightGradDeferral {
 // weight.grad += grad_output^T input for each queued linear, in queue order.
 void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending);
 
+// Mixed precision as Megatron-LM runs it (docs/runtime.md "Precision"):
+// parameters, and so gradients and AdamW's state, stay fp32 (the master
+// weights); the layers compute in `dtype` (bf16) from a copy of each parameter
+// made on its first use in a step, whose cast's backward carries the gradient
+// to the fp32 parameter (the copy's autograd node keeps no tensors, so every
+// microbatch's backward passes through it). Copies are kept only while
+// autograd records: a forward under no grad (full recomputation's first run)
+// casts afresh. dtype kFloat: no copies, the parameters themselves.
+struct ComputeCopies {
+  torch::ScalarType dtype = torch::kFloat;
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> copies;
+  // `p` in dtype (p itself when it is in dtype already).
+  torch::Tensor Of(const torch::Tensor& p);
+  // `x` in dtype (activations entering a layer: data, positions, spliced inputs).
+  torch::Tensor Cast(const torch::Tensor& x) const { return x.scalar_type() == dtype ? x : x.to(dtype); }
+};
+
 // Real text (the parity tests; `loom run --data`): per sample, per document,
 // its token ids and its labels (-100: not scored), both of the document's
 // text length. The target of position p is labels[p + 1], transformers'
@@ -106,6 +124,12 @@ class LayerStackImpl : public torch::nn::Module {
   // module's logits when the stack ends it: this rank's rows (ContextRows).
   ModuleTensors forward(ModuleTensors in, const MicrobatchInput& mb, const std::vector<Recompute>& recompute = {});
   WeightGradDeferral& deferral() { return *deferral_; }
+  // The dtype the layers compute in (ComputeCopies; default kFloat), and
+  // dropping the parameters' copies: after every change of the weights (the
+  // optimizer step) and where a stage's weights are released (ZeRO-3).
+  void SetComputeDtype(torch::ScalarType dtype) { copies_->dtype = dtype; }
+  torch::ScalarType compute_dtype() const { return copies_->dtype; }
+  void ClearComputeCopies() { copies_->copies.clear(); }
   // The parameters TP splits (their statistics are summed over shards).
   bool IsSharded(const std::string& parameter_name) const { return tp_->size > 1 && TensorParallelDim(parameter_name) >= 0; }
   // How TP splits a stack parameter ("llm_3.q.weight"): 0, by rows
@@ -123,6 +147,7 @@ class LayerStackImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<torch::nn::Module>> layers_;  // in range order
   std::vector<int> kinds_;
   std::shared_ptr<WeightGradDeferral> deferral_;
+  std::shared_ptr<ComputeCopies> copies_;
   std::shared_ptr<TensorParallel> tp_;
   std::shared_ptr<ContextParallel> cp_;
   torch::Tensor* table_ = nullptr;

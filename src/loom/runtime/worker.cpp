@@ -230,6 +230,11 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   options.learning_rate = spec.options.learning_rate;
   options.sm_quotas = spec.options.sm_quotas;
   options.weights_dir = spec.options.weights_dir;
+  // The workload's precision (RunLocally refused fp16): bf16 mixed precision,
+  // or fp32; tf32 is fp32 with TF32 matmuls on a GPU (a CPU has none).
+  options.compute_dtype = spec.workload->precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
+  if (cuda)
+    at::globalContext().setFloat32MatmulPrecision(spec.workload->precision == Precision::kTf32 ? "high" : "highest");
   // Heterogeneous pipeline templates (Oobleck): stage boundaries differ
   // between templates, so gradients are summed per layer segment.
   options.layerwise = spec.plan->units[0].pipelines.size() > 1;

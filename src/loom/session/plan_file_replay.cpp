@@ -23,7 +23,7 @@ bool HasRecordedSchedules(const PlanFile& file) {
 }
 
 void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster, const Workload& workload,
-                    const std::string& path, bool recorded_schedules, bool check_precision) {
+                    const std::string& path, bool recorded_schedules) {
   ValidatePlan(plan, model, cluster, workload, path);
   if (!plan.model.empty() && plan.model != model.name) {
     throw Error(fmt::format("{}: the plan was made for model '{}', not '{}'", path, plan.model, model.name));
@@ -42,7 +42,7 @@ void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster
     throw Error(fmt::format("{}: the plan was made for {} {}, not {}; pass {} {} or make a plan for this one", path,
                             what, made, now, flag, made));
   };
-  if (check_precision && m.precision != PrecisionName(workload.precision)) {
+  if (m.precision != PrecisionName(workload.precision)) {
     differs("precision", m.precision, PrecisionName(workload.precision), "--precision");
   }
   if (m.seq_len != workload.source.seq_len) {

@@ -26,10 +26,8 @@ bool HasRecordedSchedules(const PlanFile& file);
 // was made for another precision, sequence length or ZeRO stage; with
 // `recorded_schedules` (the file holds per-batch schedules) also another
 // seed, whose batches hold other samples. Each message names the flag to pass.
-// `check_precision` false: `loom run`, whose runtime computes in fp32 whatever
-// the precision (bf16 comes with issue 41), so the plan's changes nothing run.
 void CheckPlanIsFor(const Plan& plan, const Model& model, const Cluster& cluster, const Workload& workload,
-                    const std::string& path, bool recorded_schedules = false, bool check_precision = true);
+                    const std::string& path, bool recorded_schedules = false);
 
 // Which schedule a replayed batch ran with.
 enum class ReplayedSchedule {

@@ -13,9 +13,9 @@
 namespace loom {
 
 // `plan` compiled for `batch` (with `schedule`, the strategy's schedule of
-// that batch; null: the plan's own) and simulated as the runtime runs it: in
-// fp32, whatever `workload`'s precision, since the runtime computes in fp32.
-// Prices with `cluster`'s cost model. Throws loom::Error for an invalid plan.
+// that batch; null: the plan's own) and simulated as the runtime runs it, in
+// `workload`'s precision (bf16 mixed precision, tf32 or fp32: what the
+// runtime computes in). Prices with `cluster`'s cost model. Throws loom::Error for an invalid plan.
 PlanRun PredictRunStep(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                        const Batch& batch, const IterationSchedule* schedule);
 

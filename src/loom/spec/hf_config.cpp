@@ -183,6 +183,8 @@ std::string RopeYaml(const Cfg& c) {
   const double theta = v5 ? r.Real("rope_theta", c.Real("rope_theta", 10000.0)) : c.Real("rope_theta", 10000.0);
   const std::string type = r.String("rope_type", r.String("type", "default"));
   std::string yaml = ", rope_theta: " + Exact(theta);
+  if (c.Has("max_position_embeddings"))
+    yaml += fmt::format(", rope_max_positions: {}", c.Int("max_position_embeddings"));
   if (type == "default") return yaml;
   if (type != "llama3") {
     throw Error(fmt::format("{}: rope type '{}' is not one Loom's runtime computes; valid: default, llama3",

@@ -41,8 +41,11 @@ enum class RopeScaling : uint8_t { kNone, kLlama3 };
 
 // Rotary positions (RoPE; runtime/rotary.h): theta 0 means none. Llama 3's
 // scaling (`rope_scaling.rope_type: llama3`) with its four parameters.
+// `max_positions`: the longest sequence the model was made for (config.json's
+// max_position_embeddings); `loom run` refuses a longer packed sequence. 0: no limit.
 struct Rope {
   double theta = 0;
+  int64_t max_positions = 0;
   RopeScaling scaling = RopeScaling::kNone;
   double factor = 1, low_freq_factor = 1, high_freq_factor = 4;
   int64_t original_max_positions = 8192;

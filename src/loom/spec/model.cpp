@@ -87,10 +87,13 @@ const std::vector<std::pair<std::string, Activation>> kActivations = {{"silu", A
 Rope ReadRope(YamlMap& m) {
   Rope r;
   if (!m.Has("rope_theta")) {
-    if (m.Has("rope_scaling")) throw m.ErrorAt("rope_scaling", "needs rope_theta (the rotary base)");
+    for (const char* key : {"rope_scaling", "rope_max_positions"}) {
+      if (m.Has(key)) throw m.ErrorAt(key, "needs rope_theta (the rotary base)");
+    }
     return r;
   }
   r.theta = m.PositiveReal("rope_theta");
+  if (m.Has("rope_max_positions")) r.max_positions = m.PositiveInt("rope_max_positions");
   if (std::optional<YAML::Node> node = m.OptionalChild("rope_scaling")) {
     YamlMap s(*node, m.file(), m.PathOf("rope_scaling"));
     s.Enum("type", {"llama3"});
