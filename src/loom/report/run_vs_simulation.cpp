@@ -31,9 +31,8 @@ std::string FormatMeasuredStrategies(const std::vector<MeasuredStrategy>& rows, 
   for (const auto& line : not_run) out += "not run: " + line + "\n";
   if (precision != Precision::kFp32) {
     out += "note: run and predicted in " + PrecisionName(precision) +
-           "; `loom profile` on a CPU measures fp32: plan with "
-           "--precision fp32 (and this machine's `loom profile`) for "
-           "predictions of what it runs\n";
+           "; `loom profile` on a CPU measures its layers in fp32, so a CPU's profile predicts fp32 runs "
+           "(--precision fp32)\n";
   }
   return out;
 }

@@ -295,8 +295,12 @@ struct BlockImpl : torch::nn::Module {
     // Context parallelism and bitfield masks read every head's K/V (attention.h says why they do not use SDPA whole).
     if (cp->size > 1) {
       const torch::Tensor Kx = ExpandKvHeads(K, heads), Vx = ExpandKvHeads(V, heads);
-      return layout->all_gather ? AllGatherAttention(Q, Kx, Vx, layout, causal, kBitfieldBlockTokens, cp)
-                                : RingAttention(Q, Kx, Vx, layout, causal, cp);
+      if (layout->all_gather) return AllGatherAttention(Q, Kx, Vx, layout, causal, kBitfieldBlockTokens, cp);
+      // The ring's online softmax keeps its running max, sum and log-sum-exp
+      // in its inputs' dtype: under bf16 it runs in fp32 (as SDPA's
+      // statistics do), its K/V blocks travelling in fp32 too.
+      const auto f = torch::kFloat;
+      return RingAttention(Q.to(f), Kx.to(f), Vx.to(f), layout, causal, cp).to(Q.scalar_type());
     }
     if (!layout->mask.empty()) {
       return BitfieldAttention(Q, ExpandKvHeads(K, heads), ExpandKvHeads(V, heads), layout->mask, kBitfieldBlockTokens,
