@@ -46,11 +46,20 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   }
 };
 
+// The weight a backward multiplies by: the parameter in `slot` (under ZeRO-3
+// gathered again before the backward) in the compute dtype `like`'s. Read
+// from the slot rather than saved: a saved bf16 copy would keep a released
+// ZeRO-3 stage's whole weights alive from each forward to its backward.
+torch::Tensor WeightForBackward(const c10::IValue& slot, const torch::Tensor& like) {
+  return FromInt<torch::Tensor>(slot.toInt())->to(like.scalar_type());
+}
+
 // x W^T whose weight gradient can wait for the W pass (WeightGradDeferral).
+// `w` is the parameter in `weight_slot` or its compute-dtype copy.
 struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w,
                                int64_t deferral, int64_t weight_slot) {
-    ctx->save_for_backward({x, w});
+    ctx->save_for_backward({x});
     ctx->saved_data["deferral"] = deferral;
     ctx->saved_data["slot"] = weight_slot;
     return torch::matmul(x, w.t());
@@ -58,8 +67,9 @@ struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &x = saved[0], &w = saved[1], &g = grads[0];
-    torch::Tensor grad_x = ctx->needs_input_grad(0) ? torch::matmul(g, w) : torch::Tensor();
+    const torch::Tensor &x = saved[0], &g = grads[0];
+    torch::Tensor grad_x =
+        ctx->needs_input_grad(0) ? torch::matmul(g, WeightForBackward(ctx->saved_data["slot"], x)) : torch::Tensor();
     torch::Tensor grad_w;
     if (ctx->needs_input_grad(1)) {
       auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
@@ -81,7 +91,7 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
   // `gated` false: a plain MLP, `up` is x again (no undefined inputs) and gets no gradient.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor up,
                                torch::Tensor w, int64_t activation, bool gated, int64_t deferral, int64_t weight_slot) {
-    ctx->save_for_backward(gated ? std::vector<torch::Tensor>{w, x, up} : std::vector<torch::Tensor>{w, x});
+    ctx->save_for_backward(gated ? std::vector<torch::Tensor>{x, up} : std::vector<torch::Tensor>{x});
     ctx->saved_data["activation"] = activation;
     ctx->saved_data["deferral"] = deferral;
     ctx->saved_data["slot"] = weight_slot;
@@ -91,11 +101,11 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor &w = saved[0], &g = grads[0];
-    const bool gated = saved.size() == 3;
+    const torch::Tensor& g = grads[0];
+    const bool gated = saved.size() == 2;
     const bool want_x = ctx->needs_input_grad(0), want_up = gated && ctx->needs_input_grad(1);
-    const torch::Tensor x = saved[1].detach().requires_grad_(want_x);
-    const torch::Tensor up = gated ? saved[2].detach().requires_grad_(want_up) : torch::Tensor();
+    const torch::Tensor x = saved[0].detach().requires_grad_(want_x);
+    const torch::Tensor up = gated ? saved[1].detach().requires_grad_(want_up) : torch::Tensor();
     torch::Tensor a;
     {
       torch::AutoGradMode enable(true);
@@ -116,7 +126,7 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
     if (want_x) wrt.push_back(x);
     if (want_up) wrt.push_back(up);
     if (!wrt.empty()) {
-      const auto d = torch::autograd::grad({a}, wrt, {torch::matmul(g, w)});
+      const auto d = torch::autograd::grad({a}, wrt, {torch::matmul(g, WeightForBackward(ctx->saved_data["slot"], a))});
       if (want_x) grad_x = d[0];
       if (want_up) grad_up = d[want_x ? 1 : 0];
     }
