@@ -116,31 +116,41 @@ TEST(Runtime, ADivergedRunFailsNamingTheStep) {
   EXPECT_EQ(out.find("\"losses\""), std::string::npos) << out;
 }
 
-// A sequence longer than a layer's learned positions (GPT-2's 1024, a ViT's
-// 257) failed inside a worker with libtorch's words; it is named before any
-// worker starts, with the module, the layer and what would fit.
-TEST(Runtime, ASequencePastTheLearnedPositionsIsNamedBeforeTheRun) {
-  const std::string model = test::WriteTemp("positions-16.yaml", R"(model: positions-16
+// A one-module text model named `name` whose embedding and 2 transformer
+// layers are `embedding` and `transformer` (YAML flow maps' fields), and a
+// 1-step run of it on text samples of `seq_len` tokens.
+std::string TextModel(const std::string& name, const std::string& embedding, const std::string& transformer) {
+  return test::WriteTemp(name + ".yaml", fmt::format(R"(model: {}
 modules:
   - name: llm
     role: backbone
     modality: text
-    tokens: {source: text}
+    tokens: {{source: text}}
     layers:
-      - {kind: embedding, vocab: 128, hidden: 64, positions: 16}
-      - {kind: transformer, count: 2, hidden: 64, ffn_hidden: 128, heads: 4, causal: true}
-      - {kind: lm_head, vocab: 128, hidden: 64}
-)");
-  auto [code, out] =
-      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 24 --global-batch 2 --steps 1");
+      - {{kind: embedding, vocab: 128, hidden: 64{}}}
+      - {{kind: transformer, count: 2, hidden: 64, ffn_hidden: 128, heads: 4, causal: true{}}}
+      - {{kind: lm_head, vocab: 128, hidden: 64}}
+)",
+                                                     name, embedding, transformer));
+}
+std::pair<int, std::string> RunText(const std::string& model, int seq_len) {
+  return LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len " + std::to_string(seq_len) +
+                 " --global-batch 2 --steps 1");
+}
+
+// A sequence longer than a layer's learned positions (GPT-2's 1024, a ViT's
+// 257) failed inside a worker with libtorch's words; it is named before any
+// worker starts, with the module, the layer and what would fit.
+TEST(Runtime, ASequencePastTheLearnedPositionsIsNamedBeforeTheRun) {
+  const std::string model = TextModel("positions-16", ", positions: 16", "");
+  auto [code, out] = RunText(model, 24);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("module llm packs a sequence of 24 tokens, but its layer 0 (embedding) has 16 learned positions; "
                      "valid: positions >= 24"),
             std::string::npos)
       << out;
   EXPECT_EQ(out.find("libtorch"), std::string::npos) << out;
-  std::tie(code, out) =
-      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 16 --global-batch 2 --steps 1");
+  std::tie(code, out) = RunText(model, 16);
   EXPECT_EQ(code, 0) << out;
 }
 
@@ -148,35 +158,22 @@ modules:
 // max_position_embeddings (`rope_max_positions`), naming both, before any
 // worker starts; a Llama config.json carries its limit into the spec.
 TEST(Runtime, ASequencePastARotaryModelsPositionsIsNamedBeforeTheRun) {
-  const std::string model = test::WriteTemp("rope-positions-16.yaml", R"(model: rope-positions-16
-modules:
-  - name: llm
-    role: backbone
-    modality: text
-    tokens: {source: text}
-    layers:
-      - {kind: embedding, vocab: 128, hidden: 64}
-      - {kind: transformer, count: 2, hidden: 64, ffn_hidden: 128, heads: 4, causal: true, norm: rms,
-         rope_theta: 10000, rope_max_positions: 16}
-      - {kind: lm_head, vocab: 128, hidden: 64}
-)");
-  auto [code, out] =
-      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 24 --global-batch 2 --steps 1");
+  const std::string model =
+      TextModel("rope-positions-16", "", ", norm: rms, rope_theta: 10000, rope_max_positions: 16");
+  auto [code, out] = RunText(model, 24);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("module llm packs a sequence of 24 tokens, but its layer 1 was made for 16 positions "
                      "(rope_max_positions, config.json's max_position_embeddings); valid: sequences of at most 16"),
             std::string::npos)
       << out;
-  std::tie(code, out) =
-      LoomCli("run --model " + model + " --cluster h100:1x1 --workload text --seq-len 16 --global-batch 2 --steps 1");
+  std::tie(code, out) = RunText(model, 16);
   EXPECT_EQ(code, 0) << out;
   const std::string dir = (std::filesystem::temp_directory_path() / "loom_tests" / "rope-config").string();
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/config.json") << R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
     "max_position_embeddings": 20, "rope_theta": 10000.0, "rms_norm_eps": 1e-6})";
-  std::tie(code, out) =
-      LoomCli("run --model " + dir + " --cluster h100:1x1 --workload text --seq-len 24 --global-batch 2 --steps 1");
+  std::tie(code, out) = RunText(dir, 24);
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("was made for 20 positions"), std::string::npos) << out;
 }

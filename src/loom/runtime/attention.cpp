@@ -17,10 +17,9 @@ torch::Tensor Sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::
   // kernel takes them, with or without a mask). On a GPU K/V are expanded:
   // CUDA's memory-efficient kernel (the one for fp32, and for masks) takes no
   // GQA, and PyTorch would fall back to its math path, which keeps L x L.
-  const bool gqa = k.size(2) != heads;
-  if (gqa && !q.is_cpu()) {
-    K = k.repeat_interleave(heads / k.size(2), 2);
-    V = v.repeat_interleave(heads / v.size(2), 2);
+  if (!q.is_cpu()) {
+    K = ExpandKvHeads(k, heads);
+    V = ExpandKvHeads(v, heads);
   }
   std::optional<torch::Tensor> mask;
   if (keys_valid.defined()) mask = keys_valid.view({keys_valid.size(0), 1, 1, keys_valid.size(1)});
