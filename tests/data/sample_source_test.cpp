@@ -2,11 +2,16 @@
 // is a pure function of (seed, iteration); JSONL files parse with named errors.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <algorithm>
 #include <cmath>
 
 #include "loom/data/jsonl_source.h"
 #include "loom/data/sample_source.h"
+#include "loom/weights/safetensors.h"
 #include "test_util.h"
 
 namespace loom {
@@ -195,6 +200,42 @@ TEST(JsonlSource, TokenizedSamplesKeepTheirIdsAndLabels) {
                     {"d.jsonl:2: input_ids: expected a non-empty list"});
   test::ExpectError([] { ParseJsonlSample(R"({"input_ids": [1], "images": ["a.png"]})", "d.jsonl:4"); },
                     {"d.jsonl:4: images: not read beside input_ids"});
+}
+
+// Token ids with images: each run of image_token_id is one image (not text),
+// the pixel_values file's header gives their sizes, its path relative to the
+// JSONL file's folder; a mismatch names the line and the field.
+TEST(JsonlSource, TokenizedSamplesWithImagesFindTheirImageTokens) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / "loom_tests" / ("jsonl_images_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const std::vector<float> values(2 * 3 * 4 * 6, 0.5f);
+  weights::WriteSafetensors(
+      dir + "/two.safetensors",
+      {{"pixel_values", weights::DType::kF32, {2, 3, 4, 6}, std::as_bytes(std::span<const float>(values))}});
+  const Sample s = ParseJsonlSample(
+      R"({"input_ids": [1, 9, 9, 9, 2, 3, 9, 9, 9], "image_token_id": 9, "pixel_values": "two.safetensors"})",
+      "d.jsonl:5", dir);
+  EXPECT_EQ(s.doc_text_tokens, std::vector<int64_t>{3});  // 9 ids, 6 of them image tokens
+  ASSERT_EQ(s.images.size(), 2u);
+  EXPECT_EQ(s.images[1].width_px, 6);
+  EXPECT_EQ(s.images[1].height_px, 4);
+  EXPECT_EQ(s.tokens->image_runs, (std::vector<std::pair<int64_t, int64_t>>{{1, 3}, {6, 3}}));
+  EXPECT_EQ(s.tokens->pixel_values_file, dir + "/two.safetensors");
+  test::ExpectError(
+      [&] {
+        ParseJsonlSample(R"({"input_ids": [9, 2], "image_token_id": 9, "pixel_values": "two.safetensors"})",
+                         "d.jsonl:6", dir);
+      },
+      {"d.jsonl:6: pixel_values:", "first 2", "of 1 images, one per run of image_token_id 9"});
+  test::ExpectError([&] { ParseJsonlSample(R"({"input_ids": [9, 2], "image_token_id": 9})", "d.jsonl:7", dir); },
+                    {"d.jsonl:7: pixel_values: give image_token_id and pixel_values together"});
+  test::ExpectError(
+      [&] {
+        ParseJsonlSample(R"({"input_ids": [9], "image_token_id": 9, "pixel_values": "none.safetensors"})", "d.jsonl:8",
+                         dir);
+      },
+      {"none.safetensors"});
 }
 
 }  // namespace

@@ -127,6 +127,233 @@ INSTANTIATE_TEST_SUITE_P(
                     Family{"qwen3", "qwen3", R"({"head_dim": 32})"}),
     [](const testing::TestParamInfo<Family>& info) { return info.param.name; });
 
+// A tiny LLaVA made by transformers (a CLIP or SigLIP tower, the projector,
+// a Llama or Qwen2), two documents of one image and a caption each, run one
+// at a time by transformers (input_ids: the image token for each image
+// feature, then the caption) and as one packed sample by Loom (each
+// document's image tokens, then its text). Labels: the captions' tokens but
+// the first (Loom scores the text's own next tokens; the last image token's
+// prediction of the first caption token is not scored yet).
+const char* kMakeLlavaReference = R"(
+import json, sys, torch
+import transformers
+from safetensors.torch import save_file
+tower, llm, out, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+torch.manual_seed(0)
+vision = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+              image_size=16, patch_size=4)
+vision = transformers.CLIPVisionConfig(**vision) if tower == "clip" else transformers.SiglipVisionConfig(**vision)
+text = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256)
+text = transformers.LlamaConfig(**text) if llm == "llama" else transformers.Qwen2Config(**text)
+config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=127, **overrides)
+model = transformers.LlavaForConditionalGeneration(config).eval()
+with torch.no_grad():  # biases and norms away from their 0 / 1 start, so a missing one shows
+    for name, p in model.named_parameters():
+        if name.endswith("bias") or "norm" in name or "embedding" in name:
+            p.add_(torch.randn_like(p) * 0.1)
+model.save_pretrained(out)
+grid = 16 + (1 if tower == "clip" else 0)
+image_tokens = grid - 1 if config.vision_feature_select_strategy == "default" else grid
+captions = [[5, 17, 99, 3, 64, 0], [42, 8, 8, 77, 1]]
+pixels = torch.randn(2, 3, 16, 16)
+logits, loss_sum = [], 0.0
+for i, caption in enumerate(captions):
+    ids = torch.tensor([[127] * image_tokens + caption])
+    labels = torch.tensor([[-100] * (image_tokens + 1) + caption[1:]])
+    with torch.no_grad():
+        r = model(input_ids=ids, pixel_values=pixels[i:i + 1], labels=labels)
+    logits.append(r.logits[0])
+    loss_sum += r.loss.item() * (len(caption) - 1)
+save_file({"logits": torch.cat(logits).contiguous(), "loss": torch.tensor(loss_sum / 9), "pixels": pixels,
+           "image_tokens": torch.tensor(float(image_tokens))}, out + "/reference.safetensors")
+)";
+
+struct Llava {
+  std::string name, tower, llm, overrides;
+};
+
+void PrintTo(const Llava& f, std::ostream* os) { *os << f.name; }
+
+class HfLlavaParity : public testing::TestWithParam<Llava> {};
+
+TEST_P(HfLlavaParity, LogitsAndLossEqualTransformers) {
+  const Llava& f = GetParam();
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("hf_" + f.name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto [rc, out] =
+      test::RunPython(kMakeLlavaReference, f.tower + " " + f.llm + " " + dir.string() + " '" + f.overrides + "'");
+  ASSERT_EQ(rc, 0) << out;
+
+  const Model model = LoadModel((dir / "config.json").string());
+  ASSERT_EQ(model.modules.size(), 3u);
+  std::vector<LayerRange> all;
+  for (const auto& m : model.modules) all.push_back({m.name, 0, static_cast<int>(m.layers.size())});
+  runtime::LayerStack stack(model, all, /*seed=*/1);
+  const weights::CheckpointWeights checkpoint(dir.string());
+  runtime::LoadHfWeights(*stack, model, checkpoint, runtime::TensorParallel{});
+
+  const weights::SafetensorsFile reference((dir / "reference.safetensors").string());
+  const torch::Tensor pixels = ReadTensor(reference, "pixels");
+  Batch batch;
+  Sample s;
+  s.AddDoc(6);
+  s.AddDoc(5);
+  s.images = {ImageInput{16, 16, 0}, ImageInput{16, 16, 1}};
+  batch.samples = {s};
+  const runtime::MicrobatchPacking packing = runtime::PackMicrobatch(model, batch, std::vector<int>{0});
+  const int64_t image_tokens = static_cast<int64_t>(ReadTensor(reference, "image_tokens").item<float>());
+  ASSERT_EQ(packing.Tokens(2), 2 * image_tokens + 11);  // the vision_feature_select_strategy's tokens per image
+  runtime::TextTokens text;
+  text.ids = {{{5, 17, 99, 3, 64, 0}, {42, 8, 8, 77, 1}}};
+  text.labels = text.ids;
+  runtime::ImagePixels images;
+  images.pixels = {{pixels[0], pixels[1]}};
+  runtime::MicrobatchInput mb;
+  mb.packing = &packing;
+  mb.text = &text;
+  mb.images = &images;
+  const runtime::ModuleTensors result = stack->forward({}, mb);
+  const torch::Tensor logits = result.at(2).squeeze(0);
+
+  const torch::Tensor expected = ReadTensor(reference, "logits");
+  ASSERT_EQ(logits.sizes(), expected.sizes());
+  const double scale = expected.abs().max().item<double>();
+  EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-5 * scale) << f.name;
+  const double loss = runtime::TextLoss(result.at(2), mb, /*batch_text_tokens=*/9).item<double>();
+  EXPECT_NEAR(loss, ReadTensor(reference, "loss").item<double>(), 1e-5 * loss) << f.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, HfLlavaParity,
+                         testing::Values(Llava{"llava_clip_llama", "clip", "llama", "{}"},
+                                         Llava{"llava_siglip_qwen2_full_last", "siglip", "qwen2",
+                                               R"({"vision_feature_select_strategy": "full", "vision_feature_layer": -1,
+                              "projector_hidden_act": "gelu_pytorch_tanh"})"},
+                                         Llava{"llava_clip_default_first_layer", "clip", "qwen2",
+                                               R"({"vision_feature_layer": 1, "multimodal_projector_bias": false})"}),
+                         [](const testing::TestParamInfo<Llava>& info) { return info.param.name; });
+
+// `loom run --model DIR` trains a LLaVA from its checkpoint (image-caption
+// samples with synthetic pixels) equally on one process and under TP 2, PP 2,
+// DP 2 and CP 2; the seeded model (the config alone) trains differently.
+TEST(HfLlavaParity, LoomRunTrainsTheCheckpointEquallyUnderEveryLayout) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("hf_llava_run_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const auto [rc, out] = test::RunPython(kMakeLlavaReference, "clip llama " + dir.string() + " '{}'");
+  ASSERT_EQ(rc, 0) << out;
+  const std::string data = " --workload " + std::string(LOOM_TEST_DATA) +
+                           "/runtime/tiny-llava-data.yaml --steps 2 --lr 0.01 --json --timeout 60";
+  auto losses = [&](const std::string& layout) {
+    auto [code, text] = test::RunLoom("run --model " + dir.string() + data + " " + layout);
+    EXPECT_EQ(code, 0) << layout << "\n" << text;
+    std::vector<double> got;
+    if (code == 0) {
+      const nlohmann::json j = nlohmann::json::parse(text);
+      for (const auto& l : j["losses"]) got.push_back(l.get<double>());
+    }
+    return got;
+  };
+  const std::vector<double> one = losses("--cluster h100:1x1");
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_LT(one[1], one[0]);
+  for (const std::string layout : {"--cluster h100:1x2 --tp 2", "--cluster h100:1x2 --pp 2 --microbatches 2",
+                                   "--cluster h100:1x2 --dp 2", "--cluster h100:1x2 --cp 2"}) {
+    const std::vector<double> other = losses(layout);
+    ASSERT_EQ(other.size(), 2u) << layout;
+    for (int i = 0; i < 2; ++i) EXPECT_NEAR(other[i], one[i], 1e-5 * one[i]) << layout << " step " << i;
+  }
+  auto [code, text] = test::RunLoom("run --model " + (dir / "config.json").string() + data + " --cluster h100:1x1");
+  ASSERT_EQ(code, 0) << text;
+  EXPECT_GT(std::abs(nlohmann::json::parse(text)["losses"][0].get<double>() - one[0]), 1e-3 * one[0]);
+}
+
+// `loom run --model DIR --data FILE.jsonl` with images: token ids holding a
+// run of the image token per image feature (at the start, in the middle, two
+// in one sample), each line's pixel_values file, labels ignoring the image
+// tokens and a prompt. The loss before and after one AdamW step equals
+// transformers' LLaVA under one process, TP 2, PP 2, DP 2 (ZeRO-3) and CP 2.
+const char* kTrainLlavaReference = R"(
+import json, sys, torch
+import transformers
+from safetensors.torch import save_file
+d = sys.argv[1]
+model = transformers.LlavaForConditionalGeneration.from_pretrained(d, dtype=torch.float32)
+model.train()
+torch.manual_seed(2)
+T = 16  # image features per image: 16 patches (the class token dropped)
+texts = [([3, 9], [11, 12, 13, 14]), ([], [20, 21, 22, 23, 24, 25]), ([5], [6, 7], [8, 9, 10]), ([], [30, 31, 32])]
+samples = []
+for i, pieces in enumerate(texts):
+    ids = []
+    for j, piece in enumerate(pieces):
+        ids += piece
+        if j < len(pieces) - 1:
+            ids += [127] * T
+    labels = [-100 if t == 127 else t for t in ids]
+    if i == 3:
+        labels[T:T + 1] = [-100]  # a prompt the loss ignores
+    pixels = torch.randn(len(pieces) - 1, 3, 16, 16)
+    save_file({"pixel_values": pixels}, f"{d}/pixels{i}.safetensors")
+    samples.append({"input_ids": ids, "labels": labels, "image_token_id": 127, "pixel_values": f"pixels{i}.safetensors",
+                    "pixels": pixels})
+with open(d + "/data.jsonl", "w") as f:
+    for s in samples:
+        f.write(json.dumps({k: v for k, v in s.items() if k != "pixels"}) + "\n")
+def loss():
+    total, count = 0.0, 0
+    for s in samples:
+        logits = model(input_ids=torch.tensor([s["input_ids"]]), pixel_values=s["pixels"]).logits[0, :-1]
+        target = torch.tensor(s["labels"][1:])
+        total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
+        count += int((target != -100).sum())
+    return total / count
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+l0 = loss()
+l0.backward()
+opt.step()
+opt.zero_grad()
+l1 = loss()
+print(json.dumps([l0.item(), l1.item()]))
+)";
+
+TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("hf_llava_data_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto [rc, out] = test::RunPython(kMakeLlavaReference, "clip llama " + dir.string() + " '{}'");
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = test::RunPython(kTrainLlavaReference, dir.string());
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
+  const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
+                           " --global-batch 4 --steps 2 --lr 0.01 --precision fp32 --json --timeout 60 ";
+  for (const std::string layout :
+       {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2", "--cluster h100:1x2 --pp 2 --microbatches 2",
+        "--cluster h100:1x2 --dp 2 --zero-stage 3", "--cluster h100:1x2 --cp 2"}) {
+    SCOPED_TRACE(layout);
+    auto [code, text] = test::RunLoom(base + layout);
+    ASSERT_EQ(code, 0) << text;
+    const nlohmann::json j = nlohmann::json::parse(text);
+    for (int step = 0; step < 2; ++step) {
+      const double want = expected[step].get<double>();
+      EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
+    }
+  }
+  // An image of another length than the model's features is named.
+  std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 127, 127, 2], "image_token_id": 127, )"
+                                   << R"("pixel_values": "pixels0.safetensors"})"
+                                   << "\n";
+  auto [code, text] = test::RunLoom("run --model " + dir.string() + " --data " + (dir / "bad.jsonl").string() +
+                                    " --global-batch 1 --steps 1 --cluster h100:1x1");
+  EXPECT_EQ(code, 2) << text;
+  EXPECT_NE(text.find("bad.jsonl:1: input_ids: image 0 is 2 image tokens (from position 1), but the model hands on "
+                      "16 per image"),
+            std::string::npos)
+      << text;
+}
+
 // `loom run --model DIR` starts from DIR's safetensors under every layout: a
 // Llama with biases everywhere (q/k/v column-parallel, o and down row-parallel:
 // their biases added once, after the all-reduce) trains the same two steps on

@@ -11,6 +11,7 @@
 #include "loom/runtime/runnable_layers.h"
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/model.h"
+#include "test_util.h"
 
 namespace loom {
 namespace {
@@ -18,6 +19,7 @@ namespace {
 const std::string kVlm = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml";
 const std::string kVlm2 = std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm2.yaml";
 const std::string kOmni = std::string(LOOM_TEST_DATA) + "/runtime/tiny-omni.yaml";
+const std::string kTextModel = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml";
 
 // One sample: document 0 has 5 text tokens and two 32 px images, document 1
 // has 3 text tokens and one image; a second sample is one 4-token document.
@@ -146,7 +148,24 @@ TEST(RuntimeModel, InputsItCannotPackAreErrors) {
   m.modules[0].tokens.merge = 1;
   m.modules[0].tokens.out_tokens_per_image = 4;  // pooling
   EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), std::vector<int>{0}), Error);
+  m.modules[0].tokens.out_tokens_per_image = 0;
+  m.modules[0].tokens.drop_tokens = 17;  // every token of a 16-patch image with its CLS
+  EXPECT_THROW(runtime::PackMicrobatch(m, HandBatch(), std::vector<int>{0}), Error);
   EXPECT_THROW(runtime::PackMicrobatch(LoadModel(kVlm), HandBatch(), std::vector<int>{}), Error);
+  // Token ids with image tokens, for a model that reads text alone.
+  auto tokens = std::make_shared<SampleTokens>();
+  tokens->input_ids = tokens->labels = {1, 9, 9, 2};
+  tokens->image_token_id = 9;
+  tokens->image_runs = {{1, 2}};
+  tokens->where = "d.jsonl:3";
+  Sample s;
+  s.AddDoc(2);
+  s.images = {{16, 16, 0}};
+  s.tokens = tokens;
+  Batch b;
+  b.samples = {s};
+  test::ExpectError([&] { runtime::PackMicrobatch(LoadModel(kTextModel), b, std::vector<int>{0}); },
+                    {"d.jsonl:3: has 1 images, but module llm reads text alone"});
 }
 
 // Sample 0 of tiny-omni: one document of 20 text tokens, a 32 px image and

@@ -132,10 +132,15 @@ TEST(HfConfig, TranslationsMatchTheZoosHandWrittenModels) {
     SCOPED_TRACE(folder);
     for (const auto& p : Models()) {
       if (p.folder != folder) continue;
-      // The translation also has Llama's final norm (model.norm, hidden weights) that the hand-written zoo
-      // model leaves out: with it, Meta-Llama-3-8B's count is transformers' exactly (8,030,261,248).
-      const int64_t final_norm = folder == "Meta-Llama-3-8B" ? 4096 : 0;
-      EXPECT_EQ(Params(LoadModel(WriteConfig(p.folder, p.json))), Params(LoadModel(zoo)) + final_norm);
+      // The translation also has what the hand-written zoo models leave out: Llama's final norm
+      // (model.norm, hidden weights; with it Meta-Llama-3-8B's count is transformers' exactly,
+      // 8,030,261,248), and the vision towers' biases (q, k, v, out: 4 x hidden, fc1: ffn, fc2: hidden,
+      // per encoder layer) and CLIP's pre_layrnorm (2 x hidden) less its bias-free patch conv (hidden).
+      int64_t more = 0;
+      if (folder == "Meta-Llama-3-8B") more = 4096;
+      if (folder == "clip-vit-large-patch14") more = 24 * (5 * 1024 + 4096) + 2 * 1024 - 1024;
+      if (folder == "siglip-so400m-patch14-384-vision") more = 27 * (5 * 1152 + 4304);
+      EXPECT_EQ(Params(LoadModel(WriteConfig(p.folder, p.json))), Params(LoadModel(zoo)) + more);
     }
   }
 }

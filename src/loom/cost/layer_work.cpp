@@ -120,7 +120,10 @@ int64_t LayerParams(const Layer& l) {
       return attn + ffns + conv + 5 * h;
     }
     case LayerKind::kPatchEmbed:
-      return l.in_channels * l.kernel * l.kernel * l.temporal_patch * h + h + l.positions * h;
+      return l.in_channels * l.kernel * l.kernel * l.temporal_patch * h + (l.bias ? h : 0) + l.positions * h +
+             (l.final_norm == NormKind::kLayerNorm ? 2 * h
+              : l.final_norm == NormKind::kRmsNorm ? h
+                                                   : 0);
     case LayerKind::kConv: {
       int64_t k = 1;
       for (int d = 0; d < l.dims; ++d) {
@@ -133,7 +136,7 @@ int64_t LayerParams(const Layer& l) {
     case LayerKind::kLmHead:  // plus the final norm on its input, where it has one (Llama's model.norm)
       return (l.tied ? 0 : l.vocab * h) + (l.final_norm == NormKind::kNone ? 0 : h);
     case LayerKind::kMlpProjector:
-      return l.in_dim * h + h + h * l.out_dim + l.out_dim;
+      return l.in_dim * h + h * l.out_dim + (l.bias ? h + l.out_dim : 0);
     case LayerKind::kResnetBlock: {
       int64_t ci = l.in_channels, co = l.out_channels;
       int64_t convs = 9 * ci * co + co + 9 * co * co + co;

@@ -36,8 +36,8 @@ struct Flow {
   }
 };
 
-// Output tokens of one image after the module's spatial merge.
-int64_t ImageOutTokens(const TokenRule& r, int64_t w, int64_t h) {
+// Tokens of one image after the module's spatial merge.
+int64_t MergedImageTokens(const TokenRule& r, int64_t w, int64_t h) {
   if (r.resize_px > 0) {
     w = h = r.resize_px;
   }
@@ -50,6 +50,10 @@ int64_t ImageOutTokens(const TokenRule& r, int64_t w, int64_t h) {
   return (GridSide(w, r) / r.merge) * (GridSide(h, r) / r.merge) + r.extra_tokens;
 }
 
+// Output tokens of one image after the module's spatial merge, less the dropped ones.
+int64_t ImageOutTokens(const TokenRule& r, int64_t w, int64_t h) {
+  return std::max<int64_t>(0, MergedImageTokens(r, w, h) - r.drop_tokens);
+}
 }  // namespace
 
 TokenStats TokenStats::Downscaled(double d) const {

@@ -10,6 +10,7 @@
 #include "loom/data/rng.h"
 #include "loom/error.h"
 #include "loom/input_file.h"
+#include "loom/weights/safetensors.h"
 
 namespace loom {
 
@@ -133,15 +134,62 @@ std::vector<int64_t> TokenList(const json& v, const std::string& where, const st
   return out;
 }
 
+// The images of a tokenized sample (SampleTokens): the runs of image_token_id
+// in its input ids, and the pixel_values tensor's header, one image per run.
+void ReadTokenizedImages(const json& j, const std::string& where, const std::string& dir, SampleTokens& tokens,
+                         Sample& s) {
+  if (!j.contains("image_token_id") || !j.contains("pixel_values")) {
+    throw Error(
+        fmt::format("{}: {}: give image_token_id and pixel_values together (the id standing for an image "
+                    "feature in input_ids, the safetensors file of the images' pixels)",
+                    where, j.contains("image_token_id") ? "pixel_values" : "image_token_id"));
+  }
+  const json& id = j["image_token_id"];
+  if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+    throw Error(fmt::format("{}: image_token_id: expected a token id >= 0, got {}", where, id.dump().substr(0, 40)));
+  }
+  tokens.image_token_id = id.get<int64_t>();
+  for (size_t p = 0; p < tokens.input_ids.size(); ++p) {
+    if (tokens.input_ids[p] != tokens.image_token_id) continue;
+    if (p > 0 && tokens.input_ids[p - 1] == tokens.image_token_id) {
+      ++tokens.image_runs.back().second;
+    } else {
+      tokens.image_runs.push_back({static_cast<int64_t>(p), 1});
+    }
+  }
+  if (!j["pixel_values"].is_string() || j["pixel_values"].get<std::string>().empty()) {
+    throw Error(fmt::format("{}: pixel_values: expected the path of a safetensors file", where));
+  }
+  const std::filesystem::path file(j["pixel_values"].get<std::string>());
+  tokens.pixel_values_file = file.is_absolute() ? file.string() : (std::filesystem::path(dir) / file).string();
+  const weights::SafetensorsFile pixels(tokens.pixel_values_file);  // the header only
+  const weights::TensorInfo* t = pixels.Find("pixel_values");
+  if (!t || t->shape.size() != 4 || t->shape[0] != static_cast<int64_t>(tokens.image_runs.size())) {
+    throw Error(fmt::format(
+        "{}: pixel_values: {} holds {}; expected a tensor 'pixel_values' [images, channels, height, width] of {} "
+        "images, one per run of image_token_id {} in input_ids",
+        where, tokens.pixel_values_file,
+        t ? fmt::format("'pixel_values' of {} dimensions, first {}", t->shape.size(),
+                        t->shape.empty() ? 0 : t->shape[0])
+          : "no tensor 'pixel_values'",
+        tokens.image_runs.size(), tokens.image_token_id));
+  }
+  for (size_t i = 0; i < tokens.image_runs.size(); ++i) {
+    s.images.push_back({t->shape[3], t->shape[2], 0});
+  }
+}
+
 // A tokenized sample: {"input_ids": [...], "labels": [...]} (labels optional:
-// the input ids), one document. Images beside token ids come with the data
-// issue (42): until then a line that has them is refused, not half read.
-Sample ParseTokenizedSample(const json& j, const std::string& where) {
+// the input ids), one document; with images, also image_token_id and
+// pixel_values (ReadTokenizedImages): the document's text is its input ids
+// less the image tokens, which the model's image features take the place of.
+Sample ParseTokenizedSample(const json& j, const std::string& where, const std::string& dir) {
   for (const auto& [key, value] : j.items()) {
-    if (key != "input_ids" && key != "labels") {
-      throw Error(fmt::format("{}: {}: not read beside input_ids (a tokenized sample has input_ids and labels; "
-                              "images and documents with token ids are not read yet)",
-                              where, key));
+    if (key != "input_ids" && key != "labels" && key != "image_token_id" && key != "pixel_values") {
+      throw Error(
+          fmt::format("{}: {}: not read beside input_ids (a tokenized sample has input_ids, labels, "
+                      "image_token_id and pixel_values; documents with token ids are not read yet)",
+                      where, key));
     }
   }
   auto tokens = std::make_shared<SampleTokens>();
@@ -153,14 +201,17 @@ Sample ParseTokenizedSample(const json& j, const std::string& where) {
   }
   tokens->where = where;
   Sample s;
-  s.AddDoc(static_cast<int64_t>(tokens->input_ids.size()));
+  if (j.contains("image_token_id") || j.contains("pixel_values")) ReadTokenizedImages(j, where, dir, *tokens, s);
+  int64_t image_tokens = 0;
+  for (const auto& run : tokens->image_runs) image_tokens += run.second;
+  s.AddDoc(static_cast<int64_t>(tokens->input_ids.size()) - image_tokens);
   s.tokens = std::move(tokens);
   return s;
 }
 
 }  // namespace
 
-Sample ParseJsonlSample(const std::string& line, const std::string& where) {
+Sample ParseJsonlSample(const std::string& line, const std::string& where, const std::string& dir) {
   json j;
   try {
     j = json::parse(line);
@@ -170,7 +221,7 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where) {
   if (!j.is_object()) {
     throw Error(fmt::format("{}: expected one JSON object per line", where));
   }
-  if (j.contains("input_ids")) return ParseTokenizedSample(j, where);
+  if (j.contains("input_ids")) return ParseTokenizedSample(j, where, dir);
   Sample s;
   if (j.contains("docs")) {
     if (!j["docs"].is_array() || j["docs"].empty()) {
@@ -199,7 +250,8 @@ JsonlSource::JsonlSource(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;
     }
-    samples_.push_back(ParseJsonlSample(line, fmt::format("{}:{}", path, line_no)));
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    samples_.push_back(ParseJsonlSample(line, fmt::format("{}:{}", path, line_no), dir.empty() ? "." : dir));
   }
   if (samples_.empty()) {
     throw Error(fmt::format("{}: no samples (expected one JSON object per line)", path));

@@ -22,7 +22,8 @@ class JsonlSource : public SampleSource {
   std::vector<Sample> samples_;
 };
 
-// Parses one line; `where` ("file:line") prefixes errors.
-Sample ParseJsonlSample(const std::string& line, const std::string& where);
+// Parses one line; `where` ("file:line") prefixes errors; `dir`: the folder
+// a pixel_values file is named relative to.
+Sample ParseJsonlSample(const std::string& line, const std::string& where, const std::string& dir = ".");
 
 }  // namespace loom

@@ -33,9 +33,17 @@ struct AudioInput {
 // A sample's real text (a JSONL line with `input_ids`, docs/workloads.md): its
 // token ids and labels (-100: not scored; the target of position p is
 // labels[p + 1], transformers' shift), one document.
+// With images (LLaVA's way): `image_token_id` stands in input_ids for one
+// image feature, each image a run of them in order (image_runs: position,
+// length), and the images' pixels are tensor `pixel_values` [images,
+// channels, height, width] of a safetensors file, as the model's image
+// processor makes them.
 struct SampleTokens {
   std::vector<int64_t> input_ids, labels;
   std::string where;  // "file:line", for errors
+  int64_t image_token_id = -1;
+  std::vector<std::pair<int64_t, int64_t>> image_runs;
+  std::string pixel_values_file;
 };
 
 struct Sample {

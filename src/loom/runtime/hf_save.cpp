@@ -70,9 +70,13 @@ std::string PrepareSave(const Model& model, const RunOptions& options) {
   const std::string config_text = ReadTextFile(model.hf_config, "config.json");
   for (const Module& m : model.modules) {
     if (m.tokens.source != TokenSource::kText) {
-      throw Error(fmt::format("{}: module {} ({}) has no Hugging Face weight names in Loom yet; --save writes "
-                              "text-only language models (llama, mistral, qwen2, qwen3)",
-                              flag, m.name, TokenSourceName(m.tokens.source)));
+      // A LLaVA's checkpoint also holds tensors Loom does not train (the
+      // vision layers past vision_feature_layer, the post-norm), which a
+      // save must carry over unchanged: not written yet.
+      throw Error(
+          fmt::format("{}: module {} ({}): --save writes text-only language models (llama, mistral, qwen2, "
+                      "qwen3) yet; a multimodal model loads and trains, but is not saved",
+                      flag, m.name, TokenSourceName(m.tokens.source)));
     }
   }
   std::error_code ec;

@@ -69,6 +69,75 @@ torch::ScalarType TorchDType(weights::DType dtype) {
 
 std::string Shape(const std::vector<int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
+// Within a vision tower's encoder layer: Loom's parameter -> transformers'
+// (CLIPEncoderLayer and SiglipEncoderLayer name theirs alike).
+const std::map<std::string, std::string>& VisionBlockNames() {
+  static const std::map<std::string, std::string> names = {
+      {"norm1", "layer_norm1"},    {"q", "self_attn.q_proj"}, {"k", "self_attn.k_proj"}, {"v", "self_attn.v_proj"},
+      {"o", "self_attn.out_proj"}, {"norm2", "layer_norm2"},  {"up", "mlp.fc1"},         {"down", "mlp.fc2"},
+  };
+  return names;
+}
+
+// Where a module's family keeps its weights when the config is the family's
+// own (LlamaForCausalLM's `model.`, CLIPVisionModel's `vision_model.`).
+std::string DefaultPrefix(const loom::Module& m) {
+  switch (m.tokens.source) {
+    case TokenSource::kImage:
+      return "vision_model.";
+    case TokenSource::kInputs:
+      return "multi_modal_projector.";
+    default:
+      return "";
+  }
+}
+
+// A parameter's name in its family, under the module's prefix; empty: none.
+// `block`: the transformer layer's index among the module's transformer layers.
+std::string FamilyName(const loom::Module& m, const Layer& l, int block, const std::string& rest) {
+  const size_t dot = rest.rfind('.');
+  const std::string owner = dot == std::string::npos ? rest : rest.substr(0, dot);
+  const std::string leaf = dot == std::string::npos ? "" : rest.substr(dot + 1);  // weight, bias
+  if (m.tokens.source == TokenSource::kImage) {
+    switch (l.kind) {
+      case LayerKind::kPatchEmbed:
+        if (owner == "proj") return "embeddings.patch_embedding." + leaf;
+        if (rest == "extra") return "embeddings.class_embedding";
+        if (rest == "positions") return "embeddings.position_embedding.weight";
+        if (owner == "norm") return "pre_layrnorm." + leaf;
+        return "";
+      case LayerKind::kTransformer: {
+        const auto it = VisionBlockNames().find(owner);
+        return it == VisionBlockNames().end() ? "" : fmt::format("encoder.layers.{}.{}.{}", block, it->second, leaf);
+      }
+      default:
+        return "";
+    }
+  }
+  if (m.tokens.source == TokenSource::kInputs) {
+    if (l.kind != LayerKind::kMlpProjector) return "";
+    if (owner == "fc1") return "linear_1." + leaf;
+    if (owner == "fc2") return "linear_2." + leaf;
+    return "";
+  }
+  if (m.tokens.source != TokenSource::kText && m.tokens.source != TokenSource::kTextAndInputs) return "";
+  switch (l.kind) {
+    case LayerKind::kEmbedding:
+      return rest == "table" ? "model.embed_tokens.weight" : "";
+    case LayerKind::kTransformer: {
+      const auto it = BlockNames().find(rest);
+      return it == BlockNames().end() ? "" : fmt::format("model.layers.{}.{}", block, it->second);
+    }
+    case LayerKind::kLmHead:
+      if (rest == "norm.weight") return "model.norm.weight";
+      if (rest == "proj.weight") return "lm_head.weight";
+      if (rest == "tied_table") return "model.embed_tokens.weight";
+      return "";
+    default:
+      return "";
+  }
+}
+
 }  // namespace
 
 std::string HfParameterName(const Model& model, const std::string& loom_name) {
@@ -77,32 +146,50 @@ std::string HfParameterName(const Model& model, const std::string& loom_name) {
   if (mi < 0) throw std::logic_error("hf_weights: no module " + path.module);
   const loom::Module& m = model.modules[mi];
   const Layer& l = m.layers.at(path.layer);
-  if (m.tokens.source != TokenSource::kText) {
-    throw Error(fmt::format("model {}: module {} ({}) has no Hugging Face weight names in Loom yet; weights load "
-                            "into text-only language models (llama, mistral, qwen2, qwen3)",
-                            model.source, m.name, TokenSourceName(m.tokens.source)));
+  int block = 0;  // transformers counts the transformer layers alone
+  for (int i = 0; i < path.layer; ++i) block += m.layers[i].kind == LayerKind::kTransformer ? 1 : 0;
+  const std::string name = FamilyName(m, l, block, path.rest);
+  if (name.empty()) {
+    throw Error(
+        fmt::format("model {}: {} layer {} ({}) parameter '{}' has no Hugging Face name in Loom yet; weights "
+                    "load into LLMs (llama, mistral, qwen2, qwen3), CLIP and SigLIP vision towers and LLaVA",
+                    model.source, m.name, path.layer, LayerKindName(l.kind), path.rest));
   }
-  switch (l.kind) {
-    case LayerKind::kEmbedding:
-      if (path.rest == "table") return "model.embed_tokens.weight";
-      break;
-    case LayerKind::kTransformer: {
-      int index = 0;  // transformers counts the decoder layers alone
-      for (int i = 0; i < path.layer; ++i) index += m.layers[i].kind == LayerKind::kTransformer ? 1 : 0;
-      const auto it = BlockNames().find(path.rest);
-      if (it != BlockNames().end()) return fmt::format("model.layers.{}.{}", index, it->second);
-      break;
+  return m.weights_prefix.empty() ? DefaultPrefix(m) + name : m.weights_prefix + name;
+}
+
+std::vector<int64_t> HfShape(const Model& model, const std::string& loom_name, const std::vector<int64_t>& shape) {
+  const ParameterPath path = Split(loom_name);
+  const Layer& l = model.modules.at(model.FindModule(path.module)).layers.at(path.layer);
+  if (l.kind != LayerKind::kPatchEmbed) return shape;
+  if (path.rest == "extra" && shape.size() == 2 && shape[0] == 1) return {shape[1]};  // class_embedding [hidden]
+  if (path.rest == "proj.weight") {  // the Conv2d's [hidden, channels, patch, patch] (Patchify's order)
+    return l.temporal_patch > 1 ? std::vector<int64_t>{shape[0], l.in_channels, l.temporal_patch, l.kernel, l.kernel}
+                                : std::vector<int64_t>{shape[0], l.in_channels, l.kernel, l.kernel};
+  }
+  return shape;
+}
+
+const weights::CheckpointWeights::Location& FindHf(const weights::CheckpointWeights& checkpoint,
+                                                   const std::string& name) {
+  if (const auto* found = checkpoint.Find(name)) return *found;
+  // LLaVA checkpoints come in the layouts transformers has written: 5.x keeps
+  // the vision tower's names without `vision_model.` (what Loom writes, the
+  // first name); Hub checkpoints of 4.x have it; a model saved from
+  // LlavaModel's own module tree has its parts under `model.` (transformers'
+  // _checkpoint_conversion_mapping for LLaVA).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"language_model.model.", {"model.language_model."}},
+      {"language_model.lm_head.", {"lm_head."}},
+      {"vision_tower.", {"vision_tower.vision_model.", "model.vision_tower.", "model.vision_tower.vision_model."}},
+      {"multi_modal_projector.", {"model.multi_modal_projector."}}};
+  for (const auto& [from, others] : layouts) {
+    if (name.rfind(from, 0) != 0) continue;
+    for (const std::string& to : others) {
+      if (const auto* found = checkpoint.Find(to + name.substr(from.size()))) return *found;
     }
-    case LayerKind::kLmHead:
-      if (path.rest == "norm.weight") return "model.norm.weight";
-      if (path.rest == "proj.weight") return "lm_head.weight";
-      if (path.rest == "tied_table") return "model.embed_tokens.weight";
-      break;
-    default:
-      break;
   }
-  throw Error(fmt::format("model {}: {} layer {} ({}) parameter '{}' has no Hugging Face name in Loom yet", model.source,
-                          m.name, path.layer, LayerKindName(l.kind), path.rest));
+  return checkpoint.At(name);  // throws, naming the tensor
 }
 
 void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::CheckpointWeights& checkpoint,
@@ -111,11 +198,12 @@ void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::Che
   for (auto& item : stack.named_parameters()) {
     const std::string hf = HfParameterName(model, item.key());
     torch::Tensor& param = item.value();
-    const weights::CheckpointWeights::Location& where = checkpoint.At(hf);
+    const weights::CheckpointWeights::Location& where = FindHf(checkpoint, hf);
     const weights::TensorInfo& info = *where.tensor;
     const int dim = tp.size > 1 ? LayerStackImpl::TensorParallelDim(item.key()) : -1;
     std::vector<int64_t> whole = param.sizes().vec();
     if (dim >= 0) whole[dim] *= tp.size;
+    whole = HfShape(model, item.key(), whole);
     if (info.shape != whole) {
       throw Error(fmt::format("{}: tensor '{}' is {} in the checkpoint, but the model makes it {} (the checkpoint "
                               "of another model, or a config.json that does not match it?)",
@@ -126,7 +214,7 @@ void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::Che
       throw Error(fmt::format("{}: tensor '{}' is {}; weights must be F32, BF16, F16 or F64", where.file->path(), hf,
                               weights::DTypeName(info.dtype)));
     }
-    torch::Tensor host = torch::empty(param.sizes(), torch::TensorOptions(dtype));
+    torch::Tensor host = torch::empty(param.sizes(), torch::TensorOptions(dtype));  // the same bytes as `whole`
     const std::span<std::byte> bytes(static_cast<std::byte*>(host.data_ptr()), host.nbytes());
     if (dim >= 0) {
       const int64_t local = param.size(dim);
@@ -161,7 +249,7 @@ void AppendHfPart(LayerStackImpl& stack, const Model& model, const TensorParalle
     if (!sliced && !whole) continue;
     const std::string hf = HfParameterName(model, name);
     torch::Tensor host = item.value().detach().to(torch::kCPU, dtype).contiguous();
-    part.tensors.push_back({hf, file_dtype, host.sizes().vec(),
+    part.tensors.push_back({hf, file_dtype, HfShape(model, name, host.sizes().vec()),
                             std::span<const std::byte>(static_cast<const std::byte*>(host.data_ptr()), host.nbytes())});
     part.hold.push_back(std::move(host));
     if (sliced) part.slices[hf] = {LayerStackImpl::TensorParallelDim(name), tp.rank, tp.size};

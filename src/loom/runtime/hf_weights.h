@@ -3,10 +3,18 @@
 // file on its own; a tensor-parallel shard reads only its slice of the tensor
 // (weights/safetensors.h ReadSlice), so no process holds the whole model.
 //
-// Names follow transformers' LLM families (LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM): `model.embed_tokens`,
-// `model.layers.N.{input_layernorm, self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm,
-// post_attention_layernorm, mlp.{gate,up,down}_proj}`, `model.norm`, `lm_head`.
+// Names follow transformers, under each module's `weights_prefix`:
+// - LLMs (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+//   Qwen3ForCausalLM): `model.embed_tokens`, `model.layers.N.{input_layernorm,
+//   self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, post_attention_layernorm,
+//   mlp.{gate,up,down}_proj}`, `model.norm`, `lm_head`;
+// - vision towers (CLIPVisionModel, SiglipVisionModel; `vision_model.`):
+//   `embeddings.{patch_embedding, class_embedding, position_embedding}`,
+//   `pre_layrnorm`, `encoder.layers.N.{layer_norm1, self_attn.{q,k,v,out}_proj,
+//   layer_norm2, mlp.fc1, mlp.fc2}`;
+// - LLaVA's projector (`multi_modal_projector.`): `linear_1`, `linear_2`.
+// LLaVA's parts load from either layout transformers has saved them in
+// (`language_model.model.*` or `model.language_model.*`, and so on).
 #pragma once
 
 #include <map>
@@ -24,6 +32,11 @@ namespace loom::runtime {
 // "model.layers.2.self_attn.q_proj.weight"). Throws loom::Error for a module
 // or layer kind the mapping does not cover (naming it and what it covers).
 std::string HfParameterName(const Model& model, const std::string& loom_name);
+
+// The shape a parameter of shape `shape` has in the checkpoint: a patch
+// embedding's matrix is the Conv2d's [hidden, channels, patch, patch] there, a
+// class token [hidden] (the same values in the same order).
+std::vector<int64_t> HfShape(const Model& model, const std::string& loom_name, const std::vector<int64_t>& shape);
 
 // Copies every parameter of `stack` from `checkpoint` (converted from F32,
 // BF16 or F16 to the parameter's dtype). Throws loom::Error naming the

@@ -46,6 +46,9 @@ void CheckPackable(const Module& m) {
       if (r.tokens_per_image > 0 || r.out_tokens_per_image > 0) {
         fail("an image rule with fixed or pooled tokens (tokens_per_image, out_tokens_per_image)");
       }
+      if (r.drop_tokens > 0 && (r.merge > 1 || r.source == TokenSource::kVideo)) {
+        fail("drop_tokens with a merge or a video");
+      }
       if (r.merge > 1 && r.extra_tokens > 0) {
         fail(fmt::format("a merge by {} of images with {} extra tokens", r.merge, r.extra_tokens));
       }
@@ -58,6 +61,34 @@ void CheckPackable(const Module& m) {
     case TokenSource::kText:
       break;
   }
+}
+
+// A tokenized sample's one document with its images where its image tokens
+// are: text parts read the row at their own positions, the k-th input part
+// takes the k-th run of image tokens, which must be as long.
+PackedSequence Interleaved(const SampleTokens& tokens, int x, const std::vector<Part>& inputs, const Module& m) {
+  if (inputs.size() != tokens.image_runs.size()) {
+    throw Error(fmt::format("{}: {} runs of image token {} in input_ids, but module {} reads {} image sequences",
+                            tokens.where, tokens.image_runs.size(), tokens.image_token_id, m.name, inputs.size()));
+  }
+  PackedSequence s{x, 0, -1, static_cast<int64_t>(tokens.input_ids.size()), {}};
+  int64_t at = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const auto [position, length] = tokens.image_runs[k];
+    if (inputs[k].tokens != length) {
+      throw Error(
+          fmt::format("{}: input_ids: image {} is {} image tokens (from position {}), but the model hands on "
+                      "{} per image; give as many image tokens as the model's image features",
+                      tokens.where, k, length, position, inputs[k].tokens));
+    }
+    if (position > at) s.parts.push_back({-1, at, position - at});
+    Part image = inputs[k];
+    image.row = position;
+    s.parts.push_back(image);
+    at = position + length;
+  }
+  if (s.tokens > at) s.parts.push_back({-1, at, s.tokens - at});
+  return s;
 }
 
 }  // namespace
@@ -81,10 +112,24 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
       std::vector<Part> parts;
       for (int p : m.inputs) {
         const int64_t group = MergeGroup(model.modules[p]);
+        // An image module handing on fewer tokens than it makes drops the
+        // first ones (LLaVA's vision_feature_select_strategy "default" drops
+        // CLIP's class token, transformers' `selected_image_feature[:, 1:]`).
+        const int64_t dropped = model.modules[p].tokens.drop_tokens;
         int64_t offset = 0;
         for (const auto& s : out.modules[p]) {
           if (s.sample == piece.sample && (piece.item < 0 || s.image == piece.item) && (whole_sample || s.doc == doc)) {
-            parts.push_back({p, offset, s.tokens / group, group});
+            if (dropped > 0) {
+              if (dropped >= s.tokens) {
+                throw Error(
+                    fmt::format("runtime: module {}: drop_tokens {} leaves nothing of the {} tokens an image "
+                                "makes",
+                                model.modules[p].name, dropped, s.tokens));
+              }
+              parts.push_back({p, offset + dropped, s.tokens - dropped, 1});
+            } else {
+              parts.push_back({p, offset, s.tokens / group, group});
+            }
           }
           offset += s.tokens;
         }
@@ -101,6 +146,12 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
       switch (m.tokens.source) {
         case TokenSource::kText:
           if (piece.item >= 0) break;  // a single image carries no text
+          if (sample.tokens && !sample.tokens->image_runs.empty()) {
+            throw Error(
+                fmt::format("{}: has {} images, but module {} reads text alone; a model with an image tower "
+                            "(LLaVA) reads them",
+                            sample.tokens->where, sample.tokens->image_runs.size(), m.name));
+          }
           for (int d = 0; d < sample.num_docs(); ++d) {
             const int64_t t = sample.doc_text_tokens[d];
             if (t > 0) seqs.push_back({x, d, -1, t, {{-1, 0, t}}});
@@ -132,10 +183,10 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
           break;
         case TokenSource::kInputs:
           for (const Part& part : inputs_of(piece, 0, true)) {
-            const PackedSequence* from = nullptr;  // the input sequence this part is
+            const PackedSequence* from = nullptr;  // the input sequence this part is (or ends)
             int64_t offset = 0;
             for (const auto& s : out.modules[part.source]) {
-              if (offset == part.offset) from = &s;
+              if (offset <= part.offset && part.offset < offset + s.tokens) from = &s;
               offset += s.tokens;
             }
             seqs.push_back({x, from->doc, from->image, part.tokens, {part}, from->clip});
@@ -143,6 +194,10 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
           break;
         case TokenSource::kTextAndInputs:
           if (piece.item >= 0) break;  // its documents' text is not in a single image
+          if (sample.tokens && !sample.tokens->image_runs.empty()) {
+            seqs.push_back(Interleaved(*sample.tokens, x, inputs_of(piece, 0, false), model.modules[mi]));
+            break;
+          }
           for (int d = 0; d < sample.num_docs(); ++d) {
             PackedSequence s{x, d, -1, 0, inputs_of(piece, d, false)};
             const int64_t text = sample.doc_text_tokens[d];

@@ -13,7 +13,10 @@
 //                   sequences of the sample (a projector: same lengths)
 //   text+inputs     per sample, per document: the input modules' sequences of
 //                   the document (in input order), then its text tokens; one
-//                   sequence per document (an LLM over interleaved data)
+//                   sequence per document (an LLM over interleaved data). A
+//                   sample with token ids and images (SampleTokens) instead
+//                   puts each image's sequence at its run of image tokens,
+//                   text between (transformers' masked_scatter)
 // Sequences never attend to each other (documents are masked apart, as the
 // simulator's sum of squared lengths assumes).
 #pragma once
@@ -40,6 +43,10 @@ struct Part {
   int64_t offset = 0;
   int64_t tokens = 0;
   int64_t group = 1;
+  // Where an input part sits in its document's token row: a sample with real
+  // token ids and images, whose image tokens it takes the place of (its
+  // positions are scored as transformers scores them); -1: nowhere.
+  int64_t row = -1;
 };
 
 struct PackedSequence {

@@ -73,6 +73,7 @@ struct StepExecutor::Step {
         edges(e.schedule),
         packings(model, b, e, place),
         text(RealText(model, b)),
+        images(RealImages(b)),
         batch_text_tokens(ScoredTargets(b, text.get())),
         sends(e.schedule) {
     for (int v = 0; v < e.schedule.num_stages(); ++v)
@@ -101,6 +102,7 @@ struct StepExecutor::Step {
   const StepEdges edges;
   StepPackings packings;
   const std::unique_ptr<TextTokens> text;  // the samples' token ids; null: synthetic text
+  const std::unique_ptr<ImagePixels> images;  // their pixels; null: synthetic images
   const int64_t batch_text_tokens;
   std::map<int, double> tower_values;
   // Per (stage, mb): what it hands on (the loss, on a loss stage), in
@@ -334,8 +336,8 @@ void StepExecutor::Forward(int r, const Action& a) {
   const int v = a.stage, k = a.microbatch;
   const std::string where = fmt::format("stage {} ({}) microbatch {}", v, s.exec.stages[v].label, k);
   const ModuleTensors in = Inputs(r, v, k, where);
-  const MicrobatchInput mb{&s.packings.Mine(v, k), s.step, static_cast<int64_t>(s.batch.samples.size()), device_,
-                           s.text.get()};
+  const MicrobatchInput mb{&s.packings.Mine(v, k), s.step,        static_cast<int64_t>(s.batch.samples.size()), device_,
+                           s.text.get(),           s.images.get()};
   ModuleTensors out = local_.stacks.at(v)->forward(in, mb, LayerRecompute(s.exec, place_.content, v, k));
   std::vector<torch::Tensor>& hands = s.output[{v, k}];
   const torch::Tensor towers = TowerLoss(v, out);

@@ -14,6 +14,7 @@
 #include "loom/runtime/layer_ops.h"
 #include "loom/runtime/rotary.h"
 #include "loom/runtime/runnable_layers.h"
+#include "loom/weights/safetensors.h"
 
 namespace loom::runtime {
 
@@ -363,12 +364,16 @@ torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& l
   return block.Run(x, layout, selective);
 }
 
+// LLaVA's multi-modal projector (LlavaMultiModalProjector): linear_1, the
+// activation (projector_hidden_act; exact GELU by default), linear_2.
 struct ProjectorImpl : torch::nn::Module {
-  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies) {
-    fc1 = register_module("fc1", Dense(l.in_dim, l.hidden, true, deferral, copies));
-    fc2 = register_module("fc2", Dense(l.hidden, l.out_dim, true, deferral, copies));
+  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies)
+      : activation(l.activation == Activation::kDefault ? Activation::kGelu : l.activation) {
+    fc1 = register_module("fc1", Dense(l.in_dim, l.hidden, l.bias, deferral, copies));
+    fc2 = register_module("fc2", Dense(l.hidden, l.out_dim, l.bias, deferral, copies));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(torch::gelu(fc1->forward(x))); }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(Activate(activation, false, fc1->forward(x))); }
+  Activation activation;
   Dense fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(Projector);
@@ -456,7 +461,8 @@ struct EmbedImpl : torch::nn::Module {
     if (l.kind == LayerKind::kPatchEmbed) {
       data = Data::kPatches;
       values = l.in_channels * l.kernel * l.kernel * l.temporal_patch;
-      proj = register_module("proj", Dense(values, l.hidden, true, deferral, copies));
+      proj = register_module("proj", Dense(values, l.hidden, l.bias, deferral, copies));
+      patch = l.kernel;
       if (m.tokens.extra_tokens > 0) {
         extra = register_parameter("extra", torch::randn({m.tokens.extra_tokens, l.hidden}) * 0.02);
       }
@@ -470,6 +476,20 @@ struct EmbedImpl : torch::nn::Module {
       table = register_parameter("table", torch::randn({l.vocab, l.hidden}));
     }
     if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.hidden}) * 0.02);
+    if (l.final_norm != NormKind::kNone)
+      norm = register_module("norm", Norm(l.final_norm, l.hidden, l.norm_eps, copies));
+  }
+  // Sample x's image `item` as patches: its real pixels, else synthetic values.
+  torch::Tensor Patches(int x, int item, int64_t rows, const MicrobatchInput& mb) const {
+    if (!mb.images) return Synthetic(x, item, rows, mb);
+    const torch::Tensor p = Patchify(mb.images->Of(x, item), patch);
+    if (p.size(0) != rows || p.size(1) != values) {
+      throw Error(
+          fmt::format("runtime: sample {} image {}: its pixels make {} patches of {} values; the model's "
+                      "patch embedding takes {} of {} (pixels of another image size or channel count?)",
+                      x, item, p.size(0), p.size(1), rows, values));
+    }
+    return p.to(mb.device);
   }
   // Sample x's image or clip `item`: `rows` x `values` deterministic synthetic values in [-1, 1].
   torch::Tensor Synthetic(int x, int item, int64_t rows, const MicrobatchInput& mb) const {
@@ -489,7 +509,7 @@ struct EmbedImpl : torch::nn::Module {
         } else if (data == Data::kPatches) {
           const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
           if (n_extra > 0) parts.push_back(copies->Of(extra));
-          parts.push_back(proj->forward(Synthetic(s.sample, item, p.tokens - n_extra, mb)));
+          parts.push_back(proj->forward(Patches(s.sample, item, p.tokens - n_extra, mb)));
         } else if (data == Data::kFeatures) {
           parts.push_back(conv->Sequence(Synthetic(s.sample, item, p.tokens * stride, mb)));
         } else {
@@ -500,14 +520,16 @@ struct EmbedImpl : torch::nn::Module {
       torch::Tensor seq = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
       seqs.push_back(positions.defined() ? ConvImpl::AddPositions(seq, copies->Of(positions)) : seq);
     }
-    return torch::cat(seqs, 0).unsqueeze(0);
+    torch::Tensor out = torch::cat(seqs, 0).unsqueeze(0);
+    return norm ? norm->forward(out) : out;
   }
   int module;
-  int64_t vocab, values = 0, stride = 1;
+  int64_t vocab, values = 0, stride = 1, patch = 0;
   ComputeCopies* copies;
   Data data = Data::kText;
   Dense proj{nullptr};
   Conv conv{nullptr};
+  Norm norm{nullptr};  // CLIP's pre_layrnorm
   torch::Tensor table, extra, positions;
 };
 TORCH_MODULE(Embed);
@@ -743,9 +765,13 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
   std::vector<torch::Tensor> parts;
   for (const auto& s : packing.modules.back()) {
     for (const Part& p : s.parts) {
-      parts.push_back(p.source >= 0
-                          ? torch::full({p.tokens}, -100, torch::TensorOptions(torch::kLong).device(mb.device))
-                          : TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1));
+      // An input part in a token row (an image at its image tokens) is scored
+      // there as transformers scores every position: its last row predicts
+      // the text after the image.
+      parts.push_back(p.source < 0 ? TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 1)
+                      : p.row >= 0
+                          ? TextIds(s.sample, s.doc, p.row, p.tokens, mb, vocab, 1)
+                          : torch::full({p.tokens}, -100, torch::TensorOptions(torch::kLong).device(mb.device)));
     }
   }
   // A microbatch without the loss module's tokens (a woven sub-microbatch of
@@ -764,6 +790,52 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
   return F::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat), targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
          static_cast<double>(batch_text_tokens);
+}
+
+const torch::Tensor& ImagePixels::Of(int sample, int image) const {
+  if (!pixels.empty()) return pixels.at(sample).at(image);
+  auto it = read.find(sample);
+  if (it == read.end()) {
+    const weights::SafetensorsFile file(files.at(sample));
+    const weights::TensorInfo& t = file.At("pixel_values");
+    torch::ScalarType dtype = torch::kFloat;
+    switch (t.dtype) {
+      case weights::DType::kF32:
+        break;
+      case weights::DType::kBF16:
+        dtype = torch::kBFloat16;
+        break;
+      case weights::DType::kF16:
+        dtype = torch::kHalf;
+        break;
+      default:
+        throw Error(
+            fmt::format("{}: pixel_values is {}; expected F32, BF16 or F16", file.path(), weights::DTypeName(t.dtype)));
+    }
+    torch::Tensor host = torch::empty(t.shape, torch::TensorOptions(dtype));
+    file.Read(t, std::span<std::byte>(static_cast<std::byte*>(host.data_ptr()), host.nbytes()));
+    it = read.emplace(sample, host.to(torch::kFloat).unbind(0)).first;
+  }
+  return it->second.at(image);
+}
+
+std::unique_ptr<ImagePixels> RealImages(const Batch& batch) {
+  auto out = std::make_unique<ImagePixels>();
+  bool any = false;
+  for (const Sample& s : batch.samples) {
+    out->files.push_back(s.tokens ? s.tokens->pixel_values_file : "");
+    any = any || !out->files.back().empty();
+  }
+  return any ? std::move(out) : nullptr;
+}
+
+torch::Tensor Patchify(const torch::Tensor& pixels, int64_t patch) {
+  const int64_t c = pixels.size(0), gh = pixels.size(1) / patch, gw = pixels.size(2) / patch;
+  return pixels.slice(1, 0, gh * patch)
+      .slice(2, 0, gw * patch)
+      .reshape({c, gh, patch, gw, patch})
+      .permute({1, 3, 0, 2, 4})
+      .reshape({gh * gw, c * patch * patch});
 }
 
 torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) {

@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -99,6 +100,19 @@ struct TextTokens {
   std::vector<std::vector<std::vector<int64_t>>> ids, labels;  // [sample][document][position]
 };
 
+// A batch's real images: per sample, per image, its pixels [channels, height,
+// width] as the model's image processor makes them (transformers'
+// `pixel_values`: resized, cropped and normalised). Either given, or read on
+// first use from each sample's pixel_values file (SampleTokens).
+struct ImagePixels {
+  std::vector<std::vector<torch::Tensor>> pixels;  // [sample][image]; empty: read from `files`
+  std::vector<std::string> files;                  // [sample]
+  const torch::Tensor& Of(int sample, int image) const;
+  mutable std::map<int, std::vector<torch::Tensor>> read;  // sample -> its file's images, as float
+};
+// The batch's images where its samples carry pixel_values files, else null.
+std::unique_ptr<ImagePixels> RealImages(const Batch& batch);
+
 // What a stage's forward reads besides its input tensors: the microbatch's
 // packing and what seeds its synthetic data.
 struct MicrobatchInput {
@@ -107,7 +121,14 @@ struct MicrobatchInput {
   int64_t batch_samples = 1;           // samples in the global batch (the data seeds)
   torch::Device device = torch::kCPU;  // where the data is made
   const TextTokens* text = nullptr;    // real text; null: the synthetic text (TextTargets)
+  const ImagePixels* images = nullptr;  // real pixels; null: synthetic patches
 };
+
+// The patches of one image [tokens, channels x patch^2], each in the order of
+// a Conv2d weight's [channels, patch, patch] (row by row over the image): what
+// a conv of kernel = stride = patch multiplies. A remainder past a multiple
+// of the patch is dropped, as the conv drops it.
+torch::Tensor Patchify(const torch::Tensor& pixels, int64_t patch);
 
 // Per module index, its packed activation [1, tokens, width] (runtime/packing.h).
 using ModuleTensors = std::map<int, torch::Tensor>;

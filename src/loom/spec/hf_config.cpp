@@ -67,6 +67,7 @@ class Cfg {
     return Cfg(Has(key) ? j_.at(key) : empty, file_, Field(key), std::move(defaults));
   }
   bool Has(const std::string& key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+  const json& Raw(const std::string& key) const { return j_.at(key); }
   double Real(const std::string& key, double fallback) const {
     if (!Has(key)) return fallback;
     const json& v = j_.at(key);
@@ -162,9 +163,10 @@ std::string Known() {
 struct Emitter {
   std::string yaml;
   void Module(const std::string& name, const std::string& role, const std::string& modality, const std::string& inputs,
-              const std::string& tokens, const std::vector<std::string>& layers) {
+              const std::string& tokens, const std::vector<std::string>& layers, const std::string& prefix = "") {
     yaml += fmt::format("  - name: {}\n    role: {}\n    modality: {}\n", name, role, modality);
     if (!inputs.empty()) yaml += fmt::format("    inputs: [{}]\n", inputs);
+    if (!prefix.empty()) yaml += fmt::format("    weights_prefix: '{}'\n", prefix);
     yaml += fmt::format("    tokens: {}\n    layers:\n", tokens);
     for (const auto& l : layers) yaml += "      - " + l + "\n";
   }
@@ -223,7 +225,7 @@ std::string ActivationYaml(const Cfg& c, const std::string& key, const std::stri
 // head of q and k and sets head_dim itself. Mistral's and Qwen's sliding
 // windows are not computed: the runtime refuses a sample longer than one.
 void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, bool multimodal,
-             const std::string& inputs) {
+             const std::string& inputs, const std::string& prefix = "") {
   const auto it = LlmDefaults().find(type);
   if (it == LlmDefaults().end()) {
     throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
@@ -252,28 +254,48 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
                           Exact(eps), ActivationYaml(c, "hidden_act", "silu"), qkv_bias, out_bias,
                           c.Bool("mlp_bias", false), type == "qwen3", RopeYaml(c)),
               fmt::format("{{kind: lm_head, vocab: {}, hidden: {}, tied: {}, final_norm: rms, norm_eps: {}}}", vocab,
-                          hidden, c.Bool("tie_word_embeddings", false), Exact(eps))});
+                          hidden, c.Bool("tie_word_embeddings", false), Exact(eps))},
+             prefix);
 }
 
-// A ViT-style tower; returns its width. `out_tokens` > 0 hands that many
-// tokens per image downstream (LLaVA drops the class token).
-int64_t EmitVision(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, int64_t out_tokens) {
+// A vision tower: the patch embedding (CLIP: a class token first, a bias-free
+// conv, then pre_layrnorm; SigLIP: a conv with a bias, no class token), then
+// `layers` encoder layers (-1: all; LLaVA stops at its vision_feature_layer:
+// transformers computes the later ones but reads nothing from them), pre-
+// LayerNorm blocks with biases everywhere (CLIPEncoderLayer,
+// SiglipEncoderLayer). The first `drop` tokens of each image are not handed
+// downstream (LLaVA's "default" feature strategy).
+// The post-norm acts only on the pooled output (CLIP) or before SigLIP's
+// pooling head, neither of which LLaVA reads. Returns the tower's width.
+int64_t EmitVision(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, int64_t layers,
+                   int64_t drop, const std::string& prefix) {
   const int64_t hidden = c.Int("hidden_size"), patch = c.Int("patch_size"), image = c.Int("image_size");
   const int64_t grid = (image / patch) * (image / patch);  // the stride-`patch` conv drops a remainder (384 / 14)
-  const int cls = type == "siglip_vision_model" ? 0 : 1;   // SigLIP has no class token
+  const bool clip = type == "clip_vision_model", siglip = type == "siglip_vision_model";
+  const int cls = siglip ? 0 : 1;  // SigLIP has no class token
   std::string tokens = fmt::format("{{source: image, patch_px: {}, resize_px: {}, extra_tokens: {}{}}}", patch, image,
-                                   cls, out_tokens > 0 ? fmt::format(", out_tokens_per_image: {}", out_tokens) : "");
-  std::vector<std::string> layers = {
-      fmt::format("{{kind: patch_embed, patch_px: {}, hidden: {}, in_channels: {}, positions: {}}}", patch, hidden,
-                  c.Int("num_channels", 3), grid + cls),
-      fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}}}", c.Int("num_hidden_layers"),
-                  hidden, c.Int("intermediate_size"), c.Int("num_attention_heads"))};
-  // SigLIP's attention-pooling head: one more attention + MLP block (as the zoo's siglip).
-  if (type == "siglip_vision_model" && c.Bool("vision_use_head", true)) {
-    layers.push_back(fmt::format("{{kind: transformer, hidden: {}, ffn_hidden: {}, heads: {}}}", hidden,
-                                 c.Int("intermediate_size"), c.Int("num_attention_heads")));
+                                   cls, drop > 0 ? fmt::format(", drop_tokens: {}", drop) : "");
+  // transformers' defaults: CLIP quick_gelu and eps 1e-5, SigLIP gelu_pytorch_tanh and 1e-6, ViT gelu and 1e-12.
+  const std::string act = ActivationYaml(c, "hidden_act", clip ? "quick_gelu" : siglip ? "gelu_pytorch_tanh" : "gelu");
+  const double eps = c.Real("layer_norm_eps", clip ? 1e-5 : siglip ? 1e-6 : 1e-12);
+  const int64_t count = layers < 0 ? c.Int("num_hidden_layers") : layers;
+  std::vector<std::string> yaml = {
+      fmt::format("{{kind: patch_embed, patch_px: {}, hidden: {}, in_channels: {}, positions: {}, bias: {}{}}}", patch,
+                  hidden, c.Int("num_channels", 3), grid + cls, !clip,
+                  clip ? fmt::format(", out_norm: layer, norm_eps: {}", Exact(eps)) : "")};
+  if (count > 0) {
+    yaml.push_back(
+        fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, norm: layer, norm_eps: {}, "
+                    "activation: {}, qkv_bias: true, out_bias: true, mlp_bias: true}}",
+                    count, hidden, c.Int("intermediate_size"), c.Int("num_attention_heads"), Exact(eps), act));
   }
-  out.Module(name, "encoder", "image", "", tokens, layers);
+  // SigLIP's attention-pooling head, standing alone: one more attention + MLP
+  // block (as the zoo's siglip; its weights have no names in Loom).
+  if (siglip && layers < 0 && c.Bool("vision_use_head", true)) {
+    yaml.push_back(fmt::format("{{kind: transformer, hidden: {}, ffn_hidden: {}, heads: {}}}", hidden,
+                               c.Int("intermediate_size"), c.Int("num_attention_heads")));
+  }
+  out.Module(name, "encoder", "image", "", tokens, yaml, prefix);
   return hidden;
 }
 
@@ -285,6 +307,42 @@ void EmitTextEncoder(Emitter& out, const Cfg& c) {
                    c.Int("max_position_embeddings")),
        fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, causal: true}}",
                    c.Int("num_hidden_layers"), hidden, c.Int("intermediate_size"), c.Int("num_attention_heads"))});
+}
+
+// LLaVA (LlavaModel): the vision tower's hidden states after
+// `vision_feature_layer` (transformers' hidden_states[k]: 0 is the embeddings
+// after pre_layrnorm, k the output of encoder layer k; negative counts from
+// the end, so -2, the default, stops one layer short of the last), the class
+// token dropped under the "default" strategy ("full" keeps it), the projector
+// (linear_1, projector_hidden_act, linear_2, biases per
+// multimodal_projector_bias), the LLM. Weights sit under transformers'
+// names as transformers 5 saves them: vision_tower.*, multi_modal_projector.*,
+// language_model.* (runtime/hf_weights.cpp also reads the other layouts).
+void EmitLlava(Emitter& out, const Cfg& top, const Cfg& vision, const std::string& vt, const Cfg& text,
+               const std::string& tt) {
+  const int64_t all = vision.Int("num_hidden_layers");
+  int64_t layers = all - 1;
+  if (top.Has("vision_feature_layer")) {
+    const nlohmann::json& v = top.Raw("vision_feature_layer");
+    if (!v.is_number_integer() || v.get<int64_t>() < -all - 1 || v.get<int64_t>() > all) {
+      throw Error(fmt::format("{}: expected one layer index from {} to {} (a list of layers is not read yet), got {}",
+                              top.Where("vision_feature_layer"), -all - 1, all, v.dump().substr(0, 40)));
+    }
+    layers = v.get<int64_t>() < 0 ? all + 1 + v.get<int64_t>() : v.get<int64_t>();
+  }
+  const std::string strategy = top.String("vision_feature_select_strategy", "default");
+  if (strategy != "default" && strategy != "full") {
+    throw Error(fmt::format("{}: '{}'; valid: default (drops the first token), full",
+                            top.Where("vision_feature_select_strategy"), strategy));
+  }
+  const int64_t vh = EmitVision(out, vision, vt, "vision", layers, strategy == "default" ? 1 : 0, "vision_tower.");
+  const int64_t th = text.Int("hidden_size");
+  out.Module(
+      "projector", "projector", "image", "vision", "{source: inputs}",
+      {fmt::format("{{kind: mlp_projector, in_dim: {}, hidden: {}, out_dim: {}, bias: {}, activation: {}}}", vh, th, th,
+                   top.Bool("multimodal_projector_bias", true), ActivationYaml(top, "projector_hidden_act", "gelu"))},
+      "multi_modal_projector.");
+  EmitLlm(out, text, tt, "llm", true, "projector", "language_model.");
 }
 
 }  // namespace
@@ -315,10 +373,10 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
   if (LlmDefaults().count(type)) {
     EmitLlm(out, Cfg(j, file, "", LlmDefaults().at(type)), type, "llm", false, "");
   } else if (VisionDefaults().count(type)) {
-    EmitVision(out, Cfg(j, file, "", VisionDefaults().at(type)), type, "vision", 0);
+    EmitVision(out, Cfg(j, file, "", VisionDefaults().at(type)), type, "vision", -1, 0, "");
   } else if (type == "clip" || type == "siglip") {
     const std::string vt = type + "_vision_model";
-    EmitVision(out, top.Sub("vision_config", VisionDefaults().at(vt)), vt, "vision", 0);
+    EmitVision(out, top.Sub("vision_config", VisionDefaults().at(vt)), vt, "vision", -1, 0, "");
     const std::map<std::string, int64_t> text_defaults =
         type == "clip" ? std::map<std::string, int64_t>{{"vocab_size", 49408},       {"hidden_size", 512},
                                                         {"intermediate_size", 2048}, {"num_hidden_layers", 12},
@@ -361,12 +419,7 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
                               tc.Where("model_type"), tt));
     }
     const Cfg text = top.Sub("text_config", LlmDefaults().at(tt));
-    const int64_t side = vision.Int("image_size") / vision.Int("patch_size");
-    const int64_t vh = EmitVision(out, vision, vt, "vision", side * side);  // the class token is dropped
-    const int64_t th = text.Int("hidden_size");
-    out.Module("projector", "projector", "image", "vision", "{source: inputs}",
-               {fmt::format("{{kind: mlp_projector, in_dim: {}, hidden: {}, out_dim: {}}}", vh, th, th)});
-    EmitLlm(out, text, tt, "llm", true, "projector");
+    EmitLlava(out, top, vision, vt, text, tt);
   } else if (type == "qwen2_vl") {
     const Cfg v = top.Sub("vision_config", {{"depth", 32},
                                             {"embed_dim", 1280},

@@ -67,7 +67,9 @@ struct Layer {
   int64_t conv_kernel = 0;       // conformer depthwise kernel
   int64_t head_dim = 0;          // per attention head; 0: hidden / heads (Qwen3 sets it)
   NormKind norm = NormKind::kLayerNorm;  // the attention's and the MLP's pre-norms
-  NormKind final_norm = NormKind::kNone;  // lm_head: the norm on its input (Llama's model.norm)
+  // lm_head: the norm on its input (Llama's model.norm); patch_embed: the norm
+  // on its output (CLIP's pre_layrnorm, which normalises the embeddings).
+  NormKind final_norm = NormKind::kNone;
   double norm_eps = 1e-5;                 // of either
   bool qkv_bias = false, out_bias = false, mlp_bias = false;
   bool qk_norm = false;  // an RMSNorm over each head of q and k before RoPE (Qwen3)
@@ -88,6 +90,7 @@ struct Layer {
   int64_t dims = 2;  // 1: audio, 2: image, 3: video
   int64_t temporal_patch = 1;
   int64_t stride = 1;           // conv: output positions = module tokens (stride already in tokens)
+  bool bias = true;             // patch embedding and MLP projector: their biases (CLIP's patch conv has none)
   int64_t spatial_divisor = 1;  // U-Net level: works on tokens / divisor^2 positions
   int64_t time_embed_dim = 0;   // resnet block: width of the timestep embedding
 

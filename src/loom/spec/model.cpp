@@ -162,6 +162,9 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       l.temporal_patch = m.PositiveInt("temporal_patch", 1);
       l.hidden = Dim(m, "hidden");
       l.positions = Dim0(m, "positions");
+      l.bias = m.Bool("bias", true);
+      l.final_norm = ParseEnum<NormKind>(m, "out_norm", kFinalNorms, NormKind::kNone);
+      l.norm_eps = m.PositiveReal("norm_eps", 1e-5);
       break;
     case LayerKind::kConv:
       l.in_channels = Dim(m, "in_channels");
@@ -191,6 +194,8 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       l.in_dim = Dim(m, "in_dim");
       l.hidden = Dim(m, "hidden");
       l.out_dim = Dim(m, "out_dim");
+      l.bias = m.Bool("bias", true);
+      l.activation = ParseEnum<Activation>(m, "activation", kActivations, Activation::kDefault);
       break;
     case LayerKind::kResnetBlock:
       l.in_channels = Dim(m, "in_channels");
@@ -231,6 +236,7 @@ TokenRule ReadTokenRule(YamlMap& m) {
       r.out_tokens_per_image = m.NonNegativeInt("out_tokens_per_image", 0);
       r.merge = m.PositiveInt("merge", 1);
       r.extra_tokens = m.NonNegativeInt("extra_tokens", 0);
+      r.drop_tokens = m.NonNegativeInt("drop_tokens", 0);
       if (r.source == TokenSource::kVideo) {
         r.frames_per_token = m.PositiveInt("frames_per_token", 1);
       }
@@ -522,6 +528,7 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
       throw m.ErrorAt("attention_mask", fmt::format("'{}'; valid: document, bitfield", mask));
     }
     mod.bitfield_attention = mask == "bitfield";
+    mod.weights_prefix = m.String("weights_prefix", mod.weights_prefix);
     if (has_from && mod.frozen != frozen_before) {
       for (auto& l : mod.layers) {
         l.frozen = mod.frozen;

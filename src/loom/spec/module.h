@@ -33,7 +33,7 @@ std::string_view TokenSourceName(TokenSource source);
 
 // How an input becomes tokens. Image: the module processes ceil(w/patch_px) *
 // ceil(h/patch_px) + extra_tokens (or tokens_per_image) and hands on that
-// count / merge^2 (or out_tokens_per_image). Video: the image rule per
+// count / merge^2 (or out_tokens_per_image), less drop_tokens. Video: the image rule per
 // ceil(frames / frames_per_token) latent frames. Audio: tokens_per_s * seconds.
 // Inputs: upstream tokens / downsample.
 struct TokenRule {
@@ -44,6 +44,10 @@ struct TokenRule {
   int64_t patch_px = 0;              // pixels per token side (patch x VAE factor for latents)
   int64_t merge = 1;                 // spatial merge after the encoder (pixel shuffle)
   int64_t extra_tokens = 0;          // CLS / register tokens per image
+  // Tokens dropped from the start of each image's output before it is handed
+  // on (LLaVA's vision_feature_select_strategy "default": transformers'
+  // `[:, 1:]`, CLIP's class token, or SigLIP's first patch).
+  int64_t drop_tokens = 0;
   int64_t frames_per_token = 1;      // temporal compression for video
   double tokens_per_s = 0;           // audio frame rate after the conv stem
   int64_t downsample = 1;            // projector token reduction
@@ -63,6 +67,11 @@ struct Module {
   TokenRule tokens;
   std::vector<Layer> layers;
   std::vector<int> inputs;  // indices into Model::modules, all < this module's index
+  // Where its weights are in a Hugging Face checkpoint (runtime/hf_weights.h):
+  // the prefix before its family's names ("language_model." for LLaVA's LLM,
+  // "vision_tower." for its vision tower); empty: the family's
+  // own top level ("model." for an LLM, "vision_model." for a vision tower).
+  std::string weights_prefix;
 };
 
 }  // namespace loom
