@@ -315,7 +315,39 @@ l0.backward()
 opt.step()
 opt.zero_grad()
 l1 = loss()
+l1.backward()
+opt.step()
+model.save_pretrained(d + "/trained")  # the weights after both steps, as `loom run --steps 2 --save` writes them
 print(json.dumps([l0.item(), l1.item()]))
+)";
+
+// Each folder `loom run --save` wrote loads with from_pretrained (no key
+// missing or unexpected: the tower's layers Loom does not hold are carried
+// over) and is compared with transformers' model after the same two steps.
+const char* kCompareSavedLlava = R"(
+import json, sys, torch
+import transformers
+from safetensors.torch import load_file
+d, saved = sys.argv[1], sys.argv[2:]
+cls = transformers.LlavaForConditionalGeneration
+ref = cls.from_pretrained(d + "/trained", dtype=torch.float32).eval()
+samples = [json.loads(l) for l in open(d + "/data.jsonl")]
+def logits(m):
+    with torch.no_grad():
+        return [m(input_ids=torch.tensor([s["input_ids"]]),
+                  pixel_values=load_file(d + "/" + s["pixel_values"])["pixel_values"]).logits[0] for s in samples]
+want = logits(ref)
+out = {}
+for s in saved:
+    m, info = cls.from_pretrained(s, dtype=torch.float32, output_loading_info=True)
+    missing = [k for key in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in info[key]]
+    assert not missing, (s, info)
+    m.eval()
+    d2 = torch.cat([(a - b).abs().flatten() for a, b in zip(m.state_dict().values(), ref.state_dict().values())])
+    p = [d2.max().item(), d2.mean().item(), (d2 > 1e-5).float().mean().item()]
+    l = max((a - b).abs().max().item() for a, b in zip(logits(m), want))
+    out[s] = p + [l]
+print(json.dumps(out))
 )";
 
 TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout) {
@@ -329,17 +361,31 @@ TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout)
   const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
   const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
                            " --global-batch 4 --steps 2 --lr 0.01 --precision fp32 --json --timeout 60 ";
+  std::vector<std::string> saved;
   for (const std::string layout :
        {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2", "--cluster h100:1x2 --pp 2 --microbatches 2",
         "--cluster h100:1x2 --dp 2 --zero-stage 3", "--cluster h100:1x2 --cp 2"}) {
     SCOPED_TRACE(layout);
-    auto [code, text] = test::RunLoom(base + layout);
+    saved.push_back((dir / ("saved" + std::to_string(saved.size()))).string());
+    auto [code, text] = test::RunLoom(base + layout + " --save " + saved.back());
     ASSERT_EQ(code, 0) << text;
     const nlohmann::json j = nlohmann::json::parse(text);
     for (int step = 0; step < 2; ++step) {
       const double want = expected[step].get<double>();
       EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
     }
+  }
+  std::string args = dir.string();
+  for (const auto& s : saved) args += " " + s;
+  std::tie(rc, out) = test::RunPython(kCompareSavedLlava, args);
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json diffs = nlohmann::json::parse(out.substr(out.rfind('{')));
+  for (const auto& s : saved) {  // the bounds of TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout
+    SCOPED_TRACE(s);
+    EXPECT_LT(diffs[s][0].get<double>(), 1e-3) << "largest parameter difference";
+    EXPECT_LT(diffs[s][1].get<double>(), 1e-6) << "mean parameter difference";
+    EXPECT_LT(diffs[s][2].get<double>(), 0.01) << "fraction of parameters off by more than 1e-5";
+    EXPECT_LT(diffs[s][3].get<double>(), 1e-4) << "largest logit difference";
   }
   // An image of another length than the model's features is named.
   std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 127, 127, 2], "image_token_id": 127, )"

@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "loom/atomic_file.h"
 #include "loom/error.h"
+#include "loom/runtime/hf_weights.h"
 #include "loom/spec/yaml_reader.h"
 #include "loom/weights/checkpoint_parts.h"
 #include "loom/weights/checkpoint_weights.h"
@@ -69,13 +71,10 @@ std::string PrepareSave(const Model& model, const RunOptions& options) {
   }
   const std::string config_text = ReadTextFile(model.hf_config, "config.json");
   for (const Module& m : model.modules) {
-    if (m.tokens.source != TokenSource::kText) {
-      // A LLaVA's checkpoint also holds tensors Loom does not train (the
-      // vision layers past vision_feature_layer, the post-norm), which a
-      // save must carry over unchanged: not written yet.
+    if (m.tokens.source == TokenSource::kVideo || m.tokens.source == TokenSource::kAudio) {
       throw Error(
-          fmt::format("{}: module {} ({}): --save writes text-only language models (llama, mistral, qwen2, "
-                      "qwen3) yet; a multimodal model loads and trains, but is not saved",
+          fmt::format("{}: module {} ({}) has no Hugging Face weight names in Loom yet; --save writes LLMs "
+                      "(llama, mistral, qwen2, qwen3), CLIP and SigLIP towers and LLaVA",
                       flag, m.name, TokenSourceName(m.tokens.source)));
     }
   }
@@ -116,6 +115,42 @@ std::string PrepareSave(const Model& model, const RunOptions& options) {
   return dtype;
 }
 
+namespace {
+
+// The tensors of the model's own checkpoint that no worker wrote (a LLaVA's
+// vision layers past vision_feature_layer, CLIP's post_layernorm: transformers
+// has them though nothing reads them), carried over byte for byte (in the
+// checkpoint's dtype: they were not trained) into one more part under the
+// names Loom writes; "" if none.
+std::string CarryUnheld(const Model& model, const std::vector<std::string>& parts, const fs::path& parts_dir) {
+  const fs::path model_dir = fs::path(model.hf_config).parent_path();
+  if (!weights::CheckpointWeights::Present(model_dir.string())) return "";
+  std::set<std::string> written;
+  for (const std::string& p : parts) {
+    const weights::SafetensorsFile file(p);  // named: a range-for over a temporary's member dangles
+    for (const auto& t : file.layout().tensors) written.insert(t.name);
+  }
+  bool llava = false;
+  for (const Module& m : model.modules) llava = llava || !m.weights_prefix.empty();
+  const weights::CheckpointWeights checkpoint(model_dir.string());
+  std::deque<std::vector<std::byte>> hold;  // the bytes the spans below point at
+  std::vector<weights::TensorToWrite> tensors;
+  for (const std::string& name : checkpoint.Names()) {
+    const std::string canonical = CanonicalHfName(name, llava);
+    if (written.count(canonical)) continue;
+    const weights::CheckpointWeights::Location& at = checkpoint.At(name);
+    hold.emplace_back(at.tensor->bytes());
+    at.file->Read(*at.tensor, hold.back());
+    tensors.push_back({canonical, at.tensor->dtype, at.tensor->shape, hold.back()});
+  }
+  if (tensors.empty()) return "";
+  const std::string path = (parts_dir / "carried.safetensors").string();
+  weights::WriteCheckpointPart(path, tensors, {});
+  return path;
+}
+
+}  // namespace
+
 void FinishSave(const Model& model, const RunOptions& options) {
   const fs::path dir(options.save_dir), parts_dir = dir / kSavePartsDir;
   std::vector<std::string> parts;
@@ -125,6 +160,8 @@ void FinishSave(const Model& model, const RunOptions& options) {
   }
   std::sort(parts.begin(), parts.end());
   if (parts.empty()) throw Error("--save " + options.save_dir + ": no worker wrote its part of the weights");
+  const std::string carried = CarryUnheld(model, parts, parts_dir);
+  if (!carried.empty()) parts.push_back(carried);
   weights::AssembleCheckpoint(parts, dir.string(), kMaxShardBytes);
   const fs::path model_dir = fs::path(model.hf_config).parent_path();
   for (const std::string& name : CompanionFiles()) {

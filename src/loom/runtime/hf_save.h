@@ -4,8 +4,10 @@
 // DIR/.loom-save-parts (StepExecutor::SaveHfPart); once every worker has
 // finished, the launcher joins the parts (weights/checkpoint_parts.h) into
 // model.safetensors (or shards and an index past 50 GB, save_pretrained's
-// default), then copies config.json and the tokenizer's and processor's
-// files from the model's folder. Torch-free: the launcher calls it.
+// default), with the tensors of the model's checkpoint that no worker holds
+// (a LLaVA's vision layers past its feature layer) carried over unchanged,
+// then copies config.json and the tokenizer's and processor's files from the
+// model's folder. Torch-free: the launcher calls it.
 #pragma once
 
 #include <string>

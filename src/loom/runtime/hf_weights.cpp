@@ -170,20 +170,38 @@ std::vector<int64_t> HfShape(const Model& model, const std::string& loom_name, c
   return shape;
 }
 
+namespace {
+
+// LLaVA checkpoints come in the layouts transformers has written: 5.x keeps
+// the vision tower's names without `vision_model.` (what Loom writes, the
+// first name); Hub checkpoints of 4.x have it; a model saved from
+// LlavaModel's own module tree has its parts under `model.` (transformers'
+// _checkpoint_conversion_mapping for LLaVA). Longest alternatives first.
+const std::vector<std::pair<std::string, std::vector<std::string>>>& LlavaLayouts() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
+      {"language_model.model.", {"model.language_model."}},
+      {"language_model.lm_head.", {"lm_head."}},
+      {"vision_tower.", {"model.vision_tower.vision_model.", "vision_tower.vision_model.", "model.vision_tower."}},
+      {"multi_modal_projector.", {"model.multi_modal_projector."}}};
+  return layouts;
+}
+
+}  // namespace
+
+std::string CanonicalHfName(const std::string& name, bool llava) {
+  if (!llava) return name;
+  for (const auto& [to, others] : LlavaLayouts()) {
+    for (const std::string& from : others) {
+      if (name.rfind(from, 0) == 0) return to + name.substr(from.size());
+    }
+  }
+  return name;
+}
+
 const weights::CheckpointWeights::Location& FindHf(const weights::CheckpointWeights& checkpoint,
                                                    const std::string& name) {
   if (const auto* found = checkpoint.Find(name)) return *found;
-  // LLaVA checkpoints come in the layouts transformers has written: 5.x keeps
-  // the vision tower's names without `vision_model.` (what Loom writes, the
-  // first name); Hub checkpoints of 4.x have it; a model saved from
-  // LlavaModel's own module tree has its parts under `model.` (transformers'
-  // _checkpoint_conversion_mapping for LLaVA).
-  const std::vector<std::pair<std::string, std::vector<std::string>>> layouts = {
-      {"language_model.model.", {"model.language_model."}},
-      {"language_model.lm_head.", {"lm_head."}},
-      {"vision_tower.", {"vision_tower.vision_model.", "model.vision_tower.", "model.vision_tower.vision_model."}},
-      {"multi_modal_projector.", {"model.multi_modal_projector."}}};
-  for (const auto& [from, others] : layouts) {
+  for (const auto& [from, others] : LlavaLayouts()) {
     if (name.rfind(from, 0) != 0) continue;
     for (const std::string& to : others) {
       if (const auto* found = checkpoint.Find(to + name.substr(from.size()))) return *found;

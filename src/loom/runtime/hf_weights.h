@@ -38,6 +38,11 @@ std::string HfParameterName(const Model& model, const std::string& loom_name);
 // class token [hidden] (the same values in the same order).
 std::vector<int64_t> HfShape(const Model& model, const std::string& loom_name, const std::vector<int64_t>& shape);
 
+// A checkpoint tensor's name in the layout Loom writes (`llava`: the model's
+// modules have weights prefixes, and a LLaVA's other layouts are renamed to
+// transformers 5's: `vision_tower.vision_model.X` -> `vision_tower.X`, ...).
+std::string CanonicalHfName(const std::string& name, bool llava);
+
 // Copies every parameter of `stack` from `checkpoint` (converted from F32,
 // BF16 or F16 to the parameter's dtype). Throws loom::Error naming the
 // checkpoint folder and the tensor: one the model needs and the checkpoint
