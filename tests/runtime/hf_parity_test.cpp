@@ -6,6 +6,8 @@
 // DP and CP follow through `loom run --data`).
 #include <gtest/gtest.h>
 
+#include <array>
+#include <deque>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -223,6 +225,39 @@ TEST_P(HfLlavaParity, LogitsAndLossEqualTransformers) {
   EXPECT_LT((logits - expected).abs().max().item<double>(), 1e-5 * scale) << f.name;
   const double loss = runtime::TextLoss(result.at(2), mb, /*batch_text_tokens=*/9).item<double>();
   EXPECT_NEAR(loss, ReadTensor(reference, "loss").item<double>(), 1e-5 * loss) << f.name;
+
+  // The same weights in the layouts transformers has written before (4.x's
+  // vision_tower.vision_model.*, LlavaModel's model.*) load to the same logits.
+  for (const auto& [tower, llm, head] : std::vector<std::array<std::string, 3>>{
+           {"vision_tower.vision_model.", "language_model.model.", "language_model.lm_head."},
+           {"model.vision_tower.", "model.language_model.", "lm_head."}}) {
+    const fs::path other = dir / ("layout_" + tower);
+    fs::create_directories(other);
+    fs::copy_file(dir / "config.json", other / "config.json", fs::copy_options::overwrite_existing);
+    const weights::SafetensorsFile saved((dir / "model.safetensors").string());
+    std::deque<std::vector<std::byte>> hold;
+    std::vector<weights::TensorToWrite> renamed;
+    for (const auto& t : saved.layout().tensors) {
+      std::string name = t.name;
+      for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+               {"vision_tower.", tower},
+               {"language_model.model.", llm},
+               {"language_model.lm_head.", head},
+               {"multi_modal_projector.", tower.rfind("model.", 0) == 0 ? "model.multi_modal_projector." : ""}}) {
+        if (!to.empty() && name.rfind(from, 0) == 0) {
+          name = to + name.substr(from.size());
+          break;
+        }
+      }
+      hold.emplace_back(t.bytes());
+      saved.Read(t, hold.back());
+      renamed.push_back({name, t.dtype, t.shape, hold.back()});
+    }
+    weights::WriteSafetensors((other / "model.safetensors").string(), renamed);
+    runtime::LayerStack again(model, all, /*seed=*/2);
+    runtime::LoadHfWeights(*again, model, weights::CheckpointWeights(other.string()), runtime::TensorParallel{});
+    EXPECT_TRUE(torch::equal(again->forward({}, mb).at(2).squeeze(0), logits)) << tower;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfLlavaParity,
