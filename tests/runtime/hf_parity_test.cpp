@@ -265,8 +265,9 @@ INSTANTIATE_TEST_SUITE_P(Families, HfLlavaParity,
                                          Llava{"llava_siglip_qwen2_full_last", "siglip", "qwen2",
                                                R"({"vision_feature_select_strategy": "full", "vision_feature_layer": -1,
                               "projector_hidden_act": "gelu_pytorch_tanh"})"},
-                                         Llava{"llava_clip_default_first_layer", "clip", "qwen2",
-                                               R"({"vision_feature_layer": 1, "multimodal_projector_bias": false})"}),
+                                         Llava{"llava_clip_default_first_layer_tied", "clip", "qwen2",
+                                               R"({"vision_feature_layer": 1, "multimodal_projector_bias": false,
+                                                   "tie_word_embeddings": true})"}),
                          [](const testing::TestParamInfo<Llava>& info) { return info.param.name; });
 
 // `loom run --model DIR` trains a LLaVA from its checkpoint (image-caption

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "loom/error.h"
 
@@ -224,8 +225,10 @@ std::string ActivationYaml(const Cfg& c, const std::string& key, const std::stri
 // Qwen2 always has them on q, k and v and never on o; Qwen3 normalises each
 // head of q and k and sets head_dim itself. Mistral's and Qwen's sliding
 // windows are not computed: the runtime refuses a sample longer than one.
+// `tied`: whether the head shares the embedding (default: the config's
+// tie_word_embeddings; LLaVA's own config decides for its LLM).
 void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, bool multimodal,
-             const std::string& inputs, const std::string& prefix = "") {
+             const std::string& inputs, const std::string& prefix = "", std::optional<bool> tied = std::nullopt) {
   const auto it = LlmDefaults().find(type);
   if (it == LlmDefaults().end()) {
     throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
@@ -254,7 +257,7 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
                           Exact(eps), ActivationYaml(c, "hidden_act", "silu"), qkv_bias, out_bias,
                           c.Bool("mlp_bias", false), type == "qwen3", RopeYaml(c)),
               fmt::format("{{kind: lm_head, vocab: {}, hidden: {}, tied: {}, final_norm: rms, norm_eps: {}}}", vocab,
-                          hidden, c.Bool("tie_word_embeddings", false), Exact(eps))},
+                          hidden, tied.value_or(c.Bool("tie_word_embeddings", false)), Exact(eps))},
              prefix);
 }
 
@@ -342,7 +345,11 @@ void EmitLlava(Emitter& out, const Cfg& top, const Cfg& vision, const std::strin
       {fmt::format("{{kind: mlp_projector, in_dim: {}, hidden: {}, out_dim: {}, bias: {}, activation: {}}}", vh, th, th,
                    top.Bool("multimodal_projector_bias", true), ActivationYaml(top, "projector_hidden_act", "gelu"))},
       "multi_modal_projector.");
-  EmitLlm(out, text, tt, "llm", true, "projector", "language_model.");
+  // LlavaForConditionalGeneration ties its head by its own config's
+  // tie_word_embeddings (transformers copies text_config's there when the
+  // top level gives none).
+  EmitLlm(out, text, tt, "llm", true, "projector", "language_model.",
+          top.Bool("tie_word_embeddings", text.Bool("tie_word_embeddings", false)));
 }
 
 }  // namespace
