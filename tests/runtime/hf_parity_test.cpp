@@ -305,6 +305,92 @@ TEST(HfLlavaParity, LoomRunTrainsTheCheckpointEquallyUnderEveryLayout) {
   EXPECT_GT(std::abs(nlohmann::json::parse(text)["losses"][0].get<double>() - one[0]), 1e-3 * one[0]);
 }
 
+// What both training references end with: the loss over `samples` (a
+// sample's "pixels", where it has them, are its images) as transformers
+// computes it, two torch.optim.AdamW steps (lr 0.01), the weights after both
+// saved to d/trained (what `loom run --steps 2 --save` writes), the two losses printed.
+const char* kTwoAdamWSteps = R"(
+def loss():
+    total, count = 0.0, 0
+    for s in samples:
+        images = {"pixel_values": s["pixels"]} if "pixels" in s else {}
+        logits = model(input_ids=torch.tensor([s["input_ids"]]), **images).logits[0, :-1]
+        target = torch.tensor(s["labels"][1:])
+        total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
+        count += int((target != -100).sum())
+    return total / count
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+l0 = loss()
+l0.backward()
+opt.step()
+opt.zero_grad()
+l1 = loss()
+l1.backward()
+opt.step()
+model.save_pretrained(d + "/trained")
+print(json.dumps([l0.item(), l1.item()]))
+)";
+
+// Loads each folder `loom run --save` wrote with from_pretrained (no key
+// missing, unexpected or mismatched) and compares it with transformers' own
+// model after the same two steps: the largest difference of any parameter,
+// and of the logits over the data's samples (with their pixel_values files).
+const char* kCompareSaved = R"(
+import json, sys, torch
+import transformers
+from safetensors.torch import load_file
+d, saved = sys.argv[1], sys.argv[2:]
+llava = json.load(open(d + "/config.json"))["model_type"] == "llava"
+cls = transformers.LlavaForConditionalGeneration if llava else transformers.AutoModelForCausalLM
+ref = cls.from_pretrained(d + "/trained", dtype=torch.float32).eval()
+samples = [json.loads(l) for l in open(d + "/data.jsonl")]
+def logits(m):
+    out = []
+    for s in samples:
+        images = {"pixel_values": load_file(d + "/" + s["pixel_values"])["pixel_values"]} if "pixel_values" in s else {}
+        with torch.no_grad():
+            out.append(m(input_ids=torch.tensor([s["input_ids"]]), **images).logits[0])
+    return out
+want = logits(ref)
+out = {}
+for s in saved:
+    m, info = cls.from_pretrained(s, dtype=torch.float32, output_loading_info=True)
+    missing = [k for key in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in info[key]]
+    assert not missing, (s, info)
+    m.eval()
+    assert list(m.state_dict()) == list(ref.state_dict())
+    diff = torch.cat([(a - b).abs().flatten() for a, b in zip(m.state_dict().values(), ref.state_dict().values())])
+    p = [diff.max().item(), diff.mean().item(), (diff > 1e-5).float().mean().item()]
+    l = max((a - b).abs().max().item() for a, b in zip(logits(m), want))
+    out[s] = p + [l]
+print(json.dumps(out))
+)";
+
+// Each folder in `saved` holds the weights transformers trained in `dir`.
+void ExpectSavedLikeTransformers(const fs::path& dir, const std::vector<std::string>& saved) {
+  std::string args = dir.string();
+  for (const auto& s : saved) args += " " + s;
+  const auto [rc, out] = test::RunPython(kCompareSaved, args);
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json diffs = nlohmann::json::parse(out.substr(out.rfind('{')));
+  for (const auto& s : saved) {
+    SCOPED_TRACE(s);
+    // AdamW's first steps move each weight by about lr (0.01) whatever its
+    // gradient's size: a slice saved in the wrong place or a weight not
+    // trained is off by a step or more in every element it holds. Adam
+    // divides by the gradient's own size, so fp32 sums taken in another
+    // order (even in one process, and more so in the -O1 sanitizer build)
+    // show in the few weights with tiny gradients: measured up to 6.9e-5
+    // (Release) and 2.2e-4 (ASan) in one element, a mean of 2.9e-8 and
+    // 0.024% of elements past 1e-5. So: no element off by a tenth of a step,
+    // and the bulk equal to fp32 rounding.
+    EXPECT_LT(diffs[s][0].get<double>(), 1e-3) << "largest parameter difference";
+    EXPECT_LT(diffs[s][1].get<double>(), 1e-6) << "mean parameter difference";
+    EXPECT_LT(diffs[s][2].get<double>(), 0.01) << "fraction of parameters off by more than 1e-5";
+    EXPECT_LT(diffs[s][3].get<double>(), 1e-4) << "largest logit difference";
+  }
+}
+
 // `loom run --model DIR --data FILE.jsonl` with images: token ids holding a
 // run of the image token per image feature (at the start, in the middle, two
 // in one sample), each line's pixel_values file, labels ignoring the image
@@ -337,53 +423,6 @@ for i, pieces in enumerate(texts):
 with open(d + "/data.jsonl", "w") as f:
     for s in samples:
         f.write(json.dumps({k: v for k, v in s.items() if k != "pixels"}) + "\n")
-def loss():
-    total, count = 0.0, 0
-    for s in samples:
-        logits = model(input_ids=torch.tensor([s["input_ids"]]), pixel_values=s["pixels"]).logits[0, :-1]
-        target = torch.tensor(s["labels"][1:])
-        total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
-        count += int((target != -100).sum())
-    return total / count
-opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-l0 = loss()
-l0.backward()
-opt.step()
-opt.zero_grad()
-l1 = loss()
-l1.backward()
-opt.step()
-model.save_pretrained(d + "/trained")  # the weights after both steps, as `loom run --steps 2 --save` writes them
-print(json.dumps([l0.item(), l1.item()]))
-)";
-
-// Each folder `loom run --save` wrote loads with from_pretrained (no key
-// missing or unexpected: the tower's layers Loom does not hold are carried
-// over) and is compared with transformers' model after the same two steps.
-const char* kCompareSavedLlava = R"(
-import json, sys, torch
-import transformers
-from safetensors.torch import load_file
-d, saved = sys.argv[1], sys.argv[2:]
-cls = transformers.LlavaForConditionalGeneration
-ref = cls.from_pretrained(d + "/trained", dtype=torch.float32).eval()
-samples = [json.loads(l) for l in open(d + "/data.jsonl")]
-def logits(m):
-    with torch.no_grad():
-        return [m(input_ids=torch.tensor([s["input_ids"]]),
-                  pixel_values=load_file(d + "/" + s["pixel_values"])["pixel_values"]).logits[0] for s in samples]
-want = logits(ref)
-out = {}
-for s in saved:
-    m, info = cls.from_pretrained(s, dtype=torch.float32, output_loading_info=True)
-    missing = [k for key in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in info[key]]
-    assert not missing, (s, info)
-    m.eval()
-    d2 = torch.cat([(a - b).abs().flatten() for a, b in zip(m.state_dict().values(), ref.state_dict().values())])
-    p = [d2.max().item(), d2.mean().item(), (d2 > 1e-5).float().mean().item()]
-    l = max((a - b).abs().max().item() for a, b in zip(logits(m), want))
-    out[s] = p + [l]
-print(json.dumps(out))
 )";
 
 TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout) {
@@ -392,7 +431,7 @@ TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout)
   fs::create_directories(dir);
   auto [rc, out] = test::RunPython(kMakeLlavaReference, "clip llama " + dir.string() + " '{}'");
   ASSERT_EQ(rc, 0) << out;
-  std::tie(rc, out) = test::RunPython(kTrainLlavaReference, dir.string());
+  std::tie(rc, out) = test::RunPython(std::string(kTrainLlavaReference) + kTwoAdamWSteps, dir.string());
   ASSERT_EQ(rc, 0) << out;
   const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
   const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
@@ -411,18 +450,7 @@ TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout)
       EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
     }
   }
-  std::string args = dir.string();
-  for (const auto& s : saved) args += " " + s;
-  std::tie(rc, out) = test::RunPython(kCompareSavedLlava, args);
-  ASSERT_EQ(rc, 0) << out;
-  const nlohmann::json diffs = nlohmann::json::parse(out.substr(out.rfind('{')));
-  for (const auto& s : saved) {  // the bounds of TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout
-    SCOPED_TRACE(s);
-    EXPECT_LT(diffs[s][0].get<double>(), 1e-3) << "largest parameter difference";
-    EXPECT_LT(diffs[s][1].get<double>(), 1e-6) << "mean parameter difference";
-    EXPECT_LT(diffs[s][2].get<double>(), 0.01) << "fraction of parameters off by more than 1e-5";
-    EXPECT_LT(diffs[s][3].get<double>(), 1e-4) << "largest logit difference";
-  }
+  ExpectSavedLikeTransformers(dir, saved);
   // An image of another length than the model's features is named.
   std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 127, 127, 2], "image_token_id": 127, )"
                                    << R"("pixel_values": "pixels0.safetensors"})"
@@ -525,51 +553,6 @@ for n in (9, 6, 12, 5):
 with open(d + "/data.jsonl", "w") as f:
     for s in samples:
         f.write(json.dumps(s) + "\n")
-def loss():
-    total, count = 0.0, 0
-    for s in samples:
-        logits = model(input_ids=torch.tensor([s["input_ids"]])).logits[0, :-1]
-        target = torch.tensor(s["labels"][1:])
-        total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
-        count += int((target != -100).sum())
-    return total / count
-opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-l0 = loss()
-l0.backward()
-opt.step()
-opt.zero_grad()
-l1 = loss()
-l1.backward()
-opt.step()
-model.save_pretrained(d + "/trained")  # the weights after both steps, as `loom run --steps 2 --save` writes them
-print(json.dumps([l0.item(), l1.item()]))
-)";
-
-// Loads each folder `loom run --save` wrote with from_pretrained and compares
-// it with transformers' own model after the same two steps: the largest
-// difference of any parameter, and of the logits over the data's samples.
-const char* kCompareSaved = R"(
-import json, sys, torch
-import transformers
-d, saved = sys.argv[1], sys.argv[2:]
-ref = transformers.AutoModelForCausalLM.from_pretrained(d + "/trained", dtype=torch.float32).eval()
-samples = [json.loads(l) for l in open(d + "/data.jsonl")]
-def logits(m):
-    with torch.no_grad():
-        return [m(input_ids=torch.tensor([s["input_ids"]])).logits[0] for s in samples]
-want = logits(ref)
-out = {}
-for s in saved:
-    m, info = transformers.AutoModelForCausalLM.from_pretrained(s, dtype=torch.float32, output_loading_info=True)
-    missing = [k for key in ("missing_keys", "unexpected_keys", "mismatched_keys") for k in info[key]]
-    assert not missing, (s, info)
-    m.eval()
-    assert list(m.state_dict()) == list(ref.state_dict())
-    d = torch.cat([(a - b).abs().flatten() for a, b in zip(m.state_dict().values(), ref.state_dict().values())])
-    p = [d.max().item(), d.mean().item(), (d > 1e-5).float().mean().item()]
-    l = max((a - b).abs().max().item() for a, b in zip(logits(m), want))
-    out[s] = p + [l]
-print(json.dumps(out))
 )";
 
 TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
@@ -585,7 +568,7 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
     fs::create_directories(dir);
     auto [rc, out] = test::RunPython(kMakeReference, family + " " + dir.string() + " " + overrides);
     ASSERT_EQ(rc, 0) << out;
-    std::tie(rc, out) = test::RunPython(kTrainReference, dir.string());
+    std::tie(rc, out) = test::RunPython(std::string(kTrainReference) + kTwoAdamWSteps, dir.string());
     ASSERT_EQ(rc, 0) << out;
     const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
     const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
@@ -607,27 +590,7 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
         EXPECT_NEAR(j["losses"][step].get<double>(), want, 1e-5 * want) << "step " << step;
       }
     }
-    std::string args = dir.string();
-    for (const auto& s : saved) args += " " + s;
-    std::tie(rc, out) = test::RunPython(kCompareSaved, args);
-    ASSERT_EQ(rc, 0) << out;
-    const nlohmann::json diffs = nlohmann::json::parse(out.substr(out.rfind('{')));
-    for (const auto& s : saved) {
-      SCOPED_TRACE(s);
-      // AdamW's first steps move each weight by about lr (0.01) whatever its
-      // gradient's size: a slice saved in the wrong place or a weight not
-      // trained is off by a step or more in every element it holds. Adam
-      // divides by the gradient's own size, so fp32 sums taken in another
-      // order (even in one process, and more so in the -O1 sanitizer build)
-      // show in the few weights with tiny gradients: measured up to 6.9e-5
-      // (Release) and 2.2e-4 (ASan) in one element, a mean of 2.9e-8 and
-      // 0.024% of elements past 1e-5. So: no element off by a tenth of a step,
-      // and the bulk equal to fp32 rounding.
-      EXPECT_LT(diffs[s][0].get<double>(), 1e-3) << "largest parameter difference";
-      EXPECT_LT(diffs[s][1].get<double>(), 1e-6) << "mean parameter difference";
-      EXPECT_LT(diffs[s][2].get<double>(), 0.01) << "fraction of parameters off by more than 1e-5";
-      EXPECT_LT(diffs[s][3].get<double>(), 1e-4) << "largest logit difference";
-    }
+    ExpectSavedLikeTransformers(dir, saved);
   }
   // Bad data is named: a token past the vocabulary, labels of another length.
   std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 2, 300]})" << "\n";
