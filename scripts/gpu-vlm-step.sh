@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Issue 41's GPU check (docs/results/runtime.md, "On a GPU"): on one H100 or
+# H200, builds `loom` with its CUDA runtime (scripts/build-cuda.sh, with
+# third_party/gpu-deps carried from a Debian 12 machine), makes a real-size
+# LLaVA (CLIP ViT-L/14-336 + Llama-3.2-1B, random bf16 weights, saved by
+# transformers) and a batch of 4096-token samples with one image each
+# (scripts/hf-vlm-step.py), then trains it for STEPS steps in bf16
+#   1. with `loom run` (one GPU, every sample its own microbatch, --compare:
+#      the simulator's prediction beside the measured step), and
+#   2. with transformers' training step on the same weights and batch.
+# Each writes its JSON to OUT/NAME.txt; the last lines print both step times, tokens/s
+# and MFU. Every step goes on after another fails (its output says so).
+#   [SAMPLES=8] [SEQ=4096] [SMALL=0] [LOOM=build-cuda/loom] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu-vlm-step.sh OUT_DIR [STEPS]}
+STEPS=${2:-10}
+SAMPLES=${SAMPLES:-8}
+SEQ=${SEQ:-4096}
+L=${LOOM:-build-cuda/loom}
+M=${MODEL_DIR:-/tmp/loom-vlm}
+mkdir -p "$OUT"
+step() {  # name command...: run (at most LIMIT_S, 300 s), log to OUT/name.txt, say how it ended
+  local name=$1
+  shift
+  local t0=$SECONDS
+  timeout "${LIMIT_S:-300}" "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  echo "== $name: exit $rc in $((SECONDS - t0)) s"
+  tail -n 8 "$OUT/$name.txt"
+}
+DEVICE=cpu GPU=h100
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+  DEVICE=cuda
+  if grep -q H200 "$OUT/gpu.txt"; then GPU=h200; fi
+  if [ ! -x "$L" ]; then
+    step build bash scripts/build-cuda.sh build-cuda
+    if [ ! -x "$L" ]; then  # every error at once, then stop
+      ninja -C build-cuda -k 0 loom 2>&1 | grep -B2 -A6 "error:" | head -150
+      exit 1
+    fi
+  fi
+fi
+export PYTHONUNBUFFERED=1
+step make python3 scripts/hf-vlm-step.py make "$M" "$SAMPLES" "$SEQ" ${SMALL:+small}
+step loom "$L" run --model "$M" --data "$M/data.jsonl" --global-batch "$SAMPLES" --microbatches "$SAMPLES" \
+  --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json
+step hf python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 1
+python3 - "$OUT" "$GPU" << 'SUMMARY'
+import json, sys
+out, gpu = sys.argv[1], sys.argv[2]
+peak = 989.4e12  # bf16 dense, H100 SXM and H200 alike (Loom's gpu table)
+def tail(name):
+    try:
+        text = open(f"{out}/{name}.txt").read()
+        return json.loads(text[text.rfind("\n{") + 1:] if "\n{" in text else text[text.find("{"):])
+    except Exception as e:
+        return {"error": str(e)}
+def median_after_warmup(times):
+    later = sorted(times[2:] or times)
+    return later[len(later) // 2]
+hf, loom = tail("hf"), tail("loom")
+for name, r in (("transformers", hf), ("loom", loom)):
+    if "step_s" not in r:
+        print(f"{name}: {r}")
+        continue
+    times = r["step_s"][0] if isinstance(r["step_s"][0], list) else r["step_s"]
+    s = median_after_warmup(times)
+    line = f"{name}: median step {s:.3f} s (of {len(times)}, the first two left out)"
+    if "flops_per_step" in hf:
+        line += f", {hf['tokens_per_step'] / s:.0f} tokens/s, MFU {hf['flops_per_step'] / s / peak:.1%}"
+    mem = r.get("peak_mem_bytes") or max(r.get("peak_tensor_bytes", [0]))
+    line += f", peak memory {mem / 2**30:.2f} GiB, losses {r['losses'][0]:.4f} .. {r['losses'][-1]:.4f}"
+    if name == "loom":
+        line += (f"; predicted step {r['simulated_iteration_time_s']:.3f} s, predicted peak memory "
+                 f"{max(r['simulated_group_peak_mem_bytes']) / 2**30:.2f} GiB")
+    print(line)
+json.dump({"gpu": gpu, "transformers": hf, "loom": loom}, open(f"{out}/summary.json", "w"))
+SUMMARY
