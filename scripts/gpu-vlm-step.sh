@@ -10,12 +10,13 @@
 #   2. with transformers' training step on the same weights and batch.
 # Each writes its JSON to OUT/NAME.txt; the last lines print both step times, tokens/s
 # and MFU. Every step goes on after another fails (its output says so).
-#   [SAMPLES=8] [SEQ=4096] [SMALL=0] [LOOM=build-cuda/loom] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
+#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [SMALL=0] [LOOM=build-cuda/loom] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-vlm-step.sh OUT_DIR [STEPS]}
 STEPS=${2:-10}
 SAMPLES=${SAMPLES:-8}
 SEQ=${SEQ:-4096}
+MICRO=${MICRO:-1}  # samples per microbatch; several (MICRO="1 4") run one after another
 L=${LOOM:-build-cuda/loom}
 M=${MODEL_DIR:-/tmp/loom-vlm}
 mkdir -p "$OUT"
@@ -43,12 +44,15 @@ if command -v nvidia-smi > /dev/null; then
 fi
 export PYTHONUNBUFFERED=1
 step make python3 scripts/hf-vlm-step.py make "$M" "$SAMPLES" "$SEQ" ${SMALL:+small}
-step loom "$L" run --model "$M" --data "$M/data.jsonl" --global-batch "$SAMPLES" --microbatches "$SAMPLES" \
-  --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json
-step hf python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 1
-python3 - "$OUT" "$GPU" << 'SUMMARY'
+for micro in $MICRO; do  # samples per microbatch
+  sfx=-m$micro
+  if [ "$micro" = 1 ]; then sfx=; fi
+  step loom$sfx "$L" run --model "$M" --data "$M/data.jsonl" --global-batch "$SAMPLES" --microbatches $((SAMPLES / micro)) \
+    --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json
+  step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"
+  python3 - "$OUT" "$GPU" "$sfx" << 'SUMMARY'
 import json, sys
-out, gpu = sys.argv[1], sys.argv[2]
+out, gpu, sfx = sys.argv[1], sys.argv[2], sys.argv[3]
 peak = 989.4e12  # bf16 dense, H100 SXM and H200 alike (Loom's gpu table)
 def tail(name):
     try:
@@ -59,7 +63,7 @@ def tail(name):
 def median_after_warmup(times):
     later = sorted(times[2:] or times)
     return later[len(later) // 2]
-hf, loom = tail("hf"), tail("loom")
+hf, loom = tail("hf" + sfx), tail("loom" + sfx)
 for name, r in (("transformers", hf), ("loom", loom)):
     if "step_s" not in r:
         print(f"{name}: {r}")
@@ -75,5 +79,7 @@ for name, r in (("transformers", hf), ("loom", loom)):
         line += (f"; predicted step {r['simulated_iteration_time_s']:.3f} s, predicted peak memory "
                  f"{max(r['simulated_group_peak_mem_bytes']) / 2**30:.2f} GiB")
     print(line)
-json.dump({"gpu": gpu, "transformers": hf, "loom": loom}, open(f"{out}/summary.json", "w"))
+if not sfx:
+    json.dump({"gpu": gpu, "transformers": hf, "loom": loom}, open(f"{out}/summary.json", "w"))
 SUMMARY
+done

@@ -8,10 +8,12 @@
 //   build/loom_runtime_bench
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "loom/data/sample_source.h"
 #include "loom/plan/compile_plan.h"
@@ -122,6 +124,57 @@ void BM_BareLibtorchStep(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_BareLibtorchStep)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+
+// Issue 41's speed goal (at most 1.0x): `loom run` training a tiny Llama
+// saved by transformers, on its tokenized samples, against transformers'
+// eager training step on the same model and samples
+// (bench/runtime/hf_llama_step.py: fp32, SDPA, torch.optim.AdamW), same
+// machine, same run, the same intra-op threads and microbatches. Each side's
+// time is the median of its steps 3..N (the first steps allocate); the time
+// reported is Loom's, with transformers' and the ratio as counters.
+// range(0): intra-op threads.
+std::string Capture(const std::string& cmd) {
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  if (pclose(pipe) != 0) throw std::runtime_error(cmd + " failed:\n" + out);
+  return out;
+}
+
+double MedianAfterWarmUp(const nlohmann::json& step_s) {
+  std::vector<double> t;
+  for (size_t s = 2; s < step_s.size(); ++s) t.push_back(step_s[s].get<double>());
+  std::sort(t.begin(), t.end());
+  return t.at(t.size() / 2);
+}
+
+void BM_LoomStepVsTransformers(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  constexpr int kHfSteps = 7;
+  const std::string dir = "/tmp/loom_bench_hf_llama";
+  const std::string script = std::string(LOOM_BENCH_DIR) + "/runtime/hf_llama_step.py";
+  const std::string python = LOOM_PYTHON_EXE;
+  Capture("rm -rf " + dir + " && " + python + " " + script + " make " + dir + " 16 256 2>&1");
+  const std::string loom = std::string(LOOM_BINARY) + " run --model " + dir + " --data " + dir +
+                           "/data.jsonl --global-batch 16 --microbatches 4 --cluster h100:1x1 --precision fp32 "
+                           "--lr 1e-4 --steps " +
+                           std::to_string(kHfSteps) + " --threads " + std::to_string(threads) + " --json 2>/dev/null";
+  const std::string hf = python + " " + script + " step " + dir + " " + std::to_string(kHfSteps) + " 4 " +
+                         std::to_string(threads) + " 2>/dev/null";
+  double loom_s = 0, hf_s = 0;
+  for (auto _ : state) {
+    const nlohmann::json l = nlohmann::json::parse(Capture(loom));
+    const std::string h = Capture(hf);
+    const nlohmann::json t = nlohmann::json::parse(h.substr(h.rfind('{')));
+    loom_s = MedianAfterWarmUp(l["step_s"][0]);
+    hf_s = MedianAfterWarmUp(t["step_s"]);
+    state.SetIterationTime(loom_s);
+  }
+  state.counters["transformers_ms"] = hf_s * 1e3;
+  state.counters["loom_over_transformers"] = loom_s / hf_s;
+}
+BENCHMARK(BM_LoomStepVsTransformers)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // Cornstarch's bitfield attention on this machine's CPU, forward and
 // backward: the dense reference (the T x T mask, MayAttend on the host)

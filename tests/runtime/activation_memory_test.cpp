@@ -163,3 +163,49 @@ TEST(ActivationMemory, RecomputationLeavesTheGradientsAsTheyWere) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// The loss head's backward holds what BackwardWorkingBytes prices beyond its
+// kept activations: transformers' loss in fp32 (the logits upcast whatever the
+// compute dtype, as TextLoss computes it), whose log_softmax backward has the
+// log-probabilities' gradient and the logits' live together (2 x 4 B per token
+// and vocabulary entry); the peak comes before the head's weight gradient.
+TEST(ActivationMemory, TheLossHeadsBackwardHoldsWhatTheMemoryModelPrices) {
+  constexpr int64_t kTokens = 256, kVocab = 4096;
+  const Model model = OneLayerModel(fmt::format("{{kind: lm_head, vocab: {}, hidden: 128}}", kVocab));
+  const Layer& l = model.modules[0].layers[1];
+  TokenStats t;
+  t.tokens = kTokens;
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1);
+    stack->SetComputeDtype(dtype);
+    runtime::MicrobatchPacking packing;
+    packing.modules.resize(1);
+    packing.modules[0].push_back({0, 0, -1, kTokens, {{-1, 0, kTokens}}});
+    const runtime::MicrobatchInput mb{&packing, 0, 1, torch::kCPU};
+    torch::Tensor x = torch::randn({1, kTokens, l.hidden}).to(dtype).requires_grad_(true);
+    runtime::TensorMemoryCounter counter;
+    const torch::Tensor logits = stack->forward({{0, x}}, mb, {Recompute::kNone}).at(0);
+    namespace F = torch::nn::functional;
+    const torch::Tensor loss =
+        F::cross_entropy(logits.reshape({-1, kVocab}).to(torch::kFloat), torch::randint(0, kVocab, {kTokens}),
+                         F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    const double kept = static_cast<double>(counter.live_bytes());
+    counter.ResetPeak();
+    loss.backward();
+    const double working = static_cast<double>(counter.peak_bytes()) - kept;
+    const double priced = BackwardWorkingBytes(l, t, 1);
+    EXPECT_EQ(priced, 8.0 * kTokens * kVocab);
+    EXPECT_NEAR(working, priced, 5e-3 * priced) << (dtype == torch::kFloat ? "fp32" : "bf16");
+  }
+  // Only the loss head's backward is priced so.
+  EXPECT_EQ(
+      BackwardWorkingBytes(
+          OneLayerModel("{kind: transformer, hidden: 128, ffn_hidden: 512, heads: 4}").modules[0].layers[1], t, 1),
+      0.0);
+}
+
+}  // namespace
+}  // namespace loom

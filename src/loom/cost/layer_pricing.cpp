@@ -100,6 +100,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
       out.backward_data_s += kernels.forward_elementwise_s;
       out.transient_bytes = kept_all - out.activation_bytes;
     }
+    out.transient_bytes += BackwardWorkingBytes(l, t, tp);
   }
   if (par.fsdp && par.fsdp_ranks > 1) {
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its

@@ -304,4 +304,9 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
   return 0;
 }
 
+double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp) {
+  if (l.kind != LayerKind::kLmHead) return 0;
+  return 8.0 * t.tokens * static_cast<double>(l.vocab) / tp;
+}
+
 }  // namespace loom

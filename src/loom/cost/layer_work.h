@@ -63,4 +63,14 @@ LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp
 double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Recompute policy,
                        double bytes_per_elem = 2, bool sequence_parallel = false);
 
+// Bytes one TP rank holds beyond the kept activations while this layer's
+// backward runs: the LM head's loss gradients, 8 B per token and vocabulary
+// entry whatever the compute precision (transformers' ForCausalLMLoss upcasts
+// the logits: the dense fp32 gradient of the log-probabilities and that of
+// the logits, live together in log_softmax's backward), over TP as Megatron's
+// vocabulary-parallel loss splits them. Other layers' activation gradients are
+// not priced (measured up to 1.3 f values a token, under 1% of what a
+// transformer layer keeps at real widths; docs/cost-model.md "Memory").
+double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp);
+
 }  // namespace loom

@@ -37,4 +37,6 @@ TensorMemoryCounter::~TensorMemoryCounter() = default;
 int64_t TensorMemoryCounter::live_bytes() const { return state_->live.load(); }
 int64_t TensorMemoryCounter::peak_bytes() const { return state_->peak.load(); }
 
+void TensorMemoryCounter::ResetPeak() { state_->peak.store(state_->live.load()); }
+
 }  // namespace loom::runtime

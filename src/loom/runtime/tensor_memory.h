@@ -25,6 +25,8 @@ class TensorMemoryCounter {
 
   int64_t live_bytes() const;
   int64_t peak_bytes() const;
+  // Starts the peak afresh from the live bytes (a phase's own peak).
+  void ResetPeak();
 
  private:
   struct State;
