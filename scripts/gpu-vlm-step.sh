@@ -10,7 +10,7 @@
 #   2. with transformers' training step on the same weights and batch.
 # Each writes its JSON to OUT/NAME.txt; the last lines print both step times, tokens/s
 # and MFU. Every step goes on after another fails (its output says so).
-#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [SMALL=0] [LOOM=build-cuda/loom] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
+#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [HF=1 (0: Loom only)] [SMALL=0] [LOOM=build-cuda/loom] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-vlm-step.sh OUT_DIR [STEPS]}
 STEPS=${2:-10}
@@ -49,7 +49,7 @@ for micro in $MICRO; do  # samples per microbatch
   if [ "$micro" = 1 ]; then sfx=; fi
   step loom$sfx "$L" run --model "$M" --data "$M/data.jsonl" --global-batch "$SAMPLES" --microbatches $((SAMPLES / micro)) \
     --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json
-  step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"
+  if [ "${HF:-1}" = 1 ]; then step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"; fi
   python3 - "$OUT" "$GPU" "$sfx" << 'SUMMARY'
 import json, sys
 out, gpu, sfx = sys.argv[1], sys.argv[2], sys.argv[3]
