@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """A real-size LLaVA for the runtime's GPU check (docs/results/runtime.md, "On a GPU").
 
-  hf-vlm-step.py make DIR [SAMPLES] [SEQ] [small]
+  hf-vlm-step.py make DIR [SAMPLES] [SEQ] [small|tiny]
       writes DIR/config.json and random bf16 weights (CLIP ViT-L/14-336 tower,
       Llama-3.2-1B language model, LLaVA-1.5 projector; `small` shrinks every
-      width for a CPU rehearsal), and DIR/data.jsonl: SAMPLES samples of SEQ
-      tokens, each one image (576 image tokens after the BOS token, labels -100
-      there) and random text, pixels in DIR/pixels/NNNN.safetensors.
+      width for a CPU rehearsal, `tiny` also the vocabulary (512) and the
+      images (32 px, 8 px patches: 16 image tokens), for README's example), and
+      DIR/data.jsonl: SAMPLES samples of SEQ tokens, each one image (its image
+      tokens after the BOS token, labels -100 there) and random text, pixels
+      in DIR/pixels/NNNN.safetensors.
   hf-vlm-step.py train DIR STEPS [LR] [MICRO]
       transformers' training step on the same model and batch, as its Trainer
       runs it with bf16=True: fp32 weights, torch.autocast(bf16), SDPA attention,
@@ -14,6 +16,9 @@
       microbatches of MICRO samples (default 1), every microbatch's loss
       weighted by its share of the batch's label tokens (Loom's loss: the mean
       over the whole batch's scored tokens). Prints one JSON line.
+  hf-vlm-step.py loss DIR [DATA_DIR]
+      transformers' loss of the model in DIR (fp32) on DATA_DIR's batch (default
+      DIR's): the mean over the batch's scored tokens, as `loom run` reports it.
   hf-vlm-step.py flops DIR [SAMPLES] [SEQ]
       the model FLOPs of one training step (3x the forward's matmuls and
       attention; causal attention counts half the scores), as JSON.
@@ -30,7 +35,7 @@ from safetensors.torch import save_file
 IMAGE_TOKEN = 128011  # a reserved id of Llama 3's vocabulary
 
 
-def config(small):
+def config(size):
     vision = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
                   image_size=336, patch_size=14, hidden_act="quick_gelu", projection_dim=768)
     text = dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
@@ -38,34 +43,42 @@ def config(small):
                 rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                                   original_max_position_embeddings=8192),
                 rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000, eos_token_id=128001)
-    if small:
+    image_token = IMAGE_TOKEN
+    if size in ("small", "tiny"):
         vision.update(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4)
         text.update(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2)
+    if size == "tiny":
+        vision.update(image_size=32, patch_size=8)
+        text.update(vocab_size=512, bos_token_id=1, eos_token_id=2)
+        image_token = 511
     return transformers.LlavaConfig(vision_config=transformers.CLIPVisionConfig(**vision),
-                                    text_config=transformers.LlamaConfig(**text), image_token_index=IMAGE_TOKEN,
+                                    text_config=transformers.LlamaConfig(**text), image_token_index=image_token,
                                     vision_feature_layer=-2, vision_feature_select_strategy="default",
                                     tie_word_embeddings=True)
 
 
-def make(d, samples, seq, small):
+def make(d, samples, seq, size):
     torch.manual_seed(0)
-    cfg = config(small)
+    cfg = config(size)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with torch.device(device):
         model = transformers.LlavaForConditionalGeneration(cfg).to(torch.bfloat16)
     model.save_pretrained(d)
-    image_tokens = (336 // 14) ** 2  # 576: the class token dropped ("default")
+    v, t = cfg.vision_config, cfg.text_config
+    image_tokens = (v.image_size // v.patch_size) ** 2  # 576 for CLIP-L/14-336: the class token dropped ("default")
+    image_token = cfg.image_token_index
     os.makedirs(os.path.join(d, "pixels"), exist_ok=True)
     g = torch.Generator().manual_seed(1)
     with open(os.path.join(d, "data.jsonl"), "w") as f:
         for i in range(samples):
-            text = torch.randint(0, 128000, (seq - 1 - image_tokens,), generator=g).tolist()
-            ids = [128000] + [IMAGE_TOKEN] * image_tokens + text
+            text = torch.randint(0, min(t.vocab_size - 1, 128000), (seq - 1 - image_tokens,), generator=g).tolist()
+            ids = [t.bos_token_id] + [image_token] * image_tokens + text
             labels = [-100] * (1 + image_tokens) + text
             name = f"pixels/{i:04d}.safetensors"
-            save_file({"pixel_values": torch.randn(1, 3, 336, 336, generator=g)}, os.path.join(d, name))
-            f.write(json.dumps({"input_ids": ids, "labels": labels, "image_token_id": IMAGE_TOKEN,
+            pixels = torch.randn(1, 3, v.image_size, v.image_size, generator=g)
+            save_file({"pixel_values": pixels}, os.path.join(d, name))
+            f.write(json.dumps({"input_ids": ids, "labels": labels, "image_token_id": image_token,
                                 "pixel_values": name}) + "\n")
 
 
@@ -139,15 +152,29 @@ def train(d, steps, lr, micro):
                       "gpu": torch.cuda.get_device_name() if cuda else "cpu", **f}))
 
 
+def loss(d, data_dir):
+    model = transformers.LlavaForConditionalGeneration.from_pretrained(d, dtype=torch.float32).eval()
+    data = read_samples(data_dir)
+    scored = sum(int((l[0, 1:] != -100).sum()) for _, l, _ in data)
+    total = 0.0
+    with torch.no_grad():
+        for ids, labels, pixels in data:
+            n = int((labels[0, 1:] != -100).sum())
+            total += model(input_ids=ids, pixel_values=pixels, labels=labels).loss.item() * n / scored
+    print(f"transformers: {type(model).__name__} from {d}: loss {total:.6f} on {len(data)} samples")
+
+
 if __name__ == "__main__":
     what, d = sys.argv[1], sys.argv[2]
     if what == "make":
         make(d, int(sys.argv[3]) if len(sys.argv) > 3 else 8, int(sys.argv[4]) if len(sys.argv) > 4 else 4096,
-             len(sys.argv) > 5 and sys.argv[5] == "small")
+             sys.argv[5] if len(sys.argv) > 5 else "full")
     elif what == "train":
         train(d, int(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else 1e-5,
               int(sys.argv[5]) if len(sys.argv) > 5 else 1)
+    elif what == "loss":
+        loss(d, sys.argv[3] if len(sys.argv) > 3 else d)
     elif what == "flops":
         print(json.dumps(flops(d, *(int(a) for a in sys.argv[3:5])) if len(sys.argv) > 3 else flops(d)))
     else:
-        sys.exit(f"hf-vlm-step.py: unknown command '{what}': make, train or flops")
+        sys.exit(f"hf-vlm-step.py: unknown command '{what}': make, train, loss or flops")

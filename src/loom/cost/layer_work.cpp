@@ -304,9 +304,21 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
   return 0;
 }
 
-double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp) {
-  if (l.kind != LayerKind::kLmHead) return 0;
-  return 8.0 * t.tokens * static_cast<double>(l.vocab) / tp;
+double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double e) {
+  const double h = static_cast<double>(l.hidden), f = static_cast<double>(l.ffn_hidden);
+  switch (l.kind) {
+    case LayerKind::kLmHead:
+      return 8.0 * t.tokens * static_cast<double>(l.vocab) / tp;
+    case LayerKind::kTransformer:
+    case LayerKind::kConformer: {
+      // quick_gelu (CLIP's) is x * sigmoid(1.702 x) in several ops, whose
+      // backward makes more intermediates than the fused GELU and SiLU kernels.
+      const double values = l.activation == Activation::kQuickGelu ? 5 : l.gated_mlp ? 4 : (e < 4 ? 3 : 2);
+      return e * t.tokens * values * f / tp + (e < 4 ? 2 * h * f / tp : 0);
+    }
+    default:
+      return 0;
+  }
 }
 
 }  // namespace loom

@@ -64,13 +64,20 @@ double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Rec
                        double bytes_per_elem = 2, bool sequence_parallel = false);
 
 // Bytes one TP rank holds beyond the kept activations while this layer's
-// backward runs: the LM head's loss gradients, 8 B per token and vocabulary
-// entry whatever the compute precision (transformers' ForCausalLMLoss upcasts
-// the logits: the dense fp32 gradient of the log-probabilities and that of
-// the logits, live together in log_softmax's backward), over TP as Megatron's
-// vocabulary-parallel loss splits them. Other layers' activation gradients are
-// not priced (measured up to 1.3 f values a token, under 1% of what a
-// transformer layer keeps at real widths; docs/cost-model.md "Memory").
-double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp);
+// backward runs (measured on the runtime:
+// ActivationMemory.TheBackwardHoldsWhatTheMemoryModelPricesBeyondTheKeptBytes):
+//  - the LM head: the loss's 8 B per token and vocabulary entry whatever the
+//    compute precision (transformers' ForCausalLMLoss upcasts the logits; the
+//    dense fp32 gradients of the log-probabilities and of the logits live
+//    together in log_softmax's backward), over TP as Megatron's
+//    vocabulary-parallel loss splits them;
+//  - a transformer layer: its MLP's backward, the gradients of the up
+//    projection's outputs and of the activation (a fused GELU or SiLU: 2 f
+//    values a token, 3 f in bf16; gated: 4 f, gate, up, their product and the
+//    recomputed SiLU; CLIP's quick_gelu, several unfused ops: 5 f), plus under
+//    mixed precision the bf16 gradient of one h x f weight before it is added
+//    to the fp32 one.
+// Other kinds: 0 (not measured).
+double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2);
 
 }  // namespace loom
