@@ -38,6 +38,16 @@ Workload BenchWorkload() {
   return w;
 }
 
+// A command's standard output; a command that fails stops the benchmark, naming it.
+std::string Capture(const std::string& cmd) {
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  if (pclose(pipe) != 0) throw std::runtime_error(cmd + " failed:\n" + out);
+  return out;
+}
+
 // `loom run` on a one-rank plan; the iteration time is the workers' mean step time.
 void BM_RuntimeStep(benchmark::State& state) {
   const Model model = LoadModel(kModel);
@@ -56,12 +66,7 @@ void BM_RuntimeStep(benchmark::State& state) {
                           " --cluster h100:1x1 --workload text --global-batch 16 --seq-len 256 --plan " + path +
                           " --steps " + std::to_string(kSteps) + " --threads 1 --json 2>&1";
   for (auto _ : state) {
-    FILE* pipe = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf;
-    while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-    pclose(pipe);
-    const auto j = nlohmann::json::parse(out);
+    const auto j = nlohmann::json::parse(Capture(cmd));
     double sum = 0;
     for (int s = 1; s < kSteps; ++s) sum += j["step_s"][0][s].get<double>();
     state.SetIterationTime(sum / (kSteps - 1));
@@ -125,6 +130,14 @@ void BM_BareLibtorchStep(benchmark::State& state) {
 }
 BENCHMARK(BM_BareLibtorchStep)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
+// The median of a run's step times after its first two (which allocate).
+double MedianAfterWarmUp(const nlohmann::json& step_s) {
+  std::vector<double> t;
+  for (size_t s = 2; s < step_s.size(); ++s) t.push_back(step_s[s].get<double>());
+  std::sort(t.begin(), t.end());
+  return t.at(t.size() / 2);
+}
+
 // Issue 41's speed goal (at most 1.0x): `loom run` training a tiny Llama
 // saved by transformers, on its tokenized samples, against transformers'
 // eager training step on the same model and samples
@@ -133,25 +146,9 @@ BENCHMARK(BM_BareLibtorchStep)->UseManualTime()->Unit(benchmark::kMillisecond)->
 // time is the median of its steps 3..N (the first steps allocate); the time
 // reported is Loom's, with transformers' and the ratio as counters.
 // range(0): intra-op threads.
-std::string Capture(const std::string& cmd) {
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
-  if (pclose(pipe) != 0) throw std::runtime_error(cmd + " failed:\n" + out);
-  return out;
-}
-
-double MedianAfterWarmUp(const nlohmann::json& step_s) {
-  std::vector<double> t;
-  for (size_t s = 2; s < step_s.size(); ++s) t.push_back(step_s[s].get<double>());
-  std::sort(t.begin(), t.end());
-  return t.at(t.size() / 2);
-}
-
 void BM_LoomStepVsTransformers(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  constexpr int kHfSteps = 7;
+  constexpr int kStepsEach = 7;
   const std::string dir = "/tmp/loom_bench_hf_llama";
   const std::string script = std::string(LOOM_BENCH_DIR) + "/runtime/hf_llama_step.py";
   const std::string python = LOOM_PYTHON_EXE;
@@ -159,8 +156,8 @@ void BM_LoomStepVsTransformers(benchmark::State& state) {
   const std::string loom = std::string(LOOM_BINARY) + " run --model " + dir + " --data " + dir +
                            "/data.jsonl --global-batch 16 --microbatches 4 --cluster h100:1x1 --precision fp32 "
                            "--lr 1e-4 --steps " +
-                           std::to_string(kHfSteps) + " --threads " + std::to_string(threads) + " --json 2>/dev/null";
-  const std::string hf = python + " " + script + " step " + dir + " " + std::to_string(kHfSteps) + " 4 " +
+                           std::to_string(kStepsEach) + " --threads " + std::to_string(threads) + " --json 2>/dev/null";
+  const std::string hf = python + " " + script + " step " + dir + " " + std::to_string(kStepsEach) + " 4 " +
                          std::to_string(threads) + " 2>/dev/null";
   double loom_s = 0, hf_s = 0;
   for (auto _ : state) {
