@@ -65,6 +65,8 @@ TEST(WorkerMessage, EveryMessageRoundTrips) {
   const double third = 1.0 / 3.0;
   const std::vector<runtime::WorkerMessage> all = {r::Loss{3, -std::nan("")},
                                                    r::Loss{0, third},
+                                                   r::LossScale{4, 65536.0, true},
+                                                   r::LossScale{5, third, false},
                                                    r::StepTime{2, HUGE_VAL},
                                                    r::Param{third, 2e-300, 7.0},
                                                    r::PeakMemory{123456789.0},

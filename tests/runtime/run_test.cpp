@@ -253,8 +253,7 @@ TEST(Runtime, PeakTensorMemoryFollowsTheScheduleAndThePrediction) {
 // ZB-H1's split backward, DP 2 with ZeRO-3 and CP 2: each step's loss is the
 // fp32 run's to bf16's rounding (relative 2e-3; measured <= 3e-4) but not
 // equal to it (bf16 did run), and it falls as fp32's does. Peak tensor memory
-// follows the bf16 prediction (18 B a parameter, 2 B activations). fp16,
-// which would need loss scaling, is refused naming the flag.
+// follows the bf16 prediction (18 B a parameter, 2 B activations).
 TEST(Runtime, Bf16MixedPrecisionTrainsLikeFp32UnderEveryLayout) {
   const std::string base = "run --model " + kModel + " --workload text --global-batch 8 --seq-len 32 --steps 3 --json ";
   auto losses = [&](const std::string& args) {
@@ -298,9 +297,62 @@ TEST(Runtime, Bf16MixedPrecisionTrainsLikeFp32UnderEveryLayout) {
     EXPECT_GT(ratio, 0.9) << p;
     EXPECT_LT(ratio, 1.1) << p;
   }
-  std::tie(code, out) = LoomCli(base + "--cluster h100:1x1 --precision fp16");
-  EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("--precision fp16: the runtime runs bf16 mixed precision"), std::string::npos) << out;
+}
+
+// fp16 mixed precision with loss scaling (runtime/loss_scaler.h): under every
+// layout each step's loss is the fp32 run's to fp16's rounding (relative
+// 2e-4; measured <= 1e-5, bf16's is 2e-4), trained at the initial scale 2^16
+// with no step skipped. A scale of
+// 1e30 overflows fp16 in every backward: each step is skipped (the weights are
+// those of a run of one skipped step, which are the initial ones) and the
+// dynamic scale halves each time (hysteresis 1), or stays (--loss-scale).
+// Loss-scale flags without fp16, and impossible scales, are refused.
+TEST(Runtime, Fp16WithLossScalingTrainsLikeFp32UnderEveryLayout) {
+  const std::string base = "run --model " + kModel + " --workload text --global-batch 8 --seq-len 32 --json ";
+  auto run = [&](const std::string& args) {
+    auto [code, out] = LoomCli(base + args);
+    EXPECT_EQ(code, 0) << args << "\n" << out;
+    return code == 0 ? nlohmann::json::parse(out) : nlohmann::json::object();
+  };
+  const std::vector<double> fp32 = run("--steps 3 --cluster h100:1x1 --precision fp32")["losses"];
+  ASSERT_EQ(fp32.size(), 3u);
+  for (const std::string layout : {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2",
+                                   "--cluster h100:1x2 --pp 2 --schedule zb-h1 --microbatches 4",
+                                   "--cluster h100:1x2 --dp 2 --zero-stage 3", "--cluster h100:1x2 --cp 2"}) {
+    const auto j = run("--steps 3 " + layout + " --precision fp16");
+    ASSERT_TRUE(j.contains("losses")) << layout;
+    const std::vector<double> fp16 = j["losses"];
+    ASSERT_EQ(fp16.size(), 3u) << layout;
+    bool differs = false;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(fp16[i], fp32[i], 2e-4 * fp32[i]) << layout << " step " << i;
+      differs = differs || std::abs(fp16[i] - fp32[i]) > 1e-7;
+    }
+    EXPECT_TRUE(differs) << layout << ": the fp16 run's losses are fp32's to 1e-7: did it compute in fp16?";
+    EXPECT_LT(fp16[2], fp16[0]) << layout;
+    EXPECT_EQ(j["loss_scales"], nlohmann::json({65536.0, 65536.0, 65536.0})) << layout;
+    EXPECT_EQ(j["skipped_steps"], nlohmann::json::array()) << layout;
+  }
+  const std::string overflowing = "--cluster h100:1x2 --dp 2 --zero-stage 1 --precision fp16 ";
+  const auto once = run("--steps 1 " + overflowing + "--initial-loss-scale 1e30 --hysteresis 1");
+  const auto dynamic = run("--steps 3 " + overflowing + "--initial-loss-scale 1e30 --hysteresis 1");
+  const auto constant = run("--steps 3 " + overflowing + "--loss-scale 1e30");
+  ASSERT_TRUE(once.contains("params") && dynamic.contains("params") && constant.contains("params"));
+  EXPECT_EQ(dynamic["loss_scales"], nlohmann::json({1e30, 5e29, 2.5e29}));
+  EXPECT_EQ(constant["loss_scales"], nlohmann::json({1e30, 1e30, 1e30}));
+  for (const auto& j : {dynamic, constant}) {
+    EXPECT_EQ(j["skipped_steps"], nlohmann::json({0, 1, 2}));
+    EXPECT_EQ(j["params"], once["params"]);  // no step changed a weight
+  }
+  EXPECT_NE(once["params"], run("--steps 1 " + overflowing)["params"]);  // a step that is not skipped does
+  for (const std::string bad : {"--precision bf16 --loss-scale 1024", "--precision fp16 --initial-loss-scale 0",
+                                "--precision fp16 --loss-scale 1e40", "--precision fp16 --hysteresis 0"}) {
+    auto [code, out] = LoomCli(base + "--steps 1 --cluster h100:1x1 " + bad);
+    EXPECT_EQ(code, 2) << bad << "\n" << out;
+    EXPECT_NE(out.find(bad.find("bf16") != std::string::npos ? "add --precision fp16" : "loss"), std::string::npos)
+        << bad << "\n"
+        << out;
+  }
 }
 
 // Every runtime test model, PP 2 under 1F1B, with no, selective and full

@@ -56,7 +56,7 @@ class RunCommand : public Command {
     const Workload workload = ResolveWorkload(model);
     ChosenPlan chosen = ChoosePlan(model, cluster, workload);
 #ifdef LOOM_HAVE_RUNTIME
-    RunOptions options = flags_.BasicOptions();
+    RunOptions options = flags_.BasicOptions(workload.precision);
     // A Hugging Face model folder with weights: the run starts from them.
     if (std::filesystem::is_directory(flags_.model) && weights::CheckpointWeights::Present(flags_.model)) {
       options.weights_dir = flags_.model;

@@ -38,6 +38,18 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")
       ->check(RealIn(0, max_timeout_s));
   run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);
+  run->add_option("--loss-scale", loss_scale, "fp16: a constant loss scale (default: dynamic)")
+      ->group("fp16 loss scaling");
+  run->add_option("--initial-loss-scale", initial_loss_scale, "fp16: the dynamic loss scale's start (default 65536)")
+      ->group("fp16 loss scaling")
+      ->excludes("--loss-scale");
+  run->add_option("--loss-scale-window", loss_scale_window,
+                  "fp16: clean steps before the dynamic scale doubles (default 1000)")
+      ->group("fp16 loss scaling")
+      ->excludes("--loss-scale");
+  run->add_option("--hysteresis", hysteresis, "fp16: overflows before the dynamic scale halves (default 2)")
+      ->group("fp16 loss scaling")
+      ->excludes("--loss-scale");
   run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")->group("");
   run->add_option("--kill-step", kill_step, "fault injection step")->group("");
   run->add_option("--fault-tolerance", fault_tolerance,
@@ -137,7 +149,7 @@ std::string Env(const char* name) {
 
 }  // namespace
 
-RunOptions RunFlags::BasicOptions() const {
+RunOptions RunFlags::BasicOptions(Precision precision) const {
   RunOptions o;
   o.steps = steps;
   o.timeout_s = timeout_s;
@@ -148,6 +160,20 @@ RunOptions RunFlags::BasicOptions() const {
   o.device = ParseDevice(device);
   o.sm_quotas = sm_quotas == "on";
   o.save_dir = save;
+  const bool scaling = loss_scale || initial_loss_scale || loss_scale_window || hysteresis;
+  if (scaling && precision != Precision::kFp16) {
+    throw loom::Error(
+        fmt::format("--loss-scale, --initial-loss-scale, --loss-scale-window and --hysteresis act on "
+                    "fp16 training; this run's precision is {}: add --precision fp16",
+                    PrecisionName(precision)));
+  }
+  if (loss_scale) {
+    o.loss_scale.dynamic = false;
+    o.loss_scale.initial_scale = *loss_scale;
+  }
+  if (initial_loss_scale) o.loss_scale.initial_scale = *initial_loss_scale;
+  if (loss_scale_window) o.loss_scale.growth_interval = *loss_scale_window;
+  if (hysteresis) o.loss_scale.hysteresis = *hysteresis;
   return o;
 }
 

@@ -7,10 +7,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loom/cli/common_flags.h"
+#include "loom/spec/precision.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #ifdef LOOM_HAVE_RUNTIME
 #include "loom/runtime/run.h"
@@ -36,6 +38,10 @@ struct RunFlags {
   int steps = 3;
   double timeout_s = 60;
   double lr = 1e-3;
+  // fp16's loss scaling (runtime/loss_scaler.h), Megatron-LM's flags: unset
+  // values keep LossScaleOptions' defaults.
+  std::optional<double> loss_scale, initial_loss_scale;
+  std::optional<int> loss_scale_window, hysteresis;
   int kill_rank = -1;  // hidden: tests' fault injection without fault tolerance
   int kill_step = -1;
   std::string device = "cpu";
@@ -71,8 +77,9 @@ struct RunFlags {
   bool wants_prediction() const { return !trace.empty() || compare || !timeline.empty(); }
 
 #ifdef LOOM_HAVE_RUNTIME
-  // Steps, timeouts, device and fault injection: the options that need no checks.
-  RunOptions BasicOptions() const;
+  // Steps, timeouts, device, fault injection and fp16's loss scaling (which
+  // only a `precision` of fp16 takes: loom::Error otherwise).
+  RunOptions BasicOptions(Precision precision) const;
   // --kill, --hang, --rejoin, --heartbeat-timeout, --checkpoint*, --resume
   // into `options`. Throws loom::Error for a malformed value or for a fault
   // flag without --fault-tolerance.

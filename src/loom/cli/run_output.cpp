@@ -53,6 +53,14 @@ nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
                       {"processes", e.processes}});
   }
   if (context.fault_tolerant) j["events"] = events;
+  if (!r.loss_scales.empty()) {  // fp16
+    std::vector<int> skipped;
+    for (size_t i = 0; i < r.skipped.size(); ++i) {
+      if (r.skipped[i]) skipped.push_back(static_cast<int>(i));
+    }
+    j["loss_scales"] = r.loss_scales;
+    j["skipped_steps"] = skipped;
+  }
   if (context.predicted != nullptr) {
     j["simulated_iteration_time_s"] = context.predicted->metrics.iteration_time_s;
     j["simulated_busy_s"] = context.predicted->result.busy_s;
@@ -84,7 +92,12 @@ std::string FormatRun(const RunResult& r, const RunOutputContext& context) {
   for (size_t i = r.first_step; i < r.losses.size(); ++i) {
     double slowest = 0;
     for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);
-    out += fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)\n", i, r.losses[i], slowest);
+    out += fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)", i, r.losses[i], slowest);
+    if (i < r.loss_scales.size()) {
+      out += r.skipped[i] ? fmt::format("; skipped: gradients overflowed at loss scale {:g}", r.loss_scales[i])
+                          : fmt::format(", loss scale {:g}", r.loss_scales[i]);
+    }
+    out += "\n";
   }
   if (context.predicted != nullptr) {
     out += FormatRunBesideSimulation(*context.predicted, r.measured, r.peak_tensor_bytes, p.group_gpus,

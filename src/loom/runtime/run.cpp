@@ -113,9 +113,14 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
                      const Replanner& replanner) {
   options.Validate();
   if (workload.precision == Precision::kFp16) {
-    throw Error(
-        "--precision fp16: the runtime runs bf16 mixed precision (fp32 master weights, bf16 compute), tf32 and "
-        "fp32; fp16 needs loss scaling, which it does not run yet: pass --precision bf16 or fp32");
+    options.loss_scale.Validate();
+    // A fault-tolerant generation restores weights and AdamW state
+    // (training_state.h), not the loss scale and its trackers.
+    if (options.fault_tolerant) {
+      throw Error(
+          "--precision fp16 with --fault-tolerance: a recovered generation would restart its loss scale; "
+          "run fault-tolerant training in bf16 or fp32");
+    }
   }
   if (options.save_dir.empty()) return RunWorkers(model, cluster, workload, plan, options, schedules, replanner);
   // --save: checked before any worker starts, joined once every one finished.

@@ -23,6 +23,7 @@
 
 #include "loom/plan/plan.h"
 #include "loom/plan/replanner.h"
+#include "loom/runtime/loss_scaler.h"
 #include "loom/sim/sim_result.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -108,6 +109,9 @@ struct RunOptions {
   // (config.json's dtype) for its workers.
   std::string save_dir;
   std::string save_dtype;
+  // The workload's precision fp16: its loss scaling (`--loss-scale`,
+  // `--initial-loss-scale`, `--loss-scale-window`, `--hysteresis`).
+  runtime::LossScaleOptions loss_scale;
 
   // Throws loom::Error naming the flag of the first option that no plan
   // could run with (steps, timeout, node rank, threads; under fault
@@ -124,6 +128,10 @@ int FreePort();
 // nodes' `losses` are NaN).
 struct RunResult {
   std::vector<double> losses;               // per step: the global batch's mean loss
+  // fp16 (runtime/loss_scaler.h), per step: the loss scale it ran with, and
+  // whether its gradients overflowed, so that it changed no weight. Empty otherwise.
+  std::vector<double> loss_scales;
+  std::vector<bool> skipped;
   std::vector<std::vector<double>> step_s;  // [rank][step] wall time of the step
   std::vector<std::vector<double>>
       params;  // [process] per parameter tensor: sum, sum of squares, sum of |w| (replica 0's)

@@ -62,6 +62,13 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
       if (const auto* m = std::get_if<report::Loss>(&message)) {
         out.losses.at(m->step) += m->value;  // each replica's last rank reports its share of the batch's mean loss
         ++reporters.at(m->step);
+      } else if (const auto* m = std::get_if<report::LossScale>(&message)) {
+        if (out.loss_scales.empty()) {
+          out.loss_scales.assign(steps, std::nan(""));
+          out.skipped.assign(steps, false);
+        }
+        out.loss_scales.at(m->step) = m->scale;
+        out.skipped.at(m->step) = m->skipped;
       } else if (const auto* m = std::get_if<report::StepTime>(&message)) {
         out.step_s[r].at(m->step) = m->seconds;
       } else if (const auto* m = std::get_if<report::PeakMemory>(&message)) {

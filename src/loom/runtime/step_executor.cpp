@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -12,6 +13,7 @@
 #include "loom/runtime/hf_weights.h"
 #include "loom/runtime/sends_in_flight.h"
 #include "loom/runtime/tensor_buckets.h"
+#include "loom/runtime/unscale_gradients.h"
 
 namespace loom::runtime {
 
@@ -160,6 +162,7 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
       first, local_.buckets, groups_, [&](int v) { return HoldsTied(ties, local_, v); }, abort);
   optimizers_ = std::make_unique<OptimizerSteps>(first, place_, local_, *zero_, std::move(ties), std::move(segments),
                                                  options.learning_rate, abort);
+  if (options.loss_scale) scaler_.emplace(*options.loss_scale);
   clock_ = MakeActionClock(first, place_, device, options.sm_quotas,
                            ClockReports{[this](const WorkerMessage& m) { reports_.Step(m); },
                                         [this](const WorkerMessage& m) { reports_.Now(m); }});
@@ -210,7 +213,18 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
     clock_->EndAction();
   }
   clock_->ActionsDone();
-  if (!stepping.empty()) StepOptimizers(stepping);
+  // fp16: a step whose gradients overflowed anywhere is skipped by every
+  // process (Megatron's found_inf, all-reduced over the whole run).
+  const bool finite = !scaler_ || UnscaleRunGradients();
+  if (!finite) {
+    DropGradients();
+  } else if (!stepping.empty()) {
+    StepOptimizers(stepping);
+  }
+  if (scaler_) {
+    if (place_.process == 0) reports_.Step(report::LossScale{step, scaler_->scale(), !finite});
+    scaler_->Update(!finite);
+  }
   step_->sends.WaitAll(abort_);  // every receiver has posted its receive by now
   for (auto& [v, stack] : local_.stacks) stack->ClearComputeCopies();  // the weights changed
   const double secs = clock_->EndStep();
@@ -250,6 +264,34 @@ void StepExecutor::StepOptimizers(const std::vector<std::pair<int, int>>& steppi
   for (const auto& [r, index] : stepping) ranks.push_back(r);
   optimizers_->Step(ranks);
   clock_->EndOptimizerSteps();
+}
+
+// Every gradient this process's optimizers read: its stages' parameters' (the
+// replicated ones, ties and segments are summed from these in StepOptimizers:
+// unscaling first is the same, the sums being linear) and ZeRO's reduced slices.
+bool StepExecutor::UnscaleRunGradients() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (auto& [v, stack] : local_.stacks) {
+    for (const auto& p : stack->parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  }
+  for (auto& sb : zero_->shards()) {
+    if (sb.master.grad().defined()) grads.push_back(sb.master.grad());
+  }
+  const bool finite_here = runtime::UnscaleGradients(grads, scaler_->scale());
+  torch::Tensor overflowed =
+      torch::full({1}, finite_here ? 0.0F : 1.0F, torch::TensorOptions().device(device_).dtype(torch::kFloat));
+  AllReduceSum(*groups_.world, overflowed, abort_);
+  return overflowed.item<float>() == 0.0F;
+}
+
+void StepExecutor::DropGradients() {
+  for (auto& [v, stack] : local_.stacks) {
+    for (auto& p : stack->parameters()) p.mutable_grad() = torch::Tensor();
+  }
+  for (auto& sb : zero_->shards()) sb.master.mutable_grad() = torch::Tensor();
 }
 
 void StepExecutor::ReportLoss(int step) {
@@ -397,6 +439,10 @@ std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
   return g;
 }
 
+torch::Tensor StepExecutor::LossGradient(const torch::Tensor& loss) const {
+  return scaler_ ? torch::full_like(loss, scaler_->scale()) : torch::ones_like(loss);
+}
+
 void StepExecutor::Backward(int r, const Action& a) {
   Step& s = *step_;
   const int v = a.stage, k = a.microbatch;
@@ -404,7 +450,7 @@ void StepExecutor::Backward(int r, const Action& a) {
   const auto& hands = s.output.at({v, k});
   if (s.loss_stage[v]) {
     outs = hands;
-    grads.push_back(torch::ones_like(hands[0]));
+    grads.push_back(LossGradient(hands[0]));
   } else {
     const std::vector<torch::Tensor> g = HandedGradients(r, v, k);
     for (size_t i = 0; i < hands.size(); ++i) {
@@ -416,7 +462,7 @@ void StepExecutor::Backward(int r, const Action& a) {
     if (auto t = s.tower_losses.find({v, k}); t != s.tower_losses.end()) {
       if (t->second.requires_grad()) {
         outs.push_back(t->second);
-        grads.push_back(torch::ones_like(t->second));
+        grads.push_back(LossGradient(t->second));
       }
       s.tower_losses.erase(t);
     }

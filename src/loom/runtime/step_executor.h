@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -23,6 +24,7 @@
 #include "loom/plan/execution_plan.h"
 #include "loom/runtime/action_clock.h"
 #include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/loss_scaler.h"
 #include "loom/runtime/mailbox.h"
 #include "loom/runtime/message_routing.h"
 #include "loom/runtime/optimizer_steps.h"
@@ -47,6 +49,9 @@ struct ExecutorOptions {
   // master weights, torch_model.h ComputeCopies); activations and the
   // messages between stages are in it.
   torch::ScalarType compute_dtype = torch::kFloat;
+  // fp16 mixed precision: the loss scaling (runtime/loss_scaler.h); absent
+  // for bf16 and fp32, whose range needs none.
+  std::optional<LossScaleOptions> loss_scale;
 };
 
 // One worker process's stages, groups and optimizer state for a run (a
@@ -106,6 +111,11 @@ class StepExecutor {
   void Collective(const Action& a);
   void Wait(int r);
   void StepOptimizers(const std::vector<std::pair<int, int>>& stepping);
+  // fp16: divides every gradient this process steps by the loss scale and
+  // says whether all of the run's are finite (one all-reduce over every process).
+  bool UnscaleRunGradients();
+  // A skipped step's gradients, dropped as an optimizer step would.
+  void DropGradients();
 
   // Forward's inputs: stage v's microbatch k assembled from its messages.
   ModuleTensors Inputs(int r, int v, int k, const std::string& where);
@@ -116,6 +126,8 @@ class StepExecutor {
   std::vector<torch::Tensor> ShapesOf(int v, int k, int part);
   Message MessageOf(int u, int j, int part, const torch::Tensor& flat);
   torch::Tensor TowerLoss(int v, const ModuleTensors& out) const;
+  // The gradient a backward starts from at a loss: 1, or fp16's loss scale.
+  torch::Tensor LossGradient(const torch::Tensor& loss) const;
   void ReportLoss(int step);
 
   // Constant for the run.
@@ -132,6 +144,7 @@ class StepExecutor {
   std::unique_ptr<ZeroShards> zero_;
   std::unique_ptr<OptimizerSteps> optimizers_;
   std::unique_ptr<ActionClock> clock_;
+  std::optional<LossScaler> scaler_;  // fp16: the loss scale, updated after every step
   // This step's.
   std::unique_ptr<Step> step_;
 };

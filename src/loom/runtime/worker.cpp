@@ -193,6 +193,20 @@ void ReportMemory(const WorkerReports& reports, bool cuda, int device, double we
   reports.Now(report::PeakTensorMemory{weight_bytes + static_cast<double>(tensor_memory.peak_bytes())});
 }
 
+// What the layers compute in under a workload's precision.
+torch::ScalarType ComputeDtype(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return torch::kBFloat16;
+    case Precision::kFp16:
+      return torch::kHalf;
+    case Precision::kTf32:
+    case Precision::kFp32:
+      return torch::kFloat;
+  }
+  return torch::kFloat;
+}
+
 // The torch dtype of a checkpoint's config.json name (runtime/hf_save.h PrepareSave checked it).
 torch::ScalarType SaveDType(const std::string& name) {
   if (name == "bfloat16") return torch::kBFloat16;
@@ -230,9 +244,10 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   options.learning_rate = spec.options.learning_rate;
   options.sm_quotas = spec.options.sm_quotas;
   options.weights_dir = spec.options.weights_dir;
-  // The workload's precision (RunLocally refused fp16): bf16 mixed precision,
-  // or fp32; tf32 is fp32 with TF32 matmuls on a GPU (a CPU has none).
-  options.compute_dtype = spec.workload->precision == Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
+  // The workload's precision: bf16 mixed precision, fp16 mixed precision with
+  // loss scaling, or fp32; tf32 is fp32 with TF32 matmuls on a GPU (a CPU has none).
+  options.compute_dtype = ComputeDtype(spec.workload->precision);
+  if (spec.workload->precision == Precision::kFp16) options.loss_scale = spec.options.loss_scale;
   if (cuda)
     at::globalContext().setFloat32MatmulPrecision(spec.workload->precision == Precision::kTf32 ? "high" : "highest");
   // Heterogeneous pipeline templates (Oobleck): stage boundaries differ

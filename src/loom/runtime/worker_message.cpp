@@ -30,6 +30,7 @@ std::string Encode(const WorkerMessage& message) {
   return std::visit(
       Overloaded{
           [](const Loss& m) { return fmt::format("loss {} {:.17g}", m.step, m.value); },
+          [](const LossScale& m) { return fmt::format("scale {} {:.17g} {}", m.step, m.scale, m.skipped ? 1 : 0); },
           [](const StepTime& m) { return fmt::format("time {} {:.17g}", m.step, m.seconds); },
           [](const Param& m) { return fmt::format("param {:.17g} {:.17g} {:.17g}", m.sum, m.sum_sq, m.abs_sum); },
           [](const PeakMemory& m) { return fmt::format("mem {:.17g}", m.bytes); },
@@ -57,6 +58,13 @@ WorkerMessage Decode(const std::string& line) {
     Loss m;
     m.step = in.Int();
     m.value = in.Number();
+    return m;
+  }
+  if (kind == "scale") {
+    LossScale m;
+    m.step = in.Int();
+    m.scale = in.Number();
+    m.skipped = in.Int() != 0;
     return m;
   }
   if (kind == "time") {

@@ -20,6 +20,11 @@ struct Loss {  // this process's share of the global batch's mean loss
   int step = 0;
   double value = 0;
 };
+struct LossScale {  // fp16: the loss scale a step ran with, and whether it was skipped (process 0)
+  int step = 0;
+  double scale = 0;
+  bool skipped = false;
+};
 struct StepTime {  // the step's wall time on this process
   int step = 0;
   double seconds = 0;
@@ -67,9 +72,9 @@ struct Dying {  // an injected fault: it is about to be killed or hang
 }  // namespace report
 
 using WorkerMessage =
-    std::variant<report::Loss, report::StepTime, report::Param, report::PeakMemory, report::PeakTensorMemory,
-                 report::Interval, report::Note, report::Failure, report::Heartbeat, report::Ready, report::Done,
-                 report::Saved, report::Stopped, report::Dying>;
+    std::variant<report::Loss, report::LossScale, report::StepTime, report::Param, report::PeakMemory,
+                 report::PeakTensorMemory, report::Interval, report::Note, report::Failure, report::Heartbeat,
+                 report::Ready, report::Done, report::Saved, report::Stopped, report::Dying>;
 
 // The message as its line, without the line break (a text's line breaks become spaces).
 std::string Encode(const WorkerMessage& message);
