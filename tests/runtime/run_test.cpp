@@ -281,14 +281,15 @@ TEST(Runtime, Bf16MixedPrecisionTrainsLikeFp32UnderEveryLayout) {
     EXPECT_TRUE(differs) << layout << ": the bf16 run's losses are fp32's to 1e-6: did it compute in bf16?";
     EXPECT_LT(bf16[2], bf16[0]) << layout;
   }
-  // Two microbatches: the runtime frees the gradients at each step's end (as
+  // Four microbatches: the runtime frees the gradients at each step's end (as
   // transformers and PyTorch's zero_grad do) and allocates them in the step's
   // first backward, where the memory model keeps them as model state all along
-  // (Megatron-LM's gradient buffers). From the second microbatch on they agree;
-  // with one microbatch the loss head's backward working set (cost/layer_work.h)
-  // comes before the stage's gradients exist and the prediction is high by up
-  // to that set (measured 0.88x here).
-  auto [code, out] = LoomCli(base + "--cluster h100:1x2 --pp 2 --microbatches 2 --precision bf16 --compare");
+  // (Megatron-LM's gradient buffers). Stage 0's peak, two microbatches kept
+  // plus a backward's working set (cost/layer_work.h), then comes at its second
+  // backward, when the gradients exist: 1.02x and 1.00x. With one or two
+  // microbatches it comes before they exist and the prediction is high by up
+  // to the working sets (two: 0.905x on stage 0; one: 0.88x on the head's).
+  auto [code, out] = LoomCli(base + "--cluster h100:1x2 --pp 2 --microbatches 4 --precision bf16 --compare");
   ASSERT_EQ(code, 0) << out;
   const auto j = nlohmann::json::parse(out);
   for (int p : {0, 1}) {
@@ -360,11 +361,11 @@ TEST(Runtime, Fp16WithLossScalingTrainsLikeFp32UnderEveryLayout) {
 // prediction for its GPU group. Issue 41 asks for 10%; the layers' kept bytes
 // and backward working sets are exact (ActivationMemory.*), and a real-size
 // LLaVA on an H200 lands within 3% (docs/results/runtime.md). Measured here
-// 0.99-1.24x: the transformer layers' backward working sets are measured but
-// not priced yet (with them: 0.99-1.16x; docs/cost-model.md "Memory"), a
-// large share of these 2-layer stages at hidden 64-128; and 1.47-2.16x on the
-// bitfield-masked LLM's stage, whose blocked attention keeps each query
-// block's K/V window for its backward. The bounds hold what is reached.
+// 0.99-1.16x (1.10-1.16x only on vlm's and vlm2's second process, where the
+// unpriced norm statistics and RoPE tables are a large share of a hidden-64
+// stage; docs/cost-model.md "Memory"), and 1.47-2.16x on the bitfield-masked
+// LLM's stage, whose blocked attention keeps each query block's K/V window for
+// its backward. The bounds hold what is reached.
 TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
   const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
   const std::vector<std::pair<std::string, TinyRun>> models = {
@@ -391,7 +392,7 @@ TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
         std::printf("%-13s recompute %d process %d: measured / simulated peak tensor bytes %.3f\n", name.c_str(),
                     static_cast<int>(r), p, ratio);
         EXPECT_GT(ratio, 0.9) << name << " recompute " << static_cast<int>(r) << " process " << p;
-        EXPECT_LT(ratio, name == "vlm-bitfield" && p == 1 ? 2.3 : 1.3)
+        EXPECT_LT(ratio, name == "vlm-bitfield" && p == 1 ? 2.3 : 1.2)
             << name << " recompute " << static_cast<int>(r) << " process " << p;
       }
     }

@@ -100,10 +100,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
       out.backward_data_s += kernels.forward_elementwise_s;
       out.transient_bytes = kept_all - out.activation_bytes;
     }
-    // The loss head's working set only. A transformer layer's is measured too
-    // (BackwardWorkingBytes) but not priced yet: it moves five planners' tests
-    // that sit at memory's edge (docs/cost-model.md "Memory").
-    if (l.kind == LayerKind::kLmHead) out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem);
+    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem);
   }
   if (par.fsdp && par.fsdp_ranks > 1) {
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its

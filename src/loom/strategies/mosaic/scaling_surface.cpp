@@ -61,7 +61,7 @@ struct ModulePricing {
     const TokenStats share = ShareOfSequences(tokens, replicas * seq_share * m);
     const size_t L = mod.layers.size();
     std::vector<std::array<double, 3>> phases(L);
-    std::vector<double> layer_s(L), act(L), trainable(L), frozen(L);
+    std::vector<double> layer_s(L), act(L), transient(L), trainable(L), frozen(L);
     double bytes = 0;
     for (size_t li = 0; li < L; ++li) {
       LayerParallelism par;
@@ -74,6 +74,7 @@ struct ModulePricing {
       phases[li] = {t.forward_s, t.backward_data_s, t.backward_weight_s};
       layer_s[li] = t.forward_s + t.backward_data_s + t.backward_weight_s;
       act[li] = t.activation_bytes;
+      transient[li] = t.transient_bytes;
       const double params = static_cast<double>(LayerParams(mod.layers[li])) / (split ? tp : 1);
       (mod.frozen || mod.layers[li].frozen ? frozen : trainable)[li] = params;
       const LayerWork w = EstimateLayerWork(mod.layers[li], share, 1, elem);
@@ -84,16 +85,20 @@ struct ModulePricing {
     // Per GPU, the worst stage: its state, its gradient sync, and its
     // activations alive at once: 1F1B's stage s holds min(pp - s, m / k)
     // microbatches, GPipe (a Mosaic stage before the last) all m / k of a round.
+    // At its peak, in a backward, one layer's working set (and recomputed
+    // activations) come on top: the stage's largest, as the simulator adds it.
+    // A stage held while a later one runs is in no backward: without it.
     double mem = 0, held = 0, sync_s = 0;
     for (int st = 0; st < pp; ++st) {
-      double tr = 0, fr = 0, a = 0;
+      double tr = 0, fr = 0, a = 0, working = 0;
       for (int li = part.begin[st]; li < part.begin[st + 1]; ++li) {
         tr += trainable[li];
         fr += frozen[li];
         a += act[li];
+        working = std::max(working, transient[li]);
       }
       const double state = ModelState(tr, fr, replicas * seq_share, 1, precision).total();
-      mem = std::max(mem, state + std::min(pp - st, per_round) * a);
+      mem = std::max(mem, state + std::min(pp - st, per_round) * a + working);
       held = std::max(held, state + per_round * a);
       // Gradients all-reduced in the training precision, as the simulator prices DP sync.
       if (tr > 0 && replicas * seq_share > 1) {

@@ -242,11 +242,13 @@ std::string CandidateSearch::MemoryOverflow(const ExecutionPlan& exec, const Pla
   std::map<int, std::pair<double, double>>
       group_bytes;  // group -> (states + earlier phases' activations, largest other)
   for (size_t r = 0; r < costs.static_bytes.size(); ++r) {
-    double held_s = 0;
+    // What its forwards keep until its first backward, and that backward's
+    // working set (and recomputed activations) on top while it runs.
+    double kept = 0, working = 0;
     for (const Action& a : exec.schedule.ranks[r]) {
-      if (a.kind == ActionKind::kForward) held_s += costs.at(a.stage, a.microbatch).activation_bytes;
+      if (a.kind == ActionKind::kForward) kept += costs.at(a.stage, a.microbatch).activation_bytes;
       if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
-        held_s += costs.at(a.stage, a.microbatch).transient_bytes;
+        working = costs.at(a.stage, a.microbatch).transient_bytes;
         break;
       }
     }
@@ -254,9 +256,9 @@ std::string CandidateSearch::MemoryOverflow(const ExecutionPlan& exec, const Pla
     auto& [states, most] = group_bytes[key];
     states += costs.static_bytes[r];
     if (plan.phase_rounds <= 1 && phase_of(r) < last_phase[key]) {
-      states += held_s;
+      states += kept;  // while a later phase's rank starts its first backward, this one is in none of its own
     } else {
-      most = std::max(most, held_s);
+      most = std::max(most, kept + working);
     }
   }
   for (const auto& [group, bytes] : group_bytes) {
