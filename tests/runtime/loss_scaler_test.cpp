@@ -75,6 +75,8 @@ TEST(LossScaler, UnscalingDividesInPlaceAndFindsOverflows) {
     EXPECT_EQ(g[0][0].item<float>(), 0.5F);
   }
   EXPECT_TRUE(runtime::UnscaleGradients({}, 2));
+  EXPECT_TRUE(runtime::UnscaleGradients({torch::empty({0}), torch::ones({2})}, 2));  // an empty ZeRO slice
+  EXPECT_FALSE(runtime::UnscaleGradients({torch::empty({0}), torch::full({1}, NAN)}, 2));
 }
 
 }  // namespace

@@ -334,18 +334,26 @@ TEST(Runtime, Fp16WithLossScalingTrainsLikeFp32UnderEveryLayout) {
     EXPECT_EQ(j["loss_scales"], nlohmann::json({65536.0, 65536.0, 65536.0})) << layout;
     EXPECT_EQ(j["skipped_steps"], nlohmann::json::array()) << layout;
   }
-  const std::string overflowing = "--cluster h100:1x2 --dp 2 --zero-stage 1 --precision fp16 ";
-  const auto once = run("--steps 1 " + overflowing + "--initial-loss-scale 1e30 --hysteresis 1");
-  const auto dynamic = run("--steps 3 " + overflowing + "--initial-loss-scale 1e30 --hysteresis 1");
-  const auto constant = run("--steps 3 " + overflowing + "--loss-scale 1e30");
-  ASSERT_TRUE(once.contains("params") && dynamic.contains("params") && constant.contains("params"));
-  EXPECT_EQ(dynamic["loss_scales"], nlohmann::json({1e30, 5e29, 2.5e29}));
-  EXPECT_EQ(constant["loss_scales"], nlohmann::json({1e30, 1e30, 1e30}));
-  for (const auto& j : {dynamic, constant}) {
-    EXPECT_EQ(j["skipped_steps"], nlohmann::json({0, 1, 2}));
-    EXPECT_EQ(j["params"], once["params"]);  // no step changed a weight
+  // Skipped under ZeRO-1 (its reduced slices), ZeRO-3 (weights released and
+  // gathered again) and PP with ZB's deferred weight gradients.
+  for (const std::string layout :
+       {"--cluster h100:1x2 --dp 2 --zero-stage 1", "--cluster h100:1x2 --dp 2 --zero-stage 3",
+        "--cluster h100:1x2 --pp 2 --schedule zb-h1 --microbatches 4"}) {
+    const std::string overflowing = layout + " --precision fp16 ";
+    const auto once = run("--steps 1 " + overflowing + "--initial-loss-scale 1e30 --hysteresis 1");
+    const auto dynamic = run("--steps 3 " + overflowing + "--initial-loss-scale 1e30 --hysteresis 1");
+    ASSERT_TRUE(once.contains("params") && dynamic.contains("params")) << layout;
+    EXPECT_EQ(dynamic["loss_scales"], nlohmann::json({1e30, 5e29, 2.5e29})) << layout;
+    EXPECT_EQ(dynamic["skipped_steps"], nlohmann::json({0, 1, 2})) << layout;
+    EXPECT_EQ(dynamic["params"], once["params"]) << layout;                          // no step changed a weight
+    EXPECT_NE(once["params"], run("--steps 1 " + overflowing)["params"]) << layout;  // a step not skipped does
   }
-  EXPECT_NE(once["params"], run("--steps 1 " + overflowing)["params"]);  // a step that is not skipped does
+  const auto once = run("--steps 1 --cluster h100:1x1 --precision fp16 --loss-scale 1e30");
+  const auto constant = run("--steps 3 --cluster h100:1x1 --precision fp16 --loss-scale 1e30");
+  ASSERT_TRUE(once.contains("params") && constant.contains("params"));
+  EXPECT_EQ(constant["loss_scales"], nlohmann::json({1e30, 1e30, 1e30}));
+  EXPECT_EQ(constant["skipped_steps"], nlohmann::json({0, 1, 2}));
+  EXPECT_EQ(constant["params"], once["params"]);
   for (const std::string bad : {"--precision bf16 --loss-scale 1024", "--precision fp16 --initial-loss-scale 0",
                                 "--precision fp16 --loss-scale 1e40", "--precision fp16 --hysteresis 0"}) {
     auto [code, out] = LoomCli(base + "--steps 1 --cluster h100:1x1 " + bad);
@@ -361,9 +369,9 @@ TEST(Runtime, Fp16WithLossScalingTrainsLikeFp32UnderEveryLayout) {
 // prediction for its GPU group. Issue 41 asks for 10%; the layers' kept bytes
 // and backward working sets are exact (ActivationMemory.*), and a real-size
 // LLaVA on an H200 lands within 3% (docs/results/runtime.md). Measured here
-// 0.99-1.16x (1.10-1.16x only on vlm's and vlm2's second process, where the
-// unpriced norm statistics and RoPE tables are a large share of a hidden-64
-// stage; docs/cost-model.md "Memory"), and 1.47-2.16x on the bitfield-masked
+// 0.99-1.16x (1.10-1.16x only on vlm's and vlm2's second process, a hidden-64
+// projector and LLM stage, not explained yet; docs/cost-model.md "Memory"),
+// and 1.47-2.16x on the bitfield-masked
 // LLM's stage, whose blocked attention keeps each query block's K/V window for
 // its backward. The bounds hold what is reached.
 TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {

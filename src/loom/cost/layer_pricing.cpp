@@ -100,7 +100,9 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
       out.backward_data_s += kernels.forward_elementwise_s;
       out.transient_bytes = kept_all - out.activation_bytes;
     }
-    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem);
+    // Under ZB's split backward the weight gradient comes in W, not here:
+    // priced in B all the same (W's working set is that gradient alone).
+    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem, needs.weight);
   }
   if (par.fsdp && par.fsdp_ranks > 1) {
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its

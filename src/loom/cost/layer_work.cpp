@@ -304,7 +304,7 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
   return 0;
 }
 
-double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double e) {
+double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double e, bool weight_gradient) {
   const double h = static_cast<double>(l.hidden), f = static_cast<double>(l.ffn_hidden);
   switch (l.kind) {
     case LayerKind::kLmHead:
@@ -314,7 +314,7 @@ double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double 
       // quick_gelu (CLIP's) is x * sigmoid(1.702 x) in several ops, whose
       // backward makes more intermediates than the fused GELU and SiLU kernels.
       const double values = l.activation == Activation::kQuickGelu ? 5 : l.gated_mlp ? 4 : (e < 4 ? 3 : 2);
-      return e * t.tokens * values * f / tp + (e < 4 ? 2 * h * f / tp : 0);
+      return e * t.tokens * values * f / tp + (e < 4 && weight_gradient ? 2 * h * f / tp : 0);
     }
     default:
       return 0;

@@ -76,8 +76,10 @@ double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Rec
 //    values a token, 3 f in bf16; gated: 4 f, gate, up, their product and the
 //    recomputed SiLU; CLIP's quick_gelu, several unfused ops: 5 f), plus under
 //    mixed precision the bf16 gradient of one h x f weight before it is added
-//    to the fp32 one.
+//    to the fp32 one (not when `weight_gradient` is false: a frozen layer's
+//    backward computes none).
 // Other kinds: 0 (not measured).
-double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2);
+double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2,
+                            bool weight_gradient = true);
 
 }  // namespace loom

@@ -9,7 +9,8 @@
 // `growth_factor` after `growth_interval` clean steps; `--loss-scale X` is its
 // ConstantGradScaler. One choice differs, and docs/runtime.md says why: the
 // initial scale is 2^16 (PyTorch's torch.amp.GradScaler) rather than
-// Megatron's 2^32, which spends a run's first ~33 steps finding the scale.
+// Megatron's 2^32, which skips a run's first 17 steps finding the scale (the
+// first overflow spends the hysteresis, 16 halve).
 // Torch-free: the gradients themselves are unscaled by the step executor.
 #pragma once
 
