@@ -266,13 +266,15 @@ void StepExecutor::StepOptimizers(const std::vector<std::pair<int, int>>& steppi
   clock_->EndOptimizerSteps();
 }
 
-// Every gradient this process's optimizers read: its stages' parameters' (the
-// replicated ones, ties and segments are summed from these in StepOptimizers:
-// unscaling first is the same, the sums being linear) and ZeRO's reduced slices.
+// Every gradient this process's optimizers read: its replicated stages'
+// parameters' (ties and segments are summed from these in StepOptimizers:
+// unscaling first is the same, the sums being linear) and ZeRO's reduced
+// slices (a ZeRO-1 stage's whole gradients are dropped at its gather, unread).
 bool StepExecutor::UnscaleRunGradients() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (auto& [v, stack] : local_.stacks) {
+    if (zero_->Sharded(v)) continue;
     for (const auto& p : stack->parameters()) {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
