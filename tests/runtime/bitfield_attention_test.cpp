@@ -10,6 +10,7 @@
 #include "loom/error.h"
 #include "loom/runtime/bitfield_attention.h"
 #include "loom/runtime/context_parallel.h"
+#include "loom/runtime/tensor_memory.h"
 #include "reference.h"
 
 namespace loom {
@@ -21,26 +22,55 @@ TEST(BitfieldAttention, BlockedEqualsDenseForwardAndBackward) {
   for (int trial = 0; trial < 12; ++trial) {
     for (MaskLayout layout : {MaskLayout::kCausalPrefix, MaskLayout::kEmbedded, MaskLayout::kPacked}) {
       const BitfieldMask mask = BuildMask(test::RandomSegments(rng, 4, 24), layout);
-      const int64_t T = static_cast<int64_t>(mask.size()), heads = 2, d = 8;
-      auto make = [&] { return torch::randn({1, T, heads, d}, torch::kDouble).requires_grad_(true); };
-      const torch::Tensor q = make(), k = make(), v = make();
+      // Grouped-query heads on odd trials: the blocked path takes them as
+      // they are, the reference reads them repeated (transformers' repeat_kv).
+      const int64_t T = static_cast<int64_t>(mask.size()), heads = 2, kv_heads = trial % 2 == 0 ? 2 : 1, d = 8;
+      auto make = [&](int64_t h) { return torch::randn({1, T, h, d}, torch::kDouble).requires_grad_(true); };
+      const torch::Tensor q = make(heads), k = make(kv_heads), v = make(kv_heads);
       const torch::Tensor upstream = torch::randn({1, T, heads, d}, torch::kDouble);
-      auto run = [&](bool blocked, int64_t block) {
+      auto run = [&](bool blocked, int64_t block, runtime::AttentionBackward backward) {
         for (auto t : {q, k, v}) t.mutable_grad() = torch::Tensor();
-        torch::Tensor o = blocked ? runtime::BitfieldAttention(q, k, v, mask, block)
-                                  : runtime::BitfieldAttentionReference(q, k, v, mask);
+        torch::Tensor o = blocked ? runtime::BitfieldAttention(q, k, v, mask, block, nullptr, backward)
+                                  : runtime::BitfieldAttentionReference(q, runtime::ExpandKvHeads(k, heads),
+                                                                        runtime::ExpandKvHeads(v, heads), mask);
         (o * upstream).sum().backward();
         return std::vector<torch::Tensor>{o.detach(), q.grad().clone(), k.grad().clone(), v.grad().clone()};
       };
-      const auto want = run(false, 0);
-      for (int64_t block : {1, 5, 16}) {
-        const auto got = run(true, block);
-        for (size_t i = 0; i < got.size(); ++i) {
-          EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-10, 1e-12))
-              << "trial " << trial << " layout " << static_cast<int>(layout) << " block " << block << " tensor " << i;
+      const auto want = run(false, 0, runtime::AttentionBackward::kDevice);
+      for (auto backward : {runtime::AttentionBackward::kDevice, runtime::AttentionBackward::kAutograd}) {
+        for (int64_t block : {1, 5, 16}) {
+          const auto got = run(true, block, backward);
+          for (size_t i = 0; i < got.size(); ++i) {
+            EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-10, 1e-12))
+                << "trial " << trial << " layout " << static_cast<int>(layout) << " block " << block << " backward "
+                << static_cast<int>(backward) << " tensor " << i;
+          }
         }
       }
     }
+  }
+}
+
+// What the blocked path keeps for its backward, counted exactly: on a CPU its
+// output and the fp32 log-sum-exp per query and head, nothing of its windows
+// (their gathered K/V and masks), as cost/layer_work.h ActivationBytes prices
+// attention (the inputs q, k, v are the projections' outputs, counted there).
+// Through autograd (a GPU's path) the output only: the backward recomputes.
+TEST(BitfieldAttention, KeepsItsOutputAndLogSumExpOnly) {
+  std::mt19937 rng(9);
+  const BitfieldMask mask = BuildMask(test::RandomSegments(rng, 6, 40), MaskLayout::kEmbedded);
+  const int64_t T = static_cast<int64_t>(mask.size()), heads = 4, kv_heads = 2, d = 16;
+  const torch::Tensor q = torch::randn({1, T, heads, d}).requires_grad_(true);
+  const torch::Tensor k = torch::randn({1, T, kv_heads, d}).requires_grad_(true), v = torch::randn_like(k);
+  v.requires_grad_(true);
+  for (auto backward : {runtime::AttentionBackward::kDevice, runtime::AttentionBackward::kAutograd}) {
+    runtime::TensorMemoryCounter counter;
+    torch::Tensor o = runtime::BitfieldAttention(q, k, v, mask, 8, nullptr, backward);
+    const double out_bytes = 4.0 * T * heads * d, lse_bytes = 4.0 * T * heads;
+    EXPECT_EQ(static_cast<double>(counter.live_bytes()),
+              out_bytes + (backward == runtime::AttentionBackward::kDevice ? lse_bytes : 0))
+        << static_cast<int>(backward);
+    o.sum().backward();
   }
 }
 

@@ -366,14 +366,12 @@ TEST(Runtime, Fp16WithLossScalingTrainsLikeFp32UnderEveryLayout) {
 
 // Every runtime test model, PP 2 under 1F1B, with no, selective and full
 // recomputation: each process's peak tensor memory against the simulator's
-// prediction for its GPU group. Issue 41 asks for 10%; the layers' kept bytes
-// and backward working sets are exact (ActivationMemory.*), and a real-size
-// LLaVA on an H200 lands within 3% (docs/results/runtime.md). Measured here
-// 0.99-1.16x (1.10-1.16x only on vlm's and vlm2's second process, a hidden-64
-// projector and LLM stage, not explained yet; docs/cost-model.md "Memory"),
-// and 1.47-2.16x on the bitfield-masked
-// LLM's stage, whose blocked attention keeps each query block's K/V window for
-// its backward. The bounds hold what is reached.
+// prediction for its GPU group, within the 10% issue 41 asks for. The
+// layers' kept bytes and backward working sets are exact
+// (ActivationMemory.*), attention over unequal packed sequences and under
+// bitfield masks keeps only its output and log-sum-exp (Attention.*,
+// BitfieldAttention.*), and a real-size LLaVA on an H200 lands within 3%
+// (docs/results/runtime.md). Measured 0.98-1.08x.
 TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
   const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
   const std::vector<std::pair<std::string, TinyRun>> models = {
@@ -400,9 +398,44 @@ TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
         std::printf("%-13s recompute %d process %d: measured / simulated peak tensor bytes %.3f\n", name.c_str(),
                     static_cast<int>(r), p, ratio);
         EXPECT_GT(ratio, 0.9) << name << " recompute " << static_cast<int>(r) << " process " << p;
-        EXPECT_LT(ratio, name == "vlm-bitfield" && p == 1 ? 2.3 : 1.2)
-            << name << " recompute " << static_cast<int>(r) << " process " << p;
+        EXPECT_LT(ratio, 1.1) << name << " recompute " << static_cast<int>(r) << " process " << p;
       }
+    }
+  }
+}
+
+// ZeRO-3 over two data-parallel replicas, each test model: one layer's full
+// weights and gradients at a time beside the slices (runtime/fsdp_layers.h),
+// as the simulator prices FSDP, so the peak stays within 10% of the
+// prediction (gathering the whole stage for each action held its weights and
+// gradients on top: 1.5-1.6x on the demo's FSDP plan; 2.5x on tiny-llm).
+// tiny-omni's stage holds four towers side by side, whose backward gathers
+// the whole stage (the order of its layers' backward is autograd's): 1.19x,
+// bounded apart.
+TEST(Runtime, Zero3PeakTensorMemoryFollowsThePrediction) {
+  const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
+  const std::vector<std::pair<std::string, TinyRun>> models = {
+      {"llm", TinyRun()},
+      {"vlm", TinyRun(kVlm, kLaion)},
+      {"omni", TinyRun(kOmni, kOmniData)},
+      {"vlm-bitfield", TinyRun(data + "tiny-vlm-bitfield.yaml", data + "tiny-obelics.yaml")},
+  };
+  for (const auto& [name, s] : models) {
+    const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-zero3-{}.json", name), 1,
+                                              1, 2, nullptr, Recompute::kNone, 3);
+    auto [code, out] = LoomCli("run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " +
+                               plan + " --steps 2 --compare --json");
+    ASSERT_EQ(code, 0) << name << ": " << out;
+    const auto j = nlohmann::json::parse(out);
+    const auto measured = j["peak_tensor_bytes"], simulated = j["simulated_group_peak_mem_bytes"];
+    ASSERT_EQ(measured.size(), 2u) << name;
+    ASSERT_GE(simulated.size(), 1u) << name;
+    for (int p : {0, 1}) {
+      const double ratio = measured[p].get<double>() / simulated[0].get<double>();
+      std::printf("%-13s ZeRO-3 dp 2 process %d: measured / simulated peak tensor bytes %.3f\n", name.c_str(), p,
+                  ratio);
+      EXPECT_GT(ratio, 0.9) << name << " process " << p;
+      EXPECT_LT(ratio, name == "omni" ? 1.25 : 1.1) << name << " process " << p;
     }
   }
 }

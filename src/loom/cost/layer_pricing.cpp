@@ -5,6 +5,7 @@
 #include "loom/cost/collectives.h"
 #include "loom/cost/cost_model.h"
 #include "loom/cost/device_time.h"
+#include "loom/cost/memory.h"
 
 namespace loom {
 
@@ -115,6 +116,11 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     if (needs.weight) {  // re-gather + reduce-scatter
       out.backward_wait_s = std::max(0.0, 2 * gather_s - out.backward_weight_s);
       out.backward_weight_s += out.backward_wait_s;
+      // While its backward runs the layer's full weights are gathered and its
+      // full fp32 gradient builds up (then copied into the reduce-scatter's
+      // buffer as it is dropped): FSDP's one unit unsharded, what the
+      // runtime's FsdpLayers holds too (runtime/fsdp_layers.h).
+      out.transient_bytes += weight_bytes + kGradBytesPerParam * static_cast<double>(LayerParams(l)) / tp;
     }
   }
   return out;

@@ -53,12 +53,16 @@ std::string FormatRunBesideSimulation(const PlanRun& simulated, const SimResult&
                                 simulated.metrics.iteration_time_s, cost_model, measured.iteration_time_s) +
                     t.Render();
   // Memory: each process's peak tensor bytes (weights, gradients,
-  // optimizer state, activations) beside its GPU group's simulated peak.
+  // optimizer state, activations) beside its GPU group's simulated peak. The
+  // simulator's groups are the first replica's where each data-parallel
+  // replica runs the pipeline on groups of its own (group g is replica
+  // g / groups's copy of group g % groups: runtime/process_layout.h).
   const auto& sim_mem = simulated.group_peak_mem_bytes;
-  if (!sim_mem.empty() && peak_tensor_bytes.size() == sim_mem.size() * group_gpus) {
+  const size_t per_replica = sim_mem.size() * group_gpus;
+  if (!sim_mem.empty() && !peak_tensor_bytes.empty() && peak_tensor_bytes.size() % per_replica == 0) {
     TextTable m({"process", "simulated peak", "measured peak tensors", "measured / simulated"});
     for (size_t i = 0; i < peak_tensor_bytes.size(); ++i) {
-      const double s = sim_mem[i / group_gpus];
+      const double s = sim_mem[(i / group_gpus) % sim_mem.size()];
       m.AddRow({fmt::format("{} (GPU group {})", i, i / group_gpus), HumanBytes(s), HumanBytes(peak_tensor_bytes[i]),
                 fmt::format("{:.2f}x", peak_tensor_bytes[i] / s)});
     }

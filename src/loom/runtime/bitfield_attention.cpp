@@ -7,6 +7,7 @@
 #include <set>
 
 #include "loom/error.h"
+#include "loom/runtime/attention.h"
 
 namespace loom::runtime {
 
@@ -29,16 +30,6 @@ torch::Tensor Masked(const torch::Tensor& q, const torch::Tensor& k, const torch
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;
   scores = scores.masked_fill(allowed.logical_not().unsqueeze(0), -std::numeric_limits<float>::infinity());
   return torch::matmul(torch::softmax(scores, -1), v);
-}
-
-// The blocked path's window: what Masked computes, through the fused SDPA
-// under the window's boolean mask, so the backward keeps the block's output
-// and log-sum-exp rather than its scores (runtime/attention.h).
-torch::Tensor MaskedFused(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                          const torch::Tensor& allowed) {
-  return at::scaled_dot_product_attention(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0),
-                                          allowed.view({1, 1, allowed.size(0), allowed.size(1)}))
-      .squeeze(0);
 }
 
 // allowed[i][j] for queries `qs` and keys `ks` (positions), by MayAttend on
@@ -82,6 +73,133 @@ torch::Tensor AllowedOnDevice(const DeviceMask& m, const torch::Tensor& qi, cons
   return same_doc & torch::where(text, text_ok, qb == kb);
 }
 
+// The blocked path's windows: per block of `block_tokens` query rows, the KV
+// blocks its queries may read. Host data, kept by the autograd node.
+struct Windows : torch::CustomClassHolder {
+  BitfieldMask mask;
+  std::vector<int64_t> rows;
+  int64_t block_tokens = 0;
+  std::vector<std::vector<int64_t>> kv_blocks;  // per query block
+  bool flash_cpu = false;                       // the CPU flash kernel's operators, else autograd
+
+  int64_t blocks() const { return static_cast<int64_t>(kv_blocks.size()); }
+  std::pair<int64_t, int64_t> QueryRange(int64_t b) const {
+    return {b * block_tokens, std::min<int64_t>(static_cast<int64_t>(rows.size()), (b + 1) * block_tokens)};
+  }
+  // Key positions of query block b's window.
+  std::vector<int64_t> Keys(int64_t b) const {
+    const int64_t T = static_cast<int64_t>(mask.size());
+    std::vector<int64_t> ks;
+    for (int64_t kb : kv_blocks[b]) {
+      for (int64_t j = kb * block_tokens; j < std::min(T, (kb + 1) * block_tokens); ++j) ks.push_back(j);
+    }
+    return ks;
+  }
+};
+
+// One query block's window: its queries [heads, nq, d], keys and values
+// [kv_heads, nk, d] gathered from the window's blocks, and where the mask
+// allows each (query, key) pair [nq, nk], evaluated on the tensors' device.
+struct Window {
+  torch::Tensor q, k, v, allowed, keys;
+};
+
+Window Gather(const Windows& w, const DeviceMask& m, int64_t b, const torch::Tensor& Q, const torch::Tensor& K,
+              const torch::Tensor& V) {
+  const auto [c0, c1] = w.QueryRange(b);
+  const auto index = torch::TensorOptions(torch::kLong);
+  const torch::Tensor qs =
+      torch::tensor(std::vector<int64_t>(w.rows.begin() + c0, w.rows.begin() + c1), index).to(Q.device());
+  const torch::Tensor ks = torch::tensor(w.Keys(b), index).to(Q.device());
+  return {Q.slice(1, c0, c1), K.index_select(1, ks), V.index_select(1, ks), AllowedOnDevice(m, qs, ks), ks};
+}
+
+// Attention over each query block's window without autograd recording it: the
+// backward keeps q, k, v, the output (the tensor the output projection keeps
+// too) and, on a CPU, the log-sum-exp per query and head, as
+// cost/layer_work.h ActivationBytes prices. Through autograd each block's SDPA
+// would keep its gathered K/V window (~T/2 rows a block under a causal mask)
+// and its boolean mask besides. On a CPU both passes call the flash kernel
+// (attention.h FlashCpuForward / FlashCpuBackward); elsewhere the backward
+// recomputes each block's forward under autograd (one more attention
+// forward), as no device-independent SDPA backward operator exists.
+struct BlockedAttention : torch::autograd::Function<BlockedAttention> {
+  // q [1, n, heads, d], k and v [1, T, kv_heads, d].
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, c10::IValue windows_capsule) {
+    auto w = c10::static_intrusive_pointer_cast<Windows>(windows_capsule.toCapsule());
+    const DeviceMask m = ToDevice(w->mask, q.device());
+    const torch::Tensor Q = HeadsFirst(q), K = HeadsFirst(k), V = HeadsFirst(v);
+    std::vector<torch::Tensor> outs, lses;
+    for (int64_t b = 0; b < w->blocks(); ++b) {
+      const Window x = Gather(*w, m, b, Q, K, V);
+      if (w->flash_cpu) {
+        auto [o, l] = FlashCpuForward(x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0), false,
+                                      AdditiveMask(x.allowed, q).view({1, 1, x.q.size(1), x.k.size(1)}));
+        outs.push_back(o[0]);
+        lses.push_back(l[0]);
+      } else {
+        outs.push_back(Sdpa(x));
+      }
+    }
+    const torch::Tensor out = torch::cat(outs, 1).transpose(0, 1).unsqueeze(0).contiguous();
+    const torch::Tensor lse = w->flash_cpu ? torch::cat(lses, 1) : torch::Tensor();  // [heads, n]
+    ctx->save_for_backward({q, k, v, out, lse});
+    ctx->saved_data["windows"] = windows_capsule;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    auto w = c10::static_intrusive_pointer_cast<Windows>(ctx->saved_data["windows"].toCapsule());
+    const DeviceMask m = ToDevice(w->mask, q.device());
+    const torch::Tensor Q = HeadsFirst(q), K = HeadsFirst(k), V = HeadsFirst(v), O = HeadsFirst(out);
+    const torch::Tensor dO = HeadsFirst(grads[0].to(q.scalar_type()));
+    // K/V rows sit in several windows: their gradients accumulate in fp32 (or
+    // wider).
+    const auto acc = torch::promote_types(K.scalar_type(), torch::kFloat);
+    torch::Tensor dQ = torch::empty_like(Q), dK = torch::zeros(K.sizes(), K.options().dtype(acc)),
+                  dV = torch::zeros_like(dK);
+    for (int64_t b = 0; b < w->blocks(); ++b) {
+      const auto [c0, c1] = w->QueryRange(b);
+      const Window x = Gather(*w, m, b, Q, K, V);
+      torch::Tensor gq, gk, gv;
+      if (w->flash_cpu) {
+        std::tie(gq, gk, gv) =
+            FlashCpuBackward(dO.slice(1, c0, c1).unsqueeze(0), x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0),
+                             O.slice(1, c0, c1).unsqueeze(0), lse.slice(1, c0, c1).unsqueeze(0).contiguous(), false,
+                             AdditiveMask(x.allowed, q).view({1, 1, x.q.size(1), x.k.size(1)}));
+        gq = gq[0], gk = gk[0], gv = gv[0];
+      } else {
+        torch::AutoGradMode enable(true);
+        const torch::Tensor qb = x.q.detach().requires_grad_(), kb = x.k.detach().requires_grad_(),
+                            vb = x.v.detach().requires_grad_();
+        const auto g =
+            torch::autograd::grad({Sdpa({qb, kb, vb, x.allowed, x.keys})}, {qb, kb, vb}, {dO.slice(1, c0, c1)});
+        gq = g[0], gk = g[1], gv = g[2];
+      }
+      dQ.slice(1, c0, c1).copy_(gq);
+      dK.index_add_(1, x.keys, gk.to(acc));
+      dV.index_add_(1, x.keys, gv.to(acc));
+    }
+    auto back = [&](const torch::Tensor& t) { return t.to(q.scalar_type()).transpose(0, 1).unsqueeze(0); };
+    return {back(dQ), back(dK), back(dV), torch::Tensor()};
+  }
+
+  // [1, n, heads, d] -> [heads, n, d]
+  static torch::Tensor HeadsFirst(const torch::Tensor& t) { return t[0].transpose(0, 1); }
+
+  // SDPA under the window's boolean mask (grouped-query heads as they are).
+  static torch::Tensor Sdpa(const Window& x) {
+    return at::scaled_dot_product_attention(x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0),
+                                            x.allowed.view({1, 1, x.allowed.size(0), x.allowed.size(1)}), 0.0, false,
+                                            std::nullopt, /*enable_gqa=*/x.k.size(0) != x.q.size(0))
+        .squeeze(0);
+  }
+};
+
 }  // namespace
 
 torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -99,16 +217,17 @@ torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Te
 
 torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const BitfieldMask& mask, int64_t block_tokens,
-                                const std::vector<std::vector<int64_t>>* kv_blocks) {
+                                const std::vector<std::vector<int64_t>>* kv_blocks, AttentionBackward backward) {
   CheckShapes(q, mask);
   std::vector<int64_t> all(q.size(1));
   for (int64_t i = 0; i < q.size(1); ++i) all[i] = i;
-  return BitfieldAttentionRows(q, k, v, mask, all, block_tokens, kv_blocks);
+  return BitfieldAttentionRows(q, k, v, mask, all, block_tokens, kv_blocks, backward);
 }
 
 torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const BitfieldMask& mask, const std::vector<int64_t>& rows, int64_t block_tokens,
-                                    const std::vector<std::vector<int64_t>>* kv_blocks_given) {
+                                    const std::vector<std::vector<int64_t>>* kv_blocks_given,
+                                    AttentionBackward backward) {
   CheckShapes(k, mask);
   const int64_t T = k.size(1), n = static_cast<int64_t>(rows.size());
   if (q.dim() != 4 || q.size(1) != n) {
@@ -129,33 +248,26 @@ torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor&
     throw Error(fmt::format("bitfield attention: {} KV-block rows for {} tokens in blocks of {}", kv_blocks.size(), T,
                             block_tokens));
   }
-  const DeviceMask on_device = ToDevice(mask, q.device());
-  const auto index = torch::TensorOptions(torch::kLong);
-  auto heads_first = [](const torch::Tensor& t) { return t[0].transpose(0, 1); };
-  const torch::Tensor Q = heads_first(q), K = heads_first(k), V = heads_first(v);
-  std::vector<torch::Tensor> out;
+  auto windows = c10::make_intrusive<Windows>();
+  windows->mask = mask;
+  windows->rows = rows;
+  windows->block_tokens = block_tokens;
+  windows->flash_cpu = q.is_cpu() && backward == AttentionBackward::kDevice;
   for (int64_t c0 = 0; c0 < n; c0 += block_tokens) {
-    const int64_t c1 = std::min(n, c0 + block_tokens);
-    const std::vector<int64_t> qs(rows.begin() + c0, rows.begin() + c1);
     std::set<int64_t> visit;  // the KV blocks any of these queries' blocks reads
-    for (int64_t r : qs) visit.insert(kv_blocks[r / block_tokens].begin(), kv_blocks[r / block_tokens].end());
-    std::vector<int64_t> ks;
-    std::vector<torch::Tensor> kparts, vparts;
-    for (int64_t kb : visit) {
-      const int64_t k0 = kb * block_tokens, k1 = std::min(T, k0 + block_tokens);
-      for (int64_t j = k0; j < k1; ++j) ks.push_back(j);
-      kparts.push_back(K.slice(1, k0, k1));
-      vparts.push_back(V.slice(1, k0, k1));
+    for (int64_t i = c0; i < std::min(n, c0 + block_tokens); ++i) {
+      const auto& blocks = kv_blocks[rows[i] / block_tokens];
+      visit.insert(blocks.begin(), blocks.end());
     }
-    const torch::Tensor allowed =
-        AllowedOnDevice(on_device, torch::tensor(qs, index).to(q.device()), torch::tensor(ks, index).to(q.device()));
-    out.push_back(MaskedFused(Q.slice(1, c0, c1), torch::cat(kparts, 1), torch::cat(vparts, 1), allowed));
+    windows->kv_blocks.emplace_back(visit.begin(), visit.end());
   }
-  // No queries (a CP rank without rows of this microbatch): an empty output
-  // that still depends on k and v, so their backward (an all-reduce under CP)
-  // runs on this rank as on the others.
-  if (out.empty()) return q + (k.sum() + v.sum()) * 0;
-  return torch::cat(out, 1).transpose(0, 1).unsqueeze(0);
+  if (n == 0) {
+    // No queries (a CP rank without rows of this microbatch): an empty output
+    // that still depends on k and v, so their backward (an all-reduce under CP)
+    // runs on this rank as on the others.
+    return q + (k.sum() + v.sum()) * 0;
+  }
+  return BlockedAttention::apply(q, k, v, c10::IValue::make_capsule(windows));
 }
 
 }  // namespace loom::runtime

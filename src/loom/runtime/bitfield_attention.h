@@ -1,8 +1,10 @@
 // Attention under a Cornstarch bitfield mask (data/attention_mask.h; seed 004
-// §3.4.2) on libtorch tensors q, k, v of [1, T, heads, d] (the runtime's
-// layout: one packed sequence, GQA already expanded). Two implementations
-// that must agree, forward and backward:
-//   - the reference expands the mask to a dense T x T matrix (MayAttend);
+// §3.4.2) on libtorch tensors q [1, T, heads, d] and k, v [1, T, kv_heads, d]
+// (the runtime's layout: one packed sequence; grouped-query heads as they
+// are, heads a multiple of kv_heads). Two implementations that must agree,
+// forward and backward:
+//   - the reference expands the mask to a dense T x T matrix (MayAttend) and
+//     takes K/V with every head (ExpandKvHeads);
 //   - the blocked path never builds it: per query block of `block_tokens`
 //     tokens it gathers only the KV blocks holding a key some query of the
 //     block may read (KvBlocks) and masks inside that window, so its work and
@@ -10,7 +12,9 @@
 //     Triton kernel skips fully masked tiles the same way).
 //     The rule inside a window is evaluated on the tensors' device from the
 //     fields and document ids (one int64 each per token), beside the matmuls;
-//     the reference evaluates MayAttend on the host.
+//     the reference evaluates MayAttend on the host. Its backward keeps q,
+//     k, v, the output and (on a CPU) the log-sum-exp, none of the windows:
+//     it gathers each again (bitfield_attention.cpp BlockedAttention).
 // Every query reads at least itself under the mask's rule, so no row is empty.
 // Torch types: include from runtime .cpp files and tests only.
 #pragma once
@@ -18,6 +22,7 @@
 #include <torch/torch.h>
 
 #include "loom/data/attention_mask.h"
+#include "loom/runtime/attention.h"
 
 namespace loom::runtime {
 
@@ -28,7 +33,8 @@ torch::Tensor BitfieldAttentionReference(const torch::Tensor& q, const torch::Te
 // `kv_blocks` as for BitfieldAttentionRows below.
 torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                 const BitfieldMask& mask, int64_t block_tokens,
-                                const std::vector<std::vector<int64_t>>* kv_blocks = nullptr);
+                                const std::vector<std::vector<int64_t>>* kv_blocks = nullptr,
+                                AttentionBackward backward = AttentionBackward::kDevice);
 
 // The blocked path for some of the queries: q [1, rows.size(), heads, d] are
 // the queries at positions `rows` (ascending) of the mask's sequence, k and v
@@ -40,6 +46,7 @@ torch::Tensor BitfieldAttention(const torch::Tensor& q, const torch::Tensor& k, 
 // every layer attending under the same mask.
 torch::Tensor BitfieldAttentionRows(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                     const BitfieldMask& mask, const std::vector<int64_t>& rows, int64_t block_tokens,
-                                    const std::vector<std::vector<int64_t>>* kv_blocks = nullptr);
+                                    const std::vector<std::vector<int64_t>>* kv_blocks = nullptr,
+                                    AttentionBackward backward = AttentionBackward::kDevice);
 
 }  // namespace loom::runtime

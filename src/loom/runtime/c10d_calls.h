@@ -94,13 +94,47 @@ inline void AllReduceSum(GroupBase& pg, at::Tensor& t, AbortFlag abort = nullptr
   Await(pg.allreduce(v), abort);
 }
 
+// Waits (bounded) until the collective's own thread has let go of `tensors`
+// once their operation completed, so that their memory is given back on this
+// thread, whose allocations the worker's tensor-memory count sees
+// (runtime/tensor_memory.h: a free on the group's thread would go uncounted,
+// and the count would drift up with every collective).
+// `held`: the references this thread holds itself (a tensor the caller may
+// hold more references to is not for this: it would wait out the bound).
+// Bounded at 50 ms (the group's thread lets go microseconds after it
+// completes the operation).
+inline void AwaitRelease(const at::Tensor& t, int64_t held = 1) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (t.use_count() > held && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+}
+
 // Every member's `t` (equal shapes), in member order.
 inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t, AbortFlag abort = nullptr) {
   std::vector<std::vector<at::Tensor>> out(1);
   for (int i = 0; i < pg.getSize(); ++i) out[0].push_back(at::empty_like(t));
   std::vector<at::Tensor> in{t};
   Await(pg.allgather(out, in), abort);
+  for (const auto& o : out[0]) AwaitRelease(o);  // `t` is the caller's, and outlives the call
   return out[0];
+}
+
+// Every member's `mine` (at most `chunk` elements; zero-padded) into its
+// place in `flat` ([members x chunk]), which the caller allocated once:
+// no per-member buffers beside it.
+inline void AllGatherInto(GroupBase& pg, const at::Tensor& mine, int64_t chunk, at::Tensor& flat,
+                          AbortFlag abort = nullptr) {
+  std::vector<at::Tensor> in{at::zeros({chunk}, mine.options())};
+  in[0].slice(0, 0, mine.numel()).copy_(mine);
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int i = 0; i < pg.getSize(); ++i) out[0].push_back(flat.slice(0, i * chunk, (i + 1) * chunk));
+  Await(pg.allgather(out, in), abort);
+  const at::Tensor sent = in[0];
+  in.clear();
+  out.clear();
+  AwaitRelease(sent, 1);
+  // The slices the group's thread held share flat's storage.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+  while (flat.storage().use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
 }
 
 // `t` from member `root` to every member, in place.

@@ -10,6 +10,7 @@
 
 #include "loom/error.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/runtime/fsdp_layers.h"
 #include "loom/runtime/hf_weights.h"
 #include "loom/runtime/sends_in_flight.h"
 #include "loom/runtime/tensor_buckets.h"
@@ -147,19 +148,33 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
     stack->SetComputeDtype(options.compute_dtype);
     if (checkpoint) LoadHfWeights(*stack, model, *checkpoint, tp);
     stack->to(device);
-    std::vector<torch::Tensor> trainable;  // frozen layers get no optimizer state and no gradient sync
-    for (auto& p : stack->parameters()) {
-      if (p.requires_grad()) trainable.push_back(p);
-    }
-    local_.buckets[v] = Buckets(trainable, kGradientBuckets);
     local_.stacks.emplace(v, std::move(stack));
   }
   AddDataParallelGroups(groups_, maker, first, place_, options.layerwise);
   std::vector<Tie> ties = MakeTies(model, first, place_, local_, maker);
+  // Gradient buckets: frozen layers get no optimizer state and no gradient
+  // sync; a ZeRO-3 stage has one bucket per layer (FsdpLayers), any other
+  // kGradientBuckets, as its schedule's collectives.
+  for (auto& [v, stack] : local_.stacks) {
+    if (ZeroShards::StageOf(first, groups_, v, HoldsTied(ties, local_, v)) >= 3) {
+      local_.buckets[v] = stack->LayerTrainableParameters();
+      continue;
+    }
+    std::vector<torch::Tensor> trainable;
+    for (auto& p : stack->parameters()) {
+      if (p.requires_grad()) trainable.push_back(p);
+    }
+    local_.buckets[v] = Buckets(trainable, kGradientBuckets);
+  }
   std::vector<Segment> segments;
   if (options.layerwise) segments = MakeSegments(model, first, place_, local_, maker);
   zero_ = std::make_unique<ZeroShards>(
       first, local_.buckets, groups_, [&](int v) { return HoldsTied(ties, local_, v); }, abort);
+  for (int v : zero_->fsdp()) {
+    auto hooks = std::make_shared<FsdpLayers>(*zero_, v, local_.stacks.at(v));
+    local_.stacks.at(v)->SetLayerHooks(hooks);
+    fsdp_.emplace(v, std::move(hooks));
+  }
   optimizers_ = std::make_unique<OptimizerSteps>(first, place_, local_, *zero_, std::move(ties), std::move(segments),
                                                  options.learning_rate, abort);
   if (options.loss_scale) scaler_.emplace(*options.loss_scale);
@@ -179,8 +194,14 @@ TrainingState StepExecutor::CaptureLive() {
 double StepExecutor::WeightBytes() const {
   double bytes = 0;
   for (const auto& [v, stack] : local_.stacks) {
-    for (const auto& item : stack->named_parameters()) {
-      bytes += static_cast<double>(item.value().numel() * item.value().element_size());
+    // ZeRO-3: the slices are the weights (the full ones exist around a layer's use only, counted then).
+    const bool fsdp = zero_->Fsdp(v);
+    for (const auto& p : stack->parameters()) {
+      if (!(fsdp && p.requires_grad())) bytes += static_cast<double>(p.numel() * p.element_size());
+    }
+    if (!fsdp) continue;
+    for (const auto& sb : zero_->shards()) {
+      if (sb.stage == v) bytes += static_cast<double>(sb.master.numel() * sb.master.element_size());
     }
   }
   return bytes;
@@ -203,12 +224,16 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
       continue;
     }
     const int v = a.stage;
-    if (a.is_compute() && zero_->NeedsGather(v)) zero_->GatherWeights(v);
+    // ZeRO-3: a layer's weights exist around its own use only (FsdpLayers).
+    auto fsdp = a.is_compute() ? fsdp_.find(v) : fsdp_.end();
+    const bool backward = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData;
+    if (fsdp != fsdp_.end() && backward) fsdp->second->StartBackward();
     clock_->BeginAction(r, index, a, sch, step_->edges);
     Run(r, a);
-    if (a.is_compute() && zero_->Fsdp(v)) {
-      zero_->ReleaseWeights(v);
-      local_.stacks.at(v)->ClearComputeCopies();  // ZeRO-3 keeps no whole weights between actions, copies neither
+    if (fsdp != fsdp_.end()) {
+      if (a.kind == ActionKind::kForward) fsdp->second->FinishForward();
+      if (backward) fsdp->second->FinishBackward();
+      if (a.kind == ActionKind::kBackwardWeight) fsdp->second->ReduceWeightGradients();
     }
     clock_->EndAction();
   }
@@ -581,6 +606,7 @@ void StepExecutor::Collective(const Action& a) {
   const int group = a.group >= 0 ? a.group : s.exec.stages[v].dp_group;
   auto g = groups_.dp.find(group);
   if (g == groups_.dp.end()) return;
+  if (fsdp_.count(v)) return;  // ZeRO-3 reduce-scattered each layer's gradients in its backward
   const auto& bucket = local_.buckets.at(v).at(a.bucket);
   if (bucket.empty()) return;
   std::vector<torch::Tensor> grads;
@@ -611,6 +637,7 @@ void StepExecutor::Wait(int r) {
   for (auto& [work, flat, stage, b] : s.reducing) {
     if (stage_rank[stage] != r) continue;
     Await(work, abort_);
+    for (const auto& t : flat) AwaitRelease(t);
     auto& bucket = local_.buckets.at(stage).at(b);
     if (zero_->Sharded(stage)) {  // only this replica's slice is stepped here
       for (auto& sb : zero_->shards()) {

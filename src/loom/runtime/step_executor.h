@@ -38,6 +38,8 @@
 
 namespace loom::runtime {
 
+class FsdpLayers;
+
 // What the executor needs of its worker's options.
 struct ExecutorOptions {
   int seed = 0;  // the workload's: every copy of a layer starts from the same weights
@@ -142,6 +144,7 @@ class StepExecutor {
   // Changed by the actions (weights, gradients) and the optimizer steps.
   LocalStages local_;
   std::unique_ptr<ZeroShards> zero_;
+  std::map<int, std::shared_ptr<FsdpLayers>> fsdp_;  // ZeRO-3 stages: their layers' gathers (the stacks' hooks)
   std::unique_ptr<OptimizerSteps> optimizers_;
   std::unique_ptr<ActionClock> clock_;
   std::optional<LossScaler> scaler_;  // fp16: the loss scale, updated after every step

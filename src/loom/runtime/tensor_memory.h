@@ -7,7 +7,10 @@
 // excludes libtorch itself and the allocator's caches, and it is deterministic
 // for a given plan and batch. Only tensors allocated while the counter lives
 // are counted (weights built before it are not; gradients and optimizer state
-// allocated in the first step are). Not thread-safe across counters: one per
+// allocated in the first step are). A tensor freed on another thread goes
+// uncounted: the collectives wait until the group's thread has let go of
+// their buffers (c10d_calls.h AwaitRelease), else the count drifted up by
+// what it held at each collective. Not thread-safe across counters: one per
 // worker thread.
 #pragma once
 

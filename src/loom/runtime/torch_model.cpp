@@ -47,6 +47,22 @@ struct ReduceFromTensorParallel : torch::autograd::Function<ReduceFromTensorPara
   }
 };
 
+// The identity, whose backward first calls the stack's hooks for the layer
+// whose output it is (LayerHooks::BeforeBackward).
+struct BeforeLayerBackward : torch::autograd::Function<BeforeLayerBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, int64_t hooks, int64_t layer) {
+    ctx->saved_data["hooks"] = hooks;
+    ctx->saved_data["layer"] = layer;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    FromInt<LayerHooks>(ctx->saved_data["hooks"].toInt())
+        ->BeforeBackward(static_cast<int>(ctx->saved_data["layer"].toInt()));
+    return {g[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
 // The weight a backward multiplies by: the parameter in `slot` (under ZeRO-3
 // gathered again before the backward) in the compute dtype `like`'s. Read
 // from the slot rather than saved: a saved bf16 copy would keep a released
@@ -303,10 +319,12 @@ struct BlockImpl : torch::nn::Module {
   }
   torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                           const Layout& layout) {
-    // Context parallelism and bitfield masks read every head's K/V (attention.h says why they do not use SDPA whole).
+    // Context parallelism and bitfield masks do not use SDPA whole (attention.h
+    // says why); the ring reads every head's K/V, the blocked path takes
+    // grouped-query heads as they are.
     if (cp->size > 1) {
+      if (layout->all_gather) return AllGatherAttention(Q, K, V, layout, causal, kBitfieldBlockTokens, cp);
       const torch::Tensor Kx = ExpandKvHeads(K, heads), Vx = ExpandKvHeads(V, heads);
-      if (layout->all_gather) return AllGatherAttention(Q, Kx, Vx, layout, causal, kBitfieldBlockTokens, cp);
       // The ring's online softmax keeps its running max, sum and log-sum-exp
       // in its inputs' dtype: under bf16 it runs in fp32 (as SDPA's
       // statistics do), its K/V blocks travelling in fp32 too.
@@ -314,7 +332,7 @@ struct BlockImpl : torch::nn::Module {
       return RingAttention(Q.to(f), Kx.to(f), Vx.to(f), layout, causal, cp).to(Q.scalar_type());
     }
     if (!layout->mask.empty()) {
-      return BitfieldAttention(Q, ExpandKvHeads(K, heads), ExpandKvHeads(V, heads), layout->mask, kBitfieldBlockTokens,
+      return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens,
                                &layout->KvBlocksOf(layout->mask, kBitfieldBlockTokens));
     }
     return Attend(Q, K, V, layout->lengths, causal);
@@ -609,6 +627,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
       cp_(std::make_shared<ContextParallel>(cp)) {
   CheckRunnable(model, ranges);
   torch::Tensor* table = nullptr;  // this stack's embedding matrix (a tied head's weights)
+  int table_layer = -1;            // its layer's index in the stack
   for (const auto& r : ranges) {
     const int mi = model.FindModule(r.module);
     const loom::Module& m = model.modules[mi];
@@ -625,7 +644,10 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
         case LayerKind::kEmbedding:
         case LayerKind::kPatchEmbed: {
           auto e = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get()));
-          if (l.kind == LayerKind::kEmbedding) table_ = table = &e->table;
+          if (l.kind == LayerKind::kEmbedding) {
+            table_ = table = &e->table;
+            table_layer = static_cast<int>(layers_.size());
+          }
           layer = e;
           kind = kEmbed;
           break;
@@ -634,6 +656,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
           auto h =
               register_module(name, Head(l, deferral_.get(), copies_.get(), l.tied ? table : nullptr, layer_seed(0)));
           if (h->copy.defined()) tied_copy_ = h->copy;
+          if (l.tied && table != nullptr) tied_within_ = table_layer;
           layer = h;
           kind = kHead;
           break;
@@ -705,8 +728,12 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
     if (mb.packing->Tokens(mi) == 0) {
       // Nothing of this module in the microbatch (samples without audio, say):
       // its layers do not run and it hands on no rows; its parameters get no
-      // gradient from this microbatch, as in the reference.
-      i += r.end - r.begin;
+      // gradient from this microbatch, as in the reference. The hooks see
+      // them all the same (their gathers are collectives).
+      for (int li = r.begin; li < r.end; ++li, ++i) {
+        if (hooks_) hooks_->BeforeForward(static_cast<int>(i));
+        if (hooks_) hooks_->AfterForward(static_cast<int>(i));
+      }
       live[mi] = torch::zeros({1, 0, OutputWidth(*model_, mi, r.end - 1)},
                               torch::TensorOptions().device(mb.device).dtype(copies_->dtype));
       continue;
@@ -719,6 +746,7 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
       if (kinds_[i] != kEmbed) x = cut(Splice(live, mb, mi), mi);
     }
     for (int li = r.begin; li < r.end; ++li, ++i) {
+      if (hooks_) hooks_->BeforeForward(static_cast<int>(i));
       switch (kinds_[i]) {
         case kEmbed:
           x = cut(std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb), mi);
@@ -741,6 +769,10 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
                   ->forward(x, layout_of(mi), recompute.empty() ? Recompute::kNone : recompute.at(i));
           break;
       }
+      if (hooks_) {
+        hooks_->AfterForward(static_cast<int>(i));
+        if (x.requires_grad()) x = BeforeLayerBackward::apply(x, AsInt(hooks_.get()), static_cast<int64_t>(i));
+      }
     }
     live[mi] = x;
     if (mi == loss_module && r.end == static_cast<int>(model_->modules[mi].layers.size())) ends_loss_module = true;
@@ -749,6 +781,30 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
     if (!(m == loss_module && ends_loss_module)) whole(m);
   }
   return live;
+}
+
+bool LayerStackImpl::IsChain() const {
+  for (size_t k = 1; k < ranges_.size(); ++k) {
+    const loom::Module& m = model_->modules[model_->FindModule(ranges_[k].module)];
+    const int before = model_->FindModule(ranges_[k - 1].module);
+    if (std::find(m.inputs.begin(), m.inputs.end(), before) == m.inputs.end()) return false;
+  }
+  return true;
+}
+
+void LayerStackImpl::DropComputeCopies(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) copies_->copies.erase(p.unsafeGetTensorImpl());
+}
+
+std::vector<std::vector<torch::Tensor>> LayerStackImpl::LayerTrainableParameters() const {
+  std::vector<std::vector<torch::Tensor>> out;
+  for (const auto& layer : layers_) {
+    auto& params = out.emplace_back();
+    for (const auto& p : layer->parameters()) {
+      if (p.requires_grad()) params.push_back(p);
+    }
+  }
+  return out;
 }
 
 int LayerStackImpl::TensorParallelDim(const std::string& name) {

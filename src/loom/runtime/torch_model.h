@@ -133,6 +133,21 @@ torch::Tensor Patchify(const torch::Tensor& pixels, int64_t patch);
 // Per module index, its packed activation [1, tokens, width] (runtime/packing.h).
 using ModuleTensors = std::map<int, torch::Tensor>;
 
+// Calls around each layer of a stack (by its index in the stack), for ZeRO-3
+// to gather and release one layer's weights at a time as FSDP does per unit
+// (runtime/fsdp_layers.h). The forward calls BeforeForward and AfterForward
+// for every layer in stack order, also for a module's layers that do not run
+// (no tokens of it in the microbatch), so that every data-parallel replica
+// makes the same calls; BeforeBackward runs when the gradient of the layer's
+// output arrives, before the layer's own backward.
+class LayerHooks {
+ public:
+  virtual ~LayerHooks() = default;
+  virtual void BeforeForward(int layer) = 0;
+  virtual void AfterForward(int layer) = 0;
+  virtual void BeforeBackward(int layer) = 0;
+};
+
 class LayerStackImpl : public torch::nn::Module {
  public:
   LayerStackImpl(const Model& model, const std::vector<LayerRange>& layers, uint64_t seed,
@@ -151,6 +166,21 @@ class LayerStackImpl : public torch::nn::Module {
   void SetComputeDtype(torch::ScalarType dtype) { copies_->dtype = dtype; }
   torch::ScalarType compute_dtype() const { return copies_->dtype; }
   void ClearComputeCopies() { copies_->copies.clear(); }
+  // Drops the copies of these parameters only (ZeRO-3 after a layer's forward).
+  void DropComputeCopies(const std::vector<torch::Tensor>& params);
+  // Each layer's trainable parameters, in stack order (empty for a frozen layer).
+  std::vector<std::vector<torch::Tensor>> LayerTrainableParameters() const;
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  // Whether the stack's layers form one chain, each module's range reading
+  // the one before it (no two towers side by side): then the backward
+  // reaches the layers strictly from the last down.
+  bool IsChain() const;
+  // The stack's embedding layer whose matrix a head of the same stack reads
+  // too (tied word embeddings within a stage), or -1.
+  int TiedWithin() const { return tied_within_; }
+  // Calls around each layer from now on (null: none). The hooks must outlive
+  // every graph the stack builds.
+  void SetLayerHooks(std::shared_ptr<LayerHooks> hooks) { hooks_ = std::move(hooks); }
   // The parameters TP splits (their statistics are summed over shards).
   bool IsSharded(const std::string& parameter_name) const { return tp_->size > 1 && TensorParallelDim(parameter_name) >= 0; }
   // How TP splits a stack parameter ("llm_3.q.weight"): 0, by rows
@@ -173,6 +203,8 @@ class LayerStackImpl : public torch::nn::Module {
   std::shared_ptr<ContextParallel> cp_;
   torch::Tensor* table_ = nullptr;
   torch::Tensor tied_copy_;
+  std::shared_ptr<LayerHooks> hooks_;
+  int tied_within_ = -1;
 };
 TORCH_MODULE(LayerStack);
 

@@ -9,12 +9,12 @@ ZeroShards::ZeroShards(const ExecutionPlan& exec, StageBuckets& buckets, const P
     : buckets_(buckets), groups_(groups), abort_(abort) {
   for (const auto& [v, stage_buckets] : buckets) {
     dp_group_[v] = exec.stages[v].dp_group;
-    const auto place = groups.dp_place.find(exec.stages[v].dp_group);
-    if (place == groups.dp_place.end() || exec.stages[v].zero_stage < 1 || holds_tied(v)) continue;
-    const auto [index, D] = place->second;
+    const int zero = StageOf(exec, groups, v, holds_tied(v));
+    if (zero < 1) continue;
+    const auto [index, D] = groups.dp_place.at(exec.stages[v].dp_group);
     sharded_.insert(v);
-    if (exec.stages[v].zero_stage >= 2) scattered_.insert(v);
-    if (exec.stages[v].zero_stage >= 3) fsdp_.insert(v);
+    if (zero >= 2) scattered_.insert(v);
+    if (zero >= 3) fsdp_.insert(v);
     for (size_t b = 0; b < stage_buckets.size(); ++b) {
       if (stage_buckets[b].empty()) continue;
       ShardedBucket sb{v, static_cast<int>(b)};
@@ -27,16 +27,16 @@ ZeroShards::ZeroShards(const ExecutionPlan& exec, StageBuckets& buckets, const P
       shards_.push_back(std::move(sb));
     }
   }
-  resident_ = fsdp_;
   for (int v : fsdp_) ReleaseWeights(v);
 }
 
 void ZeroShards::GatherBucket(const ShardedBucket& sb) {
   torch::NoGradGuard no_grad;
-  torch::Tensor mine = torch::zeros({sb.chunk}, sb.master.options());
-  mine.slice(0, 0, sb.hi - sb.lo).copy_(sb.master);
-  const torch::Tensor all =
-      torch::cat(AllGather(*groups_.dp.at(dp_group_.at(sb.stage)), mine, abort_)).slice(0, 0, sb.total);
+  auto& group = *groups_.dp.at(dp_group_.at(sb.stage));
+  // Gathered straight into one flat buffer (no second full-size copy).
+  torch::Tensor flat = torch::empty({sb.chunk * group.getSize()}, sb.master.options());
+  AllGatherInto(group, sb.master.detach(), sb.chunk, flat, abort_);
+  const torch::Tensor all = flat.slice(0, 0, sb.total);
   auto& bucket = buckets_.at(sb.stage).at(sb.bucket);
   const auto parts = SplitLike(all, bucket);
   for (size_t i = 0; i < bucket.size(); ++i) {
@@ -49,14 +49,61 @@ void ZeroShards::GatherWeights(int v) {
   for (const ShardedBucket& sb : shards_) {
     if (sb.stage == v) GatherBucket(sb);
   }
-  resident_.insert(v);
+}
+
+int ZeroShards::StageOf(const ExecutionPlan& exec, const ProcessGroups& groups, int v, bool holds_tied) {
+  if (!groups.dp_place.count(exec.stages[v].dp_group) || holds_tied) return 0;
+  return exec.stages[v].zero_stage;
+}
+
+ShardedBucket* ZeroShards::Find(int v, int bucket) {
+  for (auto& sb : shards_) {
+    if (sb.stage == v && sb.bucket == bucket) return &sb;
+  }
+  return nullptr;
+}
+
+void ZeroShards::GatherBucket(int v, int bucket) {
+  if (const ShardedBucket* sb = Find(v, bucket)) GatherBucket(*sb);
+}
+
+void ZeroShards::ReleaseBucket(int v, int bucket) {
+  if (Find(v, bucket) == nullptr) return;
+  for (const auto& p : buckets_.at(v).at(bucket)) ResizeStorage(p, 0);
+}
+
+void ZeroShards::ReduceScatterGradients(int v, int bucket) {
+  ShardedBucket* sb = Find(v, bucket);
+  if (sb == nullptr) return;
+  torch::NoGradGuard no_grad;
+  auto& group = *groups_.dp.at(dp_group_.at(v));
+  const int64_t D = group.getSize();
+  // Each gradient copied into the padded buffer and dropped at once: no
+  // flat copy beside them (a parameter without one contributes zeros).
+  torch::Tensor padded = torch::zeros({sb->chunk * D}, sb->master.options());
+  int64_t at = 0;
+  for (const auto& p : buckets_.at(v).at(bucket)) {
+    if (p.grad().defined()) padded.slice(0, at, at + p.numel()).copy_(p.grad().reshape({-1}));
+    p.mutable_grad() = torch::Tensor();  // the full gradients are not kept
+    at += p.numel();
+  }
+  torch::Tensor received = torch::empty_like(padded);
+  Await(ReduceScatterAsync(group, padded, received), abort_);
+  AwaitRelease(padded);
+  AwaitRelease(received);
+  padded = torch::Tensor();
+  const torch::Tensor mine = received.view({D, sb->chunk}).sum(0).slice(0, 0, sb->hi - sb->lo);
+  if (sb->master.grad().defined()) {
+    sb->master.mutable_grad().add_(mine);
+  } else {
+    sb->master.mutable_grad() = mine.clone();
+  }
 }
 
 void ZeroShards::ReleaseWeights(int v) {
   for (const auto& bucket : buckets_.at(v)) {
     for (const auto& p : bucket) ResizeStorage(p, 0);
   }
-  resident_.erase(v);
 }
 
 }  // namespace loom::runtime

@@ -4,9 +4,10 @@
 //      (AdamW is elementwise: the replicated update, computed once);
 //   2: the buckets' gradients are reduce-scattered, each replica keeping
 //      the sum of its slice only (the full gradients are dropped);
-//   3 (FSDP): the full weights exist only around the stage's compute
-//      actions: gathered before each forward and backward, their memory
-//      given back after (the slices are the only copy in between).
+//   3 (FSDP): one bucket per layer, whose full weights exist only around
+//      that layer's forward and backward (runtime/fsdp_layers.h), and whose
+//      gradients are reduce-scattered after each backward (the slices are
+//      the only copy in between).
 // Stages holding a tied embedding keep the replicated optimizer (their
 // gradient is summed with the other copy's at the step, after the buckets).
 // Only runtime translation units include this header (it includes libtorch).
@@ -48,8 +49,6 @@ class ZeroShards {
   bool Sharded(int v) const { return sharded_.count(v) > 0; }
   bool Scattered(int v) const { return scattered_.count(v) > 0; }  // ZeRO-2/3
   bool Fsdp(int v) const { return fsdp_.count(v) > 0; }            // ZeRO-3
-  // Whether a ZeRO-3 stage's full weights must be gathered before it computes.
-  bool NeedsGather(int v) const { return Fsdp(v) && !resident_.count(v); }
   const std::set<int>& fsdp() const { return fsdp_; }
   std::vector<ShardedBucket>& shards() { return shards_; }
 
@@ -59,15 +58,30 @@ class ZeroShards {
   // ZeRO-3: stage v's full weights gathered, or their memory given back.
   void GatherWeights(int v);
   void ReleaseWeights(int v);
+  // ZeRO-3 one bucket at a time (runtime/fsdp_layers.h: a bucket per layer).
+  // Each is a collective over the stage's group: every member calls them in
+  // the same order. A bucket without a shard (no trainable parameters) is a
+  // no-op. ReduceScatterGradients sums the bucket's gradients (zeros where a
+  // parameter has none) over the group into this replica's slice, adding to
+  // its master's gradient, and drops the full gradients.
+  void GatherBucket(int v, int bucket);
+  void ReleaseBucket(int v, int bucket);
+  void ReduceScatterGradients(int v, int bucket);
+
+  // The ZeRO stage that stage v of `exec` runs under on this process: 0 where
+  // its data-parallel group has no other member or it holds a tied embedding
+  // (ZeroShards' constructor decides the same way).
+  static int StageOf(const ExecutionPlan& exec, const ProcessGroups& groups, int v, bool holds_tied);
 
  private:
   StageBuckets& buckets_;
   const ProcessGroups& groups_;
   AbortFlag abort_;
   std::map<int, int> dp_group_;        // stage -> its communication group
+  ShardedBucket* Find(int v, int bucket);
+
   std::vector<ShardedBucket> shards_;  // never resized after construction (optimizers point into it)
   std::set<int> sharded_, scattered_, fsdp_;
-  std::set<int> resident_;  // ZeRO-3 stages whose full weights are gathered
 };
 
 }  // namespace loom::runtime
