@@ -637,6 +637,7 @@ void StepExecutor::Wait(int r) {
   for (auto& [work, flat, stage, b] : s.reducing) {
     if (stage_rank[stage] != r) continue;
     Await(work, abort_);
+    work = WorkHandle();  // the handle refers to the buffers too
     for (const auto& t : flat) AwaitRelease(t);
     auto& bucket = local_.buckets.at(stage).at(b);
     if (zero_->Sharded(stage)) {  // only this replica's slice is stepped here
