@@ -319,13 +319,18 @@ def loss():
         total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
         count += int((target != -100).sum())
     return total / count
-opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+# loom run's defaults: decay 0.01 on matrices and embeddings only, gradients clipped to norm 1.
+params = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+                         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=0.01)
 l0 = loss()
 l0.backward()
+torch.nn.utils.clip_grad_norm_(params, 1.0)
 opt.step()
 opt.zero_grad()
 l1 = loss()
 l1.backward()
+torch.nn.utils.clip_grad_norm_(params, 1.0)
 opt.step()
 model.save_pretrained(d + "/trained")
 print(json.dumps([l0.item(), l1.item()]))
@@ -604,6 +609,73 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
                                       " --global-batch 1 --steps 1 --cluster h100:1x1");
   EXPECT_EQ(code2, 2) << text2;
   EXPECT_NE(text2.find("bad.jsonl:1: labels: 2 entries for 3 input_ids"), std::string::npos) << text2;
+}
+
+// The training loop's parts against transformers' and PyTorch's own: a
+// warmup and cosine schedule to a minimum (get_cosine_with_min_lr_schedule_with_warmup),
+// AdamW's decay on matrices and embeddings only, the gradients clipped by
+// their global norm (clip_grad_norm_, tight enough to clip every step). Four
+// steps on the four samples; each step's loss, its norm before clipping and
+// its learning rate equal transformers' under one process, TP 2, PP 2, DP 2
+// with ZeRO 0-3, and CP 2: the global norm counts TP-replicated tensors (the
+// norms, the row-parallel biases) and every data-parallel and CP copy once.
+const char* kTrainingLoopReference = R"(
+params = [p for p in model.parameters() if p.requires_grad]
+opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=0.01)
+sched = transformers.get_cosine_with_min_lr_schedule_with_warmup(opt, num_warmup_steps=2, num_training_steps=4,
+                                                                  min_lr_rate=0.1)
+out = {"losses": [], "grad_norms": [], "lrs": []}
+for step in range(4):
+    total, count = 0.0, 0
+    for s in samples:
+        logits = model(input_ids=torch.tensor([s["input_ids"]])).logits[0, :-1]
+        target = torch.tensor(s["labels"][1:])
+        total = total + torch.nn.functional.cross_entropy(logits, target, ignore_index=-100, reduction="sum")
+        count += int((target != -100).sum())
+    l = total / count
+    l.backward()
+    out["losses"].append(l.item())
+    out["grad_norms"].append(torch.nn.utils.clip_grad_norm_(params, 0.05).item())
+    out["lrs"].append(opt.param_groups[0]["lr"])
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+print(json.dumps(out))
+)";
+
+TEST(HfParity, TrainingLoopEqualsTransformersUnderEveryLayout) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("hf_loop_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto [rc, out] =
+      test::RunPython(kMakeReference, "llama " + dir.string() + R"( '{"attention_bias": true, "mlp_bias": true}')");
+  ASSERT_EQ(rc, 0) << out;
+  std::tie(rc, out) = test::RunPython(std::string(kTrainReference) + kTrainingLoopReference, dir.string());
+  ASSERT_EQ(rc, 0) << out;
+  const nlohmann::json want = nlohmann::json::parse(out.substr(out.rfind('{')));
+  // Clipping acts every step (else the norm would not be checked through the weights).
+  for (const auto& n : want["grad_norms"]) ASSERT_GT(n.get<double>(), 0.05);
+  const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
+                           " --global-batch 4 --steps 4 --precision fp32 --json --lr 0.01 --lr-schedule cosine "
+                           "--warmup-steps 2 --min-lr-ratio 0.1 --weight-decay 0.1 --clip-grad 0.05 ";
+  for (const std::string layout :
+       {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2", "--cluster h100:1x2 --pp 2 --microbatches 2",
+        "--cluster h100:1x2 --dp 2 --zero-stage 0", "--cluster h100:1x2 --dp 2 --zero-stage 1",
+        "--cluster h100:1x2 --dp 2 --zero-stage 2", "--cluster h100:1x2 --dp 2 --zero-stage 3",
+        "--cluster h100:1x2 --cp 2"}) {
+    SCOPED_TRACE(layout);
+    auto [code, text] = test::RunLoom(base + layout);
+    ASSERT_EQ(code, 0) << text;
+    const nlohmann::json j = nlohmann::json::parse(text);
+    for (int step = 0; step < 4; ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      for (const char* key : {"losses", "grad_norms", "lrs"}) {
+        const double w = want[key][step].get<double>();
+        EXPECT_NEAR(j[key][step].get<double>(), w, 1e-5 * std::max(1e-3, std::abs(w))) << key;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -89,6 +89,7 @@ constexpr double kLr = 1e-3;
 
 struct Reference {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // per step, before clipping
   ParamStats params;
 };
 
@@ -99,11 +100,21 @@ struct Reference {
 // Returns per tensor: sum of squares, sum, sum of |w|, how many of its
 // elements' gradients were rounding noise summed over steps (below), the
 // largest |w|.
-inline std::map<std::string, std::array<double, 5>> Train(const TinyRun& s, int order, std::vector<double>* losses) {
+inline std::map<std::string, std::array<double, 5>> Train(const TinyRun& s, int order, std::vector<double>* losses,
+                                                          std::vector<double>* grad_norms = nullptr) {
   std::vector<LayerRange> all;
   for (const auto& m : s.model.modules) all.push_back({m.name, 0, static_cast<int>(m.layers.size())});
   runtime::LayerStack stack(s.model, all, s.workload.seed);
-  torch::optim::AdamW opt(stack->parameters(), torch::optim::AdamWOptions(kLr));
+  // `loom run`'s defaults (runtime/training_options.h): AdamW's decay 0.01 on
+  // tensors of two or more dimensions only, gradients clipped to norm 1.
+  std::vector<torch::Tensor> decayed, plain;
+  for (const auto& p : stack->parameters()) (p.dim() >= 2 ? decayed : plain).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decayed,
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(kLr).weight_decay(0.01)));
+  groups.emplace_back(plain,
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(kLr).weight_decay(0)));
+  torch::optim::AdamW opt(groups, torch::optim::AdamWOptions(kLr));
   const int loss_module = static_cast<int>(s.model.modules.size()) - 1;
   // Towers no module reads train on their surrogate loss (runtime TowerLoss).
   std::vector<bool> read(s.model.modules.size(), false);
@@ -147,6 +158,8 @@ inline std::map<std::string, std::array<double, 5>> Train(const TinyRun& s, int 
       const torch::Tensor& g = item.value().grad();
       noisy[item.key()] += g.defined() ? (g.abs() < 1e-5 * largest).sum().item<double>() : 0.0;
     }
+    const double norm = torch::nn::utils::clip_grad_norm_(stack->parameters(), 1.0);
+    if (grad_norms) grad_norms->push_back(norm);
     opt.step();
     opt.zero_grad();
     if (losses) losses->push_back(total);
@@ -169,7 +182,8 @@ inline std::map<std::string, std::array<double, 5>> Train(const TinyRun& s, int 
 // three reduction orders.
 inline Reference TrainInOneProcess(const TinyRun& s) {
   Reference ref;
-  const auto base = Train(s, 0, &ref.losses), reversed = Train(s, 1, nullptr), single = Train(s, 2, nullptr);
+  const auto base = Train(s, 0, &ref.losses, &ref.grad_norms), reversed = Train(s, 1, nullptr),
+             single = Train(s, 2, nullptr);
   for (const auto& [name, v] : base) {
     std::array<double, 9> row{v[0], v[1], v[2], 0, 0, 0, 0, 0, 0};
     for (int i = 0; i < 3; ++i) {
@@ -235,6 +249,9 @@ inline void ExpectRunMatches(const Reference& r, const std::string& args, nlohma
   if (json) *json = j;
   ASSERT_EQ(j["losses"].size(), static_cast<size_t>(kSteps));
   for (int i = 0; i < kSteps; ++i) ExpectClose(j["losses"][i].get<double>(), r.losses[i], "loss");
+  // The global gradient norm counts each gradient once however many processes hold it.
+  ASSERT_EQ(j["grad_norms"].size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) ExpectClose(j["grad_norms"][i].get<double>(), r.grad_norms[i], "gradient norm");
   ExpectParamsMatch(r, j);
 }
 

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -16,6 +18,7 @@
 #include "loom/cli/output_file.h"
 #include "loom/cli/run_flags.h"
 #include "loom/cli/run_output.h"
+#include "loom/cli/training_log.h"
 #include "loom/cost/cost_model.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -24,6 +27,7 @@
 #include "loom/report/run_vs_simulation.h"
 #include "loom/session/plan_file_replay.h"
 #include "loom/session/run_prediction.h"
+#include "loom/session/step_meter.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/strategies/oobleck/replan.h"
@@ -57,6 +61,7 @@ class RunCommand : public Command {
     ChosenPlan chosen = ChoosePlan(model, cluster, workload);
 #ifdef LOOM_HAVE_RUNTIME
     RunOptions options = flags_.BasicOptions(workload.precision);
+    options.plan_label = chosen.label;
     // A Hugging Face model folder with weights: the run starts from them.
     if (std::filesystem::is_directory(flags_.model) && weights::CheckpointWeights::Present(flags_.model)) {
       options.weights_dir = flags_.model;
@@ -80,7 +85,20 @@ class RunCommand : public Command {
     const auto schedules =
         ScheduleIterations(chosen.plan.strategy, StrategyContext{model, cluster, workload, representative, {}},
                            chosen.plan, chosen.recorded, flags_.steps);
-    const RunResult r = RunLocally(model, cluster, workload, chosen.plan, options, schedules, replanner);
+    // Each step as it ends: the progress line (on a terminal), --metrics, --report.
+    TrainingLog log(StepMeter(model, cluster, workload, chosen.plan, schedules), flags_.steps,
+                    options.device == Device::kCuda, flags_.metrics, flags_.report,
+                    fmt::format("loom run: {} on {} ({})", flags_.model, flags_.cluster, chosen.label),
+                    isatty(STDERR_FILENO) != 0);
+    options.on_step = [&log](const StepProgress& p) { log.OnStep(p); };
+    RunResult r;
+    try {
+      r = RunLocally(model, cluster, workload, chosen.plan, options, schedules, replanner);
+    } catch (...) {  // what was trained before a failure (a divergence) is written too
+      log.Finish();
+      throw;
+    }
+    log.Finish();
     if (!r.events.empty()) {  // what ran last: the last generation's plan on its nodes
       chosen.plan = r.final_plan;
       cluster.nodes = r.final_nodes;

@@ -9,6 +9,9 @@
 
 #include "loom/cli/flag_checks.h"
 #include "loom/error.h"
+#ifdef LOOM_HAVE_RUNTIME
+#include "loom/weights/run_checkpoint.h"
+#endif
 
 namespace loom::cli {
 
@@ -37,7 +40,32 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--steps", steps, "training steps")->check(kPositive);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")
       ->check(RealIn(0, max_timeout_s));
-  run->add_option("--lr", lr, "AdamW learning rate")->check(kPositive);
+  run->add_option("--lr", lr, "AdamW's peak learning rate (default 1e-3)")->check(kPositive)->group("Training");
+  run->add_option("--lr-schedule", lr_schedule, "after the warmup: constant | linear | cosine (default constant)")
+      ->group("Training");
+  run->add_option("--warmup-steps", warmup_steps, "steps the learning rate rises from 0 to --lr (default 0)")
+      ->check(kNotNegative)
+      ->group("Training");
+  run->add_option("--decay-steps", decay_steps,
+                  "steps the schedule spans, warmup included (default: --steps; set it to resume a longer schedule)")
+      ->check(kNotNegative)
+      ->group("Training");
+  run->add_option("--min-lr-ratio", min_lr_ratio, "where linear and cosine end, as a fraction of --lr (default 0)")
+      ->group("Training");
+  run->add_option("--weight-decay", weight_decay,
+                  "AdamW's decoupled weight decay on matrices and embeddings; never on norms or biases (default 0.01)")
+      ->group("Training");
+  run->add_option("--clip-grad", clip_grad, "clip the gradients' global L2 norm to this (default 1; 0: off)")
+      ->group("Training");
+  run->add_flag("--skip-nonfinite", skip_nonfinite,
+                "skip a step whose loss or gradient norm is not finite (counted and reported) instead of stopping")
+      ->group("Training");
+  run->add_option("--metrics", metrics, "write a JSONL line per step: loss, grad norm, lr, time, tokens/s, MFU")
+      ->check(kOutputFile)
+      ->group("Training");
+  run->add_option("--report", report, "write an HTML run report: loss, grad norm, lr and tokens/s over the steps")
+      ->check(kOutputFile)
+      ->group("Training");
   run->add_option("--loss-scale", loss_scale, "fp16: a constant loss scale (default: dynamic)")
       ->group("fp16 loss scaling");
   run->add_option("--initial-loss-scale", initial_loss_scale, "fp16: the dynamic loss scale's start (default 65536)")
@@ -74,12 +102,23 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--checkpoint", checkpoint,
                   "where a fault-tolerant run that cannot recover writes its state (default: its run directory)")
       ->group("Fault tolerance");
-  run->add_option("--resume", resume, "start from the checkpoint a fault-tolerant run wrote")->group("Fault tolerance");
+  run->add_option("--checkpoint-dir", checkpoint_dir,
+                  "save training checkpoints into DIR (DIR/step-N, DIR/latest): at the end and every "
+                  "--checkpoint-every steps; plan-independent, so a run resumes under another plan")
+      ->group("Checkpoints");
   run->add_option("--checkpoint-every", checkpoint_every,
-                  "also write a complete checkpoint every K steps (DIR/step-N), for failures that take every "
-                  "holder of a layer at once")
+                  "with --checkpoint-dir: also save every K steps; with --fault-tolerance: a complete checkpoint "
+                  "every K steps (DIR/step-N) for failures that take every holder of a layer at once")
       ->check(CLI::NonNegativeNumber)
-      ->group("Fault tolerance");
+      ->group("Checkpoints");
+  run->add_option("--keep-checkpoints", keep_checkpoints,
+                  "with --checkpoint-dir: the newest K kept (default 2; 0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->group("Checkpoints");
+  run->add_option("--resume", resume,
+                  "continue from a checkpoint: a --checkpoint-dir folder (its latest) or one step-N folder in it, "
+                  "under this or another plan (--steps counts from the run's start); or a fault-tolerant run's")
+      ->group("Checkpoints");
   run->add_flag("--json", json, "print JSON");
   run->add_option("--nnodes", nnodes, "machines in the run (default: NNODES, else 1)");
   run->add_option("--node-rank", node_rank, "this machine's index (default: NODE_RANK, else 0)");
@@ -153,7 +192,14 @@ RunOptions RunFlags::BasicOptions(Precision precision) const {
   RunOptions o;
   o.steps = steps;
   o.timeout_s = timeout_s;
-  o.learning_rate = lr;
+  o.training.lr = lr;
+  o.training.schedule = runtime::ParseLrSchedule(lr_schedule);
+  o.training.warmup_steps = warmup_steps;
+  o.training.decay_steps = decay_steps;
+  o.training.min_lr_ratio = min_lr_ratio;
+  o.training.weight_decay = weight_decay;
+  o.training.clip_grad = clip_grad;
+  o.training.skip_nonfinite = skip_nonfinite;
   o.kill_rank = kill_rank;
   o.kill_step = kill_step;
   o.threads_per_rank = threads;
@@ -193,14 +239,22 @@ void RunFlags::AddFaultTolerance(RunOptions& o) const {
     const auto v = ParseColonInts(j, "--rejoin", 2);
     o.rejoins.push_back({v[0], v[1]});
   }
-  o.fault_tolerant = fault_tolerance >= 0 || !resume.empty();
+  // A training checkpoint (weights/run_checkpoint.h), or a fault-tolerant run's (its own format yet).
+  const bool training_resume = !resume.empty() && fault_tolerance < 0 && weights::IsRunCheckpoint(resume);
+  o.fault_tolerant = fault_tolerance >= 0 || (!resume.empty() && !training_resume);
   o.heartbeat_timeout_s = heartbeat_timeout_s;
   o.checkpoint_dir = checkpoint;
   o.checkpoint_every = checkpoint_every;
-  if (checkpoint_every > 0 && fault_tolerance < 0) {
-    throw loom::Error("--checkpoint-every acts on a fault-tolerant run: add --fault-tolerance F");
+  o.checkpoint_root = checkpoint_dir;
+  o.keep_checkpoints = keep_checkpoints;
+  if (checkpoint_every > 0 && fault_tolerance < 0 && checkpoint_dir.empty()) {
+    throw loom::Error("--checkpoint-every: add --checkpoint-dir DIR (or --fault-tolerance F for its own checkpoints)");
   }
-  o.resume_from = resume;
+  if (training_resume) {
+    o.resume_checkpoint = weights::FindCheckpoint(resume);
+  } else {
+    o.resume_from = resume;
+  }
 }
 
 void RunFlags::AddMachines(RunOptions& o) const {

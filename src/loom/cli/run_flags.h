@@ -38,6 +38,13 @@ struct RunFlags {
   int steps = 3;
   double timeout_s = 60;
   double lr = 1e-3;
+  // The training loop (runtime/training_options.h).
+  std::string lr_schedule = "constant";
+  int warmup_steps = 0, decay_steps = 0;
+  double min_lr_ratio = 0, weight_decay = 0.01, clip_grad = 1.0;
+  bool skip_nonfinite = false;
+  std::string metrics;  // --metrics FILE.jsonl: a line per step
+  std::string report;   // --report FILE.html: the training curves
   // fp16's loss scaling (runtime/loss_scaler.h), Megatron-LM's flags: unset
   // values keep LossScaleOptions' defaults.
   std::optional<double> loss_scale, initial_loss_scale;
@@ -57,6 +64,8 @@ struct RunFlags {
   std::string checkpoint;
   std::string resume;
   int checkpoint_every = 0;
+  std::string checkpoint_dir;  // --checkpoint-dir: training checkpoints
+  int keep_checkpoints = 2;
 
   // Several machines, torchrun-style; unset values come from the environment.
   int nnodes = 0;

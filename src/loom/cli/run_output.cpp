@@ -3,7 +3,9 @@
 #ifdef LOOM_HAVE_RUNTIME
 
 #include <fmt/format.h>
+
 #include <fmt/ranges.h>
+#include <cmath>
 
 #include <algorithm>
 
@@ -40,6 +42,17 @@ nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
                       {"peak_rss_bytes", r.peak_rss_bytes},
                       {"peak_tensor_bytes", r.peak_tensor_bytes},
                       {"first_step", r.first_step}};
+  // The training loop's per step (null where not known: an fp16 overflow's norm).
+  nlohmann::json norms = nlohmann::json::array(), lrs = nlohmann::json::array();
+  std::vector<int> nonfinite;
+  for (size_t i = 0; i < r.grad_norms.size(); ++i) {
+    norms.push_back(std::isfinite(r.grad_norms[i]) ? nlohmann::json(r.grad_norms[i]) : nlohmann::json(nullptr));
+    lrs.push_back(std::isfinite(r.lrs[i]) ? nlohmann::json(r.lrs[i]) : nlohmann::json(nullptr));
+    if (r.nonfinite_skipped[i]) nonfinite.push_back(static_cast<int>(i));
+  }
+  j["grad_norms"] = norms;
+  j["lrs"] = lrs;
+  j["nonfinite_skipped_steps"] = nonfinite;
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : r.events) {
     events.push_back({{"step", e.step},
@@ -93,6 +106,12 @@ std::string FormatRun(const RunResult& r, const RunOutputContext& context) {
     double slowest = 0;
     for (const auto& rank : r.step_s) slowest = std::max(slowest, rank[i]);
     out += fmt::format("  step {}: loss {:.6f}, {:.3f} s (slowest rank)", i, r.losses[i], slowest);
+    if (i < r.grad_norms.size() && std::isfinite(r.lrs[i])) {
+      out += fmt::format(", grad norm {:.4g}, lr {:.3g}", std::fabs(r.grad_norms[i]), r.lrs[i]);
+    }
+    if (i < r.nonfinite_skipped.size() && r.nonfinite_skipped[i]) {
+      out += "; skipped: the loss or gradient norm was not finite (--skip-nonfinite)";
+    }
     if (i < r.loss_scales.size()) {
       out += r.skipped[i] ? fmt::format("; skipped: gradients overflowed at loss scale {:g}", r.loss_scales[i])
                           : fmt::format(", loss scale {:g}", r.loss_scales[i]);

@@ -41,6 +41,14 @@ class LossScaler {
   // After a step: `found_inf` says whether any gradient of the run was not
   // finite (the step was skipped). Megatron's DynamicGradScaler.update.
   void Update(bool found_inf);
+  // A checkpoint's state (weights/run_checkpoint.h), and setting it back.
+  int growth_tracker() const { return growth_tracker_; }
+  int hysteresis_tracker() const { return hysteresis_tracker_; }
+  void Restore(double scale, int growth_tracker, int hysteresis_tracker) {
+    scale_ = scale;
+    growth_tracker_ = growth_tracker;
+    hysteresis_tracker_ = hysteresis_tracker;
+  }
 
  private:
   LossScaleOptions options_;

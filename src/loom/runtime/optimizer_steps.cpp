@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "loom/error.h"
@@ -80,13 +81,81 @@ std::vector<Segment> MakeSegments(const Model& model, const ExecutionPlan& exec,
   return segments;
 }
 
+bool StepNorm::Finite() const { return std::isfinite(grad_norm) && std::isfinite(loss); }
+
+namespace {
+
+// AdamW over `params` with weight decay on those of two or more dimensions
+// only (two parameter groups; torch.optim.AdamW's defaults otherwise).
+std::unique_ptr<torch::optim::AdamW> DecayingAdamW(const std::vector<torch::Tensor>& params, double lr,
+                                                   double weight_decay) {
+  std::vector<torch::Tensor> decayed, plain;
+  for (const auto& p : params) (p.dim() >= 2 ? decayed : plain).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  if (!decayed.empty()) {
+    groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(
+                                     torch::optim::AdamWOptions(lr).weight_decay(weight_decay)));
+  }
+  if (!plain.empty()) {
+    groups.emplace_back(plain,
+                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).weight_decay(0)));
+  }
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
+}
+
+void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& g : optimizer.param_groups()) g.options().set_lr(lr);
+}
+
+}  // namespace
+
 OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& place, LocalStages& local,
                                ZeroShards& zero, std::vector<Tie> ties, std::vector<Segment> segments,
-                               double learning_rate, AbortFlag abort)
-    : local_(local), zero_(zero), ties_(std::move(ties)), segments_(std::move(segments)), abort_(abort) {
+                               const ProcessGroups& groups, const TrainingOptions& training,
+                               const torch::Device& device, AbortFlag abort)
+    : local_(local),
+      zero_(zero),
+      ties_(std::move(ties)),
+      segments_(std::move(segments)),
+      world_(*groups.world),
+      weight_decay_(training.weight_decay),
+      device_(device),
+      abort_(abort) {
   for (const auto& [v, stack] : local.stacks) {
     stage_rank_[v] = exec.schedule.stage_rank[v];
     dp_group_[v] = exec.stages[v].dp_group;
+  }
+  // How many processes hold an equal copy of each gradient (NormTerm): TP
+  // shards of a tensor TP does not split, the stage's data-parallel group
+  // (CP ranks and sequence shares included), both copies of a tied matrix,
+  // the members of an Oobleck layer segment.
+  std::map<const void*, std::string>& name_of = name_of_;
+  for (const auto& [v, stack] : local.stacks) {
+    for (const auto& item : stack->named_parameters()) name_of[item.value().unsafeGetTensorImpl()] = item.key();
+    tp_of_[v] = {place.MyTpRank(v), place.TpOf(v)};
+  }
+  std::map<const void*, int> extra_copies;
+  for (const Tie& t : ties_) {
+    for (const auto& x : t.tensors) extra_copies[x.unsafeGetTensorImpl()] = 2;
+  }
+  for (const Segment& seg : segments_) {
+    if (!seg.group) continue;
+    for (const auto& p : seg.params) extra_copies[p.unsafeGetTensorImpl()] = static_cast<int>(seg.group->getSize());
+  }
+  auto tp_copies = [&](int v, const torch::Tensor& p) {
+    return local.stacks.at(v)->IsSharded(name_of.at(p.unsafeGetTensorImpl())) ? 1 : place.TpOf(v);
+  };
+  for (const auto& [v, stage_buckets] : local.buckets) {
+    if (zero.Sharded(v)) continue;
+    const auto dp = groups.dp_place.find(exec.stages[v].dp_group);
+    const int dp_copies = dp == groups.dp_place.end() ? 1 : dp->second.second;
+    for (const auto& bucket : stage_buckets) {
+      for (const auto& p : bucket) {
+        const auto extra = extra_copies.find(p.unsafeGetTensorImpl());
+        const int copies = dp_copies * tp_copies(v, p) * (extra == extra_copies.end() ? 1 : extra->second);
+        norm_terms_.push_back({p, 0, -1, 1.0 / copies});
+      }
+    }
   }
   for (int r : place.local_ranks) {
     std::vector<torch::Tensor> replicated, masters;
@@ -99,14 +168,24 @@ OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& pl
       if (exec.schedule.stage_rank[sb.stage] != r) continue;
       masters.push_back(sb.master);
       o.shards.push_back(&sb);
+      // The slice [lo, hi) of the bucket's flat parameters, tensor by tensor.
+      int64_t at = 0;
+      for (const auto& p : local.buckets.at(sb.stage).at(sb.bucket)) {
+        const int64_t lo = std::max(at, sb.lo), hi = std::min(at + p.numel(), sb.hi);
+        at += p.numel();
+        if (lo >= hi) continue;
+        norm_terms_.push_back({sb.master, lo - sb.lo, hi - lo, 1.0 / tp_copies(sb.stage, p)});
+        if (p.dim() >= 2 && weight_decay_ > 0) o.decay.push_back({&sb, lo - sb.lo, hi - lo});
+      }
     }
-    const auto options = torch::optim::AdamWOptions(learning_rate);
-    if (!replicated.empty()) o.replicated = std::make_unique<torch::optim::AdamW>(replicated, options);
-    if (!masters.empty()) o.sharded = std::make_unique<torch::optim::AdamW>(masters, options);
+    const double lr = training.lr;
+    if (!replicated.empty()) o.replicated = DecayingAdamW(replicated, lr, weight_decay_);
+    if (!masters.empty())
+      o.sharded = std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(lr).weight_decay(0));
   }
 }
 
-void OptimizerSteps::Step(const std::vector<int>& ranks) {
+void OptimizerSteps::SumShared() {
   for (const Tie& t : ties_) {
     torch::NoGradGuard no_grad;
     torch::Tensor sum = torch::zeros_like(t.tensors[0]);
@@ -129,14 +208,74 @@ void OptimizerSteps::Step(const std::vector<int>& ranks) {
     const auto parts = SplitLike(flat, seg.params);
     for (size_t i = 0; i < seg.params.size(); ++i) seg.params[i].mutable_grad().copy_(parts[i]);
   }
+}
+
+StepNorm OptimizerSteps::Norm(double loss_share) {
+  torch::NoGradGuard no_grad;
+  // Each term's norm in fp32 (as clip_grad_norm_ takes them), squared and
+  // weighted in fp64, summed with the other processes' in fp64.
+  std::vector<torch::Tensor> norms;
+  std::vector<double> scales;
+  for (const NormTerm& t : norm_terms_) {
+    const torch::Tensor& g = t.param.grad();
+    if (!g.defined()) continue;
+    norms.push_back(torch::linalg_vector_norm(t.length < 0 ? g : g.narrow(0, t.offset, t.length), 2)
+                        .to(torch::kDouble)
+                        .reshape({1}));
+    scales.push_back(t.scale);
+  }
+  const auto options = torch::TensorOptions().device(device_).dtype(torch::kDouble);
+  torch::Tensor sums = torch::zeros({2}, options);
+  if (!norms.empty()) {
+    const torch::Tensor n = torch::cat(norms).to(device_);
+    sums[0] = (n * n * torch::tensor(scales, torch::kDouble).to(device_)).sum();
+  }
+  sums[1] = loss_share;
+  AllReduceSum(world_, sums, abort_);
+  const torch::Tensor host = sums.cpu();
+  return {std::sqrt(host[0].item<double>()), host[1].item<double>()};
+}
+
+std::vector<torch::Tensor> OptimizerSteps::GradientsRead() const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& [v, stack] : local_.stacks) {
+    if (zero_.Sharded(v)) continue;
+    for (const auto& p : stack->parameters()) {
+      if (p.grad().defined()) grads.push_back(p.grad());
+    }
+  }
+  for (const auto& sb : zero_.shards()) {
+    if (sb.master.grad().defined()) grads.push_back(sb.master.grad());
+  }
+  return grads;
+}
+
+void OptimizerSteps::Clip(double grad_norm, double clip) {
+  if (!(clip > 0)) return;
+  const double coef = clip / (grad_norm + 1e-6);
+  if (coef >= 1) return;
+  torch::NoGradGuard no_grad;
+  for (auto& g : GradientsRead()) g.mul_(coef);
+}
+
+void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {
   std::vector<const ShardedBucket*> gathers;
   for (int r : ranks) {
     RankOptimizer& o = optimizers_.at(r);
     if (o.replicated) {
+      SetLearningRate(*o.replicated, lr);
       o.replicated->step();
       o.replicated->zero_grad();
     }
     if (o.sharded) {
+      // AdamW's decoupled decay first, as torch.optim.AdamW orders it
+      // (p *= 1 - lr * wd, then the Adam update), on the decayed ranges only.
+      torch::NoGradGuard no_grad;
+      for (const auto& d : o.decay) {
+        if (!d.shard->master.grad().defined()) continue;
+        d.shard->master.narrow(0, d.offset, d.length).mul_(1 - lr * weight_decay_);
+      }
+      SetLearningRate(*o.sharded, lr);
       o.sharded->step();
       o.sharded->zero_grad();
       gathers.insert(gathers.end(), o.shards.begin(), o.shards.end());

@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,8 +21,10 @@
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/tensor_buckets.h"
 #include "loom/runtime/torch_model.h"
+#include "loom/runtime/training_options.h"
 #include "loom/runtime/zero_shards.h"
 #include "loom/spec/model.h"
+#include "loom/weights/run_checkpoint.h"
 
 namespace loom::runtime {
 
@@ -61,18 +64,78 @@ std::vector<Segment> MakeSegments(const Model& model, const ExecutionPlan& exec,
 
 // Per schedule rank, the optimizers of its stages (a rank's optimizer step
 // updates its own stages only: ranks taking turns on one group step apart).
+// The replicated optimizer has two parameter groups, decayed (tensors of two
+// or more dimensions) and not; the sharded one steps flat ZeRO slices that mix
+// both, so it has no decay of its own and `decay` applies it (below).
 struct RankOptimizer {
   std::unique_ptr<torch::optim::AdamW> replicated, sharded;
   std::vector<ShardedBucket*> shards;
+  // Ranges [offset, offset + length) of a shard's master that hold decayed tensors.
+  struct DecayRange {
+    ShardedBucket* shard = nullptr;
+    int64_t offset = 0, length = 0;
+  };
+  std::vector<DecayRange> decay;
+};
+
+// One term of the run's squared gradient norm: `scale` times the squared norm
+// of a gradient (or of elements [offset, offset + length) of a ZeRO slice's
+// gradient). `scale` is 1 / the number of processes holding an equal copy of
+// those gradients, so that the sum over every process counts each once.
+struct NormTerm {
+  torch::Tensor param;              // whose .grad()
+  int64_t offset = 0, length = -1;  // -1: the whole tensor
+  double scale = 1;
+};
+
+// The run's gradients' global L2 norm and the batch's loss, as every process
+// knows them after one all-reduce over the run: what the step's clipping and
+// non-finite check read, and what the step reports.
+struct StepNorm {
+  double grad_norm = 0;
+  double loss = 0;
+  bool Finite() const;
 };
 
 class OptimizerSteps {
  public:
   OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& place, LocalStages& local, ZeroShards& zero,
-                 std::vector<Tie> ties, std::vector<Segment> segments, double learning_rate, AbortFlag abort);
+                 std::vector<Tie> ties, std::vector<Segment> segments, const ProcessGroups& groups,
+                 const TrainingOptions& training, const torch::Device& device, AbortFlag abort);
 
-  // The optimizer steps of schedule ranks `ranks` (this step's, in action order).
-  void Step(const std::vector<int>& ranks);
+  // The gradient sums that happen only at the step, in the order every
+  // partner reaches them: Megatron's tied word embeddings, then Oobleck's
+  // layer segments. Before Norm: a tied copy's gradient is only a part until then.
+  void SumShared();
+  // A collective over the whole run (every process calls it once a step,
+  // after SumShared): the global gradient norm, each gradient counted once
+  // however many processes hold it (TP-replicated tensors, data-parallel and
+  // CP copies, tied copies, layer segments), and the loss from each
+  // process's `loss_share`. torch.nn.utils.clip_grad_norm_'s total_norm.
+  StepNorm Norm(double loss_share);
+  // Scales every gradient the optimizers read by clip / (norm + 1e-6) where
+  // that is below 1 (clip_grad_norm_'s clip_coef); a no-op for clip 0.
+  void Clip(double grad_norm, double clip);
+  // The optimizer steps of schedule ranks `ranks` (this step's, in action
+  // order) at learning rate `lr`, then ZeRO's gathers of the updated weights.
+  void Step(const std::vector<int>& ranks, double lr);
+
+  // A training checkpoint (weights/run_checkpoint.h): this process's share as
+  // a part file's tensors and metadata. `first_holder(v)`: whether stage v's
+  // replicated tensors are this process's to write (the plan's replica 0, CP
+  // part 0); of those, TP rank 0 writes the tensors TP does not split. Each
+  // ZeRO shard is written by its holder as a range. `keep` owns the bytes.
+  struct CheckpointShare {
+    std::vector<torch::Tensor> keep;
+    std::vector<weights::TensorToWrite> tensors;
+    std::map<std::string, std::string> metadata;
+  };
+  CheckpointShare CheckpointPart(const std::function<bool(int)>& first_holder);
+  // Every trainable parameter of this process's stages and its AdamW state
+  // from `reader`, cut to this plan's share (TP slice, ZeRO range). Throws
+  // loom::Error naming the tensor where the checkpoint lacks it or holds
+  // another shape (a checkpoint of another model).
+  void Restore(const weights::RunCheckpointReader& reader);
 
   // Every trainable parameter of this process's stages, by name, with its
   // rank's optimizer: what a fault-tolerant run's training state carries.
@@ -86,8 +149,17 @@ class OptimizerSteps {
   ZeroShards& zero_;
   std::vector<Tie> ties_;
   std::vector<Segment> segments_;
+  GroupBase& world_;
+  const double weight_decay_;
+  const torch::Device device_;
   AbortFlag abort_;
   std::map<int, RankOptimizer> optimizers_;
+  std::vector<NormTerm> norm_terms_;
+  std::map<const void*, std::string> name_of_;  // a stage parameter's name
+  std::map<int, std::pair<int, int>> tp_of_;    // local stage -> (its TP rank, its TP degree)
+
+  // Every gradient the optimizers read: replicated stages' parameters' and ZeRO slices' (UnscaleRunGradients' set).
+  std::vector<torch::Tensor> GradientsRead() const;
 };
 
 }  // namespace loom::runtime

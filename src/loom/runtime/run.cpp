@@ -26,6 +26,7 @@
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
 #include "loom/runtime/worker_message.h"
+#include "loom/weights/run_checkpoint.h"
 
 namespace loom {
 
@@ -70,6 +71,7 @@ int MaxThreadsPerRank() { return std::max(1, static_cast<int>(std::thread::hardw
 
 void RunOptions::Validate() const {
   if (steps < 1) throw Error(fmt::format("--steps: must be >= 1, got {}", steps));
+  training.Validate(steps);
   if (!(timeout_s > 0 && timeout_s <= kMaxTimeout_s)) {
     throw Error(
         fmt::format("--timeout: {} s is out of range; valid: > 0 and <= {} s (a week)", timeout_s, kMaxTimeout_s));
@@ -102,6 +104,43 @@ void RunOptions::Validate() const {
 }
 
 namespace {
+
+// --checkpoint-dir and --resume of a training checkpoint, before any worker
+// starts: what the run can do, and a checkpoint of this model and data.
+void CheckTrainingCheckpoints(const Model& model, const Workload& workload, const RunOptions& options) {
+  if (options.checkpoint_root.empty() && options.resume_checkpoint.empty()) return;
+  if (options.fault_tolerant) {
+    throw Error(
+        "--checkpoint-dir: a fault-tolerant run writes its own checkpoints yet (--checkpoint, --checkpoint-every)");
+  }
+  if (options.nnodes > 1) {
+    throw Error(
+        "--checkpoint-dir and --resume: one machine yet (several would need one shared folder, not checked yet)");
+  }
+  if (!options.resume_checkpoint.empty()) {
+    const weights::RunCheckpointReader reader(options.resume_checkpoint);
+    const weights::RunCheckpointManifest& m = reader.manifest();
+    const std::string& at = options.resume_checkpoint;
+    if (m.model != model.name) {
+      throw Error(fmt::format("--resume {}: a checkpoint of model '{}', not '{}'", at, m.model, model.name));
+    }
+    if (m.seed != workload.seed || m.global_batch != workload.global_batch) {
+      throw Error(fmt::format(
+          "--resume {}: the checkpoint's data stream is seed {} with global batch {}, this run's seed {} with {}; "
+          "the steps would not continue it (give --seed {} --global-batch {})",
+          at, m.seed, m.global_batch, workload.seed, workload.global_batch, m.seed, m.global_batch));
+    }
+    if (m.steps_done >= options.steps) {
+      throw Error(
+          fmt::format("--resume {}: the checkpoint is after step {} already; --steps {} leaves nothing to "
+                      "run (--steps counts from the run's start)",
+                      at, m.steps_done, options.steps));
+    }
+  }
+  if (!options.checkpoint_root.empty())
+    weights::CheckCheckpointRoot(options.checkpoint_root, options.resume_checkpoint);
+}
+
 // The run's workers (fault-tolerant or not) from start to their reports.
 RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
@@ -112,6 +151,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
   options.Validate();
+  CheckTrainingCheckpoints(model, workload, options);
   if (workload.precision == Precision::kFp16) {
     options.loss_scale.Validate();
     // A fault-tolerant generation restores weights and AdamW state
@@ -273,6 +313,10 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
       while ((nl = c.buffer.find('\n')) != std::string::npos) {
         c.lines.push_back(c.buffer.substr(0, nl));
         c.buffer.erase(0, nl + 1);
+        if (options.on_step && c.lines.back().starts_with("metrics ")) {
+          const auto m = std::get<runtime::report::Metrics>(runtime::Decode(c.lines.back()));
+          options.on_step(StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds});
+        }
       }
     }
     const double silent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
@@ -314,6 +358,9 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
   for (int r = 0; r < world; ++r) lines[r] = std::move(children[r].lines);
   RunResult out;
   runtime::ReadReports(lines, layout, options.steps, out);
+  if (!options.resume_checkpoint.empty()) {
+    out.first_step = weights::RunCheckpointReader(options.resume_checkpoint).manifest().steps_done;
+  }
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include "loom/plan/plan.h"
 #include "loom/plan/replanner.h"
 #include "loom/runtime/loss_scaler.h"
+#include "loom/runtime/training_options.h"
 #include "loom/sim/sim_result.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -64,9 +65,19 @@ inline constexpr double kMaxTimeout_s = 7 * 24 * 3600.0;
 inline constexpr int kMaxPort = 65535;
 int MaxThreadsPerRank();  // the machine's hardware threads
 
+// A step as the launcher sees it once it is done (RunOptions::on_step).
+struct StepProgress {
+  int step = 0;
+  double loss = 0, grad_norm = 0, lr = 0;  // NaN where not known (an fp16 overflow)
+  bool skipped = false;                    // a non-finite step --skip-nonfinite skipped
+  double seconds = 0;                      // its wall time
+};
+
 struct RunOptions {
   int steps = 3;
-  double learning_rate = 1e-3;
+  // The learning rate, its schedule, weight decay, clipping and what a
+  // non-finite step does (runtime/training_options.h).
+  runtime::TrainingOptions training;
   double timeout_s = 60;  // a rank silent this long fails the run
   int port = 0;           // TCPStore port; 0 picks a free one
   int kill_rank = -1;     // tests: this rank exits abruptly at the start of step `kill_step`
@@ -101,6 +112,15 @@ struct RunOptions {
   std::string checkpoint_dir;        // where "cannot recover" writes the state ("" : a directory beside the run's)
   int checkpoint_every = 0;          // > 0: also a complete checkpoint every this many steps, in checkpoint_dir/step-N
   std::string resume_from;           // a checkpoint to start from (its steps are skipped)
+  // Training checkpoints (`--checkpoint-dir D`, weights/run_checkpoint.h; not
+  // under fault tolerance yet): saved every checkpoint_every steps (0: at the
+  // end only) and at the run's end, the newest `keep_checkpoints` kept (0: all).
+  std::string checkpoint_root;
+  int keep_checkpoints = 2;
+  // `--resume D` of such a checkpoint: the step folder to start from (set by
+  // the launcher, weights::FindCheckpoint); its steps are skipped.
+  std::string resume_checkpoint;
+  std::string plan_label;  // what the manifest says wrote it
   // A Hugging Face model folder whose safetensors the stages start from
   // (`loom run --model DIR`; runtime/hf_weights.h); "": the seeded weights.
   std::string weights_dir;
@@ -112,6 +132,9 @@ struct RunOptions {
   // The workload's precision fp16: its loss scaling (`--loss-scale`,
   // `--initial-loss-scale`, `--loss-scale-window`, `--hysteresis`).
   runtime::LossScaleOptions loss_scale;
+  // Called on the launcher as each step ends (from this node's first
+  // process's report), in step order; not copied into workers' use.
+  std::function<void(const StepProgress&)> on_step;
 
   // Throws loom::Error naming the flag of the first option that no plan
   // could run with (steps, timeout, node rank, threads; under fault
@@ -132,6 +155,11 @@ struct RunResult {
   // whether its gradients overflowed, so that it changed no weight. Empty otherwise.
   std::vector<double> loss_scales;
   std::vector<bool> skipped;
+  // Per step, as the run saw it (the Metrics of the node's first process):
+  // the gradients' global norm before clipping, the learning rate, and
+  // whether a non-finite loss or norm skipped it (--skip-nonfinite).
+  std::vector<double> grad_norms, lrs;
+  std::vector<bool> nonfinite_skipped;
   std::vector<std::vector<double>> step_s;  // [rank][step] wall time of the step
   std::vector<std::vector<double>>
       params;  // [process] per parameter tensor: sum, sum of squares, sum of |w| (replica 0's)

@@ -47,6 +47,9 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
                  RunResult& out) {
   const int world = static_cast<int>(lines.size()), tp = layout.group_gpus;
   out.losses.assign(steps, 0.0);
+  out.grad_norms.assign(steps, std::nan(""));
+  out.lrs.assign(steps, std::nan(""));
+  out.nonfinite_skipped.assign(steps, false);
   std::vector<int> reporters(steps, 0);
   out.step_s.assign(world, std::vector<double>(steps, 0.0));
   out.params.assign(world, {});
@@ -69,6 +72,10 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
         }
         out.loss_scales.at(m->step) = m->scale;
         out.skipped.at(m->step) = m->skipped;
+      } else if (const auto* m = std::get_if<report::Metrics>(&message)) {
+        out.grad_norms.at(m->step) = m->grad_norm;
+        out.lrs.at(m->step) = m->lr;
+        out.nonfinite_skipped.at(m->step) = m->skipped;
       } else if (const auto* m = std::get_if<report::StepTime>(&message)) {
         out.step_s[r].at(m->step) = m->seconds;
       } else if (const auto* m = std::get_if<report::PeakMemory>(&message)) {
@@ -94,6 +101,10 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
         out.params[r].insert(out.params[r].end(), {m->sum, m->sum_sq, m->abs_sum});
       }
     }
+  }
+  // Steps --skip-nonfinite skipped are counted and reported, not a divergence.
+  for (int s = 0; s < steps; ++s) {
+    if (out.nonfinite_skipped[s]) reporters[s] = 0;
   }
   if (const std::string why = Divergence(out.losses, reporters, out.params); !why.empty()) throw Error(why);
   for (int s = 0; s < steps; ++s) {

@@ -135,6 +135,9 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
       abort_(abort),
       loss_module_(static_cast<int>(model.modules.size()) - 1),
       compute_dtype_(options.compute_dtype),
+      training_(options.training),
+      steps_(options.steps),
+      reports_metrics_(options.reports_metrics),
       reports_(reports) {
   groups_ = MakeModelGroups(maker, first, place_, world);
   // This process's stages, built from the same per-layer seeds as any other
@@ -176,7 +179,7 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
     fsdp_.emplace(v, std::move(hooks));
   }
   optimizers_ = std::make_unique<OptimizerSteps>(first, place_, local_, *zero_, std::move(ties), std::move(segments),
-                                                 options.learning_rate, abort);
+                                                 groups_, options.training, device, abort);
   if (options.loss_scale) scaler_.emplace(*options.loss_scale);
   clock_ = MakeActionClock(first, place_, device, options.sm_quotas,
                            ClockReports{[this](const WorkerMessage& m) { reports_.Step(m); },
@@ -241,10 +244,12 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   // fp16: a step whose gradients overflowed anywhere is skipped by every
   // process (Megatron's found_inf, all-reduced over the whole run).
   const bool finite = !scaler_ || UnscaleRunGradients();
+  // (An fp16 overflow leaves no norm; LossScale reports that skip.)
+  report::Metrics metrics{step, std::nan(""), std::nan(""), training_.LearningRateAt(step, steps_), false};
   if (!finite) {
     DropGradients();
-  } else if (!stepping.empty()) {
-    StepOptimizers(stepping);
+  } else {
+    metrics = StepOptimizers(step, stepping);
   }
   if (scaler_) {
     if (place_.process == 0) reports_.Step(report::LossScale{step, scaler_->scale(), !finite});
@@ -254,7 +259,9 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   for (auto& [v, stack] : local_.stacks) stack->ClearComputeCopies();  // the weights changed
   const double secs = clock_->EndStep();
   reports_.Step(report::StepTime{step, secs});
-  ReportLoss(step);
+  metrics.seconds = secs;
+  if (reports_metrics_) reports_.Step(metrics);
+  if (!metrics.skipped) ReportLoss(step);  // a skipped non-finite step's loss is in its Metrics only
   step_.reset();  // the step's tensors go now, not when the next step starts
 }
 
@@ -280,15 +287,34 @@ void StepExecutor::Run(int r, const Action& a) {
   }
 }
 
-// Optimizer steps: the tied embeddings' gradient sums first (in tie order, as
-// every partner), then each rank's AdamW, then ZeRO's gathers in group order
+// The step's end: the tied embeddings' and layer segments' gradient sums (in
+// tie order, as every partner), the run's gradient norm and loss (one
+// all-reduce over every process, so all of them decide alike), then a
+// non-finite step stopped or skipped, the gradients clipped, each rank's
+// AdamW at the schedule's learning rate, and ZeRO's gathers in group order
 // (every member of a group reaches them in that order).
-void StepExecutor::StepOptimizers(const std::vector<std::pair<int, int>>& stepping) {
+report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping) {
   clock_->BeginOptimizerSteps(stepping);
-  std::vector<int> ranks;
-  for (const auto& [r, index] : stepping) ranks.push_back(r);
-  optimizers_->Step(ranks);
+  optimizers_->SumShared();
+  const StepNorm norm = optimizers_->Norm(LossShare().first);
+  report::Metrics metrics{step, norm.loss, norm.grad_norm, training_.LearningRateAt(step, steps_), false};
+  if (!norm.Finite()) {
+    if (!training_.skip_nonfinite) {
+      throw Error(fmt::format(
+          "step {}: the loss is {} and the gradient norm {}: training diverged, and the run stops before "
+          "the step changes any weight (lower --lr, check the data, or --skip-nonfinite to skip such steps)",
+          step, norm.loss, norm.grad_norm));
+    }
+    DropGradients();
+    metrics.skipped = true;
+  } else {
+    optimizers_->Clip(norm.grad_norm, training_.clip_grad);
+    std::vector<int> ranks;
+    for (const auto& [r, index] : stepping) ranks.push_back(r);
+    optimizers_->Step(ranks, metrics.lr);
+  }
   clock_->EndOptimizerSteps();
+  return metrics;
 }
 
 // Every gradient this process's optimizers read: its replicated stages'
@@ -321,17 +347,22 @@ void StepExecutor::DropGradients() {
   for (auto& sb : zero_->shards()) sb.master.mutable_grad() = torch::Tensor();
 }
 
-void StepExecutor::ReportLoss(int step) {
+std::pair<double, bool> StepExecutor::LossShare() const {
   const Step& s = *step_;
   bool reports = s.holds_loss;  // TP shards compute the same loss; CP ranks and sequence shares their parts
   for (int v = 0; v < place_.stages(); ++v) {
     reports =
         reports && !((s.loss_stage[v] || !s.tower_ends[v].empty()) && place_.IsLocal(v) && place_.MyTpRank(v) != 0);
   }
-  if (!reports) return;
+  if (!reports) return {0.0, false};
   double loss_sum = 0;
   for (const auto& t : s.loss_terms) loss_sum += t.item<double>();
-  reports_.Step(report::Loss{step, loss_sum});
+  return {loss_sum, true};
+}
+
+void StepExecutor::ReportLoss(int step) {
+  const auto [loss, reports] = LossShare();
+  if (reports) reports_.Step(report::Loss{step, loss});
 }
 
 std::vector<torch::Tensor> StepExecutor::ShapesOf(int v, int k, int part) {
@@ -690,6 +721,23 @@ void StepExecutor::SaveHfPart(const ExecutionPlan& exec, const std::string& path
     AppendHfPart(*stack, model_, tp, dtype, tp.rank == 0, part);
   }
   weights::WriteCheckpointPart(path, part.tensors, part.slices);
+}
+
+void StepExecutor::SaveCheckpointPart(const ExecutionPlan& exec, const std::string& path) {
+  const auto share = optimizers_->CheckpointPart(
+      [&](int v) { return (exec.replicated ? place_.replica : exec.stages[v].replica) == 0 && place_.MyPart(v) == 0; });
+  weights::WriteSafetensors(path, share.tensors, share.metadata);
+}
+
+void StepExecutor::Barrier() {
+  torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));
+  AllReduceSum(*groups_.world, one, abort_);
+}
+
+void StepExecutor::RestoreCheckpoint(const weights::RunCheckpointReader& reader) {
+  optimizers_->Restore(reader);
+  const weights::RunCheckpointManifest& m = reader.manifest();
+  if (scaler_ && m.has_loss_scale) scaler_->Restore(m.loss_scale, m.growth_tracker, m.hysteresis_tracker);
 }
 
 }  // namespace loom::runtime

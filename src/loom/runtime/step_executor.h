@@ -31,6 +31,7 @@
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/torch_model.h"
+#include "loom/runtime/training_options.h"
 #include "loom/runtime/training_state.h"
 #include "loom/runtime/worker_reports.h"
 #include "loom/runtime/zero_shards.h"
@@ -43,7 +44,9 @@ class FsdpLayers;
 // What the executor needs of its worker's options.
 struct ExecutorOptions {
   int seed = 0;  // the workload's: every copy of a layer starts from the same weights
-  double learning_rate = 1e-3;
+  TrainingOptions training;      // the learning-rate schedule, weight decay, clipping, non-finite steps
+  int steps = 1;                 // the run's steps (the schedule's span unless training.decay_steps)
+  bool reports_metrics = false;  // this process reports each step's Metrics (the first of its node)
   bool sm_quotas = true;   // CUDA: co-located ranks on green-context streams
   bool layerwise = false;  // heterogeneous pipeline templates: gradients summed per layer segment
   std::string weights_dir;  // a Hugging Face checkpoint folder the stages start from ("": the seeded weights)
@@ -96,6 +99,17 @@ class StepExecutor {
   // 0 alone. Call after ReportWeights (ZeRO-3's weights gathered).
   void SaveHfPart(const ExecutionPlan& exec, const std::string& path, torch::ScalarType dtype);
 
+  // A training checkpoint (weights/run_checkpoint.h): writes this process's
+  // share of the weights and AdamW state to part file `path` (replica 0's
+  // stages, CP part 0; every ZeRO shard), and restores them from `reader`
+  // (each process its own plan's share), the fp16 loss scale included.
+  void SaveCheckpointPart(const ExecutionPlan& exec, const std::string& path);
+  void RestoreCheckpoint(const weights::RunCheckpointReader& reader);
+  // Returns once every process of the run called it (a checkpoint's save).
+  void Barrier();
+  // fp16's loss scale for the manifest (null for bf16 and fp32).
+  const LossScaler* loss_scaler() const { return scaler_ ? &*scaler_ : nullptr; }
+
   const ProcessPlace& place() const { return place_; }
   // The group of every process of the run (a fault-tolerant run's state exchange).
   GroupBase& world() const { return *groups_.world; }
@@ -112,7 +126,10 @@ class StepExecutor {
   void Receive(int r, const Action& a);
   void Collective(const Action& a);
   void Wait(int r);
-  void StepOptimizers(const std::vector<std::pair<int, int>>& stepping);
+  // The step's end once every action ran: shared gradient sums, the global
+  // norm and loss (the non-finite check), clipping and the optimizer steps.
+  // Returns the step's Metrics.
+  report::Metrics StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping);
   // fp16: divides every gradient this process steps by the loss scale and
   // says whether all of the run's are finite (one all-reduce over every process).
   bool UnscaleRunGradients();
@@ -130,6 +147,9 @@ class StepExecutor {
   torch::Tensor TowerLoss(int v, const ModuleTensors& out) const;
   // The gradient a backward starts from at a loss: 1, or fp16's loss scale.
   torch::Tensor LossGradient(const torch::Tensor& loss) const;
+  // This process's share of the batch's loss (0 where it reports none: TP
+  // shards past the first compute the same loss), and whether it has one.
+  std::pair<double, bool> LossShare() const;
   void ReportLoss(int step);
 
   // Constant for the run.
@@ -139,6 +159,9 @@ class StepExecutor {
   const AbortFlag abort_;
   const int loss_module_;
   const torch::ScalarType compute_dtype_;
+  const TrainingOptions training_;
+  const int steps_;
+  const bool reports_metrics_;
   WorkerReports& reports_;
   ProcessGroups groups_;
   // Changed by the actions (weights, gradients) and the optimizer steps.

@@ -27,6 +27,7 @@
 #include "loom/runtime/torch_model.h"
 #include "loom/runtime/training_state.h"
 #include "loom/runtime/worker_reports.h"
+#include "loom/weights/run_checkpoint.h"
 
 namespace loom::runtime {
 
@@ -214,12 +215,59 @@ torch::ScalarType SaveDType(const std::string& name) {
   return torch::kFloat;
 }
 
+// --checkpoint-dir: whether the state after step `step` is saved.
+bool SavesAfter(const RunOptions& o, int step) {
+  if (o.checkpoint_root.empty()) return false;
+  return step + 1 == o.steps || (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0);
+}
+
+// A training checkpoint of the state after `steps_done` steps
+// (weights/run_checkpoint.h): process 0 makes the staging folder, every
+// process writes its part, and once all are written process 0 commits it
+// with the manifest. Two barriers over the whole run.
+void SaveCheckpoint(const WorkerSpec& spec, StepExecutor& executor, const ExecutionPlan& exec, int steps_done,
+                    const WorkerReports& reports) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string& root = spec.options.checkpoint_root;
+  if (spec.rank == 0) weights::StageRunCheckpoint(root, steps_done);
+  executor.Barrier();
+  const std::string staging = weights::StagingPath(root, steps_done);
+  executor.SaveCheckpointPart(exec, staging + "/" + weights::PartFileName(spec.rank));
+  // Fault injection (tests): --kill-rank dies in the save before step --kill-step, its part written.
+  if (spec.rank == spec.options.kill_rank && steps_done == spec.options.kill_step) _exit(17);
+  executor.Barrier();
+  if (spec.rank != 0) return;
+  weights::RunCheckpointManifest m;
+  m.steps_done = steps_done;
+  m.model = spec.model->name;
+  m.seed = spec.workload->seed;
+  m.global_batch = spec.workload->global_batch;
+  m.plan = spec.options.plan_label;
+  for (int r = 0; r < spec.world; ++r) m.parts.push_back(weights::PartFileName(r));
+  if (const LossScaler* s = executor.loss_scaler()) {
+    m.has_loss_scale = true;
+    m.loss_scale = s->scale();
+    m.growth_tracker = s->growth_tracker();
+    m.hysteresis_tracker = s->hysteresis_tracker();
+  }
+  weights::CommitRunCheckpoint(staging, root, m, spec.options.keep_checkpoints);
+  reports.Now(
+      report::Note{fmt::format("checkpoint {}/{} written in {:.3f} s", root, weights::StepFolderName(steps_done),
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())});
+}
+
+// `--resume D` of a training checkpoint: the steps it holds (0: none).
+int ResumedSteps(const WorkerSpec& spec) {
+  if (spec.options.resume_checkpoint.empty()) return 0;
+  return weights::RunCheckpointReader(spec.options.resume_checkpoint).manifest().steps_done;
+}
+
 // Runs steps first_step.. of spec's plan. `gen`: a fault-tolerant run's
 // generation (null otherwise); throws Reconfigure when its launcher sent a
 // gen or stop command, with gen->carry set to the state as of that command's step.
 void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   SetComputeThreads(std::max(1, spec.options.threads_per_rank));
-  const int first_step = gen ? gen->first_step : 0;
+  const int first_step = gen ? gen->first_step : ResumedSteps(spec);
   Batch batch = DrawBatch(*spec.workload, first_step);
   ExecutionPlan exec =
       CompileForRuntime(*spec.model, *spec.cluster, *spec.workload, *spec.plan, batch, ScheduleOf(spec, first_step));
@@ -241,7 +289,10 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   WorkerReports reports(fd, /*hold_steps=*/gen != nullptr);
   ExecutorOptions options;
   options.seed = spec.workload->seed;
-  options.learning_rate = spec.options.learning_rate;
+  options.training = spec.options.training;
+  options.steps = spec.options.steps;
+  // Each node's launcher shows the run's progress from its first process.
+  options.reports_metrics = spec.rank % spec.options.local_processes == 0;
   options.sm_quotas = spec.options.sm_quotas;
   options.weights_dir = spec.options.weights_dir;
   // The workload's precision: bf16 mixed precision, fp16 mixed precision with
@@ -264,6 +315,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       RestoreGeneration(spec, *gen, executor, abort, reports);
       progress.restored = true;
     }
+    if (!gen && !spec.options.resume_checkpoint.empty()) {
+      executor.RestoreCheckpoint(weights::RunCheckpointReader(spec.options.resume_checkpoint));
+    }
     tensor_memory = std::make_unique<TensorMemoryCounter>();
     for (int step = first_step; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
@@ -283,6 +337,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         if (gen) MaybeDie(spec, reports, step, actions_run, false);
         ++actions_run;
       });
+      if (!gen && SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);
       if (gen) {
         MaybeDie(spec, reports, step, actions_run, true);
         progress.completed = step + 1;

@@ -31,6 +31,10 @@ std::string Encode(const WorkerMessage& message) {
       Overloaded{
           [](const Loss& m) { return fmt::format("loss {} {:.17g}", m.step, m.value); },
           [](const LossScale& m) { return fmt::format("scale {} {:.17g} {}", m.step, m.scale, m.skipped ? 1 : 0); },
+          [](const Metrics& m) {
+            return fmt::format("metrics {} {:.17g} {:.17g} {:.17g} {} {:.17g}", m.step, m.loss, m.grad_norm, m.lr,
+                               m.skipped ? 1 : 0, m.seconds);
+          },
           [](const StepTime& m) { return fmt::format("time {} {:.17g}", m.step, m.seconds); },
           [](const Param& m) { return fmt::format("param {:.17g} {:.17g} {:.17g}", m.sum, m.sum_sq, m.abs_sum); },
           [](const PeakMemory& m) { return fmt::format("mem {:.17g}", m.bytes); },
@@ -65,6 +69,16 @@ WorkerMessage Decode(const std::string& line) {
     m.step = in.Int();
     m.scale = in.Number();
     m.skipped = in.Int() != 0;
+    return m;
+  }
+  if (kind == "metrics") {
+    Metrics m;
+    m.step = in.Int();
+    m.loss = in.Number();
+    m.grad_norm = in.Number();
+    m.lr = in.Number();
+    m.skipped = in.Int() != 0;
+    m.seconds = in.Number();
     return m;
   }
   if (kind == "time") {

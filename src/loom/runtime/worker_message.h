@@ -25,6 +25,14 @@ struct LossScale {  // fp16: the loss scale a step ran with, and whether it was 
   double scale = 0;
   bool skipped = false;
 };
+struct Metrics {  // the step as the whole run saw it (the first process of each node)
+  int step = 0;
+  double loss = 0;       // the global batch's mean loss
+  double grad_norm = 0;  // the global L2 norm of the gradients, before clipping
+  double lr = 0;         // the learning rate the step trained with
+  bool skipped = false;  // its loss or gradient norm was not finite and the step changed no weight
+  double seconds = 0;    // the step's wall time on this process (the norm's all-reduce aligns every process's end)
+};
 struct StepTime {  // the step's wall time on this process
   int step = 0;
   double seconds = 0;
@@ -72,7 +80,7 @@ struct Dying {  // an injected fault: it is about to be killed or hang
 }  // namespace report
 
 using WorkerMessage =
-    std::variant<report::Loss, report::LossScale, report::StepTime, report::Param, report::PeakMemory,
+    std::variant<report::Loss, report::LossScale, report::Metrics, report::StepTime, report::Param, report::PeakMemory,
                  report::PeakTensorMemory, report::Interval, report::Note, report::Failure, report::Heartbeat,
                  report::Ready, report::Done, report::Saved, report::Stopped, report::Dying>;
 

@@ -1,0 +1,59 @@
+#ifdef LOOM_HAVE_RUNTIME
+
+#include "loom/cli/training_log.h"
+
+#include <cmath>
+#include <iostream>
+
+#include "loom/atomic_file.h"
+
+namespace loom::cli {
+
+TrainingLog::TrainingLog(StepMeter meter, int steps, bool mfu, std::string metrics_path, std::string report_path,
+                         std::string title, bool progress)
+    : meter_(std::move(meter)),
+      steps_(steps),
+      mfu_(mfu),
+      metrics_path_(std::move(metrics_path)),
+      report_path_(std::move(report_path)),
+      title_(std::move(title)),
+      progress_(progress) {}
+
+void TrainingLog::OnStep(const StepProgress& p) {
+  StepRecord r;
+  r.step = p.step;
+  r.loss = p.loss;
+  r.grad_norm = p.grad_norm;
+  r.lr = p.lr;
+  r.skipped = p.skipped;
+  r.step_s = p.seconds;
+  const StepWork work = meter_.At(p.step);
+  r.tokens = work.tokens;
+  r.model_flops = work.model_flops;
+  r.mfu = mfu_ && p.seconds > 0 ? work.model_flops / (p.seconds * meter_.PeakFlopsPerSecond()) : NAN;
+  const auto now = std::chrono::steady_clock::now();
+  r.elapsed_s = std::chrono::duration<double>(now - start_).count();
+  // A fault-tolerant run replays the steps a failure interrupted: the replay's record replaces theirs.
+  while (!records_.empty() && records_.back().step >= r.step) records_.pop_back();
+  records_.push_back(r);
+  if (progress_) std::cerr << FormatStepLine(r, steps_, records_) << std::endl;
+  if (!metrics_path_.empty() && now - written_ > std::chrono::seconds(10)) {
+    WriteMetrics();
+    written_ = now;
+  }
+}
+
+void TrainingLog::WriteMetrics() {
+  std::string text;
+  for (const auto& r : records_) text += StepRecordJson(r).dump() + "\n";
+  WriteFileAtomically(metrics_path_, text);
+}
+
+void TrainingLog::Finish() {
+  if (!metrics_path_.empty()) WriteMetrics();
+  if (!report_path_.empty()) WriteFileAtomically(report_path_, TrainingReportHtml(title_, records_));
+}
+
+}  // namespace loom::cli
+
+#endif  // LOOM_HAVE_RUNTIME

@@ -1,0 +1,406 @@
+#include "loom/weights/run_checkpoint.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "loom/atomic_file.h"
+#include "loom/error.h"
+
+namespace loom::weights {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kManifest = "checkpoint.json";
+constexpr const char* kLatest = "latest";
+
+const nlohmann::json& ManifestField(const nlohmann::json& j, const char* key, const std::string& path) {
+  if (!j.contains(key)) {
+    throw Error(
+        fmt::format("{}: field {} is missing (a {} manifest has format, steps_done, model, seed, "
+                    "global_batch, parts)",
+                    path, key, kRunCheckpointFormat));
+  }
+  return j.at(key);
+}
+
+int64_t WholeManifestField(const nlohmann::json& j, const char* key, const std::string& path, int64_t lo, int64_t hi) {
+  const nlohmann::json& v = ManifestField(j, key, path);
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi) {
+    throw Error(fmt::format("{}: field {} is {}; valid: a whole number from {} to {}", path, key, v.dump(), lo, hi));
+  }
+  return v.get<int64_t>();
+}
+
+std::string StringManifestField(const nlohmann::json& j, const char* key, const std::string& path) {
+  const nlohmann::json& v = ManifestField(j, key, path);
+  if (!v.is_string()) throw Error(fmt::format("{}: field {} is {}; expected a string", path, key, v.dump()));
+  return v.get<std::string>();
+}
+
+std::string ReadCheckpointText(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("{}: cannot be read", path.string()));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool IsStepFolder(const std::string& name) { return std::regex_match(name, std::regex("step-[0-9]{8}")); }
+bool IsStagingFolder(const std::string& name) { return std::regex_match(name, std::regex("\\.staging-step-[0-9]{8}")); }
+
+// A checkpoint folder's manifest, with every part it lists present.
+RunCheckpointManifest CheckComplete(const fs::path& folder) {
+  const fs::path manifest = folder / kManifest;
+  if (!fs::exists(manifest)) {
+    throw Error(
+        fmt::format("{}: a partial checkpoint: it has no {} (a save that did not finish)", folder.string(), kManifest));
+  }
+  RunCheckpointManifest m = ParseRunCheckpointManifest(ReadCheckpointText(manifest), manifest.string());
+  for (const auto& p : m.parts) {
+    if (!fs::exists(folder / p)) {
+      throw Error(
+          fmt::format("{}: a partial checkpoint: part {} that its manifest lists is missing", folder.string(), p));
+    }
+  }
+  return m;
+}
+
+std::vector<int64_t> ParseShapeText(const std::string& text, const std::string& where) {
+  std::vector<int64_t> shape;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) throw Error(fmt::format("{}: shape '{}' is not D0,D1,...", where, text));
+    shape.push_back(v);
+  }
+  return shape;
+}
+
+int64_t ElementCount(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+}  // namespace
+
+std::string RunCheckpointManifestText(const RunCheckpointManifest& m) {
+  nlohmann::json j = {{"format", kRunCheckpointFormat},
+                      {"steps_done", m.steps_done},
+                      {"model", m.model},
+                      {"seed", m.seed},
+                      {"global_batch", m.global_batch},
+                      {"plan", m.plan},
+                      {"parts", m.parts}};
+  if (m.has_loss_scale) {
+    j["loss_scale"] = {
+        {"scale", m.loss_scale}, {"growth_tracker", m.growth_tracker}, {"hysteresis_tracker", m.hysteresis_tracker}};
+  }
+  return j.dump(2) + "\n";
+}
+
+RunCheckpointManifest ParseRunCheckpointManifest(const std::string& text, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+  if (!j.is_object()) throw Error(fmt::format("{}: expected a JSON object (a checkpoint manifest)", path));
+  if (const std::string format = StringManifestField(j, "format", path); format != kRunCheckpointFormat) {
+    throw Error(fmt::format("{}: field format is '{}'; valid: {}", path, format, kRunCheckpointFormat));
+  }
+  RunCheckpointManifest m;
+  m.steps_done = static_cast<int>(WholeManifestField(j, "steps_done", path, 0, int64_t{1} << 30));
+  m.model = StringManifestField(j, "model", path);
+  m.seed = static_cast<uint64_t>(WholeManifestField(j, "seed", path, 0, INT64_MAX));
+  m.global_batch = WholeManifestField(j, "global_batch", path, 1, INT64_MAX);
+  if (j.contains("plan")) m.plan = StringManifestField(j, "plan", path);
+  const nlohmann::json& parts = ManifestField(j, "parts", path);
+  if (!parts.is_array())
+    throw Error(fmt::format("{}: field parts is {}; expected a list of file names", path, parts.dump()));
+  std::set<std::string> seen;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const nlohmann::json& p = parts[i];
+    // A part names a file beside the manifest: never a path.
+    if (!p.is_string() || p.get<std::string>().empty() || p.get<std::string>().find('/') != std::string::npos ||
+        p.get<std::string>().find('\0') != std::string::npos || p == "." || p == "..") {
+      throw Error(fmt::format("{}: parts[{}] is {}; valid: a file name beside the manifest", path, i, p.dump()));
+    }
+    if (!seen.insert(p.get<std::string>()).second)
+      throw Error(fmt::format("{}: parts[{}] {} is listed twice", path, i, p.dump()));
+    m.parts.push_back(p.get<std::string>());
+  }
+  if (j.contains("loss_scale")) {
+    const nlohmann::json& s = j.at("loss_scale");
+    if (!s.is_object() || !s.contains("scale") || !s.at("scale").is_number() || !(s.at("scale").get<double>() > 0)) {
+      throw Error(
+          fmt::format("{}: field loss_scale is {}; expected {{\"scale\": > 0, \"growth_tracker\", "
+                      "\"hysteresis_tracker\"}}",
+                      path, s.dump()));
+    }
+    m.has_loss_scale = true;
+    m.loss_scale = s.at("scale").get<double>();
+    m.growth_tracker = static_cast<int>(WholeManifestField(s, "growth_tracker", path, 0, INT32_MAX));
+    m.hysteresis_tracker = static_cast<int>(WholeManifestField(s, "hysteresis_tracker", path, 0, INT32_MAX));
+  }
+  return m;
+}
+
+std::string StepFolderName(int steps_done) { return fmt::format("step-{:08d}", steps_done); }
+
+bool IsRunCheckpoint(const std::string& dir) {
+  const fs::path manifest = fs::path(dir) / kManifest;
+  if (!fs::exists(manifest)) return true;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(ReadCheckpointText(manifest));
+    return !(j.is_object() && j.contains("format") && j["format"] == "loom-checkpoint-1");
+  } catch (const nlohmann::json::exception&) {
+    return true;  // FindCheckpoint names what is wrong with it
+  }
+}
+
+std::string FindCheckpoint(const std::string& dir) {
+  const fs::path root(dir);
+  if (!fs::is_directory(root)) throw Error(fmt::format("--resume {}: no such folder", dir));
+  if (fs::exists(root / kManifest)) {
+    CheckComplete(root);
+    return root.string();
+  }
+  if (fs::exists(root / kLatest)) {
+    std::string name = ReadCheckpointText(root / kLatest);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    if (!IsStepFolder(name)) {
+      throw Error(fmt::format("{}/{}: names '{}'; valid: a step-NNNNNNNN folder beside it", dir, kLatest, name));
+    }
+    CheckComplete(root / name);
+    return (root / name).string();
+  }
+  std::vector<std::string> partial;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (IsStepFolder(name) || IsStagingFolder(name)) partial.push_back(name);
+  }
+  if (!partial.empty()) {
+    std::sort(partial.begin(), partial.end());
+    throw Error(fmt::format("--resume {}: holds no complete checkpoint ({} without `{}`: a save that did not finish)",
+                            dir, partial.back(), kLatest));
+  }
+  throw Error(
+      fmt::format("--resume {}: holds no checkpoint (neither {} nor `{}`; `loom run --checkpoint-dir` writes one)", dir,
+                  kManifest, kLatest));
+}
+
+void CheckCheckpointRoot(const std::string& dir, const std::string& resumed_from) {
+  const fs::path root(dir);
+  if (!fs::exists(root)) return;
+  if (!fs::is_directory(root)) throw Error(fmt::format("--checkpoint-dir {}: is a file, not a folder", dir));
+  const bool own = !resumed_from.empty() && fs::equivalent(fs::path(resumed_from).parent_path(), root);
+  std::string other;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (name == kLatest || IsStepFolder(name)) {
+      other = name;
+      continue;
+    }
+    if (IsStagingFolder(name)) continue;  // a crashed save's leftover: replaced when that step saves again
+    throw Error(
+        fmt::format("--checkpoint-dir {}: holds {}, which is not a checkpoint's; choose an empty folder", dir, name));
+  }
+  if (!other.empty() && !own) {
+    throw Error(
+        fmt::format("--checkpoint-dir {}: holds another run's checkpoints ({}); --resume {} to continue "
+                    "that run, or choose an empty folder",
+                    dir, other, dir));
+  }
+}
+
+std::string StagingPath(const std::string& dir, int steps_done) {
+  return (fs::path(dir) / (".staging-" + StepFolderName(steps_done))).string();
+}
+
+std::string PartFileName(int process) { return fmt::format("part-{:05d}.safetensors", process); }
+
+std::string StageRunCheckpoint(const std::string& dir, int steps_done) {
+  const fs::path named = StagingPath(dir, steps_done);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("--checkpoint-dir {}: cannot be created: {}", dir, ec.message()));
+  fs::remove_all(named, ec);
+  if (!fs::create_directory(named, ec) || ec) {
+    throw Error(fmt::format("--checkpoint-dir {}: cannot create {}: {}", dir, named.string(), ec.message()));
+  }
+  return named.string();
+}
+
+void CommitRunCheckpoint(const std::string& staging, const std::string& dir, const RunCheckpointManifest& m, int keep) {
+  WriteFileAtomically((fs::path(staging) / kManifest).string(), RunCheckpointManifestText(m));
+  CheckComplete(staging);
+  const fs::path target = fs::path(dir) / StepFolderName(m.steps_done);
+  const fs::path old = fs::path(dir) / (".old-" + StepFolderName(m.steps_done));
+  std::error_code ec;
+  if (fs::exists(target)) {  // a resumed run saving a step again: the new one replaces it
+    fs::remove_all(old, ec);
+    fs::rename(target, old, ec);
+    if (ec) throw Error(fmt::format("checkpoint {}: cannot move aside {}: {}", dir, target.string(), ec.message()));
+  }
+  fs::rename(staging, target, ec);
+  if (ec)
+    throw Error(fmt::format("checkpoint {}: cannot rename {} to {}: {}", dir, staging, target.string(), ec.message()));
+  WriteFileAtomically((fs::path(dir) / kLatest).string(), StepFolderName(m.steps_done) + "\n");
+  fs::remove_all(old, ec);
+  if (keep <= 0) return;
+  std::vector<std::string> steps;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (IsStepFolder(name)) steps.push_back(name);
+  }
+  std::sort(steps.begin(), steps.end());
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    if (steps[i] != StepFolderName(m.steps_done)) fs::remove_all(fs::path(dir) / steps[i], ec);
+  }
+}
+
+std::string SliceKey(const std::string& stored) { return "loom.slice." + stored; }
+std::string RangeKey(const std::string& stored) { return "loom.range." + stored; }
+std::string ShapeKey(const std::string& stored) { return "loom.shape." + stored; }
+std::string StepKey(const std::string& param) { return "loom.step." + param; }
+
+RunCheckpointReader::RunCheckpointReader(const std::string& folder) : folder_(folder) {
+  manifest_ = CheckComplete(folder);
+  for (const auto& part : manifest_.parts) {
+    files_.push_back(std::make_unique<SafetensorsFile>((fs::path(folder) / part).string()));
+    const SafetensorsFile& file = *files_.back();
+    const auto& meta = file.layout().metadata;
+    for (const auto& [key, value] : meta) {
+      if (key.rfind("loom.step.", 0) != 0) continue;
+      char* end = nullptr;
+      const long long step = std::strtoll(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || step < 0) {
+        throw Error(fmt::format("{}: {} is '{}'; valid: a step count >= 0", file.path(), key, value));
+      }
+      const std::string param = key.substr(std::string("loom.step.").size());
+      steps_[param] = std::max<int64_t>(steps_[param], step);
+    }
+    for (const TensorInfo& t : file.layout().tensors) {
+      const std::string where = fmt::format("{}: tensor '{}'", file.path(), t.name);
+      if (t.dtype != DType::kF32)
+        throw Error(where + fmt::format(": is {}; a checkpoint holds F32", DTypeName(t.dtype)));
+      Piece p;
+      p.file = &file;
+      p.info = &t;
+      p.shape = t.shape;
+      if (auto s = meta.find(SliceKey(t.name)); s != meta.end()) {
+        char tail = 0;
+        if (std::sscanf(s->second.c_str(), "%d/%d/%d%c", &p.dim, &p.index, &p.count, &tail) != 3 || p.count < 1 ||
+            p.index < 0 || p.index >= p.count || p.dim < 0) {
+          throw Error(where + fmt::format(": slice '{}' is not DIM/INDEX/COUNT with 0 <= INDEX < COUNT", s->second));
+        }
+      }
+      if (auto r = meta.find(RangeKey(t.name)); r != meta.end()) {
+        long long offset = 0, length = 0, numel = 0;
+        char tail = 0;
+        if (std::sscanf(r->second.c_str(), "%lld/%lld/%lld%c", &offset, &length, &numel, &tail) != 3 || offset < 0 ||
+            length < 0 || offset + length > numel || t.elements() != length) {
+          throw Error(where + fmt::format(": range '{}' is not OFFSET/LENGTH/NUMEL of its {} elements", r->second,
+                                          t.elements()));
+        }
+        p.ranged = true;
+        p.offset = offset;
+        p.length = length;
+        p.numel = numel;
+        const auto shape = meta.find(ShapeKey(t.name));
+        if (shape == meta.end()) throw Error(where + ": a range without its tensor's shape (" + ShapeKey(t.name) + ")");
+        p.shape = ParseShapeText(shape->second, where);
+        if (ElementCount(p.shape) != numel)
+          throw Error(where + fmt::format(": shape {} does not hold {} elements", shape->second, numel));
+      }
+      if (p.dim >= static_cast<int>(p.shape.size()) && p.count > 1) {
+        throw Error(where +
+                    fmt::format(": sliced along dimension {} of a {}-dimensional tensor", p.dim, p.shape.size()));
+      }
+      pieces_[t.name].push_back(p);
+    }
+  }
+}
+
+int64_t RunCheckpointReader::Step(const std::string& name) const {
+  const auto it = steps_.find(name);
+  return it == steps_.end() ? 0 : it->second;
+}
+
+std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vector<int64_t>* shape) const {
+  const auto found = pieces_.find(name);
+  if (found == pieces_.end()) throw Error(fmt::format("checkpoint {}: holds no tensor '{}'", folder_, name));
+  const std::vector<Piece>& pieces = found->second;
+  const int count = pieces[0].count, dim = pieces[0].dim;
+  // Each TP slice, its ZeRO ranges placed.
+  std::vector<std::vector<float>> slices(count);
+  std::vector<std::vector<int64_t>> covered(count);  // per slice: the ranges' [offset, end) pairs, flattened
+  std::vector<int64_t> slice_shape = pieces[0].shape;
+  for (const Piece& p : pieces) {
+    const std::string where = fmt::format("{}: tensor '{}'", p.file->path(), name);
+    if (p.count != count || p.dim != dim || p.shape != slice_shape) {
+      throw Error(where + fmt::format(": its slice {}/{} along {} of shape [{}] disagrees with {}'s", p.index, p.count,
+                                      p.dim, fmt::join(p.shape, ", "), pieces[0].file->path()));
+    }
+    std::vector<float>& s = slices[p.index];
+    const int64_t numel = ElementCount(slice_shape);
+    if (s.empty()) s.assign(numel, 0.0F);
+    const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : numel;
+    p.file->Read(*p.info,
+                 std::span<std::byte>(reinterpret_cast<std::byte*>(s.data() + offset), length * sizeof(float)));
+    covered[p.index].push_back(offset);
+    covered[p.index].push_back(offset + length);
+  }
+  for (int i = 0; i < count; ++i) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (size_t k = 0; k + 1 < covered[i].size(); k += 2) ranges.push_back({covered[i][k], covered[i][k + 1]});
+    std::sort(ranges.begin(), ranges.end());
+    int64_t at = 0;
+    for (const auto& [b, e] : ranges) {
+      if (b != at) {
+        throw Error(fmt::format("checkpoint {}: tensor '{}' slice {} of {}: elements {}..{} are {}", folder_, name, i,
+                                count, std::min(b, at), std::max(b, at), b > at ? "in no part" : "in two parts"));
+      }
+      at = e;
+    }
+    if (ranges.empty() || at != ElementCount(slice_shape)) {
+      throw Error(fmt::format("checkpoint {}: tensor '{}' slice {} of {} is {} (a partial checkpoint)", folder_, name,
+                              i, count, ranges.empty() ? "missing from every part" : "incomplete"));
+    }
+  }
+  std::vector<int64_t> whole = slice_shape;
+  if (count == 1) {
+    if (shape) *shape = whole;
+    return std::move(slices[0]);
+  }
+  whole[dim] *= count;
+  // Joined along `dim`: for each index over the dimensions before it, every slice's contiguous run in turn.
+  int64_t outer = 1, run = 1;
+  for (int d = 0; d < dim; ++d) outer *= slice_shape[d];
+  for (size_t d = dim; d < slice_shape.size(); ++d) run *= slice_shape[d];
+  std::vector<float> out(static_cast<size_t>(outer * run * count));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int i = 0; i < count; ++i) {
+      std::copy_n(slices[i].begin() + o * run, run, out.begin() + (o * count + i) * run);
+    }
+  }
+  if (shape) *shape = whole;
+  return out;
+}
+
+}  // namespace loom::weights

@@ -1,0 +1,171 @@
+// Training checkpoints (`loom run --checkpoint-dir D`, `--resume D`; issue 42;
+// weights/run_checkpoint.h): a run stopped and resumed under the same plan
+// continues with exactly the losses and weights of one that never stopped;
+// under another plan (other TP, PP, DP and ZeRO degrees, CP) with the same up
+// to the order of fp32 sums; a crash during a save leaves the previous
+// checkpoint whole; and what is not this run's checkpoint is refused by name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path TempDir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / (std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+const std::string kCheckpointRunArgs =
+    " --workload text --global-batch 8 --seq-len 32 --precision fp32 --timeout 30 --lr-schedule cosine "
+    "--warmup-steps 1 --json ";
+
+// tiny-llm with its head tied to the embedding (a tied copy per stage under PP).
+std::string TiedModel() {
+  std::ifstream in(std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string head = "{kind: lm_head, vocab: 128, hidden: 64}";
+  text.replace(text.find(head), head.size(), "{kind: lm_head, vocab: 128, hidden: 64, tied: true}");
+  return test::WriteTemp("tiny-llm-tied.yaml", text);
+}
+
+nlohmann::json RunTraining(const std::string& args) {
+  auto [code, out] = test::RunLoom("run" + kCheckpointRunArgs + args);
+  EXPECT_EQ(code, 0) << args << "\n" << out;
+  return code == 0 ? nlohmann::json::parse(out) : nlohmann::json();
+}
+
+// Same plan: steps 2-3 after a resume are the uninterrupted run's, bit for
+// bit, the schedule's learning rate and the weights included; under ZeRO-2 too
+// (each replica's optimizer shard comes back as its range).
+TEST(Checkpoints, ResumeUnderTheSamePlanContinuesExactly) {
+  const std::string model = " --model " + TiedModel();
+  for (const std::string layout :
+       {" --cluster h100:1x2 --pp 2 --microbatches 4", " --cluster h100:1x2 --dp 2 --zero-stage 2 --microbatches 2"}) {
+    SCOPED_TRACE(layout);
+    const fs::path dir = TempDir("ckpt_same");
+    const nlohmann::json whole = RunTraining(model + layout + " --steps 4");
+    const nlohmann::json first = RunTraining(model + layout + " --steps 2 --checkpoint-dir " + dir.string());
+    ASSERT_TRUE(fs::exists(dir / "step-00000002" / "checkpoint.json"));
+    EXPECT_EQ(first["losses"],
+              nlohmann::json(std::vector<double>(whole["losses"].begin(), whole["losses"].begin() + 2)));
+    const nlohmann::json rest = RunTraining(model + layout + " --steps 4 --resume " + dir.string());
+    ASSERT_FALSE(rest.is_null());
+    EXPECT_EQ(rest["first_step"].get<int>(), 2);
+    for (int s = 2; s < 4; ++s) {
+      EXPECT_EQ(rest["losses"][s].get<double>(), whole["losses"][s].get<double>()) << "step " << s;
+      EXPECT_EQ(rest["lrs"][s].get<double>(), whole["lrs"][s].get<double>()) << "step " << s;
+    }
+    EXPECT_EQ(rest["params"], whole["params"]);
+  }
+}
+
+// Another plan: a checkpoint saved under TP 2 resumes under one process, PP
+// 2 (the tied head's copy taken from the embedding), DP 2 with ZeRO-3 and CP
+// 2, and one saved under DP 2 ZeRO-3 (ranges) and under PP 2 resumes under TP
+// 2: each continues as the uninterrupted one-process run did, up to fp32
+// sums in another order.
+TEST(Checkpoints, ResumeUnderAnotherPlanContinuesTheRun) {
+  const std::string model = " --model " + TiedModel();
+  const nlohmann::json whole = RunTraining(model + " --cluster h100:1x1 --steps 4");
+  auto expect_continues = [&](const std::string& saved_under, const std::string& resumed_under) {
+    SCOPED_TRACE(saved_under + " -> " + resumed_under);
+    const fs::path dir = TempDir("ckpt_other");
+    RunTraining(model + saved_under + " --steps 2 --checkpoint-dir " + dir.string());
+    const nlohmann::json rest = RunTraining(model + resumed_under + " --steps 4 --resume " + dir.string());
+    ASSERT_FALSE(rest.is_null());
+    for (int s = 2; s < 4; ++s) {
+      const double want = whole["losses"][s].get<double>();
+      EXPECT_NEAR(rest["losses"][s].get<double>(), want, 1e-5 * want) << "step " << s;
+      EXPECT_NEAR(rest["grad_norms"][s].get<double>(), whole["grad_norms"][s].get<double>(),
+                  1e-4 * whole["grad_norms"][s].get<double>())
+          << "step " << s;
+    }
+  };
+  const std::string tp2 = " --cluster h100:1x2 --tp 2";
+  for (const std::string other : {" --cluster h100:1x1", " --cluster h100:1x2 --pp 2 --microbatches 2",
+                                  " --cluster h100:1x2 --dp 2 --zero-stage 3", " --cluster h100:1x2 --cp 2"}) {
+    expect_continues(tp2, other);
+  }
+  expect_continues(" --cluster h100:1x2 --dp 2 --zero-stage 3", tp2);
+  expect_continues(" --cluster h100:1x2 --pp 2 --microbatches 2", tp2);
+}
+
+// A process dies while the checkpoint of step 4 is being written (after its
+// part, before the commit): the run fails, `latest` still names step 2,
+// whole, and resuming from the folder continues from step 2 as the
+// uninterrupted run did. The next save replaces the leftover staging folder.
+TEST(Checkpoints, CrashDuringSaveLeavesThePreviousCheckpointWhole) {
+  const std::string run =
+      " --model " + std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml --cluster h100:1x2 --dp 2";
+  const nlohmann::json whole = RunTraining(run + " --steps 4");
+  for (const int dying : {0, 1}) {
+    SCOPED_TRACE(dying);
+    const fs::path dir = TempDir("ckpt_crash");
+    auto [code, out] = test::RunLoom("run" + kCheckpointRunArgs + run + " --steps 4 --checkpoint-dir " + dir.string() +
+                                     " --checkpoint-every 2 --kill-rank " + std::to_string(dying) + " --kill-step 4");
+    EXPECT_NE(code, 0) << out;
+    std::ifstream latest(dir / "latest");
+    std::string name;
+    latest >> name;
+    EXPECT_EQ(name, "step-00000002");
+    EXPECT_TRUE(fs::exists(dir / "step-00000002" / "checkpoint.json"));
+    EXPECT_FALSE(fs::exists(dir / "step-00000004"));
+    const nlohmann::json rest =
+        RunTraining(run + " --steps 4 --checkpoint-dir " + dir.string() + " --resume " + dir.string());
+    ASSERT_FALSE(rest.is_null());
+    for (int s = 2; s < 4; ++s) EXPECT_EQ(rest["losses"][s].get<double>(), whole["losses"][s].get<double>());
+    std::ifstream after(dir / "latest");
+    after >> name;
+    EXPECT_EQ(name, "step-00000004");
+    EXPECT_FALSE(fs::exists(dir / ".staging-step-00000004"));
+  }
+}
+
+// What is not this run's checkpoint: named errors, exit 2, before any worker starts.
+TEST(Checkpoints, RefusesWhatIsNotThisRunsCheckpoint) {
+  const std::string llm = " --model " + std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml --cluster h100:1x1";
+  const fs::path dir = TempDir("ckpt_bad");
+  RunTraining(llm + " --steps 2 --checkpoint-dir " + dir.string());
+  auto expect = [](const std::string& args, const std::string& words) {
+    auto [code, out] = test::RunLoom("run" + kCheckpointRunArgs + args);
+    EXPECT_EQ(code, 2) << args << "\n" << out;
+    EXPECT_NE(out.find(words), std::string::npos) << args << "\n" << out;
+  };
+  const fs::path empty = TempDir("ckpt_empty");
+  fs::create_directories(empty);
+  expect(llm + " --steps 3 --resume " + empty.string(), "holds no checkpoint");
+  expect(llm + " --steps 2 --resume " + dir.string(), "the checkpoint is after step 2 already");
+  expect(llm + " --steps 3 --seed 7 --resume " + dir.string(), "the checkpoint's data stream is seed 0");
+  expect(" --model " + std::string(LOOM_TEST_DATA) + "/runtime/tiny-vlm.yaml --cluster h100:1x1 --steps 3 --resume " +
+             dir.string(),
+         "a checkpoint of model 'tiny-llm', not 'tiny-vlm'");
+  expect(llm + " --steps 3 --checkpoint-dir " + dir.string(), "holds another run's checkpoints (");
+  std::ofstream(empty / "notes.txt") << "mine";
+  expect(llm + " --steps 3 --checkpoint-dir " + empty.string(), "holds notes.txt, which is not a checkpoint's");
+  // A partial checkpoint: a part its manifest lists is gone.
+  fs::remove(dir / "step-00000002" / "part-00000.safetensors");
+  expect(llm + " --steps 3 --resume " + dir.string(), "a partial checkpoint: part part-00000.safetensors");
+  // A checkpoint of a model with the same name and other shapes.
+  const fs::path other = TempDir("ckpt_shapes");
+  RunTraining(llm + " --steps 2 --checkpoint-dir " + other.string());
+  std::ifstream in(std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find("ffn_hidden: 128"), 15, "ffn_hidden: 96");
+  expect(" --model " + test::WriteTemp("tiny-llm-narrow.yaml", text) + " --cluster h100:1x1 --steps 3 --resume " +
+             other.string(),
+         "] there, [");
+}
+
+}  // namespace
+}  // namespace loom
