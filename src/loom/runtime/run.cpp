@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -326,6 +327,8 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
     }
   }
   std::vector<std::string> failures;
+  std::set<std::string> errors;  // what the failed ranks said, once each
+  bool all_said = true;          // every failed rank exited with an error of its own
   for (int r = first_rank; r < first_rank + per_node; ++r) {
     Child& c = children[r];
     if (timed_out && c.open) kill(c.pid, SIGKILL);
@@ -343,11 +346,18 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
       // Process 0 serves the run's store (runtime/c10d_calls.h): when a
       // signal ended it, the others' errors (a broken pipe) follow from that.
       const bool store_gone = r == 0 && WIFSIGNALED(status) && world > 1;
+      all_said = all_said && !WIFSIGNALED(status) && !error.empty();
+      errors.insert(error);
       failures.push_back(
           fmt::format("rank {} (pid {}) {}{}{}", r, c.pid, runtime::DescribeExit(status),
                       error.empty() || WIFSIGNALED(status) ? "" : ": " + error,
                       store_gone ? " (it served the run's store; the errors below follow from it)" : ""));
     }
+  }
+  // Every rank stopping with the same words (a diverged step, which all of
+  // them see through the norm's all-reduce) is said once.
+  if (!failures.empty() && all_said && errors.size() == 1 && failures.size() == static_cast<size_t>(per_node)) {
+    throw Error(fmt::format("run failed: {} (every process)", *errors.begin()));
   }
   if (!failures.empty()) {
     std::string msg = "run failed:";

@@ -300,10 +300,11 @@ report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pa
   report::Metrics metrics{step, norm.loss, norm.grad_norm, training_.LearningRateAt(step, steps_), false};
   if (!norm.Finite()) {
     if (!training_.skip_nonfinite) {
+      // (NaN printed without its sign: "-nan" says nothing more.)
       throw Error(fmt::format(
-          "step {}: the loss is {} and the gradient norm {}: training diverged, and the run stops before "
-          "the step changes any weight (lower --lr, check the data, or --skip-nonfinite to skip such steps)",
-          step, norm.loss, norm.grad_norm));
+          "training diverged at step {}: the loss is {} and the gradient norm {}; the run stops before that step "
+          "changes any weight (lower --lr, check the data, or --skip-nonfinite to skip such steps)",
+          step, std::isnan(norm.loss) ? std::nan("") : norm.loss, std::fabs(norm.grad_norm)));
     }
     DropGradients();
     metrics.skipped = true;

@@ -175,7 +175,11 @@ bool IsRunCheckpoint(const std::string& dir) {
 
 std::string FindCheckpoint(const std::string& dir) {
   const fs::path root(dir);
-  if (!fs::is_directory(root)) throw Error(fmt::format("--resume {}: no such folder", dir));
+  if (!fs::is_directory(root))
+    throw Error(
+        fmt::format("--resume {}: no such folder; valid: a checkpoint folder (a --checkpoint-dir "
+                    "folder, or one step-N folder in it)",
+                    dir));
   if (fs::exists(root / kManifest)) {
     CheckComplete(root);
     return root.string();
