@@ -2,7 +2,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: deps configure build test test-asan test-tsan cuda-build fuzz demo bench screenshot format clean
+.PHONY: deps configure build test test-asan test-tsan cuda-build fuzz demo demo-train bench screenshot format clean
 
 deps:
 	@bash scripts/install-deps.sh
@@ -99,6 +99,33 @@ demo: build
 	$(BUILD)/loom run --model examples/runtime/vit-heavy-vlm.yaml --cluster h100:3x1 \
 	  --workload examples/runtime/image-heavy.yaml --plan oobleck-plan.json --fault-tolerance 1 --steps 4 \
 	  --kill 1:1:3 --rejoin 1:3
+
+	@echo "--- Training a real model: a tiny LLaVA (CLIP tower + Llama, made by transformers) learns to caption shapes"
+	$(MAKE) --no-print-directory demo-train
+
+# `make demo`'s training part (docs/runtime.md, README "Train on your data"):
+# data in WebDataset shards prepared with the model's own tokenizer and image
+# processor, 500 steps under DP 2 with checkpoints, "stopped", resumed under TP 2
+# for the rest of the schedule, saved for transformers, which captions unseen images.
+PYTHON ?= $(shell $(LOOM_PYTHON_EXE) -c 'import sys; print(sys.executable)' 2>/dev/null || echo python3)
+LOOM_PYTHON_EXE ?= python3
+TRAIN ?= demo-train
+demo-train: build
+	rm -rf $(TRAIN)
+	$(PYTHON) python/prepare/make_tiny_llava.py $(TRAIN)/model
+	$(PYTHON) python/prepare/make_shapes_dataset.py $(TRAIN)/shapes --count 600 --format wds
+	$(BUILD)/loom prepare --model $(TRAIN)/model --input '$(TRAIN)/shapes/shapes-{000000..000005}.tar' \
+	  --out $(TRAIN)/data --template caption
+	$(BUILD)/loom run --model $(TRAIN)/model --data $(TRAIN)/data/data.jsonl --cluster h100:1x2 --dp 2 \
+	  --global-batch 32 --precision fp32 --lr 2e-3 --lr-schedule cosine --warmup-steps 50 --decay-steps 1000 \
+	  --steps 500 --checkpoint-dir $(TRAIN)/checkpoints --checkpoint-every 250 --metrics $(TRAIN)/first.jsonl | tail -4
+	@echo "--- stopped after step 500; resumed under another plan (TP 2) from $(TRAIN)/checkpoints"
+	$(BUILD)/loom run --model $(TRAIN)/model --data $(TRAIN)/data/data.jsonl --cluster h100:1x2 --tp 2 \
+	  --global-batch 32 --precision fp32 --lr 2e-3 --lr-schedule cosine --warmup-steps 50 --decay-steps 1000 \
+	  --steps 1000 --resume $(TRAIN)/checkpoints --checkpoint-dir $(TRAIN)/checkpoints \
+	  --save $(TRAIN)/trained --metrics $(TRAIN)/second.jsonl --report training.html | tail -4
+	$(PYTHON) python/prepare/caption_check.py $(TRAIN)/trained 2>/dev/null
+	@echo "training.html: the resumed run's loss, gradient norm, learning rate and tokens/s"
 
 # Renders report.html in headless Chromium (installs it if missing).
 screenshot: demo

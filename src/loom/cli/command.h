@@ -33,6 +33,12 @@ class Command {
   CLI::App* const subcommand_;
 };
 
+// A command that ends with an exit code it was given rather than an error to
+// print (`loom prepare` passing on its script's, which said why itself).
+struct ExitStatus {
+  int code = 0;
+};
+
 // Parses `argv` and runs the subcommand it names. Returns the exit code: 0
 // after the command ran, CLI11's for --help and --version, 2 for flags CLI11
 // rejects (after printing why). What the command throws propagates: main
@@ -42,6 +48,7 @@ int Dispatch(int argc, char** argv);
 // Each adds its subcommand to `app` and returns it, its flags registered.
 std::unique_ptr<Command> AddModelsCommand(CLI::App& app);
 std::unique_ptr<Command> AddRunCommand(CLI::App& app);
+std::unique_ptr<Command> AddPrepareCommand(CLI::App& app);
 std::unique_ptr<Command> AddClustersCommand(CLI::App& app);
 std::unique_ptr<Command> AddProfileCommand(CLI::App& app);
 std::unique_ptr<Command> AddProbeSmCommand(CLI::App& app);

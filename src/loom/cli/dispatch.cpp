@@ -25,8 +25,9 @@ int Dispatch(int argc, char** argv) {
 
   // The order `loom --help` lists them in.
   std::vector<std::unique_ptr<Command>> commands;
-  for (auto add : {AddModelsCommand, AddRunCommand, AddClustersCommand, AddProfileCommand, AddProbeSmCommand,
-                   AddFitSmCommand, AddInspectCommand, AddSimulateCommand, AddReplayCommand, AddPlanCommand}) {
+  for (auto add :
+       {AddModelsCommand, AddPrepareCommand, AddRunCommand, AddClustersCommand, AddProfileCommand, AddProbeSmCommand,
+        AddFitSmCommand, AddInspectCommand, AddSimulateCommand, AddReplayCommand, AddPlanCommand}) {
     commands.push_back(add(app));
   }
 

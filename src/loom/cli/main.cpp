@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   } catch (const loom::Error& e) {  // bad input: said, exit 2
     std::cerr << "loom: error: " << e.what() << "\n";
     return 2;
+  } catch (const loom::cli::ExitStatus& e) {  // the command said why itself
+    return e.code;
   } catch (const loom::Interrupted& e) {  // SIGINT, SIGTERM, SIGHUP: passed on to the workers
     std::cerr << "loom: " << e.what() << "\n";
     return 128 + e.signal();
