@@ -214,20 +214,18 @@ StepNorm OptimizerSteps::Norm(double loss_share) {
   torch::NoGradGuard no_grad;
   // Each term's norm in fp32 (as clip_grad_norm_ takes them), squared and
   // weighted in fp64, summed with the other processes' in fp64.
-  std::vector<torch::Tensor> norms;
+  std::vector<torch::Tensor> grads;
   std::vector<double> scales;
   for (const NormTerm& t : norm_terms_) {
     const torch::Tensor& g = t.param.grad();
     if (!g.defined()) continue;
-    norms.push_back(torch::linalg_vector_norm(t.length < 0 ? g : g.narrow(0, t.offset, t.length), 2)
-                        .to(torch::kDouble)
-                        .reshape({1}));
+    grads.push_back(t.length < 0 ? g : g.narrow(0, t.offset, t.length));
     scales.push_back(t.scale);
   }
   const auto options = torch::TensorOptions().device(device_).dtype(torch::kDouble);
   torch::Tensor sums = torch::zeros({2}, options);
-  if (!norms.empty()) {
-    const torch::Tensor n = torch::cat(norms).to(device_);
+  if (!grads.empty()) {  // one fused kernel over every tensor (clip_grad_norm_'s foreach path)
+    const torch::Tensor n = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble);
     sums[0] = (n * n * torch::tensor(scales, torch::kDouble).to(device_)).sum();
   }
   sums[1] = loss_share;
@@ -255,7 +253,8 @@ void OptimizerSteps::Clip(double grad_norm, double clip) {
   const double coef = clip / (grad_norm + 1e-6);
   if (coef >= 1) return;
   torch::NoGradGuard no_grad;
-  for (auto& g : GradientsRead()) g.mul_(coef);
+  const std::vector<torch::Tensor> grads = GradientsRead();
+  if (!grads.empty()) at::_foreach_mul_(grads, coef);
 }
 
 void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {

@@ -294,9 +294,12 @@ void StepExecutor::Run(int r, const Action& a) {
 // AdamW at the schedule's learning rate, and ZeRO's gathers in group order
 // (every member of a group reaches them in that order).
 report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping) {
-  clock_->BeginOptimizerSteps(stepping);
+  // The shared sums and the norm's all-reduce wait for the other processes
+  // to finish their steps: outside the optimizer's timed interval (its busy
+  // time is the simulator's optimizer step), as a wait is.
   optimizers_->SumShared();
   const StepNorm norm = optimizers_->Norm(LossShare().first);
+  clock_->BeginOptimizerSteps(stepping);
   report::Metrics metrics{step, norm.loss, norm.grad_norm, training_.LearningRateAt(step, steps_), false};
   if (!norm.Finite()) {
     if (!training_.skip_nonfinite) {
