@@ -137,7 +137,12 @@ TEST(TrainingLoop, WritesMetricsAndReport) {
     EXPECT_GT(rows[s]["model_flops"].get<double>(), 0);
     EXPECT_TRUE(rows[s]["mfu"].is_null()) << "a CPU run has no GPU peak to measure MFU against";
     EXPECT_FALSE(rows[s]["skipped"].get<bool>());
+    EXPECT_GT(rows[s]["data_load_s"].get<double>(), 0);
   }
+  // The data path is off the critical path: the loader prepares step s + 1
+  // while step s runs, so a step barely waits for its batch.
+  EXPECT_EQ(rows[0]["data_wait_s"].get<double>(), 0) << "step 0's batch builds the stages, before the clock";
+  for (int s = 1; s < 3; ++s) EXPECT_LT(rows[s]["data_wait_s"].get<double>(), 0.2 * rows[s]["step_s"].get<double>());
   std::stringstream html;
   html << std::ifstream(report).rdbuf();
   size_t charts = 0;

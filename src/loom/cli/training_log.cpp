@@ -27,6 +27,8 @@ void TrainingLog::OnStep(const StepProgress& p) {
   r.lr = p.lr;
   r.skipped = p.skipped;
   r.step_s = p.seconds;
+  r.data_wait_s = p.data_wait_s;
+  r.data_load_s = p.data_load_s;
   const StepWork work = meter_.At(p.step);
   r.tokens = work.tokens;
   r.model_flops = work.model_flops;

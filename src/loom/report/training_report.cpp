@@ -100,6 +100,8 @@ nlohmann::json StepRecordJson(const StepRecord& r) {
   j["model_flops"] = FiniteOrNull(r.model_flops);
   j["mfu"] = FiniteOrNull(r.mfu);
   j["elapsed_s"] = FiniteOrNull(r.elapsed_s);
+  j["data_wait_s"] = FiniteOrNull(r.data_wait_s);
+  j["data_load_s"] = FiniteOrNull(r.data_load_s);
   return j;
 }
 

@@ -20,6 +20,7 @@ struct StepRecord {
   double tokens = 0, model_flops = 0;      // of the step's batch (session/step_meter.h)
   double mfu = 0;                          // NaN where not measured (a CPU run has no GPU peak)
   double elapsed_s = 0;                    // since the run started, at the step's end
+  double data_wait_s = 0, data_load_s = 0;  // its batch: the step waited for it; the loader's time on it
 };
 
 // One line of the metrics file: non-finite numbers as null.

@@ -369,7 +369,9 @@ void GenerationController::Handle(FtWorker& w, const std::string& line) {
     // A diverged run stops at once (the controller's end stops every worker).
     if (const std::string why = Divergence(loss_, loss_reports_, {}); !why.empty()) throw Error(why);
   } else if (const auto* m = std::get_if<report::Metrics>(&message)) {  // reported once its step committed
-    if (options_.on_step) options_.on_step(StepProgress{m->step, m->loss, m->grad_norm, m->lr, m->skipped, m->seconds});
+    if (options_.on_step)
+      options_.on_step(
+          StepProgress{m->step, m->loss, m->grad_norm, m->lr, m->skipped, m->seconds, m->data_wait_s, m->data_load_s});
     if (w.member) w.lines.push_back(line);
   } else if (const auto* m = std::get_if<report::StepTime>(&message)) {
     w.step_s.at(m->step) = m->seconds;

@@ -316,7 +316,8 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
         c.buffer.erase(0, nl + 1);
         if (options.on_step && c.lines.back().starts_with("metrics ")) {
           const auto m = std::get<runtime::report::Metrics>(runtime::Decode(c.lines.back()));
-          options.on_step(StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds});
+          options.on_step(
+              StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds, m.data_wait_s, m.data_load_s});
         }
       }
     }

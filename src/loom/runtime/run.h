@@ -71,6 +71,7 @@ struct StepProgress {
   double loss = 0, grad_norm = 0, lr = 0;  // NaN where not known (an fp16 overflow)
   bool skipped = false;                    // a non-finite step --skip-nonfinite skipped
   double seconds = 0;                      // its wall time
+  double data_wait_s = 0, data_load_s = 0;  // its batch: waited for, and loaded off the critical path
 };
 
 struct RunOptions {

@@ -260,6 +260,8 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   const double secs = clock_->EndStep();
   reports_.Step(report::StepTime{step, secs});
   metrics.seconds = secs;
+  metrics.data_wait_s = data_wait_s_;
+  metrics.data_load_s = data_load_s_;
   if (reports_metrics_) reports_.Step(metrics);
   if (!metrics.skipped) ReportLoss(step);  // a skipped non-finite step's loss is in its Metrics only
   step_.reset();  // the step's tensors go now, not when the next step starts

@@ -105,6 +105,11 @@ class StepExecutor {
   // (each process its own plan's share), the fp16 loss scale included.
   void SaveCheckpointPart(const ExecutionPlan& exec, const std::string& path);
   void RestoreCheckpoint(const weights::RunCheckpointReader& reader);
+  // What the next step's batch cost the data path (batch_loader.h): reported with its Metrics.
+  void SetDataTimes(double wait_s, double load_s) {
+    data_wait_s_ = wait_s;
+    data_load_s_ = load_s;
+  }
   // Returns once every process of the run called it (a checkpoint's save).
   void Barrier();
   // fp16's loss scale for the manifest (null for bf16 and fp32).
@@ -173,6 +178,7 @@ class StepExecutor {
   std::optional<LossScaler> scaler_;  // fp16: the loss scale, updated after every step
   // This step's.
   std::unique_ptr<Step> step_;
+  double data_wait_s_ = 0, data_load_s_ = 0;
 };
 
 }  // namespace loom::runtime

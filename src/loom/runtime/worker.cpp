@@ -18,6 +18,7 @@
 #include "loom/error.h"
 #include "loom/pipeline/validate.h"
 #include "loom/plan/plan_json.h"
+#include "loom/runtime/batch_loader.h"
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/fault_tolerance.h"
 #include "loom/runtime/hf_save.h"
@@ -268,9 +269,21 @@ int ResumedSteps(const WorkerSpec& spec) {
 void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   SetComputeThreads(std::max(1, spec.options.threads_per_rank));
   const int first_step = gen ? gen->first_step : ResumedSteps(spec);
-  Batch batch = DrawBatch(*spec.workload, first_step);
+  // The workload's source, made once; the first step's batch now (it builds
+  // the stages), every later one by the loader, a step ahead.
+  std::unique_ptr<SampleSource> source = WorkloadSource(*spec.workload);
+  const auto drawn = std::chrono::steady_clock::now();
+  Batch batch = source->Draw(spec.workload->global_batch, spec.workload->seed, first_step);
   ExecutionPlan exec =
       CompileForRuntime(*spec.model, *spec.cluster, *spec.workload, *spec.plan, batch, ScheduleOf(spec, first_step));
+  double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - drawn).count(), wait_s = 0;
+  const bool cuda_plan = spec.options.device == Device::kCuda;
+  BatchLoader loader(
+      std::move(source), spec.workload->global_batch, spec.workload->seed, first_step + 1, spec.options.steps,
+      [&spec, first = exec, cuda_plan](int step, const Batch& b) {
+        return CompileStep(spec, first, b, step, cuda_plan);
+      },
+      spec.rank);
   // A fault-tolerant run's generations rendezvous under their own prefix of
   // the run's store; an aborted generation's keys are never read again.
   const c10::intrusive_ptr<c10d::Store> store =
@@ -329,9 +342,13 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       // Drawing and compiling the step's batch is the loader's and planner's
       // work: done before the step's clock starts.
       if (step > first_step) {
-        batch = DrawBatch(*spec.workload, step);
-        exec = CompileStep(spec, exec, batch, step, cuda);
+        Loaded next = loader.Next();
+        batch = std::move(next.batch);
+        exec = std::move(next.exec);
+        load_s = next.load_s;
+        wait_s = next.wait_s;
       }
+      executor.SetDataTimes(wait_s, load_s);
       int actions_run = 0;
       executor.RunStep(step, exec, batch, step + 1 == spec.options.steps, [&] {
         if (gen) MaybeDie(spec, reports, step, actions_run, false);

@@ -32,8 +32,8 @@ std::string Encode(const WorkerMessage& message) {
           [](const Loss& m) { return fmt::format("loss {} {:.17g}", m.step, m.value); },
           [](const LossScale& m) { return fmt::format("scale {} {:.17g} {}", m.step, m.scale, m.skipped ? 1 : 0); },
           [](const Metrics& m) {
-            return fmt::format("metrics {} {:.17g} {:.17g} {:.17g} {} {:.17g}", m.step, m.loss, m.grad_norm, m.lr,
-                               m.skipped ? 1 : 0, m.seconds);
+            return fmt::format("metrics {} {:.17g} {:.17g} {:.17g} {} {:.17g} {:.17g} {:.17g}", m.step, m.loss,
+                               m.grad_norm, m.lr, m.skipped ? 1 : 0, m.seconds, m.data_wait_s, m.data_load_s);
           },
           [](const StepTime& m) { return fmt::format("time {} {:.17g}", m.step, m.seconds); },
           [](const Param& m) { return fmt::format("param {:.17g} {:.17g} {:.17g}", m.sum, m.sum_sq, m.abs_sum); },
@@ -79,6 +79,8 @@ WorkerMessage Decode(const std::string& line) {
     m.lr = in.Number();
     m.skipped = in.Int() != 0;
     m.seconds = in.Number();
+    m.data_wait_s = in.Number();
+    m.data_load_s = in.Number();
     return m;
   }
   if (kind == "time") {

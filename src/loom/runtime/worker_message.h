@@ -32,6 +32,9 @@ struct Metrics {  // the step as the whole run saw it (the first process of each
   double lr = 0;         // the learning rate the step trained with
   bool skipped = false;  // its loss or gradient norm was not finite and the step changed no weight
   double seconds = 0;    // the step's wall time on this process (the norm's all-reduce aligns every process's end)
+  // Its batch on this process's data path (runtime/batch_loader.h): the time
+  // the step waited for it, and the loader's time on it (off the critical path).
+  double data_wait_s = 0, data_load_s = 0;
 };
 struct StepTime {  // the step's wall time on this process
   int step = 0;
