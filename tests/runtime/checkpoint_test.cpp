@@ -101,6 +101,36 @@ TEST(Checkpoints, ResumeUnderAnotherPlanContinuesTheRun) {
   expect_continues(" --cluster h100:1x2 --pp 2 --microbatches 2", tp2);
 }
 
+// Another strategy: a checkpoint of a Megatron TP 2 run resumes under
+// MMScale's disaggregated units with brokers and its reordering, PipeWeaver's
+// woven pipelines, Entrain's deferral schedule and Optimus' phases (a `loom
+// plan --json` file), each continuing as that strategy's uninterrupted run did.
+TEST(Checkpoints, ResumeUnderAnotherStrategysPlan) {
+  const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
+  const std::string base = " --model " + data + "tiny-vlm.yaml --workload " + data +
+                           "tiny-laion.yaml --precision fp32 --cluster h100:1x2 --timeout 30 --json";
+  const std::string plans = (TempDir("ckpt_plans") += ".json").string();
+  auto [code, out] = test::RunLoom("plan" + base.substr(0, base.find(" --timeout")) +
+                                   " --strategy mmscale,pipeweaver,entrain,optimus --json " + plans);
+  ASSERT_EQ(code, 0) << out;
+  const fs::path dir = TempDir("ckpt_strategy");
+  auto [saved, text] = test::RunLoom("run" + base + " --tp 2 --steps 2 --checkpoint-dir " + dir.string());
+  ASSERT_EQ(saved, 0) << text;
+  for (const std::string strategy : {"mmscale", "pipeweaver", "entrain", "optimus"}) {
+    SCOPED_TRACE(strategy);
+    const std::string run = "run" + base + " --plan " + plans + " --strategy " + strategy + " --steps 4";
+    auto [c1, whole] = test::RunLoom(run);
+    auto [c2, rest] = test::RunLoom(run + " --resume " + dir.string());
+    ASSERT_EQ(c1, 0) << whole;
+    ASSERT_EQ(c2, 0) << rest;
+    const auto w = nlohmann::json::parse(whole), r = nlohmann::json::parse(rest);
+    for (int s = 2; s < 4; ++s) {
+      const double want = w["losses"][s].get<double>();
+      EXPECT_NEAR(r["losses"][s].get<double>(), want, 1e-5 * want) << "step " << s;
+    }
+  }
+}
+
 // A process dies while the checkpoint of step 4 is being written (after its
 // part, before the commit): the run fails, `latest` still names step 2,
 // whole, and resuming from the folder continues from step 2 as the
