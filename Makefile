@@ -125,7 +125,7 @@ demo-train: build
 	  --steps 1000 --resume $(TRAIN)/checkpoints --checkpoint-dir $(TRAIN)/checkpoints \
 	  --save $(TRAIN)/trained --metrics $(TRAIN)/second.jsonl --report training.html | tail -4
 	$(PYTHON) python/prepare/caption_check.py $(TRAIN)/trained 2>/dev/null
-	@echo "training.html: the resumed run's loss, gradient norm, learning rate and tokens/s"
+	@echo "training.html: the whole run's loss, gradient norm, learning rate and tokens/s (both parts, from the checkpoint folder's record)"
 
 # Renders report.html in headless Chromium (installs it if missing).
 screenshot: demo

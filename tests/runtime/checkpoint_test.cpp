@@ -59,9 +59,21 @@ TEST(Checkpoints, ResumeUnderTheSamePlanContinuesExactly) {
     ASSERT_TRUE(fs::exists(dir / "step-00000002" / "checkpoint.json"));
     EXPECT_EQ(first["losses"],
               nlohmann::json(std::vector<double>(whole["losses"].begin(), whole["losses"].begin() + 2)));
-    const nlohmann::json rest = RunTraining(model + layout + " --steps 4 --resume " + dir.string());
+    const std::string metrics = dir.string() + ".metrics.jsonl";
+    const nlohmann::json rest =
+        RunTraining(model + layout + " --steps 4 --resume " + dir.string() + " --metrics " + metrics);
     ASSERT_FALSE(rest.is_null());
     EXPECT_EQ(rest["first_step"].get<int>(), 2);
+    // The step record continues too: the first run's steps (kept beside its
+    // checkpoints) and the resumed run's, in one metrics file.
+    std::ifstream in(metrics);
+    int row = 0;
+    for (std::string line; std::getline(in, line); ++row) {
+      const auto j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["step"].get<int>(), row);
+      EXPECT_EQ(j["loss"].get<double>(), whole["losses"][row].get<double>()) << row;
+    }
+    EXPECT_EQ(row, 4);
     for (int s = 2; s < 4; ++s) {
       EXPECT_EQ(rest["losses"][s].get<double>(), whole["losses"][s].get<double>()) << "step " << s;
       EXPECT_EQ(rest["lrs"][s].get<double>(), whole["lrs"][s].get<double>()) << "step " << s;

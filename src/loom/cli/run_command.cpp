@@ -33,6 +33,7 @@
 #include "loom/strategies/oobleck/replan.h"
 #include "loom/strategies/strategy.h"
 #include "loom/weights/checkpoint_weights.h"
+#include "loom/weights/run_checkpoint.h"
 
 namespace loom::cli {
 
@@ -86,10 +87,18 @@ class RunCommand : public Command {
         ScheduleIterations(chosen.plan.strategy, StrategyContext{model, cluster, workload, representative, {}},
                            chosen.plan, chosen.recorded, flags_.steps);
     // Each step as it ends: the progress line (on a terminal), --metrics, --report.
+    // With --checkpoint-dir the record lives beside the checkpoints too, and a
+    // resume starts from the steps recorded before its checkpoint.
+    std::vector<StepRecord> history;
+    if (!options.resume_checkpoint.empty()) {
+      history = ReadHistory(std::filesystem::path(options.resume_checkpoint).parent_path().string(),
+                            weights::RunCheckpointReader(options.resume_checkpoint).manifest().steps_done);
+    }
     TrainingLog log(StepMeter(model, cluster, workload, chosen.plan, schedules), flags_.steps,
                     options.device == Device::kCuda, flags_.metrics, flags_.report,
                     fmt::format("loom run: {} on {} ({})", flags_.model, flags_.cluster, chosen.label),
-                    isatty(STDERR_FILENO) != 0);
+                    isatty(STDERR_FILENO) != 0, std::move(history),
+                    options.checkpoint_root.empty() ? "" : options.checkpoint_root + "/metrics.jsonl");
     options.on_step = [&log](const StepProgress& p) { log.OnStep(p); };
     RunResult r;
     try {

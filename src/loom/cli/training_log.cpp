@@ -2,22 +2,40 @@
 
 #include "loom/cli/training_log.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <fstream>
 #include <iostream>
 
 #include "loom/atomic_file.h"
 
 namespace loom::cli {
 
+std::vector<StepRecord> ReadHistory(const std::string& dir, int first_step) {
+  std::vector<StepRecord> out;
+  const std::string path = dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    StepRecord r = StepRecordFromJson(line, fmt::format("{}:{}", path, n));
+    if (r.step < first_step) out.push_back(r);
+  }
+  return out;
+}
+
 TrainingLog::TrainingLog(StepMeter meter, int steps, bool mfu, std::string metrics_path, std::string report_path,
-                         std::string title, bool progress)
+                         std::string title, bool progress, std::vector<StepRecord> history, std::string history_path)
     : meter_(std::move(meter)),
       steps_(steps),
       mfu_(mfu),
       metrics_path_(std::move(metrics_path)),
       report_path_(std::move(report_path)),
       title_(std::move(title)),
-      progress_(progress) {}
+      history_path_(std::move(history_path)),
+      progress_(progress),
+      records_(std::move(history)) {}
 
 void TrainingLog::OnStep(const StepProgress& p) {
   StepRecord r;
@@ -39,7 +57,7 @@ void TrainingLog::OnStep(const StepProgress& p) {
   while (!records_.empty() && records_.back().step >= r.step) records_.pop_back();
   records_.push_back(r);
   if (progress_) std::cerr << FormatStepLine(r, steps_, records_) << std::endl;
-  if (!metrics_path_.empty() && now - written_ > std::chrono::seconds(10)) {
+  if ((!metrics_path_.empty() || !history_path_.empty()) && now - written_ > std::chrono::seconds(10)) {
     WriteMetrics();
     written_ = now;
   }
@@ -48,11 +66,12 @@ void TrainingLog::OnStep(const StepProgress& p) {
 void TrainingLog::WriteMetrics() {
   std::string text;
   for (const auto& r : records_) text += StepRecordJson(r).dump() + "\n";
-  WriteFileAtomically(metrics_path_, text);
+  if (!metrics_path_.empty()) WriteFileAtomically(metrics_path_, text);
+  if (!history_path_.empty()) WriteFileAtomically(history_path_, text);
 }
 
 void TrainingLog::Finish() {
-  if (!metrics_path_.empty()) WriteMetrics();
+  if (!metrics_path_.empty() || !history_path_.empty()) WriteMetrics();
   if (!report_path_.empty()) WriteFileAtomically(report_path_, TrainingReportHtml(title_, records_));
 }
 

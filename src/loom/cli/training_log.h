@@ -18,12 +18,21 @@
 
 namespace loom::cli {
 
+// The steps before `first_step` recorded in `dir`/metrics.jsonl (a
+// --checkpoint-dir folder), none where it has none. Throws loom::Error naming
+// a line that is not a metrics line.
+std::vector<StepRecord> ReadHistory(const std::string& dir, int first_step);
+
 class TrainingLog {
  public:
   // `mfu`: whether MFU means anything (a GPU run); `metrics_path`,
   // `report_path`: "" for none; `progress`: print a line per step on stderr.
+  // `history`: the steps before this run's first (a resumed run's, from its
+  // checkpoint folder); `history_path`: where the whole record goes beside
+  // the checkpoints (--checkpoint-dir's metrics.jsonl; "" for none), so that
+  // a resume's report shows the whole run.
   TrainingLog(StepMeter meter, int steps, bool mfu, std::string metrics_path, std::string report_path,
-              std::string title, bool progress);
+              std::string title, bool progress, std::vector<StepRecord> history = {}, std::string history_path = "");
   void OnStep(const StepProgress& p);
   // Writes the files with every step recorded (after a failure too).
   void Finish();
@@ -35,7 +44,7 @@ class TrainingLog {
   StepMeter meter_;
   const int steps_;
   const bool mfu_;
-  const std::string metrics_path_, report_path_, title_;
+  const std::string metrics_path_, report_path_, title_, history_path_;
   const bool progress_;
   std::vector<StepRecord> records_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), written_ = start_;

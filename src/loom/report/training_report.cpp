@@ -6,6 +6,8 @@
 #include <cmath>
 #include <functional>
 
+#include "loom/error.h"
+
 namespace loom {
 
 namespace {
@@ -103,6 +105,29 @@ nlohmann::json StepRecordJson(const StepRecord& r) {
   j["data_wait_s"] = FiniteOrNull(r.data_wait_s);
   j["data_load_s"] = FiniteOrNull(r.data_load_s);
   return j;
+}
+
+StepRecord StepRecordFromJson(const std::string& line, const std::string& where) {
+  StepRecord r;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    auto number = [&](const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : NAN; };
+    r.step = j.at("step").get<int>();
+    r.loss = number("loss");
+    r.grad_norm = number("grad_norm");
+    r.lr = number("lr");
+    r.skipped = j.value("skipped", false);
+    r.step_s = number("step_s");
+    r.tokens = number("tokens");
+    r.model_flops = number("model_flops");
+    r.mfu = number("mfu");
+    r.elapsed_s = number("elapsed_s");
+    r.data_wait_s = number("data_wait_s");
+    r.data_load_s = number("data_load_s");
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not a metrics line ({}); expected {{\"step\": N, \"loss\": ...}}", where, e.what()));
+  }
+  return r;
 }
 
 std::string FormatStepLine(const StepRecord& r, int steps, const std::vector<StepRecord>& done) {

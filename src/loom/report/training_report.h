@@ -25,6 +25,8 @@ struct StepRecord {
 
 // One line of the metrics file: non-finite numbers as null.
 nlohmann::json StepRecordJson(const StepRecord& r);
+// A line back (null as NaN); throws loom::Error naming `where` for a line that is not one.
+StepRecord StepRecordFromJson(const std::string& line, const std::string& where);
 
 // "step 12/100  loss 2.3104  grad 0.84  lr 1.00e-03  0.42 s  1,234 tok/s  MFU 31.2%  ETA 38 s"
 // (MFU where measured; the ETA from the mean time of the steps after the

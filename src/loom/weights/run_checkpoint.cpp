@@ -216,6 +216,7 @@ void CheckCheckpointRoot(const std::string& dir, const std::string& resumed_from
   std::string other;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
+    if (name == "metrics.jsonl") continue;  // the run's step record (`loom run` writes it beside its checkpoints)
     if (name == kLatest || IsStepFolder(name)) {
       other = name;
       continue;
