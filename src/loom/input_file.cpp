@@ -48,9 +48,11 @@ bool InputLines::Next(std::string& line) {
   line.clear();
   std::streambuf* in = in_.rdbuf();
   bool any = false;
+  const int64_t start = read_bytes_;
   for (;;) {
     const int c = in->sbumpc();
     if (c == std::char_traits<char>::eof()) break;
+    ++read_bytes_;
     any = true;
     if (c == '\n') break;
     if (static_cast<int64_t>(line.size()) >= max_line_bytes_) {
@@ -61,6 +63,7 @@ bool InputLines::Next(std::string& line) {
   }
   if (!any) return false;
   ++line_number_;
+  line_offset_ = start;
   return true;
 }
 

@@ -34,14 +34,16 @@ class InputLines {
   // the line past the limit or a read error.
   bool Next(std::string& line);
 
-  // The number of the line Next returned last (1-based).
+  // The number of the line Next returned last (1-based), and its first byte's offset in the file.
   int line_number() const { return line_number_; }
+  int64_t line_offset() const { return line_offset_; }
 
  private:
   std::string path_, what_;
   int64_t max_line_bytes_;
   std::ifstream in_;
   int line_number_ = 0;
+  int64_t line_offset_ = 0, read_bytes_ = 0;
 };
 
 }  // namespace loom

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <algorithm>
 #include <cmath>
@@ -162,7 +163,8 @@ TEST(JsonlSource, BadLinesAreNamed) {
                     {"f.jsonl:9:", "images: expected a list [[width_px, height_px], ...], got 3"});
   test::ExpectError([] { ParseJsonlSample("{\"audio_s\": {\"a\": 1}}", "f.jsonl:9"); },
                     {"f.jsonl:9:", "audio_s: expected a list"});
-  test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); }, {"/nonexistent/x.jsonl: no such file; expected a JSONL sample file"});
+  test::ExpectError([] { JsonlSource("/nonexistent/x.jsonl"); },
+                    {"/nonexistent/x.jsonl: no such file; expected a JSONL sample file"});
   // Issue 20: sizes no real sample has (5e15 tokens from one image) are named, not accepted.
   test::ExpectError([] { JsonlSource(test::WriteTemp("b6.jsonl", "{\"images\": [[1000000000, 1000000000]]}\n")); },
                     {"b6.jsonl:1:", "images[0][0]", "at most 65536"});
@@ -179,6 +181,32 @@ TEST(JsonlSource, BadLinesAreNamed) {
 
 namespace loom {
 namespace {
+
+// A JSONL source of tokenized samples keeps each one's lengths and scored
+// count, not its ids (no process holds a dataset's ids); LoadTokenIds reads
+// a sample's line again, by its byte offset, and finds a changed file out.
+TEST(JsonlSource, KeepsNoTokenIdsAndLoadsThemBackByOffset) {
+  const std::string path =
+      test::WriteTemp("ids_" + std::to_string(::getpid()) + ".jsonl",
+                      "{\"input_ids\": [5, 6, 7], \"labels\": [-100, 6, 7]}\n\n{\"input_ids\": [9, 8, 7, 6]}\n");
+  const JsonlSource source(path);
+  ASSERT_EQ(source.samples().size(), 2u);
+  const SampleTokens& second = *source.samples()[1].tokens;
+  EXPECT_FALSE(second.has_ids);
+  EXPECT_TRUE(second.input_ids.empty());
+  EXPECT_EQ(second.length, 4);
+  EXPECT_EQ(second.scored, 3);  // labels[1:], none -100
+  EXPECT_EQ(source.samples()[0].tokens->scored, 2);
+  EXPECT_EQ(second.offset, 50);  // after the first line (48 bytes and its newline) and the blank one
+  const auto loaded = LoadTokenIds(second);
+  EXPECT_TRUE(loaded->has_ids);
+  EXPECT_EQ(loaded->input_ids, (std::vector<int64_t>{9, 8, 7, 6}));
+  EXPECT_EQ(loaded->labels, loaded->input_ids);
+  EXPECT_EQ(loaded->where, path + ":3");
+  EXPECT_EQ(LoadTokenIds(*source.samples()[0].tokens)->labels, (std::vector<int64_t>{-100, 6, 7}));
+  std::ofstream(path) << "{\"input_ids\": [5, 6, 7], \"labels\": [-100, 6, 7]}\n\n{\"input_ids\": [9, 8]}\n";
+  test::ExpectError([&] { LoadTokenIds(second); }, {path + ":3: the line changed since the run started"});
+}
 
 // Tokenized samples (`loom run --data`): one document of len(input_ids) text
 // tokens, the ids and labels kept; what is not read yet is refused by name.

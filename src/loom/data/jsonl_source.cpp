@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -199,6 +200,8 @@ Sample ParseTokenizedSample(const json& j, const std::string& where, const std::
     throw Error(fmt::format("{}: labels: {} entries for {} input_ids; give one label per token (-100: not scored)",
                             where, tokens->labels.size(), tokens->input_ids.size()));
   }
+  tokens->length = static_cast<int64_t>(tokens->input_ids.size());
+  tokens->scored = std::count_if(tokens->labels.begin() + 1, tokens->labels.end(), [](int64_t l) { return l != -100; });
   tokens->where = where;
   Sample s;
   if (j.contains("image_token_id") || j.contains("pixel_values")) ReadTokenizedImages(j, where, dir, *tokens, s);
@@ -251,7 +254,17 @@ JsonlSource::JsonlSource(const std::string& path) {
       continue;
     }
     const std::string dir = std::filesystem::path(path).parent_path().string();
-    samples_.push_back(ParseJsonlSample(line, fmt::format("{}:{}", path, line_no), dir.empty() ? "." : dir));
+    Sample sample = ParseJsonlSample(line, fmt::format("{}:{}", path, line_no), dir.empty() ? "." : dir);
+    if (sample.tokens) {  // checked whole; kept without its ids (LoadTokenIds reads them again)
+      auto meta = std::make_shared<SampleTokens>(*sample.tokens);
+      meta->input_ids = {};
+      meta->labels = {};
+      meta->has_ids = false;
+      meta->file = path;
+      meta->offset = in.line_offset();
+      sample.tokens = std::move(meta);
+    }
+    samples_.push_back(std::move(sample));
   }
   if (samples_.empty()) {
     throw Error(fmt::format("{}: no samples (expected one JSON object per line)", path));
@@ -281,6 +294,26 @@ Batch JsonlSource::Draw(int64_t count, uint64_t seed, int64_t iteration) const {
     batch.samples.push_back(samples_[perm[global % n]]);
   }
   return batch;
+}
+
+std::shared_ptr<const SampleTokens> LoadTokenIds(const SampleTokens& meta) {
+  if (meta.has_ids) return std::make_shared<SampleTokens>(meta);
+  std::ifstream in(meta.file, std::ios::binary);
+  in.seekg(meta.offset);
+  std::string line;
+  if (!in || !std::getline(in, line)) {
+    throw Error(
+        fmt::format("{}: cannot be read again for its token ids (the file changed or went away since the run "
+                    "started)",
+                    meta.where));
+  }
+  const std::string dir = std::filesystem::path(meta.file).parent_path().string();
+  const Sample s = ParseJsonlSample(line, meta.where, dir.empty() ? "." : dir);
+  if (!s.tokens || s.tokens->length != meta.length || s.tokens->scored != meta.scored) {
+    throw Error(fmt::format("{}: the line changed since the run started (its token ids were {} long)", meta.where,
+                            meta.length));
+  }
+  return s.tokens;
 }
 
 }  // namespace loom

@@ -4,6 +4,7 @@
 // sample is used once per epoch and the order depends only on the seed.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,10 @@ class JsonlSource : public SampleSource {
 // Parses one line; `where` ("file:line") prefixes errors; `dir`: the folder
 // a pixel_values file is named relative to.
 Sample ParseJsonlSample(const std::string& line, const std::string& where, const std::string& dir = ".");
+
+// A JSONL source's sample with its token ids, read again from its line
+// (SampleTokens::file, offset); one that has them is returned as it is.
+// Throws loom::Error naming the line where it cannot be read or changed.
+std::shared_ptr<const SampleTokens> LoadTokenIds(const SampleTokens& meta);
 
 }  // namespace loom

@@ -41,6 +41,15 @@ struct AudioInput {
 struct SampleTokens {
   std::vector<int64_t> input_ids, labels;
   std::string where;  // "file:line", for errors
+  // What planning needs without the ids: their count, and the targets the
+  // loss scores (labels[1:] other than -100). A JSONL source keeps only
+  // these in memory (`has_ids` false) and where its line is (`file`,
+  // `offset`): each worker loads the ids of the samples its stages run
+  // (LoadTokenIds), so no process holds a dataset's ids.
+  int64_t length = 0, scored = 0;
+  bool has_ids = true;
+  std::string file;
+  int64_t offset = -1;
   int64_t image_token_id = -1;
   std::vector<std::pair<int64_t, int64_t>> image_runs;
   std::string pixel_values_file;

@@ -5,6 +5,8 @@
 #include <set>
 #include <vector>
 
+#include "loom/data/jsonl_source.h"
+
 namespace loom::runtime {
 
 namespace {
@@ -13,20 +15,22 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// Reads the pixel files of `samples` once, so that the step's own reads
-// (torch_model.h ImagePixels, on the critical path) come from the page cache.
-void ReadAhead(const Batch& batch, const std::vector<int>& samples) {
+}  // namespace
+
+void ReadSamples(Batch& batch, const std::vector<int>& samples) {
   std::vector<char> buffer(1 << 20);
-  for (int s : samples) {
-    const auto& tokens = batch.samples[s].tokens;
-    if (!tokens || tokens->pixel_values_file.empty()) continue;
+  for (int x : samples) {
+    auto& tokens = batch.samples[x].tokens;
+    if (!tokens) continue;
+    if (!tokens->has_ids) tokens = LoadTokenIds(*tokens);
+    // The pixel file read once, so that the step's own reads (torch_model.h
+    // ImagePixels, on the critical path) come from the page cache.
+    if (tokens->pixel_values_file.empty()) continue;
     std::ifstream in(tokens->pixel_values_file, std::ios::binary);
     while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
     }
   }
 }
-
-}  // namespace
 
 std::vector<int> LocalSamples(const ExecutionPlan& exec, const ProcessPlace& place) {
   std::set<int> samples;
@@ -73,7 +77,7 @@ void BatchLoader::Loop() {
       loaded.step = next_step_;
       loaded.batch = source_->Draw(global_batch_, seed_, next_step_);
       loaded.exec = compile_(next_step_, loaded.batch);
-      ReadAhead(loaded.batch, LocalSamples(loaded.exec, PlaceProcess(loaded.exec, process_)));
+      ReadSamples(loaded.batch, LocalSamples(loaded.exec, PlaceProcess(loaded.exec, process_)));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();

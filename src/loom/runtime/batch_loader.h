@@ -1,7 +1,7 @@
 // A worker's data path (issue 42): each step's batch drawn from the
 // workload's source (made once: a JSONL file is read once, not every step),
-// compiled into the step's ExecutionPlan, and the pixel files of the samples
-// this process's stages run read ahead, on a thread of its own one step ahead
+// compiled into the step's ExecutionPlan, and the token ids and pixel files
+// of the samples this process's stages run read, on a thread of its own one step ahead
 // of the steps, so that the data is off the critical path. What the step
 // waited for it is measured (Loaded::wait_s) and reported with the step.
 // Only runtime translation units include this header.
@@ -65,5 +65,10 @@ class BatchLoader {
 
 // The samples whose pieces this process's local stages run in `exec`.
 std::vector<int> LocalSamples(const ExecutionPlan& exec, const ProcessPlace& place);
+
+// Gives `samples` of `batch` their token ids (a JSONL source keeps none in
+// memory: data/jsonl_source.h LoadTokenIds) and reads ahead their pixel
+// files: what one process reads of a batch, its own samples only.
+void ReadSamples(Batch& batch, const std::vector<int>& samples);
 
 }  // namespace loom::runtime

@@ -71,7 +71,7 @@ PackedSequence Interleaved(const SampleTokens& tokens, int x, const std::vector<
     throw Error(fmt::format("{}: {} runs of image token {} in input_ids, but module {} reads {} image sequences",
                             tokens.where, tokens.image_runs.size(), tokens.image_token_id, m.name, inputs.size()));
   }
-  PackedSequence s{x, 0, -1, static_cast<int64_t>(tokens.input_ids.size()), {}};
+  PackedSequence s{x, 0, -1, tokens.length, {}};
   int64_t at = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const auto [position, length] = tokens.image_runs[k];

@@ -39,6 +39,11 @@ std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
   auto text = std::make_unique<TextTokens>();
   for (const Sample& s : b.samples) {
     if (!s.tokens) throw Error("runtime: a batch mixes samples with and without token ids");
+    if (!s.tokens->has_ids) {  // a sample no stage of this process runs (batch_loader.h loads the others)
+      text->ids.push_back({{}});
+      text->labels.push_back({{}});
+      continue;
+    }
     for (const auto* list : {&s.tokens->input_ids, &s.tokens->labels}) {
       for (size_t i = 0; i < list->size(); ++i) {
         if ((*list)[i] >= vocab) {
@@ -58,10 +63,8 @@ std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
 // neither), else every text token (BatchTextTokens).
 int64_t ScoredTargets(const Batch& b, const TextTokens* text) {
   if (!text) return BatchTextTokens(b);
-  int64_t n = 0;
-  for (const auto& sample : text->labels) {
-    for (const auto& doc : sample) n += std::count_if(doc.begin() + 1, doc.end(), [](int64_t l) { return l != -100; });
-  }
+  int64_t n = 0;  // from each sample's count: this process holds the ids of its own samples only
+  for (const Sample& s : b.samples) n += s.tokens->scored;
   return std::max<int64_t>(n, 1);
 }
 

@@ -276,6 +276,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   Batch batch = source->Draw(spec.workload->global_batch, spec.workload->seed, first_step);
   ExecutionPlan exec =
       CompileForRuntime(*spec.model, *spec.cluster, *spec.workload, *spec.plan, batch, ScheduleOf(spec, first_step));
+  ReadSamples(batch, LocalSamples(exec, PlaceProcess(exec, spec.rank)));
   double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - drawn).count(), wait_s = 0;
   const bool cuda_plan = spec.options.device == Device::kCuda;
   BatchLoader loader(
