@@ -105,7 +105,9 @@ inline void AllReduceSum(GroupBase& pg, at::Tensor& t, AbortFlag abort = nullptr
 // completes the operation).
 inline void AwaitRelease(const at::Tensor& t, int64_t held = 1) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-  while (t.use_count() > held && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (static_cast<int64_t>(t.use_count()) > held && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
 }
 
 // Every member's `t` (equal shapes), in member order.

@@ -192,7 +192,10 @@ void OptimizerSteps::SumShared() {
     for (const auto& x : t.tensors) {
       if (x.grad().defined()) sum += x.grad();
     }
-    if (t.group) AllReduceSum(*t.group, sum, abort_);
+    if (t.group) {
+      AllReduceSum(*t.group, sum, abort_);
+      AwaitRelease(sum);
+    }
     for (auto x : t.tensors) x.mutable_grad() = sum.clone();
   }
   for (Segment& seg : segments_) {  // Oobleck's layer-wise sync, in model order
@@ -205,6 +208,7 @@ void OptimizerSteps::SumShared() {
     }
     torch::Tensor flat = Flatten(grads);
     AllReduceSum(*seg.group, flat, abort_);
+    AwaitRelease(flat);
     const auto parts = SplitLike(flat, seg.params);
     for (size_t i = 0; i < seg.params.size(); ++i) seg.params[i].mutable_grad().copy_(parts[i]);
   }
@@ -230,6 +234,7 @@ StepNorm OptimizerSteps::Norm(double loss_share) {
   }
   sums[1] = loss_share;
   AllReduceSum(world_, sums, abort_);
+  AwaitRelease(sums);  // freed on this thread, where the tensor-memory count sees it
   const torch::Tensor host = sums.cpu();
   return {std::sqrt(host[0].item<double>()), host[1].item<double>()};
 }

@@ -346,6 +346,7 @@ bool StepExecutor::UnscaleRunGradients() {
   torch::Tensor overflowed =
       torch::full({1}, finite_here ? 0.0F : 1.0F, torch::TensorOptions().device(device_).dtype(torch::kFloat));
   AllReduceSum(*groups_.world, overflowed, abort_);
+  AwaitRelease(overflowed);
   return overflowed.item<float>() == 0.0F;
 }
 
@@ -741,6 +742,7 @@ void StepExecutor::SaveCheckpointPart(const ExecutionPlan& exec, const std::stri
 void StepExecutor::Barrier() {
   torch::Tensor one = torch::ones({1}, torch::TensorOptions().device(device_));
   AllReduceSum(*groups_.world, one, abort_);
+  AwaitRelease(one);
 }
 
 void StepExecutor::RestoreCheckpoint(const weights::RunCheckpointReader& reader) {
