@@ -22,8 +22,10 @@ class Error : public std::runtime_error {
 // 128 + signal(), as a shell reports a process that signal ended.
 class Interrupted : public std::runtime_error {
  public:
-  explicit Interrupted(int signal)
-      : std::runtime_error(std::string("stopped by ") + sigabbrev(signal) + ": its workers were stopped too"),
+  // `after`: what the run left behind, said after the signal ("" : its workers were stopped too).
+  explicit Interrupted(int signal, const std::string& after = "")
+      : std::runtime_error(std::string("stopped by ") + sigabbrev(signal) + ": " +
+                           (after.empty() ? "its workers were stopped too" : after)),
         signal_(signal) {}
   int signal() const { return signal_; }
 

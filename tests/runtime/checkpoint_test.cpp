@@ -5,6 +5,8 @@
 // to the order of fp32 sums; a crash during a save leaves the previous
 // checkpoint whole; and what is not this run's checkpoint is refused by name.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -172,6 +174,60 @@ TEST(Checkpoints, CrashDuringSaveLeavesThePreviousCheckpointWhole) {
     EXPECT_EQ(name, "step-00000004");
     EXPECT_FALSE(fs::exists(dir / ".staging-step-00000004"));
   }
+}
+
+// `loom run` stopped by a signal (a scheduler's SIGTERM, a terminal's
+// Ctrl-C): with --checkpoint-dir every worker finishes the step it is in and
+// saves it, the launcher exits 128 + the signal naming the checkpoint, and a
+// resume goes on exactly as a run that was never stopped.
+TEST(Checkpoints, ASignalStopsTheRunAtACheckpointThatResumes) {
+  const fs::path dir = TempDir("ckpt_signal");
+  const std::string err = (TempDir("ckpt_signal_err") += ".txt").string();
+  const std::string model = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml";
+  std::vector<std::string> args = {
+      LOOM_BINARY,  "run",    "--model",          model,        "--cluster",          "h100:1x2", "--dp",        "2",
+      "--workload", "text",   "--global-batch",   "8",          "--seq-len",          "32",       "--precision", "fp32",
+      "--steps",    "100000", "--checkpoint-dir", dir.string(), "--checkpoint-every", "1",        "--timeout",   "30"};
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    freopen("/dev/null", "w", stdout);
+    freopen(err.c_str(), "w", stderr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  // Once a few steps are saved (each step is), the scheduler's signal.
+  for (int i = 0; i < 600 && !fs::exists(dir / "step-00000003"); ++i) usleep(50 * 1000);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  std::ifstream in(err);
+  const std::string said((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(said.find("stopped by signal 15"), std::string::npos) << said;
+  EXPECT_NE(said.find("its latest checkpoint is " + dir.string() + "/step-"), std::string::npos) << said;
+  std::ifstream latest(dir / "latest");
+  std::string name;
+  latest >> name;
+  ASSERT_EQ(name.rfind("step-", 0), 0u) << name;
+  const int n = std::stoi(name.substr(5));
+  ASSERT_GE(n, 3);
+  // The same run (its constant learning rate: a schedule would span --steps), uninterrupted and resumed.
+  const std::string run = "run --model " + model +
+                          " --cluster h100:1x2 --dp 2 --workload text --global-batch 8 --seq-len 32 --precision fp32 "
+                          "--timeout 30 --json --steps " +
+                          std::to_string(n + 2);
+  auto [c1, t1] = test::RunLoom(run);
+  auto [c2, t2] = test::RunLoom(run + " --resume " + dir.string());
+  ASSERT_EQ(c1, 0) << t1;
+  ASSERT_EQ(c2, 0) << t2;
+  const auto whole = nlohmann::json::parse(t1), rest = nlohmann::json::parse(t2);
+  EXPECT_EQ(rest["first_step"].get<int>(), n);
+  for (int s = n; s < n + 2; ++s) EXPECT_EQ(rest["losses"][s].get<double>(), whole["losses"][s].get<double>()) << s;
 }
 
 // What is not this run's checkpoint: named errors, exit 2, before any worker starts.

@@ -36,6 +36,26 @@ class LauncherSignals {
   struct sigaction previous_[3] = {};
 };
 
+// In a worker of a run that saves checkpoints (`--checkpoint-dir`): while
+// alive, SIGINT, SIGTERM and SIGHUP (forwarded by the launcher, or a
+// terminal's to the whole process group) ask it to stop after the step it is
+// in, which every process then does together, with a checkpoint (the step's
+// norm all-reduce carries the request: runtime/optimizer_steps.h). System
+// calls the signal interrupts are restarted (SA_RESTART), so that a
+// collective in flight is not failed by it. The same one flag as
+// LauncherSignals (a forked worker's own copy).
+class StopOnSignals {
+ public:
+  StopOnSignals();
+  ~StopOnSignals();
+  StopOnSignals(const StopOnSignals&) = delete;
+  StopOnSignals& operator=(const StopOnSignals&) = delete;
+  bool Asked() const;
+
+ private:
+  struct sigaction previous_[3] = {};
+};
+
 // In a process just forked from the launcher: the default action for the
 // signals LauncherSignals catches, so that a forwarded SIGTERM ends it.
 void RestoreDefaultSignals();

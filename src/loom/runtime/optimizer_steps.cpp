@@ -214,7 +214,7 @@ void OptimizerSteps::SumShared() {
   }
 }
 
-StepNorm OptimizerSteps::Norm(double loss_share) {
+StepNorm OptimizerSteps::Norm(double loss_share, bool stop) {
   torch::NoGradGuard no_grad;
   // Each term's norm in fp32 (as clip_grad_norm_ takes them), squared and
   // weighted in fp64, summed with the other processes' in fp64.
@@ -227,16 +227,17 @@ StepNorm OptimizerSteps::Norm(double loss_share) {
     scales.push_back(t.scale);
   }
   const auto options = torch::TensorOptions().device(device_).dtype(torch::kDouble);
-  torch::Tensor sums = torch::zeros({2}, options);
+  torch::Tensor sums = torch::zeros({3}, options);
   if (!grads.empty()) {  // one fused kernel over every tensor (clip_grad_norm_'s foreach path)
     const torch::Tensor n = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble);
     sums[0] = (n * n * torch::tensor(scales, torch::kDouble).to(device_)).sum();
   }
   sums[1] = loss_share;
+  sums[2] = stop ? 1.0 : 0.0;
   AllReduceSum(world_, sums, abort_);
   AwaitRelease(sums);  // freed on this thread, where the tensor-memory count sees it
   const torch::Tensor host = sums.cpu();
-  return {std::sqrt(host[0].item<double>()), host[1].item<double>()};
+  return {std::sqrt(host[0].item<double>()), host[1].item<double>(), host[2].item<double>() > 0};
 }
 
 std::vector<torch::Tensor> OptimizerSteps::GradientsRead() const {

@@ -94,6 +94,7 @@ struct NormTerm {
 struct StepNorm {
   double grad_norm = 0;
   double loss = 0;
+  bool stop = false;  // some process was asked to stop (a signal, with checkpoints): all stop after this step
   bool Finite() const;
 };
 
@@ -112,7 +113,8 @@ class OptimizerSteps {
   // however many processes hold it (TP-replicated tensors, data-parallel and
   // CP copies, tied copies, layer segments), and the loss from each
   // process's `loss_share`. torch.nn.utils.clip_grad_norm_'s total_norm.
-  StepNorm Norm(double loss_share);
+  // `stop`: this process was asked to stop (StepNorm::stop: any was).
+  StepNorm Norm(double loss_share, bool stop = false);
   // Scales every gradient the optimizers read by clip / (norm + 1e-6) where
   // that is below 1 (clip_grad_norm_'s clip_coef); a no-op for clip 0.
   void Clip(double grad_norm, double clip);

@@ -291,11 +291,36 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
     if (const int s = signals.Received()) {
       std::vector<pid_t> pids;
       for (int r = first_rank; r < first_rank + per_node; ++r) pids.push_back(children[r].pid);
+      // With --checkpoint-dir the workers finish their step and save it first (StopOnSignals).
       runtime::StopProcesses(pids, s, runtime::kSignalGrace_s);
       for (int r = 0; r < world; ++r) {
-        if (children[r].open) close(children[r].fd);
+        if (!children[r].open) continue;
+        // What the workers reported before they ended (their last steps' metrics) is recorded too.
+        char buf[4096];
+        ssize_t n;
+        while ((n = read(children[r].fd, buf, sizeof(buf))) > 0) children[r].buffer.append(buf, n);
+        size_t nl;
+        while ((nl = children[r].buffer.find('\n')) != std::string::npos) {
+          const std::string line = children[r].buffer.substr(0, nl);
+          children[r].buffer.erase(0, nl + 1);
+          if (options.on_step && line.starts_with("metrics ")) {
+            const auto m = std::get<runtime::report::Metrics>(runtime::Decode(line));
+            options.on_step(
+                StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds, m.data_wait_s, m.data_load_s});
+          }
+        }
+        close(children[r].fd);
       }
-      throw Interrupted(s);
+      std::string saved;
+      if (!options.checkpoint_root.empty()) {
+        try {
+          const std::string at = weights::FindCheckpoint(options.checkpoint_root);
+          saved = fmt::format("its latest checkpoint is {} (`--resume {}` goes on from there)", at,
+                              options.checkpoint_root);
+        } catch (const Error&) {  // none saved yet: said as before
+        }
+      }
+      throw Interrupted(s, saved);
     }
     if (ready > 0) last_heard = std::chrono::steady_clock::now();
     for (size_t i = 0; i < pfds.size(); ++i) {

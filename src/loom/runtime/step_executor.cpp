@@ -213,8 +213,9 @@ double StepExecutor::WeightBytes() const {
   return bytes;
 }
 
-void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& batch, bool last_step,
-                           const std::function<void()>& before_action) {
+bool StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& batch, bool last_step,
+                           const std::function<void()>& before_action, bool stop_asked) {
+  bool stop = false;
   step_ = std::make_unique<Step>(model_, exec, batch, place_, step);
   const Schedule& sch = exec.schedule;
   std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
@@ -252,7 +253,7 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   if (!finite) {
     DropGradients();
   } else {
-    metrics = StepOptimizers(step, stepping);
+    metrics = StepOptimizers(step, stepping, stop_asked, &stop);
   }
   if (scaler_) {
     if (place_.process == 0) reports_.Step(report::LossScale{step, scaler_->scale(), !finite});
@@ -268,6 +269,7 @@ void StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   if (reports_metrics_) reports_.Step(metrics);
   if (!metrics.skipped) ReportLoss(step);  // a skipped non-finite step's loss is in its Metrics only
   step_.reset();  // the step's tensors go now, not when the next step starts
+  return stop;
 }
 
 void StepExecutor::Run(int r, const Action& a) {
@@ -298,12 +300,14 @@ void StepExecutor::Run(int r, const Action& a) {
 // non-finite step stopped or skipped, the gradients clipped, each rank's
 // AdamW at the schedule's learning rate, and ZeRO's gathers in group order
 // (every member of a group reaches them in that order).
-report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping) {
+report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping,
+                                             bool stop_asked, bool* stop) {
   // The shared sums and the norm's all-reduce wait for the other processes
   // to finish their steps: outside the optimizer's timed interval (its busy
   // time is the simulator's optimizer step), as a wait is.
   optimizers_->SumShared();
-  const StepNorm norm = optimizers_->Norm(LossShare().first);
+  const StepNorm norm = optimizers_->Norm(LossShare().first, stop_asked);
+  *stop = norm.stop;
   clock_->BeginOptimizerSteps(stepping);
   report::Metrics metrics{step, norm.loss, norm.grad_norm, training_.LearningRateAt(step, steps_), false};
   if (!norm.Finite()) {

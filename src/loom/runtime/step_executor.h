@@ -77,8 +77,10 @@ class StepExecutor {
   // actions in ProcessOrder, then its optimizer steps; reports its time, its
   // loss (from the process that holds it) and, when `last_step`, its actions'
   // intervals. `before_action` runs before each action (fault injection).
-  void RunStep(int step, const ExecutionPlan& exec, const Batch& batch, bool last_step,
-               const std::function<void()>& before_action);
+  // `stop_asked`: this process was asked to stop (a signal); returns whether
+  // any process was, so that all stop after the same step.
+  bool RunStep(int step, const ExecutionPlan& exec, const Batch& batch, bool last_step,
+               const std::function<void()>& before_action, bool stop_asked = false);
 
   // Every trainable parameter with its rank's optimizer (a fault-tolerant
   // run's training state, runtime/training_state.h).
@@ -134,7 +136,8 @@ class StepExecutor {
   // The step's end once every action ran: shared gradient sums, the global
   // norm and loss (the non-finite check), clipping and the optimizer steps.
   // Returns the step's Metrics.
-  report::Metrics StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping);
+  report::Metrics StepOptimizers(int step, const std::vector<std::pair<int, int>>& stepping, bool stop_asked,
+                                 bool* stop);
   // fp16: divides every gradient this process steps by the loss scale and
   // says whether all of the run's are finite (one all-reduce over every process).
   bool UnscaleRunGradients();

@@ -22,6 +22,7 @@
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/fault_tolerance.h"
 #include "loom/runtime/hf_save.h"
+#include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/step_executor.h"
 #include "loom/runtime/tensor_memory.h"
@@ -319,6 +320,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   // between templates, so gradients are summed per layer segment.
   options.layerwise = spec.plan->units[0].pipelines.size() > 1;
   StepExecutor executor(*spec.model, exec, spec.rank, spec.world, device, maker, abort, options, reports);
+  // --checkpoint-dir: a signal asks for a checkpoint and a stop after the step, not an end at once.
+  std::optional<StopOnSignals> stop_signals;
+  if (!gen && !spec.options.checkpoint_root.empty()) stop_signals.emplace();
   Progress progress;
   progress.completed = first_step;
   progress.restored = gen == nullptr;
@@ -351,11 +355,19 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       }
       executor.SetDataTimes(wait_s, load_s);
       int actions_run = 0;
-      executor.RunStep(step, exec, batch, step + 1 == spec.options.steps, [&] {
-        if (gen) MaybeDie(spec, reports, step, actions_run, false);
-        ++actions_run;
-      });
+      const bool stop = executor.RunStep(
+          step, exec, batch, step + 1 == spec.options.steps,
+          [&] {
+            if (gen) MaybeDie(spec, reports, step, actions_run, false);
+            ++actions_run;
+          },
+          stop_signals && stop_signals->Asked());
       if (!gen && SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);
+      if (stop) {  // a signal: every process stops after this step, its state saved
+        if (!SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);
+        reports.Now(report::Note{fmt::format("stopped by a signal after step {}", step)});
+        break;
+      }
       if (gen) {
         MaybeDie(spec, reports, step, actions_run, true);
         progress.completed = step + 1;
