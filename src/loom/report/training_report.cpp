@@ -7,28 +7,13 @@
 #include <functional>
 
 #include "loom/error.h"
+#include "loom/report/timeline_svg.h"
 
 namespace loom {
 
 namespace {
 
 nlohmann::json FiniteOrNull(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-std::string EscapeHtmlText(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') {
-      out += "&lt;";
-    } else if (c == '>') {
-      out += "&gt;";
-    } else if (c == '&') {
-      out += "&amp;";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 std::string ShortDuration(double s) {
   if (s < 90) return fmt::format("{:.0f} s", s);
@@ -53,7 +38,7 @@ std::string StepChart(const std::string& label, const std::vector<StepRecord>& r
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
       "font-size=\"11\">\n<text x=\"{}\" y=\"15\" font-weight=\"bold\">{}</text>\n",
-      W, H, left, EscapeHtmlText(label));
+      W, H, left, EscapeXml(label));
   if (!(hi >= lo)) return svg + fmt::format("<text x=\"{}\" y=\"{}\">no values</text>\n</svg>\n", left, H / 2);
   if (hi == lo) {
     hi += std::max(1e-12, std::abs(hi) * 0.05);
@@ -158,7 +143,7 @@ std::string TrainingReportHtml(const std::string& title, const std::vector<StepR
       "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{0}</title>\n"
       "<style>body{{font-family:sans-serif;margin:24px}} .charts{{display:flex;flex-wrap:wrap;gap:12px}}"
       " td,th{{padding:2px 10px;text-align:right}}</style></head><body>\n<h1>{0}</h1>\n",
-      EscapeHtmlText(title));
+      EscapeXml(title));
   html +=
       "<table><tr><th>steps</th><th>first loss</th><th>last loss</th><th>skipped</th><th>tokens/s</th>"
       "<th>wall time</th></tr>\n";

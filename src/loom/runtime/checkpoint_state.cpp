@@ -96,11 +96,9 @@ OptimizerSteps::CheckpointShare OptimizerSteps::CheckpointPart(const std::functi
   for (auto& [r, o] : optimizers_) {
     for (ShardedBucket* sb : o.shards) {
       const ParamState s = HeldState(sb->master, *o.sharded);
-      int64_t at = 0;
-      for (const auto& p : local_.buckets.at(sb->stage).at(sb->bucket)) {
-        const int64_t lo = std::max(at, sb->lo), hi = std::min(at + p.numel(), sb->hi), start = at;
-        at += p.numel();
-        if (lo >= hi) continue;
+      const auto& bucket = local_.buckets.at(sb->stage).at(sb->bucket);
+      for (const ShardRange& range : ShardRanges(*sb, bucket)) {
+        const torch::Tensor& p = bucket[range.param];
         const std::string& name = name_of_.at(p.unsafeGetTensorImpl());
         if (!slice_of(sb->stage, name, name)) continue;
         const std::vector<std::pair<std::string, torch::Tensor>> stored = {
@@ -108,8 +106,8 @@ OptimizerSteps::CheckpointShare OptimizerSteps::CheckpointPart(const std::functi
         for (const auto& [key, t] : stored) {
           if (!t.defined()) continue;
           slice_of(sb->stage, name, key);
-          AddToShare(share, key, t.narrow(0, lo - sb->lo, hi - lo));
-          share.metadata[weights::RangeKey(key)] = fmt::format("{}/{}/{}", lo - start, hi - lo, p.numel());
+          AddToShare(share, key, t.narrow(0, range.at, range.length));
+          share.metadata[weights::RangeKey(key)] = fmt::format("{}/{}/{}", range.begin, range.length, p.numel());
           share.metadata[weights::ShapeKey(key)] = ShapeCsv(p.sizes());
         }
         share.metadata[weights::StepKey(name)] = std::to_string(s.step);
@@ -181,11 +179,9 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
       const auto [rank, degree] = tp_of_.at(sb->stage);
       std::vector<torch::Tensor> parts[3];
       ParamState s;
-      int64_t at = 0;
-      for (const auto& p : local_.buckets.at(sb->stage).at(sb->bucket)) {
-        const int64_t lo = std::max(at, sb->lo), hi = std::min(at + p.numel(), sb->hi), start = at;
-        at += p.numel();
-        if (lo >= hi) continue;
+      const auto& bucket = local_.buckets.at(sb->stage).at(sb->bucket);
+      for (const ShardRange& range : ShardRanges(*sb, bucket)) {
+        const torch::Tensor& p = bucket[range.param];
         const std::string& name = name_of_.at(p.unsafeGetTensorImpl());
         const int64_t step = reader.Step(name);
         if (s.step != 0 && step != s.step) {
@@ -196,7 +192,7 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
         const std::string stored[3] = {name, name + kMoments[0], name + kMoments[1]};
         for (int k = 0; k < (step > 0 ? 3 : 1); ++k) {
           parts[k].push_back(
-              ShareOf(reader, name, stored[k], p, rank, degree).reshape({-1}).narrow(0, lo - start, hi - lo));
+              ShareOf(reader, name, stored[k], p, rank, degree).reshape({-1}).narrow(0, range.begin, range.length));
         }
       }
       s.value = torch::cat(parts[0]).to(sb->master.device());

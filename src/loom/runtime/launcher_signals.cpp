@@ -21,10 +21,11 @@ void OnSignal(int signal) {
 
 }  // namespace
 
-LauncherSignals::LauncherSignals() {
+LauncherSignals::LauncherSignals(bool restart_calls) {
   g_received = 0;
   struct sigaction action {};
   action.sa_handler = OnSignal;
+  action.sa_flags = restart_calls ? SA_RESTART : 0;
   sigemptyset(&action.sa_mask);
   for (int i = 0; i < 3; ++i) sigaction(kCaught[i], &action, &previous_[i]);
 }
@@ -34,21 +35,6 @@ LauncherSignals::~LauncherSignals() {
 }
 
 int LauncherSignals::Received() const { return g_received; }
-
-StopOnSignals::StopOnSignals() {
-  g_received = 0;
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  action.sa_flags = SA_RESTART;
-  sigemptyset(&action.sa_mask);
-  for (int i = 0; i < 3; ++i) sigaction(kCaught[i], &action, &previous_[i]);
-}
-
-StopOnSignals::~StopOnSignals() {
-  for (int i = 0; i < 3; ++i) sigaction(kCaught[i], &previous_[i], nullptr);
-}
-
-bool StopOnSignals::Asked() const { return g_received != 0; }
 
 void RestoreDefaultSignals() {
   for (int s : kCaught) signal(s, SIG_DFL);

@@ -21,36 +21,21 @@ namespace loom::runtime {
 
 // While alive, SIGINT, SIGTERM and SIGHUP set a flag instead of ending the
 // process; the previous handlers come back on destruction. Not thread-safe:
-// one per launcher, on the thread that waits for the workers.
+// one per process, on the thread that waits for the workers.
+// A worker of a run that saves checkpoints (`--checkpoint-dir`) holds one
+// too, with `restart_calls`: a signal then asks it to stop after the step it
+// is in, which every process does together with a checkpoint (the step's norm
+// all-reduce carries the request: runtime/optimizer_steps.h), and system calls
+// it interrupts are restarted (SA_RESTART), so a collective in flight goes on.
 class LauncherSignals {
  public:
-  LauncherSignals();
+  explicit LauncherSignals(bool restart_calls = false);
   ~LauncherSignals();
   LauncherSignals(const LauncherSignals&) = delete;
   LauncherSignals& operator=(const LauncherSignals&) = delete;
 
   // The first of those signals received since construction, 0 if none.
   int Received() const;
-
- private:
-  struct sigaction previous_[3] = {};
-};
-
-// In a worker of a run that saves checkpoints (`--checkpoint-dir`): while
-// alive, SIGINT, SIGTERM and SIGHUP (forwarded by the launcher, or a
-// terminal's to the whole process group) ask it to stop after the step it is
-// in, which every process then does together, with a checkpoint (the step's
-// norm all-reduce carries the request: runtime/optimizer_steps.h). System
-// calls the signal interrupts are restarted (SA_RESTART), so that a
-// collective in flight is not failed by it. The same one flag as
-// LauncherSignals (a forked worker's own copy).
-class StopOnSignals {
- public:
-  StopOnSignals();
-  ~StopOnSignals();
-  StopOnSignals(const StopOnSignals&) = delete;
-  StopOnSignals& operator=(const StopOnSignals&) = delete;
-  bool Asked() const;
 
  private:
   struct sigaction previous_[3] = {};

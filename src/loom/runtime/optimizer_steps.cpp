@@ -168,14 +168,11 @@ OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& pl
       if (exec.schedule.stage_rank[sb.stage] != r) continue;
       masters.push_back(sb.master);
       o.shards.push_back(&sb);
-      // The slice [lo, hi) of the bucket's flat parameters, tensor by tensor.
-      int64_t at = 0;
-      for (const auto& p : local.buckets.at(sb.stage).at(sb.bucket)) {
-        const int64_t lo = std::max(at, sb.lo), hi = std::min(at + p.numel(), sb.hi);
-        at += p.numel();
-        if (lo >= hi) continue;
-        norm_terms_.push_back({sb.master, lo - sb.lo, hi - lo, 1.0 / tp_copies(sb.stage, p)});
-        if (p.dim() >= 2 && weight_decay_ > 0) o.decay.push_back({&sb, lo - sb.lo, hi - lo});
+      const auto& bucket = local.buckets.at(sb.stage).at(sb.bucket);
+      for (const ShardRange& r : ShardRanges(sb, bucket)) {
+        const torch::Tensor& p = bucket[r.param];
+        norm_terms_.push_back({sb.master, r.at, r.length, 1.0 / tp_copies(sb.stage, p)});
+        if (p.dim() >= 2 && weight_decay_ > 0) o.decay.push_back({&sb, r.at, r.length});
       }
     }
     const double lr = training.lr;

@@ -58,6 +58,20 @@ struct Child {
   bool open = true;
 };
 
+// Moves the complete lines of `c`'s buffer to its lines; a step's Metrics
+// goes to `on_step` as it arrives (the progress line, --metrics).
+void TakeLines(Child& c, const std::function<void(const StepProgress&)>& on_step) {
+  size_t nl;
+  while ((nl = c.buffer.find('\n')) != std::string::npos) {
+    c.lines.push_back(c.buffer.substr(0, nl));
+    c.buffer.erase(0, nl + 1);
+    if (on_step && c.lines.back().starts_with("metrics ")) {
+      const auto m = std::get<runtime::report::Metrics>(runtime::Decode(c.lines.back()));
+      on_step(StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds, m.data_wait_s, m.data_load_s});
+    }
+  }
+}
+
 }  // namespace
 
 Device ParseDevice(const std::string& name, const std::string& flag) {
@@ -291,7 +305,7 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
     if (const int s = signals.Received()) {
       std::vector<pid_t> pids;
       for (int r = first_rank; r < first_rank + per_node; ++r) pids.push_back(children[r].pid);
-      // With --checkpoint-dir the workers finish their step and save it first (StopOnSignals).
+      // With --checkpoint-dir the workers finish their step and save it first (runtime/launcher_signals.h).
       runtime::StopProcesses(pids, s, runtime::kSignalGrace_s);
       for (int r = 0; r < world; ++r) {
         if (!children[r].open) continue;
@@ -299,16 +313,7 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
         char buf[4096];
         ssize_t n;
         while ((n = read(children[r].fd, buf, sizeof(buf))) > 0) children[r].buffer.append(buf, n);
-        size_t nl;
-        while ((nl = children[r].buffer.find('\n')) != std::string::npos) {
-          const std::string line = children[r].buffer.substr(0, nl);
-          children[r].buffer.erase(0, nl + 1);
-          if (options.on_step && line.starts_with("metrics ")) {
-            const auto m = std::get<runtime::report::Metrics>(runtime::Decode(line));
-            options.on_step(
-                StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds, m.data_wait_s, m.data_load_s});
-          }
-        }
+        TakeLines(children[r], options.on_step);
         close(children[r].fd);
       }
       std::string saved;
@@ -335,16 +340,7 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
         continue;
       }
       c.buffer.append(buf, n);
-      size_t nl;
-      while ((nl = c.buffer.find('\n')) != std::string::npos) {
-        c.lines.push_back(c.buffer.substr(0, nl));
-        c.buffer.erase(0, nl + 1);
-        if (options.on_step && c.lines.back().starts_with("metrics ")) {
-          const auto m = std::get<runtime::report::Metrics>(runtime::Decode(c.lines.back()));
-          options.on_step(
-              StepProgress{m.step, m.loss, m.grad_norm, m.lr, m.skipped, m.seconds, m.data_wait_s, m.data_load_s});
-        }
-      }
+      TakeLines(c, options.on_step);
     }
     const double silent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard).count();
     if (silent_s > options.timeout_s + 10) {  // c10d's own timeout fires first; this is the backstop

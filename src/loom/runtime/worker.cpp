@@ -321,8 +321,8 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   options.layerwise = spec.plan->units[0].pipelines.size() > 1;
   StepExecutor executor(*spec.model, exec, spec.rank, spec.world, device, maker, abort, options, reports);
   // --checkpoint-dir: a signal asks for a checkpoint and a stop after the step, not an end at once.
-  std::optional<StopOnSignals> stop_signals;
-  if (!gen && !spec.options.checkpoint_root.empty()) stop_signals.emplace();
+  std::optional<LauncherSignals> stop_signals;
+  if (!gen && !spec.options.checkpoint_root.empty()) stop_signals.emplace(/*restart_calls=*/true);
   Progress progress;
   progress.completed = first_step;
   progress.restored = gen == nullptr;
@@ -361,7 +361,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
             if (gen) MaybeDie(spec, reports, step, actions_run, false);
             ++actions_run;
           },
-          stop_signals && stop_signals->Asked());
+          stop_signals && stop_signals->Received() != 0);
       if (!gen && SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);
       if (stop) {  // a signal: every process stops after this step, its state saved
         if (!SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);

@@ -4,6 +4,17 @@
 
 namespace loom::runtime {
 
+std::vector<ShardRange> ShardRanges(const ShardedBucket& sb, const std::vector<torch::Tensor>& bucket) {
+  std::vector<ShardRange> out;
+  int64_t start = 0;
+  for (size_t i = 0; i < bucket.size(); ++i) {
+    const int64_t lo = std::max(start, sb.lo), hi = std::min(start + bucket[i].numel(), sb.hi);
+    if (lo < hi) out.push_back({i, lo - start, hi - lo, lo - sb.lo});
+    start += bucket[i].numel();
+  }
+  return out;
+}
+
 ZeroShards::ZeroShards(const ExecutionPlan& exec, StageBuckets& buckets, const ProcessGroups& groups,
                        const std::function<bool(int)>& holds_tied, AbortFlag abort)
     : buckets_(buckets), groups_(groups), abort_(abort) {

@@ -36,6 +36,16 @@ struct ShardedBucket {
   torch::Tensor master;
 };
 
+// Where a shard's slice [lo, hi) of its bucket's flat parameters meets each
+// parameter: `param` indexes the bucket, [begin, begin + length) is in the
+// parameter's own flattened elements, and `at` is where that range starts in
+// the shard's master. Parameters the slice does not reach are left out.
+struct ShardRange {
+  size_t param = 0;
+  int64_t begin = 0, length = 0, at = 0;
+};
+std::vector<ShardRange> ShardRanges(const ShardedBucket& sb, const std::vector<torch::Tensor>& bucket);
+
 // The ZeRO state of one process's stages. Not thread-safe; holds references
 // to `buckets` and `groups`, which must outlive it.
 class ZeroShards {

@@ -14,6 +14,7 @@
 
 #include "loom/atomic_file.h"
 #include "loom/error.h"
+#include "loom/input_file.h"
 
 namespace loom::weights {
 
@@ -48,12 +49,9 @@ std::string StringManifestField(const nlohmann::json& j, const char* key, const 
   return v.get<std::string>();
 }
 
+// A manifest or `latest`, read bounded as every input file is.
 std::string ReadCheckpointText(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("{}: cannot be read", path.string()));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return ReadInputFile(path.string(), "checkpoint file", kMaxSpecBytes);
 }
 
 bool IsStepFolder(const std::string& name) { return std::regex_match(name, std::regex("step-[0-9]{8}")); }
