@@ -63,12 +63,12 @@ for s in megatron fsdp distmm optimus nnscaler disttrain dip spindle mmscale pip
     --iterations 2 --strategy "$s" --json "$corpus/plan_json_fuzzer/seed-$s.json" > /dev/null 2>&1 ||
     rm -f "$corpus/plan_json_fuzzer/seed-$s.json"
 done
-# Checkpoint manifests as a fault-tolerant run writes them (weights/checkpoint_manifest.h).
+# Checkpoint manifests as a training run writes them (weights/run_checkpoint.h).
 mkdir -p "$corpus/checkpoint_manifest_fuzzer"
-printf '{\n  "format": "loom-checkpoint-1",\n  "layers": [\n    "llm_0",\n    "llm_1",\n    "vision_0"\n  ],\n  "model": "tiny-vlm",\n  "outcome": "stopped: 2 of 3 nodes lost",\n  "seed": 0,\n  "steps_done": 2\n}\n' \
-  > "$corpus/checkpoint_manifest_fuzzer/seed-stopped"
-printf '{"format": "loom-checkpoint-1", "layers": [], "model": "m", "seed": 18446744073709551615, "steps_done": 0}' \
-  > "$corpus/checkpoint_manifest_fuzzer/seed-empty"
+printf '{\n  "format": "loom-checkpoint-2",\n  "global_batch": 8,\n  "model": "tiny-vlm",\n  "parts": [\n    "part-00000.safetensors",\n    "part-00001.safetensors"\n  ],\n  "plan": "tp 2",\n  "seed": 0,\n  "steps_done": 2\n}\n' \
+  > "$corpus/checkpoint_manifest_fuzzer/seed-tp2"
+printf '{"format": "loom-checkpoint-2", "global_batch": 1, "model": "m", "parts": [], "plan": "", "seed": 18446744073709551615, "steps_done": 0, "loss_scale": {"scale": 65536, "growth_tracker": 3, "hysteresis_tracker": 2}}' \
+  > "$corpus/checkpoint_manifest_fuzzer/seed-fp16"
 # PyTorch schedules the build's `loom` exports (compute_only and compute_comms).
 mkdir -p "$corpus/pytorch_csv_fuzzer"
 for s in gpipe 1f1b zb-h1; do

@@ -7,17 +7,22 @@
 // process on the same samples (tests/runtime/reference.h): a layer left at
 // its initial values, a step lost or run twice, or an optimizer state not
 // carried over would each move them. Beyond f failures the run stops with
-// the "cannot recover" outcome after writing a checkpoint, which `--resume`
-// continues from; a node that comes back is used again.
+// the "cannot recover" outcome after its survivors save a training
+// checkpoint (weights/run_checkpoint.h, the format every run writes), which
+// `--resume` continues from; a node that comes back is used again.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "loom/error.h"
 #include "loom/runtime/fault_tolerance.h"
+#include "loom/weights/run_checkpoint.h"
+#include "loom/weights/safetensors.h"
 #include "reference.h"
 
 namespace loom {
@@ -55,7 +60,7 @@ std::string RunArgs(const TinyRun& s, const std::string& cluster, const std::str
 // fresh checkpoint directory named `name`, which is returned.
 std::string StoppedRunCheckpoint(const TinyRun& s, const std::string& plan, const std::string& name) {
   const std::string dir = FreshDirectory(name);
-  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint-dir " + dir +
                              " --steps 3 --timeout 20");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("cannot recover: 1 nodes left, need 2"), std::string::npos) << out;
@@ -121,14 +126,15 @@ TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
   const std::string dir = FreshDirectory("ft-checkpoint"), plan = OobleckPlan(s, "h100:3x1", 1);
   // Node 1 dies in step 1 (two 1-node pipelines remain on nodes 0 and 2),
   // node 0 in step 2: one node left, f + 1 = 2 pipelines of a node needed.
-  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint " + dir +
+  auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:3 --kill 0:2:4 --checkpoint-dir " + dir +
                              " --steps 3 --timeout 20");
   EXPECT_EQ(code, 2) << out;
   EXPECT_NE(out.find("cannot recover: 1 nodes left, need 2"), std::string::npos) << out;
   EXPECT_NE(out.find("--resume " + dir), std::string::npos) << out;
-  std::ifstream manifest(dir + "/checkpoint.json");
+  std::ifstream manifest(dir + "/" + weights::StepFolderName(2) + "/checkpoint.json");
   ASSERT_TRUE(manifest) << out;
   const nlohmann::json m = nlohmann::json::parse(manifest);
+  EXPECT_EQ(m["format"], "loom-checkpoint-2");
   EXPECT_EQ(m["steps_done"], 2);  // step 2 was interrupted: the state is the one after steps 0 and 1
   // The machine is whole again: the run goes on from the checkpoint on all three nodes.
   auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + dir + " --steps 3 --timeout 20 --json");
@@ -138,11 +144,19 @@ TEST(FaultTolerance, MoreFailuresThanToleratedStopWithACheckpointThatResumes) {
   EXPECT_TRUE(j["losses"][0].is_null());  // not run here
   ExpectClose(j["losses"][2].get<double>(), ref.losses[2], "loss of the resumed step");
   ExpectParamsMatch(ref, j);
-  // A checkpoint of another model is refused, naming the field.
+  // The format is every run's: a run that is not fault-tolerant, under
+  // another plan (PP 2 on two GPUs), goes on from it too.
+  const Cluster two = MakeCluster("h100", 1, 2);
+  auto [code4, out4] = LoomCli("run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " +
+                               MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "ft-resume-pp2.json", 1, 2, 1, &two) +
+                               " --resume " + dir + " --steps 3 --timeout 20 --json");
+  ASSERT_EQ(code4, 0) << out4;
+  ExpectParamsMatch(ref, nlohmann::json::parse(out4));
+  // A checkpoint of another model is refused, naming it.
   auto [code3, out3] = LoomCli("run --model " + kModel + " --cluster h100:1x1 " + kData +
                                " --fault-tolerance 0 --resume " + dir + " --steps 3");
   EXPECT_EQ(code3, 2) << out3;
-  EXPECT_NE(out3.find("field model is"), std::string::npos) << out3;
+  EXPECT_NE(out3.find("a checkpoint of model 'tiny-vlm'"), std::string::npos) << out3;
 }
 
 TEST(FaultTolerance, LosingEveryHolderOfALayerResumesFromThePeriodicCheckpoint) {
@@ -151,14 +165,15 @@ TEST(FaultTolerance, LosingEveryHolderOfALayerResumesFromThePeriodicCheckpoint) 
   const std::string dir = FreshDirectory("ft-periodic"), plan = OobleckPlan(s, "h100:3x1", 1);
   // Nodes 1 and 2 die together as step 2 starts: node 0 is left with only
   // its stage's layers, and LLM layers 2..5 are gone. A checkpoint was
-  // completed after every step.
+  // completed after every step, the last one after step 1 (step-2).
   auto [code, out] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:2:0 --kill 2:2:0 --checkpoint-every 1 " +
-                             "--checkpoint " + dir + " --steps 3 --timeout 20");
+                             "--checkpoint-dir " + dir + " --keep-checkpoints 0 --steps 3 --timeout 20");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("no survivor holds layer(s) llm_2, llm_3, llm_4, llm_5"), std::string::npos) << out;
-  EXPECT_NE(out.find("--resume " + dir + "/step-2"), std::string::npos) << out;
+  const std::string step2 = dir + "/" + weights::StepFolderName(2);
+  EXPECT_NE(out.find("the state after 2 step(s) is saved in " + step2), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + weights::StepFolderName(1) + "/checkpoint.json")) << out;
   auto [code2, out2] =
-      LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + dir + "/step-2 --steps 3 --timeout 20 --json");
+      LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + step2 + " --steps 3 --timeout 20 --json");
   ASSERT_EQ(code2, 0) << out2;
   const auto j = nlohmann::json::parse(out2);
   EXPECT_EQ(j["first_step"], 2);
@@ -209,27 +224,37 @@ TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
   }
 }
 
-// Issue 45: a reused --checkpoint DIR mixed two runs. Run A stops with a full
-// checkpoint in DIR; run B, in the same DIR, loses every holder of LLM layers
-// 2..5 with no periodic checkpoint. B used to find A's files for those layers,
-// write a manifest claiming them, and resume on the mix; now it fails naming
-// the lost layers and leaves A's checkpoint as it was.
+// Issue 45: a reused checkpoint folder mixed two runs. Run A stops with a full
+// checkpoint in DIR; run B in the same DIR is refused before it starts, and
+// A's checkpoint stays as it was. Run B in a fresh folder loses every holder
+// of LLM layers 2..5 with no periodic checkpoint: it fails naming the lost
+// layers and leaves no partial checkpoint behind.
 TEST(FaultTolerance, AReusedCheckpointFolderNeverMixesTwoRuns) {
   const TinyRun s(kVlm, kLaion);
   const std::string plan = OobleckPlan(s, "h100:3x1", 1), dir = StoppedRunCheckpoint(s, plan, "ft-reused");
   const auto manifest = [&] {
-    std::ifstream f(dir + "/checkpoint.json");
+    std::ifstream f(weights::FindCheckpoint(dir) + "/checkpoint.json");
     return f ? nlohmann::json::parse(f) : nlohmann::json();
   };
   const nlohmann::json a = manifest();
   ASSERT_EQ(a["steps_done"], 2);
-  auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:0 --kill 2:1:0 --checkpoint " + dir +
+  auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:0 --kill 2:1:0 --checkpoint-dir " + dir +
                                " --steps 3 --timeout 20");
   EXPECT_EQ(code2, 2) << out2;
-  EXPECT_NE(out2.find("no survivor holds layer(s) llm_2, llm_3, llm_4, llm_5"), std::string::npos) << out2;
+  EXPECT_NE(out2.find(dir), std::string::npos) << out2;
+  EXPECT_NE(out2.find("another run"), std::string::npos) << out2;
   EXPECT_EQ(manifest(), a) << "run B rewrote run A's manifest:\n" << out2;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    EXPECT_EQ(e.path().filename().string().rfind(".staging-", 0), std::string::npos) << "left behind: " << e.path();
+  const std::string fresh = FreshDirectory("ft-reused-b");
+  auto [code3, out3] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --kill 1:1:0 --kill 2:1:0 --checkpoint-dir " +
+                               fresh + " --steps 3 --timeout 20");
+  EXPECT_EQ(code3, 2) << out3;
+  EXPECT_NE(out3.find("no survivor holds layer(s) llm_2, llm_3, llm_4, llm_5"), std::string::npos) << out3;
+  EXPECT_NE(out3.find("no complete checkpoint was taken"), std::string::npos) << out3;
+  if (std::filesystem::exists(fresh)) {
+    for (const auto& e : std::filesystem::directory_iterator(fresh)) {
+      // metrics.jsonl is the run's step record, kept beside its checkpoints by design.
+      if (e.path().filename() != "metrics.jsonl") ADD_FAILURE() << "left behind: " << e.path();
+    }
   }
 }
 
@@ -249,27 +274,32 @@ TEST(FaultTolerance, ADivergedRunFailsNamingTheStep) {
 TEST(FaultTolerance, ACheckpointWithNonFiniteWeightsIsRefused) {
   const TinyRun s(kVlm, kLaion);
   const std::string plan = OobleckPlan(s, "h100:3x1", 1), dir = StoppedRunCheckpoint(s, plan, "ft-nan");
-  // One weight of llm_0 becomes NaN, the rest of its file as saved.
-  const std::string file = dir + "/llm_0.pt";
-  torch::serialize::InputArchive in;
-  in.load_from(file);
-  torch::serialize::OutputArchive rewritten;
-  bool poisoned = false;
-  for (const auto& key : in.keys()) {
-    torch::Tensor t;
-    ASSERT_TRUE(in.try_read(key, t)) << key;
-    if (!poisoned && key.size() > 6 && key.compare(key.size() - 6, 6, "#value") == 0) {
-      t = t.clone();
-      t.view(-1)[0] = std::nan("");
-      poisoned = true;
-    }
-    rewritten.write(key, t);
+  // One weight of llm_0 becomes NaN in every part that holds it, the rest as saved.
+  const std::string folder = weights::FindCheckpoint(dir);
+  std::vector<std::string> parts;
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    if (e.path().extension() == ".safetensors") parts.push_back(e.path().string());
   }
-  ASSERT_TRUE(poisoned);
-  rewritten.save_to(file);
+  std::sort(parts.begin(), parts.end());
+  std::string file, tensor;
+  for (const std::string& path : parts) {
+    const weights::SafetensorsFile part(path);
+    for (const auto& t : part.layout().tensors) {
+      if (tensor.empty() && t.name.rfind("llm_0.", 0) == 0 && t.name.find('#') == std::string::npos) tensor = t.name;
+    }
+    const weights::TensorInfo* t = tensor.empty() ? nullptr : part.Find(tensor);
+    if (t == nullptr) continue;
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(part.layout().data_offset_bytes + t->begin_byte));
+    const float nan = std::nanf("");
+    f.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
+    ASSERT_TRUE(f) << path;
+    if (file.empty()) file = path;
+  }
+  ASSERT_FALSE(file.empty()) << "no part holds a tensor of llm_0";
   auto [code2, out2] = LoomCli(RunArgs(s, "h100:3x1", plan, 1) + " --resume " + dir + " --steps 3 --timeout 20");
   EXPECT_EQ(code2, 2) << out2;
-  EXPECT_NE(out2.find(file + " holds values of"), std::string::npos) << out2;
+  EXPECT_NE(out2.find(file + ": tensor '" + tensor + "'"), std::string::npos) << out2;
   EXPECT_NE(out2.find("not finite"), std::string::npos) << out2;
 }
 

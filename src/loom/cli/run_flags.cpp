@@ -99,16 +99,14 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--heartbeat-timeout", heartbeat_timeout_s, "seconds without a heartbeat before a worker is dead")
       ->check(kPositive)
       ->group("Fault tolerance");
-  run->add_option("--checkpoint", checkpoint,
-                  "where a fault-tolerant run that cannot recover writes its state (default: its run directory)")
-      ->group("Fault tolerance");
   run->add_option("--checkpoint-dir", checkpoint_dir,
                   "save training checkpoints into DIR (DIR/step-N, DIR/latest): at the end and every "
-                  "--checkpoint-every steps; plan-independent, so a run resumes under another plan")
+                  "--checkpoint-every steps; plan-independent, so a run resumes under another plan. A "
+                  "fault-tolerant run that cannot recover saves there too (default: its run directory)")
       ->group("Checkpoints");
   run->add_option("--checkpoint-every", checkpoint_every,
-                  "with --checkpoint-dir: also save every K steps; with --fault-tolerance: a complete checkpoint "
-                  "every K steps (DIR/step-N) for failures that take every holder of a layer at once")
+                  "also save every K steps (with --fault-tolerance and no --checkpoint-dir: into its run "
+                  "directory, for failures that take every holder of a layer at once)")
       ->check(CLI::NonNegativeNumber)
       ->group("Checkpoints");
   run->add_option("--keep-checkpoints", keep_checkpoints,
@@ -117,7 +115,7 @@ void RunFlags::Add(CLI::App* run) {
       ->group("Checkpoints");
   run->add_option("--resume", resume,
                   "continue from a checkpoint: a --checkpoint-dir folder (its latest) or one step-N folder in it, "
-                  "under this or another plan (--steps counts from the run's start); or a fault-tolerant run's")
+                  "under this or another plan, fault-tolerant or not (--steps counts from the run's start)")
       ->group("Checkpoints");
   run->add_flag("--json", json, "print JSON");
   run->add_option("--nnodes", nnodes, "machines in the run (default: NNODES, else 1)");
@@ -239,22 +237,16 @@ void RunFlags::AddFaultTolerance(RunOptions& o) const {
     const auto v = ParseColonInts(j, "--rejoin", 2);
     o.rejoins.push_back({v[0], v[1]});
   }
-  // A training checkpoint (weights/run_checkpoint.h), or a fault-tolerant run's (its own format yet).
-  const bool training_resume = !resume.empty() && fault_tolerance < 0 && weights::IsRunCheckpoint(resume);
-  o.fault_tolerant = fault_tolerance >= 0 || (!resume.empty() && !training_resume);
+  // Fault-tolerant or not, a run saves and resumes training checkpoints (weights/run_checkpoint.h).
+  o.fault_tolerant = fault_tolerance >= 0;
   o.heartbeat_timeout_s = heartbeat_timeout_s;
-  o.checkpoint_dir = checkpoint;
   o.checkpoint_every = checkpoint_every;
   o.checkpoint_root = checkpoint_dir;
   o.keep_checkpoints = keep_checkpoints;
   if (checkpoint_every > 0 && fault_tolerance < 0 && checkpoint_dir.empty()) {
     throw loom::Error("--checkpoint-every: add --checkpoint-dir DIR (or --fault-tolerance F for its own checkpoints)");
   }
-  if (training_resume) {
-    o.resume_checkpoint = weights::FindCheckpoint(resume);
-  } else {
-    o.resume_from = resume;
-  }
+  if (!resume.empty()) o.resume_checkpoint = weights::FindCheckpoint(resume);
 }
 
 void RunFlags::AddMachines(RunOptions& o) const {

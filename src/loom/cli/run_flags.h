@@ -61,7 +61,6 @@ struct RunFlags {
   std::vector<std::string> hangs;    // PROCESS:STEP:ACTIONS
   std::vector<std::string> rejoins;  // NODE:STEP
   double heartbeat_timeout_s = 3;
-  std::string checkpoint;
   std::string resume;
   int checkpoint_every = 0;
   std::string checkpoint_dir;  // --checkpoint-dir: training checkpoints

@@ -62,6 +62,18 @@ ParamState HeldState(const torch::Tensor& p, torch::optim::AdamW& optimizer) {
 
 }  // namespace
 
+void WriteStatePart(const std::string& path, const TrainingState& state) {
+  OptimizerSteps::CheckpointShare share;
+  for (const auto& [name, s] : state) {
+    AddToShare(share, name, s.value);
+    share.metadata[weights::StepKey(name)] = std::to_string(s.step);
+    if (s.step == 0) continue;
+    AddToShare(share, name + kMoments[0], s.exp_avg);
+    AddToShare(share, name + kMoments[1], s.exp_avg_sq);
+  }
+  weights::WriteSafetensors(path, share.tensors, share.metadata);
+}
+
 OptimizerSteps::CheckpointShare OptimizerSteps::CheckpointPart(const std::function<bool(int)>& first_holder) {
   torch::NoGradGuard no_grad;
   CheckpointShare share;

@@ -8,26 +8,23 @@
 // survivors into the next generation, which replays the interrupted step
 // from the last committed state; layers nobody holds any more are copied
 // from a surviving replica. A node that rejoins gets a fresh worker. When
-// the Replanner cannot recover, the survivors write a checkpoint (one file
-// per layer plus checkpoint.json) and the run ends with its outcome.
+// the Replanner cannot recover, the survivors save a training checkpoint
+// (weights/run_checkpoint.h, the format every run writes) and the run ends
+// with its outcome.
 // Torch-free (workers are forked before any torch call).
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "loom/runtime/checkpoint_dir.h"
 #include "loom/runtime/run.h"
 
 namespace loom::runtime {
 
-// checkpoint.json beside the layer files (runtime/checkpoint_dir.h, docs/runtime.md).
-// Throws loom::Error naming the file and field when it is missing, malformed,
-// or for another model or seed.
-CheckpointManifest ReadCheckpoint(const std::string& dir, const Model& model, const Workload& workload);
-
 // The trainable layers of `model` ("{module}_{layer}") that `layers` does not
-// list: frozen ones come from the seed, every other one must be saved.
+// list: frozen ones come from the seed, every other one must be saved. A
+// tied LM head's copy of its embedding counts as listed with the embedding
+// (a checkpoint's reader falls back to it).
 std::vector<std::string> UnlistedTrainableLayers(const Model& model, const std::vector<std::string>& layers);
 
 // Checks the options, the checkpoint to resume and the injected faults, then

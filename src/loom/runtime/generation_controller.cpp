@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -20,12 +21,13 @@
 #include "loom/error.h"
 #include "loom/plan/plan_json.h"
 #include "loom/runtime/c10d_calls.h"
-#include "loom/runtime/checkpoint_dir.h"
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
 #include "loom/runtime/worker_message.h"
+#include "loom/weights/run_checkpoint.h"
+#include "loom/weights/safetensors.h"
 
 namespace loom::runtime {
 
@@ -53,7 +55,7 @@ GenerationController::GenerationController(const Model& model, const Cluster& cl
   char dir_template[] = "/tmp/loom-run-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) throw Error("runtime: cannot create a run directory under /tmp");
   run_dir_ = dir_template;
-  checkpoint_root_ = options.checkpoint_dir.empty() ? run_dir_ + "/checkpoint" : options.checkpoint_dir;
+  checkpoint_root_ = options.checkpoint_root.empty() ? run_dir_ + "/checkpoint" : options.checkpoint_root;
   worker_options_.local_processes = 1;
   loss_.assign(options.steps, 0.0);
   loss_reports_.assign(options.steps, 0);
@@ -212,13 +214,13 @@ void GenerationController::PassOnSignal(int signal) {
   throw Interrupted(signal);                     // the destructor stops the store and drops an unfinished checkpoint
 }
 
-// A save the run does not complete is removed, with its step-N folder when
-// nothing else is there.
+// A save the run does not complete is removed.
 void GenerationController::DropUnfinishedSave() {
   if (saving_staging_.empty()) return;
-  DiscardStaging(saving_staging_);
-  rmdir(saving_staging_.substr(0, saving_staging_.rfind('/')).c_str());  // fails, harmlessly, unless empty
+  std::error_code ec;
+  std::filesystem::remove_all(saving_staging_, ec);
   saving_staging_.clear();
+  saving_step_ = -1;
 }
 
 void GenerationController::Drain(FtWorker& w) {
@@ -237,19 +239,31 @@ void GenerationController::Drain(FtWorker& w) {
   w.buffer.clear();
 }
 
-void GenerationController::CompleteCheckpoint() {
-  if (saving_step_ < 0 ||
-      !std::includes(saved_by_.begin(), saved_by_.end(), saving_members_.begin(), saving_members_.end())) {
-    return;
-  }
-  const std::string dir = fmt::format("{}/step-{}", checkpoint_root_, saving_step_);
-  CheckpointManifest m;
-  m.steps_done = saving_step_;
+weights::RunCheckpointManifest GenerationController::Manifest(int steps_done, const std::string& outcome) const {
+  weights::RunCheckpointManifest m;
+  m.steps_done = steps_done;
   m.model = model_.name;
   m.seed = workload_.seed;
-  m.outcome = fmt::format("--checkpoint-every {}", options_.checkpoint_every);
-  CommitCheckpoint(saving_staging_, dir, m);
-  last_checkpoint_ = dir;
+  m.global_batch = workload_.global_batch;
+  m.plan = generation_ == 0 ? options_.plan_label
+                            : fmt::format("generation {} of a fault-tolerant run: {} on {} node(s)", generation_,
+                                          plan_g_.strategy, cluster_g_.nodes);
+  if (!outcome.empty()) m.plan += " (" + outcome + ")";
+  return m;
+}
+
+// Once every member said it wrote its part: the manifest, the rename into
+// place and `latest` (weights/run_checkpoint.h CommitRunCheckpoint).
+void GenerationController::CompleteCheckpoint() {
+  if (saving_step_ < 0) return;
+  for (const auto& [birth, rank] : saving_members_) {
+    if (!saved_by_.count(birth)) return;
+  }
+  weights::RunCheckpointManifest m = Manifest(saving_step_, "");
+  for (const auto& [birth, rank] : saving_members_) m.parts.push_back(weights::PartFileName(rank));
+  std::sort(m.parts.begin(), m.parts.end());
+  weights::CommitRunCheckpoint(saving_staging_, checkpoint_root_, m, options_.keep_checkpoints);
+  last_checkpoint_ = checkpoint_root_ + "/" + weights::StepFolderName(saving_step_);
   last_checkpoint_step_ = saving_step_;
   saving_step_ = -1;
   saving_staging_.clear();
@@ -369,7 +383,8 @@ void GenerationController::Handle(FtWorker& w, const std::string& line) {
     // A diverged run stops at once (the controller's end stops every worker).
     if (const std::string why = Divergence(loss_, loss_reports_, {}); !why.empty()) throw Error(why);
   } else if (const auto* m = std::get_if<report::Metrics>(&message)) {  // reported once its step committed
-    if (options_.on_step)
+    // Every worker of a fault-tolerant run is its node's first: process 0's speaks for the run.
+    if (options_.on_step && w.member && w.rank == 0)
       options_.on_step(
           StepProgress{m->step, m->loss, m->grad_norm, m->lr, m->skipped, m->seconds, m->data_wait_s, m->data_load_s});
     if (w.member) w.lines.push_back(line);
@@ -454,10 +469,17 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
 }
 
 // Cannot go on: the survivors write what they hold as of the last committed
-// step, one file per layer, then the manifest.
+// step, each its part of a training checkpoint (every layer it holds, whole),
+// which the launcher commits once every trainable layer is in some part.
 void GenerationController::StopWithCheckpoint(const Replanned& r, const std::string& why) {
   const std::string& dir = checkpoint_root_;
-  const std::string staging = StageCheckpoint(dir);  // this save's files only (checkpoint_dir.h)
+  const std::string resume = fmt::format("`loom run --resume {}` goes on from there", dir);
+  if (last_checkpoint_step_ == committed_) {  // a periodic save holds that state already
+    throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {}; {}", r.outcome, why, committed_,
+                            last_checkpoint_, resume));
+  }
+  DropUnfinishedSave();
+  const std::string staging = weights::StageRunCheckpoint(dir, committed_);  // this save's files only
   std::vector<FtWorker*> writers;
   for (FtWorker& w : workers_) {
     if (!w.member || !w.Open()) continue;
@@ -469,7 +491,7 @@ void GenerationController::StopWithCheckpoint(const Replanned& r, const std::str
   for (FtWorker* w : writers) {
     while (!Reap(*w, false) && Now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (!w->reaped || !WIFEXITED(w->status) || WEXITSTATUS(w->status) != 0) {
-      failures += fmt::format(" process {} did not write its layers ({}).", w->birth,
+      failures += fmt::format(" process {} did not write its part ({}).", w->birth,
                               w->reaped ? DescribeExit(w->status) : "still running at the deadline");
     }
     // One still writing is stopped before the staging folder is read, so
@@ -480,18 +502,25 @@ void GenerationController::StopWithCheckpoint(const Replanned& r, const std::str
     }
     Drain(*w);
   }
-  CompleteCheckpoint();
-  CheckpointManifest m;
-  m.steps_done = committed_;
-  m.model = model_.name;
-  m.seed = workload_.seed;
-  m.layers = LayerFiles(staging);
-  m.outcome = r.outcome;
+  weights::RunCheckpointManifest m = Manifest(committed_, r.outcome);
+  std::set<std::string> layers;  // "{module}_{layer}" of every tensor some part holds
+  for (const auto& e : std::filesystem::directory_iterator(staging)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("part-", 0) != 0 || e.path().extension() != ".safetensors") continue;
+    m.parts.push_back(name);
+    const weights::SafetensorsFile part(e.path().string());
+    for (const auto& t : part.layout().tensors) {
+      layers.insert(t.name.substr(0, t.name.find('.')));
+    }
+  }
+  std::sort(m.parts.begin(), m.parts.end());
   // Every trainable layer must have come from some survivor; when all holders
   // of a layer failed at once, only a periodic checkpoint helps.
-  const std::vector<std::string> missing = UnlistedTrainableLayers(model_, m.layers);
+  const std::vector<std::string> missing =
+      UnlistedTrainableLayers(model_, std::vector<std::string>(layers.begin(), layers.end()));
   if (!missing.empty()) {
-    DiscardStaging(staging);  // the folder's earlier checkpoint, if any, stays as it was
+    std::error_code ec;
+    std::filesystem::remove_all(staging, ec);  // the folder's earlier checkpoints stay as they were
     throw Error(fmt::format(
         "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes{}; {}", r.outcome, why,
         fmt::join(missing, ", "), failures.empty() ? "" : " (or not written:" + failures + ")",
@@ -502,17 +531,15 @@ void GenerationController::StopWithCheckpoint(const Replanned& r, const std::str
                           last_checkpoint_step_, last_checkpoint_, last_checkpoint_)));
   }
   try {
-    CommitCheckpoint(staging, dir, m);
+    weights::CommitRunCheckpoint(staging, dir, m, options_.keep_checkpoints);
   } catch (const Error& e) {
     throw Error(
-        fmt::format("{}:{}\nthe state after {} step(s) could not be committed to {}: {}; the layer files "
-                    "written are in {}, and {} holds no checkpoint to resume from{}",
-                    r.outcome, why, committed_, dir, e.what(), staging, dir, failures));
+        fmt::format("{}:{}\nthe state after {} step(s) could not be committed to {}: {}; the parts written "
+                    "are in {}{}",
+                    r.outcome, why, committed_, dir, e.what(), staging, failures));
   }
-  throw Error(
-      fmt::format("{}:{}\nthe state after {} step(s) is saved in {} ({} layer files){}; `loom run --resume "
-                  "{}` goes on from there",
-                  r.outcome, why, committed_, dir, m.layers.size(), failures, dir));
+  throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {}/{} ({} parts){}; {}", r.outcome, why,
+                          committed_, dir, weights::StepFolderName(committed_), m.parts.size(), failures, resume));
 }
 
 void GenerationController::Advance(double now) {
@@ -556,16 +583,18 @@ void GenerationController::Advance(double now) {
   }
   finishing_ = committed_ == options_.steps;
   ControlCommand go{ControlCommand::Kind::kGo, committed_};
-  if (!finishing_ && options_.checkpoint_every > 0 && committed_ % options_.checkpoint_every == 0 &&
-      committed_ > first_step_) {
+  // Every --checkpoint-every steps, and with --checkpoint-dir at the end.
+  const bool periodic = options_.checkpoint_every > 0 && committed_ % options_.checkpoint_every == 0;
+  const bool at_end = finishing_ && !options_.checkpoint_root.empty();
+  if ((periodic || at_end) && committed_ > first_step_) {
     DropUnfinishedSave();  // a save a failure left incomplete
-    saving_staging_ = StageCheckpoint(fmt::format("{}/step-{}", checkpoint_root_, committed_));
+    saving_staging_ = weights::StageRunCheckpoint(checkpoint_root_, committed_);
     go.path = saving_staging_;
     saving_step_ = committed_;
     saved_by_.clear();
     saving_members_.clear();
     for (const FtWorker& w : workers_) {
-      if (w.member) saving_members_.insert(w.birth);
+      if (w.member) saving_members_[w.birth] = w.rank;
     }
   }
   for (FtWorker& w : workers_) {
@@ -574,11 +603,8 @@ void GenerationController::Advance(double now) {
 }
 
 RunResult GenerationController::Run() {
-  for (int p = 0; p < layout_.processes; ++p) {
-    worker_options_.resume_from = options_.resume_from;
-    Spawn(p / gpn_, p % gpn_, p, layout_.processes, first_step_);
-  }
-  worker_options_.resume_from.clear();  // later workers receive their layers from the survivors
+  for (int p = 0; p < layout_.processes; ++p) Spawn(p / gpn_, p % gpn_, p, layout_.processes, first_step_);
+  worker_options_.resume_checkpoint.clear();  // later workers receive their layers from the survivors
   committed_ = first_step_;
   step_started_ = Now();
   while (true) {
@@ -589,7 +615,13 @@ RunResult GenerationController::Run() {
     // (checked first: a worker may die right after saying so).
     CompleteCheckpoint();
     std::vector<FtWorker*> failed = FailedMembers(now);
-    if (finishing_ && failed.empty() && AllMembersExited()) break;
+    if (finishing_ && failed.empty() && AllMembersExited()) {
+      if (saving_step_ >= 0) {
+        throw Error(fmt::format("run failed: the workers ended without writing the checkpoint of step {} in {}",
+                                saving_step_, checkpoint_root_));
+      }
+      break;
+    }
     if (!failed.empty()) {
       RecoverFrom(std::move(failed), now);
     } else if (!finishing_) {

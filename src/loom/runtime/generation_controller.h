@@ -3,12 +3,14 @@
 // steps committed in lockstep; a failed node detected, re-planned around and
 // its survivors commanded into the next generation (or, when nothing can
 // recover, a checkpoint of what they hold); nodes that rejoin; periodic
-// checkpoints. Torch-free: workers are forked before any torch call.
+// checkpoints, in the training checkpoints' format (weights/run_checkpoint.h). Torch-free: workers are forked before
+// any torch call.
 #pragma once
 
 #include <signal.h>
 #include <sys/types.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
+#include "loom/weights/run_checkpoint.h"
 
 namespace loom::runtime {
 
@@ -92,6 +95,8 @@ class GenerationController {
   // What an exited worker said last (it may have finished a periodic checkpoint).
   void Drain(FtWorker& w);
   void CompleteCheckpoint();
+  // A manifest of the state after `steps_done` steps, saved by this generation.
+  weights::RunCheckpointManifest Manifest(int steps_done, const std::string& outcome) const;
   void DropUnfinishedSave();
   RunResult Result();
 
@@ -127,10 +132,11 @@ class GenerationController {
   std::vector<double> loss_;
   std::vector<int> loss_reports_;
   RunResult out_;
-  // Periodic checkpoints (runtime/checkpoint_dir.h).
-  int saving_step_ = -1;                     // one being written
-  std::string saving_staging_;               // where its workers write it
-  std::set<int> saving_members_, saved_by_;  // workers (births) that write it; those done
+  // Periodic checkpoints (weights/run_checkpoint.h).
+  int saving_step_ = -1;               // one being written
+  std::string saving_staging_;         // where its workers write it
+  std::map<int, int> saving_members_;  // workers that write it: birth -> rank (their part's number)
+  std::set<int> saved_by_;             // births of those done
   std::string last_checkpoint_;
   int last_checkpoint_step_ = -1;
 };

@@ -124,10 +124,6 @@ namespace {
 // starts: what the run can do, and a checkpoint of this model and data.
 void CheckTrainingCheckpoints(const Model& model, const Workload& workload, const RunOptions& options) {
   if (options.checkpoint_root.empty() && options.resume_checkpoint.empty()) return;
-  if (options.fault_tolerant) {
-    throw Error(
-        "--checkpoint-dir: a fault-tolerant run writes its own checkpoints yet (--checkpoint, --checkpoint-every)");
-  }
   if (options.nnodes > 1) {
     throw Error(
         "--checkpoint-dir and --resume: one machine yet (several would need one shared folder, not checked yet)");

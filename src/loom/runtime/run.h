@@ -104,19 +104,18 @@ struct RunOptions {
   std::string host = "127.0.0.1";
   // Fault tolerance (`--fault-tolerance F`, one node; runtime/fault_tolerance.h):
   // on a node's failure the run re-plans through its Replanner and goes on;
-  // when it cannot, it writes `checkpoint_dir` and stops.
+  // when it cannot, its survivors save a checkpoint in `checkpoint_root`
+  // (or, when none is given, in the run's directory) and it stops.
   bool fault_tolerant = false;
   std::vector<InjectedFault> kills;
   std::vector<NodeRejoin> rejoins;
   double heartbeat_s = 0.1;          // a worker's heartbeat period
   double heartbeat_timeout_s = 3.0;  // a worker silent this long is dead
-  std::string checkpoint_dir;        // where "cannot recover" writes the state ("" : a directory beside the run's)
-  int checkpoint_every = 0;          // > 0: also a complete checkpoint every this many steps, in checkpoint_dir/step-N
-  std::string resume_from;           // a checkpoint to start from (its steps are skipped)
-  // Training checkpoints (`--checkpoint-dir D`, weights/run_checkpoint.h; not
-  // under fault tolerance yet): saved every checkpoint_every steps (0: at the
-  // end only) and at the run's end, the newest `keep_checkpoints` kept (0: all).
+  // Training checkpoints (`--checkpoint-dir D`, weights/run_checkpoint.h),
+  // fault-tolerant or not: saved every checkpoint_every steps (0: at the end
+  // only) and at the run's end, the newest `keep_checkpoints` kept (0: all).
   std::string checkpoint_root;
+  int checkpoint_every = 0;
   int keep_checkpoints = 2;
   // `--resume D` of such a checkpoint: the step folder to start from (set by
   // the launcher, weights::FindCheckpoint); its steps are skipped.

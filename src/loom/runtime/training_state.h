@@ -4,7 +4,8 @@
 // Oobleck §2.5's premise: every pipeline holds whole layers with their
 // optimizer state, so after a failure any surviving holder of a layer can
 // hand it to the processes that hold it next (ExchangeState), and a run that
-// cannot recover writes the same state to disk (SaveLayers) for a restart.
+// cannot recover writes the same state as a training checkpoint's part
+// (WriteStatePart) for a restart.
 // Torch types: include from runtime .cpp files only.
 #pragma once
 
@@ -43,12 +44,10 @@ void RestoreParam(const std::string& name, torch::Tensor& p, torch::optim::AdamW
 int64_t ExchangeState(GroupBase& world, const Model& model, TrainingState& state,
                       const std::map<std::string, torch::Tensor>& needed, AbortFlag abort);
 
-// One file per layer, "{module}_{layer}.pt" under `dir` (written to a
-// temporary name and renamed: every holder writes the same bytes).
-void SaveLayers(const std::string& dir, const Model& model, const TrainingState& state);
-// The state of `needed`'s parameters from SaveLayers' files; throws
-// loom::Error naming a missing file or parameter.
-TrainingState LoadLayers(const std::string& dir, const Model& model,
-                         const std::map<std::string, torch::Tensor>& needed);
+// A training checkpoint's part (weights/run_checkpoint.h) holding `state`
+// whole: what a fault-tolerant run's survivor writes when the run cannot
+// recover. Survivors holding the same layer write the same tensors; the
+// reader takes the first copy.
+void WriteStatePart(const std::string& path, const TrainingState& state);
 
 }  // namespace loom::runtime

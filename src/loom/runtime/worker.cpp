@@ -42,7 +42,6 @@ struct Generation {
   c10::intrusive_ptr<c10d::Store> store;  // the run's store (its own process serves it)
   int id = 0;
   int first_step = 0;
-  std::string resume_from;  // generation 0 of `loom run --resume`: the checkpoint
   // In: what this worker holds as of first_step (empty in generation 0). Out,
   // after an abort: what it holds as of the step the launcher's command names.
   TrainingState carry;
@@ -92,18 +91,17 @@ ExecutionPlan CompileStep(const WorkerSpec& spec, const ExecutionPlan& before, c
   return next;
 }
 
-// Generation 0 starts from the seed or a checkpoint (`loom run --resume`); a
-// later one from what each worker held, the layers it lacks received from a
-// surviving holder (Oobleck §2.5's copy).
+// Generation 0 starts from the seed or a checkpoint (`loom run --resume`,
+// restored as any run restores it); a later one from what each worker held,
+// the layers it lacks received from a surviving holder (Oobleck §2.5's copy).
 void RestoreGeneration(const WorkerSpec& spec, Generation& gen, StepExecutor& executor, AbortFlag abort,
                        const WorkerReports& reports) {
   CheckFaultTolerable(*spec.model, *spec.plan);
   std::map<std::string, torch::Tensor> needed;
   for (auto& [name, p, o] : executor.Trainable()) needed[name] = p;
   int64_t received = 0;
-  if (gen.id == 0 && !gen.resume_from.empty()) gen.carry = LoadLayers(gen.resume_from, *spec.model, needed);
-  if (gen.id > 0) received = ExchangeState(executor.world(), *spec.model, gen.carry, needed, abort);
-  if (gen.id > 0 || !gen.resume_from.empty()) {
+  if (gen.id > 0) {
+    received = ExchangeState(executor.world(), *spec.model, gen.carry, needed, abort);
     for (auto& [name, p, o] : executor.Trainable()) RestoreParam(name, p, *o, gen.carry.at(name));
   }
   gen.carry.clear();
@@ -115,7 +113,8 @@ void RestoreGeneration(const WorkerSpec& spec, Generation& gen, StepExecutor& ex
 // finished this one. Its lines are reported once it commits; then the
 // periodic checkpoint, if one is due. Throws Aborted when a command
 // interrupts.
-void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor, WorkerReports& reports, int step) {
+void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor, const ExecutionPlan& exec,
+                WorkerReports& reports, int step) {
   const std::vector<WorkerMessage> held = reports.TakeStep();
   reports.Now(report::Done{gen.id, step});
   if (!gen.control->WaitReleased(step + 1)) {
@@ -127,9 +126,10 @@ void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor,
     throw Aborted();
   }
   for (const auto& m : held) reports.Now(m);
-  // --checkpoint-every: the state after this step, before the next starts.
+  // A checkpoint of the state after this step, before the next starts: this
+  // worker's part, into the staging folder the launcher commits.
   if (const std::string dir = gen.control->CheckpointBefore(step + 1); !dir.empty()) {
-    SaveLayers(dir, *spec.model, executor.CaptureLive());
+    executor.SaveCheckpointPart(exec, dir + "/" + weights::PartFileName(spec.rank));
     reports.Now(report::Saved{gen.id, step + 1});
   }
 }
@@ -333,7 +333,9 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       RestoreGeneration(spec, *gen, executor, abort, reports);
       progress.restored = true;
     }
-    if (!gen && !spec.options.resume_checkpoint.empty()) {
+    // `--resume D`: a fault-tolerant run's generation 0 as any run (later
+    // generations' workers are launched without it).
+    if ((!gen || gen->id == 0) && !spec.options.resume_checkpoint.empty()) {
       executor.RestoreCheckpoint(weights::RunCheckpointReader(spec.options.resume_checkpoint));
     }
     tensor_memory = std::make_unique<TensorMemoryCounter>();
@@ -371,7 +373,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       if (gen) {
         MaybeDie(spec, reports, step, actions_run, true);
         progress.completed = step + 1;
-        CommitStep(spec, *gen, executor, reports, step);
+        CommitStep(spec, *gen, executor, exec, reports, step);
       }
     }
   } catch (const std::exception& e) {
@@ -395,7 +397,6 @@ int RunGenerations(const WorkerSpec& first, int fd) {
   gen.store = MakeStore(first.options.master_addr, 0, 0, first.port, first.options.timeout_s, /*client_only=*/true);
   gen.id = first.generation;
   gen.first_step = first.first_step;
-  gen.resume_from = first.options.resume_from;
   WorkerSpec spec = first;
   Plan plan = *first.plan;
   Cluster cluster = *first.cluster;
@@ -412,7 +413,7 @@ int RunGenerations(const WorkerSpec& first, int fd) {
     const ControlCommand c = control.TakePending();
     if (c.kind == ControlCommand::Kind::kExit) return 4;
     if (c.kind == ControlCommand::Kind::kStop) {
-      SaveLayers(c.path, *spec.model, gen.carry);
+      WriteStatePart(c.path + "/" + weights::PartFileName(spec.rank), gen.carry);
       WriteLine(fd, Encode(report::Stopped{c.step}));
       return 0;
     }

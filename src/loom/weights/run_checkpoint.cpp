@@ -4,6 +4,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -119,12 +121,23 @@ RunCheckpointManifest ParseRunCheckpointManifest(const std::string& text, const 
   }
   if (!j.is_object()) throw Error(fmt::format("{}: expected a JSON object (a checkpoint manifest)", path));
   if (const std::string format = StringManifestField(j, "format", path); format != kRunCheckpointFormat) {
-    throw Error(fmt::format("{}: field format is '{}'; valid: {}", path, format, kRunCheckpointFormat));
+    // loom-checkpoint-1 (one .pt file per layer) was the fault-tolerant
+    // runs' own format before they wrote this one.
+    throw Error(fmt::format("{}: field format is '{}'; valid: {}{}", path, format, kRunCheckpointFormat,
+                            format == "loom-checkpoint-1"
+                                ? " (loom-checkpoint-1 is an earlier Loom's fault-tolerant checkpoint, which this "
+                                  "version no longer reads)"
+                                : ""));
   }
   RunCheckpointManifest m;
   m.steps_done = static_cast<int>(WholeManifestField(j, "steps_done", path, 0, int64_t{1} << 30));
   m.model = StringManifestField(j, "model", path);
-  m.seed = static_cast<uint64_t>(WholeManifestField(j, "seed", path, 0, INT64_MAX));
+  // A workload's seed is any 64-bit unsigned number.
+  if (const nlohmann::json& seed = ManifestField(j, "seed", path); seed.is_number_unsigned()) {
+    m.seed = seed.get<uint64_t>();
+  } else {
+    throw Error(fmt::format("{}: field seed is {}; valid: a whole number from 0 to {}", path, seed.dump(), UINT64_MAX));
+  }
   m.global_batch = WholeManifestField(j, "global_batch", path, 1, INT64_MAX);
   if (j.contains("plan")) m.plan = StringManifestField(j, "plan", path);
   const nlohmann::json& parts = ManifestField(j, "parts", path);
@@ -159,17 +172,6 @@ RunCheckpointManifest ParseRunCheckpointManifest(const std::string& text, const 
 }
 
 std::string StepFolderName(int steps_done) { return fmt::format("step-{:08d}", steps_done); }
-
-bool IsRunCheckpoint(const std::string& dir) {
-  const fs::path manifest = fs::path(dir) / kManifest;
-  if (!fs::exists(manifest)) return true;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(ReadCheckpointText(manifest));
-    return !(j.is_object() && j.contains("format") && j["format"] == "loom-checkpoint-1");
-  } catch (const nlohmann::json::exception&) {
-    return true;  // FindCheckpoint names what is wrong with it
-  }
-}
 
 std::string FindCheckpoint(const std::string& dir) {
   const fs::path root(dir);
@@ -335,7 +337,13 @@ RunCheckpointReader::RunCheckpointReader(const std::string& folder) : folder_(fo
         throw Error(where +
                     fmt::format(": sliced along dimension {} of a {}-dimensional tensor", p.dim, p.shape.size()));
       }
-      pieces_[t.name].push_back(p);
+      // A whole tensor written by several processes (a fault-tolerant run's
+      // survivors holding the same layer write identical copies): the first.
+      std::vector<Piece>& pieces = pieces_[t.name];
+      const bool duplicate = !p.ranged && p.count == 1 && std::any_of(pieces.begin(), pieces.end(), [](const Piece& q) {
+        return !q.ranged && q.count == 1;
+      });
+      if (!duplicate) pieces.push_back(p);
     }
   }
 }
@@ -366,6 +374,12 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
     const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : numel;
     p.file->Read(*p.info,
                  std::span<std::byte>(reinterpret_cast<std::byte*>(s.data() + offset), length * sizeof(float)));
+    // A diverged run's state must not be trained on (issue 45).
+    if (!std::all_of(s.begin() + offset, s.begin() + offset + length, [](float x) { return std::isfinite(x); })) {
+      throw Error(where +
+                  ": holds values that are not finite (nan or inf): the run that wrote it diverged; resume "
+                  "from an earlier checkpoint");
+    }
     covered[p.index].push_back(offset);
     covered[p.index].push_back(offset + length);
   }

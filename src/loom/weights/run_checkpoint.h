@@ -46,10 +46,6 @@ RunCheckpointManifest ParseRunCheckpointManifest(const std::string& text, const 
 // "step-00000012".
 std::string StepFolderName(int steps_done);
 
-// Whether `--resume dir` means a training checkpoint: anything but a folder
-// holding a fault-tolerant run's checkpoint.json (format loom-checkpoint-1).
-bool IsRunCheckpoint(const std::string& dir);
-
 // The newest complete checkpoint under `dir` (the folder `latest` names), or
 // `dir` itself where it is one checkpoint's folder. Throws loom::Error naming
 // `dir` where it holds no checkpoint (or only a partial one: a staging folder,
@@ -90,8 +86,10 @@ class RunCheckpointReader {
   const std::string& folder() const { return folder_; }
   bool Has(const std::string& name) const { return pieces_.count(name) > 0; }
   // The whole tensor: TP slices joined along their dimension, each slice
-  // assembled from its ZeRO ranges. Throws loom::Error naming the part files
-  // where a slice or a range is missing, given twice or inconsistent.
+  // assembled from its ZeRO ranges (a whole tensor in several parts, as a
+  // fault-tolerant run's survivors write it: the first). Throws loom::Error
+  // naming the part files where a slice or a range is missing, given twice or
+  // inconsistent, or where a value is not finite.
   std::vector<float> Read(const std::string& name, std::vector<int64_t>* shape) const;
   // AdamW's step count of parameter `name` (0: no optimizer state saved).
   int64_t Step(const std::string& name) const;
