@@ -199,6 +199,73 @@ TEST(FaultTolerance, ANodeThatRejoinsIsUsedAgain) {
   EXPECT_EQ(j["step_s"].size(), 4u);  // three workers as launched and the one that joined
 }
 
+// Plans whose processes hold slices or shards (TP, ZeRO, CP), tied heads,
+// fp16's loss scale and strategies that schedule every batch used to be
+// refused: survivors cannot hand such state over whole. The run now re-plans
+// with the plan's own strategy on the nodes left (or Oobleck's templates)
+// and every worker restores the last checkpoint, or the initial state; the
+// steps since are run again and must end where training in one process does.
+TEST(FaultTolerance, PlansWithoutWholeLayersRecoverByRestoringTheLastCheckpoint) {
+  const TinyRun s;
+  const Reference ref = TrainInOneProcess(s);
+  const Cluster four = MakeCluster("h100", 2, 2);
+  const std::string base = "run --model " + s.model_path + " --cluster h100:2x2 " + s.data_args + " --plan ";
+  // TP 2 x DP 2, ZeRO-1: node 1 dies in step 1, before any checkpoint. The
+  // run goes back to its start on node 0 under Megatron's plan for 2 GPUs.
+  nlohmann::json j;
+  ExpectRunMatches(ref,
+                   base + MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "ft-tp2.json", 2, 1, 2, &four) +
+                       " --fault-tolerance 1 --kill 2:1:3",
+                   &j);
+  ASSERT_EQ(j["events"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["events"][0]["restored_from"], "the start");
+  EXPECT_EQ(j["events"][0]["replayed_steps"], 1);
+  EXPECT_EQ(j["events"][0]["step"], 0);
+  // CP 2 x DP 2 with ZeRO-3 and a checkpoint after every step: node 1 dies
+  // in step 2, which restarts from the checkpoint of step 2.
+  const std::string dir = FreshDirectory("ft-cp2");
+  ExpectRunMatches(
+      ref,
+      base + MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "ft-cp2.json", 1, 1, 2, &four, Recompute::kNone, 3, 2) +
+          " --fault-tolerance 1 --kill 2:2:3 --checkpoint-dir " + dir + " --checkpoint-every 1",
+      &j);
+  ASSERT_EQ(j["events"].size(), 1u) << j.dump();
+  EXPECT_EQ(j["events"][0]["restored_from"], dir + "/" + weights::StepFolderName(2));
+  EXPECT_EQ(j["events"][0]["replayed_steps"], 0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/" + weights::StepFolderName(3) + "/checkpoint.json"));
+}
+
+TEST(FaultTolerance, PerBatchStrategiesAndTiedHeadsRunFaultTolerantly) {
+  const TinyRun vlm(kVlm, kLaion);
+  // MMScale schedules every batch; its plan on 2 x 2 GPUs loses node 1 in
+  // step 1 and goes on under MMScale's plan for the node left.
+  const std::string plans = test::WriteTemp("ft-mmscale.json", "");
+  auto [code, out] = LoomCli("plan --model " + kVlm + " --cluster h100:2x2 " + vlm.data_args +
+                             " --precision fp32 --strategy mmscale --iterations 1 --json " + plans);
+  ASSERT_EQ(code, 0) << out;
+  nlohmann::json j;
+  ExpectRunMatches(TrainInOneProcess(vlm),
+                   "run --model " + kVlm + " --cluster h100:2x2 " + vlm.data_args + " --plan " + plans +
+                       " --fault-tolerance 1 --kill 2:1:3",
+                   &j);
+  ASSERT_EQ(j["events"].size(), 1u) << j.dump();
+  EXPECT_NE(j["events"][0]["outcome"].get<std::string>().find("re-planned by mmscale on 1 node(s)"), std::string::npos)
+      << j.dump();
+  // tiny-vlm2 ties its LM head: Oobleck's plan loses node 1 in step 1 (back
+  // to the start), and the node rejoins before step 2, which waits for the
+  // state of step 2 to be saved and restores it: no step is run again.
+  const TinyRun tied(kVlm2, kLaion);
+  ExpectRunMatches(TrainInOneProcess(tied),
+                   RunArgs(tied, "h100:3x1", OobleckPlan(tied, "h100:3x1", 1), 1) + " --kill 1:1:3 --rejoin 1:2", &j);
+  ASSERT_EQ(j["events"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["events"][0]["restored_from"], "the start");
+  EXPECT_EQ(j["events"][1]["kind"], "join");
+  EXPECT_EQ(j["events"][1]["step"], 2);
+  EXPECT_NE(j["events"][1]["restored_from"].get<std::string>().find(weights::StepFolderName(2)), std::string::npos)
+      << j.dump();
+  EXPECT_EQ(j["events"][1]["replayed_steps"], 0);
+}
+
 TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
   const TinyRun s(kVlm, kLaion);
   const std::string plan = OobleckPlan(s, "h100:3x1", 1);
@@ -215,8 +282,8 @@ TEST(FaultTolerance, BadRequestsAreErrorsNamingWhatIsValid) {
            {base + " --fault-tolerance 1 --rejoin 9:1", "a node in 0..2"},
            {base + " --fault-tolerance 1 --resume /nonexistent/ckpt", "--resume /nonexistent/ckpt: no such folder"},
            {"run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " + megatron +
-                " --fault-tolerance 0",
-            "Oobleck's pipeline templates"},
+                " --fault-tolerance 0 --device cuda",
+            "--fault-tolerance: runs on --device cpu yet"},
        }) {
     auto [code, out] = LoomCli(b.args + " --steps 3");
     EXPECT_EQ(code, 2) << b.args << "\n" << out;
@@ -305,7 +372,13 @@ TEST(FaultTolerance, ACheckpointWithNonFiniteWeightsIsRefused) {
 
 TEST(FaultTolerance, ControlCommandsRoundTrip) {
   using runtime::ControlCommand;
-  for (const ControlCommand& c : {ControlCommand{ControlCommand::Kind::kGo, 4},
+  // A generation that restores a checkpoint (or the initial state), paths with spaces.
+  ControlCommand restore{ControlCommand::Kind::kGeneration, 2, 3, 1, 5, 5, "/data/run 2/g3.json"};
+  restore.restore = true;
+  restore.restore_from = "/data/run 2/ckpt/step-00000002";
+  ControlCommand from_start = restore;
+  from_start.restore_from = "";
+  for (const ControlCommand& c : {ControlCommand{ControlCommand::Kind::kGo, 4}, restore, from_start,
                                   ControlCommand{ControlCommand::Kind::kGo, 4, 0, 0, 0, 0, "/tmp/ckpt/step-4"},
                                   ControlCommand{ControlCommand::Kind::kGeneration, 2, 3, 1, 5, 5, "/tmp/g3.json"},
                                   ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/tmp/ckpt"},
@@ -319,10 +392,14 @@ TEST(FaultTolerance, ControlCommandsRoundTrip) {
     EXPECT_EQ(back.rank, c.rank);
     EXPECT_EQ(back.world, c.world);
     EXPECT_EQ(back.path, c.path);
+    EXPECT_EQ(back.restore, c.restore);
+    EXPECT_EQ(back.restore_from, c.restore_from);
   }
   EXPECT_THROW(runtime::FormatCommand(ControlCommand{ControlCommand::Kind::kStop, 2, 0, 0, 0, 0, "/a\nb"}), Error);
   EXPECT_THROW(runtime::ParseCommand("stop 2"), Error);
   EXPECT_THROW(runtime::ParseCommand("gen 1 2"), Error);
+  EXPECT_THROW(runtime::ParseCommand("gen 1 2 0 2 1 9 /g.json /ckpt"), Error);  // 9 bytes do not end at a space
+  EXPECT_THROW(runtime::ParseCommand("gen 1 2 0 2 1 40 /g.json"), Error);
   EXPECT_THROW(runtime::ParseCommand("reboot"), Error);
 }
 

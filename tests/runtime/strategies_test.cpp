@@ -257,6 +257,21 @@ TEST(RuntimeStrategies, HeterogeneousPipelineTemplatesEqualSingleProcessTraining
   ExpectRunMatches(ref, "run --model " + kVlm + " --cluster h100:3x1 " + s.data_args + " --plan " + plans);
 }
 
+// The same shape on tiny-vlm2, whose LM head is tied to its embedding: the
+// 2-node pipeline holds the head's copy on another stage, the 1-node one
+// none. The layer segments used to all-reduce the head's layer with the copy
+// on one side only (gloo: "Received data size doesn't match expected size");
+// the copy now takes the embedding's gradient summed over every pipeline.
+TEST(RuntimeStrategies, HeterogeneousPipelineTemplatesWithATiedHeadEqualSingleProcessTraining) {
+  const TinyRun s(kVlm2, kLaion);
+  const std::string plans = test::WriteTemp("oobleck-f1-tied.json", "");
+  auto [code, out] = LoomCli("plan --model " + kVlm2 + " --cluster h100:3x1 " + s.data_args +
+                             " --precision fp32 --strategy oobleck --fault-tolerance 1 --iterations 1 --json " + plans);
+  ASSERT_EQ(code, 0) << out;
+  ExpectRunMatches(TrainInOneProcess(s),
+                   "run --model " + kVlm2 + " --cluster h100:3x1 " + s.data_args + " --plan " + plans);
+}
+
 // Cornstarch's modality parallelism (issue 18): both encoder branches of
 // tiny-vlm2 as pipelines of their own beside the LLM's, all at once on
 // disjoint GPUs; its own plan on 4 GPUs, and a hand-made one with the LLM

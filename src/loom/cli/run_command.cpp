@@ -28,6 +28,7 @@
 #include "loom/session/plan_file_replay.h"
 #include "loom/session/run_prediction.h"
 #include "loom/session/step_meter.h"
+#include "loom/session/strategy_replanner.h"
 #include "loom/sim/chrome_trace.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/strategies/oobleck/replan.h"
@@ -68,13 +69,21 @@ class RunCommand : public Command {
       options.weights_dir = flags_.model;
     }
     flags_.AddFaultTolerance(options);
-    // Fault tolerance: Oobleck's templates re-plan after failures.
+    // Fault tolerance: Oobleck's templates re-plan an Oobleck plan after
+    // failures; any other plan is re-planned by its own strategy on the nodes
+    // left (session/strategy_replanner.h), and the run restores its last checkpoint.
     std::optional<OobleckReplanner> oobleck;
+    std::optional<StrategyReplanner> by_strategy;
     Replanner replanner;
-    if (flags_.fault_tolerance >= 0) {
+    if (flags_.fault_tolerance >= 0 && chosen.plan.strategy == "oobleck") {
       oobleck.emplace(model, cluster, workload, chosen.plan, flags_.fault_tolerance);
       replanner = [&oobleck](const std::vector<int>& failed, const std::vector<int>& joined) {
         return (*oobleck)(failed, joined);
+      };
+    } else if (flags_.fault_tolerance >= 0) {
+      by_strategy.emplace(model, cluster, workload, chosen.plan.strategy);
+      replanner = [&by_strategy](const std::vector<int>& failed, const std::vector<int>& joined) {
+        return (*by_strategy)(failed, joined);
       };
     }
     flags_.AddMachines(options);

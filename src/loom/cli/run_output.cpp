@@ -18,17 +18,19 @@ namespace {
 
 // Each node event of a fault-tolerant run: a failure replayed, or nodes back.
 std::string FormatNodeEvent(const RunResult::NodeEvent& e) {
+  // What the next generation started from: the survivors' copy, or a checkpoint restored.
+  const std::string state =
+      e.restored_from.empty()
+          ? fmt::format("{} of layer state copied", HumanBytes(static_cast<double>(e.copied_bytes)))
+          : fmt::format("restored from {} ({} committed step(s) run again)", e.restored_from, e.replayed_steps);
   if (e.kind == "failure") {
     return fmt::format(
         "  step {} (replayed): node(s) {} failed: {}\n    noticed in {:.3f} s, next generation ({} "
-        "processes) ready in {:.3f} s, {} of layer state copied; {:.3f} s of work lost\n",
-        e.step, fmt::join(e.nodes, ", "), e.outcome, e.detect_s, e.processes, e.recover_s,
-        HumanBytes(static_cast<double>(e.copied_bytes)), e.lost_s);
+        "processes) ready in {:.3f} s, {}; {:.3f} s of work lost\n",
+        e.step, fmt::join(e.nodes, ", "), e.outcome, e.detect_s, e.processes, e.recover_s, state, e.lost_s);
   }
-  return fmt::format(
-      "  before step {}: {}\n    next generation ({} processes) ready in {:.3f} s, {} "
-      "of layer state copied\n",
-      e.step, e.outcome, e.processes, e.recover_s, HumanBytes(static_cast<double>(e.copied_bytes)));
+  return fmt::format("  before step {}: {}\n    next generation ({} processes) ready in {:.3f} s, {}\n", e.step,
+                     e.outcome, e.processes, e.recover_s, state);
 }
 
 }  // namespace
@@ -63,6 +65,8 @@ nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
                       {"recover_s", e.recover_s},
                       {"lost_s", e.lost_s},
                       {"copied_bytes", e.copied_bytes},
+                      {"restored_from", e.restored_from},
+                      {"replayed_steps", e.replayed_steps},
                       {"processes", e.processes}});
   }
   if (context.fault_tolerant) j["events"] = events;

@@ -17,14 +17,20 @@ namespace loom::runtime {
 // spaces (`--checkpoint "/data/run 2"` once wrote into /data/run, issue 45's
 // review), but not a line break.
 std::string FormatCommand(const ControlCommand& c) {
-  if (c.path.find('\n') != std::string::npos || c.path.find('\r') != std::string::npos) {
-    throw Error(fmt::format("a path with a line break cannot be sent to a worker: '{}'", c.path));
+  for (const std::string* p : {&c.path, &c.restore_from}) {
+    if (p->find('\n') != std::string::npos || p->find('\r') != std::string::npos) {
+      throw Error(fmt::format("a path with a line break cannot be sent to a worker: '{}'", *p));
+    }
   }
   switch (c.kind) {
     case ControlCommand::Kind::kGo:
       return c.path.empty() ? fmt::format("go {}", c.step) : fmt::format("go {} {}", c.step, c.path);
     case ControlCommand::Kind::kGeneration:
-      return fmt::format("gen {} {} {} {} {} {}", c.generation, c.step, c.rank, c.world, c.nodes, c.path);
+      if (!c.restore) {
+        return fmt::format("gen {} {} {} {} {} -1 {}", c.generation, c.step, c.rank, c.world, c.nodes, c.path);
+      }
+      return fmt::format("gen {} {} {} {} {} {} {}{}", c.generation, c.step, c.rank, c.world, c.nodes, c.path.size(),
+                         c.path, c.restore_from.empty() ? "" : " " + c.restore_from);
     case ControlCommand::Kind::kStop:
       return fmt::format("stop {} {}", c.step, c.path);
     case ControlCommand::Kind::kExit:
@@ -95,7 +101,23 @@ ControlCommand ParseCommand(const std::string& line) {
     c.rank = in.Int("rank");
     c.world = in.Int("world");
     c.nodes = in.Int("nodes");
-    c.path = in.RequiredPath();
+    const int plan_bytes = in.Int("restore");
+    const std::string rest = in.RequiredPath();
+    if (plan_bytes < 0) {
+      c.path = rest;
+    } else {
+      // The plan file's path, then the checkpoint folder's (if any) after one space.
+      if (plan_bytes == 0 || static_cast<size_t>(plan_bytes) > rest.size() ||
+          (static_cast<size_t>(plan_bytes) < rest.size() && rest[plan_bytes] != ' ')) {
+        throw Error(
+            fmt::format("runtime: control command '{}' has a plan path of {} bytes, which its paths do not "
+                        "split at",
+                        line, plan_bytes));
+      }
+      c.restore = true;
+      c.path = rest.substr(0, plan_bytes);
+      c.restore_from = static_cast<size_t>(plan_bytes) < rest.size() ? rest.substr(plan_bytes + 1) : "";
+    }
   } else if (in.kind() == "stop") {
     c.kind = ControlCommand::Kind::kStop;
     c.step = in.Int("step");

@@ -14,9 +14,13 @@
 //                           (S = steps: finish); losses of S - 1 are reported then;
 //                           with DIR, first write the layers it holds to
 //                           checkpoint DIR and report "saved S" (--checkpoint-every);
-//     "gen G FIRST RANK WORLD NODES PATH"  reconfigure: generation G runs the
-//                           plan in file PATH on NODES nodes, this worker as
-//                           process RANK of WORLD, from step FIRST;
+//     "gen G FIRST RANK WORLD NODES R PATH[ CKPT]"  reconfigure: generation G
+//                           runs the plan in file PATH on NODES nodes, this
+//                           worker as process RANK of WORLD, from step FIRST.
+//                           R = -1: the survivors hand their whole layers over
+//                           (the copy); else every worker restores checkpoint
+//                           folder CKPT (none: the run's initial state), R
+//                           being PATH's length (both paths may hold spaces);
 //     "stop FIRST DIR"      the run cannot go on: write the layers this worker
 //                           holds as of step FIRST to checkpoint DIR and exit.
 //
@@ -45,6 +49,10 @@ struct ControlCommand {
   int generation = 0;  // gen
   int rank = 0, world = 0, nodes = 0;
   std::string path;  // gen: the plan file; stop, go: a checkpoint directory (go: optional)
+  // gen: whether every worker restores `restore_from` (a checkpoint folder;
+  // "": the initial state) instead of the survivors' copy.
+  bool restore = false;
+  std::string restore_from;
 };
 
 std::string FormatCommand(const ControlCommand& c);

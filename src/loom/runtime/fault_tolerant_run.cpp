@@ -31,13 +31,13 @@ std::vector<std::string> UnlistedTrainableLayers(const Model& model, const std::
 }
 
 RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                           const RunOptions& options, const Replanner& replanner) {
+                           const std::vector<std::optional<IterationSchedule>>& schedules, const RunOptions& options,
+                           const Replanner& replanner) {
   options.Validate();
   // The checkpoint to resume was checked (run.cpp CheckTrainingCheckpoints).
   const int first_step = options.resume_checkpoint.empty()
                              ? 0
                              : weights::RunCheckpointReader(options.resume_checkpoint).manifest().steps_done;
-  CheckFaultTolerable(model, plan, "--fault-tolerance");
   for (const auto& k : options.kills) {
     if (k.step < 0 || k.step >= options.steps || k.after_actions < 0 || k.process < 0) {
       throw Error(fmt::format("--kill {}:{}:{}: valid: a process >= 0, a step in 0..{}, actions >= 0", k.process,
@@ -50,7 +50,7 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
                               cluster.nodes - 1, options.steps - 1));
     }
   }
-  GenerationController controller(model, cluster, workload, plan, options, replanner, first_step);
+  GenerationController controller(model, cluster, workload, plan, schedules, options, replanner, first_step);
   return controller.Run();
 }
 

@@ -14,6 +14,7 @@
 // Torch-free (workers are forked before any torch call).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,11 @@ namespace loom::runtime {
 // (a checkpoint's reader falls back to it).
 std::vector<std::string> UnlistedTrainableLayers(const Model& model, const std::vector<std::string>& layers);
 
-// Checks the options, the checkpoint to resume and the injected faults, then
-// runs the steps under a GenerationController (runtime/generation_controller.h).
+// Checks the options and the injected faults, then runs the steps under a
+// GenerationController (runtime/generation_controller.h); `schedules` are
+// generation 0's per-step schedules.
 RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                           const RunOptions& options, const Replanner& replanner);
+                           const std::vector<std::optional<IterationSchedule>>& schedules, const RunOptions& options,
+                           const Replanner& replanner);
 
 }  // namespace loom::runtime

@@ -24,6 +24,7 @@
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/run_reports.h"
+#include "loom/runtime/runnable_plan.h"
 #include "loom/runtime/worker.h"
 #include "loom/runtime/worker_message.h"
 #include "loom/weights/run_checkpoint.h"
@@ -38,13 +39,15 @@ double Now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 }  // namespace
 
 GenerationController::GenerationController(const Model& model, const Cluster& cluster, const Workload& workload,
-                                           const Plan& plan, const RunOptions& options, const Replanner& replanner,
-                                           int first_step)
+                                           const Plan& plan,
+                                           const std::vector<std::optional<IterationSchedule>>& schedules,
+                                           const RunOptions& options, const Replanner& replanner, int first_step)
     : model_(model),
       cluster_(cluster),
       workload_(workload),
       options_(options),
       replanner_(replanner),
+      schedules_(schedules),
       first_step_(first_step),
       gpn_(cluster.gpus_per_node),
       plan_g_(plan),
@@ -126,7 +129,7 @@ void GenerationController::StartStore() {
   store_pid_ = pid;
 }
 
-void GenerationController::Spawn(int node, int local, int rank, int world, int step) {
+void GenerationController::Spawn(int node, int local, int rank, int world, int step, bool restores) {
   FtWorker w;
   w.birth = static_cast<int>(workers_.size());
   w.node = node;
@@ -146,11 +149,13 @@ void GenerationController::Spawn(int node, int local, int rank, int world, int s
       if (o.control_fd >= 0) close(o.control_fd);
     }
     const std::vector<std::optional<IterationSchedule>> no_schedules;
-    WorkerSpec spec{&model_, &cluster_g_, &workload_, &plan_g_, &no_schedules, worker_options_, rank, world, port_};
+    WorkerSpec spec{&model_,         &cluster_g_, &workload_, &plan_g_, generation_ == 0 ? &schedules_ : &no_schedules,
+                    worker_options_, rank,        world,      port_};
     spec.control_fd = control[0];
     spec.birth = w.birth;
     spec.generation = generation_;
     spec.first_step = step;
+    spec.restores = restores;
     _exit(RunWorker(spec, report[1]));
   }
   close(report[1]);
@@ -234,6 +239,7 @@ void GenerationController::Drain(FtWorker& w) {
     const WorkerMessage message = Decode(line);
     if (const auto* saved = std::get_if<report::Saved>(&message); saved && saved->step == saving_step_) {
       saved_by_.insert(w.birth);
+      if (saved->has_loss_scale) saving_loss_scale_ = *saved;
     }
   }
   w.buffer.clear();
@@ -261,6 +267,12 @@ void GenerationController::CompleteCheckpoint() {
   }
   weights::RunCheckpointManifest m = Manifest(saving_step_, "");
   for (const auto& [birth, rank] : saving_members_) m.parts.push_back(weights::PartFileName(rank));
+  if (saving_loss_scale_) {
+    m.has_loss_scale = true;
+    m.loss_scale = saving_loss_scale_->loss_scale;
+    m.growth_tracker = saving_loss_scale_->growth_tracker;
+    m.hysteresis_tracker = saving_loss_scale_->hysteresis_tracker;
+  }
   std::sort(m.parts.begin(), m.parts.end());
   weights::CommitRunCheckpoint(saving_staging_, checkpoint_root_, m, options_.keep_checkpoints);
   last_checkpoint_ = checkpoint_root_ + "/" + weights::StepFolderName(saving_step_);
@@ -269,8 +281,43 @@ void GenerationController::CompleteCheckpoint() {
   saving_staging_.clear();
 }
 
+bool GenerationController::SurvivorsCanCopy(const Plan& to) const {
+  if (workload_.precision == Precision::kFp16) return false;  // the loss scale is in checkpoints only
+  if (!WhyNoWholeLayers(model_, plan_g_).empty() || !WhyNoWholeLayers(model_, to).empty()) return false;
+  const ExecutionPlan exec =
+      CompileForRuntime(model_, cluster_g_, workload_, plan_g_, DrawBatch(workload_, committed_));
+  std::set<std::string> held;  // "{module}_{layer}" some survivor holds
+  for (const FtWorker& w : workers_) {
+    if (!w.member || !w.Open() || w.reaped || w.dismissed) continue;
+    const ProcessPlace place = PlaceProcess(exec, w.rank);
+    for (int v = 0; v < place.stages(); ++v) {
+      if (!place.IsLocal(v)) continue;
+      for (const LayerRange& range : exec.stages[v].layers) {
+        for (int l = range.begin; l < range.end; ++l) held.insert(fmt::format("{}_{}", range.module, l));
+      }
+    }
+  }
+  return UnlistedTrainableLayers(model_, std::vector<std::string>(held.begin(), held.end())).empty();
+}
+
+void GenerationController::RollBack(int step) {
+  DropUnfinishedSave();
+  for (int s = step; s < options_.steps; ++s) {
+    loss_[s] = 0;
+    loss_reports_[s] = 0;
+  }
+  committed_ = step;
+}
+
 void GenerationController::Reconfigure(const Replanned& r, const std::string& kind, const std::vector<int>& nodes,
                                        double detect_s, double detected_at) {
+  // The survivors' copy where it can be made, else every worker restores the
+  // last checkpoint this run saved (or resumed from, or its initial state).
+  const bool copy = SurvivorsCanCopy(r.plan);
+  const int interrupted = committed_;
+  const std::string restore_from = last_checkpoint_.empty() ? options_.resume_checkpoint : last_checkpoint_;
+  if (!copy) RollBack(last_checkpoint_.empty() ? first_step_ : last_checkpoint_step_);
+  worker_options_.resume_checkpoint = restore_from;  // for workers launched now
   ++generation_;
   cluster_g_ = cluster_;
   cluster_g_.nodes = static_cast<int>(r.nodes.size());
@@ -305,6 +352,8 @@ void GenerationController::Reconfigure(const Replanned& r, const std::string& ki
     c.world = layout_.processes;
     c.nodes = cluster_g_.nodes;
     c.path = path;
+    c.restore = !copy;
+    c.restore_from = restore_from;
     Send(*it, c);
   }
   for (FtWorker& w : workers_) {  // alive but left out: nodes no pipeline takes
@@ -313,9 +362,13 @@ void GenerationController::Reconfigure(const Replanned& r, const std::string& ki
       w.dismissed = true;
     }
   }
-  for (const auto& [p, node] : fresh) Spawn(node, p % gpn_, p, layout_.processes, committed_);
+  for (const auto& [p, node] : fresh) Spawn(node, p % gpn_, p, layout_.processes, committed_, !copy);
   RunResult::NodeEvent e;
   e.step = committed_;
+  if (!copy) {
+    e.restored_from = restore_from.empty() ? "the start" : restore_from;
+    e.replayed_steps = interrupted - committed_;
+  }
   e.kind = kind;
   e.nodes = nodes;
   e.outcome = r.outcome;
@@ -374,7 +427,10 @@ void GenerationController::Handle(FtWorker& w, const std::string& line) {
       if (pending_event_ >= 0) out_.events[pending_event_].copied_bytes += m->received_bytes;
     }
   } else if (const auto* m = std::get_if<report::Saved>(&message)) {
-    if (m->step == saving_step_) saved_by_.insert(w.birth);
+    if (m->step == saving_step_) {
+      saved_by_.insert(w.birth);
+      if (m->has_loss_scale) saving_loss_scale_ = *m;
+    }
   } else if (const auto* m = std::get_if<report::Dying>(&message)) {
     w.dying_at = m->clock_s;
   } else if (const auto* m = std::get_if<report::Loss>(&message)) {  // reported once its step committed
@@ -384,9 +440,11 @@ void GenerationController::Handle(FtWorker& w, const std::string& line) {
     if (const std::string why = Divergence(loss_, loss_reports_, {}); !why.empty()) throw Error(why);
   } else if (const auto* m = std::get_if<report::Metrics>(&message)) {  // reported once its step committed
     // Every worker of a fault-tolerant run is its node's first: process 0's speaks for the run.
-    if (options_.on_step && w.member && w.rank == 0)
+    if (options_.on_step && w.member && w.rank == 0 && m->step > reported_step_) {
+      reported_step_ = m->step;
       options_.on_step(
           StepProgress{m->step, m->loss, m->grad_norm, m->lr, m->skipped, m->seconds, m->data_wait_s, m->data_load_s});
+    }
     if (w.member) w.lines.push_back(line);
   } else if (const auto* m = std::get_if<report::StepTime>(&message)) {
     w.step_s.at(m->step) = m->seconds;
@@ -463,7 +521,11 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
   if (finishing_ || !replanner_ || bug) throw Error("run failed:" + why);
   for (int n : nodes) down_.insert(n);
   const std::vector<int> lost(nodes.begin(), nodes.end());
-  const Replanned r = replanner_(lost, {});
+  // Nodes waiting to join (for their save) join with this re-plan.
+  for (int n : joining_) down_.erase(n);
+  const std::vector<int> back = std::move(joining_);
+  joining_.clear();
+  const Replanned r = replanner_(lost, back);
   if (!r.recovered) StopWithCheckpoint(r, why);
   Reconfigure(r, "failure", lost, detect_s, detected_at);
 }
@@ -474,6 +536,20 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
 void GenerationController::StopWithCheckpoint(const Replanned& r, const std::string& why) {
   const std::string& dir = checkpoint_root_;
   const std::string resume = fmt::format("`loom run --resume {}` goes on from there", dir);
+  const std::string last =
+      last_checkpoint_.empty()
+          ? std::string("no complete checkpoint was taken (--checkpoint-every K takes one every K steps)")
+          : fmt::format(
+                "the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes on from "
+                "there",
+                last_checkpoint_step_, last_checkpoint_, last_checkpoint_);
+  // A plan whose processes hold slices or shards: what the survivors hold is no whole state.
+  std::string sliced = WhyNoWholeLayers(model_, plan_g_);
+  if (sliced.empty() && workload_.precision == Precision::kFp16) sliced = "fp16's loss scale is not carried";
+  if (!sliced.empty() && last_checkpoint_step_ != committed_) {
+    throw Error(fmt::format("{}:{}\nthe survivors cannot save the state after {} step(s) ({}); {}", r.outcome, why,
+                            committed_, sliced, last));
+  }
   if (last_checkpoint_step_ == committed_) {  // a periodic save holds that state already
     throw Error(fmt::format("{}:{}\nthe state after {} step(s) is saved in {}; {}", r.outcome, why, committed_,
                             last_checkpoint_, resume));
@@ -521,14 +597,9 @@ void GenerationController::StopWithCheckpoint(const Replanned& r, const std::str
   if (!missing.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(staging, ec);  // the folder's earlier checkpoints stay as they were
-    throw Error(fmt::format(
-        "{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes{}; {}", r.outcome, why,
-        fmt::join(missing, ", "), failures.empty() ? "" : " (or not written:" + failures + ")",
-        last_checkpoint_.empty()
-            ? std::string("no complete checkpoint was taken (--checkpoint-every K takes one every K steps)")
-            : fmt::format("the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes on "
-                          "from there",
-                          last_checkpoint_step_, last_checkpoint_, last_checkpoint_)));
+    throw Error(fmt::format("{}:{}\nno survivor holds layer(s) {}: their state was lost with the failed nodes{}; {}",
+                            r.outcome, why, fmt::join(missing, ", "),
+                            failures.empty() ? "" : " (or not written:" + failures + ")", last));
   }
   try {
     weights::CommitRunCheckpoint(staging, dir, m, options_.keep_checkpoints);
@@ -566,32 +637,33 @@ void GenerationController::Advance(double now) {
   }
   ++committed_;
   step_started_ = now;
-  std::vector<int> back;  // nodes that come back before this step
-  for (const auto& j : options_.rejoins) {
-    if (j.step == committed_ && down_.count(j.node) && std::find(back.begin(), back.end(), j.node) == back.end()) {
-      back.push_back(j.node);
+  for (const auto& j : options_.rejoins) {  // nodes that come back before this step
+    if (j.step == committed_ && down_.count(j.node) &&
+        std::find(joining_.begin(), joining_.end(), j.node) == joining_.end()) {
+      joining_.push_back(j.node);
     }
   }
-  if (committed_ < options_.steps && !back.empty() && replanner_) {
-    for (int n : back) down_.erase(n);
-    const Replanned r = replanner_({}, back);
-    if (!r.recovered) {
-      throw Error(fmt::format("run failed: re-planning with node(s) {} back: {}", fmt::join(back, ", "), r.outcome));
-    }
-    Reconfigure(r, "join", back, 0, now);
+  // Nodes join now where the survivors hand their layers over, or the state
+  // of this step is saved already; else once the save this step starts with
+  // is complete (Run), so that the join restores it and loses no step.
+  const bool join = committed_ < options_.steps && !joining_.empty() && replanner_;
+  const bool copies = WhyNoWholeLayers(model_, plan_g_).empty() && workload_.precision != Precision::kFp16;
+  if (join && (copies || last_checkpoint_step_ == committed_)) {
+    Join(now);
     return;
   }
   finishing_ = committed_ == options_.steps;
   ControlCommand go{ControlCommand::Kind::kGo, committed_};
-  // Every --checkpoint-every steps, and with --checkpoint-dir at the end.
+  // Every --checkpoint-every steps, with --checkpoint-dir at the end, and before a join.
   const bool periodic = options_.checkpoint_every > 0 && committed_ % options_.checkpoint_every == 0;
   const bool at_end = finishing_ && !options_.checkpoint_root.empty();
-  if ((periodic || at_end) && committed_ > first_step_) {
+  if ((periodic || at_end || join) && committed_ > first_step_) {
     DropUnfinishedSave();  // a save a failure left incomplete
     saving_staging_ = weights::StageRunCheckpoint(checkpoint_root_, committed_);
     go.path = saving_staging_;
     saving_step_ = committed_;
     saved_by_.clear();
+    saving_loss_scale_.reset();
     saving_members_.clear();
     for (const FtWorker& w : workers_) {
       if (w.member) saving_members_[w.birth] = w.rank;
@@ -602,8 +674,19 @@ void GenerationController::Advance(double now) {
   }
 }
 
+void GenerationController::Join(double now) {
+  for (int n : joining_) down_.erase(n);
+  const std::vector<int> back = std::move(joining_);
+  joining_.clear();
+  const Replanned r = replanner_({}, back);
+  if (!r.recovered) {
+    throw Error(fmt::format("run failed: re-planning with node(s) {} back: {}", fmt::join(back, ", "), r.outcome));
+  }
+  Reconfigure(r, "join", back, 0, now);
+}
+
 RunResult GenerationController::Run() {
-  for (int p = 0; p < layout_.processes; ++p) Spawn(p / gpn_, p % gpn_, p, layout_.processes, first_step_);
+  for (int p = 0; p < layout_.processes; ++p) Spawn(p / gpn_, p % gpn_, p, layout_.processes, first_step_, true);
   worker_options_.resume_checkpoint.clear();  // later workers receive their layers from the survivors
   committed_ = first_step_;
   step_started_ = Now();
@@ -614,6 +697,7 @@ RunResult GenerationController::Run() {
     // A periodic checkpoint is complete once every worker wrote its layers
     // (checked first: a worker may die right after saying so).
     CompleteCheckpoint();
+    if (!joining_.empty() && last_checkpoint_step_ == committed_ && !finishing_) Join(now);  // its save is complete
     std::vector<FtWorker*> failed = FailedMembers(now);
     if (finishing_ && failed.empty() && AllMembersExited()) {
       if (saving_step_ >= 0) {
@@ -628,6 +712,10 @@ RunResult GenerationController::Run() {
       Advance(now);
     }
   }
+  // The run's directory (generation plans, checkpoints without --checkpoint-dir)
+  // is kept only where a failure names what is in it.
+  std::error_code ec;
+  std::filesystem::remove_all(run_dir_, ec);
   return Result();
 }
 

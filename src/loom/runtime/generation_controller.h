@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run.h"
+#include "loom/runtime/worker_message.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
 #include "loom/spec/workload.h"
@@ -55,9 +57,12 @@ struct FtWorker {
 class GenerationController {
  public:
   // Starts the store process (throws loom::Error when it cannot serve).
-  // `plan` is generation 0's, checked by the caller; the run starts at `first_step`.
+  // `plan` is generation 0's, checked by the caller, with its per-step
+  // `schedules` (a strategy's per-batch schedules; later generations run their
+  // plan's own compile); the run starts at `first_step`.
   GenerationController(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                       const RunOptions& options, const Replanner& replanner, int first_step);
+                       const std::vector<std::optional<IterationSchedule>>& schedules, const RunOptions& options,
+                       const Replanner& replanner, int first_step);
   ~GenerationController();
   GenerationController(const GenerationController&) = delete;
   GenerationController& operator=(const GenerationController&) = delete;
@@ -68,7 +73,17 @@ class GenerationController {
  private:
   ProcessLayout LayoutOf(const Plan& plan, const Cluster& cluster, int step) const;
   void StartStore();
-  void Spawn(int node, int local, int rank, int world, int step);
+  // `restores`: the worker starts from worker_options_.resume_checkpoint (or
+  // the initial state), not from what the survivors hand over.
+  void Spawn(int node, int local, int rank, int world, int step, bool restores);
+  // Whether the survivors can hand their state over whole from `from` to
+  // `to` (Oobleck's copy): both plans keep whole layers with their AdamW
+  // state in every process, no fp16 loss scale is to carry, and the
+  // survivors of generation `from` hold every trainable layer.
+  bool SurvivorsCanCopy(const Plan& to) const;
+  // A recovery that restores the last checkpoint (or the start): the steps
+  // after it are run again, their losses and metrics reported once.
+  void RollBack(int step);
   void Send(FtWorker& w, const ControlCommand& c);
   bool Reap(FtWorker& w, bool block);
   void StopEverything();
@@ -92,6 +107,8 @@ class GenerationController {
   // The step commits once every member finished it; then nodes rejoin, or
   // the next step starts (with a periodic checkpoint when one is due).
   void Advance(double now);
+  // The nodes in joining_ come back: re-planned with them, a new generation.
+  void Join(double now);
   // What an exited worker said last (it may have finished a periodic checkpoint).
   void Drain(FtWorker& w);
   void CompleteCheckpoint();
@@ -106,6 +123,7 @@ class GenerationController {
   const Workload& workload_;
   const RunOptions& options_;
   const Replanner& replanner_;
+  const std::vector<std::optional<IterationSchedule>>& schedules_;
   const int first_step_;
   const int gpn_;  // GPUs per node
   int port_ = 0;
@@ -128,16 +146,19 @@ class GenerationController {
   double step_started_ = 0;
   int pending_event_ = -1;  // the event whose recovery is not complete yet
   double event_began_ = 0;
-  std::set<int> down_;  // original nodes that failed and did not come back
+  std::set<int> down_;        // original nodes that failed and did not come back
+  std::vector<int> joining_;  // nodes due back, waiting for the save of the step they join at
   std::vector<double> loss_;
   std::vector<int> loss_reports_;
+  int reported_step_ = -1;  // the last step whose metrics went to options_.on_step
   RunResult out_;
   // Periodic checkpoints (weights/run_checkpoint.h).
   int saving_step_ = -1;               // one being written
   std::string saving_staging_;         // where its workers write it
   std::map<int, int> saving_members_;  // workers that write it: birth -> rank (their part's number)
   std::set<int> saved_by_;             // births of those done
-  std::string last_checkpoint_;
+  std::optional<report::Saved> saving_loss_scale_;  // fp16: the loss scale a worker saved with
+  std::string last_checkpoint_;                     // the newest complete checkpoint this run saved
   int last_checkpoint_step_ = -1;
 };
 

@@ -30,8 +30,8 @@ std::vector<Tie> MakeTies(const Model& model, const ExecutionPlan& exec, const P
     const int pe = place.ProcessOf(place.stage_rank[t.embedding_stage]);
     const int ph = place.ProcessOf(place.stage_rank[t.head_stage]);
     if (pe != place.process && ph != place.process) continue;
-    if (pe == place.process) t.tensors.push_back(local.stacks.at(t.embedding_stage)->EmbeddingTable());
-    if (ph == place.process) t.tensors.push_back(local.stacks.at(t.head_stage)->TiedHeadCopy());
+    if (pe == place.process) t.tensors.push_back(t.embedding = local.stacks.at(t.embedding_stage)->EmbeddingTable());
+    if (ph == place.process) t.tensors.push_back(t.head_copy = local.stacks.at(t.head_stage)->TiedHeadCopy());
     if (pe != ph) {
       t.group = maker.Make(fmt::format("tie{}.{}.{}.{}", t.embedding_stage, t.head_stage, place.replica, place.shard),
                            pe == place.process ? 0 : 1, 2);
@@ -39,6 +39,11 @@ std::vector<Tie> MakeTies(const Model& model, const ExecutionPlan& exec, const P
     ties.push_back(std::move(t));
   }
   return ties;
+}
+
+bool IsTiedHeadCopy(const std::string& name) {
+  const std::string suffix = ".tied_table";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool HoldsTied(const std::vector<Tie>& ties, const LocalStages& local, int v) {
@@ -72,9 +77,12 @@ std::vector<Segment> MakeSegments(const Model& model, const ExecutionPlan& exec,
     segments[k].group = maker.Make(fmt::format("seg{}", cg.id), static_cast<int>(at - members.begin()),
                                    static_cast<int>(members.size()));
   }
+  // A tied head's copy of the embedding is left out: pipelines whose head
+  // shares the embedding's stage have none, and it takes the embedding's
+  // summed gradient after the segments (OptimizerSteps::SumShared).
   for (const auto& [v, stack] : local.stacks) {
     for (const auto& item : stack->named_parameters()) {
-      if (!item.value().requires_grad()) continue;
+      if (!item.value().requires_grad() || IsTiedHeadCopy(item.key())) continue;
       segments[segment_of.at(LayerOfParam(model, item.key()))].params.push_back(item.value());
     }
   }
@@ -135,8 +143,12 @@ OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& pl
     tp_of_[v] = {place.MyTpRank(v), place.TpOf(v)};
   }
   std::map<const void*, int> extra_copies;
+  // With layer segments (Oobleck), the embedding counts once per segment
+  // member and a tied head's copy, a duplicate of it, not at all; else each
+  // of a tie's two copies counts half.
   for (const Tie& t : ties_) {
     for (const auto& x : t.tensors) extra_copies[x.unsafeGetTensorImpl()] = 2;
+    if (!segments_.empty() && t.head_copy.defined()) extra_copies[t.head_copy.unsafeGetTensorImpl()] = 0;
   }
   for (const Segment& seg : segments_) {
     if (!seg.group) continue;
@@ -153,7 +165,7 @@ OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& pl
       for (const auto& p : bucket) {
         const auto extra = extra_copies.find(p.unsafeGetTensorImpl());
         const int copies = dp_copies * tp_copies(v, p) * (extra == extra_copies.end() ? 1 : extra->second);
-        norm_terms_.push_back({p, 0, -1, 1.0 / copies});
+        if (copies > 0) norm_terms_.push_back({p, 0, -1, 1.0 / copies});
       }
     }
   }
@@ -208,6 +220,21 @@ void OptimizerSteps::SumShared() {
     AwaitRelease(flat);
     const auto parts = SplitLike(flat, seg.params);
     for (size_t i = 0; i < seg.params.size(); ++i) seg.params[i].mutable_grad().copy_(parts[i]);
+  }
+  // A tied head's copy, outside the segments, takes the embedding's gradient
+  // summed over every pipeline (the embedding's segment held each
+  // pipeline's embedding-plus-head sum).
+  if (segments_.empty()) return;
+  for (const Tie& t : ties_) {
+    if (!t.head_copy.defined() && !t.group) continue;
+    torch::NoGradGuard no_grad;
+    torch::Tensor sum = t.embedding.defined() && t.embedding.grad().defined() ? t.embedding.grad().clone()
+                                                                              : torch::zeros_like(t.tensors[0]);
+    if (t.group) {
+      AllReduceSum(*t.group, sum, abort_);
+      AwaitRelease(sum);
+    }
+    if (t.head_copy.defined()) t.head_copy.mutable_grad() = sum;
   }
 }
 

@@ -41,6 +41,7 @@ struct LocalStages {
 struct Tie {
   int embedding_stage = -1, head_stage = -1;
   std::vector<torch::Tensor> tensors;  // the copies this process holds
+  torch::Tensor embedding, head_copy;  // which of them is which (undefined: held elsewhere)
   Group group;                         // null: this process holds both
 };
 
@@ -58,6 +59,8 @@ std::vector<Tie> MakeTies(const Model& model, const ExecutionPlan& exec, const P
                           const LocalStages& local, const GroupMaker& maker);
 // Whether stage v holds a copy of a tied matrix.
 bool HoldsTied(const std::vector<Tie>& ties, const LocalStages& local, int v);
+// Whether a parameter name is a stage's copy of a tied embedding in its head ("{module}_{L}.tied_table").
+bool IsTiedHeadCopy(const std::string& name);
 // The layer segments of a plan with heterogeneous pipeline templates.
 std::vector<Segment> MakeSegments(const Model& model, const ExecutionPlan& exec, const ProcessPlace& place,
                                   const LocalStages& local, const GroupMaker& maker);

@@ -165,13 +165,6 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   CheckTrainingCheckpoints(model, workload, options);
   if (workload.precision == Precision::kFp16) {
     options.loss_scale.Validate();
-    // A fault-tolerant generation restores weights and AdamW state
-    // (training_state.h), not the loss scale and its trackers.
-    if (options.fault_tolerant) {
-      throw Error(
-          "--precision fp16 with --fault-tolerance: a recovered generation would restart its loss scale; "
-          "run fault-tolerant training in bf16 or fp32");
-    }
   }
   if (options.save_dir.empty()) return RunWorkers(model, cluster, workload, plan, options, schedules, replanner);
   // --save: checked before any worker starts, joined once every one finished.
@@ -193,15 +186,8 @@ namespace {
 RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
-  if (options.fault_tolerant) {
-    for (const auto& s : schedules) {
-      if (s) {
-        throw Error("--fault-tolerance: the strategy schedules every batch (" + plan.strategy +
-                    "); a re-planned run could not follow its schedules");
-      }
-    }
-    return runtime::RunFaultTolerant(model, cluster, workload, plan, options, replanner);
-  }
+  if (options.fault_tolerant)
+    return runtime::RunFaultTolerant(model, cluster, workload, plan, schedules, options, replanner);
   // Everything the runtime cannot run is an error before any process starts.
   const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0),
                                                          schedules.empty() || !schedules[0] ? nullptr : &*schedules[0]);

@@ -177,7 +177,7 @@ struct RunResult {
   std::vector<std::string> notes;  // what workers said about the run ("phase 0: 2 green context(s) ...")
   // A fault-tolerant run: what happened to its nodes, in order.
   struct NodeEvent {
-    int step = 0;              // the step replayed (failures) or started (joins)
+    int step = 0;              // the step the new generation starts at
     std::string kind;          // "failure" or "join"
     std::vector<int> nodes;    // the nodes lost or back
     std::string outcome;       // the re-planner's account
@@ -186,6 +186,11 @@ struct RunResult {
     double lost_s = 0;         // failure: work thrown away (the interrupted step's start to the failure) + recover_s
     int64_t copied_bytes = 0;  // layer state the new generation's workers received
     int processes = 0;         // the new generation's workers
+    // A recovery that restored a checkpoint instead of the survivors' copy:
+    // the checkpoint folder ("the start": the initial state) and the
+    // committed steps run again since it.
+    std::string restored_from;
+    int replayed_steps = 0;
   };
   std::vector<NodeEvent> events;
   int first_step = 0;   // > 0: resumed from a checkpoint

@@ -18,31 +18,24 @@
 
 namespace loom::runtime {
 
-void CheckFaultTolerable(const Model& model, const Plan& plan, const std::string& flag) {
-  auto refuse = [&](const std::string& why) {
-    throw Error(flag + ": " + why +
-                "; a fault-tolerant run keeps whole layers with their AdamW state in every pipeline (Oobleck's "
-                "premise: a survivor holds what a failed node held)");
-  };
-  if (plan.units.size() != 1) refuse(fmt::format("the plan has {} units; it runs one", plan.units.size()));
+std::string WhyNoWholeLayers(const Model& model, const Plan& plan) {
+  if (plan.units.size() != 1) return fmt::format("the plan has {} units", plan.units.size());
   const Unit& u = plan.units[0];
-  if (u.tp > 1 || u.cp > 1) refuse("tensor and context parallelism are not run fault-tolerantly yet");
+  bool tp = u.tp > 1;
   for (const auto& ps : u.pipelines) {
-    for (const auto& st : ps.stages) {
-      if (st.tp > 1) refuse("tensor parallelism is not run fault-tolerantly yet");
-    }
+    for (const auto& st : ps.stages) tp = tp || st.tp > 1;
   }
+  if (tp) return "tensor parallelism slices its layers";
+  if (u.cp > 1) return "context parallelism";  // whole layers, but not run under the copy yet
   if (u.zero_stage != 0) {
-    refuse(
-        fmt::format("unit {} shards its optimizer state over its replicas (zero_stage {}); fault tolerance needs "
-                    "zero_stage 0",
-                    u.name, u.zero_stage));
+    return fmt::format("unit {} shards its optimizer state over its replicas (zero_stage {})", u.name, u.zero_stage);
   }
   for (const auto& m : model.modules) {
     if (!m.layers.empty() && m.layers.back().kind == LayerKind::kLmHead && m.layers.back().tied) {
-      refuse(fmt::format("module {} ties its LM head to its embedding, which is not run fault-tolerantly yet", m.name));
+      return fmt::format("module {} ties its LM head to its embedding", m.name);
     }
   }
+  return "";
 }
 
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,

@@ -18,9 +18,11 @@ namespace loom::runtime {
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                                 const Batch& batch, const IterationSchedule* it = nullptr);
 
-// Throws loom::Error naming what keeps `plan` from running fault-tolerantly
-// (`loom run --fault-tolerance`): one unit, no TP or CP, zero_stage 0, no tied
-// head. `flag` begins the message: the flag that asked for fault tolerance.
-void CheckFaultTolerable(const Model& model, const Plan& plan, const std::string& flag = "--fault-tolerance");
+// Why a fault-tolerant run's survivors could not hand `plan`'s state over
+// whole after a failure (Oobleck §2.5's copy: every process holds whole layers
+// with their AdamW state), or "" when they can: one unit, no TP or CP,
+// zero_stage 0, no tied head. A plan that cannot is recovered by restoring
+// the last checkpoint instead (runtime/generation_controller.h).
+std::string WhyNoWholeLayers(const Model& model, const Plan& plan);
 
 }  // namespace loom::runtime

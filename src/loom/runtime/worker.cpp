@@ -24,6 +24,7 @@
 #include "loom/runtime/hf_save.h"
 #include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_groups.h"
+#include "loom/runtime/runnable_plan.h"
 #include "loom/runtime/step_executor.h"
 #include "loom/runtime/tensor_memory.h"
 #include "loom/runtime/torch_model.h"
@@ -42,6 +43,15 @@ struct Generation {
   c10::intrusive_ptr<c10d::Store> store;  // the run's store (its own process serves it)
   int id = 0;
   int first_step = 0;
+  // Where the generation starts: every worker restores `restore_from` (a
+  // checkpoint folder; "": the initial state), or the survivors hand over
+  // their whole layers (`carry`) and the others receive them.
+  bool restore = true;
+  std::string restore_from;
+  // Whether this generation's plan keeps whole layers in every process
+  // (runnable_plan.h WhyNoWholeLayers): only then does it snapshot each step
+  // and carry its state into the next generation.
+  bool whole_layers = false;
   // In: what this worker holds as of first_step (empty in generation 0). Out,
   // after an abort: what it holds as of the step the launcher's command names.
   TrainingState carry;
@@ -91,17 +101,19 @@ ExecutionPlan CompileStep(const WorkerSpec& spec, const ExecutionPlan& before, c
   return next;
 }
 
-// Generation 0 starts from the seed or a checkpoint (`loom run --resume`,
-// restored as any run restores it); a later one from what each worker held,
-// the layers it lacks received from a surviving holder (Oobleck §2.5's copy).
-void RestoreGeneration(const WorkerSpec& spec, Generation& gen, StepExecutor& executor, AbortFlag abort,
-                       const WorkerReports& reports) {
-  CheckFaultTolerable(*spec.model, *spec.plan);
-  std::map<std::string, torch::Tensor> needed;
-  for (auto& [name, p, o] : executor.Trainable()) needed[name] = p;
+// A generation starts from the initial state or a checkpoint (generation 0,
+// `loom run --resume`, or a recovery that restores the last checkpoint), or
+// from what each worker held, the layers it lacks received from a surviving
+// holder (Oobleck §2.5's copy).
+void RestoreGeneration(Generation& gen, StepExecutor& executor, AbortFlag abort, const WorkerReports& reports,
+                       const Model& model) {
   int64_t received = 0;
-  if (gen.id > 0) {
-    received = ExchangeState(executor.world(), *spec.model, gen.carry, needed, abort);
+  if (gen.restore) {
+    if (!gen.restore_from.empty()) executor.RestoreCheckpoint(weights::RunCheckpointReader(gen.restore_from));
+  } else {
+    std::map<std::string, torch::Tensor> needed;
+    for (auto& [name, p, o] : executor.Trainable()) needed[name] = p;
+    received = ExchangeState(executor.world(), model, gen.carry, needed, abort);
     for (auto& [name, p, o] : executor.Trainable()) RestoreParam(name, p, *o, gen.carry.at(name));
   }
   gen.carry.clear();
@@ -130,7 +142,14 @@ void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor,
   // worker's part, into the staging folder the launcher commits.
   if (const std::string dir = gen.control->CheckpointBefore(step + 1); !dir.empty()) {
     executor.SaveCheckpointPart(exec, dir + "/" + weights::PartFileName(spec.rank));
-    reports.Now(report::Saved{gen.id, step + 1});
+    report::Saved saved{gen.id, step + 1};
+    if (const LossScaler* scaler = executor.loss_scaler()) {
+      saved.has_loss_scale = true;
+      saved.loss_scale = scaler->scale();
+      saved.growth_tracker = scaler->growth_tracker();
+      saved.hysteresis_tracker = scaler->hysteresis_tracker();
+    }
+    reports.Now(saved);
   }
 }
 
@@ -152,6 +171,10 @@ void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor,
   const std::optional<ControlCommand> command = gen.control->Pending();
   if (!command || command->kind == ControlCommand::Kind::kExit) throw Error("runtime: the launcher is gone");
   if (!progress.restored || executor == nullptr) throw Reconfigure{};  // gen.carry is still the state as of first_step
+  if (!gen.whole_layers) {                                             // the next generation restores a checkpoint
+    gen.carry.clear();
+    throw Reconfigure{};
+  }
   // The state as of the command's step: the live one if this worker finished
   // every step before it, else the snapshot its step began with.
   const int c = command->step;
@@ -330,19 +353,18 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   std::unique_ptr<TensorMemoryCounter> tensor_memory;
   try {
     if (gen) {
-      RestoreGeneration(spec, *gen, executor, abort, reports);
+      gen->whole_layers =
+          WhyNoWholeLayers(*spec.model, *spec.plan).empty() && spec.workload->precision != Precision::kFp16;
+      RestoreGeneration(*gen, executor, abort, reports, *spec.model);
       progress.restored = true;
-    }
-    // `--resume D`: a fault-tolerant run's generation 0 as any run (later
-    // generations' workers are launched without it).
-    if ((!gen || gen->id == 0) && !spec.options.resume_checkpoint.empty()) {
+    } else if (!spec.options.resume_checkpoint.empty()) {  // `--resume D`
       executor.RestoreCheckpoint(weights::RunCheckpointReader(spec.options.resume_checkpoint));
     }
     tensor_memory = std::make_unique<TensorMemoryCounter>();
     for (int step = first_step; step < spec.options.steps; ++step) {
       if (spec.rank == spec.options.kill_rank && step == spec.options.kill_step) _exit(17);  // fault injection
       // Fault-tolerant: the state the step starts from, should it be replayed.
-      if (gen) {
+      if (gen && gen->whole_layers) {
         progress.snapshot = executor.CaptureLive();
         progress.snapshot_step = step;
       }
@@ -397,6 +419,8 @@ int RunGenerations(const WorkerSpec& first, int fd) {
   gen.store = MakeStore(first.options.master_addr, 0, 0, first.port, first.options.timeout_s, /*client_only=*/true);
   gen.id = first.generation;
   gen.first_step = first.first_step;
+  gen.restore = first.restores;
+  gen.restore_from = first.options.resume_checkpoint;
   WorkerSpec spec = first;
   Plan plan = *first.plan;
   Cluster cluster = *first.cluster;
@@ -420,6 +444,9 @@ int RunGenerations(const WorkerSpec& first, int fd) {
     gen.commanded = std::chrono::steady_clock::now();
     gen.id = c.generation;
     gen.first_step = c.step;
+    gen.restore = c.restore;
+    gen.restore_from = c.restore_from;
+    spec.schedules = nullptr;  // a re-planned generation runs its plan's own compile
     plan = LoadPlan(c.path);
     cluster.nodes = c.nodes;
     spec.rank = c.rank;

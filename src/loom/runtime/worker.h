@@ -26,11 +26,14 @@ struct WorkerSpec {
   int port = 0;
   // A fault-tolerant run (runtime/fault_tolerance.h): the launcher's commands
   // arrive on control_fd; `birth` names this worker for fault injection
-  // across generations; it starts in `generation` at `first_step`.
+  // across generations; it starts in `generation` at `first_step`, from
+  // options.resume_checkpoint (or the initial state) where `restores`, else
+  // (a later generation's fresh worker) from what the survivors hand over.
   int control_fd = -1;
   int birth = 0;
   int generation = 0;
   int first_step = 0;
+  bool restores = true;
 };
 
 // Runs the worker and reports to `report_fd` (runtime/worker_message.h's

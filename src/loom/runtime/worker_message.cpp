@@ -47,7 +47,11 @@ std::string Encode(const WorkerMessage& message) {
           [](const Heartbeat&) { return std::string("hb"); },
           [](const Ready& m) { return fmt::format("ready {} {:.17g} {}", m.generation, m.seconds, m.received_bytes); },
           [](const Done& m) { return fmt::format("done {} {}", m.generation, m.step); },
-          [](const Saved& m) { return fmt::format("saved {} {}", m.generation, m.step); },
+          [](const Saved& m) {
+            if (!m.has_loss_scale) return fmt::format("saved {} {}", m.generation, m.step);
+            return fmt::format("saved {} {} {:.17g} {} {}", m.generation, m.step, m.loss_scale, m.growth_tracker,
+                               m.hysteresis_tracker);
+          },
           [](const Stopped& m) { return fmt::format("stopped {}", m.step); },
           [](const Dying& m) { return fmt::format("dying {} {:.17g}", m.step, m.clock_s); },
       },
@@ -120,7 +124,14 @@ WorkerMessage Decode(const std::string& line) {
   if (kind == "done" || kind == "saved") {
     const int generation = in.Int(), step = in.Int();
     if (kind == "done") return Done{generation, step};
-    return Saved{generation, step};
+    Saved m{generation, step};
+    if (!in.Rest().empty()) {
+      m.has_loss_scale = true;
+      m.loss_scale = in.Number();
+      m.growth_tracker = in.Int();
+      m.hysteresis_tracker = in.Int();
+    }
+    return m;
   }
   if (kind == "stopped") return Stopped{in.Int()};
   if (kind == "dying") {

@@ -69,8 +69,12 @@ struct Ready {  // its generation's state is restored
 struct Done {  // it finished a step and waits for the release
   int generation = 0, step = 0;
 };
-struct Saved {  // its layers of a periodic checkpoint are written
+struct Saved {  // its part of a periodic checkpoint is written
   int generation = 0, step = 0;
+  // fp16: its dynamic loss scale then (every process holds the same), for the manifest.
+  bool has_loss_scale = false;
+  double loss_scale = 0;
+  int growth_tracker = 0, hysteresis_tracker = 0;
 };
 struct Stopped {  // it wrote its layers of a stop checkpoint
   int step = 0;
