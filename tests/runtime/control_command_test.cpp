@@ -17,7 +17,7 @@ TEST(ControlCommandFields, PathsKeepTheirSpaces) {
   using runtime::ParseCommand;
   EXPECT_EQ(ParseCommand("go 4").path, "");
   EXPECT_EQ(ParseCommand("go 4  /a b ").path, " /a b ");
-  const ControlCommand g = ParseCommand("gen 2 3 -1 5 4 /tmp/g 3.json");
+  const ControlCommand g = ParseCommand("gen 2 3 -1 5 4 -1 /tmp/g 3.json");
   EXPECT_EQ(g.kind, ControlCommand::Kind::kGeneration);
   EXPECT_EQ(g.generation, 2);
   EXPECT_EQ(g.step, 3);
@@ -25,6 +25,15 @@ TEST(ControlCommandFields, PathsKeepTheirSpaces) {
   EXPECT_EQ(g.world, 5);
   EXPECT_EQ(g.nodes, 4);
   EXPECT_EQ(g.path, "/tmp/g 3.json");
+  EXPECT_FALSE(g.restore);
+  // A restore: the plan path's length, then the checkpoint folder after one space.
+  const ControlCommand r = ParseCommand("gen 2 3 0 5 4 13 /tmp/g 3.json /ck pt/step-2 ");
+  EXPECT_TRUE(r.restore);
+  EXPECT_EQ(r.path, "/tmp/g 3.json");
+  EXPECT_EQ(r.restore_from, "/ck pt/step-2 ");
+  const ControlCommand start = ParseCommand("gen 2 3 0 5 4 13 /tmp/g 3.json");
+  EXPECT_TRUE(start.restore);
+  EXPECT_EQ(start.restore_from, "");
   EXPECT_EQ(ParseCommand("exit").kind, ControlCommand::Kind::kExit);
 }
 
@@ -36,7 +45,9 @@ TEST(ControlCommandFields, EachMalformedFieldIsNamed) {
   test::ExpectError([] { ParseCommand("gen 1 2 3 nan 5 /p"); }, {"has 'nan' where its world"});
   test::ExpectError([] { ParseCommand("gen 1 2 3 4"); }, {"lacks its nodes"});
   test::ExpectError([] { ParseCommand("gen 1 2 3 4 99999999999 /p"); }, {"where its nodes (an int) belongs"});
-  test::ExpectError([] { ParseCommand("gen 1 2 3 4 5"); }, {"'gen 1 2 3 4 5' lacks its path"});
+  test::ExpectError([] { ParseCommand("gen 1 2 3 4 5"); }, {"'gen 1 2 3 4 5' lacks its restore"});
+  test::ExpectError([] { ParseCommand("gen 1 2 3 4 5 -1"); }, {"'gen 1 2 3 4 5 -1' lacks its path"});
+  test::ExpectError([] { ParseCommand("gen 1 2 3 4 5 3 /p/q"); }, {"a plan path of 3 bytes, which its paths do not split at"});
   test::ExpectError([] { ParseCommand("stop 2"); }, {"lacks its path"});
   test::ExpectError([] { ParseCommand("exit now"); }, {"has fields after 'exit'"});
   test::ExpectError([] { ParseCommand(""); }, {"unknown control command ''"});
