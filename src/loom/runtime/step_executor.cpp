@@ -313,7 +313,7 @@ report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pa
   if (!norm.Finite()) {
     if (!training_.skip_nonfinite) {
       // (NaN printed without its sign: "-nan" says nothing more.)
-      throw Error(fmt::format(
+      throw OwnFailure(fmt::format(
           "training diverged at step {}: the loss is {} and the gradient norm {}; the run stops before that step "
           "changes any weight (lower --lr, check the data, or --skip-nonfinite to skip such steps)",
           step, std::isnan(norm.loss) ? std::nan("") : norm.loss, std::fabs(norm.grad_norm)));

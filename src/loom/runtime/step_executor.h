@@ -42,6 +42,15 @@ namespace loom::runtime {
 class FsdpLayers;
 
 // What the executor needs of its worker's options.
+// A failure of the worker's own, not a dead peer's consequence: a step whose
+// loss or gradient norm is not finite (without --skip-nonfinite; every process
+// raises it alike, from the same all-reduced norm), a checkpoint it cannot
+// restore. A fault-tolerant worker ends at once with it rather than waiting
+// for the launcher's command.
+struct OwnFailure : Error {
+  using Error::Error;
+};
+
 struct ExecutorOptions {
   int seed = 0;  // the workload's: every copy of a layer starts from the same weights
   TrainingOptions training;      // the learning-rate schedule, weight decay, clipping, non-finite steps

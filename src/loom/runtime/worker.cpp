@@ -109,7 +109,11 @@ void RestoreGeneration(Generation& gen, StepExecutor& executor, AbortFlag abort,
                        const Model& model) {
   int64_t received = 0;
   if (gen.restore) {
-    if (!gen.restore_from.empty()) executor.RestoreCheckpoint(weights::RunCheckpointReader(gen.restore_from));
+    try {
+      if (!gen.restore_from.empty()) executor.RestoreCheckpoint(weights::RunCheckpointReader(gen.restore_from));
+    } catch (const Error& e) {
+      throw OwnFailure(e.what());
+    }
   } else {
     std::map<std::string, torch::Tensor> needed;
     for (auto& [name, p, o] : executor.Trainable()) needed[name] = p;
@@ -158,6 +162,7 @@ void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor,
 // rethrows when there is no command.
 [[noreturn]] void HandOver(const WorkerSpec& spec, Generation& gen, StepExecutor* executor, Progress& progress,
                            const std::exception& e) {
+  if (dynamic_cast<const OwnFailure*>(&e) != nullptr) throw;  // every process ends alike, at once
   // A dead peer makes c10d fail here, often before the launcher's command
   // arrives: wait for it (the launcher notices within its heartbeat timeout).
   if (dynamic_cast<const Aborted*>(&e) == nullptr) {
