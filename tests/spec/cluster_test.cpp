@@ -40,11 +40,34 @@ TEST(Cluster, TestbedsMatchThePapers) {
 }
 
 TEST(Cluster, BadNamesAndSizesAreErrors) {
-  ExpectError([] { LoadCluster("h900:1x8"); }, {"unknown GPU 'h900'", "a40, a800, h800, h100, h200"});
+  ExpectError([] { LoadCluster("h900:1x8"); },
+              {"unknown GPU 'h900'", "a40, a800, h800, h100, h200, b200, gb200", "did you mean 'h800'?"});
   ExpectError([] { LoadCluster("h100:0x8"); }, {"must be >= 1"});
   ExpectError([] { LoadCluster("h100:-1x8"); }, {"must be >= 1"});
   ExpectError([] { LoadCluster("h100:2x32"); }, {"at most 16 GPUs per node"});
+  ExpectError([] { LoadCluster("gb200:1x73"); }, {"at most 72 GPUs per node (an NVL72 rack)"});
   ExpectError([] { LoadCluster("big-cluster"); }, {"GPU:NODESxPER_NODE", "mosaic-testbed"});
+  // A name close to a valid one is suggested.
+  ExpectError([] { LoadCluster("H100:2x8"); }, {"unknown cluster 'H100:2x8'", "did you mean 'h100:2x8'?"});
+  ExpectError([] { LoadCluster("mosaic-testbd"); }, {"did you mean 'mosaic-testbed'?"});
+}
+
+// Blackwell GPUs by their datasheets (per GPU: the HGX B200 board's totals / 8,
+// the GB200 NVL72 rack's / 72; dense = the "with sparsity" figures / 2).
+TEST(Cluster, BlackwellGpusHaveTheirDatasheetNumbers) {
+  const Cluster b200 = LoadCluster("b200:2x8");
+  EXPECT_DOUBLE_EQ(b200.gpu.peak_flops, 36e15 / 8 / 2);  // FP16/BF16 36 PFLOPS with sparsity
+  EXPECT_DOUBLE_EQ(b200.gpu.hbm_bytes_per_s, 64e12 / 8);
+  EXPECT_EQ(b200.gpu.mem_bytes, 1440'000'000'000 / 8);
+  EXPECT_DOUBLE_EQ(b200.gpu.nvlink_bytes_per_s, 1.8e12 / 2);
+  EXPECT_EQ(b200.nvlink_domain, 8);
+  const Cluster gb200 = LoadCluster("gb200:2x72");
+  EXPECT_DOUBLE_EQ(gb200.gpu.peak_flops, 360e15 / 72 / 2);
+  EXPECT_DOUBLE_EQ(gb200.gpu.peak_fp32_flops, 5760e12 / 72);
+  EXPECT_DOUBLE_EQ(gb200.gpu.hbm_bytes_per_s, 576e12 / 72);
+  EXPECT_EQ(gb200.nvlink_domain, 72);  // the rack is one NVLink domain
+  EXPECT_DOUBLE_EQ(gb200.LinkForSpan(72).bytes_per_s, 900e9);
+  EXPECT_EQ(gb200.num_gpus(), 144);
 }
 
 TEST(Cluster, YamlFileOverridesTheServerDefaults) {
@@ -64,8 +87,8 @@ nic_Gbps: 100
   std::string bad =
       test::WriteTemp("bad_c.yaml", "cluster: x\ngpu: h100\nnodes: 2\ngpus_per_node: 4\nnvlink_domain: 3\n");
   test::ExpectError([&] { LoadCluster(bad); }, {"bad_c.yaml:5:", "nvlink_domain", "must divide gpus_per_node (4)"});
-  std::string gpu = test::WriteTemp("gpu_c.yaml", "cluster: x\ngpu: b200\nnodes: 1\ngpus_per_node: 8\n");
-  test::ExpectError([&] { LoadCluster(gpu); }, {"gpu_c.yaml:2:", "unknown GPU 'b200'"});
+  std::string gpu = test::WriteTemp("gpu_c.yaml", "cluster: x\ngpu: b300\nnodes: 1\ngpus_per_node: 8\n");
+  test::ExpectError([&] { LoadCluster(gpu); }, {"gpu_c.yaml:2:", "unknown GPU 'b300'", "did you mean 'b200'?"});
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <vector>
 
@@ -48,6 +50,20 @@ void CheckOutputs(CLI::App& command) {
   std::error_code ec;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const PathFlag& out = outputs[i];
+    // Before any work: an output that cannot be written is found now, not
+    // after a search of minutes (the file itself is written atomically later).
+    if (KindOfPath(out.path) == PathKind::kDirectory) {
+      throw loom::Error(fmt::format("{} {}: is a folder; give a file name", out.flag, out.path));
+    }
+    const fs::path parent = fs::path(out.path).parent_path().empty() ? fs::path(".") : fs::path(out.path).parent_path();
+    if (KindOfPath(parent.string()) != PathKind::kDirectory) {
+      throw loom::Error(fmt::format("{} {}: its folder {} does not exist; create it or choose another", out.flag,
+                                    out.path, parent.string()));
+    }
+    if (access(parent.c_str(), W_OK) != 0) {
+      throw loom::Error(
+          fmt::format("{} {}: its folder {} is not writable; choose another", out.flag, out.path, parent.string()));
+    }
     for (const PathFlag& in : inputs) {
       if (fs::equivalent(out.path, in.path, ec)) {
         throw loom::Error(fmt::format("{} {}: is also {}, an input of this command; no output overwrites an input: "

@@ -13,8 +13,9 @@ namespace loom::cli {
 // marked kOutputFile (flag_checks.h) that was given must name a file that
 // is none of the command's inputs (any other option whose value names an
 // existing file or folder: --model, --plan, --failures, --data, ...) and
-// that no other output names. Throws loom::Error naming both flags and the
-// file. Dispatch calls it before the command runs, so nothing is lost.
+// that no other output names, and whose folder exists and is writable.
+// Throws loom::Error naming the flag and the file (both flags where two
+// collide). Dispatch calls it before the command runs, so nothing is lost.
 void CheckOutputs(CLI::App& command);
 
 // Writes `text` to `path` atomically (atomic_file.h: a failed write, a full

@@ -221,6 +221,14 @@ void WorkerControl::Monitor() {
         continue;
       }
       std::lock_guard<std::mutex> lock(mu_);
+      // A new generation starts at c.step, which may be before what was
+      // released (a recovery that restores a checkpoint rolls back): later
+      // steps wait for their release again, and saves asked for after c.step
+      // are the old generation's.
+      if (c.kind == ControlCommand::Kind::kGeneration || c.kind == ControlCommand::Kind::kStop) {
+        released_ = c.step;
+        checkpoints_.erase(checkpoints_.upper_bound(c.step), checkpoints_.end());
+      }
       pending_ = c;
       abort = true;
       if (interrupt_) interrupt_();

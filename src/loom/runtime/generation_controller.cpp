@@ -283,6 +283,7 @@ void GenerationController::CompleteCheckpoint() {
 
 bool GenerationController::SurvivorsCanCopy(const Plan& to) const {
   if (workload_.precision == Precision::kFp16) return false;  // the loss scale is in checkpoints only
+  if (pending_event_ >= 0) return false;  // a generation not ready yet: its fresh workers hold nothing
   if (!WhyNoWholeLayers(model_, plan_g_).empty() || !WhyNoWholeLayers(model_, to).empty()) return false;
   const ExecutionPlan exec =
       CompileForRuntime(model_, cluster_g_, workload_, plan_g_, DrawBatch(workload_, committed_));
@@ -434,13 +435,14 @@ void GenerationController::Handle(FtWorker& w, const std::string& line) {
   } else if (const auto* m = std::get_if<report::Dying>(&message)) {
     w.dying_at = m->clock_s;
   } else if (const auto* m = std::get_if<report::Loss>(&message)) {  // reported once its step committed
+    if (m->step >= committed_) return;  // a step a rollback undid (RollBack): it is run, and reported, again
     loss_.at(m->step) += m->value;
     ++loss_reports_.at(m->step);
     // A diverged run stops at once (the controller's end stops every worker).
     if (const std::string why = Divergence(loss_, loss_reports_, {}); !why.empty()) throw Error(why);
   } else if (const auto* m = std::get_if<report::Metrics>(&message)) {  // reported once its step committed
     // Every worker of a fault-tolerant run is its node's first: process 0's speaks for the run.
-    if (options_.on_step && w.member && w.rank == 0 && m->step > reported_step_) {
+    if (options_.on_step && w.member && w.rank == 0 && m->step > reported_step_ && m->step < committed_) {
       reported_step_ = m->step;
       options_.on_step(
           StepProgress{m->step, m->loss, m->grad_norm, m->lr, m->skipped, m->seconds, m->data_wait_s, m->data_load_s});
@@ -518,14 +520,22 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
     w->report_fd = w->control_fd = -1;
     w->member = false;
   }
+  // A save some failed member had not written cannot complete.
+  if (saving_step_ >= 0) {
+    for (const auto& [birth, rank] : saving_members_) {
+      if (!saved_by_.count(birth)) {
+        DropUnfinishedSave();
+        break;
+      }
+    }
+  }
   if (finishing_ || !replanner_ || bug) throw Error("run failed:" + why);
   for (int n : nodes) down_.insert(n);
   const std::vector<int> lost(nodes.begin(), nodes.end());
-  // Nodes waiting to join (for their save) join with this re-plan.
-  for (int n : joining_) down_.erase(n);
-  const std::vector<int> back = std::move(joining_);
-  joining_.clear();
-  const Replanned r = replanner_(lost, back);
+  // Nodes waiting to join (for their save) are in the replanner's nodes
+  // already: they join with this re-plan, as fresh workers.
+  joining_.reset();
+  const Replanned r = replanner_(lost, {});
   if (!r.recovered) StopWithCheckpoint(r, why);
   Reconfigure(r, "failure", lost, detect_s, detected_at);
 }
@@ -536,13 +546,19 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
 void GenerationController::StopWithCheckpoint(const Replanned& r, const std::string& why) {
   const std::string& dir = checkpoint_root_;
   const std::string resume = fmt::format("`loom run --resume {}` goes on from there", dir);
-  const std::string last =
-      last_checkpoint_.empty()
-          ? std::string("no complete checkpoint was taken (--checkpoint-every K takes one every K steps)")
-          : fmt::format(
-                "the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes on from "
-                "there",
-                last_checkpoint_step_, last_checkpoint_, last_checkpoint_);
+  std::string last;  // the checkpoint to go on from, if any
+  if (!last_checkpoint_.empty()) {
+    last =
+        fmt::format("the last complete checkpoint, after {} step(s), is {}: `loom run --resume {}` goes on from there",
+                    last_checkpoint_step_, last_checkpoint_, last_checkpoint_);
+  } else if (!options_.resume_checkpoint.empty()) {
+    last = fmt::format(
+        "no checkpoint was taken since the one this run resumed from, after {} step(s): `loom run --resume {}` goes "
+        "on from there",
+        first_step_, options_.resume_checkpoint);
+  } else {
+    last = "no complete checkpoint was taken (--checkpoint-every K takes one every K steps)";
+  }
   // A plan whose processes hold slices or shards: what the survivors hold is no whole state.
   std::string sliced = WhyNoWholeLayers(model_, plan_g_);
   if (sliced.empty() && workload_.precision == Precision::kFp16) sliced = "fp16's loss scale is not carried";
@@ -637,18 +653,25 @@ void GenerationController::Advance(double now) {
   }
   ++committed_;
   step_started_ = now;
-  for (const auto& j : options_.rejoins) {  // nodes that come back before this step
-    if (j.step == committed_ && down_.count(j.node) &&
-        std::find(joining_.begin(), joining_.end(), j.node) == joining_.end()) {
-      joining_.push_back(j.node);
+  std::vector<int> back;  // nodes that come back before this step
+  for (const auto& j : options_.rejoins) {
+    if (j.step == committed_ && down_.count(j.node) && std::find(back.begin(), back.end(), j.node) == back.end()) {
+      back.push_back(j.node);
     }
   }
-  // Nodes join now where the survivors hand their layers over, or the state
-  // of this step is saved already; else once the save this step starts with
-  // is complete (Run), so that the join restores it and loses no step.
-  const bool join = committed_ < options_.steps && !joining_.empty() && replanner_;
-  const bool copies = WhyNoWholeLayers(model_, plan_g_).empty() && workload_.precision != Precision::kFp16;
-  if (join && (copies || last_checkpoint_step_ == committed_)) {
+  if (committed_ < options_.steps && !back.empty() && replanner_) {
+    for (int n : back) down_.erase(n);
+    Replanned r = replanner_({}, back);
+    if (!r.recovered) {
+      throw Error(fmt::format("run failed: re-planning with node(s) {} back: {}", fmt::join(back, ", "), r.outcome));
+    }
+    joining_ = Joining{std::move(r), back};
+  }
+  // Nodes join now where the survivors can hand their layers over to the new
+  // plan, or the state of this step is saved already; else once the save this
+  // step starts with is complete (Run), so that the join restores it and no
+  // committed step is run again.
+  if (joining_ && (SurvivorsCanCopy(joining_->replanned.plan) || last_checkpoint_step_ == committed_)) {
     Join(now);
     return;
   }
@@ -657,7 +680,7 @@ void GenerationController::Advance(double now) {
   // Every --checkpoint-every steps, with --checkpoint-dir at the end, and before a join.
   const bool periodic = options_.checkpoint_every > 0 && committed_ % options_.checkpoint_every == 0;
   const bool at_end = finishing_ && !options_.checkpoint_root.empty();
-  if ((periodic || at_end || join) && committed_ > first_step_) {
+  if ((periodic || at_end || joining_) && committed_ > first_step_) {
     DropUnfinishedSave();  // a save a failure left incomplete
     saving_staging_ = weights::StageRunCheckpoint(checkpoint_root_, committed_);
     go.path = saving_staging_;
@@ -675,14 +698,9 @@ void GenerationController::Advance(double now) {
 }
 
 void GenerationController::Join(double now) {
-  for (int n : joining_) down_.erase(n);
-  const std::vector<int> back = std::move(joining_);
-  joining_.clear();
-  const Replanned r = replanner_({}, back);
-  if (!r.recovered) {
-    throw Error(fmt::format("run failed: re-planning with node(s) {} back: {}", fmt::join(back, ", "), r.outcome));
-  }
-  Reconfigure(r, "join", back, 0, now);
+  const Joining j = std::move(*joining_);
+  joining_.reset();
+  Reconfigure(j.replanned, "join", j.nodes, 0, now);
 }
 
 RunResult GenerationController::Run() {
@@ -697,7 +715,7 @@ RunResult GenerationController::Run() {
     // A periodic checkpoint is complete once every worker wrote its layers
     // (checked first: a worker may die right after saying so).
     CompleteCheckpoint();
-    if (!joining_.empty() && last_checkpoint_step_ == committed_ && !finishing_) Join(now);  // its save is complete
+    if (joining_ && last_checkpoint_step_ == committed_ && !finishing_) Join(now);  // its save is complete
     std::vector<FtWorker*> failed = FailedMembers(now);
     if (finishing_ && failed.empty() && AllMembersExited()) {
       if (saving_step_ >= 0) {
@@ -713,7 +731,7 @@ RunResult GenerationController::Run() {
     }
   }
   // The run's directory (generation plans, checkpoints without --checkpoint-dir)
-  // is kept only where a failure names what is in it.
+  // is kept when the run fails: its message may name a checkpoint in it.
   std::error_code ec;
   std::filesystem::remove_all(run_dir_, ec);
   return Result();

@@ -107,7 +107,7 @@ class GenerationController {
   // The step commits once every member finished it; then nodes rejoin, or
   // the next step starts (with a periodic checkpoint when one is due).
   void Advance(double now);
-  // The nodes in joining_ come back: re-planned with them, a new generation.
+  // The nodes in joining_ come back: their re-plan's generation.
   void Join(double now);
   // What an exited worker said last (it may have finished a periodic checkpoint).
   void Drain(FtWorker& w);
@@ -147,7 +147,12 @@ class GenerationController {
   int pending_event_ = -1;  // the event whose recovery is not complete yet
   double event_began_ = 0;
   std::set<int> down_;        // original nodes that failed and did not come back
-  std::vector<int> joining_;  // nodes due back, waiting for the save of the step they join at
+  // Nodes due back, re-planned with, waiting for the save of the step they join at.
+  struct Joining {
+    Replanned replanned;
+    std::vector<int> nodes;
+  };
+  std::optional<Joining> joining_;
   std::vector<double> loss_;
   std::vector<int> loss_reports_;
   int reported_step_ = -1;  // the last step whose metrics went to options_.on_step

@@ -176,7 +176,8 @@ void CommitStep(const WorkerSpec& spec, Generation& gen, StepExecutor& executor,
   const std::optional<ControlCommand> command = gen.control->Pending();
   if (!command || command->kind == ControlCommand::Kind::kExit) throw Error("runtime: the launcher is gone");
   if (!progress.restored || executor == nullptr) throw Reconfigure{};  // gen.carry is still the state as of first_step
-  if (!gen.whole_layers) {                                             // the next generation restores a checkpoint
+  // The next generation restores a checkpoint: nothing to carry.
+  if (!gen.whole_layers || (command->kind == ControlCommand::Kind::kGeneration && command->restore)) {
     gen.carry.clear();
     throw Reconfigure{};
   }

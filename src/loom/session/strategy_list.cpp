@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 #include "loom/strategies/strategy.h"
 
@@ -22,8 +23,8 @@ std::vector<std::string> ParseStrategyList(const std::string& list, const std::s
     const size_t comma = list.find(',', begin);
     const std::string name = list.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
     if (StrategyDescription(name).empty()) {
-      throw Error(fmt::format("{}: unknown strategy '{}'; valid: {}, or all", flag, name,
-                              fmt::join(StrategyNames(true), ", ")));
+      throw Error(fmt::format("{}: unknown strategy '{}'; valid: {}, or all{}", flag, name,
+                              fmt::join(StrategyNames(true), ", "), DidYouMean(name, StrategyNames(true))));
     }
     if (std::find(names.begin(), names.end(), name) != names.end()) {
       throw Error(fmt::format("{}: {} is named twice; name each strategy once", flag, name));

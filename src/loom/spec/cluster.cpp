@@ -7,6 +7,7 @@
 #include <functional>
 #include <regex>
 
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 #include "loom/spec/yaml_reader.h"
 
@@ -46,7 +47,10 @@ Cluster Server(const std::string& gpu_name, int nodes, int per_node) {
     // HGX boards: NVSwitch across all GPUs, one NIC per GPU (rail-optimized).
     c.nvlink_domain = per_node;
     c.nics_per_node = per_node;
-    c.nic_bytes_per_s = (gpu_name == "h100" || gpu_name == "h200" ? 400 : 200) * kGbit;
+    // ConnectX-7 at 400 Gb/s per GPU on H100, H200, HGX B200 and GB200 NVL72 (a GB200
+    // "node" is an NVL72 rack: one NVLink domain of up to 72 GPUs).
+    const bool ndr = gpu_name == "h100" || gpu_name == "h200" || gpu_name == "b200" || gpu_name == "gb200";
+    c.nic_bytes_per_s = (ndr ? 400 : 200) * kGbit;
     if (gpu_name == "a800") {
       c.nics_per_node = 4;  // MMScale §7: 4x200 Gb/s RoCE per A800 node
     }
@@ -103,6 +107,8 @@ Link Cluster::LinkForSpan(int span) const {
   return network;
 }
 
+int MaxGpusPerNode(const std::string& gpu_name) { return gpu_name == "gb200" ? 72 : 16; }
+
 Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node) {
   if (nodes < 1 || gpus_per_node < 1) {
     throw Error(fmt::format("cluster {}:{}x{}: node and GPU counts must be >= 1", gpu_name, nodes, gpus_per_node));
@@ -111,9 +117,10 @@ Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node) {
     throw Error(fmt::format("cluster {}:{}x{}: at most {} nodes ({} GPUs of 16 per node)", gpu_name, nodes,
                             gpus_per_node, kMaxNodes, kMaxNodes * 16));
   }
-  if (gpus_per_node > 16) {
-    throw Error(
-        fmt::format("cluster {}:{}x{}: at most 16 GPUs per node (servers hold 1-16)", gpu_name, nodes, gpus_per_node));
+  if (gpus_per_node > MaxGpusPerNode(gpu_name)) {
+    throw Error(fmt::format("cluster {}:{}x{}: at most {} GPUs per node ({})", gpu_name, nodes, gpus_per_node,
+                            MaxGpusPerNode(gpu_name),
+                            gpu_name == "gb200" ? "an NVL72 rack" : "servers hold 1-16; gb200 racks 1-72"));
   }
   return Server(gpu_name, nodes, gpus_per_node);
 }
@@ -138,7 +145,7 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
   if (!doc.Has("nodes")) doc.PositiveInt("nodes");  // says it is missing
   if (!doc.Has("gpus_per_node")) doc.PositiveInt("gpus_per_node");
   int nodes = static_cast<int>(doc.PositiveIntAtMost("nodes", 0, kMaxNodes));
-  int per_node = static_cast<int>(doc.PositiveIntAtMost("gpus_per_node", 0, 16));
+  int per_node = static_cast<int>(doc.PositiveIntAtMost("gpus_per_node", 0, MaxGpusPerNode(gpu_name)));
   Cluster c = Server(gpu_name, nodes, per_node);
   c.name = name;
   c.description = doc.String("description", "");
@@ -196,10 +203,20 @@ Cluster LoadCluster(const std::string& name_or_path) {
   for (const auto& t : TestbedNames()) {
     beds += ", " + t;
   }
+  // A shape whose GPU is misspelt ("H100:2x8") is suggested with the GPU's name.
+  std::string suggestion = ClosestName(name_or_path, TestbedNames());
+  static const std::regex any_case(R"(^([A-Za-z0-9]+):(-?[0-9]+)x(-?[0-9]+)$)");
+  if (std::smatch s; suggestion.empty() && std::regex_match(name_or_path, s, any_case)) {
+    std::vector<std::string> gpus;
+    for (const auto& g : BuiltinGpus()) gpus.push_back(g.name);
+    if (const std::string gpu = ClosestName(s[1], gpus); !gpu.empty()) {
+      suggestion = fmt::format("{}:{}x{}", gpu, s[2].str(), s[3].str());
+    }
+  }
   throw Error(
       fmt::format("unknown cluster '{}': write GPU:NODESxPER_NODE (e.g. h800:8x8), a "
-                  "testbed name{}, or a path to a cluster YAML file",
-                  name_or_path, beds));
+                  "testbed name{}, or a path to a cluster YAML file{}",
+                  name_or_path, beds, suggestion.empty() ? "" : "; did you mean '" + suggestion + "'?"));
 }
 
 }  // namespace loom

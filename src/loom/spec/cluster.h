@@ -60,13 +60,17 @@ struct Cluster {
 // interconnect, a named testbed, or a YAML file. Throws loom::Error otherwise.
 Cluster LoadCluster(const std::string& name_or_path);
 Cluster ParseCluster(const std::string& yaml_text, const std::string& file);
-// The GPU's typical server (DGX/HGX for H*, A800; 4x A40 with NVLink pairs) at
+// The GPU's typical server (DGX/HGX for H*, A800, B200; a GB200 NVL72 rack; 4x
+// A40 with NVLink pairs) at
 // the given size. Throws loom::Error when a count is < 1.
 // The largest cluster Loom plans: 65,536 nodes (a million GPUs), so GPU counts
 // and their products with small factors stay inside an int.
 constexpr int kMaxNodes = 65536;
 constexpr double kDefaultMemHeadroomFraction = 0.025;
 Cluster MakeCluster(const std::string& gpu_name, int nodes, int gpus_per_node);
+// GPUs a node of `gpu_name` holds at most: 16 for servers, 72 for a GB200 NVL72
+// rack (Loom's "node" there is the rack: one NVLink domain).
+int MaxGpusPerNode(const std::string& gpu_name);
 // Named testbeds of the seed papers' evaluations (docs/clusters.md).
 std::vector<std::string> TestbedNames();
 

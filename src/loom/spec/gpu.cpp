@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 
 namespace loom {
@@ -27,6 +28,17 @@ const std::vector<GpuSpec>& BuiltinGpus() {
       {"h100", 989.4 * kT, 3350 * kG, 80 * kGiB, 132, 450 * kG, 64 * kG, 494.7 * kT, 66.9 * kT},
       // H200 SXM 141GB HBM3e.
       {"h200", 989.4 * kT, 4800 * kG, 141 * int64_t{1000000000}, 132, 450 * kG, 64 * kG, 494.7 * kT, 66.9 * kT},
+      // B200 in an HGX B200 board (NVIDIA HGX datasheet, per GPU = the 8-GPU totals / 8,
+      // dense = the "with sparsity" figures / 2): BF16 18 PF / 8, TF32 9 PF / 8, FP32
+      // 600 TF / 8; HBM3e 1.44 TB / 8 = 180 GB at 64 TB/s / 8; NVLink 5 1.8 TB/s both
+      // ways; 148 SMs; PCIe 5.0 to the host.
+      {"b200", 2250 * kT, 8000 * kG, 180 * int64_t{1000000000}, 148, 900 * kG, 64 * kG, 1125 * kT, 75 * kT},
+      // GB200 in a GB200 NVL72 rack (its datasheet, per GPU = the rack's totals / 72, dense
+      // = "with sparsity" / 2): BF16 360 PF / 72 / 2, TF32 180 PF / 72 / 2, FP32 5,760 TF /
+      // 72; HBM3e 13.4 TB / 72 = 186 GB at 576 TB/s / 72; NVLink 5 130 TB/s / 72 both ways,
+      // one NVLink domain over the 72; NVLink-C2C to its Grace CPU (900 GB/s both ways) as
+      // the host link; SMs as B200's.
+      {"gb200", 2500 * kT, 8000 * kG, 186 * int64_t{1000000000}, 148, 900 * kG, 450 * kG, 1250 * kT, 80 * kT},
   };
   return gpus;
 }
@@ -51,13 +63,15 @@ GpuSpec AtPrecision(GpuSpec gpu, Precision precision) {
 
 const GpuSpec& FindGpu(const std::string& name) {
   std::string valid;
+  std::vector<std::string> names;
   for (const auto& g : BuiltinGpus()) {
     if (g.name == name) {
       return g;
     }
     valid += (valid.empty() ? "" : ", ") + g.name;
+    names.push_back(g.name);
   }
-  throw Error(fmt::format("unknown GPU '{}'; valid: {}", name, valid));
+  throw Error(fmt::format("unknown GPU '{}'; valid: {}{}", name, valid, DidYouMean(name, names)));
 }
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "loom/did_you_mean.h"
 #include "loom/path_kind.h"
 #include "loom/spec/hf_config.h"
 #include "loom/spec/yaml_reader.h"
@@ -722,9 +723,9 @@ Model LoadModel(const std::string& name_or_path) {
     names += (names.empty() ? "" : ", ") + n;
   }
   throw Error(
-      fmt::format("unknown model '{}': not a built-in name and no such file; "
+      fmt::format("unknown model '{}': not a built-in name and no such file{}; "
                   "built-in models: {}",
-                  name_or_path, names));
+                  name_or_path, DidYouMean(name_or_path, ZooModelNames()), names));
 }
 
 }  // namespace loom

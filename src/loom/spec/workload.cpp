@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 #include "loom/spec/model.h"
 #include "loom/spec/yaml_reader.h"
@@ -145,7 +146,8 @@ Workload LoadWorkload(const std::string& name_or_path) {
   for (const auto& n : WorkloadNames()) {
     names += (names.empty() ? "" : ", ") + n;
   }
-  throw Error(fmt::format("unknown workload '{}': not a built-in name ({}) and no such file", name_or_path, names));
+  throw Error(fmt::format("unknown workload '{}': not a built-in name ({}) and no such file{}", name_or_path, names,
+                          DidYouMean(name_or_path, WorkloadNames())));
 }
 
 }  // namespace loom

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "loom/data/sample_source.h"
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 #include "loom/strategies/registry.h"
 
@@ -16,7 +17,8 @@ namespace {
 const StrategyInfo& Find(const std::string& name) {
   const StrategyInfo* e = FindStrategy(name);
   if (e == nullptr) {
-    throw Error(fmt::format("unknown strategy '{}'; valid: {}, or all", name, fmt::join(StrategyNames(true), ", ")));
+    throw Error(fmt::format("unknown strategy '{}'; valid: {}, or all{}", name, fmt::join(StrategyNames(true), ", "),
+                            DidYouMean(name, StrategyNames(true))));
   }
   return *e;
 }

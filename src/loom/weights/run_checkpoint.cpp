@@ -340,10 +340,17 @@ RunCheckpointReader::RunCheckpointReader(const std::string& folder) : folder_(fo
       // A whole tensor written by several processes (a fault-tolerant run's
       // survivors holding the same layer write identical copies): the first.
       std::vector<Piece>& pieces = pieces_[t.name];
-      const bool duplicate = !p.ranged && p.count == 1 && std::any_of(pieces.begin(), pieces.end(), [](const Piece& q) {
-        return !q.ranged && q.count == 1;
-      });
-      if (!duplicate) pieces.push_back(p);
+      const auto whole =
+          std::find_if(pieces.begin(), pieces.end(), [](const Piece& q) { return !q.ranged && q.count == 1; });
+      if (!p.ranged && p.count == 1 && whole != pieces.end()) {
+        if (whole->shape != p.shape) {
+          throw Error(where + fmt::format(": a whole copy of shape [{}], where {} holds one of shape [{}]",
+                                          fmt::join(p.shape, ", "), whole->file->path(),
+                                          fmt::join(whole->shape, ", ")));
+        }
+        continue;
+      }
+      pieces.push_back(p);
     }
   }
 }
