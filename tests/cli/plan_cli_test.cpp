@@ -117,7 +117,8 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
     SCOPED_TRACE(name);
     ASSERT_EQ(s["batches"].size(), 3u);
     for (const auto& b : s["batches"]) EXPECT_EQ(b.contains("schedule"), name != "megatron");
-    auto [rc, rout] = LoomCli("simulate " + common + " --json --plan " + json + " --strategy " + name);
+    // The file records what it was planned on: --plan alone replays it (issue 43).
+    auto [rc, rout] = LoomCli("simulate --json --plan " + json + " --strategy " + name);
     ASSERT_EQ(rc, 0) << rout;
     const auto r = nlohmann::json::parse(rout);
     ASSERT_EQ(r["batches"].size(), 3u);
@@ -127,6 +128,18 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
     }
     EXPECT_DOUBLE_EQ(r["iteration_time_s"].get<double>(), s["iteration_time_s"].get<double>());
   }
+  EXPECT_EQ(j["problem"]["model"], "vlm-s");
+  EXPECT_EQ(j["problem"]["cluster"], "h800:2x8");
+  EXPECT_EQ(j["problem"]["global_batch"], 16);
+  // Without --plan, --model and --cluster are required.
+  auto [rc0, out0] = LoomCli("simulate --cluster h800:2x8 --tp 2");
+  EXPECT_EQ(rc0, 2);
+  EXPECT_NE(out0.find("--model is required"), std::string::npos) << out0;
+  // A bare plan records no problem: --model and --cluster are asked for.
+  const std::string bare = test::WriteTemp("simulate-bare.json", j["strategies"][0]["plan"].dump());
+  auto [rcb, outb] = LoomCli("simulate --plan " + bare);
+  EXPECT_EQ(rcb, 2);
+  EXPECT_NE(outb.find("records no problem"), std::string::npos) << outb;
   // A plan replayed on another workload, or a strategy the file lacks, is an error naming it.
   auto [rc1, out1] = LoomCli("simulate --model vlm-s --cluster h800:2x8 --workload text --global-batch 16 --plan " +
                              json + " --strategy megatron");

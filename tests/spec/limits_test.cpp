@@ -123,9 +123,16 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
       {"--strategy ''", "--strategy: empty"},
       {"--strategy megatron,megatron", "megatron is named twice"},
       {"--tp 3 --strategy megatron", "no candidate matched --tp 3 with the global batch 512 on 8 GPUs"},
-      {"--tp 2 --strategy fsdp", "strategy fsdp searches its own parallel degrees and takes no --tp / --pp / --dp pin"},
-      {"--pp 2 --strategy mmscale,distmm", "strategy distmm searches its own parallel degrees"},
+      {"--tp 2 --strategy fsdp",
+       "fsdp: not applicable: searches its own parallel degrees and takes no --tp / --pp "
+       "/ --dp pin"},
+      // Strategies with the same reason share one line.
+      {"--pp 2 --strategy mmscale,distmm", "mmscale, distmm: not applicable: searches its own parallel degrees"},
       {"--strategy megatron --json /dev/full", "--json /dev/full: writing failed: No space left on device"},
+      // Found before the search (issue 43: an unwritable --json was found only after it).
+      {"--strategy megatron --json /nonexistent/plans.json",
+       "--json /nonexistent/plans.json: its folder /nonexistent does not exist"},
+      {"--strategy megatron --report /tmp", "--report /tmp: is a folder; give a file name"},
       {"--strategy megatron --trace /dev/full", "/dev/full: writing failed: No space left on device"},
       {"--strategy megatron --report /dev/full", "--report /dev/full: writing failed: No space left on device"},
       {"--strategy megatron --workload " + test::WriteTemp("lim-missing.yaml",

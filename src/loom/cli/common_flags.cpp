@@ -39,9 +39,9 @@ Workload WorkloadFlags::ResolveOrDefault(const Model& model) const {
   return LoadWorkloadWithOverrides(model, name, Overrides());
 }
 
-void ProblemFlags::Add(CLI::App* app) {
-  app->add_option("--model", model, "built-in model name or YAML file")->required();
-  app->add_option("--cluster", cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required();
+void ProblemFlags::Add(CLI::App* app, bool required) {
+  app->add_option("--model", model, "built-in model name or YAML file")->required(required);
+  app->add_option("--cluster", cluster, "GPU:NODESxPER_NODE, testbed or YAML file")->required(required);
   app->add_option("--profile", profile, kProfileHelp);
   workload.Add(app);
 }

@@ -52,7 +52,8 @@ struct ProblemFlags {
   std::string profile = "default";
   WorkloadFlags workload;
 
-  void Add(CLI::App* app);
+  // `required`: --model and --cluster must be given (simulate --plan can take them from its file).
+  void Add(CLI::App* app, bool required = true);
   // The cluster priced by --profile's cost model.
   Cluster LoadPricedCluster() const { return LoadClusterWithProfile(cluster, profile); }
 };

@@ -19,6 +19,12 @@ const CLI::Validator kOutputFile(
     [](std::string& v) { return v.empty() ? std::string("a file name is required, got an empty one") : std::string(); },
     "FILE", kOutputValidatorName);
 
+const CLI::Validator kOutputFolder(
+    [](std::string& v) {
+      return v.empty() ? std::string("a folder name is required, got an empty one") : std::string();
+    },
+    "DIR", kOutputFolderValidatorName);
+
 const CLI::Validator kPositive(
     [](std::string& v) {
       try {

@@ -16,6 +16,9 @@ extern const CLI::Validator kFileName;     // a non-empty file name
 // also one of the command's inputs or another output (CheckOutputs).
 extern const CLI::Validator kOutputFile;
 inline constexpr const char* kOutputValidatorName = "output";
+// The same for a folder the command writes into (`loom run --save DIR`).
+extern const CLI::Validator kOutputFolder;
+inline constexpr const char* kOutputFolderValidatorName = "output-folder";
 extern const CLI::Validator kPositive;     // a finite number > 0
 extern const CLI::Validator kNotNegative;  // no leading '-'
 

@@ -19,11 +19,12 @@ namespace {
 
 struct PathFlag {
   std::string flag, path;
+  bool folder = false;  // an output folder (kOutputFolder), not a file
 };
 
-bool IsOutput(CLI::Option* option) {
+bool HasValidator(CLI::Option* option, const char* name) {
   try {
-    option->get_validator(kOutputValidatorName);
+    option->get_validator(name);
     return true;
   } catch (const CLI::OptionNotFound&) {
     return false;
@@ -37,11 +38,12 @@ void CheckOutputs(CLI::App& command) {
   std::vector<PathFlag> inputs, outputs;
   for (CLI::Option* option : command.get_options()) {
     if (option->count() == 0 || option->get_type_size() == 0) continue;  // not given, or a flag
-    const bool output = IsOutput(option);
+    const bool folder = HasValidator(option, kOutputFolderValidatorName);
+    const bool output = folder || HasValidator(option, kOutputValidatorName);
     for (const std::string& value : option->results()) {
       if (value.empty()) continue;
       if (output) {
-        outputs.push_back({option->get_name(), value});
+        outputs.push_back({option->get_name(), value, folder});
       } else if (KindOfPath(value) != PathKind::kNone) {
         inputs.push_back({option->get_name(), value});
       }
@@ -52,17 +54,21 @@ void CheckOutputs(CLI::App& command) {
     const PathFlag& out = outputs[i];
     // Before any work: an output that cannot be written is found now, not
     // after a search of minutes (the file itself is written atomically later).
-    if (KindOfPath(out.path) == PathKind::kDirectory) {
-      throw loom::Error(fmt::format("{} {}: is a folder; give a file name", out.flag, out.path));
-    }
-    const fs::path parent = fs::path(out.path).parent_path().empty() ? fs::path(".") : fs::path(out.path).parent_path();
-    if (KindOfPath(parent.string()) != PathKind::kDirectory) {
-      throw loom::Error(fmt::format("{} {}: its folder {} does not exist; create it or choose another", out.flag,
-                                    out.path, parent.string()));
-    }
-    if (access(parent.c_str(), W_OK) != 0) {
-      throw loom::Error(
-          fmt::format("{} {}: its folder {} is not writable; choose another", out.flag, out.path, parent.string()));
+    // A folder the command fills is checked by the command (what it may hold).
+    if (!out.folder) {
+      if (KindOfPath(out.path) == PathKind::kDirectory) {
+        throw loom::Error(fmt::format("{} {}: is a folder; give a file name", out.flag, out.path));
+      }
+      const fs::path parent =
+          fs::path(out.path).parent_path().empty() ? fs::path(".") : fs::path(out.path).parent_path();
+      if (KindOfPath(parent.string()) != PathKind::kDirectory) {
+        throw loom::Error(fmt::format("{} {}: its folder {} does not exist; create it or choose another", out.flag,
+                                      out.path, parent.string()));
+      }
+      if (access(parent.c_str(), W_OK) != 0) {
+        throw loom::Error(
+            fmt::format("{} {}: its folder {} is not writable; choose another", out.flag, out.path, parent.string()));
+      }
     }
     for (const PathFlag& in : inputs) {
       if (fs::equivalent(out.path, in.path, ec)) {

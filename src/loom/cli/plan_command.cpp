@@ -18,6 +18,7 @@
 #include "loom/cli/common_flags.h"
 #include "loom/cli/flag_checks.h"
 #include "loom/cli/output_file.h"
+#include "loom/cli/problem_record.h"
 #include "loom/cli/run_every_plan.h"
 #include "loom/cost/cost_model.h"
 #include "loom/error.h"
@@ -137,6 +138,7 @@ class PlanCommand : public Command {
     if (progress) std::cerr << "\r\033[K";
     std::cout << FormatComparison(cmp) << SmQuotaNote(cmp, cluster, problem_.profile);
     nlohmann::json plans_json = json_.empty() ? nlohmann::json() : ComparisonJson(cmp);
+    if (!json_.empty()) plans_json["problem"] = ProblemRecord(problem_);  // `loom simulate --plan` alone replays it
     if (run_) {
 #ifdef LOOM_HAVE_RUNTIME
       std::cout << "\n" << RunEveryPlan(model, cluster, workload, cmp, run_steps_, plans_json);
@@ -147,8 +149,12 @@ class PlanCommand : public Command {
 #endif
     }
     WriteOutputs(model, cmp, plans_json);
-    bool any = false;
-    for (const auto& o : cmp.outcomes) any = any || o.ok();
+    bool any = false, applies = false;
+    for (const auto& o : cmp.outcomes) {
+      any = any || o.ok();
+      applies = applies || !o.not_applicable;
+    }
+    if (!any && !applies) throw loom::Error("no strategy named applies here; see the reasons above");
     if (!any) throw loom::Error("no strategy found a plan that fits; see the reasons above");
   }
 

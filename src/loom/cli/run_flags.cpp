@@ -36,7 +36,7 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--save", save,
                   "write the trained weights as a Hugging Face model folder DIR (model.safetensors + config.json) "
                   "that transformers' from_pretrained loads; --model must be a Hugging Face folder or config.json")
-      ->check(kOutputFile);
+      ->check(kOutputFolder);
   run->add_option("--steps", steps, "training steps")->check(kPositive);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")
       ->check(RealIn(0, max_timeout_s));

@@ -12,6 +12,7 @@
 #include "loom/cli/common_flags.h"
 #include "loom/cli/flag_checks.h"
 #include "loom/cli/output_file.h"
+#include "loom/cli/problem_record.h"
 #include "loom/error.h"
 #include "loom/export/pytorch_schedule.h"
 #include "loom/pipeline/schedules.h"
@@ -33,7 +34,7 @@ class SimulateCommand : public Command {
   explicit SimulateCommand(CLI::App& app)
       : Command(app.add_subcommand("simulate", "simulate one iteration of the Megatron-LM layout")) {
     CLI::App* sub = subcommand();
-    problem_.Add(sub);
+    problem_.Add(sub, /*required=*/false);
     sub->add_option("--tp", cfg_.tp, "tensor parallel degree");
     sub->add_option("--pp", cfg_.pp, "pipeline parallel degree");
     dp_ = sub->add_option("--dp", cfg_.dp, "data parallel degree");
@@ -58,7 +59,8 @@ class SimulateCommand : public Command {
     CLI::Option* plan = sub->add_option(
         "--plan", plan_,
         "simulate a plan JSON file instead of flags; a `loom plan --json` output replays every batch "
-        "it was measured on, with its per-batch schedules");
+        "it was measured on, with its per-batch schedules, on the model, cluster and workload it records "
+        "unless flags say otherwise");
     // The layout flags describe a plan: beside --plan they would be ignored.
     for (const char* name : {"--tp", "--pp", "--dp", "--cp", "--vpp", "--microbatches", "--schedule", "--recompute"}) {
       sub->get_option(name)->excludes(plan);
@@ -68,8 +70,11 @@ class SimulateCommand : public Command {
 
   void Run() override {
     if (!plan_.empty()) {
+      FillFromRecord(problem_, plan_);
       RunPlanFile();
     } else {
+      if (problem_.model.empty()) throw loom::Error("--model is required (or --plan FILE of `loom plan --json`)");
+      if (problem_.cluster.empty()) throw loom::Error("--cluster is required (or --plan FILE of `loom plan --json`)");
       RunLayout();
     }
   }

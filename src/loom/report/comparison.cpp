@@ -18,8 +18,8 @@ std::string FormatComparison(const Comparison& c) {
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
     if (!o.ok()) {
-      t.AddRow({"", o.name, "no plan fits (see below)", "-", "-", "-", "-", "-", "-", "-",
-                fmt::format("{:.2f} s", o.planning_time_s), "-"});
+      t.AddRow({"", o.name, o.not_applicable ? "not applicable (see below)" : "no plan fits (see below)", "-", "-", "-",
+                "-", "-", "-", "-", fmt::format("{:.2f} s", o.planning_time_s), "-"});
       continue;
     }
     const double speedup = c.SpeedupOverMegatron(i);
@@ -59,8 +59,20 @@ std::string FormatComparison(const Comparison& c) {
                      : "");
     }
   }
+  // Why each strategy has no plan; strategies with the same reason on one line.
+  std::vector<std::pair<std::string, std::vector<std::string>>> reasons;  // "not applicable: why" -> names
   for (const auto& o : c.outcomes) {
-    if (!o.ok()) out += fmt::format("\n{}: {}\n", o.name, o.error);
+    if (o.ok()) continue;
+    const std::string why = (o.not_applicable ? "not applicable: " : "no plan fits: ") + o.error;
+    auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == why; });
+    if (it == reasons.end()) {
+      reasons.push_back({why, {o.name}});
+    } else {
+      it->second.push_back(o.name);
+    }
+  }
+  for (const auto& [why, names] : reasons) out += fmt::format("\n{}: {}\n", fmt::join(names, ", "), why);
+  for (const auto& o : c.outcomes) {
     if (o.overflow_batches > 0) {
       out += fmt::format("\n{} ! plans on batch 0 but overflows on {} later batch(es), first: {}\n", o.name,
                          o.overflow_batches, o.memory_violations.front());
@@ -76,6 +88,7 @@ nlohmann::json ComparisonJson(const Comparison& c) {
     nlohmann::json s = {{"name", o.name}, {"planning_time_s", o.planning_time_s}};
     if (!o.ok()) {
       s["error"] = o.error;
+      s["not_applicable"] = o.not_applicable;
     } else {
       s.update({{"config", o.result.config},
                 {"iteration_time_s", o.mean_iteration_time_s},

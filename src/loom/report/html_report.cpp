@@ -94,8 +94,8 @@ std::string BarChart(const Comparison& c) {
       svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="12">{:.3f} s{}</text>)", label_w + wmax + 6,
                          y + bar_h - 6, o.mean_iteration_time_s, s > 0 ? fmt::format("  ({:.2f}x megatron)", s) : "");
     } else {
-      svg += fmt::format(R"(<text x="{}" y="{}" font-size="12" fill="#b33">no plan fits</text>)", label_w + 4,
-                         y + bar_h - 6);
+      svg += fmt::format(R"(<text x="{}" y="{}" font-size="12" fill="#b33">{}</text>)", label_w + 4, y + bar_h - 6,
+                         o.not_applicable ? "not applicable" : "no plan fits");
     }
     y += bar_h + gap;
   }
@@ -186,8 +186,8 @@ std::string Table(const Comparison& c) {
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
     if (!o.ok()) {
-      h += fmt::format("<tr><td class=l>{}</td><td class=l colspan=10>no plan fits: {}</td></tr>", EscapeXml(o.name),
-                       EscapeXml(o.error));
+      h += fmt::format("<tr><td class=l>{}</td><td class=l colspan=10>{}: {}</td></tr>", EscapeXml(o.name),
+                       o.not_applicable ? "not applicable" : "no plan fits", EscapeXml(o.error));
       continue;
     }
     const double s = c.SpeedupOverMegatron(i);

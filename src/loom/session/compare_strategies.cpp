@@ -43,6 +43,9 @@ StrategyOutcome PlanAndTrain(const std::string& name, const Model& model, const 
   const auto t0 = std::chrono::steady_clock::now();
   try {
     o.result = RunStrategy(name, ctx);
+  } catch (const NotApplicable& e) {
+    o.error = e.what();
+    o.not_applicable = true;
   } catch (const Error& e) {
     o.error = e.what();
   }

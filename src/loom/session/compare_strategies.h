@@ -19,7 +19,8 @@ namespace loom {
 
 struct StrategyOutcome {
   std::string name;
-  std::string error;  // non-empty: the strategy found no plan
+  std::string error;            // non-empty: the strategy found no plan
+  bool not_applicable = false;  // with error: it does not apply here (strategies/strategy.h NotApplicable)
   StrategyResult result;
   double planning_time_s = 0;
   double batch_schedule_time_s = 0;       // mean per batch, for strategies that schedule each batch

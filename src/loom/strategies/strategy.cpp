@@ -45,10 +45,10 @@ StrategyResult RunStrategy(const std::string& name, const StrategyContext& ctx) 
     for (const auto& s : RegisteredStrategies()) {
       if (s.pinnable) pinnable.push_back(s.name);
     }
-    throw Error(
-        fmt::format("strategy {} searches its own parallel degrees and takes no --tp / --pp / --dp pin; "
-                    "strategies that do: {}",
-                    name, fmt::join(pinnable, ", ")));
+    throw NotApplicable(
+        fmt::format("searches its own parallel degrees and takes no --tp / --pp / --dp pin; strategies that "
+                    "do: {}",
+                    fmt::join(pinnable, ", ")));
   }
   return info.plan(ctx);
 }

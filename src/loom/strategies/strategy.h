@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "loom/data/sample.h"
+#include "loom/error.h"
 #include "loom/plan/plan.h"
 #include "loom/plan/plan_json.h"
 #include "loom/spec/cluster.h"
@@ -63,6 +64,14 @@ struct StrategyContext {
   bool prune = true;
   // Caches of the search (strategies/search/search_memo.h); a fresh one per context.
   std::shared_ptr<SearchMemo> memo = std::make_shared<SearchMemo>();
+};
+
+// A strategy that does not apply to this problem or these flags (a --tp pin
+// for a strategy that searches its own degrees, a model without the modules
+// it places), as opposed to one that applies and finds no plan that fits: the
+// comparison says which (report/comparison.h).
+struct NotApplicable : Error {
+  using Error::Error;
 };
 
 struct StrategyResult {

@@ -23,7 +23,8 @@ StrategyResult EncodersFirstStrategy(const StrategyContext& ctx) {
   for (const auto& b : waves.upstream_branches) encoders.insert(encoders.end(), b.begin(), b.end());
   llm.insert(llm.end(), waves.downstream.begin(), waves.downstream.end());
   if (encoders.empty() || llm.empty()) {
-    throw Error(fmt::format("megatron-encoders-first: model {} needs encoders before a backbone", ctx.model.name));
+    throw NotApplicable(
+        fmt::format("megatron-encoders-first: model {} needs encoders before a backbone", ctx.model.name));
   }
   // The model's execution order, which puts every encoder before the LLM.
   std::vector<std::string> order;

@@ -1,0 +1,73 @@
+#include "loom/cli/problem_record.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "loom/error.h"
+#include "loom/input_file.h"
+#include "loom/path_kind.h"
+
+namespace loom::cli {
+
+namespace {
+
+// A name as given, or an existing file's absolute path (the replay may run elsewhere).
+std::string Source(const std::string& arg) {
+  if (arg.empty() || KindOfPath(arg) == PathKind::kNone) return arg;
+  return std::filesystem::absolute(arg).lexically_normal().string();
+}
+
+template <class T>
+void Take(std::optional<T>& flag, const nlohmann::json& record, const char* key) {
+  if (!flag && record.contains(key) && !record.at(key).is_null()) flag = record.at(key).get<T>();
+}
+
+}  // namespace
+
+nlohmann::json ProblemRecord(const ProblemFlags& p) {
+  const WorkloadFlags& w = p.workload;
+  nlohmann::json j = {{"model", Source(p.model)},
+                      {"cluster", Source(p.cluster)},
+                      {"profile", Source(p.profile)},
+                      {"workload", Source(w.name)}};
+  if (w.global_batch) j["global_batch"] = *w.global_batch;
+  if (w.seed) j["seed"] = *w.seed;
+  if (w.seq_len) j["seq_len"] = *w.seq_len;
+  if (!w.precision.empty()) j["precision"] = w.precision;
+  if (w.zero_stage) j["zero_stage"] = *w.zero_stage;
+  return j;
+}
+
+void FillFromRecord(ProblemFlags& p, const std::string& path) {
+  if (!p.model.empty() && !p.cluster.empty()) return;  // given: the file is checked against them
+  nlohmann::json file;
+  try {
+    file = nlohmann::json::parse(ReadInputFile(path, "plan JSON", kMaxPlanBytes));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--plan {}: not JSON: {}", path, e.what()));
+  }
+  if (!file.is_object() || !file.contains("problem") || !file.at("problem").is_object()) {
+    throw Error(fmt::format(
+        "--plan {}: records no problem (a bare plan, or a `loom plan --json` file of an earlier loom); give "
+        "--model and --cluster",
+        path));
+  }
+  const nlohmann::json& r = file.at("problem");
+  try {
+    if (p.model.empty()) p.model = r.at("model").get<std::string>();
+    if (p.cluster.empty()) p.cluster = r.at("cluster").get<std::string>();
+    if (p.profile == "default" && r.contains("profile")) p.profile = r.at("profile").get<std::string>();
+    WorkloadFlags& w = p.workload;
+    if (w.name.empty() && r.contains("workload")) w.name = r.at("workload").get<std::string>();
+    Take(w.global_batch, r, "global_batch");
+    Take(w.seed, r, "seed");
+    Take(w.seq_len, r, "seq_len");
+    Take(w.zero_stage, r, "zero_stage");
+    if (w.precision.empty() && r.contains("precision")) w.precision = r.at("precision").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--plan {}: field problem is malformed: {}", path, e.what()));
+  }
+}
+
+}  // namespace loom::cli
