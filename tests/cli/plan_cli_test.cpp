@@ -183,3 +183,58 @@ TEST(PlanCli, ProfileFlagChoosesTheCostModel) {
 
 }  // namespace
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+// Issue 43: the table was about 215 columns wide and its configuration strings
+// had no legend. The default fits 160 columns and explains each notation it
+// shows (and only those); --wide keeps whole configurations and every column.
+TEST(PlanCli, TheTableFits160ColumnsWithALegendAndWideKeepsEverything) {
+  const std::string common =
+      "plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 32 --iterations 1";
+  auto [code, out] = LoomCli(common + " --strategy megatron,distmm,mmscale,pipeweaver,mosaic,oobleck");
+  ASSERT_EQ(code, 0) << out;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) EXPECT_LE(line.size(), 160u) << line;
+  for (const char* notation : {"tpN", "mN", "name:KnBm", "name dN P%", "f=F k x", "brokers a->b xN", "a; b"}) {
+    EXPECT_NE(out.find(notation), std::string::npos) << notation << "\n" << out;
+  }
+  EXPECT_EQ(out.find("before/after"), std::string::npos) << "Optimus' notation without Optimus:\n" << out;
+  EXPECT_EQ(out.find("iter max"), std::string::npos) << out;
+  auto [wcode, wout] = LoomCli(common + " --strategy megatron,mmscale --wide");
+  ASSERT_EQ(wcode, 0) << wout;
+  EXPECT_NE(wout.find("iter max"), std::string::npos) << wout;
+  EXPECT_NE(wout.find("plan time"), std::string::npos) << wout;
+  EXPECT_NE(wout.find("brokers encoder->backbone"), std::string::npos) << wout;  // whole, not cut
+}
+
+// Issue 43: `--config FILE` takes the same flags as YAML; the command line's win.
+TEST(PlanCli, ConfigFileTakesTheFlagsAsYaml) {
+  const std::string config = test::WriteTemp("plan-config.yaml",
+                                             "model: vlm-s\ncluster: h800:2x8\nworkload: obelics\nglobal-batch: 32\n"
+                                             "iterations: 1\nstrategy: [megatron]\nwide: true\n");
+  auto [code, out] = LoomCli("plan --config " + config + " --global-batch 16");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("vlm-s on h800:2x8 (16 GPUs), workload obelics, global batch 16"), std::string::npos) << out;
+  EXPECT_NE(out.find("iter max"), std::string::npos) << out;  // wide: true
+  const struct {
+    std::string yaml, says;
+  } bad[] = {
+      {"model: vlm-s\nclustr: h800:2x8\n", ":2:1: clustr: not a flag of `loom plan`; did you mean 'cluster'?"},
+      {"model: vlm-s\ncluster: h800:2x8\nwide: yes\n", ":3:1: wide: 'yes'; valid: true or false (a flag)"},
+      {"model: {name: vlm-s}\n", ":1:1: model: a mapping; valid: a value, or a list of values"},
+      {"- model\n", "expected a mapping of flags"},
+  };
+  for (const auto& b : bad) {
+    const std::string path = test::WriteTemp("plan-config-bad.yaml", b.yaml);
+    auto [bcode, bout] = LoomCli("plan --config " + path);
+    EXPECT_EQ(bcode, 2) << b.yaml << bout;
+    EXPECT_NE(bout.find(path + b.says.substr(0, b.says[0] == ':' ? std::string::npos : 0)), std::string::npos)
+        << b.yaml << bout;
+    EXPECT_NE(bout.find(b.says), std::string::npos) << b.yaml << bout;
+  }
+}
+
+}  // namespace
+}  // namespace loom

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loom/cli/command.h"
+#include "loom/cli/config_file.h"
 #include "loom/cli/output_file.h"
 #include "loom/runtime/build_info.h"
 
@@ -31,8 +32,13 @@ int Dispatch(int argc, char** argv) {
     commands.push_back(add(app));
   }
 
+  AddConfigFlag(app);
+  // --config FILE's flags join the command line's (which take precedence).
+  const std::vector<std::string> args = ExpandConfig(app, std::vector<std::string>(argv + 1, argv + argc));
+  std::vector<const char*> expanded = {argv[0]};
+  for (const std::string& a : args) expanded.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(expanded.size()), expanded.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {

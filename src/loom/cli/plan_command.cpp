@@ -109,6 +109,9 @@ class PlanCommand : public Command {
     sub->add_flag("--exhaustive", exhaustive_,
                   "simulate every candidate, even those whose lower bound cannot beat the best plan found "
                   "(slower; the same best plans; docs/search.md)");
+    sub->add_flag("--wide", wide_,
+                  "print whole configurations, the worst iteration and the planning time (the default table fits "
+                  "160 columns)");
     sub->add_option("--json", json_, "write the comparison and every plan as JSON")->check(kOutputFile);
     sub->add_option("--report", report_, "write a self-contained HTML report")->check(kOutputFile);
     sub->add_option("--trace", trace_, "write a Chrome trace (Perfetto) of the best plan's first iteration")
@@ -136,7 +139,7 @@ class PlanCommand : public Command {
     if (run_) iterations_ = std::max(iterations_, run_steps_);
     const Comparison cmp = CompareStrategies(model, cluster, workload, names, iterations_, progress, compare_);
     if (progress) std::cerr << "\r\033[K";
-    std::cout << FormatComparison(cmp) << SmQuotaNote(cmp, cluster, problem_.profile);
+    std::cout << FormatComparison(cmp, wide_) << SmQuotaNote(cmp, cluster, problem_.profile);
     nlohmann::json plans_json = json_.empty() ? nlohmann::json() : ComparisonJson(cmp);
     if (!json_.empty()) plans_json["problem"] = ProblemRecord(problem_);  // `loom simulate --plan` alone replays it
     if (run_) {
@@ -187,6 +190,7 @@ class PlanCommand : public Command {
   int iterations_ = 10;
   CompareOptions compare_;
   bool exhaustive_ = false;
+  bool wide_ = false;
   std::string json_;
   std::string report_;
   std::string trace_;

@@ -6,31 +6,75 @@
 
 #include "loom/human_bytes.h"
 #include "loom/plan/plan_json.h"
+#include "loom/report/config_legend.h"
 #include "loom/report/table.h"
 
 namespace loom {
 
-std::string FormatComparison(const Comparison& c) {
+std::string FormatComparison(const Comparison& c, bool wide) {
   std::string out = fmt::format("{} on {} ({} GPUs), workload {}, global batch {}, {} simulated batches\n\n", c.model,
                                 c.cluster, c.num_gpus, c.workload, c.global_batch, c.iterations);
-  TextTable t({"", "strategy", "configuration", "iter mean", "iter max", "samples/s", "tokens/s", "MFU", "bubble",
-               "peak mem", "plan time", "vs megatron"});
+  // The default table fits 160 columns: configurations cut to kConfigWidth,
+  // without the worst iteration and the planning time (--wide has them).
+  std::vector<std::string> header = {"", "strategy", "configuration", "iter mean"};
+  if (wide) header.push_back("iter max");
+  for (const char* h : {"samples/s", "tokens/s", "MFU", "bubble", "peak mem"}) header.push_back(h);
+  if (wide) header.push_back("plan time");
+  header.push_back("vs megatron");
+  TextTable t(header);
+  bool cut = false;
+  std::vector<std::string> configs;
   for (int i = 0; i < static_cast<int>(c.outcomes.size()); ++i) {
     const auto& o = c.outcomes[i];
+    std::vector<std::string> row;
     if (!o.ok()) {
-      t.AddRow({"", o.name, o.not_applicable ? "not applicable (see below)" : "no plan fits (see below)", "-", "-", "-",
-                "-", "-", "-", "-", fmt::format("{:.2f} s", o.planning_time_s), "-"});
+      row = {"", o.name, o.not_applicable ? "not applicable (see below)" : "no plan fits (see below)", "-"};
+      if (wide) row.push_back("-");
+      for (int k = 0; k < 5; ++k) row.push_back("-");
+      if (wide) row.push_back(fmt::format("{:.2f} s", o.planning_time_s));
+      row.push_back("-");
+      t.AddRow(row);
       continue;
     }
+    configs.push_back(o.result.config);
+    const std::string config = wide ? o.result.config : CutToWidth(o.result.config, kConfigWidth);
+    cut = cut || config != o.result.config;
     const double speedup = c.SpeedupOverMegatron(i);
-    t.AddRow({i == c.best ? "*" : "", o.name, o.result.config, fmt::format("{:.3f} s", o.mean_iteration_time_s),
-              fmt::format("{:.3f} s", o.max_iteration_time_s), fmt::format("{:.1f}", o.throughput_samples_per_s),
-              HumanCount(o.throughput_tokens_per_s), fmt::format("{:.1f}%", 100 * o.mfu),
-              fmt::format("{:.1f}%", 100 * o.bubble_ratio),
-              HumanBytes(o.peak_mem_bytes) + (o.memory_violations.empty() ? "" : " !"),
-              fmt::format("{:.2f} s", o.planning_time_s), speedup > 0 ? fmt::format("{:.2f}x", speedup) : "-"});
+    row = {i == c.best ? "*" : "", o.name, config, fmt::format("{:.3f} s", o.mean_iteration_time_s)};
+    if (wide) row.push_back(fmt::format("{:.3f} s", o.max_iteration_time_s));
+    for (std::string cell : {fmt::format("{:.1f}", o.throughput_samples_per_s), HumanCount(o.throughput_tokens_per_s),
+                             fmt::format("{:.1f}%", 100 * o.mfu), fmt::format("{:.1f}%", 100 * o.bubble_ratio),
+                             HumanBytes(o.peak_mem_bytes) + (o.memory_violations.empty() ? "" : " !")}) {
+      row.push_back(std::move(cell));
+    }
+    if (wide) row.push_back(fmt::format("{:.2f} s", o.planning_time_s));
+    row.push_back(speedup > 0 ? fmt::format("{:.2f}x", speedup) : "-");
+    t.AddRow(row);
   }
   out += t.Render();
+  // What the configurations say, for the notations they use.
+  const auto legend = ConfigLegend(configs);
+  if (!legend.empty()) {
+    out += "\nconfiguration legend" + std::string(cut ? " (\"...\": cut; --wide shows it whole)" : "") + ":\n";
+    size_t w = 0;
+    for (const auto& [notation, meaning] : legend) w = std::max(w, notation.size());
+    // Meanings wrapped at word boundaries to keep within 160 columns.
+    const size_t room = 160 - 4 - w;
+    for (const auto& [notation, meaning] : legend) {
+      std::string line, first = notation;
+      size_t at = 0;
+      while (at < meaning.size()) {
+        size_t end = std::min(meaning.size(), at + room);
+        if (end < meaning.size()) {
+          const size_t space = meaning.rfind(' ', end);
+          if (space != std::string::npos && space > at) end = space;
+        }
+        out += fmt::format("  {:<{}}  {}\n", first, w, meaning.substr(at, end - at));
+        first.clear();
+        at = end < meaning.size() && meaning[end] == ' ' ? end + 1 : end;
+      }
+    }
+  }
   if (c.best >= 0) {
     const auto& b = c.outcomes[c.best];
     out += fmt::format("\n* best: {} ({}), {:.3f} s per iteration", b.name, b.result.config, b.mean_iteration_time_s);

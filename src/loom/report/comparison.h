@@ -10,8 +10,11 @@
 
 namespace loom {
 
-// The table `loom plan` prints.
-std::string FormatComparison(const Comparison& comparison);
+// The table `loom plan` prints, with a legend of its configuration strings.
+// Fits 160 columns (configurations cut to kConfigWidth characters, no worst
+// iteration or planning time) unless `wide`.
+inline constexpr size_t kConfigWidth = 58;
+std::string FormatComparison(const Comparison& comparison, bool wide = false);
 // {"best", "strategies": [{"name", "config", "iteration_time_s", ...,"plan"}]} (docs/cli.md).
 nlohmann::json ComparisonJson(const Comparison& comparison);
 

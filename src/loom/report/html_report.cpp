@@ -7,6 +7,7 @@
 
 #include "loom/atomic_file.h"
 #include "loom/error.h"
+#include "loom/report/config_legend.h"
 #include "loom/report/table.h"
 #include "loom/report/timeline_svg.h"
 
@@ -178,6 +179,22 @@ std::string MemoryChart(const StrategyOutcome& o, double capacity) {
   return svg + "</svg>";
 }
 
+// What the configuration strings mean (report/config_legend.h), as the terminal prints it.
+std::string LegendList(const Comparison& c) {
+  std::vector<std::string> configs;
+  for (const auto& o : c.outcomes) {
+    if (o.ok()) configs.push_back(o.result.config);
+  }
+  const auto legend = ConfigLegend(configs);
+  if (legend.empty()) return "";
+  std::string h = "<p class=sub>Configuration legend:</p><table class=legend-table>";
+  for (const auto& [notation, meaning] : legend) {
+    h += fmt::format("<tr><td class=l><code>{}</code></td><td class=l>{}</td></tr>", EscapeXml(notation),
+                     EscapeXml(meaning));
+  }
+  return h + "</table>";
+}
+
 std::string Table(const Comparison& c) {
   std::string h =
       "<table><tr><th class=l>strategy</th><th class=l>configuration</th><th>iter mean</th><th>iter max</th>"
@@ -253,7 +270,7 @@ std::string HtmlReport(const Comparison& c) {
                         EscapeXml(b.result.config), b.mean_iteration_time_s,
                         s > 0 && c.best != c.megatron ? fmt::format(", {:.2f}x faster than megatron", s) : "");
   }
-  html += "<h2>Strategies</h2>" + Table(c);
+  html += "<h2>Strategies</h2>" + Table(c) + LegendList(c);
   html += "<h2>Iteration time</h2>" + BarChart(c);
   if (c.iterations > 1) html += "<h2>Iteration time per batch</h2>" + IterationChart(c);
   html += fmt::format(
