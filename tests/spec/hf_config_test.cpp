@@ -196,6 +196,14 @@ TEST(HfConfig, ArchitectureDetailsOfEachFamily) {
 TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {
   test::ExpectError([] { LoadModel(WriteConfig("mamba", R"({"model_type": "mamba", "hidden_size": 768})")); },
                     {"config.json: model_type: 'mamba' is not an architecture Loom reads", "valid: llama, mistral"});
+  // Issue 43: a type Loom does not read yet names the closest one it does and what to do;
+  // a misspelt one gets a did-you-mean.
+  test::ExpectError([] { LoadModel(WriteConfig("qwen25vl", R"({"model_type": "qwen2_5_vl"})")); },
+                    {"model_type: 'qwen2_5_vl' is not an architecture Loom reads yet; the closest it reads is "
+                     "qwen2_vl: the same patch merger and LLM"});
+  test::ExpectError([] { LoadModel(WriteConfig("mllama", R"({"model_type": "mllama"})")); },
+                    {"the closest it reads is llava", "cross-attention layers are not modelled"});
+  test::ExpectError([] { LoadModel(WriteConfig("lama", R"({"model_type": "lama"})")); }, {"did you mean 'llama'?"});
   test::ExpectError([] { LoadModel(WriteConfig("noname", R"({"architectures": ["X"], "hidden_size": 768})")); },
                     {"config.json: model_type: missing"});
   test::ExpectError([] { LoadModel(WriteConfig("badfield", R"({"model_type": "llama", "hidden_size": "big"})")); },

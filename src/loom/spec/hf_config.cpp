@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 
 namespace loom {
@@ -159,6 +160,48 @@ const std::map<std::string, std::map<std::string, int64_t>>& VisionDefaults() {
 std::string Known() {
   return "llama, mistral, qwen2, qwen3, vit, clip, clip_vision_model, siglip, siglip_vision_model, whisper, llava, "
          "llava_next, qwen2_vl";
+}
+
+// Architectures Loom does not read yet, each with the closest one it does and
+// what to do meanwhile (issue 43): the closest shares the shape that drives
+// planning (towers, projector, LLM), and the difference is named.
+const std::map<std::string, std::pair<std::string, std::string>>& NearlyKnown() {
+  static const std::map<std::string, std::pair<std::string, std::string>> types = {
+      {"qwen2_5_vl",
+       {"qwen2_vl",
+        "the same patch merger and LLM; 2.5 adds window attention and a SwiGLU MLP to the vision tower, so "
+        "model_type qwen2_vl prices its tower's attention a little high"}},
+      {"internvl_chat",
+       {"llava",
+        "an InternViT tower, an MLP projector and an LLM: give it as llava with the InternViT sizes in "
+        "vision_config (model_type vit) and the LLM's in text_config"}},
+      {"internvl", {"llava", "as internvl_chat: llava with the InternViT sizes as a vit vision_config"}},
+      {"idefics3",
+       {"llava",
+        "a SigLIP tower, a pixel-shuffle connector and a Llama: llava with a siglip_vision_model "
+        "vision_config; the shuffle's 4x fewer image tokens are not modelled"}},
+      {"llava_onevision", {"llava_next", "the same AnyRes tiling family with a SigLIP tower and a Qwen2 LLM"}},
+      {"mllama",
+       {"llava",
+        "its cross-attention layers are not modelled: write a model YAML (docs/spec-format.md) with a "
+        "cross-attention block per layer, as the zoo's dit models do"}},
+      {"gemma3", {"llava", "a SigLIP tower and a Gemma 3 LLM, which Loom does not model: write a model YAML"}},
+      {"siglip2", {"siglip", "SigLIP 2 keeps SigLIP's tower shape: use model_type siglip_vision_model"}},
+      {"pixtral", {"llava", "a Pixtral tower (2D RoPE) and a Mistral LLM: llava with a vit vision_config"}},
+      {"phi3_v", {"llava", "a CLIP tower and a Phi-3 LLM (as llama): llava with text_config model_type llama"}},
+  };
+  return types;
+}
+
+std::vector<std::string> KnownNames() {
+  std::vector<std::string> names;
+  const std::string all = Known();
+  for (size_t at = 0; at < all.size();) {
+    const size_t comma = all.find(", ", at);
+    names.push_back(all.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    at = comma == std::string::npos ? all.size() : comma + 2;
+  }
+  return names;
 }
 
 struct Emitter {
@@ -461,7 +504,13 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
     }
     EmitLlm(out, text, "qwen2", "llm", true, "merger");
   } else {
-    throw Error(fmt::format("{}: model_type: '{}' is not an architecture Loom reads; valid: {}", file, type, Known()));
+    if (const auto near = NearlyKnown().find(type); near != NearlyKnown().end()) {
+      throw Error(
+          fmt::format("{}: model_type: '{}' is not an architecture Loom reads yet; the closest it reads is {}: {}",
+                      file, type, near->second.first, near->second.second));
+    }
+    throw Error(fmt::format("{}: model_type: '{}' is not an architecture Loom reads; valid: {}{}", file, type, Known(),
+                            DidYouMean(type, KnownNames())));
   }
   // YAML single quotes: a quote inside is written twice.
   auto quoted = [](std::string v) {
