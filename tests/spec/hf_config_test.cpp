@@ -5,9 +5,12 @@
 // weights, so it may fall short by a little: 0.5% is the bar.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "loom/cost/layer_work.h"
+#include "loom/cost/token_stats.h"
+#include "loom/data/sample_source.h"
 #include "loom/spec/hf_config.h"
 #include "loom/spec/model.h"
 #include "test_util.h"
@@ -191,6 +194,29 @@ TEST(HfConfig, ArchitectureDetailsOfEachFamily) {
     "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                      "original_max_position_embeddings": 8192}})"));
   EXPECT_EQ(old.modules[0].layers[1].rope, (Rope{500000.0, 0, RopeScaling::kLlama3, 8.0, 1.0, 4.0, 8192}));
+}
+
+// Issue 43: SigLIP's text tower was priced at 4,197 tokens a sample, though its
+// tokenizer cuts each text to max_position_embeddings (64). CLIP's context is 77.
+TEST(HfConfig, ATextTowerReadsAtMostItsContext) {
+  for (const auto& [type, context] : {std::pair<std::string, int64_t>{"siglip", 64}, {"clip", 77}}) {
+    SCOPED_TRACE(type);
+    const Model m = LoadModel(WriteConfig(type + "-dual", R"({"model_type": ")" + type + R"("})"));
+    const Module& text = m.modules[m.FindModule("text")];
+    EXPECT_EQ(text.tokens.max_tokens, context);
+    const Workload w = LoadWorkload("obelics");  // documents of thousands of text tokens
+    const Batch batch = DrawBatch(w, 0);
+    double most = 0;
+    for (const Sample& s : batch.samples) {
+      for (int d = 0; d < s.num_docs(); ++d) most = std::max(most, static_cast<double>(s.doc_text_tokens[d]));
+      // Every document's sequence is at most the context: their squares bound the sum of squares.
+      const TokenStats st = CountModuleTokens(m, s)[m.FindModule("text")];
+      EXPECT_LE(st.tokens, static_cast<double>(context * s.num_docs()));
+      EXPECT_LE(st.sum_sq, st.sequences * static_cast<double>(context * context));
+      EXPECT_GT(st.tokens, 0);
+    }
+    ASSERT_GT(most, context);  // the cap matters for this batch
+  }
 }
 
 TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {

@@ -1,5 +1,6 @@
 #include "loom/cost/token_stats.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace loom {
@@ -121,6 +122,7 @@ void Count(const Model& model, const Sample& sample, std::vector<Flow>& flows, s
       case TokenSource::kText:
         for (int d = 0; d < sample.num_docs(); ++d) {
           double t = static_cast<double>(sample.doc_text_tokens[d]);
+          if (r.max_tokens > 0) t = std::min(t, static_cast<double>(r.max_tokens));  // the tower's context
           add_seq(t, d, t);
         }
         break;

@@ -153,7 +153,17 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
                             sample.tokens->where, sample.tokens->image_runs.size(), m.name));
           }
           for (int d = 0; d < sample.num_docs(); ++d) {
-            const int64_t t = sample.doc_text_tokens[d];
+            int64_t t = sample.doc_text_tokens[d];
+            if (m.tokens.max_tokens > 0 && t > m.tokens.max_tokens) {
+              // Real token ids are the data's to truncate (its tokenizer does), not the runtime's.
+              if (sample.tokens) {
+                throw Error(
+                    fmt::format("{}: a document of {} tokens, but module {} reads at most {} (max_tokens); "
+                                "truncate the text when preparing the data",
+                                sample.tokens->where, t, m.name, m.tokens.max_tokens));
+              }
+              t = m.tokens.max_tokens;
+            }
             if (t > 0) seqs.push_back({x, d, -1, t, {{-1, 0, t}}});
           }
           break;

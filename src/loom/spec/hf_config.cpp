@@ -348,7 +348,7 @@ int64_t EmitVision(Emitter& out, const Cfg& c, const std::string& type, const st
 void EmitTextEncoder(Emitter& out, const Cfg& c) {
   const int64_t hidden = c.Int("hidden_size");
   out.Module(
-      "text", "encoder", "text", "", "{source: text}",
+      "text", "encoder", "text", "", fmt::format("{{source: text, max_tokens: {}}}", c.Int("max_position_embeddings")),
       {fmt::format("{{kind: embedding, vocab: {}, hidden: {}, positions: {}}}", c.Int("vocab_size"), hidden,
                    c.Int("max_position_embeddings")),
        fmt::format("{{kind: transformer, count: {}, hidden: {}, ffn_hidden: {}, heads: {}, causal: true}}",

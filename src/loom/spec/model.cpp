@@ -250,6 +250,7 @@ TokenRule ReadTokenRule(YamlMap& m) {
       r.downsample = m.PositiveInt("downsample", 1);
       break;
     case TokenSource::kText:
+      r.max_tokens = m.NonNegativeInt("max_tokens", 0);
       break;
   }
   m.RejectUnknownKeys();

@@ -51,6 +51,9 @@ struct TokenRule {
   int64_t frames_per_token = 1;      // temporal compression for video
   double tokens_per_s = 0;           // audio frame rate after the conv stem
   int64_t downsample = 1;            // projector token reduction
+  // Text: tokens a document gives this module at most (a text tower's context:
+  // CLIP 77, SigLIP 64; its tokenizer truncates to it); 0: no cap.
+  int64_t max_tokens = 0;
 };
 
 struct Module {
