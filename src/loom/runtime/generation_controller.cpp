@@ -301,6 +301,36 @@ bool GenerationController::SurvivorsCanCopy(const Plan& to) const {
   return UnlistedTrainableLayers(model_, std::vector<std::string>(held.begin(), held.end())).empty();
 }
 
+// After failures: a save in progress that every failed member had written
+// its part of is finished by the survivors (they write theirs whatever
+// command comes next), so that the recovery or the stop can use it; one that
+// a failed member had not written cannot complete.
+void GenerationController::FinishSaveOrDrop() {
+  if (saving_step_ < 0) return;
+  auto alive = [&](int birth) {
+    const FtWorker& w = workers_.at(birth);
+    return w.member && w.Open() && !w.reaped;
+  };
+  for (const auto& [birth, rank] : saving_members_) {
+    if (!saved_by_.count(birth) && !alive(birth)) {
+      DropUnfinishedSave();
+      return;
+    }
+  }
+  const double deadline = Now() + options_.timeout_s;
+  while (saving_step_ >= 0 && Now() < deadline) {
+    ReadWorkers();
+    CompleteCheckpoint();
+    for (const auto& [birth, rank] : saving_members_) {
+      if (saving_step_ >= 0 && !saved_by_.count(birth) && !alive(birth)) {  // a survivor died too
+        DropUnfinishedSave();
+        return;
+      }
+    }
+  }
+  DropUnfinishedSave();  // not finished within the timeout (nothing to drop when it was)
+}
+
 void GenerationController::RollBack(int step) {
   DropUnfinishedSave();
   for (int s = step; s < options_.steps; ++s) {
@@ -520,15 +550,7 @@ void GenerationController::RecoverFrom(std::vector<FtWorker*> failed, double now
     w->report_fd = w->control_fd = -1;
     w->member = false;
   }
-  // A save some failed member had not written cannot complete.
-  if (saving_step_ >= 0) {
-    for (const auto& [birth, rank] : saving_members_) {
-      if (!saved_by_.count(birth)) {
-        DropUnfinishedSave();
-        break;
-      }
-    }
-  }
+  FinishSaveOrDrop();
   if (finishing_ || !replanner_ || bug) throw Error("run failed:" + why);
   for (int n : nodes) down_.insert(n);
   const std::vector<int> lost(nodes.begin(), nodes.end());

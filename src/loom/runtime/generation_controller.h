@@ -112,6 +112,8 @@ class GenerationController {
   // What an exited worker said last (it may have finished a periodic checkpoint).
   void Drain(FtWorker& w);
   void CompleteCheckpoint();
+  // After failures: completes a save in progress with the survivors' parts, or drops it.
+  void FinishSaveOrDrop();
   // A manifest of the state after `steps_done` steps, saved by this generation.
   weights::RunCheckpointManifest Manifest(int steps_done, const std::string& outcome) const;
   void DropUnfinishedSave();
