@@ -202,11 +202,15 @@ TEST(PlanCli, TheTableFits160ColumnsWithALegendAndWideKeepsEverything) {
   }
   EXPECT_EQ(out.find("before/after"), std::string::npos) << "Optimus' notation without Optimus:\n" << out;
   EXPECT_EQ(out.find("iter max"), std::string::npos) << out;
-  auto [wcode, wout] = LoomCli(common + " --strategy megatron,mmscale --wide");
+  auto [wcode, wout] = LoomCli(common + " --strategy megatron,mmscale,distmm --wide");
   ASSERT_EQ(wcode, 0) << wout;
   EXPECT_NE(wout.find("iter max"), std::string::npos) << wout;
   EXPECT_NE(wout.find("plan time"), std::string::npos) << wout;
   EXPECT_NE(wout.find("brokers encoder->backbone"), std::string::npos) << wout;  // whole, not cut
+  // GPU counts multiply out to the cluster: DistMM's encoder wave runs 4 replicas of
+  // 4-GPU groups whose GPUs split the sequences (16 GPUs, as its backbone's tp4 x dp4).
+  EXPECT_NE(wout.find("branch0 tp1 pp1 dp4x4 m8"), std::string::npos) << wout;
+  EXPECT_NE(wout.find("backbone tp4 pp1 dp4 m8"), std::string::npos) << wout;
 }
 
 // Issue 43: `--config FILE` takes the same flags as YAML; the command line's win.

@@ -18,6 +18,8 @@ constexpr Notation kNotations[] = {
     {R"(\btp\d)", "tpN", "tensor-parallel degree (GPUs splitting each layer)"},
     {R"(\bpp\d)", "ppN", "pipeline stages, one GPU group each"},
     {R"(\bdp\d)", "dpN", "data-parallel replicas"},
+    {R"(\bdp\d+x\d)", "dpRxS",
+     "R data-parallel replicas, each microbatch's sequences split over S GPUs of its group (R x S data parallel)"},
     {R"(\bcp\d)", "cpN", "context-parallel degree (GPUs splitting each sequence)"},
     {R"(\bm\d+\b)", "mN", "microbatches per replica per iteration"},
     {R"(\b(1f1b|gpipe|zb-h1)\b)", "1f1b, gpipe, zb-h1", "pipeline schedule"},

@@ -128,12 +128,17 @@ Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int grou
   return plan;
 }
 
-std::string DescribeUnit(const Unit& u) {
+std::string DescribeUnit(const Unit& u, int group_gpus) {
+  // GPUs of a group that TP x CP leaves split each microbatch's sequences
+  // (data parallel inside the group): "dp4x4" is 4 replicas of 4 such GPUs
+  // each, so that tp x pp x dp multiplies out to the unit's GPUs.
+  const int shares = std::max(1, group_gpus / std::max(1, u.tp * u.cp));
   std::string pipes;
   for (const auto& p : u.pipelines) {
     std::string sched = p.schedule == ScheduleKind::kInterleaved ? fmt::format("interleaved(vpp{})", p.vpp())
                                                                  : ScheduleKindName(p.schedule);
-    pipes += fmt::format("{}pp{} dp{} m{} {}", pipes.empty() ? "" : " | ", p.pp, p.replicas, p.microbatches, sched);
+    const std::string dp = shares > 1 ? fmt::format("{}x{}", p.replicas, shares) : std::to_string(p.replicas);
+    pipes += fmt::format("{}pp{} dp{} m{} {}", pipes.empty() ? "" : " | ", p.pp, dp, p.microbatches, sched);
   }
   std::string extra;
   if (u.cp > 1) extra += fmt::format(" cp{}", u.cp);

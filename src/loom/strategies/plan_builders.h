@@ -49,6 +49,7 @@ Unit MakeUnit(const StrategyContext& ctx, const std::string& name, const std::ve
 Plan EmptyPlan(const StrategyContext& ctx, const std::string& strategy, int group_gpus);
 
 // "tp4 pp4 dp1 m16 interleaved(vpp2) recompute=full" for a unit.
-std::string DescribeUnit(const Unit& unit);
+// `group_gpus`: the plan's, for units whose groups split sequences beyond TP x CP.
+std::string DescribeUnit(const Unit& unit, int group_gpus = 1);
 
 }  // namespace loom

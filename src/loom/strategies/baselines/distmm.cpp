@@ -173,7 +173,7 @@ StrategyResult DistMmStrategy(const StrategyContext& ctx) {
         std::string s;
         for (const auto& u : p.units) {
           s += (s.empty() ? "" : "; ") + u.name + " " +
-               (u.num_groups() == 1 && u.pipelines[0].pp == 1 ? "1 group" : DescribeUnit(u));
+               (u.num_groups() == 1 && u.pipelines[0].pp == 1 ? "1 group" : DescribeUnit(u, p.group_gpus));
         }
         return s;
       });

@@ -27,7 +27,7 @@ StrategyResult DataParallelOnAllGpus(const StrategyContext& ctx, const std::stri
     search.Skip(fmt::format("the global batch ({}) does not split evenly over the {} GPUs, one data-parallel rank each",
                             ctx.workload.global_batch, n));
   }
-  return search.Finish(searched, [](const Plan& p) { return DescribeUnit(p.units[0]); });
+  return search.Finish(searched, [](const Plan& p) { return DescribeUnit(p.units[0], p.group_gpus); });
 }
 
 StrategyResult FsdpStrategy(const StrategyContext& ctx) {

@@ -34,7 +34,7 @@ StrategyResult MegatronStrategy(const StrategyContext& ctx) {
   return search.Finish(
       "tp x pp x dp x microbatches x {1f1b, interleaved vpp 2/4} x recompute, stages balanced by "
       "parameters",
-      [](const Plan& p) { return DescribeUnit(p.units[0]); });
+      [](const Plan& p) { return DescribeUnit(p.units[0], p.group_gpus); });
 }
 
 // Megatron-LM as Mosaic §5.1 configures it: every module data parallel over

@@ -28,7 +28,7 @@ StrategyResult NnScalerStrategy(const StrategyContext& ctx) {
   return search.Finish(
       "tp x pp x dp x microbatches x recompute, 1F1B, stages balanced by time on the "
       "representative batch",
-      [](const Plan& p) { return DescribeUnit(p.units[0]); });
+      [](const Plan& p) { return DescribeUnit(p.units[0], p.group_gpus); });
 }
 
 }  // namespace loom

@@ -65,8 +65,9 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
       "backbone tp x pp x dp x microbatches x recompute (1F1B); encoders data parallel on all "
       "GPUs, forwards before and backwards after the backbone pipeline",
       [](const Plan& p) {
-        if (p.units.size() == 1) return DescribeUnit(p.units[0]);
-        return "backbone " + DescribeUnit(p.units[1]) + "; encoders " + DescribeUnit(p.units[0]) + " before/after";
+        if (p.units.size() == 1) return DescribeUnit(p.units[0], p.group_gpus);
+        return "backbone " + DescribeUnit(p.units[1], p.group_gpus) + "; encoders " +
+               DescribeUnit(p.units[0], p.group_gpus) + " before/after";
       });
 }
 

@@ -25,7 +25,7 @@ std::vector<int> Depths(int layers, int groups) {
 
 std::string DescribeCornstarchPlan(const Plan& p) {
   std::string s;
-  for (const auto& u : p.units) s += (s.empty() ? "" : "; ") + u.name + " " + DescribeUnit(u);
+  for (const auto& u : p.units) s += (s.empty() ? "" : "; ") + u.name + " " + DescribeUnit(u, p.group_gpus);
   return s;
 }
 

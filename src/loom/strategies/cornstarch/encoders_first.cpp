@@ -65,7 +65,7 @@ StrategyResult EncodersFirstStrategy(const StrategyContext& ctx) {
   return search.Finish(
       "TP x PP (>= 2) x microbatches x recompute; the encoders and projectors on the first stage, "
       "the LLM balanced by parameters over the rest",
-      [](const Plan& p) { return DescribeUnit(p.units[0]); });
+      [](const Plan& p) { return DescribeUnit(p.units[0], p.group_gpus); });
 }
 
 }  // namespace loom

@@ -243,7 +243,7 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
       segments +=
           fmt::format("{}{}:K{}B{}", segments.empty() ? "" : ",", mod.name, mod.segments, mod.sub_microbatch_size);
     }
-    return DescribeUnit(p.units[0]) + " segments " + segments;
+    return DescribeUnit(p.units[0], p.group_gpus) + " segments " + segments;
   };
   StrategyResult res = search.Finish(
       "tp x pp x dp x microbatches x recompute; per (tp, pp) the modality-aware layout (B_i at 95% efficiency, "
