@@ -282,9 +282,11 @@ void GenerationController::CompleteCheckpoint() {
 }
 
 bool GenerationController::SurvivorsCanCopy(const Plan& to) const {
-  if (workload_.precision == Precision::kFp16) return false;  // the loss scale is in checkpoints only
   if (pending_event_ >= 0) return false;  // a generation not ready yet: its fresh workers hold nothing
-  if (!WhyNoWholeLayers(model_, plan_g_).empty() || !WhyNoWholeLayers(model_, to).empty()) return false;
+  if (!WhyNoWholeLayers(model_, plan_g_, workload_.precision).empty() ||
+      !WhyNoWholeLayers(model_, to, workload_.precision).empty()) {
+    return false;
+  }
   const ExecutionPlan exec =
       CompileForRuntime(model_, cluster_g_, workload_, plan_g_, DrawBatch(workload_, committed_));
   std::set<std::string> held;  // "{module}_{layer}" some survivor holds
@@ -582,8 +584,7 @@ void GenerationController::StopWithCheckpoint(const Replanned& r, const std::str
     last = "no complete checkpoint was taken (--checkpoint-every K takes one every K steps)";
   }
   // A plan whose processes hold slices or shards: what the survivors hold is no whole state.
-  std::string sliced = WhyNoWholeLayers(model_, plan_g_);
-  if (sliced.empty() && workload_.precision == Precision::kFp16) sliced = "fp16's loss scale is not carried";
+  const std::string sliced = WhyNoWholeLayers(model_, plan_g_, workload_.precision);
   if (!sliced.empty() && last_checkpoint_step_ != committed_) {
     throw Error(fmt::format("{}:{}\nthe survivors cannot save the state after {} step(s) ({}); {}", r.outcome, why,
                             committed_, sliced, last));

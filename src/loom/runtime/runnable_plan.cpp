@@ -18,7 +18,8 @@
 
 namespace loom::runtime {
 
-std::string WhyNoWholeLayers(const Model& model, const Plan& plan) {
+std::string WhyNoWholeLayers(const Model& model, const Plan& plan, Precision precision) {
+  if (precision == Precision::kFp16) return "fp16's loss scale is carried in checkpoints only";
   if (plan.units.size() != 1) return fmt::format("the plan has {} units", plan.units.size());
   const Unit& u = plan.units[0];
   bool tp = u.tp > 1;

@@ -21,8 +21,9 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
 // Why a fault-tolerant run's survivors could not hand `plan`'s state over
 // whole after a failure (Oobleck §2.5's copy: every process holds whole layers
 // with their AdamW state), or "" when they can: one unit, no TP or CP,
-// zero_stage 0, no tied head. A plan that cannot is recovered by restoring
-// the last checkpoint instead (runtime/generation_controller.h).
-std::string WhyNoWholeLayers(const Model& model, const Plan& plan);
+// zero_stage 0, no tied head, not fp16 (its loss scale is carried in
+// checkpoints only). A plan that cannot is recovered by restoring the last
+// checkpoint instead (runtime/generation_controller.h).
+std::string WhyNoWholeLayers(const Model& model, const Plan& plan, Precision precision);
 
 }  // namespace loom::runtime

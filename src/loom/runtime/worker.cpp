@@ -359,8 +359,7 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
   std::unique_ptr<TensorMemoryCounter> tensor_memory;
   try {
     if (gen) {
-      gen->whole_layers =
-          WhyNoWholeLayers(*spec.model, *spec.plan).empty() && spec.workload->precision != Precision::kFp16;
+      gen->whole_layers = WhyNoWholeLayers(*spec.model, *spec.plan, spec.workload->precision).empty();
       RestoreGeneration(*gen, executor, abort, reports, *spec.model);
       progress.restored = true;
     } else if (!spec.options.resume_checkpoint.empty()) {  // `--resume D`
