@@ -6,7 +6,7 @@ set -e
 out=${1:-results/mmscale}
 mkdir -p "$out"
 loom=${LOOM:-build/loom}
-strategies=megatron,mmscale,mmscale-ratio,mmscale-noreorder
+strategies=megatron,megatron-2024,mmscale,mmscale-ratio,mmscale-noreorder
 # Microbenchmark scale (paper §7.2): 96 A800s (12 nodes; the paper uses up to 98),
 # global batch 128 / 64 / 40.
 for mb in mllm-9b:128 mllm-15b:64 mllm-72b:40; do

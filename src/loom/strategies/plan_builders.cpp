@@ -70,12 +70,74 @@ std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<s
   return w;
 }
 
+namespace {
+
+// The leading layers up to the backbone's first transformer layer: the
+// encoders, projectors and the LLM's embedding (0 without a backbone).
+size_t LeadingLayers(const Model& model, const std::vector<std::pair<int, int>>& layers) {
+  size_t lead = 0;
+  while (lead < layers.size()) {
+    const Module& m = model.modules[layers[lead].first];
+    if (m.role == ModuleRole::kBackbone && m.layers[layers[lead].second].kind != LayerKind::kEmbedding) break;
+    ++lead;
+  }
+  return lead == layers.size() ? 0 : lead;
+}
+
+}  // namespace
+
+int StageItems(const Model& model, EncoderStages encoders) {
+  std::vector<std::string> modules;
+  for (const auto& m : model.modules) modules.push_back(m.name);
+  const auto layers = UnitLayers(model, modules);
+  const size_t lead = encoders == EncoderStages::kFirstStage ? LeadingLayers(model, layers) : 0;
+  return static_cast<int>(layers.size() - lead) + (lead > 0 ? 1 : 0);
+}
+
+Partition FirstStageHoldsEncoders(const Model& model, const std::vector<std::pair<int, int>>& layers,
+                                  const std::vector<double>& weights, int stages) {
+  // The leading layers count as one item for the partitioner, so they land
+  // on one stage together.
+  const size_t lead = LeadingLayers(model, layers);
+  std::vector<double> merged;
+  double first = 0;
+  for (size_t i = 0; i < lead; ++i) first += weights[i];
+  if (lead > 0) merged.push_back(first);
+  merged.insert(merged.end(), weights.begin() + static_cast<std::ptrdiff_t>(lead), weights.end());
+  if (static_cast<int>(merged.size()) < stages) {
+    throw Error(fmt::format(
+        "{} stages need {} LLM layers besides the first stage's encoders (Megatron-LM runs every encoder with "
+        "the first stage); the model has {}",
+        stages, stages - 1, merged.size() - (lead > 0 ? 1 : 0)));
+  }
+  Partition p = MinMaxPartition(merged, stages);
+  // Where the first stage (encoders) is the slowest, min-max leaves the other
+  // stages anywhere under it (ties go to the earliest cuts: "E|t|t*12|t*19L");
+  // a user writing the layout balances them too, so the rest is cut again on
+  // its own, stage after stage.
+  for (int s = 1; s + 1 < stages; ++s) {
+    const std::vector<double> rest(merged.begin() + p.begin[s], merged.end());
+    const Partition q = MinMaxPartition(rest, stages - s);
+    for (int k = 0; k <= stages - s; ++k) p.begin[s + k] = p.begin[s] + q.begin[k];
+    for (int k = 0; k < stages - s; ++k) p.stage_cost[s + k] = q.stage_cost[k];
+  }
+  const int shift = lead > 0 ? static_cast<int>(lead) - 1 : 0;
+  for (size_t s = 1; s < p.begin.size(); ++s) p.begin[s] += shift;
+  return p;
+}
+
 Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
-                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance, int zero_stage) {
+                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance, int zero_stage,
+                    EncoderStages encoders) {
   Plan plan = EmptyPlan(ctx, strategy, tp);
   std::vector<std::string> modules;
   for (const auto& m : ctx.model.modules) modules.push_back(m.name);
-  Unit u = MakeUnit(ctx, "all", modules, 0, tp, 0, dp, pp * vpp, microbatches, schedule, recompute, balance);
+  Unit u =
+      encoders == EncoderStages::kOwnStages
+          ? MakeUnit(ctx, "all", modules, 0, tp, 0, dp, pp * vpp, microbatches, schedule, recompute, balance)
+          : MakeUnit(ctx, "all", modules, 0, tp, 0, dp, pp * vpp, microbatches, schedule, recompute,
+                     FirstStageHoldsEncoders(ctx.model, UnitLayers(ctx.model, modules),
+                                             LayerWeights(ctx, UnitLayers(ctx.model, modules), balance, tp), pp * vpp));
   // MakeUnit cut pp x vpp stages on pp x vpp ranks; put stage v on rank v % pp.
   u.pipelines[0].pp = pp;
   for (size_t v = 0; v < u.pipelines[0].stages.size(); ++v) u.pipelines[0].stages[v].rank = static_cast<int>(v) % pp;

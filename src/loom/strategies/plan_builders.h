@@ -31,9 +31,32 @@ enum class Balance { kParams, kTime, kTimeFrozenUnaware };
 std::vector<double> LayerWeights(const StrategyContext& ctx, const std::vector<std::pair<int, int>>& layers,
                                  Balance balance, int tp);
 
+// Where a one-pipeline plan puts the modules before the backbone (encoders,
+// projectors). kFirstStage is current Megatron-LM (core 0.13 and later, its
+// `--pipeline-model-parallel-layout`): they run whole on the first pipeline
+// stage beside the LLM's embedding, so no stage holds encoders alone.
+// kOwnStages cuts the whole module chain as one list of layers, so encoders
+// may fill stages of their own: Megatron-LM as MMScale §7 and PipeWeaver §8
+// ran it (with the `--encoder-pipeline-model-parallel-size` removed in July
+// 2025), and the layout Optimus and nnScaler start from.
+enum class EncoderStages { kFirstStage, kOwnStages };
+
 // A one-unit plan with one pipeline template (Megatron-LM's layout).
 Plan SingleUnitPlan(const StrategyContext& ctx, const std::string& strategy, int tp, int pp, int dp, int vpp,
-                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance, int zero_stage);
+                    int microbatches, ScheduleKind schedule, Recompute recompute, Balance balance, int zero_stage,
+                    EncoderStages encoders = EncoderStages::kOwnStages);
+
+// How many items a one-pipeline plan's stages are cut from: every layer, or
+// (kFirstStage) the layers before the backbone's first transformer layer as
+// one item and each later layer. A pipeline has at most this many stages.
+int StageItems(const Model& model, EncoderStages encoders);
+
+// The min-max partition of `weights` (one per layer of `layers`) into
+// `stages` whose first stage holds every layer before the backbone's first
+// transformer layer (EncoderStages::kFirstStage). Throws loom::Error when
+// the rest cannot fill the other stages.
+Partition FirstStageHoldsEncoders(const Model& model, const std::vector<std::pair<int, int>>& layers,
+                                  const std::vector<double>& weights, int stages);
 
 // One unit with one pipeline template of `replicas` x `pp` groups starting at
 // `first_group`, its stages balanced by `balance` at tensor parallel `tp`.

@@ -5,7 +5,8 @@
 
 namespace loom {
 
-StrategyResult MegatronStrategy(const StrategyContext& ctx);
+StrategyResult MegatronStrategy(const StrategyContext& ctx);      // current Megatron-LM: encoders on stage 0
+StrategyResult Megatron2024Strategy(const StrategyContext& ctx);  // MMScale's and PipeWeaver's: encoder stages
 StrategyResult MegatronDpStrategy(const StrategyContext& ctx);  // Mosaic's baseline: DP only
 StrategyResult FsdpStrategy(const StrategyContext& ctx);
 StrategyResult DistMmStrategy(const StrategyContext& ctx);

@@ -27,9 +27,11 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
     throw Error(fmt::format("global batch ({}) must split into dp ({}) x microbatches ({}) equal microbatches",
                             workload.global_batch, dp, microbatches));
   }
-  if (model.num_layers() < pp * vpp) {
-    throw Error(fmt::format("pp ({}) x vpp ({}) = {} stages but {} has only {} layers", pp, vpp, pp * vpp, model.name,
-                            model.num_layers()));
+  if (const int items = StageItems(model, EncoderStages::kFirstStage); items < pp * vpp) {
+    throw Error(fmt::format(
+        "pp ({}) x vpp ({}) = {} stages but {} gives at most {} (its LLM layers, the first stage also holding every "
+        "encoder, as Megatron-LM runs them)",
+        pp, vpp, pp * vpp, model.name, items));
   }
   if (vpp > 1 && pp < 2) {
     throw Error(
@@ -51,7 +53,7 @@ void ParallelConfig::Validate(const Model& model, const Cluster& cluster, const 
 Plan MegatronConfigPlan(const StrategyContext& ctx, const ParallelConfig& cfg) {
   cfg.Validate(ctx.model, ctx.cluster, ctx.workload);
   Plan plan = SingleUnitPlan(ctx, "megatron", cfg.tp, cfg.pp, cfg.dp, cfg.vpp, cfg.microbatches, cfg.schedule,
-                             cfg.recompute, Balance::kTime, ctx.workload.zero_stage);
+                             cfg.recompute, Balance::kTime, ctx.workload.zero_stage, EncoderStages::kFirstStage);
   // Context parallelism: each group of tp x cp GPUs runs one pipeline rank.
   plan.group_gpus = cfg.tp * cfg.cp;
   plan.units[0].cp = cfg.cp;

@@ -1,6 +1,6 @@
 // What `loom simulate` flags describe: one Megatron-LM layout with fixed
-// degrees (every module's layers in one pipeline, encoders in the first
-// stages, all with the backbone's TP, CP and DP; a module whose heads do not
+// degrees (every module's layers in one pipeline, the encoders whole on the
+// first stage as current Megatron-LM runs them, all with the backbone's TP, CP and DP; a module whose heads do not
 // divide by TP is replicated inside the TP group). It is built as a Plan, so
 // `loom simulate` and `loom plan` compile, price and simulate one object and
 // agree on time and memory. Stages are cut by the min-max partitioner on the
@@ -25,7 +25,7 @@ struct ParallelConfig {
 
   // Throws loom::Error naming each factor and what would be valid: the product
   // must equal the cluster's GPUs, TP must fit in a node, the global batch must
-  // split into dp x microbatches, the model must have at least pp x vpp layers.
+  // split into dp x microbatches, the model must have pp x vpp stages' worth of LLM layers.
   void Validate(const Model& model, const Cluster& cluster, const Workload& workload) const;
 };
 

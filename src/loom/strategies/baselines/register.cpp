@@ -7,13 +7,23 @@ namespace loom {
 namespace {
 
 const StrategyRegistration kMegatron({"megatron",
-                                      "Megatron-LM: one pipeline, encoders first, stages balanced by parameters; "
-                                      "TP/PP/DP/microbatches/1F1B or interleaved/recompute searched",
+                                      "current Megatron-LM: one pipeline, encoders whole on its first stage with the "
+                                      "LLM's first layers, stages balanced by parameters; TP/PP/DP/microbatches/1F1B "
+                                      "or interleaved/recompute searched",
                                       0,
                                       MegatronStrategy,
                                       {},
                                       false,
                                       true});
+// The baseline of MMScale §7 and PipeWeaver §8: a variant, run when named.
+const StrategyRegistration kMegatron2024({"megatron-2024",
+                                          "Megatron-LM as MMScale and PipeWeaver ran it (2024): encoders cut into "
+                                          "pipeline stages of their own, which current Megatron-LM cannot run",
+                                          1001,
+                                          Megatron2024Strategy,
+                                          {},
+                                          true,
+                                          true});
 const StrategyRegistration kMegatronDp({"megatron-dp",
                                         "Megatron-LM as Mosaic runs it: every module data parallel over all GPUs "
                                         "(tp 1, pp 1), one after another; microbatches and recompute searched",
