@@ -266,6 +266,25 @@ TEST(RuntimeModel, LayersItCannotBuildAreErrorsNamingThem) {
   m = LoadModel(kOmni);
   m.modules[3].layers[1].stride = 2;  // a second conv may not shorten the sequence
   EXPECT_NE(message(m).find("stride 1, got 2"), std::string::npos) << message(m);
+  // Hugging Face families read for planning only (issue 43) are refused by
+  // name, and so are their parts in a hand-written YAML.
+  const std::string gemma = message(LoadModel(LOOM_TEST_DATA "/hf/gemma-3-4b-it/config.json"));
+  EXPECT_NE(gemma.find("model gemma-3-4b-it is read for planning only: Gemma 3's (1 + w) sandwich norms"),
+            std::string::npos)
+      << gemma;
+  Model tiled = LoadModel(LOOM_TEST_DATA "/hf/llava-v1.6-mistral-7b-hf/config.json");
+  tiled.planning_only.clear();
+  EXPECT_NE(message(tiled).find("vision: the anyres image tiling is priced by the planner but not built yet"),
+            std::string::npos)
+      << message(tiled);
+  Model cross = LoadModel(LOOM_TEST_DATA "/hf/Llama-3.2-11B-Vision-Instruct/config.json");
+  cross.planning_only.clear();
+  cross.modules[0].tokens.tiling = ImageTiling::kNone;
+  EXPECT_NE(message(cross).find("handing on 6 layers' hidden states side by side is not built yet"), std::string::npos)
+      << message(cross);
+  cross.modules[0].tokens.concat_layers = 1;
+  EXPECT_NE(message(cross).find("a one-matrix (linear) projector is not built yet"), std::string::npos)
+      << message(cross);
 }
 
 // CP rows per rank (runtime/context_parallel.h): zigzag chunks of each

@@ -104,10 +104,12 @@ int64_t LayerParams(const Layer& l) {
   const int64_t q = l.heads * l.HeadDim(), kv = l.kv_heads * l.HeadDim();
   switch (l.kind) {
     case LayerKind::kTransformer: {
-      int64_t attn = h * (q + 2 * kv) + q * h;
+      int64_t attn = l.self_attention ? h * (q + 2 * kv) + q * h : 0;
       int64_t mlp = (l.gated_mlp ? 3 : 2) * h * l.ffn_hidden;
-      int64_t cross = l.cross_attention ? 2 * h * h + 2 * l.context_dim * h : 0;
-      int64_t norms = (l.cross_attention ? 3 : 2) * h;
+      // Cross-attention: Q and the output on the layer's width, K and V from
+      // the context's (grouped by kv_heads: Mllama's 8 of 32).
+      int64_t cross = l.cross_attention ? 2 * h * q + 2 * l.context_dim * kv : 0;
+      int64_t norms = (l.cross_attention && l.self_attention ? 3 : 2) * h;
       // Biases and q/k norms (spec/layer.h): Qwen2's q/k/v, CLIP's and SigLIP's everywhere, Qwen3's per-head norms.
       int64_t extra = (l.qkv_bias ? q + 2 * kv : 0) + (l.out_bias ? h : 0) +
                       (l.mlp_bias ? (l.gated_mlp ? 2 : 1) * l.ffn_hidden + h : 0) + (l.qk_norm ? 2 * l.HeadDim() : 0);
@@ -136,6 +138,7 @@ int64_t LayerParams(const Layer& l) {
     case LayerKind::kLmHead:  // plus the final norm on its input, where it has one (Llama's model.norm)
       return (l.tied ? 0 : l.vocab * h) + (l.final_norm == NormKind::kNone ? 0 : h);
     case LayerKind::kMlpProjector:
+      if (h == 0) return l.in_dim * l.out_dim + (l.bias ? l.out_dim : 0);  // one linear layer
       return l.in_dim * h + h * l.out_dim + (l.bias ? h + l.out_dim : 0);
     case LayerKind::kResnetBlock: {
       int64_t ci = l.in_channels, co = l.out_channels;
@@ -162,7 +165,7 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
   const double f = static_cast<double>(l.ffn_hidden);
   switch (l.kind) {
     case LayerKind::kTransformer:
-      AddSelfAttention(w, l, t, tp, e);
+      if (l.self_attention) AddSelfAttention(w, l, t, tp, e);
       if (l.cross_attention) {
         AddCrossAttention(w, t.tokens, t.context_tokens, t.cross, h, static_cast<double>(l.context_dim), tp, e);
       }
@@ -209,6 +212,11 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
       w.at(Phase::kBackwardData, OpClass::kElementwise).bytes += 2 * 4 * t.tokens * l.vocab / tp;
       break;
     case LayerKind::kMlpProjector:
+      if (l.hidden == 0) {  // one linear layer
+        AddGemm(w, t.tokens, static_cast<double>(l.in_dim), static_cast<double>(l.out_dim), tp, e);
+        w.tp_allreduce_bytes += e * t.tokens * static_cast<double>(l.out_dim);
+        break;
+      }
       AddGemm(w, t.tokens, static_cast<double>(l.in_dim), h, tp, e);
       AddGemm(w, t.tokens, h, static_cast<double>(l.out_dim), tp, e);
       w.tp_allreduce_bytes += e * t.tokens * static_cast<double>(l.out_dim);
@@ -261,7 +269,7 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
       // (a gated MLP keeps gate and up and their product: fused SwiGLU, which
       // recomputes the SiLU). Q/K norms (Qwen3) keep their inputs too.
       const double q = QWidth(l), kv = KvWidth(l);
-      double per_token = 4 * h / rep + (2 * q + 2 * kv + ffns * MlpMatrices(l) * f) / tp;
+      double per_token = 4 * h / rep + ((l.self_attention ? 2 * q + 2 * kv : 0) + ffns * MlpMatrices(l) * f) / tp;
       if (l.qk_norm) per_token += (q + kv) / tp;
       if (l.kind == LayerKind::kConformer) {
         per_token += 4 * h / rep + 4 * h / tp;  // extra norms, conv module

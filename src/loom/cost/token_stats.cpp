@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/cost/image_tiling.h"
+
 namespace loom {
 
 namespace {
@@ -70,6 +72,10 @@ TokenStats TokenStats::Downscaled(double d) const {
 }
 
 int64_t ImageTokens(const TokenRule& r, int64_t w, int64_t h) {
+  if (r.tiling != ImageTiling::kNone) {
+    const ImageTiles t = TileImage(r, w, h);
+    return t.sequences * t.tokens_per_sequence;
+  }
   if (r.resize_px > 0) {
     w = h = r.resize_px;
   }
@@ -128,6 +134,14 @@ void Count(const Model& model, const Sample& sample, std::vector<Flow>& flows, s
         break;
       case TokenSource::kImage:
         for (const auto& im : sample.images) {
+          if (r.tiling != ImageTiling::kNone) {  // several sequences; the consumers' tokens spread over them
+            const ImageTiles t = TileImage(r, im.width_px, im.height_px);
+            for (int64_t k = 0; k < t.sequences; ++k) {  // whole tokens each, summing to out_tokens exactly
+              const int64_t out = (k + 1) * t.out_tokens / t.sequences - k * t.out_tokens / t.sequences;
+              add_seq(static_cast<double>(t.tokens_per_sequence), im.doc, static_cast<double>(out));
+            }
+            continue;
+          }
           add_seq(static_cast<double>(ImageTokens(r, im.width_px, im.height_px)), im.doc,
                   static_cast<double>(ImageOutTokens(r, im.width_px, im.height_px)));
         }

@@ -32,15 +32,31 @@ nlohmann::json InspectModel(const Model& model, const InspectOptions& options) {
     w = DefaultWorkload(model);
   }
   int64_t n = std::min<int64_t>(w.global_batch, options.max_samples);
-  Batch batch = MakeSampleSource(w.source)->Draw(n, w.seed, 0);
+  Batch batch;
+  if (options.image_px) {
+    n = 1;
+    Sample one;
+    const int doc = one.AddDoc(0);
+    ImageInput image;
+    image.width_px = options.image_px->first;
+    image.height_px = options.image_px->second;
+    image.doc = doc;
+    one.images.push_back(image);
+    batch.samples.push_back(std::move(one));
+  } else {
+    batch = MakeSampleSource(w.source)->Draw(n, w.seed, 0);
+  }
   std::vector<ModuleSummary> summary = SummarizeModules(model, batch.samples);
   std::vector<TokenStats> tokens = CountModuleTokens(model, batch.samples);
 
   nlohmann::json out;
   out["model"] = model.name;
   out["params"] = ModelParams(model);
-  out["workload"] = w.name;
+  out["workload"] =
+      options.image_px ? fmt::format("one {}x{} image", options.image_px->first, options.image_px->second) : w.name;
   out["samples"] = n;
+  if (options.image_px) out["image_px"] = {options.image_px->first, options.image_px->second};
+  if (!model.planning_only.empty()) out["planning_only"] = model.planning_only;
   if (options.cluster) {
     out["gpu"] = options.cluster->gpu.name;
   }
@@ -57,6 +73,7 @@ nlohmann::json InspectModel(const Model& model, const InspectOptions& options) {
     j["params"] = s.params;
     j["frozen"] = m.frozen;
     j["tokens"] = s.tokens.tokens / static_cast<double>(n);
+    j["sequences"] = s.tokens.sequences / static_cast<double>(n);
     j["fwd_flops"] = s.fwd_flops / static_cast<double>(n);
     j["compute_intensity"] = s.compute_intensity();
     if (options.cluster) {
@@ -73,8 +90,9 @@ nlohmann::json InspectModel(const Model& model, const InspectOptions& options) {
 
 std::string FormatInspect(const nlohmann::json& in) {
   bool timed = in.contains("gpu");
-  std::vector<std::string> header = {"module", "role",          "modality",         "layers",    "hidden",
-                                     "params", "tokens/sample", "fwd TFLOP/sample", "FLOP/byte", "frozen"};
+  std::vector<std::string> header = {"module",           "role",      "modality",      "layers",
+                                     "hidden",           "params",    "tokens/sample", "seqs/sample",
+                                     "fwd TFLOP/sample", "FLOP/byte", "frozen"};
   if (timed) {
     header.push_back(fmt::format("fwd ms/sample ({})", in["gpu"].get<std::string>()));
   }
@@ -88,6 +106,7 @@ std::string FormatInspect(const nlohmann::json& in) {
                                     fmt::format("{}", m["hidden"].get<int64_t>()),
                                     HumanCount(m["params"].get<double>()),
                                     fmt::format("{:.0f}", m["tokens"].get<double>()),
+                                    fmt::format("{:.1f}", m["sequences"].get<double>()),
                                     fmt::format("{:.3f}", m["fwd_flops"].get<double>() / 1e12),
                                     fmt::format("{:.1f}", m["compute_intensity"].get<double>()),
                                     m["frozen"].get<bool>() ? "yes" : "no"};
@@ -100,15 +119,22 @@ std::string FormatInspect(const nlohmann::json& in) {
   }
   t.AddRule();
   std::vector<std::string> total = {
-      "total", "", "", "", "", HumanCount(in["params"].get<double>()), "", fmt::format("{:.3f}", flops / 1e12), "", ""};
+      "total", "", "", "", "", HumanCount(in["params"].get<double>()), "", "", fmt::format("{:.3f}", flops / 1e12),
+      "",      ""};
   if (timed) {
     total.push_back(fmt::format("{:.2f}", time_s * 1e3));
   }
   t.AddRow(total);
-  return fmt::format("{}: {} parameters; workload {} (mean of {} samples)\n", in["model"].get<std::string>(),
-                     HumanCount(in["params"].get<double>()), in["workload"].get<std::string>(),
-                     in["samples"].get<int64_t>()) +
-         t.Render();
+  const std::string what = in.contains("image_px")
+                               ? fmt::format("tokens of {} and no text", in["workload"].get<std::string>())
+                               : fmt::format("workload {} (mean of {} samples)", in["workload"].get<std::string>(),
+                                             in["samples"].get<int64_t>());
+  return fmt::format("{}: {} parameters; {}\n", in["model"].get<std::string>(), HumanCount(in["params"].get<double>()),
+                     what) +
+         t.Render() +
+         (in.contains("planning_only") ? fmt::format("read for planning only: {}; `loom run` refuses it\n",
+                                                     in["planning_only"].get<std::string>())
+                                       : "");
 }
 
 }  // namespace loom

@@ -30,9 +30,22 @@ int64_t InputWidth(const Layer& l, bool first) {
 }  // namespace
 
 void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
+  if (!model.planning_only.empty()) {
+    throw Error(fmt::format("runtime: model {} is read for planning only: {}", model.name, model.planning_only));
+  }
   for (const auto& r : layers) {
     const int mi = model.FindModule(r.module);
     const loom::Module& m = model.modules[mi];
+    if (m.tokens.tiling != ImageTiling::kNone) {
+      throw Error(
+          fmt::format("runtime: {}: the {} image tiling is priced by the planner but not built yet; runs "
+                      "take one sequence per image",
+                      r.module, ImageTilingName(m.tokens.tiling)));
+    }
+    if (m.tokens.concat_layers > 1) {
+      throw Error(fmt::format("runtime: {}: handing on {} layers' hidden states side by side is not built yet",
+                              r.module, m.tokens.concat_layers));
+    }
     const bool own_data = m.tokens.source != TokenSource::kInputs && m.tokens.source != TokenSource::kTextAndInputs;
     for (int li = r.begin; li < r.end; ++li) {
       const Layer& l = m.layers[li];
@@ -74,6 +87,8 @@ void CheckRunnable(const Model& model, const std::vector<LayerRange>& layers) {
           if (l.cross_attention) throw Error(fmt::format("runtime: {}: cross-attention is not built yet", where));
           break;
         case LayerKind::kMlpProjector:
+          if (l.hidden == 0)
+            throw Error(fmt::format("runtime: {}: a one-matrix (linear) projector is not built yet", where));
           break;
         case LayerKind::kLmHead:
           if (l.tied && (m.layers[0].kind != LayerKind::kEmbedding || m.layers[0].vocab != l.vocab ||

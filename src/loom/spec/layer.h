@@ -63,6 +63,9 @@ struct Layer {
   bool gated_mlp = false;        // SwiGLU / GEGLU: three FFN matrices instead of two
   bool causal = false;           // causal self-attention: half of the s^2 work
   bool cross_attention = false;  // an extra attention block reading the context
+  // false: the block attends only to the context (Mllama's cross-attention
+  // layers: cross-attention + MLP, no self-attention). REQUIRES cross_attention.
+  bool self_attention = true;
   int64_t context_dim = 0;       // width of the cross-attention context (0: = hidden)
   int64_t conv_kernel = 0;       // conformer depthwise kernel
   int64_t head_dim = 0;          // per attention head; 0: hidden / heads (Qwen3 sets it)

@@ -150,6 +150,10 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       l.gated_mlp = m.Bool("gated_mlp", false);
       l.cross_attention = m.Bool("cross_attention", false);
       l.context_dim = Dim(m, "context_dim", l.hidden);
+      l.self_attention = m.Bool("self_attention", true);
+      if (!l.self_attention && !l.cross_attention) {
+        throw m.ErrorAt("self_attention", "false needs cross_attention: true (a layer attends to something)");
+      }
       ReadArchitecture(m, l);
       break;
     case LayerKind::kConformer:
@@ -193,7 +197,8 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
       break;
     case LayerKind::kMlpProjector:
       l.in_dim = Dim(m, "in_dim");
-      l.hidden = Dim(m, "hidden");
+      // `linear: true`: one matrix in_dim -> out_dim (Idefics3's connector, Gemma 3's projection).
+      l.hidden = m.Bool("linear", false) ? 0 : Dim(m, "hidden");
       l.out_dim = Dim(m, "out_dim");
       l.bias = m.Bool("bias", true);
       l.activation = ParseEnum<Activation>(m, "activation", kActivations, Activation::kDefault);
@@ -222,6 +227,53 @@ Layer ReadLayer(YamlMap& m, bool module_frozen) {
   return l;
 }
 
+const std::vector<std::pair<std::string, ImageTiling>> kTilings = {{"anyres", ImageTiling::kAnyRes},
+                                                                   {"dynamic_tiles", ImageTiling::kDynamicTiles},
+                                                                   {"split_global", ImageTiling::kSplitGlobal},
+                                                                   {"pixtral", ImageTiling::kPixtral},
+                                                                   {"fixed_tiles", ImageTiling::kFixedTiles}};
+
+// tokens.tiling: {kind, tile_px, max_tiles, longest_px, grid_pinpoints, anyres_max}.
+void ReadTiling(YamlMap& tokens, TokenRule& r) {
+  YamlMap t(tokens.Child("tiling"), tokens.file(), tokens.PathOf("tiling"));
+  r.tiling = ParseEnum<ImageTiling>(t, "kind", kTilings, std::nullopt);
+  if (r.patch_px == 0) throw tokens.ErrorAt("tiling", "a tiling needs patch_px (not tokens_per_image)");
+  if (r.tiling != ImageTiling::kPixtral) r.tile_px = t.PositiveInt("tile_px");
+  if (r.tiling == ImageTiling::kDynamicTiles || r.tiling == ImageTiling::kFixedTiles) {
+    r.max_tiles = t.PositiveIntAtMost("max_tiles", r.tiling == ImageTiling::kFixedTiles ? 4 : 12, 64);
+  }
+  if (r.tiling == ImageTiling::kSplitGlobal || r.tiling == ImageTiling::kPixtral) {
+    r.longest_px = t.PositiveInt("longest_px");
+  }
+  if (r.tiling == ImageTiling::kAnyRes) {
+    const YAML::Node pins = t.Child("grid_pinpoints");
+    if (!pins.IsSequence() || pins.size() == 0) {
+      throw t.ErrorAt("grid_pinpoints", "expected a non-empty list of [height, width] pixel pairs");
+    }
+    for (size_t i = 0; i < pins.size(); ++i) {
+      int64_t hw[2] = {0, 0};
+      for (int k = 0; k < 2 && pins[i].IsSequence() && pins[i].size() == 2; ++k) {
+        try {
+          hw[k] = pins[i][k].as<int64_t>();
+        } catch (const YAML::Exception&) {
+          hw[k] = 0;
+        }
+      }
+      if (hw[0] < r.tile_px || hw[1] < r.tile_px || hw[0] % r.tile_px != 0 || hw[1] % r.tile_px != 0) {
+        throw t.ErrorAt(
+            "grid_pinpoints",
+            fmt::format("entry {}: expected [height, width], both positive multiples of tile_px {}", i, r.tile_px));
+      }
+      r.grid_pinpoints.push_back({hw[0], hw[1]});
+    }
+    r.anyres_max = t.NonNegativeInt("anyres_max", 0);
+  }
+  if (r.tile_px > 0 && r.tile_px < r.patch_px) {
+    throw t.ErrorAt("tile_px", fmt::format("{} is smaller than one patch ({} px)", r.tile_px, r.patch_px));
+  }
+  t.RejectUnknownKeys();
+}
+
 TokenRule ReadTokenRule(YamlMap& m) {
   TokenRule r;
   r.source = ParseEnum<TokenSource>(m, "source", kSources, std::nullopt);
@@ -238,6 +290,8 @@ TokenRule ReadTokenRule(YamlMap& m) {
       r.merge = m.PositiveInt("merge", 1);
       r.extra_tokens = m.NonNegativeInt("extra_tokens", 0);
       r.drop_tokens = m.NonNegativeInt("drop_tokens", 0);
+      r.concat_layers = m.PositiveIntAtMost("concat_layers", 1, 64);
+      if (r.source == TokenSource::kImage && m.Has("tiling")) ReadTiling(m, r);
       if (r.source == TokenSource::kVideo) {
         r.frames_per_token = m.PositiveInt("frames_per_token", 1);
       }
@@ -393,7 +447,7 @@ void CheckModuleInputs(const Model& model, int mi, const std::vector<std::vector
   if (preds[mi].size() == 1 && !unet && !mod.layers.empty() && mod.layers.front().kind == LayerKind::kMlpProjector) {
     const Module& from = model.modules[preds[mi][0]];
     const int64_t out = from.layers.empty() ? 0 : LayerWidths(from.layers.back()).second;
-    const int64_t want = out * from.tokens.merge * from.tokens.merge;
+    const int64_t want = out * from.tokens.merge * from.tokens.merge * from.tokens.concat_layers;
     if (out > 0 && mod.layers.front().in_dim != want) {
       throw m.ErrorAt("name", fmt::format("module {}: its projector takes in_dim {}, but {} hands on {}{}", mod.name,
                                           mod.layers.front().in_dim, from.name, want,
@@ -451,6 +505,7 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
   Model model;
   model.name = doc.String("model");
   model.description = doc.String("description", "");
+  model.planning_only = doc.String("planning_only", "");
   model.source = file;
   YAML::Node modules = doc.Child("modules");
   if (!modules.IsSequence() || modules.size() == 0) {

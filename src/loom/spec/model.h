@@ -17,6 +17,10 @@ struct Model {
   std::string description;
   std::string source;     // "zoo:NAME.yaml" or the file path it was loaded from
   std::string hf_config;  // the Hugging Face config.json it was translated from; "" for Loom YAML
+  // Non-empty: why Loom's runtime cannot compute this model as its original
+  // does (a Hugging Face family read for planning only: Gemma 3's norms,
+  // window attention, tilings); `loom run` refuses it naming this.
+  std::string planning_only;
   std::vector<Module> modules;
 
   // Index of the module called `name`, or -1.

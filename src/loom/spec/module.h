@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/spec/layer.h"
@@ -31,6 +32,19 @@ enum class TokenSource : uint8_t {
 
 std::string_view TokenSourceName(TokenSource source);
 
+// How an image processor cuts one image into several encoder sequences (its
+// crops) and how many tokens reach the LLM; cost/image_tiling.h restates
+// each family's processor. kNone: one sequence per image (the rule below).
+enum class ImageTiling : uint8_t {
+  kNone,
+  kAnyRes,        // LLaVA-NeXT / OneVision: best grid_pinpoints resolution, tiles + a base image, unpadded
+  kDynamicTiles,  // InternVL: the tile grid closest in aspect (<= max_tiles tiles) + a thumbnail
+  kSplitGlobal,   // Idefics3: long side to longest_px, tile_px tiles + a global image
+  kPixtral,       // Pixtral: downscaled to longest_px, one sequence; a break token per row
+  kFixedTiles,    // Mllama: always max_tiles tiles of tile_px in one sequence (padded to 8 tokens)
+};
+std::string_view ImageTilingName(ImageTiling tiling);
+
 // How an input becomes tokens. Image: the module processes ceil(w/patch_px) *
 // ceil(h/patch_px) + extra_tokens (or tokens_per_image) and hands on that
 // count / merge^2 (or out_tokens_per_image), less drop_tokens. Video: the image rule per
@@ -48,9 +62,19 @@ struct TokenRule {
   // on (LLaVA's vision_feature_select_strategy "default": transformers'
   // `[:, 1:]`, CLIP's class token, or SigLIP's first patch).
   int64_t drop_tokens = 0;
+  // Hidden states of this many layers handed on side by side, each token
+  // concat_layers x the width wide (Mllama: its last and 5 intermediate layers).
+  int64_t concat_layers = 1;
   int64_t frames_per_token = 1;      // temporal compression for video
   double tokens_per_s = 0;           // audio frame rate after the conv stem
   int64_t downsample = 1;            // projector token reduction
+  // Tiling (image source only; YAML `tiling: {kind: anyres, ...}`).
+  ImageTiling tiling = ImageTiling::kNone;
+  int64_t tile_px = 0;     // one crop's side (the tower's image_size)
+  int64_t max_tiles = 0;   // dynamic tiles: at most this many (InternVL 12); fixed tiles: always this many (4)
+  int64_t longest_px = 0;  // split-global: the long side resized to this; pixtral: downscaled to at most this
+  std::vector<std::pair<int64_t, int64_t>> grid_pinpoints;  // anyres: candidate (height, width) px
+  int64_t anyres_max = 0;  // anyres: OneVision's "anyres_max_9" shrink of the feature grid (0: none)
   // Text: tokens a document gives this module at most (a text tower's context:
   // CLIP 77, SigLIP 64; its tokenizer truncates to it); 0: no cap.
   int64_t max_tokens = 0;

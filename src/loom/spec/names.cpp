@@ -106,4 +106,22 @@ std::string_view TokenSourceName(TokenSource source) {
   return "?";
 }
 
+std::string_view ImageTilingName(ImageTiling tiling) {
+  switch (tiling) {
+    case ImageTiling::kNone:
+      return "none";
+    case ImageTiling::kAnyRes:
+      return "anyres";
+    case ImageTiling::kDynamicTiles:
+      return "dynamic_tiles";
+    case ImageTiling::kSplitGlobal:
+      return "split_global";
+    case ImageTiling::kPixtral:
+      return "pixtral";
+    case ImageTiling::kFixedTiles:
+      return "fixed_tiles";
+  }
+  return "?";
+}
+
 }  // namespace loom
