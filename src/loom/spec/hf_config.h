@@ -7,8 +7,12 @@
 //   - vision towers: vit, clip_vision_model, siglip_vision_model, and the
 //     vision half of clip / siglip (their text tower becomes a text encoder);
 //   - whisper: its audio encoder (the conv stem and the encoder layers);
-//   - VLMs: llava / llava_next (`vision_config` + 2-layer MLP projector +
-//     `text_config`) and qwen2_vl (its ViT, the 2x2 patch merger, the LLM).
+//   - VLMs: llava (`vision_config` + 2-layer MLP projector + `text_config`)
+//     and qwen2_vl (its ViT, the 2x2 patch merger, the LLM);
+//   - for planning only (spec/hf/vlm_families.h; Model::planning_only):
+//     llava_next, llava_onevision, qwen2_5_vl, internvl, internvl_chat,
+//     idefics3, mllama, gemma3, gemma3_text, siglip2, and llava with a
+//     pixtral tower, with their processors' image tilings.
 // Fields a composite config leaves out take the defaults of the config
 // class Transformers would use (LlamaConfig, CLIPVisionConfig, ...). Anything
 // else is a loom::Error naming the file and the field (`model_type`,
