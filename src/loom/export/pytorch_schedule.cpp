@@ -39,6 +39,8 @@ const char* TypeName(PtActionType t) {
       return "SEND_B";
     case PtActionType::kRecvB:
       return "RECV_B";
+    case PtActionType::kReduceGrad:
+      return "REDUCE_GRAD";
   }
   return "?";
 }
@@ -61,12 +63,15 @@ std::string PlacementNote(const std::vector<int>& stage_rank, int pp) {
   std::string map;
   for (int v = 0; v < n; ++v) map += fmt::format("{}{}->{}", v == 0 ? "" : ", ", v, stage_rank[v]);
   return "stages on ranks " + map +
-         " (neither torchtitan style: build each rank's stages by hand for PipelineScheduleMulti)";
+         " (neither torchtitan style: build each rank's stages by hand for _PipelineScheduleRuntime)";
 }
 
 }  // namespace
 
-std::string PtActionName(const PtAction& a) { return fmt::format("{}{}{}", a.stage, TypeName(a.type), a.microbatch); }
+std::string PtActionName(const PtAction& a) {
+  if (a.type == PtActionType::kReduceGrad) return fmt::format("{}{}", a.stage, TypeName(a.type));
+  return fmt::format("{}{}{}", a.stage, TypeName(a.type), a.microbatch);
+}
 
 PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) {
   PytorchExport out;
@@ -146,6 +151,23 @@ PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms) 
       }
     }
   }
+  if (with_comms) {
+    // PyTorch's _add_reduce_grad: each stage's REDUCE_GRAD right after its last B or W on its rank.
+    for (auto& row : out.order) {
+      std::map<int, size_t> last;  // stage -> index of its last B or W
+      for (size_t i = 0; i < row.size(); ++i) {
+        if (row[i].type == PtActionType::kB || row[i].type == PtActionType::kW) last[row[i].stage] = i;
+      }
+      std::vector<PtAction> with_reduce;
+      for (size_t i = 0; i < row.size(); ++i) {
+        with_reduce.push_back(row[i]);
+        if (auto it = last.find(row[i].stage); it != last.end() && it->second == i) {
+          with_reduce.push_back({row[i].stage, PtActionType::kReduceGrad, 0});
+        }
+      }
+      row = std::move(with_reduce);
+    }
+  }
   out.notes = fmt::format("{} ranks, {} stages, {} microbatches per replica; {}", s.num_ranks, s.num_stages(), m,
                           PlacementNote(s.stage_rank, s.num_ranks));
   return out;
@@ -164,7 +186,8 @@ std::string FormatPytorchCsv(const PtSchedule& order) {
 }
 
 PtSchedule ParsePytorchCsv(const std::string& text, const std::string& file) {
-  static const std::regex cell(R"(^([0-9]{1,6})(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|F|I|B|W)([0-9]{0,8})$)");
+  static const std::regex cell(
+      R"(^([0-9]{1,6})(SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|F|I|B|W)([0-9]{0,8})$)");
   static const std::map<std::string, PtActionType> types = {
       {"F", PtActionType::kF},          {"B", PtActionType::kB},          {"I", PtActionType::kI},
       {"W", PtActionType::kW},          {"SEND_F", PtActionType::kSendF}, {"RECV_F", PtActionType::kRecvF},
@@ -197,7 +220,8 @@ PtSchedule ParsePytorchCsv(const std::string& text, const std::string& file) {
                         "RECV_F, SEND_B, RECV_B (e.g. 0F0, 1I3, 2SEND_F1)",
                         file, line, column, v.substr(0, 40)));
       }
-      if (mt[2] == "UNSHARD" || mt[2] == "RESHARD") continue;  // FSDP's, not the pipeline's
+      // FSDP's, and the gradients' scaling (PyTorch's lowering adds it; Loom prices it with the step).
+      if (mt[2] == "UNSHARD" || mt[2] == "RESHARD" || mt[2] == "REDUCE_GRAD") continue;
       if (mt[3].length() == 0) {
         throw Error(fmt::format("{}:{}:{}: cell '{}': {} needs a microbatch (e.g. {}{}0)", file, line, column, v,
                                 mt[2].str(), mt[1].str(), mt[2].str()));

@@ -1,12 +1,18 @@
 // PyTorch pipelining's schedule CSV, both ways. torch.distributed.pipelining
-// (PipelineScheduleMulti's `_load_csv` / `_dump_csv`, and torchtitan's
-// `pipeline_parallel_schedule_csv`) reads one row per pipeline rank, no
+// (`_PipelineScheduleRuntime._load_csv`, what torchtitan's
+// `pipeline_parallel_schedule_csv` feeds) reads one row per pipeline rank, no
 // header, each cell one action STAGE TYPE MICROBATCH: `0F0` forward, `2B1`
-// full backward, `1I3` input gradient, `1W3` weight gradient. Its
-// "compute_comms" form adds the point-to-point actions `0SEND_F0`,
-// `1RECV_F0`, `1SEND_B0`, `0RECV_B0`; a receive names the receiving stage,
-// as PyTorch's own lowering writes it. Stages are the global virtual stages
-// of one pipeline; every data-parallel replica runs the same rows.
+// full backward, `1I3` input gradient, `1W3` weight gradient; a row is that
+// rank's order, not time steps (PipelineScheduleMulti's own `_load_csv`
+// reads columns as time steps and runs these files wrongly: use the runtime
+// class). Its "compute_comms" form adds the point-to-point actions
+// `0SEND_F0`, `1RECV_F0`, `1SEND_B0`, `0RECV_B0` (a receive names the
+// receiving stage, as PyTorch's own lowering writes it) and `0REDUCE_GRAD`
+// after a stage's last backward, which scales its gradients by the
+// microbatch count; the compute_only form leaves all of those to PyTorch.
+// Stages are the global virtual stages of one pipeline; every data-parallel
+// replica runs the same rows. tests/python/test_pytorch_pipelining.py runs
+// these files with PyTorch's runtime against `loom run` on the same plan.
 //
 // Export takes a compiled ExecutionPlan: only one pipeline whose stages all
 // run the same microbatches, replicated over DP, is something PyTorch can run;
@@ -26,7 +32,17 @@
 namespace loom {
 
 // Stored in files: append, never renumber.
-enum class PtActionType : uint8_t { kF = 0, kB = 1, kI = 2, kW = 3, kSendF = 4, kRecvF = 5, kSendB = 6, kRecvB = 7 };
+enum class PtActionType : uint8_t {
+  kF = 0,
+  kB = 1,
+  kI = 2,
+  kW = 3,
+  kSendF = 4,
+  kRecvF = 5,
+  kSendB = 6,
+  kRecvB = 7,
+  kReduceGrad = 8,  // "0REDUCE_GRAD": no microbatch
+};
 
 struct PtAction {
   int stage = 0;
@@ -36,7 +52,7 @@ struct PtAction {
 };
 using PtSchedule = std::vector<std::vector<PtAction>>;  // [pipeline rank] -> actions in order
 
-// "1I3", "0SEND_F2".
+// "1I3", "0SEND_F2", "1REDUCE_GRAD".
 std::string PtActionName(const PtAction& a);
 
 struct PytorchExport {
@@ -48,13 +64,15 @@ struct PytorchExport {
 };
 
 // The pipeline of `exec` as PyTorch's actions; `with_comms` adds the sends
-// and receives (compute_comms), else compute only (compute_only, what
-// torchtitan's pipeline_parallel_schedule_csv loads).
+// and receives and each stage's REDUCE_GRAD (compute_comms, as PyTorch's
+// lowering writes them), else compute only (compute_only, what torchtitan's
+// pipeline_parallel_schedule_csv loads).
 PytorchExport ExportPytorchSchedule(const ExecutionPlan& exec, bool with_comms);
 std::string FormatPytorchCsv(const PtSchedule& order);
 
 // Reads a CSV; `file` names it in errors ("FILE:LINE:COLUMN: cell 'X': ...").
-// Empty cells are bubbles and are skipped; UNSHARD / RESHARD (FSDP) are
+// Empty cells are bubbles and are skipped; UNSHARD / RESHARD (FSDP) and
+// REDUCE_GRAD (the gradients' scaling, which Loom prices with the step) are
 // accepted and dropped.
 PtSchedule ParsePytorchCsv(const std::string& text, const std::string& file);
 

@@ -1,0 +1,199 @@
+"""PyTorch runs Loom's schedules (issue 43): a plan Loom makes for a small
+transformers Llama is exported as PyTorch pipelining's CSV (`loom simulate
+--plan ... --export-pytorch-csv`), and torch.distributed.pipelining's own
+CSV runtime (_PipelineScheduleRuntime, what torchtitan's
+pipeline_parallel_schedule_csv feeds) executes it in Gloo processes on the
+CPU: each rank builds the stages its CSV row names, with the plan's layers.
+Two AdamW steps on the same data reach the losses `loom run` reaches under
+the same plan."""
+import datetime
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import unittest
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+import transformers
+
+LOOM = os.environ["LOOM_BINARY"]
+SAMPLES, SEQ, STEPS, LR = 8, 16, 2, 0.01
+
+
+def loom(*args):
+    out = subprocess.run([LOOM, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"loom {' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
+    return out.stdout
+
+
+class LlamaStage(nn.Module):
+    """Layers [begin, end) of Loom's `llm` module over a transformers Llama:
+    0 the embedding, 1..N the decoder layers, N + 1 the final norm and head.
+    Only hidden states cross stages, so each stage makes the positions, the
+    rotary cos/sin and the causal mask itself (LlamaModel.forward does the
+    same once)."""
+
+    def __init__(self, model, begin, end):
+        super().__init__()
+        n = model.config.num_hidden_layers
+        self.config = model.config
+        self.embed = model.model.embed_tokens if begin == 0 else None
+        self.layers = nn.ModuleList(model.model.layers[i - 1] for i in range(max(begin, 1), min(end, n + 1)))
+        self.rotary = model.model.rotary_emb
+        self.norm, self.head = (model.model.norm, model.lm_head) if end == n + 2 else (None, None)
+
+    def forward(self, x):
+        from transformers.masking_utils import create_causal_mask
+
+        h = self.embed(x) if self.embed is not None else x
+        pos = torch.arange(h.shape[1]).unsqueeze(0)
+        mask = create_causal_mask(config=self.config, inputs_embeds=h, attention_mask=None, cache=None,
+                                  position_ids=pos)
+        rope = self.rotary(h, position_ids=pos)
+        for layer in self.layers:
+            h = layer(h, attention_mask=mask, position_embeddings=rope, position_ids=pos)
+        return self.head(self.norm(h)) if self.head is not None else h
+
+
+def shifted_loss(logits, labels):  # transformers' causal-LM loss: predict token t + 1
+    return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+
+
+def run_rank(rank, world, port, folder, plan_stages, csv_path, csv_format, microbatches, out_path):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    model.config._attn_implementation = "eager"
+    model.train()
+    mine = [s for s, st in enumerate(plan_stages) if st["rank"] == rank]
+    modules = [LlamaStage(model, plan_stages[s]["begin"], plan_stages[s]["end"]) for s in mine]
+    stages = [PipelineStage(m, s, len(plan_stages), torch.device("cpu")) for m, s in zip(modules, mine)]
+    schedule = _PipelineScheduleRuntime(stages, n_microbatches=microbatches, loss_fn=shifted_loss, scale_grads=True)
+    # compute_only: torch adds the sends, receives and gradient scaling; compute_comms: Loom wrote them.
+    schedule._load_csv(csv_path, format=csv_format)
+    params = [p for m in modules for p in m.parameters()]
+    # loom run's AdamW: decay on matrices and embeddings only; the global norm clipped to 1.
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.01},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=LR)
+    with open(os.path.join(folder, "data.jsonl")) as f:
+        batch = torch.tensor([json.loads(line)["input_ids"] for line in f])
+    first, last = 0 in mine, len(plan_stages) - 1 in mine
+    step_losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        losses = []
+        schedule.step(*((batch,) if first else ()), target=batch if last else None, losses=losses)
+        squares = torch.stack([p.grad.pow(2).sum() for p in params if p.grad is not None]).sum()
+        dist.all_reduce(squares)
+        scale = min(1.0, 1.0 / (squares.sqrt().item() + 1e-6))
+        for p in params:
+            if p.grad is not None:
+                p.grad.mul_(scale)
+        opt.step()
+        step_losses.append(sum(l.item() for l in losses) / len(losses) if last else None)
+    if last:
+        with open(out_path, "w") as f:
+            json.dump(step_losses, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PytorchRunsLoomsSchedules(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.folder = os.path.join(self.dir.name, "tiny-llama")
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=6,
+                                          num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                          max_position_embeddings=256, tie_word_embeddings=False)
+        transformers.LlamaForCausalLM(config).save_pretrained(self.folder)
+        g = torch.Generator().manual_seed(3)
+        with open(os.path.join(self.folder, "data.jsonl"), "w") as f:
+            for _ in range(SAMPLES):  # equal lengths: each microbatch scores the same number of tokens
+                f.write(json.dumps({"input_ids": torch.randint(0, 128, (SEQ,), generator=g).tolist()}) + "\n")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def run_both(self, plans, plan, comms=False):
+        """`loom run` and PyTorch's CSV runtime under the plan `plans` holds
+        (strategy megatron, whose `plan` is given): their losses per step.
+        `comms`: Loom's compute_comms form, run verbatim."""
+        d, folder = self.dir.name, self.folder
+        data = os.path.join(folder, "data.jsonl")
+        pipeline = plan["units"][0]["pipelines"][0]
+        stages = [{"rank": s["rank"], "begin": s["layers"][0]["begin"], "end": s["layers"][-1]["end"]}
+                  for s in pipeline["stages"]]
+        csv_path = os.path.join(d, "schedule.csv")
+        loom("simulate", "--plan", plans, "--strategy", "megatron", "--export-pytorch-csv", csv_path,
+             *(["--pytorch-csv-comms"] if comms else []))
+        ran = json.loads(loom("run", "--model", folder, "--data", data, "--plan", plans, "--strategy", "megatron",
+                              "--cluster", "h100:1x2", "--global-batch", str(SAMPLES), "--steps", str(STEPS),
+                              "--lr", str(LR), "--precision", "fp32", "--json"))
+        out = os.path.join(d, "torch_losses.json")
+        form = "compute_comms" if comms else "compute_only"
+        mp.spawn(run_rank, args=(2, free_port(), folder, stages, csv_path, form, pipeline["microbatches"], out),
+                 nprocs=2)
+        with open(out) as f:
+            return ran["losses"], json.load(f)
+
+    def plan(self):
+        plans = os.path.join(self.dir.name, "plans.json")
+        loom("plan", "--model", self.folder, "--cluster", "h100:1x2", "--workload",
+             os.path.join(self.folder, "data.jsonl"), "--global-batch", str(SAMPLES), "--precision", "fp32",
+             "--strategy", "megatron", "--pp", "2", "--json", plans)
+        with open(plans) as f:
+            everything = json.load(f)
+        return plans, everything, next(s["plan"] for s in everything["strategies"] if s["name"] == "megatron")
+
+    def check(self, loom_losses, torch_losses):
+        self.assertEqual(len(torch_losses), STEPS)
+        for step, (mine, theirs) in enumerate(zip(loom_losses, torch_losses)):
+            self.assertAlmostEqual(theirs / mine, 1.0, delta=1e-5, msg=f"step {step}: loom {mine} torch {theirs}")
+        self.assertNotAlmostEqual(torch_losses[0], torch_losses[1], delta=1e-4)  # the step changed the weights
+
+    def test_the_plan_loom_picks_interleaved(self):
+        plans, _, plan = self.plan()
+        self.assertEqual(plan["units"][0]["pipelines"][0]["schedule"], "interleaved")  # 4 stages on 2 ranks
+        self.check(*self.run_both(plans, plan))
+        # The compute_comms form: Loom's sends, receives and REDUCE_GRADs, which PyTorch runs as written.
+        self.check(*self.run_both(plans, plan, comms=True))
+
+    def test_the_same_layers_under_zero_bubble(self):
+        # The plan rewritten as a user may: 2 stages under ZB-H1 (split backward: I and W cells), 4 microbatches.
+        plans, everything, plan = self.plan()
+        pipeline = plan["units"][0]["pipelines"][0]
+        layers = pipeline["stages"]
+        pipeline["stages"] = [
+            {"rank": 0, "layers": [{"module": "llm", "begin": 0, "end": layers[1]["layers"][-1]["end"]}]},
+            {"rank": 1, "layers": [{"module": "llm", "begin": layers[1]["layers"][-1]["end"],
+                                    "end": layers[-1]["layers"][-1]["end"]}]}]
+        pipeline["schedule"], pipeline["microbatches"] = "zb-h1", 4
+        for s in everything["strategies"]:
+            if s["name"] == "megatron":
+                s["plan"] = plan
+                s.pop("schedules", None)
+        with open(plans, "w") as f:
+            json.dump(everything, f)
+        self.check(*self.run_both(plans, plan))
+        with open(os.path.join(self.dir.name, "schedule.csv")) as f:
+            self.assertIn("1W0", f.read())
+
+if __name__ == "__main__":
+    unittest.main()
