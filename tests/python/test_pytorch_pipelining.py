@@ -6,12 +6,16 @@ pipeline_parallel_schedule_csv feeds) executes it in Gloo processes on the
 CPU: each rank builds the stages its CSV row names, with the plan's layers.
 Two AdamW steps on the same data reach the losses `loom run` reaches under
 the same plan."""
+import dataclasses
 import datetime
+import importlib.util
 import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
+import types
 import unittest
 
 import torch
@@ -194,6 +198,101 @@ class PytorchRunsLoomsSchedules(unittest.TestCase):
         self.check(*self.run_both(plans, plan))
         with open(os.path.join(self.dir.name, "schedule.csv")) as f:
             self.assertIn("1W0", f.read())
+
+# torchtitan's config fields as its source declares them (torchtitan/config/configs.py,
+# ParallelismConfig and TrainingConfig at commit b5bcd76, 2026-08-21; the fields the
+# export sets): slots, so that a name torchtitan does not have is an AttributeError.
+@dataclasses.dataclass(slots=True)
+class TitanParallelism:
+    data_parallel_replicate_degree: int = 1
+    data_parallel_shard_degree: int = -1
+    tensor_parallel_degree: int = 1
+    pipeline_parallel_degree: int = 1
+    module_fqns_per_model_part: list | None = None
+    pipeline_parallel_schedule: str = "1F1B"
+    pipeline_parallel_schedule_csv: str | None = ""
+    num_pp_microbatches: int = 1
+    context_parallel_degree: int = 1
+
+
+@dataclasses.dataclass(slots=True)
+class TitanTraining:
+    num_tokens_per_microbatch_per_dp_rank: int = 16384
+    num_tokens_per_train_step: int = -1
+    max_context_length: int = 2048
+
+
+@dataclasses.dataclass(slots=True)
+class TitanConfig:
+    parallelism: TitanParallelism = dataclasses.field(default_factory=TitanParallelism)
+    training: TitanTraining = dataclasses.field(default_factory=TitanTraining)
+    activation_checkpoint: object = None
+
+
+class TorchtitanConfig(unittest.TestCase):
+    def test_the_exported_module_sets_torchtitans_fields_for_the_plan(self):
+        d = tempfile.mkdtemp()
+        csv_path, module_path = os.path.join(d, "s.csv"), os.path.join(d, "loom_titan.py")
+        loom("simulate", "--model", "llama3-1b", "--cluster", "h100:1x8", "--workload", "text", "--global-batch", "16",
+             "--seq-len", "2048", "--tp", "2", "--pp", "2", "--dp", "2", "--vpp", "2", "--schedule", "interleaved",
+             "--microbatches", "4", "--recompute", "full", "--export-pytorch-csv", csv_path,
+             "--export-torchtitan", module_path, "--torchtitan-base", "fake_recipes:llama3_1b")
+        # Stand-ins for what the module imports: torchtitan's activation checkpointing and a recipe.
+        ac = types.ModuleType("torchtitan.distributed.activation_checkpoint")
+        ac.FullAC = types.SimpleNamespace(Config=lambda: "full")
+        ac.SelectiveAC = types.SimpleNamespace(Config=lambda: "selective")
+        recipes = types.ModuleType("fake_recipes")
+        recipes.llama3_1b = TitanConfig
+        stubs = {"torchtitan": types.ModuleType("torchtitan"),
+                 "torchtitan.distributed": types.ModuleType("torchtitan.distributed"),
+                 "torchtitan.distributed.activation_checkpoint": ac, "fake_recipes": recipes}
+        saved = {k: sys.modules.get(k) for k in stubs}
+        sys.modules.update(stubs)
+        try:
+            spec = importlib.util.spec_from_file_location("loom_titan", module_path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            config = module.loom_plan()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    sys.modules.pop(k, None)
+                else:
+                    sys.modules[k] = v
+        p = config.parallelism
+        self.assertEqual((p.tensor_parallel_degree, p.pipeline_parallel_degree, p.context_parallel_degree), (2, 2, 1))
+        self.assertEqual(p.data_parallel_replicate_degree * p.data_parallel_shard_degree, 2)
+        self.assertEqual(p.num_pp_microbatches, 4)
+        self.assertEqual(p.pipeline_parallel_schedule_csv, csv_path)
+        self.assertEqual(config.activation_checkpoint, "full")
+        # 16 samples over DP 2 and 4 microbatches: 2 samples of 2048 tokens a microbatch.
+        self.assertEqual(config.training.num_tokens_per_microbatch_per_dp_rank, 2 * 2048)
+        # Every module of torchtitan's 16-layer Llama once, in order, over pp x vpp = 4 parts.
+        parts = p.module_fqns_per_model_part
+        self.assertEqual(len(parts), 4)
+        want = ["tok_embeddings"] + [f"layers.{i}" for i in range(16)] + ["norm", "output"]
+        self.assertEqual([m for part in parts for m in part], want)
+        # torchtitan's "loop" placement (_get_pp_rank_to_stage_indices_mapping) is the CSV's:
+        # PipelineScheduleMulti is neither ZBVZeroBubble nor DualPipeV, so stage v runs on rank v mod pp.
+        self.assertEqual(p.pipeline_parallel_schedule, "PipelineScheduleMulti")
+        with open(csv_path) as f:
+            rows = [line.strip().split(",") for line in f if line.strip()]
+        self.assertEqual(len(rows), 2)
+        for rank, row in enumerate(rows):
+            stages = {int(cell[0]) for cell in row if cell}
+            self.assertEqual(stages, {rank, rank + 2})
+
+    def test_what_torchtitan_cannot_run_is_refused_by_name(self):
+        d = tempfile.mkdtemp()
+        llava = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "hf", "llava-1.5-7b")
+        out = subprocess.run([LOOM, "simulate", "--model", llava, "--cluster", "h100:1x8", "--workload", "obelics",
+                              "--global-batch", "8", "--pp", "2", "--tp", "4", "--microbatches", "4", "--recompute", "full",
+                              "--export-pytorch-csv", os.path.join(d, "s.csv"), "--export-torchtitan",
+                              os.path.join(d, "t.py")], capture_output=True, text=True)
+        self.assertEqual(out.returncode, 2, out.stdout + out.stderr)
+        self.assertIn("torchtitan cannot run this plan: model llava-1.5-7b has 3 modules", out.stderr)
+        self.assertFalse(os.path.exists(os.path.join(d, "t.py")))
+
 
 if __name__ == "__main__":
     unittest.main()

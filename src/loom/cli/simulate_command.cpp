@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 #include "loom/cli/problem_record.h"
 #include "loom/error.h"
 #include "loom/export/pytorch_schedule.h"
+#include "loom/export/torchtitan_config.h"
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/plan_json.h"
 #include "loom/report/plan_replay_report.h"
@@ -52,6 +54,14 @@ class SimulateCommand : public Command {
         ->check(kOutputFile);
     sub->add_flag("--pytorch-csv-comms", csv_comms_,
                   "with --export-pytorch-csv: the compute_comms form (SEND_F / RECV_F / SEND_B / RECV_B cells)");
+    sub->add_option("--export-torchtitan", export_titan_,
+                    "with --export-pytorch-csv: write torchtitan's Python configuration of the plan (a module whose "
+                    "loom_plan() returns the Trainer.Config: degrees, the CSV, the stages' modules), or say why "
+                    "torchtitan cannot run it")
+        ->check(kOutputFile);
+    sub->add_option("--torchtitan-base", titan_base_,
+                    "with --export-torchtitan: MODULE:FUNCTION of the recipe to derive from (default "
+                    "torchtitan.models.llama3.config_registry:llama3_8b)");
     sub->add_option("--import-pytorch-csv", import_csv_,
                     "simulate a PyTorch pipelining CSV's order: PP, stages per rank and microbatches from the file, "
                     "TP / DP / CP / --recompute from the flags")
@@ -69,6 +79,9 @@ class SimulateCommand : public Command {
   }
 
   void Run() override {
+    if (!export_titan_.empty() && export_csv_.empty()) {
+      throw loom::Error("--export-torchtitan needs --export-pytorch-csv FILE: the configuration names that schedule");
+    }
     if (!plan_.empty()) {
       FillFromRecord(problem_, plan_);
       RunPlanFile();
@@ -87,7 +100,7 @@ class SimulateCommand : public Command {
     const Workload workload = problem_.workload.ResolveOrDefault(model);
     const PlanFileReplay replay = ReplayPlanFile(model, cluster, workload, plan_, strategy_);
     WriteTrace(replay.first);
-    const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(replay.first);
+    const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(replay.first, model, workload);
     std::cout << (json_ ? PlanFileReplayJson(replay).dump(2) + "\n" : FormatPlanFileReplay(replay, plan_) + exported);
   }
 
@@ -113,7 +126,7 @@ class SimulateCommand : public Command {
     const PlanRun run = imported ? SimulatePytorchSchedule(model, cluster, workload, cfg_, *imported, import_csv_)
                                  : SimulateConfig(model, cluster, workload, cfg_);
     WriteTrace(run);
-    const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(run);
+    const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(run, model, workload);
     if (json_) {
       std::cout << PlanMetricsJson(run.metrics).dump(2) << "\n";
     } else {
@@ -131,14 +144,52 @@ class SimulateCommand : public Command {
 
   // --export-pytorch-csv: the schedule of the simulated batch, or why PyTorch
   // cannot run it (an error: the file asked for is not written). Returns the line saying so.
-  std::string ExportPytorchCsv(const PlanRun& run) const {
+  std::string ExportPytorchCsv(const PlanRun& run, const Model& model, const Workload& workload) const {
     const PytorchExport e = ExportPytorchSchedule(run.exec, csv_comms_);
     if (!e.expressible) {
       throw loom::Error(fmt::format("--export-pytorch-csv {}: PyTorch cannot run this plan: {}", export_csv_, e.notes));
     }
+    std::string titan;
+    if (!export_titan_.empty()) titan = ExportTorchtitanConfig(run, e, model, workload);
     WriteText(export_csv_, FormatPytorchCsv(e.order), "--export-pytorch-csv");
     return fmt::format("PyTorch schedule ({}) written to {}: {}\n", csv_comms_ ? "compute_comms" : "compute_only",
-                       export_csv_, e.notes);
+                       export_csv_, e.notes) +
+           titan;
+  }
+
+  // --export-torchtitan: the configuration naming the CSV, or why torchtitan cannot run the plan.
+  std::string ExportTorchtitanConfig(const PlanRun& run, const PytorchExport& e, const Model& model,
+                                     const Workload& workload) const {
+    if (csv_comms_) {
+      throw loom::Error("--export-torchtitan: torchtitan loads a compute_only CSV; leave out --pytorch-csv-comms");
+    }
+    const size_t colon = titan_base_.find(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 == titan_base_.size()) {
+      throw loom::Error(
+          fmt::format("--torchtitan-base '{}': expected MODULE:FUNCTION (e.g. "
+                      "torchtitan.models.llama3.config_registry:llama3_8b)",
+                      titan_base_));
+    }
+    if (workload.source.seq_len <= 0) {
+      throw loom::Error(
+          fmt::format("--export-torchtitan: workload {} states no sequence length; torchtitan batches "
+                      "by tokens: use a text workload with --seq-len",
+                      workload.name));
+    }
+    TorchtitanOptions options;
+    options.base = titan_base_;
+    options.csv_path = std::filesystem::absolute(export_csv_).string();
+    const int64_t dp = run.exec.stages[0].dp;
+    options.tokens_per_microbatch = workload.global_batch / (dp * e.num_microbatches) * workload.source.seq_len;
+    options.max_context_tokens = workload.source.seq_len;
+    const TorchtitanExport t = ExportTorchtitan(run.exec, e, model, options);
+    if (!t.expressible) {
+      throw loom::Error(
+          fmt::format("--export-torchtitan {}: torchtitan cannot run this plan: {}", export_titan_, t.notes));
+    }
+    WriteText(export_titan_, t.python, "--export-torchtitan");
+    return fmt::format("torchtitan configuration written to {} (MODULE=<it> CONFIG=loom_plan){}\n", export_titan_,
+                       t.notes.empty() ? "" : ". " + t.notes);
   }
 
   ProblemFlags problem_;
@@ -147,6 +198,8 @@ class SimulateCommand : public Command {
   std::string schedule_ = "1f1b";
   std::string recompute_ = "none";
   std::string trace_;
+  std::string export_titan_;
+  std::string titan_base_ = "torchtitan.models.llama3.config_registry:llama3_8b";
   bool json_ = false;
   std::string export_csv_;
   bool csv_comms_ = false;
