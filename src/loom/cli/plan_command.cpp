@@ -22,6 +22,7 @@
 #include "loom/cli/run_every_plan.h"
 #include "loom/cost/cost_model.h"
 #include "loom/error.h"
+#include "loom/export/engine_choices.h"
 #include "loom/export/megatron_args.h"
 #include "loom/report/comparison.h"
 #include "loom/report/html_report.h"
@@ -140,7 +141,21 @@ class PlanCommand : public Command {
     const Comparison cmp = CompareStrategies(model, cluster, workload, names, iterations_, progress, compare_);
     if (progress) std::cerr << "\r\033[K";
     std::cout << FormatComparison(cmp, wide_) << SmQuotaNote(cmp, cluster, problem_.profile);
+    const MegatronTarget target = TargetOf(workload, cluster);
+    const std::vector<EngineChoice> engines = BestPlanPerEngine(cmp, model, target);
+    std::cout << "\n" << FormatEngineChoices(cmp, engines);
     nlohmann::json plans_json = json_.empty() ? nlohmann::json() : ComparisonJson(cmp);
+    if (!json_.empty()) {
+      plans_json["engines"] = EngineChoicesJson(cmp, engines);
+      if (export_ == "megatron") {  // each strategy's launch bundle beside its plan
+        for (auto& s : plans_json["strategies"]) {
+          for (const auto& o : cmp.outcomes) {
+            if (o.ok() && o.name == s["name"])
+              s["megatron"] = MegatronExportJson(ExportMegatron(o.result.plan, model, target));
+          }
+        }
+      }
+    }
     if (!json_.empty()) plans_json["problem"] = ProblemRecord(problem_);  // `loom simulate --plan` alone replays it
     if (run_) {
 #ifdef LOOM_HAVE_RUNTIME
@@ -151,7 +166,7 @@ class PlanCommand : public Command {
           "build with `make`, which finds the PyTorch scripts/install-deps.sh installs)");
 #endif
     }
-    WriteOutputs(model, cmp, plans_json);
+    WriteOutputs(model, cmp, plans_json, target, cluster.gpus_per_node);
     bool any = false, applies = false;
     for (const auto& o : cmp.outcomes) {
       any = any || o.ok();
@@ -163,7 +178,18 @@ class PlanCommand : public Command {
 
  private:
   // --json, --report, --trace and --export, in that order.
-  void WriteOutputs(const Model& model, const Comparison& cmp, const nlohmann::json& plans_json) const {
+  // What a Megatron-LM launch needs of the problem: the sequence, precision and GPUs.
+  static MegatronTarget TargetOf(const Workload& workload, const Cluster& cluster) {
+    MegatronTarget t;
+    if (workload.source.seq_len > 0) t.seq_len = workload.source.seq_len;
+    t.precision = std::string(PrecisionName(workload.precision));
+    t.gpus_per_node = cluster.gpus_per_node;
+    t.blackwell = cluster.gpu.name == "b200" || cluster.gpu.name == "gb200";  // compute capability 10
+    return t;
+  }
+
+  void WriteOutputs(const Model& model, const Comparison& cmp, const nlohmann::json& plans_json,
+                    const MegatronTarget& target, int gpus_per_node) const {
     if (!json_.empty()) {
       WriteText(json_, plans_json.dump(2) + "\n", "--json");
       std::cout << "Plans written to " << json_ << "\n";
@@ -180,7 +206,10 @@ class PlanCommand : public Command {
     if (export_ == "megatron") {
       std::cout << "\n";
       for (const auto& o : cmp.outcomes) {
-        if (o.ok()) std::cout << FormatMegatronExport(o.name, ExportMegatron(o.result.plan, model)) << "\n";
+        if (o.ok()) {
+          std::cout << FormatMegatronExport(o.name, ExportMegatron(o.result.plan, model, target), gpus_per_node)
+                    << "\n";
+        }
       }
     }
   }

@@ -71,6 +71,98 @@ void RecomputeArgs(const Unit& u, std::vector<std::string>& args) {
   }
 }
 
+// "--flag value" strings as (flag, value) pairs; a quoted value loses its quotes.
+std::vector<std::pair<std::string, std::string>> FlagPairs(const std::vector<std::string>& args) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& a : args) {
+    const size_t space = a.find(' ');
+    std::string value = space == std::string::npos ? "" : a.substr(space + 1);
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    out.push_back({a.substr(0, space), value});
+  }
+  return out;
+}
+
+// The LLM's shape as Megatron-LM's GPT flags (its transformer layers, GQA,
+// head_dim, SwiGLU, RMSNorm, rotary positions, biases, q/k norms, untied
+// head), the sequence, the precision, and what a run needs: iterations,
+// evaluation interval, mock data with a tokenizer of the model's vocabulary.
+void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
+                      std::vector<std::pair<std::string, std::string>>& f) {
+  int layers = 0;
+  const Layer* block = nullptr;
+  int64_t vocab = 0;
+  bool tied = false;
+  for (const auto& l : llm.layers) {
+    if (l.kind == LayerKind::kTransformer) {
+      ++layers;
+      block = &l;
+    }
+    if (l.kind == LayerKind::kEmbedding) vocab = l.vocab;
+    if (l.kind == LayerKind::kLmHead) tied = l.tied;
+  }
+  if (block == nullptr) return;
+  const Layer& b = *block;
+  f.push_back({"--num-layers", std::to_string(layers)});
+  f.push_back({"--hidden-size", std::to_string(b.hidden)});
+  f.push_back({"--ffn-hidden-size", std::to_string(b.ffn_hidden)});
+  f.push_back({"--num-attention-heads", std::to_string(b.heads)});
+  if (b.kv_heads > 0 && b.kv_heads != b.heads) {
+    f.push_back({"--group-query-attention", ""});
+    f.push_back({"--num-query-groups", std::to_string(b.kv_heads)});
+  }
+  if (b.head_dim > 0 && b.head_dim * b.heads != b.hidden) f.push_back({"--kv-channels", std::to_string(b.head_dim)});
+  if (b.gated_mlp) f.push_back({"--swiglu", ""});
+  if (b.norm == NormKind::kRmsNorm) f.push_back({"--normalization", "RMSNorm"});
+  if (b.rope.theta > 0) {
+    f.push_back({"--position-embedding-type", "rope"});
+    f.push_back({"--rotary-base", fmt::format("{:g}", b.rope.theta)});
+  }
+  if (!b.out_bias && !b.mlp_bias) {
+    f.push_back({"--disable-bias-linear", ""});
+    if (b.qkv_bias) f.push_back({"--add-qkv-bias", ""});
+  }
+  if (b.qk_norm) f.push_back({"--qk-layernorm", ""});
+  if (!tied) f.push_back({"--untie-embeddings-and-output-weights", ""});
+  f.push_back({"--seq-length", std::to_string(target.seq_len)});
+  f.push_back({"--max-position-embeddings", std::to_string(std::max<int64_t>(target.seq_len, b.rope.max_positions))});
+  if (target.precision == "bf16") f.push_back({"--bf16", ""});
+  if (target.precision == "fp16") f.push_back({"--fp16", ""});
+  f.push_back({"--train-iters", std::to_string(target.train_iters)});
+  f.push_back({"--eval-interval", std::to_string(target.train_iters)});
+  f.push_back({"--mock-data", ""});
+  f.push_back({"--tokenizer-type", "NullTokenizer"});
+  f.push_back({"--vocab-size", std::to_string(vocab)});
+}
+
+// The launch of `flags` checked by Megatron-LM's rules: an expressible
+// bundle, or the rules it breaks.
+void Finish(MegatronExport& e, MegatronLaunch launch, const MegatronTarget& target) {
+  launch.blackwell = target.blackwell;
+  const int64_t tp = std::stoll(launch.Value("--tensor-model-parallel-size").empty()
+                                    ? (launch.Value("--llm-tp").empty() ? "1" : launch.Value("--llm-tp"))
+                                    : launch.Value("--tensor-model-parallel-size"));
+  const int64_t cp =
+      launch.Value("--context-parallel-size").empty() ? 1 : std::stoll(launch.Value("--context-parallel-size"));
+  if ((tp > 1 || cp > 1 || launch.Has("--encoder-tp")) && !target.blackwell) {
+    launch.env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", "1"});
+  }
+  const std::vector<std::string> errors = MegatronArgumentErrors(launch);
+  if (!errors.empty()) {
+    e.expressible = false;
+    e.notes = "Megatron-LM would refuse these arguments: " + fmt::format("{}", fmt::join(errors, "; ")) + ".";
+    return;
+  }
+  std::vector<std::string> shown;
+  for (const auto& [flag, value] : launch.flags) {
+    const bool quote = value.find_first_of("|*()") != std::string::npos;
+    shown.push_back(value.empty() ? flag : quote ? fmt::format("{} \"{}\"", flag, value) : flag + " " + value);
+  }
+  e.args = fmt::format("{}", fmt::join(shown, " \\\n  "));
+  e.launch = std::move(launch);
+  e.expressible = true;
+}
+
 // Reasons a unit cannot be one Megatron-LM rank grid.
 void UnitObstacles(const Unit& u, const Plan& plan, std::vector<std::string>& why) {
   if (u.pipelines.size() != 1) {
@@ -174,7 +266,7 @@ std::string StageLayout(const StageSpec& stage, const Model& model, const std::s
   return out;
 }
 
-MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
+MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const MegatronTarget& target) {
   MegatronExport e;
   std::vector<std::string> why, notes;
   const Unit& u = plan.units[0];
@@ -240,9 +332,20 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
   RecomputeArgs(u, a);
   if (u.zero_stage == 1) a.push_back("--use-distributed-optimizer");
   a.push_back("--overlap-grad-reduce");
-  FreezeArgs(model, a, notes);
-  e.expressible = true;
-  e.args = fmt::format("{}", fmt::join(a, " \\\n  "));
+  MegatronLaunch launch;
+  const bool multimodal = model.modules.size() > 1;
+  launch.entry = multimodal ? "pretrain_vlm.py" : "pretrain_gpt.py";
+  if (multimodal) FreezeArgs(model, a, notes);  // --freeze-LM / --freeze-ViT are pretrain_vlm.py's flags
+  launch.flags = FlagPairs(a);
+  ShapeAndRunFlags(model.modules[backbone], target, launch.flags);
+  launch.world_size = u.tp * u.cp * p.pp * EffectiveDp(u, plan);
+  if (multimodal) {
+    notes.push_back(
+        "pretrain_vlm.py builds its vision encoder and projector with the LLM's TP on the first stage; give it "
+        "your towers' shapes in its model provider (the flags above are the LLM's)");
+  }
+  Finish(e, std::move(launch), target);
+  if (!e.expressible) return e;
   std::string stages;
   for (size_t s = 0; s < p.stages.size(); ++s) {
     std::string label;
@@ -252,10 +355,10 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
     stages += fmt::format("\n  stage {} (rank {}): {}", s, p.stages[s].rank, label);
   }
   e.notes = fmt::format(
-      "For {}. {} microbatches per replica, data parallel {}{}.{}\nThe plan's stages (the layout "
+      "For {}: torchrun {}. {} microbatches per replica, data parallel {}{}.{}\nThe plan's stages (the layout "
       "above: E embedding, t decoder layer, L output layer and loss; virtual stage v on rank v mod "
       "{}):{}",
-      kLayoutVersion, p.microbatches, EffectiveDp(u, plan),
+      kLayoutVersion, e.launch.entry, p.microbatches, EffectiveDp(u, plan),
       p.vpp() > 1 ? fmt::format(", {} virtual stages per rank", p.vpp()) : "",
       notes.empty() ? "" : "\nDiffers from the plan: " + fmt::format("{}", fmt::join(notes, "; ")) + ".", p.pp, stages);
   return e;
@@ -263,7 +366,7 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model) {
 
 // Encoders on one rank grid, the LLM on another (MMScale, DistMM, DistTrain):
 // the MIMO example's arguments.
-MegatronExport ExportMimo(const Plan& plan, const Model& model) {
+MegatronExport ExportMimo(const Plan& plan, const Model& model, const MegatronTarget& target) {
   MegatronExport e;
   std::vector<std::string> why, notes;
   int llm = -1;
@@ -303,19 +406,45 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model) {
       a.push_back(fmt::format("--encoder-dp {}", EffectiveDp(enc, plan)));
       a.push_back(fmt::format("--llm-offset {}", lm.first_group * plan.group_gpus));
       a.push_back(fmt::format("--llm-tp {}", lm.tp));
+      if (lm.cp > 1) a.push_back(fmt::format("--llm-cp {}", lm.cp));  // refused below (CP 1 only), never dropped
       a.push_back(fmt::format("--llm-pp {}", lp.pp));
       a.push_back(fmt::format("--llm-dp {}", EffectiveDp(lm, plan)));
+      if (lp.stages.size() > 1) {  // the LLM grid's stages exactly, as for one grid
+        std::string layout, bad;
+        for (size_t s = 0; s < lp.stages.size() && bad.empty(); ++s) {
+          layout += (s == 0 ? "" : "|") + StageLayout(lp.stages[s], model, lm.modules[0], &bad);
+        }
+        if (bad.empty()) a.push_back(fmt::format("--pipeline-model-parallel-layout \"{}\"", layout));
+      }
       BatchArgs(plan, EffectiveDp(lm, plan), lp.microbatches, a);
       RecomputeArgs(lm, a);
-      FreezeArgs(model, a, notes);
+      // pretrain_mimo.py requires the distributed optimizer and per-token losses.
+      a.push_back("--use-distributed-optimizer");
+      a.push_back("--calculate-per-token-loss");
+      for (const auto& m : model.modules) {
+        if (!AnyLayerFrozen(m)) continue;
+        if (m.role == ModuleRole::kBackbone && WholeModuleFrozen(m))
+          a.push_back("--freeze-lm");
+        else if (m.role == ModuleRole::kEncoder && WholeModuleFrozen(m))
+          a.push_back("--freeze-vit");
+        else if (m.role == ModuleRole::kProjector && WholeModuleFrozen(m))
+          a.push_back("--freeze-projection");
+        else
+          notes.push_back(fmt::format("{} is partly frozen; MIMO freezes whole modules only", m.name));
+      }
       if (ep.microbatches != lp.microbatches) {
         notes.push_back(
             fmt::format("the encoders run {} microbatches per replica and the LLM {}; MIMO hands each "
                         "LLM microbatch its encoder outputs as they come",
                         ep.microbatches, lp.microbatches));
       }
-      e.expressible = true;
-      e.args = fmt::format("{}", fmt::join(a, " \\\n  "));
+      MegatronLaunch launch;
+      launch.entry = "examples/mimo/pretrain_mimo.py";
+      launch.flags = FlagPairs(a);
+      ShapeAndRunFlags(model.modules[model.FindModule(lm.modules[0])], target, launch.flags);
+      launch.world_size = enc.tp * EffectiveDp(enc, plan) + lm.tp * lm.cp * lp.pp * EffectiveDp(lm, plan);
+      Finish(e, std::move(launch), target);
+      if (!e.expressible) return e;
       e.notes = fmt::format(
           "For {}. Encoders ({}) on GPUs {}..{}, the LLM on GPUs {}..{}.{}", kMimoVersion, fmt::join(enc.modules, ", "),
           enc.first_group * plan.group_gpus, (enc.first_group + enc.num_groups()) * plan.group_gpus - 1,
@@ -330,14 +459,49 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model) {
 
 }  // namespace
 
-MegatronExport ExportMegatron(const Plan& plan, const Model& model) {
-  if (plan.units.empty()) return {false, "", "Megatron-LM cannot express this plan: it has no units."};
-  return plan.units.size() == 1 ? ExportOneGrid(plan, model) : ExportMimo(plan, model);
+MegatronExport ExportMegatron(const Plan& plan, const Model& model, const MegatronTarget& target) {
+  if (plan.units.empty()) {
+    MegatronExport e;
+    e.notes = "Megatron-LM cannot express this plan: it has no units.";
+    return e;
+  }
+  return plan.units.size() == 1 ? ExportOneGrid(plan, model, target) : ExportMimo(plan, model, target);
 }
 
-std::string FormatMegatronExport(const std::string& strategy, const MegatronExport& e) {
+namespace {
+
+// "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes N --nproc-per-node G ENTRY".
+std::string CommandLine(const MegatronLaunch& l, int gpus_per_node) {
+  std::string env;
+  for (const auto& [k, v] : l.env) env += k + "=" + v + " ";
+  const int per_node = std::min(l.world_size, std::max(1, gpus_per_node));
+  return fmt::format("{}torchrun --nnodes {} --nproc-per-node {} {}", env, (l.world_size + per_node - 1) / per_node,
+                     per_node, l.entry);
+}
+
+}  // namespace
+
+nlohmann::json MegatronExportJson(const MegatronExport& e) {
+  nlohmann::json j;
+  j["expressible"] = e.expressible;
+  j["notes"] = e.notes;
+  if (!e.expressible) return j;
+  j["entry"] = e.launch.entry;
+  j["env"] = nlohmann::json::object();
+  for (const auto& [k, v] : e.launch.env) j["env"][k] = v;
+  j["args"] = nlohmann::json::array();
+  for (const auto& [flag, value] : e.launch.flags) {
+    j["args"].push_back(flag);
+    if (!value.empty()) j["args"].push_back(value);
+  }
+  j["world_size"] = e.launch.world_size;
+  return j;
+}
+
+std::string FormatMegatronExport(const std::string& strategy, const MegatronExport& e, int gpus_per_node) {
   if (!e.expressible) return fmt::format("{}: {}\n", strategy, e.notes);
-  return fmt::format("{}: Megatron-LM arguments\n  {}\n{}\n", strategy, e.args, e.notes);
+  return fmt::format("{}: Megatron-LM launch\n  {} \\\n  {}\n{}\n", strategy, CommandLine(e.launch, gpus_per_node),
+                     e.args, e.notes);
 }
 
 }  // namespace loom

@@ -1,0 +1,278 @@
+#include "loom/export/megatron_rules.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <regex>
+
+#include "loom/error.h"
+
+namespace loom {
+
+namespace {
+
+constexpr const char* kArgs = "megatron/training/arguments.py validate_args";
+constexpr const char* kConfig = "megatron/core/transformer/transformer_config.py TransformerConfig.__post_init__";
+constexpr const char* kLayout = "megatron/core/transformer/pipeline_parallel_layer_layout.py validate_layer_layout";
+constexpr const char* kMimo = "examples/mimo/training/args.py validate_hetero_grid_args";
+
+int64_t Int(const MegatronLaunch& l, const std::string& flag, int64_t fallback) {
+  const std::string v = l.Value(flag);
+  if (v.empty()) return fallback;
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+// validate_args' checks of one rank grid: the GPT rules (pretrain_gpt.py,
+// pretrain_vlm.py, and the MIMO LLM grid, which pretrain_mimo.py validates
+// with the world set to the LLM's ranks).
+void GridRules(const MegatronLaunch& l, int world, std::vector<std::string>& errors) {
+  const int64_t tp = Int(l, "--tensor-model-parallel-size", 1), pp = Int(l, "--pipeline-model-parallel-size", 1);
+  const int64_t cp = Int(l, "--context-parallel-size", 1);
+  if (world % (tp * pp * cp) != 0) {
+    errors.push_back(fmt::format("{}: world size ({}) is not divisible by total_model_size (total_model_size={})",
+                                 kArgs, world, tp * pp * cp));
+    return;
+  }
+  const int64_t dp = world / (tp * pp * cp);
+  const int64_t mbs = Int(l, "--micro-batch-size", 0), gbs = Int(l, "--global-batch-size", mbs * dp);
+  if (mbs <= 0) errors.push_back(fmt::format("{}: --micro-batch-size is required and positive", kArgs));
+  if (mbs > 0 && gbs % (mbs * dp) != 0) {
+    errors.push_back(fmt::format(
+        "megatron/core/num_microbatches_calculator.py ConstantNumMicroBatchesCalculator: global batch size ({}) is "
+        "not divisible by micro batch size ({}) times data parallel size ({})",
+        gbs, mbs, dp));
+  }
+  const int64_t layers = Int(l, "--num-layers", 0);
+  for (const char* required :
+       {"--num-layers", "--hidden-size", "--num-attention-heads", "--max-position-embeddings", "--seq-length"}) {
+    if (!l.Has(required)) errors.push_back(fmt::format("{}: {} argument is None", kArgs, required + 2));
+  }
+  const int64_t hidden = Int(l, "--hidden-size", 0), heads = Int(l, "--num-attention-heads", 0);
+  if (!l.Has("--kv-channels") && heads > 0 && hidden % heads != 0) {
+    errors.push_back(
+        fmt::format("{}: hidden_size ({}) % num_attention_heads ({}) == 0 (give --kv-channels)", kArgs, hidden, heads));
+  }
+  if (heads > 0 && heads % tp != 0) {
+    errors.push_back(fmt::format("{}: num_attention_heads ({}) must be a multiple of tensor_model_parallel_size ({}).",
+                                 kConfig, heads, tp));
+  }
+  if (l.Has("--group-query-attention")) {
+    const int64_t groups = Int(l, "--num-query-groups", 1);
+    if (groups % tp != 0 && tp % groups != 0) {
+      errors.push_back(
+          fmt::format("{}: num_query_groups ({}) must be a multiple or divisor of tensor_model_parallel_size ({}).",
+                      kConfig, groups, tp));
+    }
+  }
+  if (cp > 1 && Int(l, "--seq-length", 0) % (2 * cp) != 0) {
+    errors.push_back(fmt::format(
+        "{}: seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1.", kArgs));
+  }
+  if (l.Has("--fp16") && l.Has("--bf16")) errors.push_back(fmt::format("{}: --fp16 and --bf16 together", kArgs));
+  // Pipeline layers: a layout, or layers divisible by PP.
+  int64_t vpp = 1;
+  if (l.Has("--pipeline-model-parallel-layout")) {
+    std::vector<std::string> stages;
+    try {
+      stages = ParseMegatronLayout(l.Value("--pipeline-model-parallel-layout"));
+    } catch (const Error& e) {
+      errors.push_back(e.what());
+      return;
+    }
+    if (static_cast<int64_t>(stages.size()) % pp != 0) {
+      errors.push_back(fmt::format(
+          "{}: The length of pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
+          "(num_stages={}, args.pipeline_model_parallel_size={})",
+          kArgs, stages.size(), pp));
+      return;
+    }
+    vpp = static_cast<int64_t>(stages.size()) / pp;
+    std::string flat;
+    for (const auto& s : stages) flat += s;
+    if (flat.empty() || flat.front() != 'E')
+      errors.push_back(fmt::format("{}: The first layer must be embedding", kLayout));
+    if (flat.empty() || flat.back() != 'L') errors.push_back(fmt::format("{}: The last layer must be loss", kLayout));
+    if (std::count(flat.begin(), flat.end(), 'E') != 1) {
+      errors.push_back(fmt::format("{}: Embedding must be specified exactly once", kLayout));
+    }
+    if (std::count(flat.begin(), flat.end(), 'L') != 1) {
+      errors.push_back(fmt::format("{}: Loss must be specified exactly once", kLayout));
+    }
+    const int64_t t = std::count(flat.begin(), flat.end(), 't');
+    if (t != layers) {
+      errors.push_back(fmt::format("{}: Number of decoder layers {} must match num_layers {}", kLayout, t, layers));
+    }
+  } else if (pp > 1 && layers % pp != 0) {
+    errors.push_back(
+        fmt::format("{}: Number of layers should be divisible by the pipeline-model-parallel size", kArgs));
+  }
+  if (vpp > 1) {
+    if (pp <= 1) {
+      errors.push_back(fmt::format(
+          "{}: When interleaved schedule is used, pipeline-model-parallel size should be greater than 1", kArgs));
+    }
+    // The interleaved schedule (schedules.py forward_backward_pipelining_with_interleaving), with
+    // --microbatch-group-size-per-virtual-pipeline-stage at its default, PP.
+    const int64_t m = mbs > 0 ? gbs / (mbs * dp) : 0;
+    if (m < pp || m % pp != 0) {
+      errors.push_back(
+          fmt::format("megatron/core/pipeline_parallel/schedules.py forward_backward_pipelining_with_interleaving: {} "
+                      "microbatches with pipeline-parallel size {}: the interleaved schedule needs a multiple of it",
+                      m, pp));
+    }
+  }
+  // Recomputation (transformer_config.py) and the overlap flags.
+  const std::string granularity = l.Value("--recompute-granularity");
+  if (granularity == "full" && (!l.Has("--recompute-method") || !l.Has("--recompute-num-layers"))) {
+    errors.push_back(
+        fmt::format("{}: Using recompute_granularity: full so recompute_method must be \"block\" or \"uniform\" and "
+                    "recompute_num_layers given",
+                    kConfig));
+  }
+  if (granularity == "selective" && l.Has("--recompute-method")) {
+    errors.push_back(
+        fmt::format("{}: recompute method is not yet supported for selective recomputing granularity", kArgs));
+  }
+  if (l.Has("--overlap-param-gather") && (!l.Has("--use-distributed-optimizer") || !l.Has("--overlap-grad-reduce"))) {
+    errors.push_back(fmt::format(
+        "{}: --overlap-param-gather only supported with distributed optimizer and --overlap-grad-reduce", kArgs));
+  }
+  // CUDA_DEVICE_MAX_CONNECTIONS on GPUs before Blackwell.
+  if ((tp > 1 || cp > 1) && !l.blackwell) {
+    const auto it = std::find_if(l.env.begin(), l.env.end(),
+                                 [](const auto& e) { return e.first == "CUDA_DEVICE_MAX_CONNECTIONS"; });
+    if (it == l.env.end() || it->second != "1") {
+      errors.push_back(fmt::format(
+          "{}: Using tensor model parallelism or context parallelism require setting the environment variable "
+          "CUDA_DEVICE_MAX_CONNECTIONS to 1",
+          kArgs));
+    }
+  }
+}
+
+// What a run needs beyond validate_args (training.py, the tokenizer, the data).
+void RunRules(const MegatronLaunch& l, std::vector<std::string>& errors) {
+  if (!l.Has("--train-iters") && !l.Has("--train-samples")) {
+    errors.push_back("megatron/training/training.py: either train-iters or train-samples should be provided.");
+  }
+  if (l.Has("--train-iters") && !l.Has("--eval-interval")) {
+    errors.push_back(
+        "megatron/training/training.py get_train_valid_test_num_samples: --train-iters needs --eval-interval "
+        "(train_iters // eval_interval)");
+  }
+  const int sources = (l.Has("--mock-data") ? 1 : 0) + (l.Has("--data-path") ? 1 : 0);
+  if (sources != 1) errors.push_back(fmt::format("{}: A single data source must be provided in training mode", kArgs));
+  if (l.Value("--tokenizer-type") == "NullTokenizer" && !l.Has("--vocab-size")) {
+    errors.push_back("megatron/training/tokenizer build_tokenizer: NullTokenizer needs --vocab-size");
+  }
+}
+
+// The MIMO example's grids (pretrain_mimo.py, examples/mimo/training/args.py).
+void MimoRules(const MegatronLaunch& l, std::vector<std::string>& errors) {
+  const int64_t etp = Int(l, "--encoder-tp", 2), edp = Int(l, "--encoder-dp", 2), offset = Int(l, "--llm-offset", 4);
+  const int64_t ltp = Int(l, "--llm-tp", 2), lcp = Int(l, "--llm-cp", 1), lpp = Int(l, "--llm-pp", 1);
+  const int64_t ldp = Int(l, "--llm-dp", 2), mbs = Int(l, "--micro-batch-size", 0);
+  const int64_t llm_size = ltp * lcp * lpp * ldp;
+  if (lcp != 1) errors.push_back(fmt::format("{}: hetero MIMO training currently supports CP=1 only", kMimo));
+  if (mbs > 0 && (mbs * ldp) % edp != 0) {
+    errors.push_back(fmt::format(
+        "{}: --micro-batch-size * --llm-dp * GTP must be divisible by --encoder-dp (got {} * {} * 1 % {} != 0)", kMimo,
+        mbs, ldp, edp));
+  }
+  if (offset < etp * edp) {
+    errors.push_back(fmt::format("{}: hetero MIMO expects disjoint module rank spans; spans overlap at [{}, {})", kMimo,
+                                 offset, etp * edp));
+  }
+  if (offset != etp * edp || offset + llm_size != l.world_size) {
+    errors.push_back(fmt::format(
+        "{}: The non-colocated module grids must cover every torchrun rank exactly once; covered=[0, {}) + [{}, {}), "
+        "world={}",
+        kMimo, etp * edp, offset, offset + llm_size, l.world_size));
+  }
+  if (!l.Has("--use-distributed-optimizer")) {
+    errors.push_back(
+        "examples/mimo/pretrain_mimo.py: heterogeneous MIMO training requires --use-distributed-optimizer");
+  }
+  if (!l.Has("--calculate-per-token-loss")) {
+    errors.push_back(
+        "examples/mimo/model_providers/nemotron_moe_vlm.py: hetero MIMO training requires "
+        "calculate_per_token_loss=True");
+  }
+  // The LLM grid's stock rules, validated with the world set to the LLM's ranks.
+  MegatronLaunch llm = l;
+  llm.flags.push_back({"--tensor-model-parallel-size", std::to_string(ltp)});
+  llm.flags.push_back({"--pipeline-model-parallel-size", std::to_string(lpp)});
+  llm.flags.push_back({"--context-parallel-size", std::to_string(lcp)});
+  GridRules(llm, static_cast<int>(llm_size), errors);
+}
+
+}  // namespace
+
+bool MegatronLaunch::Has(const std::string& flag) const {
+  return std::any_of(flags.begin(), flags.end(), [&](const auto& f) { return f.first == flag; });
+}
+
+std::string MegatronLaunch::Value(const std::string& flag) const {
+  std::string v;
+  for (const auto& f : flags) {
+    if (f.first == flag) v = f.second;  // argparse: the last one wins
+  }
+  return v;
+}
+
+std::vector<std::string> ParseMegatronLayout(const std::string& layout) {
+  std::string s;
+  for (char c : layout) {
+    if (c != ',') s += c;
+  }
+  // (group)*N, one level, then x*N.
+  static const std::regex group(R"(\(([^)]+)\)\*(\d+))"), single(R"((.)\*(\d+))");
+  auto expand = [](const std::string& in, const std::regex& re) {
+    std::string out;
+    auto begin = std::sregex_iterator(in.begin(), in.end(), re);
+    size_t last = 0;
+    for (auto it = begin; it != std::sregex_iterator(); ++it) {
+      out += in.substr(last, static_cast<size_t>(it->position()) - last);
+      const int n = std::stoi((*it)[2].str());
+      for (int k = 0; k < n; ++k) out += (*it)[1].str();
+      last = static_cast<size_t>(it->position() + it->length());
+    }
+    return out + in.substr(last);
+  };
+  s = expand(expand(s, group), single);
+  std::vector<std::string> stages(1);
+  for (char c : s) {
+    if (c == '|') {
+      stages.emplace_back();
+    } else if (c == 'E' || c == 'L' || c == 't' || c == 'm') {
+      stages.back() += c;
+    } else {
+      throw Error(fmt::format(
+          "megatron/core/transformer/pipeline_parallel_layer_layout.py parse_str_to_list: Invalid layer character: "
+          "{} (layout_str={}), known layer characters: ['E', 'L', 't', 'm']",
+          c, layout));
+    }
+  }
+  return stages;
+}
+
+std::vector<std::string> MegatronArgumentErrors(const MegatronLaunch& launch) {
+  std::vector<std::string> errors;
+  if (launch.entry.find("pretrain_mimo") != std::string::npos) {
+    MimoRules(launch, errors);
+  } else {
+    GridRules(launch, launch.world_size, errors);
+    if (launch.entry == "pretrain_vlm.py" && Int(launch, "--context-parallel-size", 1) > 1 &&
+        Int(launch, "--pipeline-model-parallel-size", 1) > 1) {
+      errors.push_back("pretrain_vlm.py: PP+CP is not yet supported by this script.");
+    }
+  }
+  RunRules(launch, errors);
+  return errors;
+}
+
+}  // namespace loom
