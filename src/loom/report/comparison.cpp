@@ -11,6 +11,30 @@
 
 namespace loom {
 
+namespace {
+
+// The table's width (issue 43: it fits 160 columns): a long line breaks
+// between words, its later lines indented by `indent`.
+constexpr size_t kTableWidth = 158;
+std::string WrapWords(const std::string& text, size_t width, const std::string& indent) {
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(' ', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(at, end - at);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line = indent;
+    }
+    line += (line.empty() || line == indent ? "" : " ") + word;
+    at = end + 1;
+  }
+  return out + line + "\n";
+}
+
+}  // namespace
+
 std::string FormatComparison(const Comparison& c, bool wide) {
   std::string out = fmt::format("{} on {} ({} GPUs), workload {}, global batch {}, {} simulated batches\n\n", c.model,
                                 c.cluster, c.num_gpus, c.workload, c.global_batch, c.iterations);
@@ -118,8 +142,9 @@ std::string FormatComparison(const Comparison& c, bool wide) {
   for (const auto& [why, names] : reasons) out += fmt::format("\n{}: {}\n", fmt::join(names, ", "), why);
   for (const auto& o : c.outcomes) {
     if (o.overflow_batches > 0) {
-      out += fmt::format("\n{} ! plans on batch 0 but overflows on {} later batch(es), first: {}\n", o.name,
-                         o.overflow_batches, o.memory_violations.front());
+      out += "\n" + WrapWords(fmt::format("{} ! plans on batch 0 but overflows on {} later batch(es), first: {}",
+                                          o.name, o.overflow_batches, o.memory_violations.front()),
+                              kTableWidth, "    ");
     }
   }
   return out;
