@@ -89,6 +89,20 @@ TEST(MegatronRules, AValidLaunchPasses) {
   EXPECT_TRUE(MegatronArgumentErrors(Mimo()).empty());
 }
 
+TEST(MegatronRules, TheParserRefusesFlagsTheEntryScriptDoesNotDefine) {
+  // Removed in July 2025 (commit b600e38d): what the old export wrote.
+  ExpectRefused(With(Gpt(), "--encoder-pipeline-model-parallel-size", "1"),
+                {"pretrain_gpt.py: error: unrecognized arguments: --encoder-pipeline-model-parallel-size"});
+  // --freeze-LM is pretrain_vlm.py's, MIMO spells it --freeze-lm.
+  ExpectRefused(With(Gpt(), "--freeze-LM", ""), {"unrecognized arguments: --freeze-LM"});
+  MegatronLaunch vlm = With(Gpt(), "--freeze-LM", "");
+  vlm.entry = "pretrain_vlm.py";
+  EXPECT_TRUE(MegatronArgumentErrors(vlm).empty());
+  ExpectRefused(With(Mimo(), "--freeze-LM", ""), {"unrecognized arguments: --freeze-LM"});
+  EXPECT_TRUE(MegatronArgumentErrors(With(Mimo(), "--freeze-lm", "")).empty());
+  ExpectRefused(With(Mimo(), "--encoder-pp", "2"), {"unrecognized arguments: --encoder-pp"});  // MIMO has none
+}
+
 TEST(MegatronRules, GridBatchAndShapeRules) {
   // validate_args: the world divides into TP x PP x CP.
   ExpectRefused(With(Gpt(), "--context-parallel-size", "3"), {"world size (8) is not divisible by total_model_size"});

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <regex>
+#include <set>
 
 #include "loom/error.h"
 
@@ -210,6 +211,64 @@ void MimoRules(const MegatronLaunch& l, std::vector<std::string>& errors) {
   GridRules(llm, static_cast<int>(llm_size), errors);
 }
 
+// argparse: a flag the entry script does not define is "unrecognized
+// arguments" (parse_args exits 2). The flags Loom writes, as Megatron-LM
+// spells them (arguments.py and the dataclass fields argument_utils.py's
+// ArgumentGroupFactory turns into flags; each parsed on CPU at d98e8a64),
+// and the entry scripts' own.
+void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
+  static const std::set<std::string> gpt = {"--tensor-model-parallel-size",
+                                            "--pipeline-model-parallel-size",
+                                            "--pipeline-model-parallel-layout",
+                                            "--context-parallel-size",
+                                            "--sequence-parallel",
+                                            "--micro-batch-size",
+                                            "--global-batch-size",
+                                            "--recompute-granularity",
+                                            "--recompute-method",
+                                            "--recompute-num-layers",
+                                            "--use-distributed-optimizer",
+                                            "--overlap-grad-reduce",
+                                            "--overlap-param-gather",
+                                            "--num-layers",
+                                            "--hidden-size",
+                                            "--ffn-hidden-size",
+                                            "--num-attention-heads",
+                                            "--group-query-attention",
+                                            "--num-query-groups",
+                                            "--kv-channels",
+                                            "--swiglu",
+                                            "--normalization",
+                                            "--position-embedding-type",
+                                            "--rotary-base",
+                                            "--disable-bias-linear",
+                                            "--add-qkv-bias",
+                                            "--qk-layernorm",
+                                            "--untie-embeddings-and-output-weights",
+                                            "--seq-length",
+                                            "--max-position-embeddings",
+                                            "--bf16",
+                                            "--fp16",
+                                            "--train-iters",
+                                            "--train-samples",
+                                            "--eval-interval",
+                                            "--mock-data",
+                                            "--data-path",
+                                            "--tokenizer-type",
+                                            "--vocab-size",
+                                            "--calculate-per-token-loss"};
+  // pretrain_vlm.py add_vlm_extra_args; examples/mimo/training/args.py add_hetero_grid_args and its model provider.
+  static const std::set<std::string> vlm = {"--freeze-LM", "--freeze-ViT"};
+  static const std::set<std::string> mimo = {"--encoder-tp", "--encoder-dp",       "--llm-offset", "--llm-tp",
+                                             "--llm-cp",     "--llm-pp",           "--llm-dp",     "--freeze-lm",
+                                             "--freeze-vit", "--freeze-projection"};
+  const bool is_vlm = l.entry == "pretrain_vlm.py", is_mimo = l.entry.find("pretrain_mimo") != std::string::npos;
+  for (const auto& [flag, value] : l.flags) {
+    if (gpt.count(flag) || (is_vlm && vlm.count(flag)) || (is_mimo && mimo.count(flag))) continue;
+    errors.push_back(fmt::format("{}: error: unrecognized arguments: {}", l.entry, flag));
+  }
+}
+
 }  // namespace
 
 bool MegatronLaunch::Has(const std::string& flag) const {
@@ -262,6 +321,7 @@ std::vector<std::string> ParseMegatronLayout(const std::string& layout) {
 
 std::vector<std::string> MegatronArgumentErrors(const MegatronLaunch& launch) {
   std::vector<std::string> errors;
+  ParserRule(launch, errors);
   if (launch.entry.find("pretrain_mimo") != std::string::npos) {
     MimoRules(launch, errors);
   } else {
