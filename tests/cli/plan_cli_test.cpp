@@ -1,6 +1,8 @@
 // End-to-end: `loom plan` and `loom simulate --plan`.
 #include <gtest/gtest.h>
+
 #include <sys/wait.h>
+#include <algorithm>
 
 #include <array>
 #include <cstdio>
@@ -58,6 +60,24 @@ TEST(PlanCli, ComparesStrategiesAndWritesJsonReportTraceAndExport) {
       EXPECT_DOUBLE_EQ(s["iteration_time_s"].get<double>(), best_time);
     }
   }
+  // Issue 43: each strategy's Megatron-LM bundle beside its plan, and the best plan per engine.
+  for (const auto& s : j["strategies"]) {
+    if (!s.contains("plan")) continue;
+    ASSERT_TRUE(s.contains("megatron")) << s["name"];
+    const auto& m = s["megatron"];
+    if (s["name"] == "megatron") {
+      ASSERT_TRUE(m["expressible"].get<bool>()) << m.dump();
+      EXPECT_EQ(m["entry"], "pretrain_vlm.py");
+      EXPECT_EQ(m["env"]["CUDA_DEVICE_MAX_CONNECTIONS"], "1");
+      const auto& args = m["args"];
+      EXPECT_NE(std::find(args.begin(), args.end(), "--num-layers"), args.end()) << args.dump();
+      EXPECT_EQ(m["world_size"], 16);
+    }
+    if (!m["expressible"].get<bool>()) EXPECT_FALSE(m["notes"].get<std::string>().empty()) << s["name"];
+  }
+  ASSERT_EQ(j["engines"].size(), 4u);
+  EXPECT_EQ(j["engines"][3]["strategy"], j["best"]);  // Loom's runtime runs the best plan
+  EXPECT_NE(out.find("Best plan each engine can run"), std::string::npos);
   const std::string report = Slurp(html);
   EXPECT_NE(report.find("<svg"), std::string::npos);
   EXPECT_EQ(report.find("http://"), report.find("http://www.w3.org"));  // no network resources
