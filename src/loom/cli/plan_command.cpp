@@ -181,7 +181,9 @@ class PlanCommand : public Command {
   // What a Megatron-LM launch needs of the problem: the sequence, precision and GPUs.
   static MegatronTarget TargetOf(const Workload& workload, const Cluster& cluster) {
     MegatronTarget t;
-    if (workload.source.seq_len > 0) t.seq_len = workload.source.seq_len;
+    // --seq-length: a text sample's tokens, or the LLM's packed sequence (LAION, OBELICS).
+    const std::string& kind = workload.source.kind;
+    t.seq_len = kind == "laion" || kind == "obelics" ? workload.source.pack_tokens : workload.source.seq_len;
     t.precision = std::string(PrecisionName(workload.precision));
     t.gpus_per_node = cluster.gpus_per_node;
     t.blackwell = cluster.gpu.name == "b200" || cluster.gpu.name == "gb200";  // compute capability 10
