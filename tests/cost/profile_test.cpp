@@ -177,6 +177,33 @@ TEST(H100Profile, ReportsTheTimmVitHugeSteps) {
   }
 }
 
+// Full recomputation (issue 44: "priced at about +30% of a step; measured
+// steps show more"): the one measured pair, timm's ViT-Huge with and without
+// checkpointing (steps.json), adds 41.1 ms to a 189.7 ms step (+21.6%); Loom
+// adds 44.5 ms to 158.9 ms (+28.0%). The added time, the recomputed forward,
+// agrees within 8%; the ratio differs because the step without it is priced
+// 16% short (docs/cost-model.md, "Measured steps").
+TEST(H100Profile, FullRecomputationAddsWhatTheMeasuredVitStepAdds) {
+  double measured[2] = {0, 0}, predicted[2] = {0, 0};
+  for (const auto& row : ReadJson("steps.json")) {
+    if (row["model"] != "vit-huge") continue;
+    const bool ckpt = row["checkpointing"];
+    const Step s = SimulateStep("vit-huge", row, ckpt ? Recompute::kFull : Recompute::kNone);
+    measured[ckpt] = s.measured_s;
+    predicted[ckpt] = s.predicted_s;
+  }
+  ASSERT_GT(measured[0], 0);
+  ASSERT_GT(measured[1], measured[0]);
+  const double measured_added = measured[1] - measured[0], predicted_added = predicted[1] - predicted[0];
+  std::printf("full recomputation adds %.1f ms measured (%+.1f%%), %.1f ms predicted (%+.1f%%)\n",
+              measured_added * 1e3, 100 * measured_added / measured[0], predicted_added * 1e3,
+              100 * predicted_added / predicted[0]);
+  EXPECT_NEAR(predicted_added / measured_added, 1.0, 0.15);
+  // Neither more than the measured share by a third, nor less than it.
+  EXPECT_GT(predicted_added / predicted[0], measured_added / measured[0]);
+  EXPECT_LT(predicted_added / predicted[0], 1.34 * measured_added / measured[0]);
+}
+
 TEST(Profile, BadFilesNameTheFileLineAndField) {
   const std::string ops = "ops:\n  - {op: gemm, flops: 1e9, bytes: 1e6, time_s: 1e-5}\n";
   const std::string layer =
