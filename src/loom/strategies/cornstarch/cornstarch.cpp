@@ -65,9 +65,12 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
   const int all_layers = static_cast<int>(UnitLayers(ctx.model, all).size());
   auto colocated = [&](Balance by) {
     for (int tp : TpChoices(ctx.cluster)) {
+      if (ctx.fixed_tp > 0 && tp != ctx.fixed_tp) continue;  // `--tp` / `--pp`: the colocated pipeline's degrees
       const int groups = ctx.cluster.num_gpus() / tp;
       for (int pp : Depths(all_layers, groups)) {
+        if (ctx.fixed_pp > 0 && pp != ctx.fixed_pp) continue;
         const int dp = groups / pp;
+        if (ctx.fixed_dp > 0 && dp != ctx.fixed_dp) continue;
         if (B % dp != 0) continue;
         for (int m : Divisors(B / dp)) {
           if (m < pp) continue;
@@ -83,7 +86,9 @@ StrategyResult CornstarchPlan(const StrategyContext& ctx, Balance balance, const
   // Bound-first (search/candidate_search.h): the loop depends on no result.
   search.Run([&] {
     if (modes.colocated) colocated(balance);
-    for (int tp : modes.modality_parallel ? TpChoices(ctx.cluster) : std::vector<int>{}) {
+    // Pinned degrees describe one pipeline: the modality-parallel shapes (a depth per branch) are not searched.
+    const bool pinned = ctx.fixed_tp > 0 || ctx.fixed_pp > 0 || ctx.fixed_dp > 0;
+    for (int tp : modes.modality_parallel && !pinned ? TpChoices(ctx.cluster) : std::vector<int>{}) {
       for (int cp : {1, 2, 4, 8}) {
         if (tp * cp > ctx.cluster.gpus_per_node || (cp > 1 && longest < 4096 * cp)) continue;
         const int groups = ctx.cluster.num_gpus() / (tp * cp);

@@ -13,7 +13,8 @@ const StrategyRegistration kCornstarch({"cornstarch",
                                         1200,
                                         CornstarchStrategy,
                                         {},
-                                        /*variant=*/false});
+                                        /*variant=*/false,
+                                        /*pinnable=*/true});
 const StrategyRegistration kEncodersFirst({"megatron-encoders-first",
                                            "Cornstarch's Megatron* baseline: Megatron-LM's grid with the encoders "
                                            "and projectors pinned to the first pipeline stage",
@@ -26,7 +27,8 @@ const StrategyRegistration kUnaware({"cornstarch-unaware",
                                      1201,
                                      CornstarchUnawareStrategy,
                                      {},
-                                     /*variant=*/true});
+                                     /*variant=*/true,
+                                     /*pinnable=*/true});
 
 }  // namespace
 }  // namespace loom
