@@ -142,16 +142,17 @@ class PlanCommand : public Command {
     if (progress) std::cerr << "\r\033[K";
     std::cout << FormatComparison(cmp, wide_) << SmQuotaNote(cmp, cluster, problem_.profile);
     const MegatronTarget target = TargetOf(workload, cluster);
-    const std::vector<EngineChoice> engines = BestPlanPerEngine(cmp, model, target);
+    const std::vector<MegatronExport> megatron = MegatronExports(cmp, model, target);
+    const std::vector<EngineChoice> engines = BestPlanPerEngine(cmp, model, megatron);
     std::cout << "\n" << FormatEngineChoices(cmp, engines);
     nlohmann::json plans_json = json_.empty() ? nlohmann::json() : ComparisonJson(cmp);
     if (!json_.empty()) {
       plans_json["engines"] = EngineChoicesJson(cmp, engines);
       if (export_ == "megatron") {  // each strategy's launch bundle beside its plan
         for (auto& s : plans_json["strategies"]) {
-          for (const auto& o : cmp.outcomes) {
-            if (o.ok() && o.name == s["name"])
-              s["megatron"] = MegatronExportJson(ExportMegatron(o.result.plan, model, target));
+          for (size_t i = 0; i < cmp.outcomes.size(); ++i) {
+            if (cmp.outcomes[i].ok() && cmp.outcomes[i].name == s["name"])
+              s["megatron"] = MegatronExportJson(megatron[i]);
           }
         }
       }
@@ -166,7 +167,7 @@ class PlanCommand : public Command {
           "build with `make`, which finds the PyTorch scripts/install-deps.sh installs)");
 #endif
     }
-    WriteOutputs(model, cmp, plans_json, target, cluster.gpus_per_node);
+    WriteOutputs(cmp, plans_json, megatron, cluster.gpus_per_node);
     bool any = false, applies = false;
     for (const auto& o : cmp.outcomes) {
       any = any || o.ok();
@@ -190,8 +191,8 @@ class PlanCommand : public Command {
     return t;
   }
 
-  void WriteOutputs(const Model& model, const Comparison& cmp, const nlohmann::json& plans_json,
-                    const MegatronTarget& target, int gpus_per_node) const {
+  void WriteOutputs(const Comparison& cmp, const nlohmann::json& plans_json,
+                    const std::vector<MegatronExport>& megatron, int gpus_per_node) const {
     if (!json_.empty()) {
       WriteText(json_, plans_json.dump(2) + "\n", "--json");
       std::cout << "Plans written to " << json_ << "\n";
@@ -207,11 +208,9 @@ class PlanCommand : public Command {
     }
     if (export_ == "megatron") {
       std::cout << "\n";
-      for (const auto& o : cmp.outcomes) {
-        if (o.ok()) {
-          std::cout << FormatMegatronExport(o.name, ExportMegatron(o.result.plan, model, target), gpus_per_node)
-                    << "\n";
-        }
+      for (size_t i = 0; i < cmp.outcomes.size(); ++i) {
+        if (cmp.outcomes[i].ok())
+          std::cout << FormatMegatronExport(cmp.outcomes[i].name, megatron[i], gpus_per_node) << "\n";
       }
     }
   }

@@ -6,7 +6,16 @@
 
 namespace loom {
 
-std::vector<EngineChoice> BestPlanPerEngine(const Comparison& cmp, const Model& model, const MegatronTarget& target) {
+std::vector<MegatronExport> MegatronExports(const Comparison& cmp, const Model& model, const MegatronTarget& target) {
+  std::vector<MegatronExport> out(cmp.outcomes.size());
+  for (size_t i = 0; i < cmp.outcomes.size(); ++i) {
+    if (cmp.outcomes[i].ok()) out[i] = ExportMegatron(cmp.outcomes[i].result.plan, model, target);
+  }
+  return out;
+}
+
+std::vector<EngineChoice> BestPlanPerEngine(const Comparison& cmp, const Model& model,
+                                            const std::vector<MegatronExport>& megatron) {
   std::vector<EngineChoice> out = {{"Megatron-LM, one grid", "--export megatron"},
                                    {"Megatron-LM MIMO (encoder and LLM grids)", "--export megatron"},
                                    {"PyTorch pipelining / torchtitan", "simulate --plan --export-pytorch-csv"},
@@ -16,7 +25,7 @@ std::vector<EngineChoice> BestPlanPerEngine(const Comparison& cmp, const Model& 
   for (size_t i = 0; i < cmp.outcomes.size(); ++i) {
     const StrategyOutcome& o = cmp.outcomes[i];
     if (!o.ok()) continue;
-    const MegatronExport m = ExportMegatron(o.result.plan, model, target);
+    const MegatronExport& m = megatron[i];
     const bool runs[4] = {m.expressible && o.result.plan.units.size() == 1,
                           m.expressible && o.result.plan.units.size() == 2,
                           ExportPytorchSchedule(o.first_run.exec, false).expressible, model.planning_only.empty()};

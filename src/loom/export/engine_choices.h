@@ -23,7 +23,11 @@ struct EngineChoice {
   double slowdown = 0;  // its mean iteration time / the best's
 };
 
-std::vector<EngineChoice> BestPlanPerEngine(const Comparison& cmp, const Model& model, const MegatronTarget& target);
+// Each outcome's Megatron-LM export (same indices; empty for one that failed), made once for
+// the engines, the JSON and `--export megatron`.
+std::vector<MegatronExport> MegatronExports(const Comparison& cmp, const Model& model, const MegatronTarget& target);
+std::vector<EngineChoice> BestPlanPerEngine(const Comparison& cmp, const Model& model,
+                                            const std::vector<MegatronExport>& megatron);
 std::string FormatEngineChoices(const Comparison& cmp, const std::vector<EngineChoice>& choices);
 nlohmann::json EngineChoicesJson(const Comparison& cmp, const std::vector<EngineChoice>& choices);
 

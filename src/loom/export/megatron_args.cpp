@@ -136,17 +136,11 @@ void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
 }
 
 // The launch of `flags` checked by Megatron-LM's rules: an expressible
-// bundle, or the rules it breaks.
-void Finish(MegatronExport& e, MegatronLaunch launch, const MegatronTarget& target) {
+// bundle, or the rules it breaks. `tp_or_cp`: some grid splits layers or
+// sequences, which needs CUDA_DEVICE_MAX_CONNECTIONS=1 before Blackwell.
+void Finish(MegatronExport& e, MegatronLaunch launch, const MegatronTarget& target, bool tp_or_cp) {
   launch.blackwell = target.blackwell;
-  const int64_t tp = std::stoll(launch.Value("--tensor-model-parallel-size").empty()
-                                    ? (launch.Value("--llm-tp").empty() ? "1" : launch.Value("--llm-tp"))
-                                    : launch.Value("--tensor-model-parallel-size"));
-  const int64_t cp =
-      launch.Value("--context-parallel-size").empty() ? 1 : std::stoll(launch.Value("--context-parallel-size"));
-  if ((tp > 1 || cp > 1 || launch.Has("--encoder-tp")) && !target.blackwell) {
-    launch.env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", "1"});
-  }
+  if (tp_or_cp && !target.blackwell) launch.env.push_back({"CUDA_DEVICE_MAX_CONNECTIONS", "1"});
   const std::vector<std::string> errors = MegatronArgumentErrors(launch);
   if (!errors.empty()) {
     e.expressible = false;
@@ -344,7 +338,7 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const Megatro
         "pretrain_vlm.py builds its vision encoder and projector with the LLM's TP on the first stage; give it "
         "your towers' shapes in its model provider (the flags above are the LLM's)");
   }
-  Finish(e, std::move(launch), target);
+  Finish(e, std::move(launch), target, u.tp > 1 || u.cp > 1);
   if (!e.expressible) return e;
   std::string stages;
   for (size_t s = 0; s < p.stages.size(); ++s) {
@@ -443,7 +437,7 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model, const MegatronTa
       launch.flags = FlagPairs(a);
       ShapeAndRunFlags(model.modules[model.FindModule(lm.modules[0])], target, launch.flags);
       launch.world_size = enc.tp * EffectiveDp(enc, plan) + lm.tp * lm.cp * lp.pp * EffectiveDp(lm, plan);
-      Finish(e, std::move(launch), target);
+      Finish(e, std::move(launch), target, enc.tp > 1 || lm.tp > 1 || lm.cp > 1);
       if (!e.expressible) return e;
       e.notes = fmt::format(
           "For {}. Encoders ({}) on GPUs {}..{}, the LLM on GPUs {}..{}.{}", kMimoVersion, fmt::join(enc.modules, ", "),

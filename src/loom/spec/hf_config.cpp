@@ -133,12 +133,7 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
                               vc.Where("model_type"), vt));
     }
     const Cfg vision = top.Sub("vision_config", VisionDefaults().at(vt));
-    const Cfg tc = top.Sub("text_config", {});
-    const std::string tt = tc.Has("model_type") ? tc.Type() : "llama";
-    if (!LlmDefaults().count(tt)) {
-      throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
-                              tc.Where("model_type"), tt));
-    }
+    const std::string tt = hf::LlmType(top, "text_config", "llama");
     const Cfg text = top.Sub("text_config", LlmDefaults().at(tt));
     if (type == "llava_next") {
       // LLaVA-NeXT's AnyRes (LlavaNextConfig's default pinpoints): tiles of the tower's image_size.

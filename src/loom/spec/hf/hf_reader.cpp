@@ -120,6 +120,16 @@ std::string ActivationYaml(const Cfg& c, const std::string& key, const std::stri
 // windows are not computed: the runtime refuses a sample longer than one.
 // `tied`: whether the head shares the embedding (default: the config's
 // tie_word_embeddings; LLaVA's own config decides for its LLM).
+std::string LlmType(const Cfg& top, const std::string& key, const std::string& fallback, const std::string& hint) {
+  const Cfg tc = top.Sub(key, {});
+  const std::string type = tc.Has("model_type") ? tc.Type() : fallback;
+  if (!LlmDefaults().count(type)) {
+    throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3{}",
+                            tc.Where("model_type"), type, hint));
+  }
+  return type;
+}
+
 void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, bool multimodal,
              const std::string& inputs, const std::string& prefix, std::optional<bool> tied) {
   const auto it = LlmDefaults().find(type);

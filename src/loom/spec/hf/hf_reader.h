@@ -131,6 +131,11 @@ std::string RopeYaml(const Cfg& c);
 // transformers' ACT2FN names as Loom's activations (spec/layer.h).
 std::string ActivationYaml(const Cfg& c, const std::string& key, const std::string& fallback);
 
+// The model_type of the LLM sub-config `key` of `top` (`fallback` when it
+// names none: the composite config class's default), one EmitLlm reads;
+// else loom::Error naming the field, the valid types and `hint`.
+std::string LlmType(const Cfg& top, const std::string& key, const std::string& fallback, const std::string& hint = "");
+
 // A Llama-style decoder as module `name` (see the definition).
 void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, bool multimodal,
              const std::string& inputs, const std::string& prefix = "", std::optional<bool> tied = std::nullopt);

@@ -231,14 +231,8 @@ std::string EmitInternVl(Emitter& out, const Cfg& top, bool remote) {
                           v.Int("num_hidden_layers"), hidden, v.Int("intermediate_size"), v.Int("num_attention_heads"),
                           rms ? "rms" : "layer", Exact(v.Real("layer_norm_eps", 1e-6)),
                           ActivationYaml(v, "hidden_act", "gelu"), qkv_bias)});
-  const Cfg tc = top.Sub(tkey, {});
-  const std::string tt = tc.Has("model_type") ? tc.Type() : "qwen2";
-  if (!LlmDefaults().count(tt)) {
-    throw Error(
-        fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3 (InternLM2 "
-                    "checkpoints: use the -hf conversion, whose text_config is llama)",
-                    tc.Where("model_type"), tt));
-  }
+  const std::string tt =
+      LlmType(top, tkey, "qwen2", " (InternLM2 checkpoints: use the -hf conversion, whose text_config is llama)");
   const Cfg text = PlanningLlm(top, tkey, LlmDefaults().at(tt));
   const int64_t th = text.Int("hidden_size");
   out.Module(
@@ -273,12 +267,7 @@ std::string EmitIdefics3(Emitter& out, const Cfg& top) {
       "{{source: image, patch_px: {}, merge: {}, tiling: {{kind: split_global, tile_px: {}, longest_px: {}}}}}", patch,
       scale, image, 4 * image);
   const int64_t vh = EmitVision(out, v, "siglip_vision_model", "vision", v.Int("num_hidden_layers"), 0, "", tokens);
-  const Cfg tc = top.Sub("text_config", {});
-  const std::string tt = tc.Has("model_type") ? tc.Type() : "llama";
-  if (!LlmDefaults().count(tt)) {
-    throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
-                            tc.Where("model_type"), tt));
-  }
+  const std::string tt = LlmType(top, "text_config", "llama");
   const Cfg text = PlanningLlm(top, "text_config", LlmDefaults().at(tt));
   out.Module("connector", "projector", "image", "vision", "{source: inputs}",
              {fmt::format("{{kind: mlp_projector, linear: true, in_dim: {}, out_dim: {}, bias: false}}",
@@ -304,9 +293,10 @@ std::string AnyResYaml(const Cfg& top, int64_t tile_px, const json& default_pinp
     }
     const int64_t ph = p[0].get<int64_t>(), pw = p[1].get<int64_t>();
     if (ph < tile_px || pw < tile_px || ph % tile_px != 0 || pw % tile_px != 0) {
-      throw Error(fmt::format("{}: entry {}: expected [height, width], both positive multiples of tile_px {} (the "
-                              "vision tower's image_size), got [{}, {}]",
-                              top.Where("image_grid_pinpoints"), pairs.size(), tile_px, ph, pw));
+      throw Error(
+          fmt::format("{}: entry {}: expected [height, width], both positive multiples of tile_px {} (the "
+                      "vision tower's image_size), got [{}, {}]",
+                      top.Where("image_grid_pinpoints"), pairs.size(), tile_px, ph, pw));
     }
     pairs.push_back(fmt::format("[{}, {}]", ph, pw));
   }
@@ -329,12 +319,7 @@ std::string EmitLlavaOnevision(Emitter& out, const Cfg& top) {
                                                {"image_size", 384},
                                                {"patch_size", 14},
                                                {"num_channels", 3}});
-  const Cfg tc = top.Sub("text_config", {});
-  const std::string tt = tc.Has("model_type") ? tc.Type() : "qwen2";
-  if (!LlmDefaults().count(tt)) {
-    throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
-                            tc.Where("model_type"), tt));
-  }
+  const std::string tt = LlmType(top, "text_config", "qwen2");
   json pins = json::array();
   for (int64_t a = 384; a <= 2304; a += 384) {
     for (int64_t b = 384; b <= 2304; b += 384) pins.push_back({a, b});
@@ -487,12 +472,7 @@ std::string EmitPixtral(Emitter& out, const Cfg& top) {
              fmt::format("{{source: image, patch_px: {}, tiling: {{kind: pixtral, longest_px: {}}}}}", patch,
                          v.Int("image_size")),
              yaml);
-  const Cfg tc = top.Sub("text_config", {});
-  const std::string tt = tc.Has("model_type") ? tc.Type() : "mistral";
-  if (!LlmDefaults().count(tt)) {
-    throw Error(fmt::format("{}: unknown language model '{}'; valid: llama, mistral, qwen2, qwen3",
-                            tc.Where("model_type"), tt));
-  }
+  const std::string tt = LlmType(top, "text_config", "mistral");
   const Cfg text = PlanningLlm(top, "text_config", LlmDefaults().at(tt));
   const int64_t th = text.Int("hidden_size");
   out.Module(
