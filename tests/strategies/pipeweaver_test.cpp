@@ -4,6 +4,7 @@
 // levels in order, and the woven schedule's bad inputs.
 #include <gtest/gtest.h>
 
+#include "loom/cost/cost_model.h"
 #include "loom/cost/layer_pricing.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
@@ -176,6 +177,46 @@ TEST(Pipeweaver, ReplicatedModulesAreDividedOverTheTpGroupOnce) {
   const ModalityModule m = ModalityModules(model, 1).front();
   for (int b : {8, 16, 64}) {
     EXPECT_DOUBLE_EQ(ModuleThroughput(ctx, m, 8, b), ModuleThroughput(ctx, m, 1, b / 8)) << b;
+  }
+}
+
+// Issue 44: B_i is priced as the simulator prices a stage, each phase never
+// under the profile's launch floor. With a floor far above the layers' compute
+// every phase costs the floor whatever b is, so throughput grows as b (closed
+// form: 2x from b = 1 to 2) and the partitioner takes the largest size. Without
+// the floor the same roofline prices b = 1 at full efficiency.
+class FlooredRoofline final : public CostModel {
+ public:
+  std::string name() const override { return "floored roofline"; }
+  ComputeTimes LayerCompute(const Layer& layer, const TokenStats& tokens, int tp, const LayerWork& work,
+                            const GpuSpec& gpu, Precision precision) const override {
+    return roofline_.LayerCompute(layer, tokens, tp, work, gpu, precision);
+  }
+  double ElementwiseTime_s(double bytes, const GpuSpec& gpu) const override {
+    return roofline_.ElementwiseTime_s(bytes, gpu);
+  }
+  SmSharing sm_sharing() const override {
+    SmSharing s;
+    s.launch_floor_s_per_layer = 30;  // 10 s per phase: above any layer of vlm-s
+    return s;
+  }
+
+ private:
+  RooflineCostModel roofline_;
+};
+
+TEST(Pipeweaver, SubMicrobatchSizeIsPricedWithTheSimulatorsLaunchFloor) {
+  VlmS v;
+  const ModalityModule vision = ModalityModules(v.model, 4).front();
+  ASSERT_EQ(vision.name, "vision");
+  v.cluster.cost_model = std::make_shared<const FlooredRoofline>();
+  EXPECT_NEAR(ModuleThroughput(v.ctx, vision, 4, 2) / ModuleThroughput(v.ctx, vision, 4, 1), 2.0, 1e-9);
+  EXPECT_EQ(SubMicrobatchSize(v.ctx, vision, 4), SubMicrobatchSizes().back());
+  v.cluster.cost_model = std::make_shared<const RooflineCostModel>();
+  EXPECT_EQ(SubMicrobatchSize(v.ctx, vision, 4), 1);
+  v.ctx.fixed_encoder_sub_microbatch = 12;  // --sub-microbatch: the paper's 12 images
+  for (const auto& m : StaticPartition(v.ctx, 4, 4)) {
+    EXPECT_EQ(m.sub_microbatch_size, m.name == "vision" ? 12 : SubMicrobatchSize(v.ctx, m, 4)) << m.name;
   }
 }
 

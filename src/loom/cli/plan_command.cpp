@@ -92,6 +92,10 @@ class PlanCommand : public Command {
     sub->add_option("--dp", compare_.fixed_dp,
                     "pin data parallelism of pipeline strategies and entrain (Entrain's DP 4; paper configs)")
         ->check(kPositive);
+    sub->add_option("--sub-microbatch", compare_.fixed_encoder_sub_microbatch,
+                    "pipeweaver: pin the encoders' sub-microbatch size to N images (default: the cost model's, the "
+                    "smallest at 95% of the best throughput)")
+        ->check(kPositive);
     sub->add_option("--schedule-budget", compare_.schedule_budget_s,
                     "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
         ->check(kPositive);

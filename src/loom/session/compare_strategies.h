@@ -57,6 +57,7 @@ struct CompareOptions {
   int fixed_tp = 0;
   int fixed_pp = 0;
   int fixed_dp = 0;
+  int fixed_encoder_sub_microbatch = 0;  // StrategyContext::fixed_encoder_sub_microbatch
   double schedule_budget_s = 1.0;
   int fault_tolerance = 0;   // Oobleck's f
   double time_budget_s = 0;  // per strategy's search (StrategyContext::time_budget_s); 0: none

@@ -49,6 +49,10 @@ struct StrategyContext {
   // Pin the data-parallel degree (Entrain §4.7 runs every framework at DP 4);
   // 0 searches all. Honoured by the Megatron-style grid and Entrain's search.
   int fixed_dp = 0;
+  // Pin PipeWeaver's sub-microbatch size B_i of every encoder-side modality
+  // module (images per sub-microbatch; the paper's Fig. 10 sweeps 4-32 and
+  // runs 12); 0 lets the cost model choose (partitioner.h, SubMicrobatchSize).
+  int fixed_encoder_sub_microbatch = 0;
   // Wall-clock budget of a per-batch schedule search (PipeWeaver's MCTS, §6.1).
   double schedule_budget_s = 1.0;
   // Oobleck's fault-tolerance threshold f: pipelines that may fail at once

@@ -11,6 +11,10 @@ StrategyResult MegatronDpStrategy(const StrategyContext& ctx);  // Mosaic's base
 StrategyResult FsdpStrategy(const StrategyContext& ctx);
 StrategyResult DistMmStrategy(const StrategyContext& ctx);
 StrategyResult OptimusStrategy(const StrategyContext& ctx);
+// Optimus as PipeWeaver §8 ran it, inside PipeWeaver's Megatron-LM runtime: the
+// encoders at the backbone's TP (data parallel or pipelined over its stages),
+// never at TP 1 of their own.
+StrategyResult OptimusSharedTpStrategy(const StrategyContext& ctx);
 StrategyResult NnScalerStrategy(const StrategyContext& ctx);
 // Entrain's baselines (seed 004 §4.7): DistTrain (MMScale's allocation on a
 // one-sample profile, its reordering per batch) and DIP (encoder and LLM

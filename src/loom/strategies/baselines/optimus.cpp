@@ -5,7 +5,11 @@
 // encoders add no pipeline stages and fill the warm-up and cool-down bubbles
 // only where the data allows. Modules downstream of the backbone (Optimus has
 // no generator support) stay in the backbone's pipeline. Searched: TP, PP, DP,
-// microbatches and recomputation.
+// microbatches and recomputation. Optimus (§4) gives the encoders a
+// parallelism of their own, TP 1 included; PipeWeaver §8 implemented it inside
+// PipeWeaver, on one Megatron-LM grid, so `optimus-shared-tp` keeps the
+// encoders at the backbone's TP (docs/results/pipeweaver.md, "Headline
+// comparisons", measures what that choice is worth).
 #include <algorithm>
 
 #include "loom/strategies/baselines/baselines.h"
@@ -16,8 +20,10 @@
 
 namespace loom {
 
-StrategyResult OptimusStrategy(const StrategyContext& ctx) {
-  CandidateSearch search(ctx, "optimus");
+namespace {
+
+StrategyResult SearchOptimus(const StrategyContext& ctx, const std::string& name, bool encoders_own_tp) {
+  CandidateSearch search(ctx, name);
   const ModuleWaves waves = SplitWaves(ctx.model);
   std::vector<std::string> encoders, backbone;
   for (const auto& b : waves.upstream_branches) encoders.insert(encoders.end(), b.begin(), b.end());
@@ -37,15 +43,18 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
     ForEachPipelineGrid(ctx, backbone_layers, [&](int tp, int pp, int dp, int m) {
       // Encoders: data parallel with TP 1 or the backbone's, one replica per
       // group; or pipelined over the backbone's stages when they are too big.
+      // enc: 0 data parallel at TP 1; 1 data parallel at the backbone's TP;
+      // 2 pipelined over the backbone's stages at its TP.
       for (int enc : {0, 1, 2}) {
         if (encoders.empty() && enc > 0) break;
+        if (enc == 0 && !encoders_own_tp && !encoders.empty() && tp > 1) continue;
         if ((enc == 1 && tp == 1) || (enc == 2 && pp == 1)) continue;
         for (Balance balance : {Balance::kTime, Balance::kParams}) {
           search.Try([&](Recompute r) {
             if (encoders.empty()) {
-              return SingleUnitPlan(ctx, "optimus", tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1);
+              return SingleUnitPlan(ctx, name, tp, pp, dp, 1, m, ScheduleKind::kOneFOneB, r, balance, 1);
             }
-            Plan plan = EmptyPlan(ctx, "optimus", tp);
+            Plan plan = EmptyPlan(ctx, name, tp);
             // Phase 0 on every group: all encoder forwards before the backbone's
             // pipeline, all encoder backwards after it.
             plan.units.push_back(
@@ -69,6 +78,14 @@ StrategyResult OptimusStrategy(const StrategyContext& ctx) {
         return "backbone " + DescribeUnit(p.units[1], p.group_gpus) + "; encoders " +
                DescribeUnit(p.units[0], p.group_gpus) + " before/after";
       });
+}
+
+}  // namespace
+
+StrategyResult OptimusStrategy(const StrategyContext& ctx) { return SearchOptimus(ctx, "optimus", true); }
+
+StrategyResult OptimusSharedTpStrategy(const StrategyContext& ctx) {
+  return SearchOptimus(ctx, "optimus-shared-tp", false);
 }
 
 }  // namespace loom

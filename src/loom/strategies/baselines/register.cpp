@@ -44,6 +44,15 @@ const StrategyRegistration kOptimus({"optimus",
                                      {},
                                      false,
                                      true});
+// PipeWeaver §8's Optimus: a variant, run when named.
+const StrategyRegistration kOptimusSharedTp({"optimus-shared-tp",
+                                             "Optimus as PipeWeaver ran it, inside one Megatron-LM grid: encoders at "
+                                             "the backbone's TP, scheduled around its pipeline",
+                                             1002,
+                                             OptimusSharedTpStrategy,
+                                             {},
+                                             true,
+                                             true});
 IterationSchedule DisttrainBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration) {
   return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, batch, iteration);
 }

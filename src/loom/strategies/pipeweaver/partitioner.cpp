@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "loom/cost/cost_model.h"
 #include "loom/cost/frozen.h"
 #include "loom/cost/layer_pricing.h"
 #include "loom/cost/token_stats.h"
@@ -48,9 +49,14 @@ namespace {
 
 // Useful FLOPs per second of `module` running b sequences at `tp`: every
 // statistic of its modules' tokens scaled from the representative batch's
-// average sequence.
+// average sequence. Each phase of each layer is priced as the simulator prices
+// it (sim/price_execution.cpp, PriceStage): never under the profile's per-phase
+// launch floor. Without the floor a one-image ViT-5B layer at TP 4 looked 95%
+// efficient under the H100 profile while the simulator ran it at the floor, so
+// B = 1 was chosen and the woven schedule lost to the static one (issue 44).
 double Throughput(const StrategyContext& ctx, const ModalityModule& module, int tp, int b, double sequences,
                   const std::vector<TokenStats>& tokens, const std::vector<std::vector<BackwardNeeds>>& needs) {
+  const SmSharing sharing = ctx.cluster.cost_model ? ctx.cluster.cost_model->sm_sharing() : SmSharing{};
   double flops = 0, time_s = 0;
   const double scale = b / sequences;
   for (const auto& name : module.modules) {
@@ -66,7 +72,8 @@ double Throughput(const StrategyContext& ctx, const ModalityModule& module, int 
     for (size_t li = 0; li < ctx.model.modules[mi].layers.size(); ++li) {
       const LayerTimes lt = PriceLayer(ctx.model.modules[mi].layers[li], t, needs[mi][li], ctx.cluster, par);
       flops += lt.flops;
-      time_s += lt.forward_s + lt.backward_data_s + lt.backward_weight_s;
+      time_s += sharing.PhaseTime_s(lt.forward_s, 1) + sharing.PhaseTime_s(lt.backward_data_s, 1) +
+                sharing.PhaseTime_s(lt.backward_weight_s, 1);
     }
   }
   return time_s > 0 ? flops / time_s : 0;
@@ -113,7 +120,9 @@ std::vector<ModalityModule> StaticPartition(const StrategyContext& ctx, int tp, 
   std::vector<double> times;
   std::vector<int> layers;
   for (auto& m : modules) {
-    m.sub_microbatch_size = SubMicrobatchSize(ctx, m, tp);
+    const bool encoder = ctx.model.modules[ctx.model.FindModule(m.modules.front())].role == ModuleRole::kEncoder;
+    m.sub_microbatch_size = encoder && ctx.fixed_encoder_sub_microbatch > 0 ? ctx.fixed_encoder_sub_microbatch
+                                                                            : SubMicrobatchSize(ctx, m, tp);
     const auto w = LayerWeights(ctx, UnitLayers(ctx.model, m.modules), Balance::kTime, tp);
     m.time_s = 0;
     for (double x : w) m.time_s += x;
