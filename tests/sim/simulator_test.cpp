@@ -127,6 +127,25 @@ TEST(Simulator, GradientSyncOverlapsTheLastBackwardBucketByBucket) {
   EXPECT_DOUBLE_EQ(Simulate(s, c, serial).iteration_time_s, 3.0);
 }
 
+// Issue 44: a stage that sends an input gradient after its last backward
+// still overlaps its buckets with that backward: the collectives have a stream
+// of their own. p = 2, m = 1, f = 1, b = 2 (bd 1 + bw 1), free sends: rank 1's
+// backward runs 2..4 and sends its gradient at 4; its sync (4 buckets of 1 s)
+// is ready at 2.5, 3, 3.5, 4 and runs 2.5..6.5; rank 0's backward runs 4..6,
+// its buckets (0.25 s each) end at 6.25. Behind the send rank 1's run 4..8.
+TEST(Simulator, GradientSyncIsNotQueuedBehindTheLastGradientSend) {
+  Schedule s = MakeOneFOneB(2, 1);
+  PipelineCosts c = Uniform(s, 1.0, 1.0, 1.0);
+  c.grad_sync_s = {1.0, 4.0};
+  SimOptions o;
+  o.grad_buckets = 4;
+  o.optimizer_step = false;
+  EXPECT_DOUBLE_EQ(Simulate(s, c, o).iteration_time_s, 6.5);
+  SimOptions behind = o;
+  behind.sync_stream = false;
+  EXPECT_DOUBLE_EQ(Simulate(s, c, behind).iteration_time_s, 8.0);
+}
+
 TEST(Simulator, ReplicasJoinAtTheGradientSync) {
   Schedule s = MakeOneFOneB(2, 4);
   PipelineCosts fast = Uniform(s, 1.0, 2.0, 0.0);

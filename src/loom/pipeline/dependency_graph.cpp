@@ -38,7 +38,7 @@ int ComputeSlotOf(ActionKind k) {
 // builds the graph, its steps sharing the same slot indexes (flat offsets per
 // stage and per edge, the many-to-many message pairs); the validator and the
 // simulator both read the graph it returns.
-DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
+DependencyGraph BuildDependencies(const Schedule& s, bool overlap, bool sync_stream) {
   DependencyGraph g;
   const int stages = s.num_stages();
   const auto edges = s.StageEdges();
@@ -143,12 +143,18 @@ DependencyGraph BuildDependencies(const Schedule& s, bool overlap) {
   // Per stage: its last backward (a stage's computes are all on its rank).
   g.last_backward.assign(stages, -1);
   for (int r = 0; r < s.num_ranks; ++r) {
-    int prev_compute = -1, prev_comm = -1;
+    int prev_compute = -1, prev_comm = -1, prev_sync = -1;
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
       int id = g.offset[r] + i;
       g.rank[id] = r;
-      int& prev = a.on_comm_stream() ? prev_comm : prev_compute;
+      // Gradient collectives queue on a stream of their own (sync_stream), as
+      // Megatron-LM's overlapped gradient reduce runs on the data-parallel
+      // communicator beside the pipeline's sends: not behind a stage's last
+      // input-gradient send, which waits for the whole backward.
+      int& prev = a.kind == ActionKind::kCollective && sync_stream ? prev_sync
+                  : a.on_comm_stream()                             ? prev_comm
+                                                                   : prev_compute;
       g.stream_prev[id] = prev;
       prev = id;
       int* cell = nullptr;

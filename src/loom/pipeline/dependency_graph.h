@@ -42,7 +42,9 @@ ActionOrder TopologicalOrder(const DependencyGraph& g);
 // Throws loom::Error naming the rank, the action and the missing producer when
 // an action has nothing to wait for (a receive without a send, a backward
 // without its forward). `grad_buckets` > 0 with `overlap` lets bucket b of a
-// stage start after (b + 1) / buckets of its last backward.
-DependencyGraph BuildDependencies(const Schedule& s, bool overlap_grad_sync = true);
+// stage start after (b + 1) / buckets of its last backward. `sync_stream`:
+// a rank's gradient collectives run in list order on a stream of their own;
+// false: behind its sends on the communication stream (before issue 44).
+DependencyGraph BuildDependencies(const Schedule& s, bool overlap_grad_sync = true, bool sync_stream = true);
 
 }  // namespace loom

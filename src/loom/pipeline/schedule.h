@@ -2,8 +2,9 @@
 // iteration, in one vocabulary shared by every schedule and strategy:
 // forward, backward (fused), backward-data, backward-weight, send, recv,
 // collective, wait. Compute actions and receives run in list order on the
-// rank's compute stream (a receive blocks it until the data lands); sends and
-// collectives run in list order on its communication stream, overlapping
+// rank's compute stream (a receive blocks it until the data lands); sends run
+// in list order on its communication stream and gradient collectives on a
+// data-parallel stream of their own (SimOptions::sync_stream), overlapping
 // compute. Virtual stage v lives on rank stage_rank[v] (interleaving puts
 // several on one rank, co-located units of a plan put stages of several modules
 // on one rank). Stages form a DAG (`edges`; empty means the chain v-1 -> v) and

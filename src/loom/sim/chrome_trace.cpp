@@ -18,6 +18,7 @@ nlohmann::json ChromeTrace(const SimResult& r, const Schedule& s, const std::vec
     events.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", i}, {"args", {{"sort_index", i}}}});
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", i}, {"tid", 0}, {"args", {{"name", "compute"}}}});
     events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", i}, {"tid", 1}, {"args", {{"name", "comm"}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", i}, {"tid", 2}, {"args", {{"name", "grad-sync"}}}});
   }
   for (const Interval& iv : r.intervals) {
     const Action& a = s.ranks[iv.rank % p][iv.action];

@@ -11,7 +11,7 @@ namespace loom {
 
 struct Interval {
   int rank = 0;    // simulated rank (replica * p + pipeline rank)
-  int stream = 0;  // 0 compute, 1 communication
+  int stream = 0;  // 0 compute, 1 communication (sends), 2 gradient sync
   int action = 0;  // index in that pipeline rank's action list
   double start_s = 0;
   double end_s = 0;

@@ -68,7 +68,7 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   }
   if (static_cast<int>(schedule_.ranks.size()) != schedule_.num_ranks) ValidateSchedule(schedule_);  // says why
   // Built once: validation walks the same graph (missing producers and duplicates throw here).
-  graph_ = BuildDependencies(schedule_, options_.overlap_grad_sync);
+  graph_ = BuildDependencies(schedule_, options_.overlap_grad_sync, options_.sync_stream);
   {
     ActionOrder order = ValidateSchedule(schedule_, graph_);  // a topological order (any gives the same times)
     topo_order_ = std::move(order.order);
@@ -623,7 +623,8 @@ void Simulator::ComputeMemory() {
         const Action& a = schedule_.ranks[r][i];
         const int id = graph_.offset[r] + i;
         if (a.is_compute() || a.on_comm_stream() || a.kind == ActionKind::kOptimizerStep) {
-          result_.intervals.push_back({rep * p + r, a.on_comm_stream() ? 1 : 0, i, start_[rep][id], end_[rep][id]});
+          const int stream = a.kind == ActionKind::kCollective ? 2 : a.on_comm_stream() ? 1 : 0;
+          result_.intervals.push_back({rep * p + r, stream, i, start_[rep][id], end_[rep][id]});
         }
       }
     }

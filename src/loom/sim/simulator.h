@@ -1,6 +1,7 @@
 // The pipeline simulator (PipeWeaver's SEMU, notes §1.5, at the granularity
-// of pipeline actions). Each rank has a compute stream and a communication
-// stream that overlap; each runs its actions in list order; an action starts
+// of pipeline actions). Each rank has a compute stream, a communication
+// stream (sends) and a gradient-sync stream that overlap; each runs its
+// actions in list order; an action starts
 // when its stream is free and its dependencies are met
 // (pipeline/dependency_graph.h), so one pass in the topological order the
 // validation proved times every action as an event queue would. A send
@@ -45,6 +46,11 @@ struct SimOptions {
   // each group's summed curve. Empty: no groups.
   std::vector<std::vector<int>> memory_groups;
   bool optimizer_step = true;  // end each rank with its optimizer step (PipelineCosts::optimizer_s)
+  // Gradient collectives on a stream of their own, beside the sends (Megatron's
+  // DP communicator); false: queued behind every send of the rank, so a stage
+  // that sends an input gradient after its last backward could not overlap its
+  // buckets with that backward (one unit per module: Mosaic, DistMM, Spindle).
+  bool sync_stream = true;
   void Validate() const;       // throws loom::Error naming the field
 };
 
