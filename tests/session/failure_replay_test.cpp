@@ -91,5 +91,52 @@ TEST(FailureReplay, FailuresCostWhatEachSystemLoses) {
                     {"unknown system 'checkfreq'", "oobleck, varuna, bamboo"});
 }
 
+// Measured constants (Oobleck's artifact: Varuna's restart with the load in it,
+// its synchronous checkpoint, Oobleck's reconfiguration) replace the derived
+// ones; a failure during a restart cuts that restart short, and no segment of
+// the timeline runs backwards.
+TEST(FailureReplay, MeasuredConstantsReplaceDerivedOnes) {
+  const ReplaySetup s;
+  ReplayOptions o;
+  o.restart_s = 581;
+  o.checkpoint_save_s = 120;
+  o.checkpoint_load_s = 0;
+  o.oobleck_recover_s = 10;
+  FailureTrace trace;
+  trace.nodes = 8;
+  trace.duration_s = 4 * 3600;
+  trace.events = {{600, NodeEvent::kFail, 1}, {900, NodeEvent::kFail, 5}, {3000, NodeEvent::kFail, 3}};
+  const auto rs = ReplayFailures(s.model, s.cluster, s.workload, trace, {"oobleck", "varuna"}, o);
+  ASSERT_EQ(rs.size(), 2u);
+  const SystemReplay& oob = rs[0];
+  const SystemReplay& var = rs[1];
+  const double it = s.workload.global_batch / oob.healthy_samples_per_s;
+  for (const auto& e : oob.events) {
+    EXPECT_GE(e.lost_s, 10);
+    EXPECT_LT(e.lost_s, 2 * it + 10);
+  }
+  ASSERT_EQ(var.events.size(), 3u);
+  // The first restart (600 s + 581 s) is cut short by the failure at 900 s.
+  EXPECT_LE(var.events[0].lost_s, 600 + 300 + 1e-6);
+  bool cut = false;
+  for (const auto& seg : var.timeline) cut |= seg.start_s == 600 && seg.samples_per_s == 0 && seg.end_s == 900;
+  EXPECT_TRUE(cut);
+  EXPECT_GE(var.events[1].lost_s, 581);
+  for (const SystemReplay& r : rs) {
+    for (const auto& seg : r.timeline) EXPECT_LE(seg.start_s, seg.end_s) << r.system;
+  }
+  // The checkpoint write is priced in the healthy rate: 10 iterations and 120 s.
+  FailureTrace none;
+  none.nodes = 8;
+  none.duration_s = 3600;
+  ReplayOptions free = o;
+  free.checkpoint_save_s = 0;
+  const double with = ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, o)[0].healthy_samples_per_s;
+  const double without =
+      ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, free)[0].healthy_samples_per_s;
+  const double varuna_it = s.workload.global_batch / without;
+  EXPECT_NEAR(with, 10 * s.workload.global_batch / (10 * varuna_it + 120), 1e-9 * with);
+}
+
 }  // namespace
 }  // namespace loom

@@ -32,13 +32,20 @@ class Planner {
   Capacity At(const std::string& system, int nodes) {
     if (system == "oobleck") return Raw("oobleck", nodes);
     // Varuna's and Bamboo's grids need the nodes to factor into PP x DP over
-    // the batch: with a node count that does not, they use the most nodes
-    // that do and leave the rest idle (the thesis' point about rigid grids).
+    // the batch: they run the fastest grid on at most `nodes` nodes and leave
+    // the rest idle (the thesis' point about rigid grids). The largest grid
+    // that fits is not always the fastest (a prime node count allows only
+    // one pipeline or none).
     Capacity c;
-    int used = nodes;
-    for (; used >= 1; --used) {
-      c = Raw("megatron", used);
-      if (c.iteration_s > 0) break;
+    int used = 0;
+    for (int n = nodes; n >= 1; --n) {
+      const Capacity& at = Raw("megatron", n);
+      if (at.iteration_s > 0 && (used == 0 || at.iteration_s < c.iteration_s)) {
+        c = at;
+        used = n;
+      } else if (used == 0) {
+        c = at;  // keeps why the largest one failed, should none fit
+      }
     }
     if (used < 1) return c;
     if (used < nodes) c.why = fmt::format("{} of {} nodes used", used, nodes);
@@ -101,9 +108,16 @@ std::vector<SystemReplay> ReplayFailures(const Model& model, const Cluster& clus
   if (options.checkpoint_every < 1 || !(options.storage_bytes_per_s > 0)) {
     throw Error("replay: the checkpoint interval and the storage bandwidth must be positive");
   }
-  // The whole training state, what a checkpoint writes and loads.
+  if (!(options.restart_s >= 0) || !(options.detect_s >= 0) || !(options.bamboo_reconfigure_s >= 0)) {
+    throw Error("replay: the restart, detection and Bamboo reconfiguration times must not be negative");
+  }
+  // The whole training state, what a checkpoint writes and loads, unless the
+  // write and the load were measured.
   const double state_bytes = ModelStateTotalBytes(model, workload.precision);
-  const double checkpoint_s = state_bytes / options.storage_bytes_per_s;
+  const double save_s =
+      options.checkpoint_save_s >= 0 ? options.checkpoint_save_s : state_bytes / options.storage_bytes_per_s;
+  const double load_s =
+      options.checkpoint_load_s >= 0 ? options.checkpoint_load_s : state_bytes / options.storage_bytes_per_s;
   const double samples = static_cast<double>(workload.global_batch);
   Planner planner(model, cluster, workload, options);
   std::vector<SystemReplay> out;
@@ -122,7 +136,7 @@ std::vector<SystemReplay> ReplayFailures(const Model& model, const Cluster& clus
     // Varuna (and Bamboo's restarts) checkpoint every k iterations: a period
     // of k iterations and one synchronous write.
     const bool checkpoints = system != "oobleck";
-    auto period_s = [&](double it) { return checkpoints ? options.checkpoint_every * it + checkpoint_s : it; };
+    auto period_s = [&](double it) { return checkpoints ? options.checkpoint_every * it + save_s : it; };
     auto rate = [&](double it) {
       return checkpoints ? options.checkpoint_every * samples / period_s(it) : samples / it;
     };
@@ -148,7 +162,7 @@ std::vector<SystemReplay> ReplayFailures(const Model& model, const Cluster& clus
           const double periods = std::floor(running / P);
           done += periods * options.checkpoint_every * samples;
           wasted = running - periods * P;
-          downtime = options.restart_s + checkpoint_s;
+          downtime = options.restart_s + load_s;
           what = system == "bamboo" ? "adjacent nodes lost: restart from the last checkpoint"
                                     : "restart from the last checkpoint, re-planned";
         } else {  // the interrupted iteration only
@@ -157,15 +171,28 @@ std::vector<SystemReplay> ReplayFailures(const Model& model, const Cluster& clus
           wasted = running - iterations * samples / speed;
           downtime = options.detect_s;
           if (system == "oobleck") {
-            // The failed node's share of the state, copied from replicas over its links.
-            downtime += state_bytes / std::max(1, nodes + 1) / (cluster.network.bytes_per_s * cluster.gpus_per_node);
+            if (options.oobleck_recover_s >= 0) {
+              downtime = options.oobleck_recover_s;  // measured
+            } else {
+              // The failed node's share of the state, copied from replicas over its links.
+              downtime += state_bytes / std::max(1, nodes + 1) / (cluster.network.bytes_per_s * cluster.gpus_per_node);
+            }
             what = "re-instantiated from templates";
           } else {
+            downtime += options.bamboo_reconfigure_s;
             what = "the successor's redundant copy took over";
           }
         }
       }
-      r.timeline.push_back({seg_start, e.time_s, e.kind == NodeEvent::kFail ? nodes + 1 : nodes - 1, speed});
+      if (e.time_s > seg_start) {
+        r.timeline.push_back({seg_start, e.time_s, e.kind == NodeEvent::kFail ? nodes + 1 : nodes - 1, speed});
+      } else if (!r.timeline.empty() && r.timeline.back().end_s > e.time_s) {
+        // It struck while the last one was still being recovered from: that
+        // recovery stops here and this one starts over.
+        const double cut = r.timeline.back().end_s - std::max(r.timeline.back().start_s, e.time_s);
+        r.timeline.back().end_s -= cut;
+        if (!r.events.empty()) r.events.back().lost_s -= cut;
+      }
       r.events.push_back({e.time_s, e.node, wasted + downtime, what});
       const double resume = std::min(trace.duration_s, e.time_s + downtime);
       if (downtime > 0) r.timeline.push_back({e.time_s, resume, nodes, 0});

@@ -19,7 +19,11 @@
 //     unless the node after it in the pipeline order has failed too, which
 //     needs a restart from the last checkpoint (as Varuna's).
 // Throughput is samples of completed iterations: work lost to a failure is
-// not counted. Constants the thesis does not give are ReplayOptions'.
+// not counted. Constants the thesis does not give are ReplayOptions'; where
+// Oobleck's artifact measured them, its values are there too.
+// Varuna re-plans onto the fastest grid the survivors allow ("job morphing ...
+// to achieve the best performance with the remaining resources", §2.2.2), which
+// may leave nodes idle.
 #pragma once
 
 #include <string>
@@ -35,10 +39,23 @@ namespace loom {
 struct ReplayOptions {
   int fault_tolerance = 1;    // oobleck's f
   int checkpoint_every = 10;  // iterations (the thesis' Varuna setting)
-  // The thesis' checkpoint store: MinIO on 6 nodes, 200 Gb/s NICs each.
+  // The thesis' checkpoint store: MinIO on 6 nodes, 200 Gb/s NICs each. Prices a
+  // checkpoint's write and load only where no measured time is given below.
   double storage_bytes_per_s = 6 * 25e9;
-  double restart_s = 60;               // relaunching processes, rebuilding communicators
+  // Measured seconds, per model; < 0: derived (the checkpoint's bytes over the
+  // store's bandwidth, Oobleck's heartbeat plus its state copy). Oobleck's SOSP'23
+  // artifact (tools/simulator/varuna_simulator.py, branch sosp23-artifact) times
+  // Varuna's synchronous checkpoint at 15.8 / 11.5 / 11.2 / 50 / 120 s and its
+  // restart, the checkpoint's load included, at 55.5 / 71.5 / 67.5 / 465 / 581 s
+  // (BERT-Large, GPT-2, GPT-3 Medium, 2.7B, 6.7B on 30 A40s); Oobleck's
+  // reconfiguration at 2 / 2 / 3 / 6 / 10 s (oobleck_simulator.py); Bamboo's at
+  // 76 / 80 / 100 / 230 / 450 s (bamboo_simulator.py).
+  double checkpoint_save_s = -1;       // Varuna's synchronous write, every checkpoint_every iterations
+  double checkpoint_load_s = -1;       // added to restart_s; 0 where restart_s was measured with the load in it
+  double restart_s = 60;               // relaunching processes, rebuilding communicators (Loom's guess)
   double detect_s = 1;                 // a heartbeat interval
+  double oobleck_recover_s = -1;       // Oobleck's reconfiguration after a failure, detection included
+  double bamboo_reconfigure_s = 0;     // Bamboo's pause after a failure its redundant copy absorbed
   double redundant_compute = 1.0 / 3;  // Bamboo's successor forward, as a share of a stage's time
 };
 
