@@ -13,12 +13,15 @@
 #     encoder microbatch is its kept and deferred pieces together);
 #  4. Fig. 4.15: every encoder:LLM split of SynthChartNet / 3b, the cost of a
 #     bad configuration.
-#   scripts/entrain-results.sh [build-dir]
+# The subsets are derived from FineVision's public description (data/finevision.cpp);
+# FV_SUFFIX=-fitted runs the shapes tuned to the thesis' ratios instead.
+#   [FV_SUFFIX=-fitted] scripts/entrain-results.sh [build-dir]
 set -euo pipefail
 L=${1:-build}/loom
 CL=entrain-64  # 16 nodes x 4 A40
 PIN="--dp 4 --tp 2"
-DATA="synthchartnet chartqa cocoqa llava-150k"
+FV=${FV_SUFFIX:-}
+DATA="synthchartnet$FV chartqa$FV cocoqa$FV llava-150k$FV"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -132,7 +135,7 @@ done
 
 echo
 echo "## 4. Every encoder:LLM split of a 16-GPU replica, SynthChartNet on entrain-3b (3 batches, Entrain's schedule)"
-m=entrain-3b; d=synthchartnet
+m=entrain-3b; d=synthchartnet$FV
 printf '%-6s %9s %9s\n' E.PP:L.PP iter-s vs-best
 for e in 1 2 3 4 5 6 7; do
   python3 - "$tmp/$m-$d.json" "$tmp/split-$e.json" $e <<'PY'

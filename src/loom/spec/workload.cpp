@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "loom/data/finevision.h"
 #include "loom/did_you_mean.h"
 #include "loom/error.h"
 #include "loom/spec/model.h"
@@ -14,9 +15,22 @@ namespace loom {
 
 namespace {
 
-const std::vector<std::string> kSourceKinds = {
-    "text",           "laion",         "obelics", "video",  "mosaic-fixed", "cornstarch-synthetic",
-    "dynamic-images", "synthchartnet", "chartqa", "cocoqa", "llava-150k",   "jsonl"};
+// The built-in kinds, then Entrain's FineVision subsets (derived and -fitted, data/finevision.h).
+std::vector<std::string> BuiltinKinds() {
+  std::vector<std::string> kinds = {
+      "text", "laion", "obelics", "video", "mosaic-fixed", "cornstarch-synthetic", "dynamic-images"};
+  for (const auto& s : FineVisionShapes()) kinds.push_back(s.name);
+  return kinds;
+}
+
+const std::vector<std::string>& SourceKinds() {
+  static const std::vector<std::string> kinds = [] {
+    std::vector<std::string> k = BuiltinKinds();
+    k.push_back("jsonl");
+    return k;
+  }();
+  return kinds;
+}
 
 // Default global batches follow each seed's evaluation: MMScale 1920 (LAION),
 // Mosaic 32, Cornstarch 48, Entrain 512; the others are common choices.
@@ -42,7 +56,7 @@ Workload Named(const std::string& kind) {
   } else if (kind == "cornstarch-synthetic") {
     w.global_batch = 48;
     w.microbatch_size = 4;
-  } else if (kind == "synthchartnet" || kind == "chartqa" || kind == "cocoqa" || kind == "llava-150k") {
+  } else if (FindFineVisionShape(kind) != nullptr) {
     w.global_batch = 512;  // Entrain §4.7: microbatch 4, global batch 512
     w.microbatch_size = 4;
   }
@@ -51,10 +65,7 @@ Workload Named(const std::string& kind) {
 
 }  // namespace
 
-std::vector<std::string> WorkloadNames() {
-  return {"text",           "laion",         "obelics", "video",  "mosaic-fixed", "cornstarch-synthetic",
-          "dynamic-images", "synthchartnet", "chartqa", "cocoqa", "llava-150k"};
-}
+std::vector<std::string> WorkloadNames() { return BuiltinKinds(); }
 
 Workload DefaultWorkload(const Model& model) {
   bool image = false, video = false, audio = false;
@@ -75,7 +86,7 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
   w.name = doc.String("workload");
   w.source_file = file;
   YamlMap src(doc.Child("source"), file, "source");
-  std::string kind = src.Enum("kind", kSourceKinds);
+  std::string kind = src.Enum("kind", SourceKinds());
   if (kind != "jsonl") {
     std::string name = w.name;
     w = Named(kind);  // a named kind's defaults, then the file's fields on top

@@ -16,7 +16,7 @@ namespace loom {
 // (docs/spec-format.md lists them per kind).
 struct SourceSpec {
   std::string kind = "text";  // text | laion | obelics | video | mosaic-fixed | cornstarch-synthetic | dynamic-images |
-                              // synthchartnet | chartqa | cocoqa | llava-150k | jsonl
+                              // synthchartnet | chartqa | cocoqa | llava-150k (each also -fitted) | jsonl
   int64_t seq_len = 2048;     // text: tokens per sample
   int64_t pack_tokens = 8192;  // laion, obelics: LLM tokens per packed sequence
   int64_t image_tokens = 169;  // laion, obelics: LLM tokens one image becomes (used for packing)
@@ -55,7 +55,9 @@ struct Model;
 Workload DefaultWorkload(const Model& model);
 
 // Named workloads: text, laion, obelics, video, mosaic-fixed, cornstarch-synthetic,
-// dynamic-images, and Entrain's FineVision subsets synthchartnet, chartqa, cocoqa, llava-150k.
+// dynamic-images, and Entrain's FineVision subsets synthchartnet, chartqa, cocoqa, llava-150k
+// (derived from the data's public description) and the same with -fitted (tuned to the
+// thesis' ratios; data/finevision.h).
 std::vector<std::string> WorkloadNames();
 // A named workload or a workload YAML file; throws loom::Error otherwise.
 Workload LoadWorkload(const std::string& name_or_path);
