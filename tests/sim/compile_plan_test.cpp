@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <numeric>
 #include <tuple>
+#include <utility>
 
 #include "loom/cost/collectives.h"
 #include "loom/pipeline/validate.h"
@@ -62,6 +65,65 @@ TEST(PlanSimulation, BrokersJoinEveryReplicaPairThatSharesSamples) {
   const double llm_f0 = ComputeIntervals(run, 2, ActionKind::kForward).front().start_s;
   for (int enc = 0; enc < 2; ++enc) {
     EXPECT_GE(llm_f0, ComputeIntervals(run, enc, ActionKind::kForward).front().end_s);
+  }
+}
+
+// MMScale §6: units of different DP degrees trade activations through
+// gcd(Du, Dv) brokers that concentrate and scatter them, so each replica's
+// output crosses the boundary once. The replica pairs Loom joins fall into
+// exactly gcd(Du, Dv) groups (the plan's broker count), and the sends of one
+// producer microbatch to all its consumers (and the gradients back) add up to
+// one output, not one per consumer (issue: the broker count was a label only).
+TEST(PlanSimulation, BrokersScatterEachOutputOnceInGcdGroups) {
+  test::Fixture f;
+  f.cluster = MakeCluster("h800", 4, 8);  // 8 groups of 4 GPUs
+  for (const auto& [up, down] : {std::pair{1, 2}, std::pair{2, 4}, std::pair{2, 3}, std::pair{4, 2}}) {
+    const int du = up, dv = down;
+    SCOPED_TRACE(::testing::Message() << "encoder dp " << du << ", llm dp " << dv);
+    Plan p = EmptyPlan(f.ctx(), "mmscale-like", 4);
+    p.units.push_back(MakeUnit(f.ctx(), "encoder", {"vision", "projector"}, 0, 4, 0, du, 1, 4, ScheduleKind::kOneFOneB,
+                               Recompute::kFull, Balance::kParams));
+    p.units.push_back(MakeUnit(f.ctx(), "llm", {"llm"}, du, 4, 0, dv, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull,
+                               Balance::kParams));
+    p.brokers.push_back({"encoder", "llm", std::gcd(du, dv)});
+    const PlanRun run = RunPlan(f.model, f.cluster, f.workload, p, f.batch);
+    const auto& sch = run.exec.schedule;
+    // Replica pairs joined across the units, grouped (union-find over the
+    // encoder's replicas 0..du-1 and the llm's du..du+dv-1).
+    std::vector<int> parent(du + dv);
+    std::iota(parent.begin(), parent.end(), 0);
+    std::function<int(int)> root = [&](int x) { return parent[x] == x ? x : parent[x] = root(parent[x]); };
+    auto replica = [&](int stage) {
+      const auto& r = run.exec.ranks[sch.stage_rank[stage]];
+      return r.unit == 0 ? r.replica : du + r.replica;
+    };
+    for (const StageEdge& e : sch.edges) {
+      if (run.exec.stages[e.from].unit == run.exec.stages[e.to].unit) continue;
+      parent[root(replica(e.from))] = root(replica(e.to));
+    }
+    int groups = 0;
+    for (int x = 0; x < du + dv; ++x) groups += root(x) == x;
+    EXPECT_EQ(groups, p.brokers[0].count);
+    // Per producer (stage, microbatch): seconds its output spends on the wire
+    // across the boundary, each way, against one output's worth.
+    const PipelineCosts& c = run.costs.replicas[0];
+    std::map<std::pair<int, int>, double> act_s, grad_s;
+    for (const Interval& iv : run.result.intervals) {
+      const Action& a = sch.ranks[iv.rank][iv.action];
+      if (a.kind != ActionKind::kSend || a.peer_stage < 0) continue;
+      const bool act = a.payload == Payload::kActivation;
+      const int producer = act ? a.stage : a.peer_stage, consumer = act ? a.peer_stage : a.stage;
+      if (run.exec.stages[producer].unit == run.exec.stages[consumer].unit) continue;
+      (act ? act_s : grad_s)[{producer, a.microbatch}] += iv.end_s - iv.start_s - c.p2p.latency_s;
+    }
+    ASSERT_FALSE(act_s.empty());
+    EXPECT_EQ(act_s.size(), grad_s.size());
+    for (const auto* wire : {&act_s, &grad_s}) {
+      for (const auto& [key, seconds] : *wire) {
+        const double once = c.at(key.first, key.second).send_bytes / c.p2p.bytes_per_s;
+        EXPECT_NEAR(seconds, once, 1e-9 * once) << "stage " << key.first << " microbatch " << key.second;
+      }
+    }
   }
 }
 

@@ -79,11 +79,17 @@ struct Action {
 // INVARIANTS: at most one of first / producers; first is non-decreasing, starts
 // at 0 and ends at the producer's count; producers has one sorted, duplicate-free
 // list per consumer microbatch, and every producer microbatch is in some list.
+// `share` is the part of each producer microbatch's output (and of its
+// gradient) that the edge carries: below 1 on a broker edge that scatters a
+// producing replica's samples over several consuming replicas (MMScale §6:
+// each replica's output crosses the unit boundary once, in gcd(DP_up, DP_down)
+// independent groups), 1 elsewhere. INVARIANT: 0 < share <= 1.
 struct StageEdge {
   int from = 0;
   int to = 0;
   std::vector<int> first;
   std::vector<std::vector<int>> producers;
+  double share = 1.0;
   bool operator==(const StageEdge&) const = default;
 };
 

@@ -440,8 +440,11 @@ class UnitsCompiler {
           const int end = first.back() + su[k];
           for (int x = 0; x < sv[k]; ++x) first.push_back(end);  // later sub-microbatches take none
         }
-        // Stages holding the producing module's last layer and the consuming module's first.
-        std::set<std::pair<int, int>> stage_pairs;
+        // Stages holding the producing module's last layer and the consuming
+        // module's first, each with the part of the producer's output the
+        // consumer takes (MMScale's broker scatters it: every sample crosses
+        // once, and the pairs fall into gcd(Du, Dv) groups sharing no replica).
+        std::map<std::pair<int, int>, double> stage_pairs;
         for (const auto& cname : plan.units[v].modules) {
           const int cm = model.FindModule(cname);
           for (int pm : model.modules[cm].inputs) {
@@ -467,12 +470,17 @@ class UnitsCompiler {
                 }
                 const int ps = layout[u].stage_of[layout[u].template_of(d)][pl];
                 const int cs = layout[v].stage_of[layout[v].template_of(e)][cl];
-                stage_pairs.insert({stage_id[u][d][ps], stage_id[v][e][cs]});
+                // |[d/Du, (d+1)/Du) & [e/Dv, (e+1)/Dv)| / (1/Du).
+                const int64_t lo = std::max<int64_t>(static_cast<int64_t>(d) * Dv, static_cast<int64_t>(e) * Du);
+                const int64_t hi =
+                    std::min<int64_t>(static_cast<int64_t>(d + 1) * Dv, static_cast<int64_t>(e + 1) * Du);
+                stage_pairs.emplace(std::make_pair(stage_id[u][d][ps], stage_id[v][e][cs]),
+                                    static_cast<double>(hi - lo) / Dv);
               }
             }
           }
         }
-        for (auto [from, to] : stage_pairs) sch.edges.push_back({from, to, first});
+        for (const auto& [pair, share] : stage_pairs) sch.edges.push_back({pair.first, pair.second, first, {}, share});
       }
     }
     sch.dag = true;

@@ -84,9 +84,14 @@ struct Unit {
   bool operator==(const Unit&) const = default;
 };
 
-// Regroups microbatches between units whose data-parallel degrees differ
-// (MMScale §4.1): `count` brokers gather the producing unit's outputs and
-// scatter them to the consuming unit's replicas.
+// Units whose data-parallel degrees differ exchange activations between the
+// replicas that share samples (MMScale §6). `count` is descriptive, for
+// reports: gcd(DP_from, DP_to), the number of independent groups those
+// replica pairs fall into (MMScale's brokers, each concentrating and
+// scattering one group's samples). CompilePlan derives the pairs, and the part
+// of each producer's output every pair carries (StageEdge::share), from the
+// units' sample shares (docs/plan-format.md), not from `count`; it relays
+// nothing through a third rank.
 struct Broker {
   std::string from;
   std::string to;

@@ -39,7 +39,8 @@ constexpr Notation kNotations[] = {
     {R"(\bf=\d+)", "f=F k x (ppN on G GPUs, mM)",
      "Oobleck: F node failures survived without a restart; k pipelines of a template of N stages on G GPUs, M "
      "microbatches each"},
-    {R"(\bbrokers\b)", "brokers a->b xN", "MMScale: N broker ranks relay a's outputs to b"},
+    {R"(\bbrokers\b)", "brokers a->b xN",
+     "MMScale: a's outputs reach b in N = gcd(DP_a, DP_b) independent scatter groups"},
     {R"(before/after)", "before/after", "Optimus: the encoders run in the backbone's bubbles before and after it"},
     {R"(\bco-?located\b)", "co-located", "the modules share the same GPUs"},
 };

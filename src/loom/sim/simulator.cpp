@@ -145,12 +145,20 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
   }
   // On a many-to-many edge a producer microbatch's output is split among the
   // consumers it feeds; each message carries an equal share (the compiler does
-  // not say which samples go where in bytes).
+  // not say which samples go where in bytes). A broker edge carries its
+  // StageEdge::share of it (the consuming replica's part of the producer's
+  // samples, MMScale's scatter).
   send_share_.assign(n, 1.0);
   const auto edges = schedule_.StageEdges();
   std::map<std::pair<int, int>, int> many_to_many;        // (from, to) -> edge
+  std::map<std::pair<int, int>, double> scattered;        // (from, to) -> share < 1
   std::vector<std::vector<int>> consumers(edges.size());  // per such edge and producer microbatch
   for (int e = 0; e < static_cast<int>(edges.size()); ++e) {
+    if (!(edges[e].share > 0 && edges[e].share <= 1)) {
+      throw Error(fmt::format("simulator: edge {} -> {} carries a share of {}; it must be in (0, 1]", edges[e].from,
+                              edges[e].to, edges[e].share));
+    }
+    if (edges[e].share < 1) scattered[{edges[e].from, edges[e].to}] = edges[e].share;
     if (edges[e].producers.empty()) continue;
     many_to_many[{edges[e].from, edges[e].to}] = e;
     consumers[e].assign(schedule_.microbatches_of(edges[e].from), 0);
@@ -158,12 +166,15 @@ Simulator::Simulator(Schedule schedule, std::vector<PipelineCosts> replicas, Sim
       for (int j : list) ++consumers[e][j];
     }
   }
-  for (int id = 0; id < n && !many_to_many.empty(); ++id) {
+  for (int id = 0; id < n && !(many_to_many.empty() && scattered.empty()); ++id) {
     const Action& a = schedule_.ranks[graph_.rank[id]][id - graph_.offset[graph_.rank[id]]];
-    if (a.kind != ActionKind::kSend || a.peer_microbatch < 0) continue;
+    if (a.kind != ActionKind::kSend || a.peer_stage < 0) continue;
     const bool act = a.payload == Payload::kActivation;
-    const auto e = many_to_many.find({act ? a.stage : a.peer_stage, act ? a.peer_stage : a.stage});
-    if (e != many_to_many.end()) send_share_[id] = 1.0 / static_cast<double>(consumers[e->second][a.microbatch]);
+    const std::pair<int, int> key{act ? a.stage : a.peer_stage, act ? a.peer_stage : a.stage};
+    if (auto sc = scattered.find(key); sc != scattered.end()) send_share_[id] = sc->second;
+    if (a.peer_microbatch < 0) continue;
+    const auto e = many_to_many.find(key);
+    if (e != many_to_many.end()) send_share_[id] *= 1.0 / static_cast<double>(consumers[e->second][a.microbatch]);
   }
   if (options_.record_timelines) {  // what SetCost, SwapMicrobatches and Resimulate walk
     int max_mb = schedule_.num_microbatches;
