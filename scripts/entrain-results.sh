@@ -26,12 +26,12 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 echo "## 1. Configurations and iteration time (s), 3 batches each"
-printf '%-11s %-14s %-8s %-8s %-8s %9s %9s %9s %9s %8s %8s %9s %9s\n' model dataset disttrain dip entrain \
-  megatron disttrain dip entrain vs-dist vs-dip mem-ent mem-dip
+printf '%-11s %-14s %-8s %-8s %-8s %9s %9s %9s %9s %8s %8s %9s %9s %10s\n' model dataset disttrain dip entrain \
+  megatron disttrain dip entrain vs-dist vs-dip mem-ent mem-dip vs-dist-lo
 for m in entrain-1b entrain-3b; do
   for d in $DATA; do
     "$L" plan --model $m --cluster $CL --workload $d $PIN --iterations 3 \
-      --strategy megatron,disttrain,dip,entrain,entrain-nodefer,entrain-noeager,entrain-zb --json "$tmp/$m-$d.json" >/dev/null
+      --strategy megatron,disttrain,disttrain-loader-order,dip,entrain,entrain-nodefer,entrain-noeager,entrain-zb --json "$tmp/$m-$d.json" >/dev/null
     python3 - "$m" "$d" "$tmp/$m-$d.json" <<'PY'
 import json, sys
 m, d, path = sys.argv[1:4]
@@ -43,7 +43,8 @@ t = {k: v['iteration_time_s'] for k, v in s.items()}
 mem = {k: v['peak_mem_bytes'] / 2**30 for k, v in s.items()}
 print(f"{m:<11} {d:<14} {pp('disttrain'):<8} {pp('dip'):<8} {pp('entrain'):<8} {t['megatron']:9.3f} "
       f"{t['disttrain']:9.3f} {t['dip']:9.3f} {t['entrain']:9.3f} {t['disttrain']/t['entrain']:7.2f}x "
-      f"{t['dip']/t['entrain']:7.2f}x {mem['entrain']:7.1f}Gi {mem['dip']:7.1f}Gi")
+      f"{t['dip']/t['entrain']:7.2f}x {mem['entrain']:7.1f}Gi {mem['dip']:7.1f}Gi "
+      f"{t['disttrain-loader-order']/t['entrain']:9.2f}x")
 PY
   done
 done

@@ -81,3 +81,33 @@ PY
     rm -f "$tmp"
   done
 done
+
+# Issue 44: what co-location could gain. Mosaic's only freedom beyond Spindle is
+# sharing a GPU's SMs; the shipped H100 profile charges every layer phase a launch
+# floor (one host thread per GPU launches co-located modules one after another)
+# and a serial share. The same 32-GPU OFASys runs with the floor removed, then
+# with the serial share as well (SM time exactly proportional to 1/SMs).
+echo
+printf '%-10s %-16s %9s %9s %9s %8s\n' model profile distmm spindle mosaic "vs-spin"
+prof=$(mktemp -d)
+base=src/loom/cost/profiles/h100.yaml
+sed 's/launch_floor_s_per_layer: [0-9.e-]*/launch_floor_s_per_layer: 0/' "$base" >"$prof/nofloor.yaml"
+sed 's/launch_floor_s_per_layer: [0-9.e-]*/launch_floor_s_per_layer: 0/; s/serial_fraction: [0-9.e-]*/serial_fraction: 0/' \
+  "$base" >"$prof/linear.yaml"
+for m in ofasys examples/mosaic/ofasys-10.yaml; do
+  for p in "$base" "$prof/nofloor.yaml" "$prof/linear.yaml"; do
+    tmp=$(mktemp)
+    "$L" plan --model "$m" --cluster mosaic-testbed --workload mosaic-fixed --global-batch 32 --profile "$p" \
+      --strategy distmm,spindle,mosaic --iterations 1 --json "$tmp" >/dev/null 2>&1 || true
+    python3 - "$(basename "$m" .yaml)" "$(basename "$p" .yaml)" "$tmp" <<'PY'
+import json, sys
+m, p, path = sys.argv[1:4]
+t = {x['name']: x.get('iteration_time_s') for x in json.load(open(path))['strategies']}
+f = lambda k: f"{t[k]:.4f}" if t.get(k) else "-"
+r = f"{t['spindle'] / t['mosaic']:.3f}x" if t.get('spindle') and t.get('mosaic') else "-"
+print(f"{m:<10} {p:<16} {f('distmm'):>9} {f('spindle'):>9} {f('mosaic'):>9} {r:>8}")
+PY
+    rm -f "$tmp"
+  done
+done
+rm -rf "$prof"

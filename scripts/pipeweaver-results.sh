@@ -36,6 +36,6 @@ for profile in roofline profile; do
     printf '%-8s B=%-3s ' "$profile" "$b"
     $loom plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 32 --tp 4 --pp 4 --iterations 3 $flag \
       --sub-microbatch "$b" --strategy pipeweaver --json "$out/b$b-$profile.json" >/dev/null
-    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['strategies'][0]; print(f\"{r['iteration_time_mean_s']:.2f} s\")" "$out/b$b-$profile.json"
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['strategies'][0]; print(f\"{r['iteration_time_s']:.2f} s\")" "$out/b$b-$profile.json"
   done
 done

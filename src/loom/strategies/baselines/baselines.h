@@ -20,6 +20,9 @@ StrategyResult NnScalerStrategy(const StrategyContext& ctx);
 // one-sample profile, its reordering per batch) and DIP (encoder and LLM
 // co-located in two phases over every group, profiled on one microbatch).
 StrategyResult DisttrainStrategy(const StrategyContext& ctx);
+// DistTrain with microbatches in the loader's order (no per-batch reordering):
+// Entrain's DistTrain as the thesis measured it (docs/results/entrain.md).
+StrategyResult DisttrainLoaderOrderStrategy(const StrategyContext& ctx);
 StrategyResult DipStrategy(const StrategyContext& ctx);
 
 // Every module data parallel on every GPU (TP 1, PP 1) at ZeRO `zero_stage`;

@@ -28,20 +28,20 @@ int BackbonePp(const AllocationProblem& p, const Allocation& a) {
   return 0;
 }
 
-}  // namespace
-
-StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
+StrategyResult SearchDisttrain(const StrategyContext& ctx, const std::string& name, bool reorder) {
   if (ctx.representative.samples.empty()) throw Error("disttrain: the representative batch is empty");
   const Batch one{{ctx.representative.samples.front()}};  // DistTrain's profile: one sample
   StrategyContext profiled{ctx.model, ctx.cluster, ctx.workload, one, ctx.progress};
   const MmscaleUnits units = SplitMmscaleUnits(ctx.model);
   const int64_t mu = ctx.workload.microbatch_size;
-  CandidateSearch search(ctx, "disttrain");
+  CandidateSearch search(ctx, name);
   // Judged as it trains: with its per-batch reordering (which samples share a
-  // microbatch changes the activations each one holds).
-  search.SetBatchSchedule([&](const Plan& plan) {
-    return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, ctx.representative, 0);
-  });
+  // microbatch changes the activations each one holds), or in the loader's order.
+  if (reorder) {
+    search.SetBatchSchedule([&](const Plan& plan) {
+      return MmscaleScheduleBatch(ctx.model, ctx.cluster, ctx.workload, plan, ctx.representative, 0);
+    });
+  }
   int ranked = 0, matched = 0;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
     AllocationProblem p = MakeAllocationProblem(profiled, units, r);
@@ -60,7 +60,7 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
       // --pp pins the backbone's pipeline (the unit Megatron-LM's PP means).
       if (ctx.fixed_pp > 0 && BackbonePp(p, a) != ctx.fixed_pp) continue;
       ++matched;
-      Plan plan = AllocationPlan(profiled, "disttrain", units, a, r);
+      Plan plan = AllocationPlan(profiled, name, units, a, r);
       int dp_lm = 1;
       for (size_t u = 0; u < units.names.size(); ++u) {
         if (units.names[u] == "backbone") dp_lm = a.units[u].dp;
@@ -81,9 +81,9 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
     search.Skip(fmt::format("none of the {} best-ranked TP x DP x PP splits that fit has the backbone at --pp {}",
                             ranked, ctx.fixed_pp));
   }
-  return search.Finish(fmt::format("disttrain: MMScale Alg. 1 on a one-sample profile{}{}, the best allocation that "
+  return search.Finish(fmt::format("{}: MMScale Alg. 1 on a one-sample profile{}{}, the best allocation that "
                                    "fits, lowest recomputation first",
-                                   ctx.fixed_tp > 0 ? fmt::format(", TP {}", ctx.fixed_tp) : "",
+                                   name, ctx.fixed_tp > 0 ? fmt::format(", TP {}", ctx.fixed_tp) : "",
                                    ctx.fixed_dp > 0 ? fmt::format(", DP {}", ctx.fixed_dp) : "") +
                            (ctx.fixed_pp > 0 ? fmt::format(", backbone PP {}", ctx.fixed_pp) : ""),
                        [](const Plan& p) {
@@ -95,6 +95,14 @@ StrategyResult DisttrainStrategy(const StrategyContext& ctx) {
                          return s + fmt::format("; m{} 1f1b, recompute={}", p.units[0].pipelines[0].microbatches,
                                                 RecomputeName(p.units[0].recompute));
                        });
+}
+
+}  // namespace
+
+StrategyResult DisttrainStrategy(const StrategyContext& ctx) { return SearchDisttrain(ctx, "disttrain", true); }
+
+StrategyResult DisttrainLoaderOrderStrategy(const StrategyContext& ctx) {
+  return SearchDisttrain(ctx, "disttrain-loader-order", false);
 }
 
 }  // namespace loom

@@ -61,6 +61,15 @@ const StrategyRegistration kDisttrain({"disttrain",
                                        "DistTrain (Entrain's baseline): MMScale's disaggregated allocation profiled "
                                        "on one sample, its per-batch reordering",
                                        50, DisttrainStrategy, StatelessScheduler(DisttrainBatch), false, true});
+// Entrain's comparison: DistTrain without its reordering, a variant run when named.
+const StrategyRegistration kDisttrainLoaderOrder({"disttrain-loader-order",
+                                                  "DistTrain with microbatches in the loader's order, no per-batch "
+                                                  "reordering",
+                                                  1003,
+                                                  DisttrainLoaderOrderStrategy,
+                                                  {},
+                                                  true,
+                                                  true});
 const StrategyRegistration kDip({"dip",
                                  "DIP (Entrain's baseline): encoder and LLM pipelined over the same GPUs, every "
                                  "encoder forward before the LLM, stages from a one-microbatch profile",
