@@ -20,7 +20,7 @@ run t2v-s t2v-s h800:2x8 video 4 4
 run t2v-l t2v-l h800:8x8 video 8 8
 echo "== ablation (Table 5): vlm-s"
 $loom plan --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 32 --tp 4 --pp 4 --iterations 5 --profile roofline \
-  --strategy megatron,megatron-2024,pipeweaver-partition,pipeweaver-interleave,pipeweaver-rank,pipeweaver --json "$out/ablation.json"
+  --strategy megatron,megatron-2024,pipeweaver-partition,pipeweaver-interleave,pipeweaver-rank,pipeweaver,pipeweaver-interleave-rc,pipeweaver-tune-rc --json "$out/ablation.json"
 echo "== dynamic workload (§8.1): vlm-s, 40 iterations"
 $loom plan --model vlm-s --cluster h800:2x8 --workload dynamic-images --global-batch 32 --tp 4 --pp 4 --iterations 40 --profile roofline \
   --strategy megatron,megatron-2024,nnscaler,optimus,optimus-shared-tp,pipeweaver --json "$out/dynamic.json" --report "$out/dynamic.html"

@@ -118,6 +118,29 @@ TEST(Pipeweaver, AblationLevelsOnlyImprove) {
   EXPECT_LT(rep.final_s, rep.static_s);
 }
 
+// Issue 44: Table 5's bookkeeping. Started from the static plan's
+// recomputation (the paper's levels), layer tuning is what drops it: it must
+// beat plain interleaving from there, keep per-layer recomputation, and Loom's
+// default (every layer starting without recomputation) must be no slower.
+TEST(Pipeweaver, LayerTuningFromThePlansRecomputationIsWhereTheGainIsBooked) {
+  VlmS v;
+  const StrategyResult r = PipeweaverStrategy(v.ctx);
+  ASSERT_NE(r.plan.units[0].recompute, Recompute::kNone);
+  PipeweaverOptions from_plan;
+  from_plan.rank = false;
+  from_plan.start_without_recompute = false;
+  PipeweaverOptions interleave_only = from_plan;
+  interleave_only.tune = false;
+  const auto interleaved = SchedulePipeweaverBatch(v.ctx, r.plan, v.batch, 0, interleave_only);
+  const auto tuned = SchedulePipeweaverBatch(v.ctx, r.plan, v.batch, 0, from_plan);
+  EXPECT_FALSE(interleaved.schedule.recompute.has_value());
+  EXPECT_LT(tuned.final_s, interleaved.final_s * 0.97);
+  EXPECT_FALSE(tuned.schedule.layer_recompute.empty());
+  PipeweaverOptions loom;
+  loom.rank = false;
+  EXPECT_LE(SchedulePipeweaverBatch(v.ctx, r.plan, v.batch, 0, loom).final_s, tuned.final_s + 1e-9);
+}
+
 TEST(Pipeweaver, BadWovenSchedulesAreErrors) {
   VlmS v;
   const auto modules = StaticPartition(v.ctx, 4, 4);

@@ -115,12 +115,12 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   // Every layer starts without recomputation: the interleaving pauses forwards
   // to stay within memory and layer tuning adds recomputation where that
   // stalls. Only when even that cannot fit, the plan's recomputation is the start.
-  it.recompute = Recompute::kNone;
+  if (options.start_without_recompute) it.recompute = Recompute::kNone;
   Woven w = BuildWoven(ctx, plan, batch, it, stage_module, &memo);
   InterleaveOptions io = options.ranking.interleave;
   std::vector<int> position = DefaultRanking(w.flow);
   Interleaving timeline = Interleaver(w.flow).Run(position, io);
-  if (!timeline.fits && unit.recompute != Recompute::kNone) {
+  if (!timeline.fits && it.recompute && unit.recompute != Recompute::kNone) {
     it.recompute.reset();
     w = BuildWoven(ctx, plan, batch, it, stage_module, &memo);
     timeline = Interleaver(w.flow).Run(position, io);
@@ -272,11 +272,12 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
   return res;
 }
 
-PipeweaverOptions Levels(bool weave, bool rank, bool tune) {
+PipeweaverOptions Levels(bool weave, bool rank, bool tune, bool start_without_recompute = true) {
   PipeweaverOptions o;
   o.weave = weave;
   o.rank = rank;
   o.tune = tune;
+  o.start_without_recompute = start_without_recompute;
   return o;
 }
 
@@ -295,6 +296,13 @@ StrategyResult PipeweaverRankStrategy(const StrategyContext& ctx) {
   return Search(ctx, "pipeweaver-rank", Levels(true, true, true));
 }
 
+StrategyResult PipeweaverInterleaveRcStrategy(const StrategyContext& ctx) {
+  return Search(ctx, "pipeweaver-interleave-rc", Levels(true, true, true));
+}
+StrategyResult PipeweaverTuneRcStrategy(const StrategyContext& ctx) {
+  return Search(ctx, "pipeweaver-tune-rc", Levels(true, true, true));
+}
+
 IterationSchedule PipeweaverBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration) {
   return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, true, true)).schedule;
 }
@@ -305,6 +313,15 @@ IterationSchedule PipeweaverInterleaveBatch(const StrategyContext& ctx, const Pl
 IterationSchedule PipeweaverRankBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
                                       int64_t iteration) {
   return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, true, false)).schedule;
+}
+
+IterationSchedule PipeweaverInterleaveRcBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                              int64_t iteration) {
+  return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, false, false, false)).schedule;
+}
+IterationSchedule PipeweaverTuneRcBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                        int64_t iteration) {
+  return SchedulePipeweaverBatch(ctx, plan, batch, iteration, Levels(true, false, true, false)).schedule;
 }
 
 }  // namespace loom

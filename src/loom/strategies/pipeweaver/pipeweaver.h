@@ -16,6 +16,12 @@ struct PipeweaverOptions {
   bool weave = true;  // sub-microbatches + dual-queue interleaving; false: the static layout only
   bool rank = true;   // MCTS ranking; false: the default (microbatch-major) ranking
   bool tune = true;   // per-layer recomputation by the ILP
+  // Every layer starts the per-batch schedule without recomputation (Loom's
+  // choice: the interleaving pauses forwards at the memory cap, layer tuning
+  // adds recomputation where that stalls). false: it starts at the static
+  // plan's recomputation, as the paper's levels do (Table 5 books dropping it
+  // to layer tuning, §6.3); the `-rc` ablation variants measure the difference.
+  bool start_without_recompute = true;
   RankingOptions ranking;
   TuningOptions tuning;
 };
@@ -41,6 +47,11 @@ StrategyResult PipeweaverStrategy(const StrategyContext& ctx);
 StrategyResult PipeweaverPartitionStrategy(const StrategyContext& ctx);   // ablation: static layout only
 StrategyResult PipeweaverInterleaveStrategy(const StrategyContext& ctx);  // + interleaving, default ranking
 StrategyResult PipeweaverRankStrategy(const StrategyContext& ctx);        // + MCTS ranking, no layer tuning
+// The paper's bookkeeping of Table 5: the per-batch schedule starts at the
+// static plan's recomputation; `-interleave-rc` interleaves only, `-tune-rc`
+// adds layer tuning (no ranking: it adds nothing on these batches).
+StrategyResult PipeweaverInterleaveRcStrategy(const StrategyContext& ctx);
+StrategyResult PipeweaverTuneRcStrategy(const StrategyContext& ctx);
 
 // Registry hooks: the per-batch schedule of each variant.
 IterationSchedule PipeweaverBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch, int64_t iteration);
@@ -48,5 +59,9 @@ IterationSchedule PipeweaverInterleaveBatch(const StrategyContext& ctx, const Pl
                                             int64_t iteration);
 IterationSchedule PipeweaverRankBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
                                       int64_t iteration);
+IterationSchedule PipeweaverInterleaveRcBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                              int64_t iteration);
+IterationSchedule PipeweaverTuneRcBatch(const StrategyContext& ctx, const Plan& plan, const Batch& batch,
+                                        int64_t iteration);
 
 }  // namespace loom

@@ -23,6 +23,16 @@ const StrategyRegistration kInterleave({"pipeweaver-interleave",
                                         "ranking",
                                         1011, PipeweaverInterleaveStrategy,
                                         StatelessScheduler(PipeweaverInterleaveBatch), true, true});
+const StrategyRegistration kInterleaveRc({"pipeweaver-interleave-rc",
+                                          "PipeWeaver ablation: interleaving from the static plan's recomputation "
+                                          "(the paper's Table 5 bookkeeping), default ranking",
+                                          1013, PipeweaverInterleaveRcStrategy,
+                                          StatelessScheduler(PipeweaverInterleaveRcBatch), true, true});
+const StrategyRegistration kTuneRc({"pipeweaver-tune-rc",
+                                    "PipeWeaver ablation: interleaving from the static plan's recomputation, then "
+                                    "layer tuning",
+                                    1014, PipeweaverTuneRcStrategy, StatelessScheduler(PipeweaverTuneRcBatch), true,
+                                    true});
 const StrategyRegistration kRank({"pipeweaver-rank", "PipeWeaver ablation: + MCTS ranking, no layer tuning", 1012,
                                   PipeweaverRankStrategy, StatelessScheduler(PipeweaverRankBatch), true, true});
 
