@@ -88,7 +88,8 @@ done
 # with the checkpoint's load (local_rendezvous_timeout_delta less the checkpoint),
 # Oobleck's reconfiguration (oobleck_simulator.py) and Bamboo's
 # (bamboo_simulator.py). fp32: the artifact runs PyTorch 2.0 (environment.yml),
-# whose matmuls skip TF32 unless allow_tf32 is set, and nothing sets it.
+# whose matmuls skip TF32 unless allow_tf32 is set, and nothing sets it; every
+# layer recomputed, as the thesis' systems do (§2.7.1, checkpoint_wrapper).
 echo
 printf '%-12s %-5s %10s %10s %10s %8s\n' model mtbf varuna oobleck bamboo "o/v"
 trace=$(mktemp)
@@ -105,7 +106,7 @@ for k, n in enumerate(nodes, 1): print(f"{k * gap:.1f} fail {n}")
 PY
     tmp=$(mktemp)
     "$L" replay --model "$m" --cluster oobleck-testbed --workload text --global-batch "$b" --seq-len "$seq" \
-      --precision fp32 --failures "$trace" --until-last-failure --checkpoint-save-s "$save" --restart-s "$restart" \
+      --precision fp32 --recompute full --failures "$trace" --until-last-failure --checkpoint-save-s "$save" --restart-s "$restart" \
       --checkpoint-load-s 0 --oobleck-recover-s "$oob" --bamboo-reconfigure-s "$bamboo" \
       --json "$tmp" >/dev/null 2>&1 || true
     python3 - "$m" "$name" "$tmp" <<'PY'

@@ -12,6 +12,7 @@
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/session/failure_replay.h"
+#include "loom/strategies/strategy.h"
 #include "loom/session/failure_trace.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/zoo.h"
@@ -136,6 +137,30 @@ TEST(FailureReplay, MeasuredConstantsReplaceDerivedOnes) {
       ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, free)[0].healthy_samples_per_s;
   const double varuna_it = s.workload.global_batch / without;
   EXPECT_NEAR(with, 10 * s.workload.global_batch / (10 * varuna_it + 120), 1e-9 * with);
+}
+
+// `--recompute full` (the thesis recomputes every layer): every system's plan
+// recomputes fully, and the pinned plans are no faster than the searched ones,
+// which could have chosen full recomputation themselves.
+TEST(FailureReplay, PinnedRecomputationReachesEveryPlan) {
+  const ReplaySetup s;
+  const Batch batch = DrawBatch(s.workload, 0);
+  StrategyContext ctx{s.model, s.cluster, s.workload, batch, {}};
+  ctx.fixed_recompute = Recompute::kFull;
+  for (const char* name : {"megatron", "oobleck"}) {
+    const StrategyResult r = RunStrategy(name, ctx);
+    for (const auto& u : r.plan.units) EXPECT_EQ(u.recompute, Recompute::kFull) << name;
+  }
+  FailureTrace none;
+  none.nodes = 8;
+  none.duration_s = 3600;
+  ReplayOptions searched, pinned;
+  pinned.recompute = Recompute::kFull;
+  const auto a = ReplayFailures(s.model, s.cluster, s.workload, none, {"oobleck", "varuna"}, searched);
+  const auto b = ReplayFailures(s.model, s.cluster, s.workload, none, {"oobleck", "varuna"}, pinned);
+  for (int i = 0; i < 2; ++i) EXPECT_LE(b[i].healthy_samples_per_s, a[i].healthy_samples_per_s * (1 + 1e-9));
+  // On 8 A40s gpt3-medium fits without recomputation, so pinning full costs.
+  EXPECT_LT(b[1].healthy_samples_per_s, a[1].healthy_samples_per_s);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "loom/cli/flag_checks.h"
 #include "loom/cli/output_file.h"
 #include "loom/error.h"
+#include "loom/plan/plan_json.h"
 #include "loom/report/replay_report.h"
 #include "loom/session/failure_replay.h"
 #include "loom/session/failure_trace.h"
@@ -56,6 +57,10 @@ class ReplayCommand : public Command {
     sub->add_flag("--until-last-failure", until_last_failure_,
                   "end the replay at the trace's last failure instead of after --hours (Table 2.2 averages until "
                   "half the nodes are gone)");
+    sub->add_option("--recompute", recompute_,
+                    "none | selective | full: every system's activation recomputation, pinned (the thesis "
+                    "recomputes every layer; default: each plan takes the least that fits)")
+        ->check(CLI::IsMember({"none", "selective", "full"}));
     // Measured per model in Oobleck's SOSP'23 artifact (failure_replay.h, ReplayOptions).
     sub->add_option("--restart-s", options_.restart_s, "varuna's restart, seconds (default 60)")->check(kNotNegative);
     sub->add_option("--checkpoint-save-s", options_.checkpoint_save_s,
@@ -90,6 +95,7 @@ class ReplayCommand : public Command {
       trace.duration_s = trace.events.back().time_s;  // that failure itself is not replayed (the artifact's hard stop)
     }
     if (free_checkpoints_) options_.checkpoint_save_s = 0;
+    if (!recompute_.empty()) options_.recompute = ParseRecompute(recompute_, "--recompute");
     const auto replays = ReplayFailures(model, cluster, workload, trace, SplitSystems(systems_), options_);
     std::cout << FormatReplay(model.name, cluster.name, trace, replays);
     if (!svg_.empty()) {
@@ -116,6 +122,7 @@ class ReplayCommand : public Command {
   std::string trace_;   // --failures
   ReplayOptions options_;
   bool free_checkpoints_ = false;
+  std::string recompute_;
   bool until_last_failure_ = false;
   std::string svg_;
   std::string json_;

@@ -74,6 +74,7 @@ class Planner {
     sub.name = fmt::format("{} ({} nodes left)", cluster_.name, nodes);
     StrategyContext ctx{model_, sub, workload_, batch_, {}};
     ctx.fault_tolerance = options_.fault_tolerance;
+    ctx.fixed_recompute = options_.recompute;
     try {
       const StrategyResult r = RunStrategy(strategy, ctx);
       SimOptions summary;  // time and peak only

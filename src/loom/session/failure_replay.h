@@ -26,9 +26,11 @@
 // may leave nodes idle.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "loom/cost/layer_work.h"
 #include "loom/session/failure_trace.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/model.h"
@@ -57,6 +59,10 @@ struct ReplayOptions {
   double oobleck_recover_s = -1;       // Oobleck's reconfiguration after a failure, detection included
   double bamboo_reconfigure_s = 0;     // Bamboo's pause after a failure its redundant copy absorbed
   double redundant_compute = 1.0 / 3;  // Bamboo's successor forward, as a share of a stage's time
+  // Every system's activation recomputation, pinned (StrategyContext::
+  // fixed_recompute); unset: searched. The thesis' Varuna and Oobleck
+  // recompute every layer (§2.7.1; the artifact wraps each in checkpoint_wrapper).
+  std::optional<Recompute> recompute;
 };
 
 struct ReplaySegment {

@@ -53,6 +53,10 @@ struct StrategyContext {
   // module (images per sub-microbatch; the paper's Fig. 10 sweeps 4-32 and
   // runs 12); 0 lets the cost model choose (partitioner.h, SubMicrobatchSize).
   int fixed_encoder_sub_microbatch = 0;
+  // Pin activation recomputation (`loom replay --recompute`: the Oobleck
+  // thesis recomputes every layer, §2.7.1); unset: each candidate takes the
+  // least that fits. Honoured by CandidateSearch and Oobleck's templates.
+  std::optional<Recompute> fixed_recompute;
   // Wall-clock budget of a per-batch schedule search (PipeWeaver's MCTS, §6.1).
   double schedule_budget_s = 1.0;
   // Oobleck's fault-tolerance threshold f: pipelines that may fail at once

@@ -198,6 +198,9 @@ std::vector<OobleckSolution> SolveOobleck(const StrategyContext& ctx, const Oobl
   for (int b : MicrobatchSamples(ctx, options)) {
     const int total = static_cast<int>(ctx.workload.global_batch / b);
     for (Recompute r : {Recompute::kNone, Recompute::kFull}) {
+      // A pinned level: its templates are priced with full recomputation when
+      // pinned to it, without otherwise (CandidateSearch applies the pin).
+      if (ctx.fixed_recompute && (r == Recompute::kFull) != (*ctx.fixed_recompute == Recompute::kFull)) continue;
       LayerMemory memory;
       const LayerCosts costs = OobleckLayerCosts(ctx, b, r, &memory);
       TemplatePlanner planner(costs, ctx.cluster.gpus_per_node, memory);

@@ -192,6 +192,16 @@ CandidateSearch::Outcome CandidateSearch::TryNow(const std::function<Plan(Recomp
   // is kept (the probe itself is kept only when it is that first). A skipped
   // probe says nothing about fit: then none and selective are tried as they
   // come (each skipped or simulated), and full, skipped, is not kept.
+  if (ctx_.fixed_recompute) {  // pinned: that level only
+    Plan plan;
+    if (!build(*ctx_.fixed_recompute, &plan)) return Outcome::kNoFit;
+    const double t = Simulate(plan, prune_above_s);
+    if (t >= 0) {
+      Keep(plan, t, index);
+      return Outcome::kFits;
+    }
+    return t == kPruned ? Outcome::kSkipped : Outcome::kNoFit;
+  }
   Plan full;
   if (!build(Recompute::kFull, &full)) return Outcome::kNoFit;
   const double full_s = Simulate(full, prune_above_s);
