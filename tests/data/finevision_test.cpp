@@ -4,6 +4,7 @@
 // macroscopic vision:LLM workload ratio under Loom's cost model on the thesis' A40s.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -123,6 +124,25 @@ TEST(FineVision, DerivedSubsetsFollowTheFineVisionTable) {
     EXPECT_NEAR(text, table_text, 0.03 * table_text);
     EXPECT_NEAR(px / 1e6, r.mpx, 0.05 * r.mpx);
   }
+}
+
+// spec/ lists the subsets' names itself (it comes before data/ in the flow):
+// every shape is a named workload with Entrain's batch, and every FineVision
+// workload name has a shape.
+TEST(FineVision, EverySubsetIsANamedWorkload) {
+  const std::vector<std::string> names = WorkloadNames();
+  std::vector<std::string> shapes;
+  for (const auto& s : FineVisionShapes()) {
+    shapes.push_back(s.name);
+    EXPECT_NE(std::find(names.begin(), names.end(), s.name), names.end()) << s.name;
+    EXPECT_EQ(LoadWorkload(s.name).global_batch, 512) << s.name;
+  }
+  for (const auto& n : names) {
+    const bool finevision = n.find("chart") != std::string::npos || n.find("coco") != std::string::npos ||
+                            n.find("llava") != std::string::npos;
+    if (finevision) EXPECT_NE(FindFineVisionShape(n), nullptr) << n;
+  }
+  EXPECT_EQ(shapes.size(), 8u);
 }
 
 }  // namespace

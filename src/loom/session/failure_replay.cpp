@@ -43,7 +43,7 @@ class Planner {
       if (at.iteration_s > 0 && (used == 0 || at.iteration_s < c.iteration_s)) {
         c = at;
         used = n;
-      } else if (used == 0) {
+      } else if (n == nodes) {
         c = at;  // keeps why the largest one failed, should none fit
       }
     }
