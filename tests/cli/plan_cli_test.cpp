@@ -128,7 +128,7 @@ TEST(PlanCli, SimulatePlanReplaysEveryRecordedBatchExactly) {
   const std::string common = "--model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16";
   auto [code, out] = LoomCli("plan " + common +
                              " --iterations 3 --strategy megatron,mmscale,pipeweaver "
-                             "--schedule-budget 0.05 --json " +
+                             "--schedule-rollouts 50 --json " +
                              json);
   ASSERT_EQ(code, 0) << out;
   const auto j = nlohmann::json::parse(Slurp(json));

@@ -81,7 +81,7 @@ TEST(Golden, WriteWhenAsked) {
     Workload w = GoldenWorkload(model, cluster);
     Batch batch = DrawBatch(w, 0);
     StrategyContext ctx{model, cluster, w, batch, {}};
-    ctx.schedule_budget_s = 0.05;
+    ctx.schedule_rollouts = 50;
     for (const auto& s : strategies) {
       try {
         StrategyResult r = RunStrategy(s, ctx);

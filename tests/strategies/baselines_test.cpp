@@ -53,7 +53,7 @@ TEST_P(ZooBaselines, EveryBaselineFindsAValidPlanWhenTheModelFits) {
   ZooSetup s = SetupFor(model);
   Batch batch = DrawBatch(s.workload, 0);
   StrategyContext ctx{model, s.cluster, s.workload, batch, {}};
-  ctx.schedule_budget_s = 0.05;  // per-batch searches (pipeweaver) stop early; the result is still checked
+  ctx.schedule_rollouts = 50;  // per-batch searches (pipeweaver) stop early; the result is still checked
   StrategyResult megatron;
   try {
     megatron = RunStrategy("megatron", ctx);

@@ -34,7 +34,7 @@ struct VlmS {
   VlmS() {
     ctx.fixed_tp = 4;
     ctx.fixed_pp = 4;
-    ctx.schedule_budget_s = 0.2;
+    ctx.schedule_rollouts = 300;
   }
 };
 
@@ -116,6 +116,32 @@ TEST(Pipeweaver, AblationLevelsOnlyImprove) {
   EXPECT_LE(rep.final_s, std::min(rep.static_s, rep.tuned_s) + 1e-12);
   // On vlm-s with OBELICS the woven pipeline beats the static layout (paper Table 5).
   EXPECT_LT(rep.final_s, rep.static_s);
+}
+
+// Standing rule 5: the per-batch MCTS stops at its rollout budget, never at
+// the clock unless the user sets a cap, so the same seed gives the same
+// schedule however loaded the machine is. A wall-clock cap far below one
+// rollout's time shows the cap is honoured when asked for.
+TEST(Pipeweaver, PerBatchSearchStopsAtItsRolloutBudgetNotTheClock) {
+  VlmS v;
+  EXPECT_EQ(StrategyContext(v.ctx).schedule_budget_s, 0);  // no clock by default
+  const StrategyResult r = PipeweaverStrategy(v.ctx);
+  StrategyContext ctx = v.ctx;
+  ctx.schedule_rollouts = 120;
+  const auto a = SchedulePipeweaverBatch(ctx, r.plan, v.batch, 3, {});
+  ASSERT_FALSE(a.ranking.exhausted);
+  // Checked between expansions of N_tries = 10 rollouts, after the default ranking's one.
+  EXPECT_GE(a.ranking.rollouts, 120);
+  EXPECT_LE(a.ranking.rollouts, 120 + RankingOptions{}.tries);
+  EXPECT_FALSE(a.ranking.budget_hit);
+  const auto b = SchedulePipeweaverBatch(ctx, r.plan, v.batch, 3, {});
+  EXPECT_EQ(b.ranked_s, a.ranked_s);
+  EXPECT_EQ(b.final_s, a.final_s);
+  EXPECT_EQ(b.schedule, a.schedule);
+  ctx.schedule_budget_s = 1e-9;
+  const auto capped = SchedulePipeweaverBatch(ctx, r.plan, v.batch, 3, {});
+  EXPECT_TRUE(capped.ranking.budget_hit);
+  EXPECT_LT(capped.ranking.rollouts, 120);
 }
 
 // Issue 44: Table 5's bookkeeping. Started from the static plan's

@@ -437,7 +437,7 @@ TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
     // pipeweaver-partition: PipeWeaver's static grid (EvaluateUpTo), its 3 fastest layouts then
     // re-ranked by their woven schedule; the MCTS in that re-ranking stops at a wall-clock budget,
     // which under load (a sanitizer build beside a compile) ended at different rollouts in the two
-    // runs and picked different layouts, so both run with no MCTS budget (its default ranking).
+    // runs and picked different layouts, so both run with no MCTS rollouts (its default ranking).
     // fsdp, disttrain, mmscale: Evaluate, where pruning only drops candidates that overflow memory
     // (by the memory bound, or their heaviest replica simulated alone) unsimulated.
     for (const std::string s : {"megatron", "nnscaler", "distmm", "optimus", "dip", "fsdp", "cornstarch",
@@ -445,7 +445,7 @@ TEST(SearchPruning, KeepsTheExhaustiveBestPlan) {
       StrategyContext pruned{model, inst.cluster, w, batch, {}};
       StrategyContext exhaustive{model, inst.cluster, w, batch, {}};
       exhaustive.prune = false;
-      pruned.schedule_budget_s = exhaustive.schedule_budget_s = 0;
+      pruned.schedule_rollouts = exhaustive.schedule_rollouts = 0;
       StrategyResult a, b;
       bool a_ok = true, b_ok = true;
       try {

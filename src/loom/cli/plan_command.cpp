@@ -96,8 +96,13 @@ class PlanCommand : public Command {
                     "pipeweaver: pin the encoders' sub-microbatch size to N images (default: the cost model's, the "
                     "smallest at 95% of the best throughput)")
         ->check(kPositive);
+    sub->add_option("--schedule-rollouts", compare_.schedule_rollouts,
+                    "rollouts per batch of per-batch schedule searches (pipeweaver's MCTS; default 3000; 0: its "
+                    "default ranking)")
+        ->check(CLI::Range(0, 100000000));
     sub->add_option("--schedule-budget", compare_.schedule_budget_s,
-                    "seconds per batch for per-batch schedule searches (pipeweaver; default 1)")
+                    "also stop each per-batch schedule search after S seconds of wall clock (default: no cap; "
+                    "with one, the plan depends on the machine's speed)")
         ->check(kPositive);
     sub->add_option("--fault-tolerance", compare_.fault_tolerance,
                     "oobleck: pipelines that may fail at once without a restart, f (default 0; f + 1 pipelines)")

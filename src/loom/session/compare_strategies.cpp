@@ -36,6 +36,7 @@ StrategyOutcome PlanAndTrain(const std::string& name, const Model& model, const 
   ctx.fixed_pp = options.fixed_pp;
   ctx.fixed_dp = options.fixed_dp;
   ctx.fixed_encoder_sub_microbatch = options.fixed_encoder_sub_microbatch;
+  ctx.schedule_rollouts = options.schedule_rollouts;
   ctx.schedule_budget_s = options.schedule_budget_s;
   ctx.fault_tolerance = options.fault_tolerance;
   ctx.time_budget_s = options.time_budget_s;

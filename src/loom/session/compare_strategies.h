@@ -58,7 +58,8 @@ struct CompareOptions {
   int fixed_pp = 0;
   int fixed_dp = 0;
   int fixed_encoder_sub_microbatch = 0;  // StrategyContext::fixed_encoder_sub_microbatch
-  double schedule_budget_s = 1.0;
+  int schedule_rollouts = 3000;   // StrategyContext::schedule_rollouts
+  double schedule_budget_s = 0;   // StrategyContext::schedule_budget_s; 0: no wall-clock cap
   int fault_tolerance = 0;   // Oobleck's f
   double time_budget_s = 0;  // per strategy's search (StrategyContext::time_budget_s); 0: none
   bool prune = true;         // StrategyContext::prune

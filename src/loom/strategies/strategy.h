@@ -57,8 +57,14 @@ struct StrategyContext {
   // thesis recomputes every layer, §2.7.1); unset: each candidate takes the
   // least that fits. Honoured by CandidateSearch and Oobleck's templates.
   std::optional<Recompute> fixed_recompute;
-  // Wall-clock budget of a per-batch schedule search (PipeWeaver's MCTS, §6.1).
-  double schedule_budget_s = 1.0;
+  // Rollouts of a per-batch schedule search (PipeWeaver's MCTS, §6.1); 0
+  // keeps the default ranking. The layout choice among the static plans runs
+  // a tenth of them per layout. A budget in rollouts makes the plan a function
+  // of the seed alone (standing rule 5).
+  int schedule_rollouts = 3000;
+  // Wall-clock cap on each such search (`--schedule-budget`), only where the
+  // user sets one; 0: none. When it binds, the result depends on the machine.
+  double schedule_budget_s = 0;
   // Oobleck's fault-tolerance threshold f: pipelines that may fail at once
   // without a restart (at least f + 1 pipelines are instantiated).
   int fault_tolerance = 0;
@@ -111,7 +117,7 @@ IterationSchedule ScheduleBatch(const std::string& name, const StrategyContext& 
 
 // Per iteration 0..count-1, the schedule the strategy runs that iteration's
 // batch with: the one `recorded` holds for it (what `loom plan` simulated;
-// PipeWeaver's search has a wall-clock budget, so recomputing it may differ),
+// recomputing it gives the same schedule unless a wall-clock cap bound),
 // else the strategy's own for it; all absent for strategies that do not
 // schedule batches.
 std::vector<std::optional<IterationSchedule>> ScheduleIterations(const std::string& name,

@@ -138,7 +138,8 @@ PipeweaverBatchReport SchedulePipeweaverBatch(const StrategyContext& ctx, const 
   if (options.rank) {
     RankingOptions ro = options.ranking;
     ro.seed = Rng::Mix(ctx.workload.seed ^ options.ranking.seed, static_cast<uint64_t>(iteration));
-    ro.budget_s = std::min(ro.budget_s, ctx.schedule_budget_s);
+    ro.max_rollouts = ctx.schedule_rollouts;
+    ro.budget_s = ctx.schedule_budget_s;
     rep.ranking = RankByMcts(w.flow, ro);
     IterationSchedule ranked = w.schedule;
     ranked.rank_orders = RankOrders(w.flow, rep.ranking.best);
@@ -252,10 +253,9 @@ StrategyResult Search(const StrategyContext& ctx, const std::string& name, const
       describe);
   if (options.weave && fits.size() > 1) {
     std::stable_sort(fits.begin(), fits.end(), [](const Fit& a, const Fit& b) { return a.time_s < b.time_s; });
-    StrategyContext quick = ctx;
-    quick.schedule_budget_s = std::min(0.25, ctx.schedule_budget_s);
+    StrategyContext quick = ctx;  // a tenth of the per-batch search per layout
+    quick.schedule_rollouts = ctx.schedule_rollouts / 10;
     PipeweaverOptions full;  // every variant picks its layout with the full per-batch search
-    full.ranking.max_rollouts = 300;
     double best_s = kNoFit;
     for (size_t i = 0; i < fits.size() && i < kWoven; ++i) {
       if (ctx.progress) ctx.progress({name + ": weaving static layout", static_cast<int64_t>(i) + 1, kWoven, 0});

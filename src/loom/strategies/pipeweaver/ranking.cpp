@@ -147,8 +147,9 @@ void Work(Tree& tree, int worker) {
     std::vector<std::pair<int, std::vector<int>>> picked;  // (node, path)
     {
       std::lock_guard<std::mutex> lock(tree.mu);
-      if (tree.result.rollouts >= tree.opt.max_rollouts || tree.Elapsed() > tree.opt.budget_s) {
-        tree.result.budget_hit = tree.result.budget_hit || tree.Elapsed() > tree.opt.budget_s;
+      const bool clock_spent = tree.opt.budget_s > 0 && tree.Elapsed() > tree.opt.budget_s;
+      if (tree.result.rollouts >= tree.opt.max_rollouts || clock_spent) {
+        tree.result.budget_hit = tree.result.budget_hit || clock_spent;
         return;
       }
       for (int b = 0; b < batch; ++b) {

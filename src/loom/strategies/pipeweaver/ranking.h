@@ -32,8 +32,12 @@ struct RankingOptions {
   double alpha = 8;         // scores sit in a narrow band below 1; the power spreads them
   double beta = 0.1;        // exploration weight
   int sync_every = 4;       // expansions per lock (parallel mode)
-  double budget_s = 1.0;    // wall-clock budget; the best so far is returned when it runs out
-  int max_rollouts = 3000;  // rollout cap: when it binds before the budget, the result is reproducible
+  // The search stops after max_rollouts rollouts, so a seed gives one result
+  // (standing rule 5). budget_s > 0 adds a wall-clock cap, set only by a
+  // user who asks for one (`--schedule-budget`): when it binds, the best so
+  // far is returned and the result depends on the machine's speed.
+  int max_rollouts = 3000;
+  double budget_s = 0;
   InterleaveOptions interleave;
 };
 
@@ -43,7 +47,7 @@ struct RankingResult {
   int rollouts = 0;
   double elapsed_s = 0;
   bool exhausted = false;                        // the whole space was explored
-  bool budget_hit = false;                       // stopped by the wall clock
+  bool budget_hit = false;                       // stopped by the wall-clock cap (budget_s > 0)
   std::vector<std::pair<double, double>> trace;  // (elapsed s, best makespan s) at each improvement
 };
 
