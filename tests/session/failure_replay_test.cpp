@@ -9,13 +9,14 @@
 
 #include <cmath>
 
+#include "loom/cost/module_summary.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/session/failure_replay.h"
-#include "loom/strategies/strategy.h"
 #include "loom/session/failure_trace.h"
 #include "loom/spec/cluster.h"
 #include "loom/spec/zoo.h"
+#include "loom/strategies/strategy.h"
 #include "test_util.h"
 
 namespace loom {
@@ -137,6 +138,28 @@ TEST(FailureReplay, MeasuredConstantsReplaceDerivedOnes) {
       ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, free)[0].healthy_samples_per_s;
   const double varuna_it = s.workload.global_batch / without;
   EXPECT_NEAR(with, 10 * s.workload.global_batch / (10 * varuna_it + 120), 1e-9 * with);
+}
+
+// Without measured times, a checkpoint writes what it holds, the weights and
+// the optimizer state (14 B per parameter in bf16: Megatron-LM's distributed
+// checkpoint), not the gradients, over the store's bandwidth.
+TEST(FailureReplay, DerivedCheckpointWriteIsWeightsAndOptimizerState) {
+  const ReplaySetup s;
+  ASSERT_EQ(s.workload.precision, Precision::kBf16);
+  FailureTrace none;
+  none.nodes = 8;
+  none.duration_s = 3600;
+  ReplayOptions o;
+  o.storage_bytes_per_s = 1e9;
+  ReplayOptions free = o;
+  free.checkpoint_save_s = 0;
+  const double with = ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, o)[0].healthy_samples_per_s;
+  const double without =
+      ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, free)[0].healthy_samples_per_s;
+  const double it = s.workload.global_batch / without;
+  const double save_s = 14.0 * static_cast<double>(ModelParams(s.model)) / 1e9;
+  EXPECT_NEAR(with, o.checkpoint_every * s.workload.global_batch / (o.checkpoint_every * it + save_s), 1e-9 * with);
+  EXPECT_NEAR(ModelCheckpointBytes(s.model, Precision::kFp32), 12.0 * static_cast<double>(ModelParams(s.model)), 1);
 }
 
 // `--recompute full` (the thesis recomputes every layer): every system's plan

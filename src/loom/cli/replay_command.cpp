@@ -63,8 +63,9 @@ class ReplayCommand : public Command {
         ->check(CLI::IsMember({"none", "selective", "full"}));
     // Measured per model in Oobleck's SOSP'23 artifact (failure_replay.h, ReplayOptions).
     sub->add_option("--restart-s", options_.restart_s, "varuna's restart, seconds (default 60)")->check(kNotNegative);
-    sub->add_option("--checkpoint-save-s", options_.checkpoint_save_s,
-                    "varuna's synchronous checkpoint, seconds (default: the state over the store's bandwidth)")
+    sub->add_option(
+           "--checkpoint-save-s", options_.checkpoint_save_s,
+           "varuna's synchronous checkpoint, seconds (default: weights and optimizer state over the store's bandwidth)")
         ->check(kNotNegative);
     sub->add_option("--checkpoint-load-s", options_.checkpoint_load_s,
                     "loading the checkpoint on a restart, seconds; 0 where --restart-s includes it (default: the state "

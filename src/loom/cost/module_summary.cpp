@@ -17,12 +17,24 @@ int64_t ModelParams(const Model& model) {
   return n;
 }
 
-double ModelStateTotalBytes(const Model& model, Precision precision) {
+namespace {
+// cost/memory.h's ModelState of the whole model at dp 1.
+ModelStateBytes WholeModelState(const Model& model, Precision precision) {
   double trainable = 0, frozen = 0;
   for (const auto& m : model.modules) {
     for (const auto& l : m.layers) (m.frozen || l.frozen ? frozen : trainable) += static_cast<double>(LayerParams(l));
   }
-  return ModelState(trainable, frozen, 1, 1, precision).total();
+  return ModelState(trainable, frozen, 1, 1, precision);
+}
+}  // namespace
+
+double ModelStateTotalBytes(const Model& model, Precision precision) {
+  return WholeModelState(model, precision).total();
+}
+
+double ModelCheckpointBytes(const Model& model, Precision precision) {
+  const ModelStateBytes s = WholeModelState(model, precision);
+  return s.weights + s.optimizer;
 }
 
 std::vector<ModuleSummary> SummarizeModules(const Model& model, const std::vector<Sample>& samples) {

@@ -28,8 +28,14 @@ struct ModuleSummary {
 int64_t ModelParams(const Model& model);
 // The whole model's training state, unsharded (cost/memory.h's ModelState at
 // dp 1): weights, and for trainable parameters gradients and optimizer state.
-// What one replica holds in all, a checkpoint writes, and Oobleck's n0 divides.
+// What one replica holds in all, and Oobleck's n0 divides.
 double ModelStateTotalBytes(const Model& model, Precision precision);
+// What a training checkpoint writes and loads: the weights and the optimizer
+// state (fp32 master weights, Adam's m and v under mixed precision), not the
+// gradients, which the next step recomputes: 14 B per trainable parameter in
+// bf16 / fp16 (Megatron-LM's distributed checkpoint), 12 B in fp32, plus the
+// frozen parameters' weights.
+double ModelCheckpointBytes(const Model& model, Precision precision);
 // One entry per module, in model order, for the given samples (tp = 1).
 std::vector<ModuleSummary> SummarizeModules(const Model& model, const std::vector<Sample>& samples);
 

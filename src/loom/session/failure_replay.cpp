@@ -112,9 +112,9 @@ std::vector<SystemReplay> ReplayFailures(const Model& model, const Cluster& clus
   if (!(options.restart_s >= 0) || !(options.detect_s >= 0) || !(options.bamboo_reconfigure_s >= 0)) {
     throw Error("replay: the restart, detection and Bamboo reconfiguration times must not be negative");
   }
-  // The whole training state, what a checkpoint writes and loads, unless the
-  // write and the load were measured.
-  const double state_bytes = ModelStateTotalBytes(model, workload.precision);
+  // What a checkpoint writes and loads (weights and optimizer state), unless
+  // the write and the load were measured.
+  const double state_bytes = ModelCheckpointBytes(model, workload.precision);
   const double save_s =
       options.checkpoint_save_s >= 0 ? options.checkpoint_save_s : state_bytes / options.storage_bytes_per_s;
   const double load_s =
