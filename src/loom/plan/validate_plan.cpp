@@ -43,27 +43,15 @@ std::vector<std::vector<int>> UnitInputs(const Plan& plan, const Model& model) {
   return in;
 }
 
-// About 250 lines, on purpose: one flat list of independent rule checks, each
-// a few lines that append a message, in the order docs/plan-format.md states
-// the rules; split into functions they would only be harder to match against it.
-std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, const Cluster& c, const Workload& w) {
-  std::vector<std::string> v;
-  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
-  const int n = c.num_gpus();
-  if (plan.group_gpus < 1 || c.gpus_per_node % plan.group_gpus != 0) {
-    bad(
-        fmt::format("group_gpus is {}; it must divide the {} GPUs of a node (tensor and context parallelism stay "
-                    "inside a node)",
-                    plan.group_gpus, c.gpus_per_node));
-    return v;  // every group count below depends on it
-  }
-  const int groups = n / plan.group_gpus;
-  if (plan.global_batch != w.global_batch) {
-    bad(fmt::format("global_batch is {}; the workload's is {}", plan.global_batch, w.global_batch));
-  }
-  if (plan.units.empty()) bad("units: a plan needs at least one unit");
+namespace {
 
-  // Modules: each exactly once, known, in execution order inside a unit.
+// One function per rule group of docs/plan-format.md, in its order; each
+// appends a message per broken rule to `v`.
+using Violations = std::vector<std::string>;
+
+// Modules: each exactly once, known, in execution order inside a unit.
+void ModuleViolations(const Plan& plan, const Model& model, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
   std::map<std::string, int> placed;
   std::set<std::string> names;
   for (const Unit& u : plan.units) {
@@ -85,8 +73,94 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
       bad(fmt::format("module {} is placed in {} units; it must be in exactly 1", m.name, placed[m.name]));
     }
   }
+}
 
-  // Per unit: parallel degrees, pipelines, layer coverage, groups.
+// One pipeline of a unit: degrees, schedule, stage ranks and widths, and the
+// unit's layers (`expected`) held exactly once, in order.
+void PipelineViolations(const Plan& plan, const Unit& u, size_t pi,
+                        const std::vector<std::pair<std::string, int>>& expected, bool uniform, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
+  const std::string un = "unit " + u.name;
+  const PipelineSpec& p = u.pipelines[pi];
+  const std::string pn = fmt::format("{} pipeline {}", un, pi);
+  if (p.replicas < 1 || p.pp < 1 || p.microbatches < 1) {
+    bad(fmt::format("{}: replicas ({}), pp ({}) and microbatches ({}) must be >= 1", pn, p.replicas, p.pp,
+                    p.microbatches));
+    return;
+  }
+  const int stages = static_cast<int>(p.stages.size());
+  const bool custom = p.schedule == ScheduleKind::kCustom;
+  if (stages < p.pp || (!custom && stages % p.pp != 0)) {
+    bad(fmt::format("{}: {} stages for pp {}; it needs pp x vpp stages", pn, stages, p.pp));
+  } else if (!custom && p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
+    bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(),
+                    ScheduleKindName(p.schedule)));
+  } else if (p.schedule == ScheduleKind::kInterleaved && p.microbatches % p.pp != 0) {
+    bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn, p.microbatches,
+                    p.pp));
+  }
+  if (!p.rank_groups.empty()) {
+    if (static_cast<int>(p.rank_groups.size()) != p.pp) {
+      bad(fmt::format("{}: rank_groups has {} entries; it needs one per pipeline rank ({})", pn, p.rank_groups.size(),
+                      p.pp));
+    }
+    for (size_t r = 0; r < p.rank_groups.size(); ++r) {
+      if (p.rank_groups[r] < 1) bad(fmt::format("{}: rank_groups[{}] is {}; it must be >= 1", pn, r, p.rank_groups[r]));
+    }
+  }
+  std::vector<int> per_rank(p.pp, 0);
+  for (int s = 0; s < stages; ++s) {
+    const int r = p.stages[s].rank;
+    if (r < 0 || r >= p.pp) {
+      bad(fmt::format("{}: stage {} is on rank {}; ranks are 0..{}", pn, s, r, p.pp - 1));
+    } else if (p.schedule != ScheduleKind::kCustom && r != s % p.pp) {
+      bad(
+          fmt::format("{}: stage {} is on rank {}; the {} schedule puts stage v on rank v % pp = {} (the custom "
+                      "schedule takes any mapping)",
+                      pn, s, r, ScheduleKindName(p.schedule), s % p.pp));
+    } else {
+      ++per_rank[r];
+    }
+    const int stp = p.stages[s].tp;
+    const int gpus =
+        (r >= 0 && r < p.pp && static_cast<int>(p.rank_groups.size()) == p.pp ? p.rank_groups[r] : 1) * plan.group_gpus;
+    if (stp < 0) {
+      bad(fmt::format("{}: stage {} has tp {}; valid: 0 (the unit's) or >= 1", pn, s, stp));
+    } else if (stp > 0 && u.cp >= 1 && (gpus % (stp * u.cp) != 0 || stp > plan.group_gpus)) {
+      bad(
+          fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the {} GPUs of "
+                      "its rank, and tp stays inside one group of {} GPUs",
+                      pn, s, stp, u.cp, gpus, plan.group_gpus));
+    }
+    if (p.stages[s].layers.empty()) bad(fmt::format("{}: stage {} holds no layer", pn, s));
+  }
+  if (p.schedule == ScheduleKind::kCustom) {
+    for (int r = 0; r < p.pp; ++r) {
+      if (per_rank[r] == 0) bad(fmt::format("{}: rank {} holds no stage", pn, r));
+    }
+  }
+  std::vector<std::pair<std::string, int>> got;
+  for (const auto& st : p.stages) {
+    for (const auto& r : st.layers) {
+      for (int l = r.begin; l < r.end; ++l) got.push_back({r.module, l});
+      if (r.end <= r.begin) bad(fmt::format("{}: layer range {}[{}:{}] is empty", pn, r.module, r.begin, r.end));
+    }
+  }
+  if (got != expected) {
+    bad(fmt::format("{}: its stages hold {} layers; they must hold the {} layers of {} exactly once, in order", pn,
+                    got.size(), expected.size(), fmt::join(u.modules, ", ")));
+  }
+  if (!uniform && plan.units.size() > 1) {
+    bad(fmt::format("{}: runs {} microbatches; with several units every pipeline must run the same number", pn,
+                    p.microbatches));
+  }
+}
+
+// Per unit: parallel degrees, pipelines, layer coverage, groups and their SM shares.
+void UnitViolations(const Plan& plan, const Model& model, const Cluster& c, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
+  const int n = c.num_gpus();
+  const int groups = n / plan.group_gpus;
   std::map<std::pair<int, int>, double> sm;  // (phase, group) -> SM share
   const bool uniform = UniformMicrobatches(plan);
   for (const Unit& u : plan.units) {
@@ -110,82 +184,7 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
       if (mi < 0) continue;
       for (int l = 0; l < static_cast<int>(model.modules[mi].layers.size()); ++l) expected.push_back({m, l});
     }
-    for (size_t pi = 0; pi < u.pipelines.size(); ++pi) {
-      const PipelineSpec& p = u.pipelines[pi];
-      const std::string pn = fmt::format("{} pipeline {}", un, pi);
-      if (p.replicas < 1 || p.pp < 1 || p.microbatches < 1) {
-        bad(fmt::format("{}: replicas ({}), pp ({}) and microbatches ({}) must be >= 1", pn, p.replicas, p.pp,
-                        p.microbatches));
-        continue;
-      }
-      const int stages = static_cast<int>(p.stages.size());
-      const bool custom = p.schedule == ScheduleKind::kCustom;
-      if (stages < p.pp || (!custom && stages % p.pp != 0)) {
-        bad(fmt::format("{}: {} stages for pp {}; it needs pp x vpp stages", pn, stages, p.pp));
-      } else if (!custom && p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
-        bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(),
-                        ScheduleKindName(p.schedule)));
-      } else if (p.schedule == ScheduleKind::kInterleaved && p.microbatches % p.pp != 0) {
-        bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn, p.microbatches,
-                        p.pp));
-      }
-      if (!p.rank_groups.empty()) {
-        if (static_cast<int>(p.rank_groups.size()) != p.pp) {
-          bad(fmt::format("{}: rank_groups has {} entries; it needs one per pipeline rank ({})", pn,
-                          p.rank_groups.size(), p.pp));
-        }
-        for (size_t r = 0; r < p.rank_groups.size(); ++r) {
-          if (p.rank_groups[r] < 1)
-            bad(fmt::format("{}: rank_groups[{}] is {}; it must be >= 1", pn, r, p.rank_groups[r]));
-        }
-      }
-      std::vector<int> per_rank(p.pp, 0);
-      for (int s = 0; s < stages; ++s) {
-        const int r = p.stages[s].rank;
-        if (r < 0 || r >= p.pp) {
-          bad(fmt::format("{}: stage {} is on rank {}; ranks are 0..{}", pn, s, r, p.pp - 1));
-        } else if (p.schedule != ScheduleKind::kCustom && r != s % p.pp) {
-          bad(
-              fmt::format("{}: stage {} is on rank {}; the {} schedule puts stage v on rank v % pp = {} (the custom "
-                          "schedule takes any mapping)",
-                          pn, s, r, ScheduleKindName(p.schedule), s % p.pp));
-        } else {
-          ++per_rank[r];
-        }
-        const int stp = p.stages[s].tp;
-        const int gpus = (r >= 0 && r < p.pp && static_cast<int>(p.rank_groups.size()) == p.pp ? p.rank_groups[r] : 1) *
-                         plan.group_gpus;
-        if (stp < 0) {
-          bad(fmt::format("{}: stage {} has tp {}; valid: 0 (the unit's) or >= 1", pn, s, stp));
-        } else if (stp > 0 && u.cp >= 1 && (gpus % (stp * u.cp) != 0 || stp > plan.group_gpus)) {
-          bad(
-              fmt::format("{}: stage {} has tp {}; a stage's tp times the unit's cp ({}) must divide the {} GPUs of "
-                          "its rank, and tp stays inside one group of {} GPUs",
-                          pn, s, stp, u.cp, gpus, plan.group_gpus));
-        }
-        if (p.stages[s].layers.empty()) bad(fmt::format("{}: stage {} holds no layer", pn, s));
-      }
-      if (p.schedule == ScheduleKind::kCustom) {
-        for (int r = 0; r < p.pp; ++r) {
-          if (per_rank[r] == 0) bad(fmt::format("{}: rank {} holds no stage", pn, r));
-        }
-      }
-      std::vector<std::pair<std::string, int>> got;
-      for (const auto& st : p.stages) {
-        for (const auto& r : st.layers) {
-          for (int l = r.begin; l < r.end; ++l) got.push_back({r.module, l});
-          if (r.end <= r.begin) bad(fmt::format("{}: layer range {}[{}:{}] is empty", pn, r.module, r.begin, r.end));
-        }
-      }
-      if (got != expected) {
-        bad(fmt::format("{}: its stages hold {} layers; they must hold the {} layers of {} exactly once, in order", pn,
-                        got.size(), expected.size(), fmt::join(u.modules, ", ")));
-      }
-      if (!uniform && plan.units.size() > 1) {
-        bad(fmt::format("{}: runs {} microbatches; with several units every pipeline must run the same number", pn,
-                        p.microbatches));
-      }
-    }
+    for (size_t pi = 0; pi < u.pipelines.size(); ++pi) PipelineViolations(plan, u, pi, expected, uniform, v);
     const int used = u.num_groups();
     if (u.first_group < 0 || u.first_group + used > groups) {
       bad(fmt::format("{}: occupies groups {}..{} but the cluster has {} groups of {} GPUs ({} GPUs)", un,
@@ -201,8 +200,11 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
                       share - 1));
     }
   }
+}
 
-  // Rounds of the phases: several phases, one microbatch count that they divide.
+// Rounds of the phases: several phases, one microbatch count that they divide.
+void PhaseRoundViolations(const Plan& plan, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
   if (plan.phase_rounds != 1) {
     std::set<int> phases, counts;
     for (const Unit& u : plan.units) {
@@ -219,8 +221,12 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
                       plan.phase_rounds));
     }
   }
+}
 
-  // The batch: every replica gets samples.
+// The batch: every replica gets samples.
+void BatchViolations(const Plan& plan, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
+  const bool uniform = UniformMicrobatches(plan);
   if (plan.global_batch >= 1 && !plan.units.empty()) {
     if (uniform) {
       const int m = plan.units[0].pipelines.empty() ? 1 : plan.units[0].pipelines[0].microbatches;
@@ -243,57 +249,85 @@ std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, co
       }
     }
   }
+}
 
-  // Brokers name units.
+// Brokers name units.
+void BrokerViolations(const Plan& plan, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
   for (const Broker& b : plan.brokers) {
     if (plan.FindUnit(b.from) < 0 || plan.FindUnit(b.to) < 0) {
       bad(fmt::format("broker {} -> {}: both ends must be units of the plan", b.from, b.to));
     }
     if (b.count < 1) bad(fmt::format("broker {} -> {}: count is {}; it must be >= 1", b.from, b.to, b.count));
   }
+}
 
-  // Units that take turns on GPUs must run all forwards before any backward
-  // (the later phase runs between them), and chained units in one phase can
-  // only be joined by non-interleaved schedules.
-  if (v.empty()) {
-    const auto inputs = UnitInputs(plan, model);
-    for (size_t a = 0; a < plan.units.size(); ++a) {
-      const Unit& ua = plan.units[a];
-      for (size_t b = 0; b < plan.units.size(); ++b) {
-        const Unit& ub = plan.units[b];
-        const bool overlap =
-            ua.first_group < ub.first_group + ub.num_groups() && ub.first_group < ua.first_group + ua.num_groups();
-        if (a != b && overlap && ua.phase < ub.phase) {
-          for (const auto& p : ua.pipelines) {
-            if (p.schedule != ScheduleKind::kGpipe) {
-              bad(
-                  fmt::format("unit {} shares GPUs with the later phase of unit {}; it must use the gpipe schedule "
-                              "(all forwards, then all backwards), not {}",
-                              ua.name, ub.name, ScheduleKindName(p.schedule)));
-            }
+// Units that take turns on GPUs must run all forwards before any backward
+// (the later phase runs between them), and chained units in one phase can
+// only be joined by non-interleaved schedules. Checked only on a plan that
+// passed every rule above.
+void PhaseOrderViolations(const Plan& plan, const Model& model, Violations& v) {
+  auto bad = [&](std::string s) { v.push_back(std::move(s)); };
+  const auto inputs = UnitInputs(plan, model);
+  for (size_t a = 0; a < plan.units.size(); ++a) {
+    const Unit& ua = plan.units[a];
+    for (size_t b = 0; b < plan.units.size(); ++b) {
+      const Unit& ub = plan.units[b];
+      const bool overlap =
+          ua.first_group < ub.first_group + ub.num_groups() && ub.first_group < ua.first_group + ua.num_groups();
+      if (a != b && overlap && ua.phase < ub.phase) {
+        for (const auto& p : ua.pipelines) {
+          if (p.schedule != ScheduleKind::kGpipe) {
+            bad(
+                fmt::format("unit {} shares GPUs with the later phase of unit {}; it must use the gpipe schedule "
+                            "(all forwards, then all backwards), not {}",
+                            ua.name, ub.name, ScheduleKindName(p.schedule)));
           }
         }
       }
-      for (int b : inputs[a]) {
-        if (plan.units[b].phase > ua.phase) {
-          bad(fmt::format("unit {} (phase {}) reads unit {} of a later phase ({})", ua.name, ua.phase,
-                          plan.units[b].name, plan.units[b].phase));
-        }
-        if (plan.units[b].phase == ua.phase) {
-          for (const Unit* x : {&ua, &plan.units[b]}) {
-            for (const auto& p : x->pipelines) {
-              if (p.schedule == ScheduleKind::kInterleaved || p.schedule == ScheduleKind::kZbH1) {
-                bad(
-                    fmt::format("unit {}: the {} schedule cannot be chained with another unit in the same phase; "
-                                "use 1f1b or gpipe",
-                                x->name, ScheduleKindName(p.schedule)));
-              }
+    }
+    for (int b : inputs[a]) {
+      if (plan.units[b].phase > ua.phase) {
+        bad(fmt::format("unit {} (phase {}) reads unit {} of a later phase ({})", ua.name, ua.phase, plan.units[b].name,
+                        plan.units[b].phase));
+      }
+      if (plan.units[b].phase == ua.phase) {
+        for (const Unit* x : {&ua, &plan.units[b]}) {
+          for (const auto& p : x->pipelines) {
+            if (p.schedule == ScheduleKind::kInterleaved || p.schedule == ScheduleKind::kZbH1) {
+              bad(
+                  fmt::format("unit {}: the {} schedule cannot be chained with another unit in the same phase; "
+                              "use 1f1b or gpipe",
+                              x->name, ScheduleKindName(p.schedule)));
             }
           }
         }
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<std::string> PlanViolations(const Plan& plan, const Model& model, const Cluster& c, const Workload& w) {
+  Violations v;
+  if (plan.group_gpus < 1 || c.gpus_per_node % plan.group_gpus != 0) {
+    v.push_back(
+        fmt::format("group_gpus is {}; it must divide the {} GPUs of a node (tensor and context parallelism stay "
+                    "inside a node)",
+                    plan.group_gpus, c.gpus_per_node));
+    return v;  // every group count below depends on it
+  }
+  if (plan.global_batch != w.global_batch) {
+    v.push_back(fmt::format("global_batch is {}; the workload's is {}", plan.global_batch, w.global_batch));
+  }
+  if (plan.units.empty()) v.push_back("units: a plan needs at least one unit");
+  ModuleViolations(plan, model, v);
+  UnitViolations(plan, model, c, v);
+  PhaseRoundViolations(plan, v);
+  BatchViolations(plan, v);
+  BrokerViolations(plan, v);
+  if (v.empty()) PhaseOrderViolations(plan, model, v);
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;

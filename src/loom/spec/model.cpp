@@ -315,6 +315,10 @@ struct Loader {
   std::set<std::string> loading;  // guards `from:` chains against cycles
 
   Model Parse(const std::string& text, const std::string& file);
+  // modules[i] of a model file; its `inputs` names are returned in `inputs`.
+  Module ParseModule(YamlMap& m, const std::string& file, std::vector<std::string>& inputs);
+  // `from: model[/module]`: the named module, its `drop_kinds` removed.
+  Module InheritModule(YamlMap& m, const std::string& file);
   Model LoadNamed(const std::string& name_or_path, const std::string& relative_to, const YamlMap& at,
                   const std::string& key);
 };
@@ -483,173 +487,42 @@ void CheckProjectorOutputs(const Model& model, const std::vector<std::vector<int
   }
 }
 
-// About 240 lines, on purpose: the model file's fields in the order
-// docs/spec-format.md documents them, each read and checked where it appears
-// so that its error names its own line.
-Model Loader::Parse(const std::string& text, const std::string& file) {
-  // A Hugging Face config.json: its translation into model YAML (spec/hf_config.h),
-  // named after its folder (`Qwen2-VL-7B/config.json`) or else its file.
-  if (LooksLikeHfConfig(text)) {
-    const std::filesystem::path p(file);
-    std::string name = p.stem().string();
-    if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();
-    Model model = Parse(HfConfigToModelYaml(text, file, name), file + " (as Loom model YAML)");
-    model.hf_config = file;
-    return model;
+// The module's own layers (`layers:`), each entry `count` times, checked for
+// the width each hands on to the next.
+void ReadModuleLayers(YamlMap& m, const std::string& file, Module& mod) {
+  YAML::Node layers = m.Child("layers");
+  if (!layers.IsSequence() || layers.size() == 0) {
+    throw m.ErrorAt("layers", "expected a non-empty list of layers");
   }
-  YAML::Node root = ParseYaml(text, file);
-  if (!root.IsDefined() || root.IsNull()) {
-    throw Error(fmt::format("{}: empty model spec; expected fields model, modules", file));
+  std::vector<std::pair<Layer, size_t>> entries;  // (layer, entry index)
+  bool unet = false;  // U-Net blocks form no chain (side branches, skips): not width-checked
+  for (size_t j = 0; j < layers.size(); ++j) {
+    YamlMap lm(layers[j], file, m.PathOf(fmt::format("layers[{}]", j)));
+    // A model of more layers than any trained one by orders of magnitude is a typo.
+    int64_t count = lm.PositiveIntAtMost("count", 1, 100000);
+    Layer layer = ReadLayer(lm, mod.frozen);
+    lm.RejectUnknownKeys();
+    unet = unet || layer.kind == LayerKind::kResnetBlock || layer.kind == LayerKind::kSpatialTransformer;
+    entries.emplace_back(layer, j);
+    mod.layers.insert(mod.layers.end(), count, layer);
   }
-  YamlMap doc(root, file, "");
-  Model model;
-  model.name = doc.String("model");
-  model.description = doc.String("description", "");
-  model.planning_only = doc.String("planning_only", "");
-  model.source = file;
-  YAML::Node modules = doc.Child("modules");
-  if (!modules.IsSequence() || modules.size() == 0) {
-    throw doc.ErrorAt("modules", "expected a non-empty list of modules");
+  // Consecutive layers agree on the width they pass (docs/spec-format.md).
+  for (size_t e = 1; e < entries.size() && !unet; ++e) {
+    const int64_t out = LayerWidths(entries[e - 1].first).second, in = LayerWidths(entries[e].first).first;
+    if (out > 0 && in > 0 && in != out) {
+      YamlMap lm(layers[entries[e].second], file, m.PathOf(fmt::format("layers[{}]", entries[e].second)));
+      throw lm.ErrorAt(WidthKey(entries[e].first),
+                       fmt::format("{} takes width {}, but layers[{}] hands on {}",
+                                   LayerKindName(entries[e].first.kind), in, entries[e - 1].second, out));
+    }
   }
-  doc.RejectUnknownKeys();
+}
 
-  std::vector<std::vector<std::string>> input_names;
-  std::vector<YAML::Node> input_nodes;
-  for (size_t i = 0; i < modules.size(); ++i) {
-    YamlMap m(modules[i], file, fmt::format("modules[{}]", i));
-    Module mod;
-    mod.name = m.String("name");
-    // The runtime names its layers "{module}_{layer}" and parameters
-    // "{module}_{layer}.{weight}": torch refuses a submodule name with a dot.
-    if (mod.name.empty() || mod.name.find('.') != std::string::npos) {
-      throw m.ErrorAt("name", fmt::format("'{}': a module name must be non-empty and without '.' (torch submodule "
-                                          "and parameter names); valid: letters, digits, '_', '-'",
-                                          mod.name));
-    }
-    bool has_from = m.Has("from");
-    if (has_from) {
-      std::string ref = m.String("from");
-      std::string model_ref = ref, module_ref;
-      if (auto slash = ref.rfind('/'); slash != std::string::npos && FindZooModelText(ref) == nullptr &&
-                                       FindZooModelText(ref.substr(0, slash)) != nullptr) {
-        model_ref = ref.substr(0, slash);
-        module_ref = ref.substr(slash + 1);
-      }
-      Model base = LoadNamed(model_ref, file, m, "from");
-      int idx = 0;
-      if (!module_ref.empty()) {
-        idx = base.FindModule(module_ref);
-        if (idx < 0) {
-          throw m.ErrorAt("from", fmt::format("model '{}' has no module '{}'", model_ref, module_ref));
-        }
-      } else if (base.modules.size() != 1) {
-        std::string names;
-        for (const auto& bm : base.modules) {
-          names += (names.empty() ? "" : ", ") + model_ref + "/" + bm.name;
-        }
-        throw m.ErrorAt("from",
-                        fmt::format("model '{}' has {} modules; name one: {}", model_ref, base.modules.size(), names));
-      }
-      std::string keep_name = mod.name;
-      mod = base.modules[idx];
-      mod.name = keep_name;
-      mod.inputs.clear();
-      // `drop_kinds: [lm_head]` reuses an LLM as a text encoder without its head.
-      if (auto drop = m.OptionalChild("drop_kinds")) {
-        if (!drop->IsSequence()) throw m.ErrorAt("drop_kinds", "expected a list of layer kinds");
-        for (size_t k = 0; k < drop->size(); ++k) {
-          const std::string kind = ScalarText((*drop)[k], m.file(), m.PathOf(fmt::format("drop_kinds[{}]", k)));
-          bool known = false;
-          for (const auto& [n, e] : kLayerKinds) {
-            if (n == kind) {
-              known = true;
-              std::erase_if(mod.layers, [e = e](const Layer& l) { return l.kind == e; });
-            }
-          }
-          if (!known) {
-            throw m.ErrorAt("drop_kinds", fmt::format("unknown layer kind '{}'", kind));
-          }
-        }
-        if (mod.layers.empty()) {
-          throw m.ErrorAt("drop_kinds", "drops every layer of the module");
-        }
-      }
-    }
-    mod.role = ParseEnum<ModuleRole>(m, "role", kRoles, has_from ? std::optional(mod.role) : std::nullopt);
-    mod.modality =
-        ParseEnum<Modality>(m, "modality", kModalities, has_from ? std::optional(mod.modality) : std::nullopt);
-    bool frozen_before = mod.frozen;
-    mod.frozen = m.Bool("frozen", has_from ? mod.frozen : false);
-    const std::string mask = m.String("attention_mask", mod.bitfield_attention ? "bitfield" : "document");
-    if (mask != "document" && mask != "bitfield") {
-      throw m.ErrorAt("attention_mask", fmt::format("'{}'; valid: document, bitfield", mask));
-    }
-    mod.bitfield_attention = mask == "bitfield";
-    mod.weights_prefix = m.String("weights_prefix", mod.weights_prefix);
-    if (has_from && mod.frozen != frozen_before) {
-      for (auto& l : mod.layers) {
-        l.frozen = mod.frozen;
-      }
-    }
-    if (auto tokens = m.OptionalChild("tokens")) {
-      YamlMap t(*tokens, file, m.PathOf("tokens"));
-      mod.tokens = ReadTokenRule(t);
-    } else if (!has_from) {
-      throw m.ErrorAt("tokens", "missing required field (source: text|image|video|audio|inputs|text+inputs)");
-    }
-    if (has_from && m.Has("layers")) {
-      throw m.ErrorAt("layers", "give either `from` or `layers`, not both");
-    }
-    if (!has_from) {
-      YAML::Node layers = m.Child("layers");
-      if (!layers.IsSequence() || layers.size() == 0) {
-        throw m.ErrorAt("layers", "expected a non-empty list of layers");
-      }
-      std::vector<std::pair<Layer, size_t>> entries;  // (layer, entry index)
-      bool unet = false;  // U-Net blocks form no chain (side branches, skips): not width-checked
-      for (size_t j = 0; j < layers.size(); ++j) {
-        YamlMap lm(layers[j], file, m.PathOf(fmt::format("layers[{}]", j)));
-        // A model of more layers than any trained one by orders of magnitude is a typo.
-        int64_t count = lm.PositiveIntAtMost("count", 1, 100000);
-        Layer layer = ReadLayer(lm, mod.frozen);
-        lm.RejectUnknownKeys();
-        unet = unet || layer.kind == LayerKind::kResnetBlock || layer.kind == LayerKind::kSpatialTransformer;
-        entries.emplace_back(layer, j);
-        mod.layers.insert(mod.layers.end(), count, layer);
-      }
-      // Consecutive layers agree on the width they pass (docs/spec-format.md).
-      for (size_t e = 1; e < entries.size() && !unet; ++e) {
-        const int64_t out = LayerWidths(entries[e - 1].first).second, in = LayerWidths(entries[e].first).first;
-        if (out > 0 && in > 0 && in != out) {
-          YamlMap lm(layers[entries[e].second], file, m.PathOf(fmt::format("layers[{}]", entries[e].second)));
-          throw lm.ErrorAt(WidthKey(entries[e].first),
-                           fmt::format("{} takes width {}, but layers[{}] hands on {}",
-                                       LayerKindName(entries[e].first.kind), in, entries[e - 1].second, out));
-        }
-      }
-    }
-    CheckPatchSize(mod, m);
-    std::vector<std::string> ins;
-    YAML::Node ins_node;
-    if (auto in = m.OptionalChild("inputs")) {
-      ins_node = *in;
-      if (!in->IsSequence()) {
-        throw m.ErrorAt("inputs", "expected a list of module names");
-      }
-      for (size_t i = 0; i < in->size(); ++i) {
-        ins.push_back(ScalarText((*in)[i], m.file(), m.PathOf(fmt::format("inputs[{}]", i))));
-      }
-    }
-    m.RejectUnknownKeys();
-    if (model.FindModule(mod.name) >= 0) {
-      throw m.ErrorAt("name", fmt::format("duplicate module name '{}'", mod.name));
-    }
-    model.modules.push_back(std::move(mod));
-    input_names.push_back(ins);
-    input_nodes.push_back(modules[i]);
-  }
-
-  // Resolve edges, then check the graph: no dangling edge, no cycle.
+// Resolves the modules' `inputs` names, checks the graph (no dangling edge,
+// no cycle) and sorts the modules topologically, stable (file order among
+// ready modules).
+void OrderModules(Model& model, const std::vector<std::vector<std::string>>& input_names,
+                  const std::vector<YAML::Node>& input_nodes, const YAML::Node& modules, const std::string& file) {
   const size_t n = model.modules.size();
   std::vector<std::vector<int>> preds(n);
   for (size_t i = 0; i < n; ++i) {
@@ -717,6 +590,150 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
     sorted[new_index[i]] = std::move(mod);
   }
   model.modules = std::move(sorted);
+}
+
+Module Loader::InheritModule(YamlMap& m, const std::string& file) {
+  std::string ref = m.String("from");
+  std::string model_ref = ref, module_ref;
+  if (auto slash = ref.rfind('/'); slash != std::string::npos && FindZooModelText(ref) == nullptr &&
+                                   FindZooModelText(ref.substr(0, slash)) != nullptr) {
+    model_ref = ref.substr(0, slash);
+    module_ref = ref.substr(slash + 1);
+  }
+  Model base = LoadNamed(model_ref, file, m, "from");
+  int idx = 0;
+  if (!module_ref.empty()) {
+    idx = base.FindModule(module_ref);
+    if (idx < 0) {
+      throw m.ErrorAt("from", fmt::format("model '{}' has no module '{}'", model_ref, module_ref));
+    }
+  } else if (base.modules.size() != 1) {
+    std::string names;
+    for (const auto& bm : base.modules) {
+      names += (names.empty() ? "" : ", ") + model_ref + "/" + bm.name;
+    }
+    throw m.ErrorAt("from",
+                    fmt::format("model '{}' has {} modules; name one: {}", model_ref, base.modules.size(), names));
+  }
+  Module mod = base.modules[idx];
+  mod.inputs.clear();
+  // `drop_kinds: [lm_head]` reuses an LLM as a text encoder without its head.
+  if (auto drop = m.OptionalChild("drop_kinds")) {
+    if (!drop->IsSequence()) throw m.ErrorAt("drop_kinds", "expected a list of layer kinds");
+    for (size_t k = 0; k < drop->size(); ++k) {
+      const std::string kind = ScalarText((*drop)[k], m.file(), m.PathOf(fmt::format("drop_kinds[{}]", k)));
+      bool known = false;
+      for (const auto& [n, e] : kLayerKinds) {
+        if (n == kind) {
+          known = true;
+          std::erase_if(mod.layers, [e = e](const Layer& l) { return l.kind == e; });
+        }
+      }
+      if (!known) {
+        throw m.ErrorAt("drop_kinds", fmt::format("unknown layer kind '{}'", kind));
+      }
+    }
+    if (mod.layers.empty()) {
+      throw m.ErrorAt("drop_kinds", "drops every layer of the module");
+    }
+  }
+  return mod;
+}
+
+Module Loader::ParseModule(YamlMap& m, const std::string& file, std::vector<std::string>& ins) {
+  Module mod;
+  const std::string name = m.String("name");
+  // The runtime names its layers "{module}_{layer}" and parameters
+  // "{module}_{layer}.{weight}": torch refuses a submodule name with a dot.
+  if (name.empty() || name.find('.') != std::string::npos) {
+    throw m.ErrorAt("name", fmt::format("'{}': a module name must be non-empty and without '.' (torch submodule "
+                                        "and parameter names); valid: letters, digits, '_', '-'",
+                                        name));
+  }
+  const bool has_from = m.Has("from");
+  if (has_from) mod = InheritModule(m, file);
+  mod.name = name;
+  mod.role = ParseEnum<ModuleRole>(m, "role", kRoles, has_from ? std::optional(mod.role) : std::nullopt);
+  mod.modality = ParseEnum<Modality>(m, "modality", kModalities, has_from ? std::optional(mod.modality) : std::nullopt);
+  bool frozen_before = mod.frozen;
+  mod.frozen = m.Bool("frozen", has_from ? mod.frozen : false);
+  const std::string mask = m.String("attention_mask", mod.bitfield_attention ? "bitfield" : "document");
+  if (mask != "document" && mask != "bitfield") {
+    throw m.ErrorAt("attention_mask", fmt::format("'{}'; valid: document, bitfield", mask));
+  }
+  mod.bitfield_attention = mask == "bitfield";
+  mod.weights_prefix = m.String("weights_prefix", mod.weights_prefix);
+  if (has_from && mod.frozen != frozen_before) {
+    for (auto& l : mod.layers) {
+      l.frozen = mod.frozen;
+    }
+  }
+  if (auto tokens = m.OptionalChild("tokens")) {
+    YamlMap t(*tokens, file, m.PathOf("tokens"));
+    mod.tokens = ReadTokenRule(t);
+  } else if (!has_from) {
+    throw m.ErrorAt("tokens", "missing required field (source: text|image|video|audio|inputs|text+inputs)");
+  }
+  if (has_from && m.Has("layers")) {
+    throw m.ErrorAt("layers", "give either `from` or `layers`, not both");
+  }
+  if (!has_from) ReadModuleLayers(m, file, mod);
+  CheckPatchSize(mod, m);
+  if (auto in = m.OptionalChild("inputs")) {
+    if (!in->IsSequence()) {
+      throw m.ErrorAt("inputs", "expected a list of module names");
+    }
+    for (size_t i = 0; i < in->size(); ++i) {
+      ins.push_back(ScalarText((*in)[i], m.file(), m.PathOf(fmt::format("inputs[{}]", i))));
+    }
+  }
+  return mod;
+}
+
+// The model file's fields in the order docs/spec-format.md documents them,
+// each read and checked where it appears so that its error names its own line.
+Model Loader::Parse(const std::string& text, const std::string& file) {
+  // A Hugging Face config.json: its translation into model YAML (spec/hf_config.h),
+  // named after its folder (`Qwen2-VL-7B/config.json`) or else its file.
+  if (LooksLikeHfConfig(text)) {
+    const std::filesystem::path p(file);
+    std::string name = p.stem().string();
+    if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();
+    Model model = Parse(HfConfigToModelYaml(text, file, name), file + " (as Loom model YAML)");
+    model.hf_config = file;
+    return model;
+  }
+  YAML::Node root = ParseYaml(text, file);
+  if (!root.IsDefined() || root.IsNull()) {
+    throw Error(fmt::format("{}: empty model spec; expected fields model, modules", file));
+  }
+  YamlMap doc(root, file, "");
+  Model model;
+  model.name = doc.String("model");
+  model.description = doc.String("description", "");
+  model.planning_only = doc.String("planning_only", "");
+  model.source = file;
+  YAML::Node modules = doc.Child("modules");
+  if (!modules.IsSequence() || modules.size() == 0) {
+    throw doc.ErrorAt("modules", "expected a non-empty list of modules");
+  }
+  doc.RejectUnknownKeys();
+
+  std::vector<std::vector<std::string>> input_names;
+  std::vector<YAML::Node> input_nodes;
+  for (size_t i = 0; i < modules.size(); ++i) {
+    YamlMap m(modules[i], file, fmt::format("modules[{}]", i));
+    std::vector<std::string> ins;
+    Module mod = ParseModule(m, file, ins);
+    m.RejectUnknownKeys();
+    if (model.FindModule(mod.name) >= 0) {
+      throw m.ErrorAt("name", fmt::format("duplicate module name '{}'", mod.name));
+    }
+    model.modules.push_back(std::move(mod));
+    input_names.push_back(ins);
+    input_nodes.push_back(modules[i]);
+  }
+  OrderModules(model, input_names, input_nodes, modules, file);
   return model;
 }
 
@@ -765,7 +782,8 @@ Model LoadModel(const std::string& name_or_path) {
   if (KindOfPath(name_or_path) == PathKind::kDirectory) {
     // A Hugging Face model folder: its config.json (its weights are the runtime's, runtime/hf_weights.h).
     const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
-    if (KindOfPath(config) != PathKind::kNone) return ParseModel(ReadTextFile(config, "Hugging Face config.json"), config);
+    if (KindOfPath(config) != PathKind::kNone)
+      return ParseModel(ReadTextFile(config, "Hugging Face config.json"), config);
     throw Error(
         fmt::format("{}: is a directory without config.json; expected a built-in model name, a model "
                     "YAML file or a Hugging Face model folder",
