@@ -7,6 +7,7 @@
 #  1. Table 4.1 / C.1: E.PP / L.PP per framework, iteration time, Entrain's
 #     throughput over DistTrain and DIP, peak memory beside DIP's; Entrain
 #     without deferral, without its eager slot, with zero-bubble backwards;
+#     1c: Entrain over DistTrain across draw seeds 0-7;
 #  2. Table 4.2 / C.2-C.8: Algorithm 2's trials per batch size;
 #  3. Table 4.3: standard deviation of per-microbatch forward time per module
 #     (each microbatch's forward summed over its module's stages; Entrain's
@@ -60,6 +61,27 @@ m, d, path = sys.argv[1:4]
 t = {x['name']: x['iteration_time_s'] for x in json.load(open(path))['strategies']}
 print(f"{m:<11} {d:<14} {t['entrain']:9.3f} {t['entrain-nodefer']:9.3f} {t['entrain-noeager']:9.3f} "
       f"{t['entrain-zb']:9.3f}")
+PY
+  done
+done
+
+echo
+echo "## 1c. Entrain over DistTrain across draw seeds 0-7 (DistTrain profiles one sample, so its allocation moves)"
+printf '%-11s %-14s %7s %7s %7s   %s\n' model dataset min median max "per seed 0..7"
+for m in entrain-1b entrain-3b; do
+  for d in $DATA; do
+    for seed in 0 1 2 3 4 5 6 7; do
+      "$L" plan --model $m --cluster $CL --workload $d $PIN --iterations 3 --seed $seed \
+        --strategy disttrain,entrain --json "$tmp/$m-$d-seed$seed.json" >/dev/null
+    done
+    python3 - "$m" "$d" "$tmp" <<'PY'
+import json, statistics, sys
+m, d, tmp = sys.argv[1:4]
+r = []
+for seed in range(8):
+    t = {x['name']: x['iteration_time_s'] for x in json.load(open(f"{tmp}/{m}-{d}-seed{seed}.json"))['strategies']}
+    r.append(t['disttrain'] / t['entrain'])
+print(f"{m:<11} {d:<14} {min(r):6.2f}x {statistics.median(r):6.2f}x {max(r):6.2f}x   " + ' '.join(f"{x:.2f}" for x in r))
 PY
   done
 done

@@ -48,6 +48,46 @@ Message MakeMessage(const std::vector<int>& modules, const torch::Tensor& flat,
   return m;
 }
 
+std::vector<torch::Tensor> CarriedRows(const std::vector<torch::Tensor>& outputs,
+                                       const std::vector<BoundaryTensor>& handed, const Carried& carried) {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const RowRuns& runs = carried.rows.at(handed[i].module);
+    std::vector<torch::Tensor> pieces;
+    for (const auto& [offset, rows] : runs) pieces.push_back(outputs[i].narrow(1, offset, rows));
+    if (pieces.empty()) {
+      out.push_back(outputs[i].narrow(1, 0, 0));  // none of its samples: an empty message
+    } else {
+      out.push_back(pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 1));
+    }
+  }
+  return out;
+}
+
+std::vector<torch::Tensor> SpreadRows(const torch::Tensor& flat, const std::vector<torch::Tensor>& outputs,
+                                      const std::vector<BoundaryTensor>& handed, const Carried& carried) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> out;
+  int64_t at = 0;  // into flat
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const int64_t width = handed[i].width;
+    const int64_t rows = carried.packing->Tokens(handed[i].module);
+    const torch::Tensor part = flat.slice(0, at, at + rows * width).view({1, rows, width});
+    at += rows * width;
+    torch::Tensor g = torch::zeros_like(outputs[i]);
+    int64_t from = 0;
+    for (const auto& [offset, n] : carried.rows.at(handed[i].module)) {
+      g.narrow(1, offset, n).copy_(part.narrow(1, from, n));
+      from += n;
+    }
+    out.push_back(g);
+  }
+  if (at != flat.numel()) {
+    throw Error(fmt::format("runtime: a gradient message of {} values for {} carried ones", flat.numel(), at));
+  }
+  return out;
+}
+
 torch::Tensor Assemble(int module, int64_t width, const MicrobatchPacking& consumer, const std::vector<Message*>& own,
                        const std::vector<Message*>& pool, std::set<Message*>& used, const std::string& where,
                        const torch::TensorOptions& options) {

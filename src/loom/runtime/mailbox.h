@@ -47,6 +47,19 @@ struct Message {
 Message MakeMessage(const std::vector<int>& modules, const torch::Tensor& flat,
                     const std::vector<torch::Tensor>& shapes, const MicrobatchPacking& packing);
 
+// What a message that carries only some of a producer's sequences (Carried,
+// message_routing.h; an MMScale broker edge's share) holds of the producer's
+// handed tensors `outputs` (one per `handed` module, each [1, tokens, width] in
+// the producer's packing): the carried rows of each, in order.
+std::vector<torch::Tensor> CarriedRows(const std::vector<torch::Tensor>& outputs,
+                                       const std::vector<BoundaryTensor>& handed, const Carried& carried);
+
+// The gradient such a message brings back (`flat`, the carried rows of each
+// handed tensor in turn) spread over tensors shaped like `outputs`: zero on
+// the rows it did not carry (no consumer of it read them).
+std::vector<torch::Tensor> SpreadRows(const torch::Tensor& flat, const std::vector<torch::Tensor>& outputs,
+                                      const std::vector<BoundaryTensor>& handed, const Carried& carried);
+
 // Consumer microbatch `consumer`'s tensor of `module`, its sequences in its own
 // packing order, cut out of the messages that carry them: first `own` (the
 // producer microbatches its edges give it), then any other message of the same

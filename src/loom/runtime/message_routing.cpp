@@ -76,6 +76,51 @@ bool StepPackings::Paired(int u, int j, int pu, int w, int c, int pw) const {
   return std::any_of(a.begin(), a.end(), [&](int x) { return b.count(x) > 0; });
 }
 
+const std::set<int>& StepPackings::StageSamples(int v, int part) {
+  auto it = stage_samples_.find({v, part});
+  if (it == stage_samples_.end()) {
+    std::set<int> all;
+    const int microbatches = static_cast<int>(exec_.replicas[place_.content][v].size());
+    for (int k = 0; k < microbatches; ++k) {
+      for (const auto& piece : PiecesOf(v, k, part)) all.insert(piece.sample);
+    }
+    it = stage_samples_.emplace(std::make_pair(v, part), std::move(all)).first;
+  }
+  return it->second;
+}
+
+const Carried& StepPackings::Carries(int u, int j, int pu, int w, int pw) {
+  const auto key = std::make_tuple(u, j, pu, w, pw);
+  if (auto found = carried_.find(key); found != carried_.end()) return found->second;
+  const MicrobatchPacking& all = At(u, j, pu);
+  const std::set<int>& reads = StageSamples(w, pw);
+  Carried& c = carried_[key];  // a map node: `kept` stays where `packing` points
+  c.packing = &all;
+  for (const auto& sequences : all.modules) {
+    for (const auto& s : sequences) c.whole = c.whole && reads.count(s.sample) > 0;
+  }
+  if (c.whole) return c;
+  c.kept.modules.resize(all.modules.size());
+  c.rows.resize(all.modules.size());
+  for (size_t m = 0; m < all.modules.size(); ++m) {
+    int64_t offset = 0;
+    for (const auto& s : all.modules[m]) {
+      if (reads.count(s.sample) > 0) {
+        c.kept.modules[m].push_back(s);
+        auto& runs = c.rows[m];
+        if (!runs.empty() && runs.back().first + runs.back().second == offset) {
+          runs.back().second += s.tokens;
+        } else if (s.tokens > 0) {
+          runs.push_back({offset, s.tokens});
+        }
+      }
+      offset += s.tokens;
+    }
+  }
+  c.packing = &c.kept;
+  return c;
+}
+
 std::vector<Partner> Partners(const Transfer& t, bool sends, const ProcessPlace& place, const StepPackings& packings) {
   const int sender = t.Sender(), receiver = t.Receiver();
   std::vector<Partner> out;
@@ -85,8 +130,8 @@ std::vector<Partner> Partners(const Transfer& t, bool sends, const ProcessPlace&
     const int producer_part = place.PartOf(t.producer, t.activation ? send_shard : receive_shard);
     const int consumer_part = place.PartOf(t.consumer, t.activation ? receive_shard : send_shard);
     if (!packings.Paired(t.producer, t.mb, producer_part, t.consumer, t.consumer_mb, consumer_part)) continue;
-    out.push_back(
-        {q, MessageKey{t.producer, t.consumer, t.mb, t.consumer_mb, place.PartOf(sender, send_shard)}, producer_part});
+    out.push_back({q, MessageKey{t.producer, t.consumer, t.mb, t.consumer_mb, place.PartOf(sender, send_shard)},
+                   producer_part, consumer_part});
   }
   return out;
 }

@@ -6,6 +6,7 @@
 // Only runtime translation units include this header (it includes libtorch).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
@@ -49,6 +50,24 @@ struct StepEdges {
   std::vector<std::vector<const StageEdge*>> in, out;  // per stage
 };
 
+// Rows of a module's packed tensor: (offset, rows) runs, ascending, merged.
+using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
+
+// What a message from a producer's part to one part of a consumer stage
+// carries: the sequences of the samples that part of the consumer stage holds
+// (in any of its microbatches: a consumer microbatch may read a message another
+// one of the same edge received, mailbox.h Assemble), in the producer's packing
+// order. A broker edge between units of different data-parallel degrees so
+// carries only the consuming replica's samples, StageEdge::share of the output
+// as the simulator prices it (MMScale's scatter: each sample crosses once);
+// elsewhere the consumer holds every sample and the message is the whole output.
+struct Carried {
+  bool whole = true;                           // every sequence: the producer's output as it is
+  const MicrobatchPacking* packing = nullptr;  // the carried sequences (their Part offsets are the producer's)
+  std::vector<RowRuns> rows;                   // per module: the producer's rows they are (empty when whole)
+  MicrobatchPacking kept;                      // what `packing` points at unless whole
+};
+
 // What each (stage, microbatch) holds on each part of its group for one
 // step's batch: every piece, or its sequence share's contiguous run of them;
 // packed (runtime/packing.h) when first asked. References stay valid for the
@@ -66,15 +85,22 @@ class StepPackings {
   // exchange a message: the parts pair one to one, or by shared samples where
   // a stage shares sequences.
   bool Paired(int u, int j, int pu, int w, int c, int pw) const;
+  // What producer (u, j)'s part pu sends consumer stage w's part pw (Carried),
+  // the same on both ends: the sender cuts it, the receiver sizes and reads it.
+  const Carried& Carries(int u, int j, int pu, int w, int pw);
 
  private:
   std::set<int> SamplesOf(int v, int k, int part) const;
+  // The samples of every microbatch of stage v on part `part`.
+  const std::set<int>& StageSamples(int v, int part);
 
   const Model& model_;
   const Batch& batch_;
   const ExecutionPlan& exec_;
   const ProcessPlace& place_;
-  std::map<std::tuple<int, int, int>, MicrobatchPacking> packed_;  // (stage, mb, part)
+  std::map<std::tuple<int, int, int>, MicrobatchPacking> packed_;   // (stage, mb, part)
+  std::map<std::pair<int, int>, std::set<int>> stage_samples_;      // (stage, part)
+  std::map<std::tuple<int, int, int, int, int>, Carried> carried_;  // (u, j, pu, w, pw)
 };
 
 // One message's route: producer u's microbatch j to consumer w's microbatch
@@ -92,6 +118,7 @@ struct Partner {
   int shard = 0;          // its index in its GPU group
   MessageKey key;         // the message (its part: the sender's)
   int producer_part = 0;  // the part of the producer's group the tensors belong to
+  int consumer_part = 0;  // the part of the consumer's group that reads them (StepPackings::Carries)
 };
 
 // The processes of the other side's group that this process (as the sender

@@ -379,18 +379,18 @@ void StepExecutor::ReportLoss(int step) {
   if (reports) reports_.Step(report::Loss{step, loss});
 }
 
-std::vector<torch::Tensor> StepExecutor::ShapesOf(int v, int k, int part) {
+std::vector<torch::Tensor> StepExecutor::ShapesOf(int v, const MicrobatchPacking& packing) {
   std::vector<torch::Tensor> shapes;
   for (const auto& b : step_->handed[v]) {
-    shapes.push_back(torch::empty({1, step_->packings.At(v, k, part).Tokens(b.module), b.width}, device_));
+    shapes.push_back(torch::empty({1, packing.Tokens(b.module), b.width}, device_));
   }
   return shapes;
 }
 
-Message StepExecutor::MessageOf(int u, int j, int part, const torch::Tensor& flat) {
+Message StepExecutor::MessageOf(int u, const MicrobatchPacking& packing, const torch::Tensor& flat) {
   std::vector<int> modules;
   for (const auto& b : step_->handed[u]) modules.push_back(b.module);
-  return MakeMessage(modules, flat, ShapesOf(u, j, part), step_->packings.At(u, j, part));
+  return MakeMessage(modules, flat, ShapesOf(u, packing), packing);
 }
 
 torch::Tensor StepExecutor::TowerLoss(int v, const ModuleTensors& out) const {
@@ -418,7 +418,7 @@ ModuleTensors StepExecutor::Inputs(int r, int v, int k, const std::string& where
         if (!messages.count(key)) {
           std::vector<torch::Tensor> parts;
           for (const auto& t : s.output.at({u, j})) parts.push_back(t.detach());
-          messages.emplace(key, MessageOf(u, j, key.part, Flatten(parts, device_)));
+          messages.emplace(key, MessageOf(u, s.packings.At(u, j, key.part), Flatten(parts, device_)));
         }
       }
       bool any = false;  // one message per producer part it pairs with
@@ -494,7 +494,8 @@ std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
         }
         continue;
       }
-      // From every consumer process that sends to this one (as Receive pairs them).
+      // From every consumer process that sends to this one (as Receive pairs them),
+      // on the rows its message carried.
       for (const Partner& p : Partners(Transfer{v, x, k, c, false}, /*sends=*/false, place_, s.packings)) {
         auto flat = s.mail.gradients.find(p.key);
         if (flat == s.mail.gradients.end()) {
@@ -503,7 +504,8 @@ std::vector<torch::Tensor> StepExecutor::HandedGradients(int r, int v, int k) {
                           "{} microbatch {} arrived",
                           v, k, x, c));
         }
-        add(SplitLike(flat->second, hands));
+        const Carried& carried = s.packings.Carries(v, k, p.producer_part, x, p.consumer_part);
+        add(carried.whole ? SplitLike(flat->second, hands) : SpreadRows(flat->second, hands, s.handed[v], carried));
         s.mail.gradients.erase(flat);  // read once (g keeps what it needs)
       }
     }
@@ -579,20 +581,32 @@ static Transfer TransferOf(const Action& a, const StepEdges& edges) {
 }
 
 // Activations to each process of the consumer's group that reads this one's
-// part; gradients to each process whose part this one read.
+// part, each the rows of the samples that process's part of the consumer stage
+// holds (StepPackings::Carries: on a broker edge between units of different
+// data-parallel degrees, the consuming replica's share; elsewhere the whole
+// output, one buffer for all); gradients to each process whose part this one
+// read, of the rows it received.
 void StepExecutor::Send(int r, const Action& a) {
   Step& s = *step_;
   const Transfer t = TransferOf(a, s.edges);
-  torch::Tensor flat;
+  std::vector<torch::Tensor> outputs;
+  torch::Tensor whole;  // every row of them, flat, made once
   if (t.activation) {
-    std::vector<torch::Tensor> parts;
-    for (const auto& x : s.output.at({a.stage, a.microbatch})) parts.push_back(x.detach());
-    flat = Flatten(parts, device_);
+    for (const auto& x : s.output.at({a.stage, a.microbatch})) outputs.push_back(x.detach());
   }
   const int G = place_.group_gpus;
   std::set<MessageKey> answered;  // messages whose gradient goes back now: not read again
   for (const Partner& p : Partners(t, /*sends=*/true, place_, s.packings)) {
-    if (!t.activation) {
+    torch::Tensor flat;
+    if (t.activation) {
+      const Carried& carried = s.packings.Carries(t.producer, t.mb, p.producer_part, t.consumer, p.consumer_part);
+      if (carried.whole) {
+        if (!whole.defined()) whole = Flatten(outputs, device_);
+        flat = whole;
+      } else {
+        flat = Flatten(CarriedRows(outputs, s.handed[t.producer], carried), device_);
+      }
+    } else {
       const MessageKey read_key{t.producer, t.consumer, t.mb, t.consumer_mb, p.producer_part};
       flat = Flatten(s.mail.activations.at(read_key).Gradient(read_key), device_);
       answered.insert(read_key);
@@ -614,6 +628,7 @@ void StepExecutor::Receive(int r, const Action& a) {
   const int G = place_.group_gpus;
   for (const Partner& p : Partners(t, /*sends=*/false, place_, s.packings)) {
     const int peer = place_.GroupOf(a.peer) * G + p.shard;
+    const Carried& carried = s.packings.Carries(t.producer, t.mb, p.producer_part, t.consumer, p.consumer_part);
     torch::Tensor flat;
     if (peer == place_.process) {
       auto& box = s.mail.Local(t.activation);
@@ -627,15 +642,16 @@ void StepExecutor::Receive(int r, const Action& a) {
       flat = found->second;
       box.erase(found);
     } else {
-      // Shapes follow from the producer microbatch's packing on the producer's part.
+      // Shapes follow from what the message carries of the producer microbatch's
+      // packing on the producer's part (both ways: a gradient has its activation's).
       int64_t numel = 0;
-      for (const auto& x : ShapesOf(t.producer, t.mb, p.producer_part)) numel += x.numel();
+      for (const auto& x : ShapesOf(t.producer, *carried.packing)) numel += x.numel();
       flat = torch::empty({numel}, torch::TensorOptions().device(device_).dtype(compute_dtype_));
       Recv(*groups_.world, flat, peer, Tag(a.payload, p.key, place_.stages(), s.microbatches, G), abort_);
       s.sends.Received(r, a, peer, abort_);
     }
     if (t.activation) {
-      s.mail.activations[p.key] = MessageOf(t.producer, t.mb, p.producer_part, flat);
+      s.mail.activations[p.key] = MessageOf(t.producer, *carried.packing, flat);
     } else {
       s.mail.gradients[p.key] = flat;
     }

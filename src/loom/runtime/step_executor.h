@@ -158,9 +158,10 @@ class StepExecutor {
   // Backward's gradient of each tensor stage v's microbatch k handed on,
   // summed over every consumer microbatch it went to.
   std::vector<torch::Tensor> HandedGradients(int r, int v, int k);
-  // The flat shapes of what (stage, mb) hands on, on a part of its group.
-  std::vector<torch::Tensor> ShapesOf(int v, int k, int part);
-  Message MessageOf(int u, int j, int part, const torch::Tensor& flat);
+  // The flat shapes of what stage v hands on of the sequences of `packing`
+  // (a microbatch's on a part of its group, or what a message carries of it).
+  std::vector<torch::Tensor> ShapesOf(int v, const MicrobatchPacking& packing);
+  Message MessageOf(int u, const MicrobatchPacking& packing, const torch::Tensor& flat);
   torch::Tensor TowerLoss(int v, const ModuleTensors& out) const;
   // The gradient a backward starts from at a loss: 1, or fp16's loss scale.
   torch::Tensor LossGradient(const torch::Tensor& loss) const;
