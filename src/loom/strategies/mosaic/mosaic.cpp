@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include "loom/cost/cost_model.h"
 #include "loom/error.h"
@@ -19,6 +20,35 @@ using namespace mosaic;
 
 namespace {
 
+// The surfaces' whole-GPU points: each module's options with a in {0, 1}
+// (Mosaic §3.1), the space of Spindle's and DistMM's mappings. Point for
+// point what SampleSurfaces gives with SurfaceOptions::whole_gpus (a point's
+// price does not depend on which other quotas are sampled), so GAHC on them
+// finds the mapping the `spindle` strategy's search finds.
+std::vector<ModuleSurface> WholeGpuPoints(std::vector<ModuleSurface> surfaces, int sm_count) {
+  for (auto& s : surfaces) std::erase_if(s.points, [&](const SurfacePoint& p) { return p.sms != sm_count; });
+  return surfaces;
+}
+
+// Whether two mappings of one configuration place every module alike (stages,
+// degree, pipeline, SMs, GPUs): then BuildPlan makes the same plan of both.
+bool SameMappingAs(const Mapping& a, const Mapping& b) {
+  if (a.stages.size() != b.stages.size()) return false;
+  auto placed = [](const std::vector<Placement>& ps) {
+    std::vector<std::tuple<int, int, int, int, int>> k;
+    for (const auto& p : ps) k.emplace_back(p.module, p.dp, p.pp, p.sms, p.first_gpu);
+    std::sort(k.begin(), k.end());
+    return k;
+  };
+  for (size_t s = 0; s < a.stages.size(); ++s) {
+    if (a.stages[s].modules != b.stages[s].modules ||
+        placed(a.stages[s].result.placements) != placed(b.stages[s].result.placements)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // Mosaic's search with every module on slots of tp x pp GPUs: per
 // recomputation level (none, selective, full: each costs time, but can buy
 // larger DP degrees or fewer microbatches, so each is a candidate), the
@@ -32,11 +62,23 @@ namespace {
 // then stages re-solved against each other). Returns up to kPerLevel
 // mappings per recomputation level, the fewest microbatches first (the
 // simulator judges them), and sets `why` when none fits.
+//
+// With options.whole_gpu_candidates (and not whole_gpus) the same walk also
+// runs GAHC on the whole-GPU points alone (WholeGpuPoints), with Spindle's
+// evaluator and mapping options and counters of its own, at the first
+// recomputation level where that finds mappings: Spindle's mappings of
+// these slots, returned as well (MosaicSolution::whole_gpus_only) unless one
+// is GAHC's own mapping of the same configuration. They are in Mosaic's
+// space, but GAHC's objective (Eq. 1: stage times summed, each module's
+// gradient all-reduce counted whole inside its stage) can rank a co-located
+// stage above them where the simulator, which overlaps the all-reduce with
+// the backwards that follow, ranks them first (OFASys on 32 H100s with SM
+// time proportional to 1 / SMs; docs/results/mosaic.md); the simulator
+// judges both.
 constexpr int kPerLevel = 3;
 std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const MosaicOptions& options,
                                         const std::vector<TokenStats>& batch_tokens, int tp, int pp, std::string& why) {
   std::vector<MosaicSolution> found;
-  MosaicSolution sol;
   SurfaceOptions so;
   so.granularity = options.granularity;
   so.whole_gpus = options.whole_gpus;
@@ -48,21 +90,31 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
   const auto deps = ModuleDeps(ctx.model);
   const int slots = ctx.cluster.num_gpus() / (tp * pp);  // whole slots; the rest idle
   const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(ctx.representative.samples.size()));
-  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    bool done = false;
+  // Side 0: GAHC on every point (Mosaic's own; Spindle's with whole_gpus).
+  // Side 1: GAHC on the whole-GPU points only (Spindle's, as candidates).
+  struct Side {
+    bool done = false;        // kPerLevel mappings at this recomputation level
+    bool found_at_m = false;  // a mapping at this microbatch count: more rounds only add fills
     int per_level = 0;
-    for (int m = pp; m <= batch && !done; m *= 2) {
+    int evaluations = 0, milp_solves = 0;  // since its last mapping
+  };
+  Side side[2];
+  bool whole_side = options.whole_gpu_candidates && !options.whole_gpus;
+  for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    side[0].done = false;
+    side[0].per_level = 0;
+    side[1].done = !whole_side;
+    side[1].per_level = 0;
+    for (int m = pp; m <= batch && !(side[0].done && side[1].done); m *= 2) {
       if (ctx.workload.global_batch % m != 0) continue;
-      for (int k = pp == 1 ? m : 1; k * pp <= m && !done; k *= 2) {
+      for (Side& s : side) s.found_at_m = s.done;
+      for (int k = pp == 1 ? m : 1; k * pp <= m && !(side[0].found_at_m && side[1].found_at_m); k *= 2) {
         so.recompute = r;
         so.microbatches = m;
         so.rounds = k;
-        sol.surfaces = SampleSurfaces(ctx, so, batch_tokens);
-        sol.recompute = r;
-        sol.microbatches = m;
-        sol.rounds = k;
+        const std::vector<ModuleSurface> surfaces = SampleSurfaces(ctx, so, batch_tokens);
         std::string too_big;
-        for (const auto& s : sol.surfaces) {
+        for (const auto& s : surfaces) {
           double least = 1e300;
           for (const auto& p : s.points) least = std::min(least, p.mem_bytes);
           if (least > mem && too_big.empty()) {
@@ -78,32 +130,54 @@ std::vector<MosaicSolution> SolveAtSlot(const StrategyContext& ctx, const Mosaic
           why = too_big;
           continue;
         }
-        bool fits = false;
-        for (bool reserve : {true, false}) {
-          StageEvaluator eval(sol.surfaces, slots, mem, rules, sharing, options.stage);
-          eval.ReserveOthers(reserve);
-          sol.mapping = SolveGahc(deps, eval, options.mapping);
-          fits = FitMappingMemory(&sol.mapping, eval, sol.surfaces, slots, mem);
-          sol.evaluations += eval.evaluations();
-          sol.milp_solves += eval.milp_solves();
-          if (fits) break;
-        }
-        if (fits) {
-          found.push_back(sol);
-          sol.evaluations = sol.milp_solves = 0;
+        int own = -1;  // side 0's mapping of this (m, k) in `found`
+        for (int i = 0; i < 2; ++i) {
+          Side& s = side[i];
+          if (s.found_at_m) continue;
+          MosaicSolution sol;
+          sol.surfaces = i == 0 ? surfaces : WholeGpuPoints(surfaces, rules.sm_count);
+          sol.recompute = r;
+          sol.microbatches = m;
+          sol.rounds = k;
+          sol.whole_gpus_only = i == 1;
+          bool fits = false;
+          for (bool reserve : {true, false}) {
+            StageEvaluator eval(sol.surfaces, slots, mem, rules, sharing, i == 0 ? options.stage : StageEvalOptions{});
+            eval.ReserveOthers(reserve);
+            sol.mapping = SolveGahc(deps, eval, i == 0 ? options.mapping : MappingOptions{});
+            fits = FitMappingMemory(&sol.mapping, eval, sol.surfaces, slots, mem);
+            s.evaluations += eval.evaluations();
+            s.milp_solves += eval.milp_solves();
+            if (fits) break;
+          }
+          if (!fits) {
+            if (i == 0) {
+              why = fmt::format(
+                  "no stage mapping fits {} at TP {}{}: every module keeps its state on each GPU it uses "
+                  "for the whole iteration (and the activations of every stage but the last until its "
+                  "backward), even with full recomputation, {} microbatches and {} rounds",
+                  ctx.cluster.name, tp, pp > 1 ? fmt::format(" x PP {}", pp) : "", m, k);
+            }
+            continue;
+          }
           // More rounds only add pipeline fills; more microbatches can still
           // win (a shorter pipeline fill per microbatch, a layout the
           // simulator fits where the fewer did not quite): a few per level.
-          done = ++per_level == kPerLevel;
-          break;
+          s.found_at_m = true;
+          s.done = ++s.per_level == kPerLevel;
+          // Spindle's mapping is GAHC's own here: one plan, one candidate.
+          if (i == 1 && own >= 0 && SameMappingAs(found[own].mapping, sol.mapping)) continue;
+          sol.evaluations = s.evaluations;
+          sol.milp_solves = s.milp_solves;
+          s.evaluations = s.milp_solves = 0;
+          if (i == 0) own = static_cast<int>(found.size());
+          found.push_back(std::move(sol));
         }
-        why = fmt::format(
-            "no stage mapping fits {} at TP {}{}: every module keeps its state on each GPU it uses "
-            "for the whole iteration (and the activations of every stage but the last until its "
-            "backward), even with full recomputation, {} microbatches and {} rounds",
-            ctx.cluster.name, tp, pp > 1 ? fmt::format(" x PP {}", pp) : "", m, k);
       }
     }
+    // Spindle's mappings at the first level that has them: later levels only
+    // buy memory with time, and GAHC's own mappings cover them.
+    if (side[1].per_level > 0) whole_side = false;
   }
   return found;
 }
@@ -183,23 +257,35 @@ std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const M
     for (int pp : pps) solve(node, pp);
   }
   if (out.empty()) throw Error(fmt::format("strategy {}: {}", options.whole_gpus ? "spindle" : "mosaic", why));
-  // What the whole search did, on every plan it returns.
-  int evaluations = 0, milp = 0, pairs = 0, pruned = 0, refinements = 0;
+  // What the whole search did, on every plan it returns (GAHC's own mappings;
+  // Spindle's, the whole-GPU candidates, counted apart).
+  int mappings = 0, evaluations = 0, milp = 0, pairs = 0, pruned = 0, refinements = 0;
+  int whole_mappings = 0, whole_evaluations = 0;
   for (const auto& sol : out) {
+    if (sol.whole_gpus_only) {
+      ++whole_mappings;
+      whole_evaluations += sol.evaluations;
+      continue;
+    }
+    ++mappings;
     evaluations += sol.evaluations;
     milp += sol.milp_solves;
     pairs += sol.mapping.pairs_visited;
     pruned += sol.mapping.pruned;
     refinements += sol.mapping.refinements;
   }
-  const std::string searched = fmt::format(
+  std::string searched = fmt::format(
       "GAHC over stages (Alg. 1), StageEval by binary search + first fit / CBC ({}, aligned GPU blocks, memory, host "
       "launch floors), slots of 1-{} GPUs (TP){}, every stage against the others' memory; {} mappings; {} stage "
       "evaluations, {} CBC solves, {} pairs, {} pruned, {} refinements",
       options.whole_gpus ? std::string("whole GPUs: waves of modules on disjoint GPU sets")
                          : fmt::format("SM quotas at {:.0f}% granularity", options.granularity * 100),
-      max_tp, out.front().pp > 1 ? fmt::format(" x {} nodes (PP)", out.front().pp) : "", out.size(), evaluations, milp,
+      max_tp, out.front().pp > 1 ? fmt::format(" x {} nodes (PP)", out.front().pp) : "", mappings, evaluations, milp,
       pairs, pruned, refinements);
+  if (options.whole_gpu_candidates && !options.whole_gpus) {
+    searched += fmt::format("; beside them {} of Spindle's whole-GPU mappings for the simulator ({} stage evaluations)",
+                            whole_mappings, whole_evaluations);
+  }
   for (auto& sol : out) sol.plan.searched = searched;
   // Fastest mapping first; a tie keeps the smaller slot (the paper's).
   std::stable_sort(out.begin(), out.end(), [](const MosaicSolution& a, const MosaicSolution& b) {
@@ -252,13 +338,19 @@ StrategyResult Run(const StrategyContext& ctx, const MosaicOptions& options, con
       break;
     }
     if (searched.empty()) searched = solutions.front().plan.searched;
-    for (const MosaicSolution& sol : solutions) {
-      search.Try([&](Recompute r) {
-        Plan p = sol.plan;
-        p.strategy = name;
-        for (auto& u : p.units) u.recompute = std::max(r, sol.recompute);
-        return p;
-      });
+    // GAHC's own mappings first, then Spindle's (whole GPUs only): among
+    // equal simulated times the first tried is kept, so Spindle's mapping
+    // replaces GAHC's only where it simulates strictly faster.
+    for (bool whole : {false, true}) {
+      for (const MosaicSolution& sol : solutions) {
+        if (sol.whole_gpus_only != whole) continue;
+        search.Try([&](Recompute r) {
+          Plan p = sol.plan;
+          p.strategy = name;
+          for (auto& u : p.units) u.recompute = std::max(r, sol.recompute);
+          return p;
+        });
+      }
     }
     if (search.feasible() > 0) {
       if (fraction < 1.0) searched += fmt::format(" (solved on {:.0f}% of each GPU's memory)", fraction * 100);

@@ -11,6 +11,13 @@
 // (§5.3): the performance model without interference or with its additive
 // term only, the solver without caching or early pruning, and SM-quota
 // granularities of 30/20/5% (10% is the default).
+//
+// Spindle's mappings (whole GPUs, a in {0, 1}) are in Mosaic's space, so
+// beside GAHC's own mappings the simulator is also handed the ones GAHC
+// finds on the whole-GPU points alone (MosaicOptions::whole_gpu_candidates):
+// GAHC's objective (Eq. 1, each module's gradient all-reduce counted whole
+// in its stage) can prefer a co-located stage that the simulator, which
+// overlaps the all-reduce with the backwards after it, finds slower.
 #pragma once
 
 #include "loom/strategies/mosaic/mapping_solver.h"
@@ -21,6 +28,13 @@ namespace loom {
 struct MosaicOptions {
   double granularity = 0.1;
   bool whole_gpus = false;  // spindle: every module on whole GPUs
+  // Also hand the simulator Spindle's mappings of each slot size (GAHC on
+  // the whole-GPU points, with Spindle's evaluator and mapping options, at
+  // the first recomputation level that has mappings): Mosaic is then never
+  // slower than Spindle wherever Spindle's plan comes from that level (every
+  // instance of docs/results/mosaic.md). Off: GAHC's own mappings only (the
+  // paper's solver).
+  bool whole_gpu_candidates = true;
   // Largest slot (TP degree of every module) tried; 0: a node. 1 is the
   // paper's DP-only Mosaic.
   int max_tp = 0;
@@ -41,12 +55,17 @@ struct MosaicSolution {
   int pp = 1;                              // groups per slot (SurfaceOptions::pp)
   int microbatches = 1;                    // of every module, one after another
   int rounds = 1;                          // the stages' rounds (Plan::phase_rounds)
+  // Found by GAHC on the whole-GPU points alone (Spindle's mapping, handed to
+  // the simulator beside GAHC's own; MosaicOptions::whole_gpu_candidates).
+  bool whole_gpus_only = false;
   Plan plan;
 };
 // Per slot size (TP 1, 2, 4, 8 up to a node; slots of several nodes with
 // PP) and recomputation level, the mappings that fit at the fewest
-// microbatches and rounds (up to three), fastest mapping first; throws
-// loom::Error naming why none does.
+// microbatches and rounds (up to three), and with whole_gpu_candidates
+// Spindle's too (whole_gpus_only; not repeated where GAHC's own mapping is the
+// same), fastest mapping first by the solver's time; throws loom::Error naming
+// why none does.
 std::vector<MosaicSolution> SolveMosaicSlots(const StrategyContext& ctx, const MosaicOptions& options);
 // The fastest of them.
 MosaicSolution SolveMosaic(const StrategyContext& ctx, const MosaicOptions& options);
