@@ -51,7 +51,8 @@ MilpResult SolveMilp(const Milp& p, const MilpOptions& options) {
   }
   Cbc_setObjSense(m, 1);
   if (options.relative_gap > 0) Cbc_setAllowableFractionGap(m, options.relative_gap);
-  Cbc_setMaximumSeconds(m, options.time_limit_s);
+  if (options.max_nodes > 0) Cbc_setMaximumNodes(m, options.max_nodes);
+  if (options.time_limit_s > 0) Cbc_setMaximumSeconds(m, options.time_limit_s);
   if (!options.start.empty()) {
     std::vector<int> idx;
     std::vector<double> val;

@@ -31,7 +31,11 @@ struct Milp {
 
 struct MilpOptions {
   double relative_gap = 0;    // stop once (incumbent - bound) / |incumbent| <= gap (PipeWeaver §6.3: 5%)
-  double time_limit_s = 60;   // stop with the incumbent after this long
+  // Branch-and-bound nodes before CBC stops with its incumbent; 0: no limit.
+  // A node budget gives the same answer on any machine (standing rule 5).
+  int max_nodes = 0;
+  // Wall-clock cap, for callers whose user asked for one; 0: none.
+  double time_limit_s = 0;
   std::vector<double> start;  // a warm start (one value per variable), or empty
 };
 

@@ -312,7 +312,7 @@ bool StageEvaluator::Feasible(const std::vector<int>& modules, double tau, std::
   }
   ++milp_solves_;
   MilpOptions mo;
-  mo.time_limit_s = 10;
+  mo.max_nodes = 10000;  // a budget in nodes, not seconds: the same plan on any machine
   const MilpResult r = SolveMilp(milp, mo);
   if (!r.feasible) return false;
   std::vector<std::pair<const Option*, int>> chosen;

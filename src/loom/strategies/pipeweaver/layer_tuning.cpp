@@ -196,7 +196,7 @@ TuningResult TuneLayers(const StageFlow& flow, const Interleaving& tl, const std
   if (out.variables > options.max_variables) return out;
   MilpOptions mo;
   mo.relative_gap = options.relative_gap;
-  mo.time_limit_s = options.time_limit_s;
+  mo.max_nodes = options.max_nodes;
   mo.start = start;
   if (ilp.vars.empty()) {  // nothing binds: every pair at its fastest
     for (int i = 0; i < n; ++i) out.choice[i] = 0;

@@ -39,7 +39,7 @@ std::vector<TuningCandidate> PairCandidates(const std::vector<std::array<LayerTi
 struct TuningOptions {
   int candidates = 4;  // K
   double relative_gap = 0.05;
-  double time_limit_s = 0.2;
+  int max_nodes = 1000;  // CBC's branch-and-bound budget (deterministic, unlike a time limit)
   int max_variables = 4000;  // larger ILPs keep the greedy warm start (CBC's set-up alone takes seconds)
   bool use_solver = true;    // false: the greedy warm start alone
 };
