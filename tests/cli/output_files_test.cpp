@@ -68,6 +68,51 @@ TEST(OutputFiles, AnOutputThatIsAnInputIsRefusedAndTheInputKept) {
   EXPECT_FALSE(fs::exists(dir / "x.json"));
 }
 
+// Inputs a flag does not name itself (the audit of 2026-11-28): a file inside
+// an input folder, a file an input names (a workload's samples, a JSONL
+// line's pixels), the --config file; and a file inside an output folder.
+TEST(OutputFiles, FilesInsideOrNamedByInputsAreInputsToo) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("outputs_named_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "model");
+  fs::create_directories(dir / "pixels");
+  fs::create_directories(dir / "saved");  // an empty folder --save may fill
+  const fs::path config = dir / "model" / "config.json", samples = dir / "s.jsonl", pixels = dir / "pixels" / "p.bin",
+                 workload = dir / "w.yaml", flags = dir / "flags.yaml";
+  std::ofstream(config) << "{\"model_type\": \"llama\"}\n";
+  std::ofstream(samples) << "{\"input_ids\": [1, 4, 2], \"image_token_id\": 4, \"pixel_values\": \"pixels/p.bin\"}\n";
+  std::ofstream(pixels) << "pixels";
+  std::ofstream(workload) << "workload: w\nsource: {kind: jsonl, path: " << samples.string() << "}\n";
+  std::ofstream(flags) << "model: llama3-1b\ncluster: h100:1x8\nstrategy: megatron\niterations: 1\n";
+  const std::string plan = "plan --model llama3-1b --cluster h100:1x8 --strategy megatron --iterations 1";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run --model " + (dir / "model").string() + " --cluster h100:1x1 --steps 1 --metrics " + config.string(),
+       "--metrics " + config.string() + ": is a file of --model " + (dir / "model").string()},
+      {plan + " --workload " + workload.string() + " --json " + samples.string(),
+       "--json " + samples.string() + ": is a file --workload " + workload.string() + " names"},
+      {"run --model llama3-1b --cluster h100:1x1 --steps 1 --data " + samples.string() + " --report " +
+           pixels.string(),
+       "--report " + pixels.string() + ": is a file --data " + samples.string() + " names"},
+      {"plan --config " + flags.string() + " --json " + flags.string(), "is also --config, an input"},
+      {"run --model llama3-1b --cluster h100:1x1 --steps 1 --save " + (dir / "saved").string() + " --metrics " +
+           (dir / "saved" / "model.safetensors").string(),
+       "is inside --save " + (dir / "saved").string() + ", which that flag fills"},
+      {"run --model llama3-1b --cluster h100:1x1 --steps 1 --save " + (dir / "no" / "such").string(),
+       "--save " + (dir / "no" / "such").string() + ": its folder " + (dir / "no").string() + " does not exist"},
+  };
+  for (const auto& [args, expected] : cases) {
+    SCOPED_TRACE(args);
+    auto [rc, out] = test::RunLoom(args);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+  }
+  EXPECT_EQ(Slurp(config), "{\"model_type\": \"llama\"}\n");
+  EXPECT_EQ(Slurp(pixels), "pixels");
+  EXPECT_EQ(Slurp(flags), "model: llama3-1b\ncluster: h100:1x8\nstrategy: megatron\niterations: 1\n");
+  EXPECT_TRUE(fs::is_empty(dir / "saved"));
+  EXPECT_FALSE(fs::exists(dir / "no"));
+}
+
 // A write that fails leaves the previous output whole, and no temporary
 // file; a link keeps pointing at its file; a stream (/dev/null) is written in
 // place, not replaced.

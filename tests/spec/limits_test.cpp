@@ -62,7 +62,14 @@ TEST(Limits, GlobalBatchIsBounded) {
       "simulate --model llama3-1b --cluster h100:1x8 --workload text --global-batch "
       "2000000000");
   EXPECT_EQ(code, 2) << out;
-  EXPECT_NE(out.find("--global-batch: at most 16777216"), std::string::npos) << out;
+  EXPECT_NE(out.find("--global-batch: 2000000000 is out of range; valid: an integer in 1..16777216"),
+            std::string::npos)
+      << out;
+  // Past int64 it is refused as given, not saturated first (the audit's D17).
+  auto [code2, out2] = test::RunLoom(
+      "simulate --model llama3-1b --cluster h100:1x8 --workload text --global-batch 99999999999999999999");
+  EXPECT_EQ(code2, 2) << out2;
+  EXPECT_NE(out2.find("'99999999999999999999' is not an integer in 1..16777216"), std::string::npos) << out2;
 }
 
 TEST(Limits, TextMustBeUtf8) {
@@ -117,8 +124,10 @@ TEST(Limits, CliFlagsAndFailedWritesExitTwo) {
   const std::string base = "plan --model llama3-1b --cluster h100:1x8 --iterations 1 ";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--schedule-budget nan --strategy megatron", "--schedule-budget: must be > 0, got nan"},
-      {"--workload text --global-batch 0 --strategy megatron", "--global-batch: must be > 0, got 0"},
-      {"--workload text --seed -1 --strategy megatron", "--seed: must be >= 0"},
+      {"--workload text --global-batch 0 --strategy megatron", "--global-batch: 0 is out of range; valid: an integer"},
+      {"--workload text --seed -1 --strategy megatron", "--seed: -1 is out of range; valid: an integer in 0.."},
+      {"--workload text --seed 18446744073709551616 --strategy megatron",
+       "--seed: '18446744073709551616' is not an integer in 0..9223372036854775807"},
       {"--json '' --strategy megatron", "--json: a file name is required"},
       {"--strategy ''", "--strategy: empty"},
       {"--strategy megatron,megatron", "megatron is named twice"},

@@ -92,6 +92,9 @@ std::vector<std::string> ExpandConfig(const CLI::App& app, const std::vector<std
     }
   }
   out.insert(out.end(), rest.begin(), rest.end());
+  // Kept, so the command sees the file as one of its inputs (output_file.h).
+  out.push_back("--config");
+  out.push_back(file);
   return out;
 }
 

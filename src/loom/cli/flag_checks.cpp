@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <stdexcept>
 #include <string>
 
 #include "loom/error.h"
@@ -37,7 +38,18 @@ const CLI::Validator kPositive(
     "POSITIVE");
 
 const CLI::Validator kNotNegative(
-    [](std::string& v) { return !v.empty() && v[0] == '-' ? "must be >= 0, got " + v : std::string(); }, "UINT");
+    [](std::string& v) {
+      if (!v.empty() && v[0] == '-') return "must be >= 0, got " + v;
+      try {  // a number must be finite: inf, nan and 1e400 are not sizes or times
+        const double x = std::stod(v);
+        if (!std::isfinite(x)) return "must be a finite number >= 0, got " + v;
+      } catch (const std::out_of_range&) {
+        return "must be a finite number >= 0, got " + v;
+      } catch (const std::exception&) {  // not a number: the option's own conversion says so
+      }
+      return std::string();
+    },
+    "UINT");
 
 int64_t ParseIntIn(const std::string& text, const std::string& what, int64_t lo, int64_t hi) {
   const std::string range = fmt::format("an integer in {}..{}", lo, hi);

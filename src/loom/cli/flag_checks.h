@@ -20,7 +20,7 @@ inline constexpr const char* kOutputValidatorName = "output";
 extern const CLI::Validator kOutputFolder;
 inline constexpr const char* kOutputFolderValidatorName = "output-folder";
 extern const CLI::Validator kPositive;     // a finite number > 0
-extern const CLI::Validator kNotNegative;  // no leading '-'
+extern const CLI::Validator kNotNegative;  // no leading '-'; a number must be finite
 
 // The one checked number parser (issue 45: a port past 65535 was wrapped, a
 // timeout of 1e300 overflowed inside Gloo): the whole of `text` as an

@@ -2,16 +2,19 @@
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "loom/atomic_file.h"
 #include "loom/cli/flag_checks.h"
 #include "loom/error.h"
 #include "loom/path_kind.h"
+#include "loom/spec/workload.h"
 
 namespace loom::cli {
 
@@ -21,6 +24,46 @@ struct PathFlag {
   std::string flag, path;
   bool folder = false;  // an output folder (kOutputFolder), not a file
 };
+
+// Whether `inner` lies strictly inside folder `outer` (both canonical).
+bool Inside(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return i != inner.end();
+}
+
+// The files an input file names: a workload YAML's samples file, and a JSONL
+// sample file's pixel files. Read only where an output names a file that
+// exists already (what these could be); an input that does not parse names
+// none here (the command reports it).
+std::vector<std::string> FilesNamedBy(const PathFlag& in) {
+  std::vector<std::string> named;
+  std::string jsonl = in.flag == "--data" ? in.path : "";
+  try {
+    if (in.flag == "--workload") {
+      const Workload w = LoadWorkload(in.path);
+      if (!w.source.path.empty()) named.push_back(w.source.path);
+      jsonl = w.source.path;
+    }
+    if (!jsonl.empty() && KindOfPath(jsonl) == PathKind::kFile) {
+      // Each line's pixel_values file, named relative to the JSONL's folder
+      // (data/jsonl_source.h); lines that do not parse are the command's to report.
+      std::ifstream lines(jsonl);
+      const std::filesystem::path dir = std::filesystem::path(jsonl).parent_path();
+      for (std::string line; std::getline(lines, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_object() || !j.contains("pixel_values") || !j["pixel_values"].is_string()) continue;
+        const std::filesystem::path file = j["pixel_values"].get<std::string>();
+        named.push_back(file.is_absolute() ? file.string() : (dir / file).string());
+      }
+    }
+  } catch (const loom::Error&) {
+  }
+  return named;
+}
 
 bool HasValidator(CLI::Option* option, const char* name) {
   try {
@@ -54,7 +97,16 @@ void CheckOutputs(CLI::App& command) {
     const PathFlag& out = outputs[i];
     // Before any work: an output that cannot be written is found now, not
     // after a search of minutes (the file itself is written atomically later).
-    // A folder the command fills is checked by the command (what it may hold).
+    // A folder the command fills is checked by the command (what it may hold);
+    // one to be made needs its parent, as a file does.
+    if (out.folder && KindOfPath(out.path) == PathKind::kNone) {
+      const fs::path parent =
+          fs::path(out.path).parent_path().empty() ? fs::path(".") : fs::path(out.path).parent_path();
+      if (KindOfPath(parent.string()) != PathKind::kDirectory) {
+        throw loom::Error(fmt::format("{} {}: its folder {} does not exist; create it or choose another", out.flag,
+                                      out.path, parent.string()));
+      }
+    }
     if (!out.folder) {
       if (KindOfPath(out.path) == PathKind::kDirectory) {
         throw loom::Error(fmt::format("{} {}: is a folder; give a file name", out.flag, out.path));
@@ -70,17 +122,49 @@ void CheckOutputs(CLI::App& command) {
             fmt::format("{} {}: its folder {} is not writable; choose another", out.flag, out.path, parent.string()));
       }
     }
+    const fs::path out_c = fs::weakly_canonical(out.path, ec);
     for (const PathFlag& in : inputs) {
       if (fs::equivalent(out.path, in.path, ec)) {
-        throw loom::Error(fmt::format("{} {}: is also {}, an input of this command; no output overwrites an input: "
-                                      "choose another file",
-                                      out.flag, out.path, in.flag));
+        throw loom::Error(
+            fmt::format("{} {}: is also {}, an input of this command; no output overwrites an input: "
+                        "choose another file",
+                        out.flag, out.path, in.flag));
+      }
+      // A file of an input folder (a model's config.json or weights) is an
+      // input too: an output may add to the folder, never replace its files.
+      if (KindOfPath(in.path) == PathKind::kDirectory && KindOfPath(out.path) != PathKind::kNone &&
+          Inside(out_c, fs::weakly_canonical(in.path, ec))) {
+        throw loom::Error(
+            fmt::format("{} {}: is a file of {} {}, an input of this command; no output overwrites an "
+                        "input: choose a file outside it",
+                        out.flag, out.path, in.flag, in.path));
+      }
+      // A file the input names (a workload's samples, a sample's pixels).
+      if (KindOfPath(out.path) == PathKind::kFile && KindOfPath(in.path) == PathKind::kFile) {
+        for (const std::string& named : FilesNamedBy(in)) {
+          if (fs::equivalent(out.path, named, ec)) {
+            throw loom::Error(
+                fmt::format("{} {}: is a file {} {} names; no output overwrites an input: choose "
+                            "another file",
+                            out.flag, out.path, in.flag, in.path));
+          }
+        }
       }
     }
     for (size_t j = 0; j < i; ++j) {
-      if (fs::weakly_canonical(out.path, ec) == fs::weakly_canonical(outputs[j].path, ec)) {
+      const fs::path other_c = fs::weakly_canonical(outputs[j].path, ec);
+      if (out_c == other_c) {
         throw loom::Error(fmt::format("{} {} and {} {} name the same file; give each output its own", outputs[j].flag,
                                       outputs[j].path, out.flag, out.path));
+      }
+      // Nothing is written into a folder another output fills (--save DIR).
+      const PathFlag* folder = outputs[j].folder && Inside(out_c, other_c) ? &outputs[j]
+                               : out.folder && Inside(other_c, out_c)      ? &out
+                                                                           : nullptr;
+      if (folder != nullptr) {
+        const PathFlag& inner = folder == &out ? outputs[j] : out;
+        throw loom::Error(fmt::format("{} {}: is inside {} {}, which that flag fills; give each output its own place",
+                                      inner.flag, inner.path, folder->flag, folder->path));
       }
     }
   }

@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "loom/cli/command.h"
@@ -22,6 +25,8 @@ namespace loom::cli {
 
 namespace {
 
+constexpr int64_t kMaxProfileTokens = 65536;
+
 // --tokens' comma-separated integers.
 std::vector<int64_t> ParseTokenCounts(const std::string& list) {
   std::vector<int64_t> tokens;
@@ -33,6 +38,12 @@ std::vector<int64_t> ParseTokenCounts(const std::string& list) {
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
       throw loom::Error(fmt::format("--tokens: '{}' is not an integer; valid: e.g. 64,256,1024", item));
+    }
+    // A layer measured at more tokens than any sequence Loom plans (spec/limits)
+    // would only exhaust memory.
+    if (tokens.back() < 1 || tokens.back() > kMaxProfileTokens) {
+      throw loom::Error(
+          fmt::format("--tokens: {} is out of range; valid: token counts in 1..{}", tokens.back(), kMaxProfileTokens));
     }
   }
   return tokens;
@@ -48,13 +59,14 @@ class ProfileCommand : public Command {
     sub->add_option("--model", model_, "built-in model name or YAML file: its layer shapes are measured")->required();
     sub->add_option("--device", device_, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
     sub->add_option("--gpu", options_.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
-    sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(kPositive);
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(IntIn(1, cores));
     sub->add_option("--tokens", tokens_, "token counts to measure, comma-separated");
     sub->add_option("--repeats", options_.repeats, "timed runs per point (median)")->check(kPositive);
     sub->add_option("--concurrent", options_.concurrent,
                     "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its "
                     "cores)")
-        ->check(kPositive);
+        ->check(IntIn(1, std::max(cores, 8)));
     sub->add_option("--sm-scaling", sm_scaling_,
                     "cuda: on measures the layers on green contexts of part of the SMs and fits the profile's "
                     "sm_sharing law (default); off leaves it out")

@@ -1,7 +1,9 @@
 // `loom replay`: training replayed over node failures, Oobleck against Varuna
 // (checkpoint and restart) and Bamboo (redundant computation).
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -21,13 +23,20 @@ namespace loom::cli {
 
 namespace {
 
-// "a,b,c" -> {"a", "b", "c"}; empty text names none.
+// "a,b,c" -> {"a", "b", "c"}: at least one, none named twice (the names
+// themselves are checked by ReplayFailures).
 std::vector<std::string> SplitSystems(const std::string& list) {
   std::vector<std::string> systems;
   for (std::string rest = list; !rest.empty();) {
     const auto comma = rest.find(',');
     systems.push_back(rest.substr(0, comma));
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  if (systems.empty()) throw Error("--systems: empty; valid: one or more of oobleck, varuna, bamboo");
+  for (size_t i = 0; i < systems.size(); ++i) {
+    if (std::find(systems.begin(), systems.begin() + i, systems[i]) != systems.begin() + i) {
+      throw Error(fmt::format("--systems: {} is named twice; name each system once", systems[i]));
+    }
   }
   return systems;
 }
@@ -44,8 +53,10 @@ class ReplayCommand : public Command {
     sub->add_option("--mtbf", mtbf_s_, "seconds between failures of the cluster, mean (default 3600)")
         ->check(kPositive);
     sub->add_option("--hours", hours_, "wall-clock hours replayed (default 12)")->check(kPositive);
-    sub->add_option("--trace-seed", seed_, "seed of the generated failure trace (default 0)");
-    sub->add_option("--min-nodes", min_nodes_, "failures stop at this many nodes (default: half)");
+    sub->add_option("--trace-seed", seed_, "seed of the generated failure trace (default 0)")
+        ->check(IntIn(0, std::numeric_limits<int64_t>::max()));
+    sub->add_option("--min-nodes", min_nodes_, "failures stop at this many nodes (default: half)")
+        ->check(IntIn(1, 1 << 20));
     sub->add_option("--failures", trace_, "read the trace from a file of \"TIME_S fail|join NODE\" lines instead");
     sub->add_option("--fault-tolerance", options_.fault_tolerance, "oobleck's f (default 1)")
         ->check(CLI::Range(0, 1000));
@@ -88,6 +99,18 @@ class ReplayCommand : public Command {
     const Cluster cluster = problem_.LoadPricedCluster();
     const Workload workload = problem_.workload.ResolveOrDefault(model);
     const double duration_s = until_last_failure_ ? std::numeric_limits<double>::max() : hours_ * 3600;
+    if (!trace_.empty()) {  // the generator's flags would be ignored
+      for (const char* flag : {"--mtbf", "--trace-seed", "--min-nodes"}) {
+        if (subcommand()->count(flag) > 0) {
+          throw Error(
+              fmt::format("{}: shapes a generated trace; --failures {} gives the trace: leave one out", flag, trace_));
+        }
+      }
+    }
+    if (min_nodes_ > cluster.nodes) {
+      throw Error(fmt::format("--min-nodes {}: the cluster has {} nodes; valid: 1..{}", min_nodes_, cluster.nodes,
+                              cluster.nodes));
+    }
     FailureTrace trace = trace_.empty() ? GenerateFailureTrace(cluster.nodes, mtbf_s_, duration_s, seed_,
                                                                min_nodes_ >= 0 ? min_nodes_ : (cluster.nodes + 1) / 2)
                                         : ReadFailureTrace(trace_, cluster.nodes, duration_s);

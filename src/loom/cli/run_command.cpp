@@ -113,7 +113,7 @@ class RunCommand : public Command {
     try {
       r = RunLocally(model, cluster, workload, chosen.plan, options, schedules, replanner);
     } catch (...) {  // what was trained before a failure (a divergence) is written too
-      log.Finish();
+      if (log.ran()) log.Finish();
       throw;
     }
     log.Finish();

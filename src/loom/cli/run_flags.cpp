@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 
@@ -40,7 +41,8 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--steps", steps, "training steps")->check(kPositive);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")
       ->check(RealIn(0, max_timeout_s));
-  run->add_option("--lr", lr, "AdamW's peak learning rate (default 1e-3)")->check(kPositive)->group("Training");
+  // Bounded to what the workers' fp32 AdamW can hold (a float).
+  run->add_option("--lr", lr, "AdamW's peak learning rate (default 1e-3)")->check(RealIn(0, 1e38))->group("Training");
   run->add_option("--lr-schedule", lr_schedule, "after the warmup: constant | linear | cosine (default constant)")
       ->group("Training");
   run->add_option("--warmup-steps", warmup_steps, "steps the learning rate rises from 0 to --lr (default 0)")
@@ -118,8 +120,9 @@ void RunFlags::Add(CLI::App* run) {
                   "under this or another plan, fault-tolerant or not (--steps counts from the run's start)")
       ->group("Checkpoints");
   run->add_flag("--json", json, "print JSON");
-  run->add_option("--nnodes", nnodes, "machines in the run (default: NNODES, else 1)");
-  run->add_option("--node-rank", node_rank, "this machine's index (default: NODE_RANK, else 0)");
+  run->add_option("--nnodes", nnodes, "machines in the run (default: NNODES, else 1)")->check(IntIn(1, 1 << 16));
+  run->add_option("--node-rank", node_rank, "this machine's index (default: NODE_RANK, else 0)")
+      ->check(IntIn(0, 1 << 16));
   run->add_option("--master", master, "ADDR:PORT of node 0's store (default: MASTER_ADDR:MASTER_PORT)");
   run->add_option("--host", host,
                   "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
@@ -242,9 +245,24 @@ void RunFlags::AddFaultTolerance(RunOptions& o) const {
   o.heartbeat_timeout_s = heartbeat_timeout_s;
   o.checkpoint_every = checkpoint_every;
   o.checkpoint_root = checkpoint_dir;
-  o.keep_checkpoints = keep_checkpoints;
+  o.keep_checkpoints = keep_checkpoints.value_or(2);
+  if (keep_checkpoints && checkpoint_dir.empty()) {
+    throw loom::Error("--keep-checkpoints: acts on --checkpoint-dir's checkpoints; add --checkpoint-dir DIR");
+  }
   if (checkpoint_every > 0 && fault_tolerance < 0 && checkpoint_dir.empty()) {
     throw loom::Error("--checkpoint-every: add --checkpoint-dir DIR (or --fault-tolerance F for its own checkpoints)");
+  }
+  if (!checkpoint_dir.empty() && !save.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const std::string a = fs::weakly_canonical(checkpoint_dir, ec).string() + "/",
+                      b = fs::weakly_canonical(save, ec).string() + "/";
+    if (a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0) {
+      throw loom::Error(
+          fmt::format("--checkpoint-dir {} and --save {}: one holds the other; a training checkpoint "
+                      "and a transformers model folder each need their own folder",
+                      checkpoint_dir, save));
+    }
   }
   if (!resume.empty()) o.resume_checkpoint = weights::FindCheckpoint(resume);
 }

@@ -64,7 +64,7 @@ struct RunFlags {
   std::string resume;
   int checkpoint_every = 0;
   std::string checkpoint_dir;  // --checkpoint-dir: training checkpoints
-  int keep_checkpoints = 2;
+  std::optional<int> keep_checkpoints;  // default 2
 
   // Several machines, torchrun-style; unset values come from the environment.
   int nnodes = 0;

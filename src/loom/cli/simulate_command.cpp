@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -81,6 +83,21 @@ class SimulateCommand : public Command {
   void Run() override {
     if (!export_titan_.empty() && export_csv_.empty()) {
       throw loom::Error("--export-torchtitan needs --export-pytorch-csv FILE: the configuration names that schedule");
+    }
+    // Flags that act only beside another would be ignored silently.
+    CLI::App* sub = subcommand();
+    if (sub->count("--pytorch-csv-comms") > 0 && export_csv_.empty()) {
+      throw loom::Error("--pytorch-csv-comms shapes --export-pytorch-csv's file: add --export-pytorch-csv FILE");
+    }
+    if (sub->count("--torchtitan-base") > 0 && export_titan_.empty()) {
+      throw loom::Error("--torchtitan-base names --export-torchtitan's base: add --export-torchtitan FILE");
+    }
+    if (sub->count("--strategy") > 0 && plan_.empty()) {
+      throw loom::Error("--strategy picks a strategy's plan out of --plan FILE: add --plan, or leave --strategy out");
+    }
+    if (!import_csv_.empty() && !plan_.empty()) {
+      throw loom::Error(
+          fmt::format("--import-pytorch-csv {} gives the schedule, --plan {} another: give one", import_csv_, plan_));
     }
     if (!plan_.empty()) {
       FillFromRecord(problem_, plan_);
@@ -163,10 +180,27 @@ class SimulateCommand : public Command {
     if (csv_comms_) {
       throw loom::Error("--export-torchtitan: torchtitan loads a compute_only CSV; leave out --pytorch-csv-comms");
     }
+    // Written into Python source: MODULE must be dotted identifiers and
+    // FUNCTION one identifier, so no other text reaches the file.
+    auto identifier = [](const std::string& s) {
+      if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+      return std::all_of(s.begin(), s.end(),
+                         [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+    };
+    auto dotted = [&](const std::string& s) {
+      for (size_t start = 0;;) {
+        const size_t dot = s.find('.', start);
+        if (!identifier(s.substr(start, dot == std::string::npos ? std::string::npos : dot - start))) return false;
+        if (dot == std::string::npos) return true;
+        start = dot + 1;
+      }
+    };
     const size_t colon = titan_base_.find(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 == titan_base_.size()) {
+    if (colon == std::string::npos || !dotted(titan_base_.substr(0, colon)) ||
+        !identifier(titan_base_.substr(colon + 1))) {
       throw loom::Error(
-          fmt::format("--torchtitan-base '{}': expected MODULE:FUNCTION (e.g. "
+          fmt::format("--torchtitan-base '{}': expected MODULE:FUNCTION, a dotted Python module and a function "
+                      "name (e.g. "
                       "torchtitan.models.llama3.config_registry:llama3_8b)",
                       titan_base_));
     }

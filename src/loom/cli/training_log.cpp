@@ -56,6 +56,7 @@ void TrainingLog::OnStep(const StepProgress& p) {
   // A fault-tolerant run replays the steps a failure interrupted: the replay's record replaces theirs.
   while (!records_.empty() && records_.back().step >= r.step) records_.pop_back();
   records_.push_back(r);
+  ran_ = true;
   if (progress_) std::cerr << FormatStepLine(r, steps_, records_) << std::endl;
   if ((!metrics_path_.empty() || !history_path_.empty()) && now - written_ > std::chrono::seconds(10)) {
     WriteMetrics();
@@ -69,6 +70,8 @@ void TrainingLog::WriteMetrics() {
   if (!metrics_path_.empty()) WriteFileAtomically(metrics_path_, text);
   if (!history_path_.empty()) WriteFileAtomically(history_path_, text);
 }
+
+bool TrainingLog::ran() const { return ran_; }
 
 void TrainingLog::Finish() {
   if (!metrics_path_.empty() || !history_path_.empty()) WriteMetrics();

@@ -36,6 +36,9 @@ class TrainingLog {
   void OnStep(const StepProgress& p);
   // Writes the files with every step recorded (after a failure too).
   void Finish();
+  // Whether this run recorded a step (a run that failed before its first
+  // writes nothing: its folders may not even be valid outputs).
+  bool ran() const;
   const std::vector<StepRecord>& records() const { return records_; }
 
  private:
@@ -47,6 +50,7 @@ class TrainingLog {
   const std::string metrics_path_, report_path_, title_, history_path_;
   const bool progress_;
   std::vector<StepRecord> records_;
+  bool ran_ = false;  // a step of this run was recorded
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), written_ = start_;
 };
 

@@ -40,8 +40,8 @@ RunResult RunFaultTolerant(const Model& model, const Cluster& cluster, const Wor
                              : weights::RunCheckpointReader(options.resume_checkpoint).manifest().steps_done;
   for (const auto& k : options.kills) {
     if (k.step < 0 || k.step >= options.steps || k.after_actions < 0 || k.process < 0) {
-      throw Error(fmt::format("--kill {}:{}:{}: valid: a process >= 0, a step in 0..{}, actions >= 0", k.process,
-                              k.step, k.after_actions, options.steps - 1));
+      throw Error(fmt::format("{} {}:{}:{}: valid: a process >= 0, a step in 0..{}, actions >= 0",
+                              k.hang ? "--hang" : "--kill", k.process, k.step, k.after_actions, options.steps - 1));
     }
   }
   for (const auto& j : options.rejoins) {

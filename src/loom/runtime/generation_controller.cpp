@@ -54,6 +54,13 @@ GenerationController::GenerationController(const Model& model, const Cluster& cl
       cluster_g_(cluster),
       worker_options_(options) {
   layout_ = LayoutOf(plan_g_, cluster_g_, first_step);  // generation 0's plan, checked as RunLocally checks it
+  for (const auto& k : options.kills) {                 // a fault for a process that never runs would never fire
+    if (k.process >= layout_.processes) {
+      throw Error(fmt::format("{} {}:{}:{}: the run has {} processes; valid: a process in 0..{}",
+                              k.hang ? "--hang" : "--kill", k.process, k.step, k.after_actions, layout_.processes,
+                              layout_.processes - 1));
+    }
+  }
   port_ = options.port > 0 ? options.port : FreePort();
   char dir_template[] = "/tmp/loom-run-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) throw Error("runtime: cannot create a run directory under /tmp");

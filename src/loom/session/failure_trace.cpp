@@ -57,13 +57,20 @@ FailureTrace ReadFailureTrace(const std::string& path, int nodes, double duratio
       throw Error(fmt::format("{}:{}: expected \"TIME_S fail|join NODE\"", path, n));
     }
     if (!(ss >> kind >> node)) throw Error(fmt::format("{}:{}: expected \"TIME_S fail|join NODE\"", path, n));
+    if (std::string extra; ss >> extra) {
+      throw Error(fmt::format("{}:{}: '{}' after the node; expected \"TIME_S fail|join NODE\" (a # starts a comment)",
+                              path, n, extra));
+    }
     if (kind != "fail" && kind != "join") {
       throw Error(fmt::format("{}:{}: event '{}'; valid: fail, join", path, n, kind));
     }
     if (node < 0 || node >= nodes) {
       throw Error(fmt::format("{}:{}: node {}; the cluster's nodes are 0..{}", path, n, node, nodes - 1));
     }
-    if (time_s < 0 || (!t.events.empty() && time_s < t.events.back().time_s)) {
+    if (!(time_s >= 0) || !std::isfinite(time_s)) {
+      throw Error(fmt::format("{}:{}: time {} s; valid: seconds >= 0 from the start of training", path, n, time_s));
+    }
+    if (!t.events.empty() && time_s < t.events.back().time_s) {
       throw Error(
           fmt::format("{}:{}: time {} s is before the previous event's; events go in time order", path, n, time_s));
     }

@@ -156,8 +156,12 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
   }
   c.gpu.nvlink_bytes_per_s = doc.PositiveReal("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kGiga) * kGiga;
   c.gpu.pcie_bytes_per_s = doc.PositiveReal("pcie_GBps", c.gpu.pcie_bytes_per_s / kGiga) * kGiga;
-  c.gpu.mem_bytes = static_cast<int64_t>(
-      doc.PositiveReal("gpu_mem_GiB", static_cast<double>(c.gpu.mem_bytes) / (1 << 30)) * (1 << 30));
+  // Bounded before the conversion to bytes (an int64): no GPU holds a PiB.
+  const double mem_gib = doc.PositiveReal("gpu_mem_GiB", static_cast<double>(c.gpu.mem_bytes) / (1 << 30));
+  if (mem_gib > 1 << 20) {
+    throw doc.ErrorAt("gpu_mem_GiB", fmt::format("{} GiB; valid: a GPU's memory, at most {} GiB", mem_gib, 1 << 20));
+  }
+  c.gpu.mem_bytes = static_cast<int64_t>(mem_gib * (1 << 30));
   c.nics_per_node = static_cast<int>(doc.PositiveInt("nics_per_node", c.nics_per_node));
   c.nic_bytes_per_s = doc.PositiveReal("nic_Gbps", c.nic_bytes_per_s / kGbit) * kGbit;
   Finish(c);

@@ -1,0 +1,69 @@
+// The CLI audit of 2026-11-28: values that were silently accepted, clamped,
+// wrapped or ignored, or pasted into generated code, are each refused with
+// exit 2 and a message naming the flag and what is valid.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "test_util.h"
+
+namespace loom {
+namespace {
+
+TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
+  const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
+  const std::string replay = "replay --model gpt3-medium --cluster a40:4x1 --hours 1 ";
+  const std::string run = "run --model " + data + "tiny-llm.yaml --cluster h100:1x1 --workload text --global-batch 2 "
+                          "--seq-len 16 --steps 1 ";
+  const std::string sim = "simulate --model " + data + "tiny-llm.yaml --cluster h100:1x2 --workload text "
+                          "--global-batch 8 ";
+  const std::string trailing = test::WriteTemp("audit-trailing.txt", "100 fail 1 extra\n");
+  const std::string negative = test::WriteTemp("audit-negative.txt", "-5 fail 1\n");
+  const std::string cluster =
+      test::WriteTemp("audit-cluster.yaml", "cluster: c\ngpu: h100\nnodes: 1\ngpus_per_node: 2\ngpu_mem_GiB: 1e30\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      // Generated Python: MODULE:FUNCTION only.
+      {sim + "--pp 2 --dp 1 --microbatches 2 --export-pytorch-csv /tmp/audit.csv --export-torchtitan /tmp/audit.py "
+             "--torchtitan-base 'a:b\")(); import os; (\"'",
+       "--torchtitan-base 'a:b\")(); import os; (\"': expected MODULE:FUNCTION, a dotted Python module"},
+      // Flags that act only beside another.
+      {sim + "--strategy megatron", "--strategy picks a strategy's plan out of --plan FILE"},
+      {sim + "--pytorch-csv-comms", "--pytorch-csv-comms shapes --export-pytorch-csv's file"},
+      {sim + "--torchtitan-base a:b", "--torchtitan-base names --export-torchtitan's base"},
+      {replay + "--failures " + trailing + " --mtbf 5", "--mtbf: shapes a generated trace; --failures"},
+      {run + "--keep-checkpoints 3", "--keep-checkpoints: acts on --checkpoint-dir's checkpoints"},
+      // Numbers: neither clamped, wrapped nor infinite.
+      {replay + "--trace-seed -1", "--trace-seed: -1 is out of range"},
+      {replay + "--min-nodes 0", "--min-nodes: 0 is out of range; valid: an integer in 1.."},
+      {replay + "--min-nodes 100", "--min-nodes 100: the cluster has 4 nodes; valid: 1..4"},
+      {replay + "--systems ''", "--systems: empty; valid: one or more of oobleck, varuna, bamboo"},
+      {replay + "--systems oobleck,oobleck", "--systems: oobleck is named twice"},
+      {replay + "--checkpoint-save-s inf", "--checkpoint-save-s: must be a finite number >= 0, got inf"},
+      {replay + "--restart-s nan", "--restart-s: must be a finite number >= 0, got nan"},
+      {replay + "--oobleck-recover-s 1e400", "--oobleck-recover-s: must be a finite number >= 0, got 1e400"},
+      {run + "--nnodes 0", "--nnodes: 0 is out of range; valid: an integer in 1..65536"},
+      {run + "--node-rank -1", "--node-rank: -1 is out of range"},
+      {run + "--lr 1e300", "--lr: 1e300 is out of range; valid: a number > 0 and <= 1e+38"},
+      {run + "--fault-tolerance 0 --kill 5:0:0", "--kill 5:0:0: the run has 1 processes; valid: a process in 0..0"},
+      {run + "--fault-tolerance 0 --hang 0:5:0", "--hang 0:5:0: valid:"},
+      {"profile --model " + data + "tiny-llm.yaml --repeats 1 --tokens 99999999999",
+       "--tokens: 99999999999 is out of range; valid: token counts in 1..65536"},
+      {"profile --model " + data + "tiny-llm.yaml --repeats 1 --concurrent 1000", "--concurrent: 1000 is out of range"},
+      {"simulate --model " + data + "tiny-llm.yaml --cluster " + cluster + " --workload text --global-batch 8",
+       "gpu_mem_GiB: 1e+30 GiB; valid: a GPU's memory, at most 1048576 GiB"},
+      // A trace line: nothing after the node; times from 0.
+      {replay + "--failures " + trailing, "audit-trailing.txt:1: 'extra' after the node"},
+      {replay + "--failures " + negative, "audit-negative.txt:1: time -5 s; valid: seconds >= 0"},
+  };
+  for (const auto& [args, expected] : cases) {
+    SCOPED_TRACE(args);
+    auto [rc, out] = test::RunLoom(args);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find(expected), std::string::npos) << out;
+  }
+}
+
+}  // namespace
+}  // namespace loom
