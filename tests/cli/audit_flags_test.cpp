@@ -3,6 +3,10 @@
 // exit 2 and a message naming the flag and what is valid.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,9 +19,11 @@ namespace {
 TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
   const std::string data = std::string(LOOM_TEST_DATA) + "/runtime/";
   const std::string replay = "replay --model gpt3-medium --cluster a40:4x1 --hours 1 ";
-  const std::string run = "run --model " + data + "tiny-llm.yaml --cluster h100:1x1 --workload text --global-batch 2 "
+  const std::string run = "run --model " + data +
+                          "tiny-llm.yaml --cluster h100:1x1 --workload text --global-batch 2 "
                           "--seq-len 16 --steps 1 ";
-  const std::string sim = "simulate --model " + data + "tiny-llm.yaml --cluster h100:1x2 --workload text "
+  const std::string sim = "simulate --model " + data +
+                          "tiny-llm.yaml --cluster h100:1x2 --workload text "
                           "--global-batch 8 ";
   const std::string trailing = test::WriteTemp("audit-trailing.txt", "100 fail 1 extra\n");
   const std::string negative = test::WriteTemp("audit-negative.txt", "-5 fail 1\n");
@@ -53,6 +59,15 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
       {"profile --model " + data + "tiny-llm.yaml --repeats 1 --concurrent 1000", "--concurrent: 1000 is out of range"},
       {"simulate --model " + data + "tiny-llm.yaml --cluster " + cluster + " --workload text --global-batch 8",
        "gpu_mem_GiB: 1e+30 GiB; valid: a GPU's memory, at most 1048576 GiB"},
+      // Names: the command, the cost model, the --data file.
+      {"plann --model x", "unknown command 'plann'; valid: models, prepare, run"},
+      {sim + "--profile rooflin",
+       "--profile rooflin: neither a built-in cost model nor a file; valid: default, "
+       "roofline, or a profile YAML"},
+      {"run --model " + data + "tiny-llm.yaml --cluster h100:1x1 --steps 1 --data /nonexistent/d.jsonl",
+       "--data /nonexistent/d.jsonl: no such file; expected a JSONL file of samples"},
+      {"plan --config " + test::WriteTemp("audit-nested.yaml", "config: other.yaml\n"),
+       "config: config files do not nest"},
       // A trace line: nothing after the node; times from 0.
       {replay + "--failures " + trailing, "audit-trailing.txt:1: 'extra' after the node"},
       {replay + "--failures " + negative, "audit-negative.txt:1: time -5 s; valid: seconds >= 0"},
@@ -62,6 +77,43 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
     auto [rc, out] = test::RunLoom(args);
     EXPECT_EQ(rc, 2) << out;
     EXPECT_NE(out.find(expected), std::string::npos) << out;
+  }
+}
+
+// A plan file's recorded batches: each iteration once, none negative; a layer
+// range naming a module outside its unit is said so (it read "6 layers, must
+// hold the 6 layers").
+TEST(AuditedFlags, PlanFilesNameTheirBadBatchesAndModules) {
+  const std::string plan = test::WriteTemp("audit-plan.json", "");
+  auto [code, out] = test::RunLoom("plan --model " + std::string(LOOM_TEST_DATA) +
+                                   "/runtime/tiny-llm.yaml --cluster h100:1x2 --workload text --global-batch 8 "
+                                   "--strategy megatron --iterations 2 --json " +
+                                   plan);
+  ASSERT_EQ(code, 0) << out;
+  std::stringstream text;
+  text << std::ifstream(plan).rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(text.str());
+  auto mutated = [&](const std::string& name, auto&& change) {
+    nlohmann::json m = j;
+    change(m["strategies"][0]);
+    return test::WriteTemp(name, m.dump());
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {mutated("audit-neg.json", [](nlohmann::json& s) { s["batches"][0]["iteration"] = -1; }),
+       "strategies[0].batches[0].iteration: -1; valid: an iteration >= 0"},
+      {mutated("audit-dup.json", [](nlohmann::json& s) { s["batches"][1]["iteration"] = 0; }),
+       "strategies[0].batches[1].iteration: iteration 0 is recorded twice"},
+      {mutated("audit-mod.json",
+               [](nlohmann::json& s) {
+                 s["plan"]["units"][0]["pipelines"][0]["stages"][0]["layers"][0]["module"] = "llmx";
+               }),
+       "a layer range names module llmx, which is not one of the unit's (llm)"},
+  };
+  for (const auto& [file, expected] : cases) {
+    SCOPED_TRACE(file);
+    auto [rc, msg] = test::RunLoom("simulate --plan " + file);
+    EXPECT_EQ(rc, 2) << msg;
+    EXPECT_NE(msg.find(expected), std::string::npos) << msg;
   }
 }
 

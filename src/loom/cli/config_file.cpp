@@ -64,7 +64,8 @@ std::vector<std::string> ExpandConfig(const CLI::App& app, const std::vector<std
     const std::string key = kv.first.as<std::string>();
     const std::string where = fmt::format("{}: {}", Where(kv.first, file), key);
     const CLI::Option* option = sub->get_option_no_throw("--" + key);
-    if (option == nullptr || key == "config" || key == "help") {
+    if (key == "config") throw Error(where + ": config files do not nest; give its flags here instead");
+    if (option == nullptr || key == "help") {
       throw Error(fmt::format("{}: not a flag of `loom {}`{}", where, sub->get_name(), DidYouMean(key, names)));
     }
     if (Gives(rest, "--" + key)) continue;  // the command line's value wins

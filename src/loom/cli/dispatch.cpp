@@ -1,8 +1,10 @@
 // Dispatch: the `loom` app, its subcommands in `loom --help`'s order, the
 // parse, and the chosen subcommand's run.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "loom/cli/command.h"
 #include "loom/cli/config_file.h"
 #include "loom/cli/output_file.h"
+#include "loom/did_you_mean.h"
+#include "loom/error.h"
 #include "loom/runtime/build_info.h"
 
 namespace loom::cli {
@@ -33,6 +37,15 @@ int Dispatch(int argc, char** argv) {
   }
 
   AddConfigFlag(app);
+  // An unknown command is named, with the valid ones (CLI11 says only that one is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(s->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      throw loom::Error(fmt::format("unknown command '{}'; valid: {}{}", argv[1], fmt::join(names, ", "),
+                                    DidYouMean(argv[1], names)));
+    }
+  }
   // --config FILE's flags join the command line's (which take precedence).
   const std::vector<std::string> args = ExpandConfig(app, std::vector<std::string>(argv + 1, argv + argc));
   std::vector<const char*> expanded = {argv[0]};

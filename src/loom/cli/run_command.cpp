@@ -155,6 +155,12 @@ class RunCommand : public Command {
       if (std::filesystem::path(flags_.data).extension() != ".jsonl") {
         throw loom::Error(fmt::format("--data {}: expected a .jsonl file (one JSON sample a line)", flags_.data));
       }
+      if (!std::filesystem::is_regular_file(flags_.data)) {
+        throw loom::Error(
+            fmt::format("--data {}: no such file; expected a JSONL file of samples (one JSON sample a "
+                        "line: docs/runtime.md)",
+                        flags_.data));
+      }
       w.name = flags_.data;
     }
     return w.ResolveOrDefault(model);

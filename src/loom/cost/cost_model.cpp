@@ -4,9 +4,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "loom/cost/profile.h"
 #include "loom/cost/shipped_profiles.h"
+#include "loom/did_you_mean.h"
 #include "loom/error.h"
 
 namespace loom {
@@ -41,6 +43,12 @@ std::shared_ptr<const CostModel> DefaultCostModel(const GpuSpec& gpu) {
 namespace {
 
 Profile LoadProfileFor(const std::string& value, const GpuSpec& gpu) {
+  if (!std::filesystem::exists(value)) {
+    throw Error(
+        fmt::format("--profile {}: neither a built-in cost model nor a file; valid: default, roofline, or a "
+                    "profile YAML (`loom profile --out FILE`){}",
+                    value, DidYouMean(value, {"default", "roofline"})));
+  }
   Profile p = LoadProfile(value);
   if (p.gpu != gpu.name && std::find(p.applies_to.begin(), p.applies_to.end(), gpu.name) == p.applies_to.end()) {
     throw Error(

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "loom/cost/layer_work.h"
 #include "loom/error.h"
@@ -32,7 +33,12 @@ nlohmann::json ReadJson(const std::string& path) {
 template <typename T>
 T Field(const nlohmann::json& row, const char* key, const std::string& path, size_t index) {
   if (!row.contains(key)) throw Error(fmt::format("{}: row {} has no field '{}'", path, index, key));
-  return row[key].get<T>();
+  try {
+    return row[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw Error(fmt::format("{}: row {}: field '{}' is {}; valid: a {}", path, index, key, row[key].dump(),
+                            std::is_same_v<T, std::string> ? "string" : "number"));
+  }
 }
 
 struct Shape {

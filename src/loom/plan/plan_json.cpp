@@ -316,6 +316,15 @@ PlanFile ParsePlanFile(const std::string& text, const std::string& path, const s
                    {"iteration", "iteration_time_s", "schedule"});
           RecordedBatch rb;
           rb.iteration = r.Int("iteration", 0, true);
+          const std::string where = fmt::format("{}: strategies[{}].batches[{}].iteration", path, i, b);
+          if (rb.iteration < 0) {
+            throw Error(fmt::format("{}: {}; valid: an iteration >= 0", where, rb.iteration));
+          }
+          for (const RecordedBatch& earlier : out.batches) {
+            if (earlier.iteration == rb.iteration) {
+              throw Error(fmt::format("{}: iteration {} is recorded twice; each batch once", where, rb.iteration));
+            }
+          }
           rb.iteration_time_s = r.Number("iteration_time_s", 0);
           if (bs[b].contains("schedule")) rb.schedule = IterationScheduleFromJson(bs[b].at("schedule"), path);
           out.batches.push_back(std::move(rb));

@@ -142,6 +142,10 @@ void PipelineViolations(const Plan& plan, const Unit& u, size_t pi,
   std::vector<std::pair<std::string, int>> got;
   for (const auto& st : p.stages) {
     for (const auto& r : st.layers) {
+      if (std::find(u.modules.begin(), u.modules.end(), r.module) == u.modules.end()) {
+        bad(fmt::format("{}: a layer range names module {}, which is not one of the unit's ({})", pn, r.module,
+                        fmt::join(u.modules, ", ")));
+      }
       for (int l = r.begin; l < r.end; ++l) got.push_back({r.module, l});
       if (r.end <= r.begin) bad(fmt::format("{}: layer range {}[{}:{}] is empty", pn, r.module, r.begin, r.end));
     }
