@@ -131,8 +131,9 @@ void CheckOutputs(CLI::App& command) {
                         out.flag, out.path, in.flag));
       }
       // A file of an input folder (a model's config.json or weights) is an
-      // input too: an output may add to the folder, never replace its files.
-      if (KindOfPath(in.path) == PathKind::kDirectory && KindOfPath(out.path) != PathKind::kNone &&
+      // input too: an output may add to the folder, never replace its files (a
+      // folder output checks what it holds itself: hf_save.h).
+      if (!out.folder && KindOfPath(in.path) == PathKind::kDirectory && KindOfPath(out.path) != PathKind::kNone &&
           Inside(out_c, fs::weakly_canonical(in.path, ec))) {
         throw loom::Error(
             fmt::format("{} {}: is a file of {} {}, an input of this command; no output overwrites an "
