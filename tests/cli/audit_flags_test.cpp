@@ -98,7 +98,7 @@ TEST(AuditedFlags, PlanFilesNameTheirBadBatchesAndModules) {
     change(m["strategies"][0]);
     return test::WriteTemp(name, m.dump());
   };
-  const std::vector<std::pair<std::string, std::string>> cases = {
+  std::vector<std::pair<std::string, std::string>> cases = {
       {mutated("audit-neg.json", [](nlohmann::json& s) { s["batches"][0]["iteration"] = -1; }),
        "strategies[0].batches[0].iteration: -1; valid: an iteration >= 0"},
       {mutated("audit-dup.json", [](nlohmann::json& s) { s["batches"][1]["iteration"] = 0; }),
@@ -109,6 +109,13 @@ TEST(AuditedFlags, PlanFilesNameTheirBadBatchesAndModules) {
                }),
        "a layer range names module llmx, which is not one of the unit's (llm)"},
   };
+  // The recorded problem is the file's: its errors name it.
+  nlohmann::json bad_batch = j, bad_cluster = j;
+  bad_batch["problem"]["global_batch"] = -5;
+  bad_cluster["problem"]["cluster"] = "h100:0x2";
+  cases.push_back({test::WriteTemp("audit-gb.json", bad_batch.dump()),
+                   "audit-gb.json: problem.global_batch: -5; valid: 1..16777216"});
+  cases.push_back({test::WriteTemp("audit-cl.json", bad_cluster.dump()), "audit-cl.json: its recorded problem (model"});
   for (const auto& [file, expected] : cases) {
     SCOPED_TRACE(file);
     auto [rc, msg] = test::RunLoom("simulate --plan " + file);

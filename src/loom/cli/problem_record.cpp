@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 
 #include "loom/error.h"
 #include "loom/input_file.h"
 #include "loom/path_kind.h"
+#include "loom/spec/workload.h"
 
 namespace loom::cli {
 
@@ -18,9 +21,17 @@ std::string Source(const std::string& arg) {
   return std::filesystem::absolute(arg).lexically_normal().string();
 }
 
+// The recorded value where the flag was not given, checked as the flag is
+// (a file edited by hand is input too).
 template <class T>
-void Take(std::optional<T>& flag, const nlohmann::json& record, const char* key) {
-  if (!flag && record.contains(key) && !record.at(key).is_null()) flag = record.at(key).get<T>();
+void Take(std::optional<T>& flag, const nlohmann::json& record, const char* key, int64_t lo, int64_t hi,
+          const std::string& path) {
+  if (flag || !record.contains(key) || record.at(key).is_null()) return;
+  const T v = record.at(key).get<T>();
+  if (static_cast<int64_t>(v) < lo || static_cast<int64_t>(v) > hi) {
+    throw Error(fmt::format("--plan {}: problem.{}: {}; valid: {}..{}", path, key, record.at(key).dump(), lo, hi));
+  }
+  flag = v;
 }
 
 }  // namespace
@@ -60,10 +71,10 @@ void FillFromRecord(ProblemFlags& p, const std::string& path) {
     if (p.profile == "default" && r.contains("profile")) p.profile = r.at("profile").get<std::string>();
     WorkloadFlags& w = p.workload;
     if (w.name.empty() && r.contains("workload")) w.name = r.at("workload").get<std::string>();
-    Take(w.global_batch, r, "global_batch");
-    Take(w.seed, r, "seed");
-    Take(w.seq_len, r, "seq_len");
-    Take(w.zero_stage, r, "zero_stage");
+    Take(w.global_batch, r, "global_batch", 1, kMaxGlobalBatch, path);
+    Take(w.seed, r, "seed", 0, std::numeric_limits<int64_t>::max(), path);
+    Take(w.seq_len, r, "seq_len", 1, std::numeric_limits<int32_t>::max(), path);
+    Take(w.zero_stage, r, "zero_stage", 0, 3, path);
     if (w.precision.empty() && r.contains("precision")) w.precision = r.at("precision").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("--plan {}: field problem is malformed: {}", path, e.what()));

@@ -100,6 +100,7 @@ class SimulateCommand : public Command {
           fmt::format("--import-pytorch-csv {} gives the schedule, --plan {} another: give one", import_csv_, plan_));
     }
     if (!plan_.empty()) {
+      from_record_ = problem_.model.empty() || problem_.cluster.empty();
       FillFromRecord(problem_, plan_);
       RunPlanFile();
     } else {
@@ -112,9 +113,19 @@ class SimulateCommand : public Command {
  private:
   // --plan: every recorded batch, the first one traced and exported.
   void RunPlanFile() {
-    const Model model = LoadModel(problem_.model);
-    const Cluster cluster = problem_.LoadPricedCluster();
-    const Workload workload = problem_.workload.ResolveOrDefault(model);
+    Model model;
+    Cluster cluster;
+    Workload workload;
+    try {
+      model = LoadModel(problem_.model);
+      cluster = problem_.LoadPricedCluster();
+      workload = problem_.workload.ResolveOrDefault(model);
+    } catch (const loom::Error& e) {  // what the file recorded is said to be the file's
+      if (!from_record_) throw;
+      throw loom::Error(fmt::format(
+          "--plan {}: its recorded problem (model {}, cluster {}, workload {}): {}", plan_, problem_.model,
+          problem_.cluster, problem_.workload.name.empty() ? "the model's default" : problem_.workload.name, e.what()));
+    }
     const PlanFileReplay replay = ReplayPlanFile(model, cluster, workload, plan_, strategy_);
     WriteTrace(replay.first);
     const std::string exported = export_csv_.empty() ? "" : ExportPytorchCsv(replay.first, model, workload);
@@ -239,6 +250,7 @@ class SimulateCommand : public Command {
   bool csv_comms_ = false;
   std::string import_csv_;
   std::string plan_;
+  bool from_record_ = false;  // --plan's recorded problem gave the model and cluster
   std::string strategy_;
 };
 
