@@ -19,11 +19,19 @@
 
 namespace loom::test {
 
+// Written whole, then renamed into place: test processes that ctest runs at
+// once may write the same file (the same config under one name), and a reader
+// must never see it half written.
 inline std::string WriteTemp(const std::string& name, const std::string& text) {
   auto dir = std::filesystem::temp_directory_path() / "loom_tests";
   std::filesystem::create_directories(dir);
   auto path = dir / name;
-  std::ofstream(path) << text;
+  std::filesystem::create_directories(path.parent_path());
+  static int written = 0;
+  auto staged = path;
+  staged += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(written++);
+  std::ofstream(staged) << text;
+  std::filesystem::rename(staged, path);
   return path.string();
 }
 
