@@ -40,6 +40,8 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
       {sim + "--torchtitan-base a:b", "--torchtitan-base names --export-torchtitan's base"},
       {replay + "--failures " + trailing + " --mtbf 5", "--mtbf: shapes a generated trace; --failures"},
       {run + "--keep-checkpoints 3", "--keep-checkpoints: acts on --checkpoint-dir's checkpoints"},
+      {run + "--save /tmp/loom_tests/audit-save --checkpoint-dir /tmp/loom_tests/audit-save/ck",
+       "--checkpoint-dir /tmp/loom_tests/audit-save/ck and --save /tmp/loom_tests/audit-save: one holds the other"},
       // Numbers: neither clamped, wrapped nor infinite.
       {replay + "--trace-seed -1", "--trace-seed: -1 is out of range"},
       {replay + "--min-nodes 0", "--min-nodes: 0 is out of range; valid: an integer in 1.."},

@@ -61,6 +61,15 @@ struct ReplaySetup {
   Workload workload = DefaultWorkload(model);
 };
 
+// Varuna's samples/s over a failure-free hour on the setup's 8 nodes (its
+// checkpoint writes included).
+double VarunaHealthyRate(const ReplaySetup& s, const ReplayOptions& o) {
+  FailureTrace none;
+  none.nodes = 8;
+  none.duration_s = 3600;
+  return ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, o)[0].healthy_samples_per_s;
+}
+
 TEST(FailureReplay, FailuresCostWhatEachSystemLoses) {
   const ReplaySetup s;
   ReplayOptions o;
@@ -128,14 +137,10 @@ TEST(FailureReplay, MeasuredConstantsReplaceDerivedOnes) {
     for (const auto& seg : r.timeline) EXPECT_LE(seg.start_s, seg.end_s) << r.system;
   }
   // The checkpoint write is priced in the healthy rate: 10 iterations and 120 s.
-  FailureTrace none;
-  none.nodes = 8;
-  none.duration_s = 3600;
   ReplayOptions free = o;
   free.checkpoint_save_s = 0;
-  const double with = ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, o)[0].healthy_samples_per_s;
-  const double without =
-      ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, free)[0].healthy_samples_per_s;
+  const double with = VarunaHealthyRate(s, o);
+  const double without = VarunaHealthyRate(s, free);
   const double varuna_it = s.workload.global_batch / without;
   EXPECT_NEAR(with, 10 * s.workload.global_batch / (10 * varuna_it + 120), 1e-9 * with);
 }
@@ -146,16 +151,12 @@ TEST(FailureReplay, MeasuredConstantsReplaceDerivedOnes) {
 TEST(FailureReplay, DerivedCheckpointWriteIsWeightsAndOptimizerState) {
   const ReplaySetup s;
   ASSERT_EQ(s.workload.precision, Precision::kBf16);
-  FailureTrace none;
-  none.nodes = 8;
-  none.duration_s = 3600;
   ReplayOptions o;
   o.storage_bytes_per_s = 1e9;
   ReplayOptions free = o;
   free.checkpoint_save_s = 0;
-  const double with = ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, o)[0].healthy_samples_per_s;
-  const double without =
-      ReplayFailures(s.model, s.cluster, s.workload, none, {"varuna"}, free)[0].healthy_samples_per_s;
+  const double with = VarunaHealthyRate(s, o);
+  const double without = VarunaHealthyRate(s, free);
   const double it = s.workload.global_batch / without;
   const double save_s = 14.0 * static_cast<double>(ModelParams(s.model)) / 1e9;
   EXPECT_NEAR(with, o.checkpoint_every * s.workload.global_batch / (o.checkpoint_every * it + save_s), 1e-9 * with);

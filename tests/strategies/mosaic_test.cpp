@@ -401,18 +401,20 @@ TEST(MosaicStrategy, ModulesTooBigForOneGpuGetTensorParallelSlots) {
 // after its last backward, and the LLM's gradient all-reduce queued behind
 // that send could not overlap the backward. With the collectives on their own
 // stream Mosaic plans 0.256 s; never slower than the paper's Megatron-LM.
+// The simulated iteration time of `strategy`'s plan for 32 mosaic-fixed samples.
+double PlannedTime32(const Model& model, const Cluster& cluster, const char* strategy) {
+  Workload w = LoadWorkload("mosaic-fixed");
+  w.global_batch = 32;
+  const Batch batch = DrawBatch(w, 0);
+  const Plan plan = RunStrategy(strategy, Context(model, cluster, w, batch)).plan;
+  return RunPlan(model, cluster, w, plan, batch).result.iteration_time_s;
+}
+
 TEST(MosaicStrategy, NoSlowerThanMegatronDpWhereDataParallelWins) {
   Cluster cluster = LoadCluster("mosaic-testbed");
   ApplyCostModel(cluster, "default");
   const Model model = LoadModel("qwen3-vl-8b");
-  Workload w = LoadWorkload("mosaic-fixed");
-  w.global_batch = 32;
-  const Batch batch = DrawBatch(w, 0);
-  const auto ctx = Context(model, cluster, w, batch);
-  auto time_of = [&](const char* strategy) {
-    return RunPlan(model, cluster, w, RunStrategy(strategy, ctx).plan, batch).result.iteration_time_s;
-  };
-  EXPECT_LT(time_of("mosaic"), time_of("megatron-dp"));
+  EXPECT_LT(PlannedTime32(model, cluster, "mosaic"), PlannedTime32(model, cluster, "megatron-dp"));
 }
 
 // The shipped H100 profile with SM time exactly proportional to 1 / SMs (no
@@ -443,14 +445,7 @@ TEST(MosaicStrategy, NoSlowerThanSpindleWhoseMappingsAreInItsSpace) {
   for (const std::string& name : {std::string("ofasys"), std::string(LOOM_EXAMPLES) + "/mosaic/ofasys-10.yaml"}) {
     SCOPED_TRACE(name);
     const Model model = LoadModel(name);
-    Workload w = LoadWorkload("mosaic-fixed");
-    w.global_batch = 32;
-    const Batch batch = DrawBatch(w, 0);
-    const auto ctx = Context(model, cluster, w, batch);
-    auto time_of = [&](const char* strategy) {
-      return RunPlan(model, cluster, w, RunStrategy(strategy, ctx).plan, batch).result.iteration_time_s;
-    };
-    EXPECT_LE(time_of("mosaic"), time_of("spindle"));
+    EXPECT_LE(PlannedTime32(model, cluster, "mosaic"), PlannedTime32(model, cluster, "spindle"));
   }
 }
 

@@ -25,16 +25,6 @@ struct PathFlag {
   bool folder = false;  // an output folder (kOutputFolder), not a file
 };
 
-// Whether `inner` lies strictly inside folder `outer` (both canonical).
-bool Inside(const std::filesystem::path& inner, const std::filesystem::path& outer) {
-  auto i = inner.begin();
-  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
-    if (o->empty()) continue;  // a trailing separator
-    if (i == inner.end() || *i != *o) return false;
-  }
-  return i != inner.end();
-}
-
 // The files an input file names: a workload YAML's samples file, and a JSONL
 // sample file's pixel files. Read only where an output names a file that
 // exists already (what these could be); an input that does not parse names
@@ -75,6 +65,15 @@ bool HasValidator(CLI::Option* option, const char* name) {
 }
 
 }  // namespace
+
+bool Inside(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return i != inner.end();
+}
 
 void CheckOutputs(CLI::App& command) {
   namespace fs = std::filesystem;

@@ -1,6 +1,7 @@
 // Writing a file a flag names (--json, --report, --svg, ...).
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace CLI {
@@ -17,6 +18,10 @@ namespace loom::cli {
 // Throws loom::Error naming the flag and the file (both flags where two
 // collide). Dispatch calls it before the command runs, so nothing is lost.
 void CheckOutputs(CLI::App& command);
+
+// Whether `inner` lies strictly inside folder `outer` (both canonical:
+// std::filesystem::weakly_canonical).
+bool Inside(const std::filesystem::path& inner, const std::filesystem::path& outer);
 
 // Writes `text` to `path` atomically (atomic_file.h: a failed write, a full
 // disk included, leaves the previous file whole). Throws loom::Error naming

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "loom/cli/flag_checks.h"
+#include "loom/cli/output_file.h"
 #include "loom/error.h"
 #ifdef LOOM_HAVE_RUNTIME
 #include "loom/weights/run_checkpoint.h"
@@ -26,9 +27,10 @@ void RunFlags::Add(CLI::App* run) {
 #endif
   run->add_option("--model", model, "built-in model name or YAML file")->required();
   run->add_option("--cluster", cluster, "the cluster the plan was made for")->required();
-  CLI::Option* plan_option = run->add_option("--plan", plan,
-                  "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
-                  "Megatron flags below describe");
+  CLI::Option* plan_option =
+      run->add_option("--plan", plan,
+                      "plan JSON file (a plan or a `loom plan --json` output); else the layout the "
+                      "Megatron flags below describe");
   run->add_option("--strategy", strategy, "with a `loom plan --json` file: whose plan (default: the best)");
   workload.Add(run);
   run->add_option("--data", data,
@@ -255,9 +257,8 @@ void RunFlags::AddFaultTolerance(RunOptions& o) const {
   if (!checkpoint_dir.empty() && !save.empty()) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    const std::string a = fs::weakly_canonical(checkpoint_dir, ec).string() + "/",
-                      b = fs::weakly_canonical(save, ec).string() + "/";
-    if (a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0) {
+    const fs::path a = fs::weakly_canonical(checkpoint_dir, ec), b = fs::weakly_canonical(save, ec);
+    if (a == b || Inside(a, b) || Inside(b, a)) {
       throw loom::Error(
           fmt::format("--checkpoint-dir {} and --save {}: one holds the other; a training checkpoint "
                       "and a transformers model folder each need their own folder",
@@ -279,8 +280,8 @@ void RunFlags::AddMachines(RunOptions& o) const {
       throw loom::Error(fmt::format("--master: '{}'; valid: ADDR:PORT, e.g. 10.0.0.1:29500", addr_port));
     }
     o.master_addr = addr_port.substr(0, colon);
-    o.port = static_cast<int>(ParseIntIn(addr_port.substr(colon + 1),
-                                         master.empty() ? "MASTER_PORT" : "--master port", 1, kMaxPort));
+    o.port = static_cast<int>(
+        ParseIntIn(addr_port.substr(colon + 1), master.empty() ? "MASTER_PORT" : "--master port", 1, kMaxPort));
   }
   if (!host.empty()) {
     o.host = host;
