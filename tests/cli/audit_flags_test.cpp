@@ -126,5 +126,28 @@ TEST(AuditedFlags, PlanFilesNameTheirBadBatchesAndModules) {
   }
 }
 
+// D37: `run --plan FILE` with --model and --cluster ran the workload's default
+// batch (128) and refused the plan, made for 8; the flags not given now come
+// from the file's recorded problem, as in `simulate --plan`. A flag given
+// still wins, and the plan is checked against it.
+TEST(AuditedFlags, RunAndSimulateTakeThePlanFilesRecordedBatch) {
+  const std::string model = std::string(LOOM_TEST_DATA) + "/runtime/tiny-llm.yaml";
+  const std::string plan = test::WriteTemp("audit-recorded.json", "");
+  auto [code, out] = test::RunLoom("plan --model " + model +
+                                   " --cluster h100:1x2 --workload text --global-batch 8 --seq-len 16 "
+                                   "--strategy megatron --json " +
+                                   plan);
+  ASSERT_EQ(code, 0) << out;
+  const std::string given = " --model " + model + " --cluster h100:1x2 --plan " + plan;
+  auto [sim_rc, sim_out] = test::RunLoom("simulate" + given);
+  EXPECT_EQ(sim_rc, 0) << sim_out;
+  auto [run_rc, run_out] = test::RunLoom("run" + given + " --steps 1 --json");
+  ASSERT_EQ(run_rc, 0) << run_out;
+  EXPECT_NE(run_out.find("\"losses\""), std::string::npos) << run_out;
+  auto [bad_rc, bad_out] = test::RunLoom("run" + given + " --steps 1 --global-batch 4");
+  EXPECT_EQ(bad_rc, 2) << bad_out;
+  EXPECT_NE(bad_out.find("global_batch is 8; the workload's is 4"), std::string::npos) << bad_out;
+}
+
 }  // namespace
 }  // namespace loom

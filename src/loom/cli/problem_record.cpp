@@ -50,32 +50,55 @@ nlohmann::json ProblemRecord(const ProblemFlags& p) {
   return j;
 }
 
-void FillFromRecord(ProblemFlags& p, const std::string& path) {
-  if (!p.model.empty() && !p.cluster.empty()) return;  // given: the file is checked against them
+namespace {
+
+// The file's "problem" object, or null when it records none.
+nlohmann::json ReadRecord(const std::string& path) {
   nlohmann::json file;
   try {
     file = nlohmann::json::parse(ReadInputFile(path, "plan JSON", kMaxPlanBytes));
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("--plan {}: not JSON: {}", path, e.what()));
   }
-  if (!file.is_object() || !file.contains("problem") || !file.at("problem").is_object()) {
+  if (!file.is_object() || !file.contains("problem") || !file.at("problem").is_object()) return nullptr;
+  return file.at("problem");
+}
+
+void FillWorkload(WorkloadFlags& w, const nlohmann::json& r, const std::string& path, bool take_name) {
+  if (take_name && w.name.empty() && r.contains("workload")) w.name = r.at("workload").get<std::string>();
+  Take(w.global_batch, r, "global_batch", 1, kMaxGlobalBatch, path);
+  Take(w.seed, r, "seed", 0, std::numeric_limits<int64_t>::max(), path);
+  Take(w.seq_len, r, "seq_len", 1, std::numeric_limits<int32_t>::max(), path);
+  Take(w.zero_stage, r, "zero_stage", 0, 3, path);
+  if (w.precision.empty() && r.contains("precision")) w.precision = r.at("precision").get<std::string>();
+}
+
+}  // namespace
+
+void FillFromRecord(ProblemFlags& p, const std::string& path) {
+  const nlohmann::json r = ReadRecord(path);
+  if (r.is_null()) {
+    if (!p.model.empty() && !p.cluster.empty()) return;  // a bare plan: checked against the flags
     throw Error(fmt::format(
         "--plan {}: records no problem (a bare plan, or a `loom plan --json` file of an earlier loom); give "
         "--model and --cluster",
         path));
   }
-  const nlohmann::json& r = file.at("problem");
   try {
     if (p.model.empty()) p.model = r.at("model").get<std::string>();
     if (p.cluster.empty()) p.cluster = r.at("cluster").get<std::string>();
     if (p.profile == "default" && r.contains("profile")) p.profile = r.at("profile").get<std::string>();
-    WorkloadFlags& w = p.workload;
-    if (w.name.empty() && r.contains("workload")) w.name = r.at("workload").get<std::string>();
-    Take(w.global_batch, r, "global_batch", 1, kMaxGlobalBatch, path);
-    Take(w.seed, r, "seed", 0, std::numeric_limits<int64_t>::max(), path);
-    Take(w.seq_len, r, "seq_len", 1, std::numeric_limits<int32_t>::max(), path);
-    Take(w.zero_stage, r, "zero_stage", 0, 3, path);
-    if (w.precision.empty() && r.contains("precision")) w.precision = r.at("precision").get<std::string>();
+    FillWorkload(p.workload, r, path, /*take_name=*/true);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("--plan {}: field problem is malformed: {}", path, e.what()));
+  }
+}
+
+void FillWorkloadFromRecord(WorkloadFlags& w, const std::string& path, bool take_name) {
+  const nlohmann::json r = ReadRecord(path);
+  if (r.is_null()) return;
+  try {
+    FillWorkload(w, r, path, take_name);
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("--plan {}: field problem is malformed: {}", path, e.what()));
   }

@@ -15,9 +15,16 @@ nlohmann::json ProblemRecord(const ProblemFlags& problem);
 
 // Fills the flags of `problem` not given on the command line (empty model,
 // cluster or workload name, profile "default", unset overrides) from the
-// "problem" of the `loom plan --json` file at `path`. Throws loom::Error naming
-// the file when it has none (a bare plan, or one an earlier loom wrote) and a
-// flag it would fill is missing.
+// "problem" of the `loom plan --json` file at `path`: the plan was made for that
+// batch, so a replay given only --model and --cluster still uses it. Throws
+// loom::Error naming the file when it records none (a bare plan, or one an
+// earlier loom wrote) and --model or --cluster is missing.
 void FillFromRecord(ProblemFlags& problem, const std::string& path);
+
+// `loom run --plan FILE`: the workload flags not given (the workload's name
+// only when `take_name`, i.e. no --data names the samples) from the file's
+// recorded problem; nothing when it records none. Throws loom::Error naming the
+// file for a malformed or out-of-range record.
+void FillWorkloadFromRecord(WorkloadFlags& workload, const std::string& path, bool take_name);
 
 }  // namespace loom::cli

@@ -16,6 +16,7 @@
 
 #include "loom/cli/command.h"
 #include "loom/cli/output_file.h"
+#include "loom/cli/problem_record.h"
 #include "loom/cli/run_flags.h"
 #include "loom/cli/run_output.h"
 #include "loom/cli/training_log.h"
@@ -148,8 +149,10 @@ class RunCommand : public Command {
 
  private:
   // --data's samples (a JSONL file is its own workload, spec/workload.h), else --workload's, else the model's default.
+  // With --plan, the flags not given are the plan's recorded problem's (the batch it was made for).
   Workload ResolveWorkload(const Model& model) const {
     WorkloadFlags w = flags_.workload;
+    if (!flags_.plan.empty()) FillWorkloadFromRecord(w, flags_.plan, /*take_name=*/flags_.data.empty());
     if (!flags_.data.empty()) {
       if (!w.name.empty()) throw loom::Error("--data and --workload both name the samples: give one");
       if (std::filesystem::path(flags_.data).extension() != ".jsonl") {

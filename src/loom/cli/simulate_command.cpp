@@ -100,8 +100,10 @@ class SimulateCommand : public Command {
           fmt::format("--import-pytorch-csv {} gives the schedule, --plan {} another: give one", import_csv_, plan_));
     }
     if (!plan_.empty()) {
-      from_record_ = problem_.model.empty() || problem_.cluster.empty();
+      const ProblemFlags given = problem_;
       FillFromRecord(problem_, plan_);
+      from_record_ = problem_.model != given.model || problem_.cluster != given.cluster ||
+                     problem_.workload.name != given.workload.name;
       RunPlanFile();
     } else {
       if (problem_.model.empty()) throw loom::Error("--model is required (or --plan FILE of `loom plan --json`)");
@@ -250,7 +252,7 @@ class SimulateCommand : public Command {
   bool csv_comms_ = false;
   std::string import_csv_;
   std::string plan_;
-  bool from_record_ = false;  // --plan's recorded problem gave the model and cluster
+  bool from_record_ = false;  // --plan's recorded problem gave the model, cluster or workload
   std::string strategy_;
 };
 
