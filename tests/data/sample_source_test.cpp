@@ -264,6 +264,10 @@ TEST(JsonlSource, TokenizedSamplesWithImagesFindTheirImageTokens) {
                          dir);
       },
       {"none.safetensors"});
+  // A tokenized sample's other fields without its ids: input_ids is what is
+  // missing (it was read as a sample shape: "image_token_id: unknown field").
+  test::ExpectError([&] { ParseJsonlSample(R"({"labels": [1, 2], "image_token_id": 9})", "d.jsonl:9", dir); },
+                    {"d.jsonl:9: input_ids: missing; a tokenized sample (this line has labels)"});
 }
 
 }  // namespace

@@ -166,6 +166,17 @@ TEST(RuntimeModel, InputsItCannotPackAreErrors) {
   b.samples = {s};
   test::ExpectError([&] { runtime::PackMicrobatch(LoadModel(kTextModel), b, std::vector<int>{0}); },
                     {"d.jsonl:3: has 1 images, but module llm reads text alone"});
+  // Real pixels are patched as they are: 40 x 40 px makes 25 patches of 8 px,
+  // where tiny-vlm's vision (resize_px 32) takes 16; said with the sample's
+  // line before any worker starts (D40).
+  tokens->pixel_values_file = "px.safetensors";
+  b.samples[0].images = {{40, 40, 0}};
+  test::ExpectError([&] { runtime::PackMicrobatch(LoadModel(kVlm), b, std::vector<int>{0}); },
+                    {"d.jsonl:3: pixel_values: px.safetensors: image 0 is 40x40 pixels", "25 patches of 8 px",
+                     "module vision takes 16 patches an image: preprocess the images to 32x32"});
+  b.samples[0].images = {{32, 32, 0}};  // the right size: on to the image tokens' count
+  test::ExpectError([&] { runtime::PackMicrobatch(LoadModel(kVlm), b, std::vector<int>{0}); },
+                    {"d.jsonl:3: input_ids: image 0 is 2 image tokens"});
 }
 
 // Sample 0 of tiny-omni: one document of 20 text tokens, a 32 px image and

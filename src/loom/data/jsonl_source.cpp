@@ -225,6 +225,14 @@ Sample ParseJsonlSample(const std::string& line, const std::string& where, const
     throw Error(fmt::format("{}: expected one JSON object per line", where));
   }
   if (j.contains("input_ids")) return ParseTokenizedSample(j, where, dir);
+  for (const char* key : {"labels", "image_token_id", "pixel_values"}) {  // a tokenized sample's, without its ids
+    if (j.contains(key)) {
+      throw Error(
+          fmt::format("{}: input_ids: missing; a tokenized sample (this line has {}) is {{\"input_ids\": "
+                      "[...], \"labels\": [...]}}, labels, image_token_id and pixel_values optional",
+                      where, key));
+    }
+  }
   Sample s;
   if (j.contains("docs")) {
     if (!j["docs"].is_array() || j["docs"].empty()) {

@@ -42,7 +42,8 @@ std::unique_ptr<SampleSource> WorkloadSource(const Workload& workload) {
   try {
     return MakeSampleSource(workload.source);
   } catch (const Error& e) {
-    if (workload.source.kind != "jsonl") throw;
+    // A JSONL file given as the workload itself (--data) is named by the error already.
+    if (workload.source.kind != "jsonl" || workload.source_file == workload.source.path) throw;
     // Name the workload file that points at the samples, not only the samples' path.
     throw Error(fmt::format("{}: source.path: {}", workload.source_file, e.what()));
   }

@@ -91,6 +91,24 @@ PackedSequence Interleaved(const SampleTokens& tokens, int x, const std::vector<
   return s;
 }
 
+// A tokenized sample's preprocessed pixels are cut into patch_px patches as
+// they are (EmbedImpl::Patches; no resize in the runtime): they must make the
+// tokens the model gives an image, else the sample's line says so before any
+// worker starts.
+void CheckPixelSize(const SampleTokens& tokens, size_t item, const ImageInput& im, int64_t image_tokens,
+                    const Module& m) {
+  const TokenRule& r = m.tokens;
+  if (r.tiling != ImageTiling::kNone || r.patch_px <= 0) return;
+  const int64_t patches = (im.width_px / r.patch_px) * (im.height_px / r.patch_px);
+  if (patches + r.extra_tokens == image_tokens) return;
+  const std::string side = r.resize_px > 0 ? fmt::format("{0}x{0}", r.resize_px) : "a size whose patches make them";
+  throw Error(
+      fmt::format("{}: pixel_values: {}: image {} is {}x{} pixels (width x height), {} patches of {} px; "
+                  "module {} takes {} patches an image: preprocess the images to {}",
+                  tokens.where, tokens.pixel_values_file, item, im.width_px, im.height_px, patches, r.patch_px, m.name,
+                  image_tokens - r.extra_tokens, side));
+}
+
 }  // namespace
 
 MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, const std::vector<int>& samples) {
@@ -172,6 +190,7 @@ MicrobatchPacking PackMicrobatch(const Model& model, const Batch& batch, std::sp
             if (piece.item >= 0 && static_cast<int>(i) != piece.item) continue;
             const auto& im = sample.images[i];
             const int64_t t = ImageTokens(m.tokens, im.width_px, im.height_px);
+            if (sample.tokens && !sample.tokens->pixel_values_file.empty()) CheckPixelSize(*sample.tokens, i, im, t, m);
             seqs.push_back({x, im.doc, static_cast<int>(i), t, {{-1, 0, t}}});
           }
           break;
