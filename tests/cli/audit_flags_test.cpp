@@ -70,6 +70,22 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
        "--data /nonexistent/d.jsonl: no such file; expected a JSONL file of samples"},
       {"plan --config " + test::WriteTemp("audit-nested.yaml", "config: other.yaml\n"),
        "config: config files do not nest"},
+      // Integer flags: the range, not CLI11's bare "Could not convert" (checked before conversion).
+      {run + "--steps 99999999999", "--steps: 99999999999 is out of range; valid: an integer in 1..2147483647"},
+      {"plan --model vlm-s --cluster h800:2x8 --iterations abc",
+       "--iterations: 'abc' is not an integer in 1..2147483647"},
+      {run + "--warmup-steps 1.5", "--warmup-steps: '1.5' is not an integer in 0..2147483647"},
+      // --config: a value CLI11 refuses is said at the file's line; a key given twice is named (D47, D61).
+      {"plan --config " +
+           test::WriteTemp("audit-cfg-value.yaml", "model: vlm-s\ncluster: h800:2x8\nglobal-batch: eight\n"),
+       "audit-cfg-value.yaml:3:1: --global-batch: 'eight' is not an integer in 1..16777216"},
+      {"plan --config " + test::WriteTemp("audit-cfg-twice.yaml", "model: vlm-s\ncluster: h800:2x8\nmodel: vlm-m\n"),
+       "audit-cfg-twice.yaml:3:1: model: given twice (first at "},
+      // The hidden fault injection: a rank or step that never runs (D60).
+      {run + "--kill-rank 7 --kill-step 0", "--kill-rank 7 --kill-step 0: the run has 1 ranks and 1 steps"},
+      {run + "--kill-rank 0",
+       "--kill-rank 0 --kill-step -1: the run has 1 ranks and 1 steps; valid: a rank in 0..0 "
+       "and a step in 0..1"},
       // A trace line: nothing after the node; times from 0.
       {replay + "--failures " + trailing, "audit-trailing.txt:1: 'extra' after the node"},
       {replay + "--failures " + negative, "audit-negative.txt:1: time -5 s; valid: seconds >= 0"},

@@ -14,7 +14,7 @@ void WorkloadFlags::Add(CLI::App* app) {
   app->add_option("--global-batch", global_batch, "samples per iteration")->check(IntIn(1, 1 << 24));
   // Checked before CLI11 converts it, which would saturate 2^64 and more silently.
   app->add_option("--seed", seed, "seed of the sample draw")->check(IntIn(0, std::numeric_limits<int64_t>::max()));
-  app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")->check(kPositive);
+  app->add_option("--seq-len", seq_len, "tokens per sample of the `text` workload")->check(kPositiveInt);
   app->add_option("--precision", precision, "bf16 | fp16 | tf32 | fp32 (default: the workload's, bf16)")
       ->check(CLI::IsMember({"bf16", "fp16", "tf32", "fp32"}));
   app->add_option("--zero-stage", zero_stage,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "loom/did_you_mean.h"
 #include "loom/error.h"
@@ -37,9 +38,9 @@ void AddConfigFlag(CLI::App& app) {
   }
 }
 
-std::vector<std::string> ExpandConfig(const CLI::App& app, const std::vector<std::string>& args) {
+ExpandedArgs ExpandConfig(const CLI::App& app, const std::vector<std::string>& args) {
   // The subcommand: the first argument (`loom plan ...`); --config belongs to it.
-  if (args.empty()) return args;
+  if (args.empty()) return {args, {}};
   const CLI::App* sub = nullptr;
   for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; })) {
     if (s->get_name() == args[0]) sub = s;
@@ -55,14 +56,22 @@ std::vector<std::string> ExpandConfig(const CLI::App& app, const std::vector<std
       rest.push_back(args[i]);
     }
   }
-  if (file.empty() || sub == nullptr) return args;
+  if (file.empty() || sub == nullptr) return {args, {}};
   const YAML::Node doc = ParseYaml(ReadTextFile(file, "config YAML"), file);
   if (!doc.IsMap()) throw Error(fmt::format("{}: expected a mapping of flags (KEY: VALUE per line)", file));
-  std::vector<std::string> out = {args[0]};
+  ExpandedArgs expanded;
+  std::vector<std::string>& out = expanded.args;
+  out.push_back(args[0]);
   const std::vector<std::string> names = FlagNames(*sub);
   for (const auto& kv : doc) {
     const std::string key = kv.first.as<std::string>();
     const std::string where = fmt::format("{}: {}", Where(kv.first, file), key);
+    // YAML readers keep a repeated key (yaml-cpp yields both); CLI11 would say "At Most 1 required".
+    const auto [first, fresh] = expanded.origin.try_emplace("--" + key, Where(kv.first, file));
+    if (!fresh) {
+      throw Error(fmt::format("{}: given twice (first at {}); give it once, or a list to repeat the flag", where,
+                              first->second));
+    }
     const CLI::Option* option = sub->get_option_no_throw("--" + key);
     if (key == "config") throw Error(where + ": config files do not nest; give its flags here instead");
     if (option == nullptr || key == "help") {
@@ -96,7 +105,20 @@ std::vector<std::string> ExpandConfig(const CLI::App& app, const std::vector<std
   // Kept, so the command sees the file as one of its inputs (output_file.h).
   out.push_back("--config");
   out.push_back(file);
-  return out;
+  return expanded;
+}
+
+std::string ConfigOrigin(const ExpandedArgs& expanded, const std::string& message) {
+  for (const auto& [flag, where] : expanded.origin) {
+    // The flag as a whole word: --seed is not --seed-s.
+    for (size_t at = message.find(flag); at != std::string::npos; at = message.find(flag, at + 1)) {
+      const size_t end = at + flag.size();
+      const bool whole = end == message.size() || !(std::isalnum(static_cast<unsigned char>(message[end])) ||
+                                                    message[end] == '-' || message[end] == '_');
+      if (whole) return where;
+    }
+  }
+  return "";
 }
 
 }  // namespace loom::cli

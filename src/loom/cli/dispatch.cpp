@@ -18,6 +18,31 @@
 
 namespace loom::cli {
 
+namespace {
+
+// CLI11's message, with its bare "Could not convert: --iterations = abc" said
+// as the other flag checks say it: the flag, the value and what is valid.
+std::string FlagMessage(const CLI::App& app, const CLI::ParseError& e) {
+  const std::string message = e.what();
+  const std::string prefix = "Could not convert: ";
+  const size_t eq = message.find(" = ");
+  if (message.rfind(prefix, 0) != 0 || eq == std::string::npos) return message;
+  const std::string flag = message.substr(prefix.size(), eq - prefix.size());
+  const std::string value = message.substr(eq + 3);
+  std::string type = "a value of its type";
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (!sub->parsed()) continue;
+    if (const CLI::Option* o = sub->get_option_no_throw(flag)) {
+      const std::string name = o->get_type_name();
+      if (name.find("INT") != std::string::npos) type = "an integer (see --help)";
+      if (name.find("FLOAT") != std::string::npos) type = "a number (see --help)";
+    }
+  }
+  return fmt::format("{}: '{}' is not {}", flag, value, type);
+}
+
+}  // namespace
+
 int Dispatch(int argc, char** argv) {
   CLI::App app{"Loom: plan, schedule and simulate multimodal model training on GPU clusters"};
 #ifdef LOOM_HAVE_RUNTIME
@@ -47,9 +72,9 @@ int Dispatch(int argc, char** argv) {
     }
   }
   // --config FILE's flags join the command line's (which take precedence).
-  const std::vector<std::string> args = ExpandConfig(app, std::vector<std::string>(argv + 1, argv + argc));
+  const ExpandedArgs expanded_args = ExpandConfig(app, std::vector<std::string>(argv + 1, argv + argc));
   std::vector<const char*> expanded = {argv[0]};
-  for (const std::string& a : args) expanded.push_back(a.c_str());
+  for (const std::string& a : expanded_args.args) expanded.push_back(a.c_str());
   try {
     app.parse(static_cast<int>(expanded.size()), expanded.data());
   } catch (const CLI::CallForHelp& e) {
@@ -57,6 +82,10 @@ int Dispatch(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    const std::string message = FlagMessage(app, e);
+    const std::string origin = ConfigOrigin(expanded_args, message);
+    if (!origin.empty()) throw loom::Error(fmt::format("{}: {}", origin, message));
+    if (message != e.what()) throw loom::Error(message);
     app.exit(e);
     return 2;
   }

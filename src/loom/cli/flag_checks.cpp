@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -93,6 +94,10 @@ CLI::Validator IntIn(int64_t lo, int64_t hi) {
       },
       "INT");
 }
+
+// After IntIn: initialised in this file's order.
+const CLI::Validator kPositiveInt = IntIn(1, std::numeric_limits<int>::max());
+const CLI::Validator kNotNegativeInt = IntIn(0, std::numeric_limits<int>::max());
 
 CLI::Validator RealIn(double lo_exclusive, double hi) {
   return CLI::Validator(

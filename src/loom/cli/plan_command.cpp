@@ -84,18 +84,19 @@ class PlanCommand : public Command {
     CLI::App* sub = subcommand();
     problem_.Add(sub);
     sub->add_option("--strategy", strategies_, "NAME[,NAME...] or all (default all)");
-    sub->add_option("--iterations", iterations_, "sampled batches to simulate per strategy (default 10)");
+    sub->add_option("--iterations", iterations_, "sampled batches to simulate per strategy (default 10)")
+        ->check(kPositiveInt);
     sub->add_option("--tp", compare_.fixed_tp, "pin tensor parallelism of pipeline strategies (paper configs)")
-        ->check(kPositive);
+        ->check(kPositiveInt);
     sub->add_option("--pp", compare_.fixed_pp, "pin pipeline parallelism of pipeline strategies (paper configs)")
-        ->check(kPositive);
+        ->check(kPositiveInt);
     sub->add_option("--dp", compare_.fixed_dp,
                     "pin data parallelism of pipeline strategies and entrain (Entrain's DP 4; paper configs)")
-        ->check(kPositive);
+        ->check(kPositiveInt);
     sub->add_option("--sub-microbatch", compare_.fixed_encoder_sub_microbatch,
                     "pipeweaver: pin the encoders' sub-microbatch size to N images (default: the cost model's, the "
                     "smallest at 95% of the best throughput)")
-        ->check(kPositive);
+        ->check(kPositiveInt);
     sub->add_option("--schedule-rollouts", compare_.schedule_rollouts,
                     "rollouts per batch of per-batch schedule searches (pipeweaver's MCTS; default 3000; 0: its "
                     "default ranking)")
@@ -115,7 +116,7 @@ class PlanCommand : public Command {
     sub->add_option("--jobs", compare_.jobs,
                     "strategies planned at once, each on its own thread (default: this machine's cores; the same "
                     "plans and numbers for any value)")
-        ->check(kPositive);
+        ->check(kPositiveInt);
     sub->add_flag("--exhaustive", exhaustive_,
                   "simulate every candidate, even those whose lower bound cannot beat the best plan found "
                   "(slower; the same best plans; docs/search.md)");

@@ -18,7 +18,7 @@ class ProbeSmCommand : public Command {
       : Command(app.add_subcommand("probe-sm",
                                    "measure green contexts on this GPU (CUDA builds): creation "
                                    "per SM quota, launches on pre-created streams, co-located stacks")) {
-    subcommand()->add_option("--repeats", repeats_, "runs per measurement (median)")->check(kPositive);
+    subcommand()->add_option("--repeats", repeats_, "runs per measurement (median)")->check(kPositiveInt);
   }
 
   void Run() override {

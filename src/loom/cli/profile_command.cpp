@@ -62,7 +62,7 @@ class ProfileCommand : public Command {
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(IntIn(1, cores));
     sub->add_option("--tokens", tokens_, "token counts to measure, comma-separated");
-    sub->add_option("--repeats", options_.repeats, "timed runs per point (median)")->check(kPositive);
+    sub->add_option("--repeats", options_.repeats, "timed runs per point (median)")->check(kPositiveInt);
     sub->add_option("--concurrent", options_.concurrent,
                     "measure beside N-1 copies of the same measurement (the plan's ranks per machine sharing its "
                     "cores)")

@@ -61,7 +61,7 @@ class ReplayCommand : public Command {
     sub->add_option("--fault-tolerance", options_.fault_tolerance, "oobleck's f (default 1)")
         ->check(CLI::Range(0, 1000));
     sub->add_option("--checkpoint-every", options_.checkpoint_every, "varuna's iterations per checkpoint (default 10)")
-        ->check(kPositive);
+        ->check(kPositiveInt);
     sub->add_flag("--free-checkpoints", free_checkpoints_,
                   "varuna's checkpoints cost nothing to write (thesis Table 2.4's ablation; the restart and the "
                   "load stay)");

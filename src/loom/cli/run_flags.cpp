@@ -40,7 +40,7 @@ void RunFlags::Add(CLI::App* run) {
                   "write the trained weights as a Hugging Face model folder DIR (model.safetensors + config.json) "
                   "that transformers' from_pretrained loads; --model must be a Hugging Face folder or config.json")
       ->check(kOutputFolder);
-  run->add_option("--steps", steps, "training steps")->check(kPositive);
+  run->add_option("--steps", steps, "training steps")->check(kPositiveInt);
   run->add_option("--timeout", timeout_s, "seconds a rank may stay silent before the run fails")
       ->check(RealIn(0, max_timeout_s));
   // Bounded to what the workers' fp32 AdamW can hold (a float).
@@ -48,11 +48,11 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--lr-schedule", lr_schedule, "after the warmup: constant | linear | cosine (default constant)")
       ->group("Training");
   run->add_option("--warmup-steps", warmup_steps, "steps the learning rate rises from 0 to --lr (default 0)")
-      ->check(kNotNegative)
+      ->check(kNotNegativeInt)
       ->group("Training");
   run->add_option("--decay-steps", decay_steps,
                   "steps the schedule spans, warmup included (default: --steps; set it to resume a longer schedule)")
-      ->check(kNotNegative)
+      ->check(kNotNegativeInt)
       ->group("Training");
   run->add_option("--min-lr-ratio", min_lr_ratio, "where linear and cosine end, as a fraction of --lr (default 0)")
       ->group("Training");
@@ -77,13 +77,17 @@ void RunFlags::Add(CLI::App* run) {
       ->excludes("--loss-scale");
   run->add_option("--loss-scale-window", loss_scale_window,
                   "fp16: clean steps before the dynamic scale doubles (default 1000)")
+      ->check(kPositiveInt)
       ->group("fp16 loss scaling")
       ->excludes("--loss-scale");
   run->add_option("--hysteresis", hysteresis, "fp16: overflows before the dynamic scale halves (default 2)")
+      ->check(kPositiveInt)
       ->group("fp16 loss scaling")
       ->excludes("--loss-scale");
-  run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")->group("");
-  run->add_option("--kill-step", kill_step, "fault injection step")->group("");
+  run->add_option("--kill-rank", kill_rank, "fault injection: this rank exits at the start of --kill-step")
+      ->check(kNotNegativeInt)
+      ->group("");
+  run->add_option("--kill-step", kill_step, "fault injection step")->check(kNotNegativeInt)->group("");
   run->add_option("--fault-tolerance", fault_tolerance,
                   "survive failed nodes as Oobleck does (an Oobleck plan for this F; without --plan, planned here): "
                   "re-instantiate pipelines from its templates, copy lost layers from surviving replicas, replay the "
@@ -111,11 +115,11 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--checkpoint-every", checkpoint_every,
                   "also save every K steps (with --fault-tolerance and no --checkpoint-dir: into its run "
                   "directory, for failures that take every holder of a layer at once)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNotNegativeInt)
       ->group("Checkpoints");
   run->add_option("--keep-checkpoints", keep_checkpoints,
                   "with --checkpoint-dir: the newest K kept (default 2; 0: all)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kNotNegativeInt)
       ->group("Checkpoints");
   run->add_option("--resume", resume,
                   "continue from a checkpoint: a --checkpoint-dir folder (its latest) or one step-N folder in it, "
@@ -134,12 +138,13 @@ void RunFlags::Add(CLI::App* run) {
       ->check(kOutputFile);
   run->add_flag("--compare", compare, "print the simulator's prediction of the last step beside what ran");
   run->add_option("--profile", profile, "cost model for --compare (default|roofline|FILE)");
-  run->add_option("--tp", layout.tp, "without --plan: tensor parallel degree")->check(kPositive);
-  run->add_option("--pp", layout.pp, "without --plan: pipeline parallel degree")->check(kPositive);
-  run->add_option("--dp", layout.dp, "without --plan: data parallel degree")->check(kPositive);
-  run->add_option("--cp", layout.cp, "without --plan: context parallel degree (ring attention)")->check(kPositive);
-  run->add_option("--vpp", layout.vpp, "without --plan: virtual stages per rank (interleaved)")->check(kPositive);
-  run->add_option("--microbatches", layout.microbatches, "without --plan: microbatches per replica")->check(kPositive);
+  run->add_option("--tp", layout.tp, "without --plan: tensor parallel degree")->check(kPositiveInt);
+  run->add_option("--pp", layout.pp, "without --plan: pipeline parallel degree")->check(kPositiveInt);
+  run->add_option("--dp", layout.dp, "without --plan: data parallel degree")->check(kPositiveInt);
+  run->add_option("--cp", layout.cp, "without --plan: context parallel degree (ring attention)")->check(kPositiveInt);
+  run->add_option("--vpp", layout.vpp, "without --plan: virtual stages per rank (interleaved)")->check(kPositiveInt);
+  run->add_option("--microbatches", layout.microbatches, "without --plan: microbatches per replica")
+      ->check(kPositiveInt);
   run->add_option("--schedule", schedule, "without --plan: gpipe | 1f1b | interleaved | zb-h1");
   run->add_option("--recompute", recompute, "without --plan: none | selective | full")
       ->check(CLI::IsMember({"none", "selective", "full"}));

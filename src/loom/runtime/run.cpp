@@ -194,6 +194,15 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
   // One process per GPU of the groups the plan uses (runtime/process_layout.h).
   const runtime::ProcessLayout layout = runtime::LayoutProcesses(first);
   const int world = layout.processes;
+  // Fault injection for a rank or step that never runs would never fire (step
+  // `steps`: after the last step, before the final checkpoint).
+  if (options.kill_rank >= world ||
+      (options.kill_rank >= 0 && (options.kill_step < 0 || options.kill_step > options.steps))) {
+    throw Error(
+        fmt::format("--kill-rank {} --kill-step {}: the run has {} ranks and {} steps; valid: a rank in "
+                    "0..{} and a step in 0..{}",
+                    options.kill_rank, options.kill_step, world, options.steps, world - 1, options.steps));
+  }
   if (world % options.nnodes != 0) {
     throw Error(fmt::format("the plan runs {} processes, which do not split over {} nodes", world, options.nnodes));
   }
