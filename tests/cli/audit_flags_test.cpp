@@ -81,6 +81,14 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
        "audit-cfg-value.yaml:3:1: --global-batch: 'eight' is not an integer in 1..16777216"},
       {"plan --config " + test::WriteTemp("audit-cfg-twice.yaml", "model: vlm-s\ncluster: h800:2x8\nmodel: vlm-m\n"),
        "audit-cfg-twice.yaml:3:1: model: given twice (first at "},
+      // plan: flags no named strategy reads (D49).
+      {"plan --model vlm-s --cluster h800:2x8 --run-steps 3", "--run-steps: steps of --run's runs; add --run"},
+      {"plan --model vlm-s --cluster h800:2x8 --strategy megatron --schedule-rollouts 5",
+       "--schedule-rollouts: only pipeweaver's strategies read it"},
+      {"plan --model vlm-s --cluster h800:2x8 --strategy mmscale --sub-microbatch 2",
+       "--sub-microbatch: only pipeweaver's strategies read it"},
+      {"plan --model vlm-s --cluster h800:2x8 --strategy megatron --fault-tolerance 1",
+       "--fault-tolerance: only oobleck reads it"},
       // The hidden fault injection: a rank or step that never runs (D60).
       {run + "--kill-rank 7 --kill-step 0", "--kill-rank 7 --kill-step 0: the run has 1 ranks and 1 steps"},
       {run + "--kill-rank 0",

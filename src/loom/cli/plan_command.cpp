@@ -141,6 +141,7 @@ class PlanCommand : public Command {
     const Cluster cluster = problem_.LoadPricedCluster();
     const Workload workload = problem_.workload.ResolveOrDefault(model);
     const std::vector<std::string> names = ParseStrategyList(strategies_);
+    RefuseUnusedFlags(names);
     compare_.prune = !exhaustive_;
     // Only the outputs that list every batch keep them: otherwise memory
     // does not grow with --iterations.
@@ -227,6 +228,29 @@ class PlanCommand : public Command {
 
   ProblemFlags problem_;
   std::string strategies_ = "all";
+  // A flag that no named strategy reads would be ignored silently (D49).
+  void RefuseUnusedFlags(const std::vector<std::string>& names) const {
+    CLI::App* sub = subcommand();
+    if (sub->count("--run-steps") > 0 && !run_) {
+      throw loom::Error("--run-steps: steps of --run's runs; add --run, or leave --run-steps out");
+    }
+    auto named = [&](const std::string& prefix) {
+      return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(prefix, 0) == 0; });
+    };
+    for (const char* flag : {"--sub-microbatch", "--schedule-rollouts", "--schedule-budget"}) {
+      if (sub->count(flag) > 0 && !named("pipeweaver")) {
+        throw loom::Error(fmt::format("{}: only pipeweaver's strategies read it, and --strategy names none; add "
+                                      "pipeweaver, or leave {} out",
+                                      flag, flag));
+      }
+    }
+    if (sub->count("--fault-tolerance") > 0 && !named("oobleck")) {
+      throw loom::Error(
+          "--fault-tolerance: only oobleck reads it, and --strategy names it not; add oobleck, or leave "
+          "--fault-tolerance out");
+    }
+  }
+
   int iterations_ = 10;
   CompareOptions compare_;
   bool exhaustive_ = false;
