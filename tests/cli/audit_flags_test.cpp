@@ -89,6 +89,10 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
        "--sub-microbatch: only pipeweaver's strategies read it"},
       {"plan --model vlm-s --cluster h800:2x8 --strategy megatron --fault-tolerance 1",
        "--fault-tolerance: only oobleck reads it"},
+      // inspect: an image for a text model, an image beside a workload, an empty cluster (D56-D58).
+      {"inspect llama3-1b --image 640x480", "--image 640x480: model llama3-1b has no module that reads images"},
+      {"inspect vlm-s --image 640x480 --workload obelics", "give --image or the workload flags, not both"},
+      {"inspect vlm-s --cluster ''", "unknown cluster ''"},
       // The hidden fault injection: a rank or step that never runs (D60).
       {run + "--kill-rank 7 --kill-step 0", "--kill-rank 7 --kill-step 0: the run has 1 ranks and 1 steps"},
       {run + "--kill-rank 0",

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -55,9 +56,28 @@ class InspectCommand : public Command {
   void Run() override {
     InspectOptions options;
     options.workload = workload_.Resolve();  // no model yet: overrides need --workload
-    if (!cluster_.empty()) options.cluster = LoadCluster(cluster_);
-    if (!image_.empty()) options.image_px = ParseImageSize(image_);
-    const nlohmann::json result = InspectModel(LoadModel(model_), options);
+    // An empty --cluster was read as none (D58): it is a name that loads nothing.
+    if (subcommand()->count("--cluster") > 0) options.cluster = LoadCluster(cluster_);
+    const Model model = LoadModel(model_);
+    if (subcommand()->count("--image") > 0) {
+      options.image_px = ParseImageSize(image_);
+      // One image replaces the workload's samples: a workload beside it would be ignored (D57).
+      if (options.workload) {
+        throw Error(fmt::format("--image {} counts one image's tokens instead of a workload's samples: give "
+                                "--image or the workload flags, not both",
+                                image_));
+      }
+      // A model no module of which reads images would print a table of zeros (D56).
+      const bool reads_images = std::any_of(model.modules.begin(), model.modules.end(), [](const Module& m) {
+        return m.tokens.source == TokenSource::kImage;
+      });
+      if (!reads_images) {
+        throw Error(fmt::format("--image {}: model {} has no module that reads images; valid: a model with an "
+                                "image encoder (e.g. vlm-s, clip-vit-l)",
+                                image_, model.name));
+      }
+    }
+    const nlohmann::json result = InspectModel(model, options);
     std::cout << (json_ ? result.dump(2) + "\n" : FormatInspect(result));
   }
 
