@@ -89,6 +89,8 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
        "--sub-microbatch: only pipeweaver's strategies read it"},
       {"plan --model vlm-s --cluster h800:2x8 --strategy megatron --fault-tolerance 1",
        "--fault-tolerance: only oobleck reads it"},
+      {"plan --model vlm-s --cluster h800:2x8 --strategy pipeweaver --sub-microbatch 1000000",
+       "--sub-microbatch 1000000: a whole batch holds at most 2196 sequences of one encoder; valid: 1..2196"},
       // inspect: an image for a text model, an image beside a workload, an empty cluster (D56-D58).
       {"inspect llama3-1b --image 640x480", "--image 640x480: model llama3-1b has no module that reads images"},
       {"inspect vlm-s --image 640x480 --workload obelics", "give --image or the workload flags, not both"},

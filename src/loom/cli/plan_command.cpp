@@ -21,6 +21,8 @@
 #include "loom/cli/problem_record.h"
 #include "loom/cli/run_every_plan.h"
 #include "loom/cost/cost_model.h"
+#include "loom/cost/token_stats.h"
+#include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/export/engine_choices.h"
 #include "loom/export/megatron_args.h"
@@ -142,6 +144,7 @@ class PlanCommand : public Command {
     const Workload workload = problem_.workload.ResolveOrDefault(model);
     const std::vector<std::string> names = ParseStrategyList(strategies_);
     RefuseUnusedFlags(names);
+    if (subcommand()->count("--sub-microbatch") > 0) CheckSubMicrobatch(model, workload);
     compare_.prune = !exhaustive_;
     // Only the outputs that list every batch keep them: otherwise memory
     // does not grow with --iterations.
@@ -248,6 +251,27 @@ class PlanCommand : public Command {
       throw loom::Error(
           "--fault-tolerance: only oobleck reads it, and --strategy names it not; add oobleck, or leave "
           "--fault-tolerance out");
+    }
+  }
+
+  // --sub-microbatch N past every encoder sequence of a whole batch would be
+  // the microbatch itself, clamped in silence (D59): its range is the first
+  // batch's most encoder sequences (images, clips).
+  void CheckSubMicrobatch(const Model& model, const Workload& workload) const {
+    const std::vector<TokenStats> tokens = CountModuleTokens(model, DrawBatch(workload, 0).samples);
+    double most = 0;
+    for (size_t i = 0; i < model.modules.size(); ++i) {
+      if (model.modules[i].role == ModuleRole::kEncoder) most = std::max(most, tokens[i].sequences);
+    }
+    const int64_t n = compare_.fixed_encoder_sub_microbatch;
+    if (most < 1) {
+      throw loom::Error(
+          fmt::format("--sub-microbatch {}: model {} runs no encoder sequences on this workload", n, model.name));
+    }
+    if (static_cast<double>(n) > most) {
+      throw loom::Error(
+          fmt::format("--sub-microbatch {}: a whole batch holds at most {} sequences of one encoder; valid: 1..{}", n,
+                      static_cast<int64_t>(most), static_cast<int64_t>(most)));
     }
   }
 
