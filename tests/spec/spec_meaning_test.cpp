@@ -34,6 +34,25 @@ TEST(SpecMeaning, PatchSizesOfTheTokenRuleAndThePatchEmbeddingAgree) {
                      "valid: patch_px 8"});
 }
 
+// A head over another vocabulary than its embedding's trained on synthetic
+// tokens and failed on real labels inside the workers ("Target 100 is out of
+// bounds"); a tied head must share its embedding's matrix.
+TEST(SpecMeaning, AnLmHeadScoresTheVocabularyItsEmbeddingReads) {
+  test::ExpectError([] { TinyVlmWith("{kind: lm_head, vocab: 128", "{kind: lm_head, vocab: 64"); },
+                    {"vlm.yaml:", "module llm: its lm_head scores a vocab of 64, its embedding reads 128",
+                     "valid: one vocab for both"});
+  test::ExpectError(
+      [] {
+        const std::string transformer =
+            "      - {kind: transformer, count: 4, hidden: 64, ffn_hidden: 128, heads: 4, kv_heads: 2, gated_mlp: "
+            "true, causal: true}\n";
+        TinyVlmWith("      - {kind: embedding, vocab: 128, hidden: 64}\n" + transformer +
+                        "      - {kind: lm_head, vocab: 128, hidden: 64}",
+                    transformer + "      - {kind: lm_head, vocab: 128, hidden: 64, tied: true}");
+      },
+      {"module llm: its lm_head is tied, but the module has no embedding to share"});
+}
+
 TEST(SpecMeaning, AProjectorHandsOnTheWidthOfTheModuleThatSplicesIt) {
   test::ExpectError([] { TinyVlmWith("out_dim: 64", "out_dim: 48"); },
                     {"vlm.yaml:", "module llm splices projector's tokens, whose projector hands on out_dim 48",
