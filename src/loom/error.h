@@ -14,7 +14,13 @@ namespace loom {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& message) : std::runtime_error(message) {}
+  explicit Error(const std::string& message) : std::runtime_error(Visible(message)) {}
+
+ private:
+  // A message quotes input, and input may hold bytes a terminal acts on or a
+  // C string stops at (a NUL in a CSV cell cut the message short): each
+  // control character but a line break or tab is written \xNN.
+  static std::string Visible(const std::string& message);
 };
 
 // A run stopped because the launcher received SIGINT, SIGTERM or SIGHUP

@@ -29,7 +29,22 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
   const std::string negative = test::WriteTemp("audit-negative.txt", "-5 fail 1\n");
   const std::string cluster =
       test::WriteTemp("audit-cluster.yaml", "cluster: c\ngpu: h100\nnodes: 1\ngpus_per_node: 2\ngpu_mem_GiB: 1e30\n");
+  // A head scoring fewer tokens than its embedding reads (Mllama's) and a label past it:
+  // "Target 100 is out of bounds" inside the workers, without the line (Y-vocab).
+  std::string narrow_head;
+  {
+    std::ifstream in(data + "tiny-llm.yaml");
+    std::stringstream text;
+    text << in.rdbuf();
+    narrow_head = text.str();
+    const std::string wide = "{kind: lm_head, vocab: 128";
+    narrow_head.replace(narrow_head.find(wide), wide.size(), "{kind: lm_head, vocab: 64");
+  }
+  const std::string head_model = test::WriteTemp("audit-head.yaml", narrow_head);
+  const std::string head_data = test::WriteTemp("audit-head.jsonl", "{\"input_ids\": [1, 2, 100, 101]}\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
+      {"run --model " + head_model + " --cluster h100:1x1 --data " + head_data + " --global-batch 1 --steps 1",
+       "audit-head.jsonl:1: labels[2] is 100, past the LM head's vocabulary of 64"},
       // Generated Python: MODULE:FUNCTION only.
       {sim + "--pp 2 --dp 1 --microbatches 2 --export-pytorch-csv /tmp/audit.csv --export-torchtitan /tmp/audit.py "
              "--torchtitan-base 'a:b\")(); import os; (\"'",

@@ -191,6 +191,15 @@ TEST(PytorchCsv, PytorchsRulesRejectWhatPytorchRejects) {
                     {"1 rows for 2 pipeline ranks"});
   test::ExpectError([&] { parse("0F0,0X1\n"); }, {"r.csv:1:2: cell '0X1'", "F, B, I, W"});
   test::ExpectError([&] { parse("0F0\n0F\n"); }, {"r.csv:2:1: cell '0F': F needs a microbatch"});
+  // A NUL or escape byte in a cell is shown, and the message goes on past it (D15: it was cut there).
+  test::ExpectError(
+      [&] {
+        parse(
+            std::string("0F0,0X\0\x1b"
+                        "1\n",
+                        10));
+      },
+      {"r.csv:1:2: cell '0X\\x00\\x1b1': expected STAGE TYPE MICROBATCH"});
   test::ExpectError([&] { ImportPytorchSchedule(parse("0F0,0B0\n\n"), "r.csv"); }, {"r.csv: rank 1 runs no stage"});
   // Bubbles (empty cells), FSDP's UNSHARD / RESHARD and REDUCE_GRAD are read past.
   EXPECT_EQ(parse("0UNSHARD,0F0,,0B0,0REDUCE_GRAD,0RESHARD\n")[0].size(), 2u);

@@ -320,6 +320,9 @@ TEST(HfConfig, ATextTowerReadsAtMostItsContext) {
 }
 
 TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {
+  // A truncated config.json is JSON to its reader (it was called "malformed YAML").
+  test::ExpectError([] { LoadModel(WriteConfig("cut", R"({"model_type": "llama", "hidden_size": )")); },
+                    {"cut/config.json:", "malformed JSON"});
   test::ExpectError([] { LoadModel(WriteConfig("mamba", R"({"model_type": "mamba", "hidden_size": 768})")); },
                     {"config.json: model_type: 'mamba' is not an architecture Loom reads", "valid: llama, mistral"});
   // Issue 43: a type Loom does not read yet names the closest one it does and what to do;

@@ -30,12 +30,15 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
 }  // namespace
 
 // The batch's real text where its samples carry token ids (TextTokens; null:
-// synthetic text), each id checked against the vocabulary of the loss
-// module's embedding.
+// synthetic text), each input id checked against the vocabulary of the loss
+// module's embedding, each label against its head's (Mllama's embedding reads
+// 8 image tokens more than its head scores).
 std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
   if (b.samples.empty() || !b.samples[0].tokens) return nullptr;
   const Layer& embedding = model.modules.back().layers.front();
+  const Layer& head = model.modules.back().layers.back();
   const int64_t vocab = embedding.kind == LayerKind::kEmbedding ? embedding.vocab : 0;
+  const int64_t scored_vocab = head.kind == LayerKind::kLmHead ? head.vocab : vocab;
   auto text = std::make_unique<TextTokens>();
   for (const Sample& s : b.samples) {
     if (!s.tokens) throw Error("runtime: a batch mixes samples with and without token ids");
@@ -45,10 +48,12 @@ std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
       continue;
     }
     for (const auto* list : {&s.tokens->input_ids, &s.tokens->labels}) {
+      const bool ids = list == &s.tokens->input_ids;
+      const int64_t limit = ids ? vocab : scored_vocab;
       for (size_t i = 0; i < list->size(); ++i) {
-        if ((*list)[i] >= vocab) {
-          throw Error(fmt::format("{}: {}[{}] is {}, past the model's vocabulary of {}", s.tokens->where,
-                                  list == &s.tokens->input_ids ? "input_ids" : "labels", i, (*list)[i], vocab));
+        if ((*list)[i] >= limit) {
+          throw Error(fmt::format("{}: {}[{}] is {}, past the {} vocabulary of {}", s.tokens->where,
+                                  ids ? "input_ids" : "labels", i, (*list)[i], ids ? "model's" : "LM head's", limit));
         }
       }
     }

@@ -417,30 +417,24 @@ void CheckPatchSize(const Module& mod, const YamlMap& m) {
   }
 }
 
-// A causal LM predicts the tokens it reads: a module's LM head scores the
-// vocabulary its embedding reads (transformers' config has one vocab_size for
-// both), and a tied head is that embedding's matrix, so of its width too. A
-// head over fewer tokens made real labels out of bounds inside the workers.
-void CheckVocab(const Module& mod, const YamlMap& m) {
+// A tied LM head is its module's embedding matrix, so of its vocab and width
+// (an untied head may score fewer tokens than the embedding reads: Mllama's
+// reads 8 image tokens more; labels are checked against the head's).
+void CheckTiedHead(const Module& mod, const YamlMap& m) {
   const auto of = [&](LayerKind kind) {
     return std::find_if(mod.layers.begin(), mod.layers.end(), [&](const Layer& l) { return l.kind == kind; });
   };
   const auto embedding = of(LayerKind::kEmbedding), head = of(LayerKind::kLmHead);
-  if (head == mod.layers.end()) return;
-  if (embedding != mod.layers.end() && embedding->vocab != head->vocab) {
-    throw m.ErrorAt("layers", fmt::format("module {}: its lm_head scores a vocab of {}, its embedding reads {}; "
-                                          "valid: one vocab for both (config.json's vocab_size)",
-                                          mod.name, head->vocab, embedding->vocab));
-  }
-  if (head->tied && (embedding == mod.layers.end() || embedding->hidden != head->hidden)) {
-    throw m.ErrorAt("layers",
-                    fmt::format("module {}: its lm_head is tied, but {}; valid: a tied head in the module of "
-                                "the embedding it shares, of one hidden size, or tied: false",
-                                mod.name,
-                                embedding == mod.layers.end() ? std::string("the module has no embedding to share")
-                                                              : fmt::format("its hidden {} is not the embedding's {}",
-                                                                            head->hidden, embedding->hidden)));
-  }
+  if (head == mod.layers.end() || !head->tied) return;
+  if (embedding != mod.layers.end() && embedding->vocab == head->vocab && embedding->hidden == head->hidden) return;
+  throw m.ErrorAt(
+      "layers",
+      fmt::format("module {}: its lm_head is tied, but {}; valid: a tied head of the vocab and hidden "
+                  "of its module's embedding, or tied: false",
+                  mod.name,
+                  embedding == mod.layers.end() ? std::string("the module has no embedding to share")
+                                                : fmt::format("it is {} x {} and the embedding {} x {}", head->vocab,
+                                                              head->hidden, embedding->vocab, embedding->hidden)));
 }
 
 // What module mi reads, once its inputs are resolved (`preds`): a source
@@ -705,7 +699,7 @@ Module Loader::ParseModule(YamlMap& m, const std::string& file, std::vector<std:
   }
   if (!has_from) ReadModuleLayers(m, file, mod);
   CheckPatchSize(mod, m);
-  CheckVocab(mod, m);
+  CheckTiedHead(mod, m);
   if (auto in = m.OptionalChild("inputs")) {
     if (!in->IsSequence()) {
       throw m.ErrorAt("inputs", "expected a list of module names");

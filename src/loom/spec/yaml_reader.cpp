@@ -26,7 +26,10 @@ YAML::Node ParseYaml(const std::string& text, const std::string& file) {
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error(fmt::format("{}:{}:{}: malformed YAML: {}", file, e.mark.line + 1, e.mark.column + 1, e.msg));
+    // A .json file (config.json) is read as the YAML it also is; its error says JSON.
+    const bool json = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+    throw Error(fmt::format("{}:{}:{}: malformed {}: {}", file, e.mark.line + 1, e.mark.column + 1,
+                            json ? "JSON" : "YAML", e.msg));
   }
 }
 
