@@ -609,6 +609,32 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
                                       " --global-batch 1 --steps 1 --cluster h100:1x1");
   EXPECT_EQ(code2, 2) << text2;
   EXPECT_NE(text2.find("bad.jsonl:1: labels: 2 entries for 3 input_ids"), std::string::npos) << text2;
+  // A tensor no layer reads (transformers' unused weights) is named, and the run goes on (D62): the
+  // two pipeline stages' processes each read their half, and only the stray one is left.
+  const fs::path extra = dir / "extra";
+  fs::create_directories(extra);
+  fs::copy_file(dir / "config.json", extra / "config.json", fs::copy_options::overwrite_existing);
+  {
+    const weights::CheckpointWeights checkpoint(dir.string());
+    std::deque<std::vector<std::byte>> hold;
+    std::vector<weights::TensorToWrite> tensors;
+    for (const std::string& name : checkpoint.Names()) {
+      const weights::CheckpointWeights::Location& at = checkpoint.At(name);
+      hold.emplace_back(at.tensor->bytes());
+      at.file->Read(*at.tensor, hold.back());
+      tensors.push_back({name, at.tensor->dtype, at.tensor->shape, hold.back()});
+    }
+    const std::array<float, 1> one = {1.0f};
+    tensors.push_back({"model.stray.weight", weights::DType::kF32, {1}, std::as_bytes(std::span<const float>(one))});
+    weights::WriteCheckpointWeights(extra.string(), tensors, uint64_t{1} << 40);
+  }
+  auto [code3, text3] = test::RunLoom("run --model " + extra.string() + " --data " + (dir / "data.jsonl").string() +
+                                      " --global-batch 4 --steps 1 --cluster h100:1x2 --pp 2");
+  EXPECT_EQ(code3, 0) << text3;
+  EXPECT_NE(text3.find("1 tensor(s) of the checkpoint no layer reads (a LLaVA's vision layers past its feature "
+                       "layer, or another model's; --save keeps them as they are): model.stray.weight\n"),
+            std::string::npos)
+      << text3;
 }
 
 // The training loop's parts against transformers' and PyTorch's own: a

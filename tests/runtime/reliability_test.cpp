@@ -79,7 +79,8 @@ TEST(WorkerMessage, EveryMessageRoundTrips) {
                                                    r::Done{1, 5},
                                                    r::Saved{1, 6},
                                                    r::Stopped{7},
-                                                   r::Dying{3, 12345.678}};
+                                                   r::Dying{3, 12345.678},
+                                                   r::WeightsRead{{"model.embed_tokens.weight", "lm_head.weight"}}};
   for (const auto& m : all) {
     const std::string line = runtime::Encode(m);
     EXPECT_EQ(line.find('\n'), std::string::npos) << line;
@@ -91,6 +92,8 @@ TEST(WorkerMessage, EveryMessageRoundTrips) {
   EXPECT_EQ(loss.value, third);  // exactly
   EXPECT_TRUE(std::isnan(std::get<r::Loss>(runtime::Decode(runtime::Encode(r::Loss{1, std::nan("")}))).value));
   EXPECT_EQ(std::get<r::Note>(runtime::Decode(runtime::Encode(r::Note{"a\nb"}))).text, "a b");
+  EXPECT_EQ(std::get<r::WeightsRead>(runtime::Decode(runtime::Encode(r::WeightsRead{{"a.w", "b.w"}}))).names,
+            (std::vector<std::string>{"a.w", "b.w"}));
   EXPECT_THROW(runtime::Decode("lost 1 0.5"), Error);
   EXPECT_THROW(runtime::Decode("done 1"), Error);
   EXPECT_THROW(runtime::Decode(""), Error);

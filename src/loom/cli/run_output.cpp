@@ -55,6 +55,7 @@ nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
   j["grad_norms"] = norms;
   j["lrs"] = lrs;
   j["nonfinite_skipped_steps"] = nonfinite;
+  if (!r.unread_checkpoint_tensors.empty()) j["unread_checkpoint_tensors"] = r.unread_checkpoint_tensors;
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : r.events) {
     events.push_back({{"step", e.step},
@@ -96,6 +97,15 @@ std::string FormatRun(const RunResult& r, const RunOutputContext& context) {
       "peak tensor memory of the steps {}\n",
       context.label, p.strategy, r.step_s.size(), r.losses.size(), HumanBytes(peak), HumanBytes(tensors));
   for (const auto& n : r.notes) out += "  " + n + "\n";
+  if (const size_t n = r.unread_checkpoint_tensors.size(); n > 0) {  // transformers warns of them too
+    constexpr size_t kShown = 4;
+    const std::vector<std::string> shown(r.unread_checkpoint_tensors.begin(),
+                                         r.unread_checkpoint_tensors.begin() + std::min(n, kShown));
+    out += fmt::format(
+        "  {} tensor(s) of the checkpoint no layer reads (a LLaVA's vision layers past its feature "
+        "layer, or another model's; --save keeps them as they are): {}{}\n",
+        n, fmt::join(shown, ", "), n > kShown ? fmt::format(", and {} more", n - kShown) : "");
+  }
   for (const auto& u : p.units) {
     if (u.sm_fraction < 1 && context.device != Device::kCuda) {
       out +=

@@ -210,9 +210,10 @@ const weights::CheckpointWeights::Location& FindHf(const weights::CheckpointWeig
   return checkpoint.At(name);  // throws, naming the tensor
 }
 
-void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::CheckpointWeights& checkpoint,
-                   const TensorParallel& tp) {
+std::vector<std::string> LoadHfWeights(LayerStackImpl& stack, const Model& model,
+                                       const weights::CheckpointWeights& checkpoint, const TensorParallel& tp) {
   torch::NoGradGuard no_grad;
+  std::vector<std::string> read;
   for (auto& item : stack.named_parameters()) {
     const std::string hf = HfParameterName(model, item.key());
     torch::Tensor& param = item.value();
@@ -241,7 +242,9 @@ void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::Che
       where.file->Read(info, bytes);
     }
     param.copy_(host.to(param.scalar_type()));
+    read.push_back(info.name);
   }
+  return read;
 }
 
 void AppendHfPart(LayerStackImpl& stack, const Model& model, const TensorParallel& tp, torch::ScalarType dtype,

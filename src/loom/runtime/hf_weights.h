@@ -47,9 +47,10 @@ std::string CanonicalHfName(const std::string& name, bool llava);
 // BF16 or F16 to the parameter's dtype). Throws loom::Error naming the
 // checkpoint folder and the tensor: one the model needs and the checkpoint
 // lacks, a shape other than the model's (another model's checkpoint), a dtype
-// that is not floating point.
-void LoadHfWeights(LayerStackImpl& stack, const Model& model, const weights::CheckpointWeights& checkpoint,
-                   const TensorParallel& tp);
+// that is not floating point. Returns the checkpoint tensors it read, by their
+// names in the checkpoint.
+std::vector<std::string> LoadHfWeights(LayerStackImpl& stack, const Model& model,
+                                       const weights::CheckpointWeights& checkpoint, const TensorParallel& tp);
 
 // One process's share of a checkpoint being saved (`loom run --save DIR`,
 // weights/checkpoint_parts.h): tensors under transformers' names, converted

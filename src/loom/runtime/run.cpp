@@ -27,6 +27,7 @@
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
 #include "loom/runtime/worker_message.h"
+#include "loom/weights/checkpoint_weights.h"
 #include "loom/weights/run_checkpoint.h"
 
 namespace loom {
@@ -158,6 +159,21 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
                      const Replanner& replanner);
 }  // namespace
 
+namespace {
+
+// The checkpoint's tensors no worker read (RunResult::unread_checkpoint_tensors);
+// nothing where no worker said what it read (a resumed run reads its own checkpoint).
+void NameUnreadTensors(const RunOptions& options, RunResult& r) {
+  if (options.weights_dir.empty() || r.checkpoint_tensors_read.empty()) return;
+  const std::set<std::string> read(r.checkpoint_tensors_read.begin(), r.checkpoint_tensors_read.end());
+  r.checkpoint_tensors_read.assign(read.begin(), read.end());
+  for (const std::string& name : weights::CheckpointWeights(options.weights_dir).Names()) {
+    if (!read.count(name)) r.unread_checkpoint_tensors.push_back(name);
+  }
+}
+
+}  // namespace
+
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
@@ -166,7 +182,11 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   if (workload.precision == Precision::kFp16) {
     options.loss_scale.Validate();
   }
-  if (options.save_dir.empty()) return RunWorkers(model, cluster, workload, plan, options, schedules, replanner);
+  if (options.save_dir.empty()) {
+    RunResult result = RunWorkers(model, cluster, workload, plan, options, schedules, replanner);
+    NameUnreadTensors(options, result);
+    return result;
+  }
   // --save: checked before any worker starts, joined once every one finished.
   RunOptions saving = options;
   saving.save_dtype = runtime::PrepareSave(model, options);
@@ -178,6 +198,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     throw;
   }
   runtime::FinishSave(model, saving);
+  NameUnreadTensors(options, result);
   return result;
 }
 

@@ -175,6 +175,11 @@ struct RunResult {
   // optimizer state); what the simulator's per-GPU peak predicts.
   std::vector<double> peak_tensor_bytes;
   std::vector<std::string> notes;  // what workers said about the run ("phase 0: 2 green context(s) ...")
+  // `--model DIR` with weights: the checkpoint's tensors the workers read, and
+  // those no layer of the model reads (transformers' "unused weights": a
+  // LLaVA's vision layers past its feature layer, CLIP's post_layernorm, or
+  // another model's), which --save carries over unchanged.
+  std::vector<std::string> checkpoint_tensors_read, unread_checkpoint_tensors;
   // A fault-tolerant run: what happened to its nodes, in order.
   struct NodeEvent {
     int step = 0;              // the step the new generation starts at

@@ -97,6 +97,8 @@ void ReadReports(const std::vector<std::vector<std::string>>& lines, const Proce
         if (iv.stream == 0) out.measured.busy_s[iv.rank] += iv.end_s - iv.start_s;
       } else if (const auto* m = std::get_if<report::Note>(&message)) {
         out.notes.push_back(fmt::format("process {}: {}", r, m->text));
+      } else if (const auto* m = std::get_if<report::WeightsRead>(&message)) {
+        out.checkpoint_tensors_read.insert(out.checkpoint_tensors_read.end(), m->names.begin(), m->names.end());
       } else if (const auto* m = std::get_if<report::Param>(&message)) {
         out.params[r].insert(out.params[r].end(), {m->sum, m->sum_sq, m->abs_sum});
       }

@@ -152,15 +152,20 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
   // copy, then (with a checkpoint) loaded from its files, each TP shard its slice.
   std::optional<weights::CheckpointWeights> checkpoint;
   if (!options.weights_dir.empty()) checkpoint.emplace(options.weights_dir);
+  std::vector<std::string> tensors_read;  // told the launcher, which names the checkpoint's unread ones
   for (int v = 0; v < place_.stages(); ++v) {
     if (!place_.IsLocal(v)) continue;
     const TensorParallel& tp = groups_.tensor_parallel.at(place_.TpOf(v));
     LayerStack stack(model, first.stages[v].layers, options.seed, tp, groups_.context_parallel);
     stack->SetComputeDtype(options.compute_dtype);
-    if (checkpoint) LoadHfWeights(*stack, model, *checkpoint, tp);
+    if (checkpoint) {
+      const std::vector<std::string> read = LoadHfWeights(*stack, model, *checkpoint, tp);
+      tensors_read.insert(tensors_read.end(), read.begin(), read.end());
+    }
     stack->to(device);
     local_.stacks.emplace(v, std::move(stack));
   }
+  if (checkpoint) reports_.Now(report::WeightsRead{std::move(tensors_read)});
   AddDataParallelGroups(groups_, maker, first, place_, options.layerwise);
   std::vector<Tie> ties = MakeTies(model, first, place_, local_, maker);
   // Gradient buckets: frozen layers get no optimizer state and no gradient

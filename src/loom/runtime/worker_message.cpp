@@ -1,8 +1,10 @@
 #include "loom/runtime/worker_message.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "loom/error.h"
 #include "loom/runtime/report_line.h"
@@ -54,6 +56,8 @@ std::string Encode(const WorkerMessage& message) {
           },
           [](const Stopped& m) { return fmt::format("stopped {}", m.step); },
           [](const Dying& m) { return fmt::format("dying {} {:.17g}", m.step, m.clock_s); },
+          // Tensor names hold no space (safetensors keys are dotted identifiers).
+          [](const WeightsRead& m) { return OneLine("read " + fmt::format("{}", fmt::join(m.names, " "))); },
       },
       message);
 }
@@ -134,6 +138,12 @@ WorkerMessage Decode(const std::string& line) {
     return m;
   }
   if (kind == "stopped") return Stopped{in.Int()};
+  if (kind == "read") {
+    WeightsRead m;
+    std::istringstream names(in.Rest());
+    for (std::string name; names >> name;) m.names.push_back(name);
+    return m;
+  }
   if (kind == "dying") {
     Dying m;
     m.step = in.Int();

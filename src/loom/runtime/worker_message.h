@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace loom::runtime {
 
@@ -79,6 +80,9 @@ struct Saved {  // its part of a periodic checkpoint is written
 struct Stopped {  // it wrote its layers of a stop checkpoint
   int step = 0;
 };
+struct WeightsRead {  // the Hugging Face checkpoint's tensors its stages read (`loom run --model DIR`)
+  std::vector<std::string> names;
+};
 struct Dying {  // an injected fault: it is about to be killed or hang
   int step = 0;
   double clock_s = 0;  // steady clock
@@ -89,7 +93,7 @@ struct Dying {  // an injected fault: it is about to be killed or hang
 using WorkerMessage =
     std::variant<report::Loss, report::LossScale, report::Metrics, report::StepTime, report::Param, report::PeakMemory,
                  report::PeakTensorMemory, report::Interval, report::Note, report::Failure, report::Heartbeat,
-                 report::Ready, report::Done, report::Saved, report::Stopped, report::Dying>;
+                 report::Ready, report::Done, report::Saved, report::Stopped, report::Dying, report::WeightsRead>;
 
 // The message as its line, without the line break (a text's line breaks become spaces).
 std::string Encode(const WorkerMessage& message);
