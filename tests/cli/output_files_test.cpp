@@ -113,6 +113,44 @@ TEST(OutputFiles, FilesInsideOrNamedByInputsAreInputsToo) {
   EXPECT_FALSE(fs::exists(dir / "no"));
 }
 
+// A model's `from:` files, at any depth, and the files a plan file's recorded
+// problem names are inputs too (the second audit: `--trace base.yaml`
+// replaced the file `from:` read, `simulate --plan pl.json --trace m.yaml` the
+// model the plan recorded; each with exit 0).
+TEST(OutputFiles, FromFilesAndAPlansRecordedFilesAreInputs) {
+  const fs::path dir = fs::temp_directory_path() / "loom_tests" / ("outputs_from_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string base_text = Slurp(fs::path(LOOM_TEST_DATA) / "runtime" / "tiny-llm.yaml");
+  const fs::path base = dir / "base.yaml", middle = dir / "middle.yaml", model = dir / "m.yaml", plan = dir / "pl.json";
+  std::ofstream(base) << base_text;
+  std::ofstream(middle) << "model: middle\nmodules: [{name: llm, from: ./base.yaml}]\n";
+  std::ofstream(model) << "model: m\nmodules: [{name: llm, from: ./middle.yaml}]\n";
+  const std::string problem = " --cluster h100:1x2 --global-batch 8 --workload text --seq-len 16";
+  auto [code, out] =
+      test::RunLoom("plan --model " + model.string() + problem + " --strategy megatron --json " + plan.string());
+  ASSERT_EQ(code, 0) << out;
+  const std::string sim = "simulate --model " + model.string() + problem + " --tp 1 --pp 1 --dp 2";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {sim + " --trace " + base.string(),
+       "--trace " + base.string() + ": is a file --model " + model.string() + " names"},
+      {sim + " --export-pytorch-csv " + middle.string(), "is a file --model " + model.string() + " names"},
+      {"simulate --plan " + plan.string() + " --trace " + model.string(),
+       "--trace " + model.string() + ": is also --model (recorded by --plan " + plan.string() + "), an input"},
+      {"simulate --plan " + plan.string() + " --trace " + base.string(),
+       "is a file --model (recorded by --plan " + plan.string() + ") " + model.string() + " names"},
+  };
+  for (const auto& [args, expected] : cases) {
+    SCOPED_TRACE(args);
+    auto [rc, text] = test::RunLoom(args);
+    EXPECT_EQ(rc, 2) << text;
+    EXPECT_NE(text.find(expected), std::string::npos) << text;
+  }
+  EXPECT_EQ(Slurp(base), base_text);
+  EXPECT_EQ(Slurp(middle), "model: middle\nmodules: [{name: llm, from: ./base.yaml}]\n");
+  EXPECT_EQ(Slurp(model), "model: m\nmodules: [{name: llm, from: ./middle.yaml}]\n");
+}
+
 // A write that fails leaves the previous output whole, and no temporary
 // file; a link keeps pointing at its file; a stream (/dev/null) is written in
 // place, not replaced.

@@ -13,7 +13,9 @@
 #include "loom/atomic_file.h"
 #include "loom/cli/flag_checks.h"
 #include "loom/error.h"
+#include "loom/input_file.h"
 #include "loom/path_kind.h"
+#include "loom/spec/model.h"
 #include "loom/spec/workload.h"
 
 namespace loom::cli {
@@ -33,7 +35,9 @@ std::vector<std::string> FilesNamedBy(const PathFlag& in) {
   std::vector<std::string> named;
   std::string jsonl = in.flag == "--data" ? in.path : "";
   try {
-    if (in.flag == "--workload") {
+    // A model's `from:` files (at any depth); a recorded problem's too (AddRecordedInputs).
+    if (in.flag.rfind("--model", 0) == 0) return LoadModel(in.path).inherited_files;
+    if (in.flag.rfind("--workload", 0) == 0) {
       const Workload w = LoadWorkload(in.path);
       if (!w.source.path.empty()) named.push_back(w.source.path);
       jsonl = w.source.path;
@@ -53,6 +57,30 @@ std::vector<std::string> FilesNamedBy(const PathFlag& in) {
   } catch (const loom::Error&) {
   }
   return named;
+}
+
+// `simulate --plan FILE` reads the files its recorded problem names
+// (problem_record.h): inputs as much as the flags'.
+void AddRecordedInputs(std::vector<PathFlag>& inputs) {
+  std::vector<PathFlag> recorded;
+  for (const PathFlag& in : inputs) {
+    if (in.flag != "--plan" || KindOfPath(in.path) != PathKind::kFile) continue;
+    nlohmann::json file;
+    try {
+      file = nlohmann::json::parse(ReadInputFile(in.path, "plan JSON", kMaxPlanBytes), nullptr, false);
+    } catch (const loom::Error&) {  // the command reports it
+      continue;
+    }
+    if (!file.is_object() || !file.contains("problem") || !file["problem"].is_object()) continue;
+    for (const char* key : {"model", "cluster", "profile", "workload"}) {
+      const nlohmann::json& problem = file["problem"];
+      if (!problem.contains(key) || !problem[key].is_string()) continue;
+      const std::string path = problem[key].get<std::string>();
+      if (path.empty() || KindOfPath(path) == PathKind::kNone) continue;
+      recorded.push_back({fmt::format("--{} (recorded by --plan {})", key, in.path), path});
+    }
+  }
+  inputs.insert(inputs.end(), recorded.begin(), recorded.end());
 }
 
 bool HasValidator(CLI::Option* option, const char* name) {
@@ -91,6 +119,7 @@ void CheckOutputs(CLI::App& command) {
       }
     }
   }
+  AddRecordedInputs(inputs);
   std::error_code ec;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const PathFlag& out = outputs[i];

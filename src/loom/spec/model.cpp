@@ -313,6 +313,7 @@ TokenRule ReadTokenRule(YamlMap& m) {
 
 struct Loader {
   std::set<std::string> loading;  // guards `from:` chains against cycles
+  std::vector<std::string> files;  // the files `from:` read (Model::inherited_files)
 
   Model Parse(const std::string& text, const std::string& file);
   // modules[i] of a model file; its `inputs` names are returned in `inputs`.
@@ -345,6 +346,7 @@ Model Loader::LoadNamed(const std::string& ref, const std::string& relative_to, 
     if (KindOfPath(p.string()) == PathKind::kDirectory) {
       throw at.ErrorAt(key, fmt::format("'{}' is a directory; expected a zoo name or a model YAML file", p.string()));
     }
+    files.push_back(p.string());
     try {
       m = Parse(ReadTextFile(p.string(), "model YAML"), p.string());
     } catch (const Error& e) {  // say which file's `from:` led there
@@ -780,6 +782,7 @@ int Model::num_layers() const {
 Model ParseModel(const std::string& yaml_text, const std::string& file) {
   Loader loader;
   Model m = loader.Parse(yaml_text, file);
+  m.inherited_files = loader.files;
   // Loom plans training: a model with no trainable layer has nothing to train
   // (its "MFU" would count forwards only). Components reached by `from:` may
   // be frozen whole; the model as a whole may not.

@@ -22,6 +22,9 @@ struct Model {
   // window attention, tilings); `loom run` refuses it naming this.
   std::string planning_only;
   std::vector<Module> modules;
+  // The files its modules' `from:` read, at any depth: inputs too, which no
+  // output of a command may overwrite (cli/output_file.h).
+  std::vector<std::string> inherited_files;
 
   // Index of the module called `name`, or -1.
   int FindModule(const std::string& name) const;
