@@ -7,6 +7,7 @@
 
 #include "../plan/plan_test_util.h"
 #include "loom/cost/calibration.h"
+#include "loom/cost/layer_work.h"
 #include "loom/cost/profile.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/plan_json.h"
@@ -29,9 +30,19 @@ std::string Llm(const std::string& layer_fields, const std::string& name = "llm"
 }
 
 TEST(Limits, ModelSizesAreBoundedBeforeTheyAreUsed) {
-  EXPECT_NO_THROW(ParseModel(Llm("count: 100000, hidden: 64, ffn_hidden: 128, heads: 4"), "m.yaml"));
+  EXPECT_NO_THROW(ParseModel(Llm("count: 4095, hidden: 64, ffn_hidden: 128, heads: 4"), "m.yaml"));
   test::ExpectError([] { ParseModel(Llm("count: 1000000000, hidden: 64, ffn_hidden: 128, heads: 4"), "m.yaml"); },
-                    {"m.yaml:9:", "layers[1].count", "must be at most 100000", "1000000000"});
+                    {"m.yaml:9:", "layers[1].count", "must be at most 4096", "1000000000"});
+  // 4096 blocks and the embedding: past the model's layers (a plan at 10,000 ran for minutes).
+  test::ExpectError([] { ParseModel(Llm("count: 4096, hidden: 64, ffn_hidden: 128, heads: 4"), "m.yaml"); },
+                    {"m.yaml: model m has 4097 layers; valid: at most 4096 in all its modules"});
+  // Widths of 2^24 multiply past int64 over a model: each layer's count is bounded (it read -5.9e18).
+  Layer wide;
+  wide.kind = LayerKind::kTransformer;
+  wide.hidden = wide.ffn_hidden = wide.heads = wide.kv_heads = int64_t{1} << 24;
+  test::ExpectError([&] { LayerParams(wide); }, {"a transformer layer of ", "parameters; valid: at most 2^50"});
+  wide.hidden = wide.ffn_hidden = wide.heads = wide.kv_heads = 4096;
+  EXPECT_GT(LayerParams(wide), 0);
   test::ExpectError([] { ParseModel(Llm("hidden: 1000000000000, ffn_hidden: 128, heads: 4"), "m.yaml"); },
                     {"layers[1].hidden", "must be at most 16777216"});
   // A double far past int64 is refused before the cast (no undefined behaviour).

@@ -1,5 +1,9 @@
 #include "loom/cost/layer_work.h"
 
+#include <fmt/format.h>
+
+#include "loom/error.h"
+
 namespace loom {
 
 namespace {
@@ -99,64 +103,87 @@ LayerWork& LayerWork::operator+=(const LayerWork& o) {
   return *this;
 }
 
-int64_t LayerParams(const Layer& l) {
-  const int64_t h = l.hidden;
-  const int64_t q = l.heads * l.HeadDim(), kv = l.kv_heads * l.HeadDim();
+namespace {
+
+// A layer's parameters in N: double first, to find a count int64 cannot hold
+// (widths of 2^24 multiply past it: a conv's in_channels x kernel^3 x
+// out_channels), then int64 once it fits.
+template <class N>
+N ParamsAs(const Layer& l) {
+  const N h = static_cast<N>(l.hidden);
+  const N q = static_cast<N>(l.heads * l.HeadDim()), kv = static_cast<N>(l.kv_heads * l.HeadDim());
   switch (l.kind) {
     case LayerKind::kTransformer: {
-      int64_t attn = l.self_attention ? h * (q + 2 * kv) + q * h : 0;
-      int64_t mlp = (l.gated_mlp ? 3 : 2) * h * l.ffn_hidden;
+      N attn = l.self_attention ? h * (q + 2 * kv) + q * h : 0;
+      N mlp = (l.gated_mlp ? 3 : 2) * h * l.ffn_hidden;
       // Cross-attention: Q and the output on the layer's width, K and V from
       // the context's (grouped by kv_heads: Mllama's 8 of 32).
-      int64_t cross = l.cross_attention ? 2 * h * q + 2 * l.context_dim * kv : 0;
-      int64_t norms = (l.cross_attention && l.self_attention ? 3 : 2) * h;
+      N cross = l.cross_attention ? 2 * h * q + 2 * l.context_dim * kv : 0;
+      N norms = (l.cross_attention && l.self_attention ? 3 : 2) * h;
       // Biases and q/k norms (spec/layer.h): Qwen2's q/k/v, CLIP's and SigLIP's everywhere, Qwen3's per-head norms.
-      int64_t extra = (l.qkv_bias ? q + 2 * kv : 0) + (l.out_bias ? h : 0) +
-                      (l.mlp_bias ? (l.gated_mlp ? 2 : 1) * l.ffn_hidden + h : 0) + (l.qk_norm ? 2 * l.HeadDim() : 0);
+      N extra = (l.qkv_bias ? q + 2 * kv : 0) + (l.out_bias ? h : 0) +
+                (l.mlp_bias ? (l.gated_mlp ? 2 : 1) * l.ffn_hidden + h : 0) + (l.qk_norm ? 2 * l.HeadDim() : 0);
       return attn + mlp + cross + norms + extra;
     }
     case LayerKind::kConformer: {
-      int64_t attn = h * (h + 2 * kv) + h * h;
-      int64_t ffns = 2 * (2 * h * l.ffn_hidden);             // macaron: two half-step FFNs
-      int64_t conv = h * 2 * h + l.conv_kernel * h + h * h;  // pointwise (GLU), depthwise, pointwise
+      N attn = h * (h + 2 * kv) + h * h;
+      N ffns = 2 * (2 * h * l.ffn_hidden);             // macaron: two half-step FFNs
+      N conv = h * 2 * h + l.conv_kernel * h + h * h;  // pointwise (GLU), depthwise, pointwise
       return attn + ffns + conv + 5 * h;
     }
     case LayerKind::kPatchEmbed:
-      return l.in_channels * l.kernel * l.kernel * l.temporal_patch * h + (l.bias ? h : 0) + l.positions * h +
+      return static_cast<N>(l.in_channels) * l.kernel * l.kernel * l.temporal_patch * h + (l.bias ? h : 0) +
+             l.positions * h +
              (l.final_norm == NormKind::kLayerNorm ? 2 * h
               : l.final_norm == NormKind::kRmsNorm ? h
                                                    : 0);
     case LayerKind::kConv: {
-      int64_t k = 1;
+      N k = 1;
       for (int d = 0; d < l.dims; ++d) {
-        k *= l.kernel;
+        k *= static_cast<N>(l.kernel);
       }
-      return l.in_channels * k * l.out_channels + l.out_channels + l.positions * l.out_channels;
+      return static_cast<N>(l.in_channels) * k * l.out_channels + l.out_channels +
+             static_cast<N>(l.positions) * l.out_channels;
     }
     case LayerKind::kEmbedding:
       return l.vocab * h + l.positions * h;
     case LayerKind::kLmHead:  // plus the final norm on its input, where it has one (Llama's model.norm)
       return (l.tied ? 0 : l.vocab * h) + (l.final_norm == NormKind::kNone ? 0 : h);
     case LayerKind::kMlpProjector:
-      if (h == 0) return l.in_dim * l.out_dim + (l.bias ? l.out_dim : 0);  // one linear layer
+      if (h == 0) return static_cast<N>(l.in_dim) * l.out_dim + (l.bias ? l.out_dim : 0);  // one linear layer
       return l.in_dim * h + h * l.out_dim + (l.bias ? h + l.out_dim : 0);
     case LayerKind::kResnetBlock: {
-      int64_t ci = l.in_channels, co = l.out_channels;
-      int64_t convs = 9 * ci * co + co + 9 * co * co + co;
-      int64_t skip = ci != co ? ci * co + co : 0;
-      int64_t time = l.time_embed_dim * co + co;
+      const N ci = static_cast<N>(l.in_channels), co = static_cast<N>(l.out_channels);
+      N convs = 9 * ci * co + co + 9 * co * co + co;
+      N skip = ci != co ? ci * co + co : 0;
+      N time = l.time_embed_dim * co + co;
       return convs + skip + time + 2 * (ci + co);  // + group norm scales and shifts
     }
     case LayerKind::kSpatialTransformer: {
-      int64_t c = h;
-      int64_t proj = 2 * (c * c + c);
-      int64_t self = 4 * c * c;
-      int64_t cross = 2 * c * c + 2 * l.context_dim * c;
-      int64_t ffn = (l.gated_mlp ? 3 : 2) * c * l.ffn_hidden;
+      const N c = h;
+      N proj = 2 * (c * c + c);
+      N self = 4 * c * c;
+      N cross = 2 * c * c + 2 * l.context_dim * c;
+      N ffn = (l.gated_mlp ? 3 : 2) * c * l.ffn_hidden;
       return proj + self + cross + ffn + 8 * c;
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int64_t LayerParams(const Layer& l) {
+  // 2^50, a million times any real layer: a model's at most kMaxModelLayers
+  // (spec/model.h) of them sum below 2^62.
+  constexpr double kMaxParams = 1125899906842624.0;
+  if (const double p = ParamsAs<double>(l); !(p <= kMaxParams)) {
+    throw Error(
+        fmt::format("a {} layer of {:.3g} parameters; valid: at most 2^50 (1.1e15): its widths multiply past "
+                    "what Loom counts",
+                    LayerKindName(l.kind), p));
+  }
+  return ParamsAs<int64_t>(l);
 }
 
 LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double e) {

@@ -521,7 +521,7 @@ void ReadModuleLayers(YamlMap& m, const std::string& file, Module& mod) {
   for (size_t j = 0; j < layers.size(); ++j) {
     YamlMap lm(layers[j], file, m.PathOf(fmt::format("layers[{}]", j)));
     // A model of more layers than any trained one by orders of magnitude is a typo.
-    int64_t count = lm.PositiveIntAtMost("count", 1, 100000);
+    int64_t count = lm.PositiveIntAtMost("count", 1, kMaxModelLayers);
     Layer layer = ReadLayer(lm, mod.frozen);
     lm.RejectUnknownKeys();
     unet = unet || layer.kind == LayerKind::kResnetBlock || layer.kind == LayerKind::kSpatialTransformer;
@@ -783,6 +783,12 @@ Model ParseModel(const std::string& yaml_text, const std::string& file) {
   Loader loader;
   Model m = loader.Parse(yaml_text, file);
   m.inherited_files = loader.files;
+  size_t layers = 0;
+  for (const auto& mod : m.modules) layers += mod.layers.size();
+  if (layers > static_cast<size_t>(kMaxModelLayers)) {
+    throw Error(fmt::format("{}: model {} has {} layers; valid: at most {} in all its modules", file, m.name, layers,
+                            kMaxModelLayers));
+  }
   // Loom plans training: a model with no trainable layer has nothing to train
   // (its "MFU" would count forwards only). Components reached by `from:` may
   // be frozen whole; the model as a whole may not.

@@ -34,6 +34,10 @@ struct Model {
 // Loads a model from a built-in zoo name or a YAML file path. Throws loom::Error
 // naming the file, line and field of any problem, or listing the zoo names
 // when `name_or_path` is neither.
+// The most layers a model may have (a layer entry's `count` included): real
+// models have a few hundred; past a few thousand a search takes minutes.
+inline constexpr int64_t kMaxModelLayers = 4096;
+
 Model LoadModel(const std::string& name_or_path);
 // Parses model YAML text; `file` names it in errors. `from:` references are
 // resolved as zoo names or as paths relative to `file`'s folder.
