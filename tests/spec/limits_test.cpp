@@ -69,6 +69,15 @@ TEST(Limits, ClusterSizesAreBounded) {
 TEST(Limits, GlobalBatchIsBounded) {
   const std::string w = "workload: w\nsource: {kind: text}\nglobal_batch: 1e12\n";
   test::ExpectError([&] { ParseWorkload(w, "w.yaml"); }, {"w.yaml:3:", "global_batch", "must be at most 16777216"});
+  // A microbatch past the batch was accepted and ignored; a frame rate of 1e300
+  // wrapped the frame count (second audit W012, W071).
+  test::ExpectError(
+      [] { ParseWorkload("workload: w\nsource: {kind: text}\nglobal_batch: 8\nmicrobatch_size: 16\n", "w.yaml"); },
+      {"w.yaml:4:", "microbatch_size: 16 samples, more than global_batch 8; valid: 1..8"});
+  test::ExpectError([] { ParseWorkload("workload: w\nsource: {kind: video, fps: 1e300}\n", "w.yaml"); },
+                    {"w.yaml:2:", "source.fps: must be at most 1000 frames per second"});
+  test::ExpectError([] { ParseWorkload("workload: w\nsource: {kind: video, max_video_s: 1e9}\n", "w.yaml"); },
+                    {"source.max_video_s: must be at most 86400 s"});
   auto [code, out] = test::RunLoom(
       "simulate --model llama3-1b --cluster h100:1x8 --workload text --global-batch "
       "2000000000");

@@ -57,6 +57,20 @@ TEST(SpecMeaning, ATiedLmHeadIsItsEmbeddingsMatrix) {
       {"module llm: its lm_head is tied, but the module has no embedding to share"});
 }
 
+// Token rules the second audit found rounded or clamped in silence: a resize
+// smaller than a patch, drop_tokens past the tokens an image hands on (17:
+// 16 patches and the CLS), a module named twice as an input.
+TEST(SpecMeaning, FixedImageTokensAndInputsAreCheckedNotClamped) {
+  test::ExpectError([] { TinyVlmWith("resize_px: 32", "resize_px: 4"); },
+                    {"vlm.yaml:7:", "tokens.resize_px: 4 px holds no 8-px patch; valid: at least 8"});
+  test::ExpectError([] { TinyVlmWith("extra_tokens: 1}", "extra_tokens: 1, drop_tokens: 17}"); },
+                    {"tokens.drop_tokens: 17 of the 17 tokens an image hands on: none would be left; valid: 0..16"});
+  EXPECT_NO_THROW(TinyVlmWith("extra_tokens: 1}", "extra_tokens: 1, drop_tokens: 16}"));
+  test::ExpectError([] { TinyVlmWith("inputs: [vision]", "inputs: [vision, vision]"); },
+                    {"vlm.yaml:14:", "modules[1].inputs[1]: module vision is already an input"});
+  test::ExpectError([] { TinyVlmWith("model: tiny-vlm", "model: ''"); }, {"vlm.yaml:1:", "model: empty"});
+}
+
 TEST(SpecMeaning, AProjectorHandsOnTheWidthOfTheModuleThatSplicesIt) {
   test::ExpectError([] { TinyVlmWith("out_dim: 64", "out_dim: 48"); },
                     {"vlm.yaml:", "module llm splices projector's tokens, whose projector hands on out_dim 48",

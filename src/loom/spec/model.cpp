@@ -274,6 +274,32 @@ void ReadTiling(YamlMap& tokens, TokenRule& r) {
   t.RejectUnknownKeys();
 }
 
+// An image resized to resize_px (or of tokens_per_image) hands on a fixed
+// count of tokens (cost/token_stats.cpp's MergedImageTokens): resize_px must
+// hold one merged patch, and drop_tokens leave a token (both were rounded or
+// clamped in silence).
+void CheckFixedImageTokens(const YamlMap& m, const TokenRule& r) {
+  if (r.resize_px > 0 && r.patch_px > 0 && r.resize_px < r.patch_px * r.merge) {
+    throw m.ErrorAt("resize_px",
+                    fmt::format("{} px holds no {}-px patch{}; valid: at least {}", r.resize_px, r.patch_px * r.merge,
+                                r.merge > 1 ? " (patch_px x merge)" : "", r.patch_px * r.merge));
+  }
+  int64_t fixed = 0;  // tokens per image after the merge; 0: they depend on the image
+  if (r.out_tokens_per_image > 0) {
+    fixed = r.out_tokens_per_image;
+  } else if (r.tokens_per_image > 0) {
+    fixed = std::max<int64_t>(1, r.tokens_per_image / (r.merge * r.merge)) + r.extra_tokens;
+  } else if (r.resize_px > 0 && r.patch_px > 0) {
+    const int64_t unit = r.patch_px * r.merge, units = std::max<int64_t>(1, (r.resize_px + unit / 2) / unit);
+    fixed = units * units + r.extra_tokens;
+  }
+  if (fixed > 0 && r.drop_tokens >= fixed) {
+    throw m.ErrorAt("drop_tokens", fmt::format("{} of the {} tokens an image hands on: none would be left; valid: "
+                                               "0..{}",
+                                               r.drop_tokens, fixed, fixed - 1));
+  }
+}
+
 TokenRule ReadTokenRule(YamlMap& m) {
   TokenRule r;
   r.source = ParseEnum<TokenSource>(m, "source", kSources, std::nullopt);
@@ -292,6 +318,7 @@ TokenRule ReadTokenRule(YamlMap& m) {
       r.drop_tokens = m.NonNegativeInt("drop_tokens", 0);
       r.concat_layers = m.PositiveIntAtMost("concat_layers", 1, 64);
       if (r.source == TokenSource::kImage && m.Has("tiling")) ReadTiling(m, r);
+      if (r.source == TokenSource::kImage && r.tiling == ImageTiling::kNone) CheckFixedImageTokens(m, r);
       if (r.source == TokenSource::kVideo) {
         r.frames_per_token = m.PositiveInt("frames_per_token", 1);
       }
@@ -707,7 +734,13 @@ Module Loader::ParseModule(YamlMap& m, const std::string& file, std::vector<std:
       throw m.ErrorAt("inputs", "expected a list of module names");
     }
     for (size_t i = 0; i < in->size(); ++i) {
-      ins.push_back(ScalarText((*in)[i], m.file(), m.PathOf(fmt::format("inputs[{}]", i))));
+      const std::string path = m.PathOf(fmt::format("inputs[{}]", i));
+      ins.push_back(ScalarText((*in)[i], m.file(), path));
+      // A module listed twice would hand on its tokens twice.
+      if (std::find(ins.begin(), ins.end() - 1, ins.back()) != ins.end() - 1) {
+        throw Error(fmt::format("{}: {}: module {} is already an input; name each once", Where((*in)[i], m.file()),
+                                path, ins.back()));
+      }
     }
   }
   return mod;
@@ -733,6 +766,7 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
   YamlMap doc(root, file, "");
   Model model;
   model.name = doc.String("model");
+  if (model.name.empty()) throw doc.ErrorAt("model", "empty; valid: the model's name");
   model.description = doc.String("description", "");
   model.planning_only = doc.String("planning_only", "");
   model.source = file;

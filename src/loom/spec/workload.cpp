@@ -109,6 +109,13 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
   s.video_px = src.PositiveInt("video_px", s.video_px);
   s.fps = src.PositiveReal("fps", s.fps);
   s.max_video_s = src.PositiveReal("max_video_s", s.max_video_s);
+  // Frames are counted in int64 (clip seconds x fps): bounded far above any video, not wrapped.
+  if (s.fps > kMaxFps)
+    throw src.ErrorAt("fps", fmt::format("must be at most {} frames per second, got {}", kMaxFps, s.fps));
+  if (s.max_video_s > kMaxVideoSeconds) {
+    throw src.ErrorAt("max_video_s",
+                      fmt::format("must be at most {} s (a day), got {}", kMaxVideoSeconds, s.max_video_s));
+  }
   s.max_clips = src.PositiveInt("max_clips", s.max_clips);
   if (kind == "jsonl") {
     std::filesystem::path p = src.String("path");
@@ -128,6 +135,10 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
   }
   w.global_batch = doc.PositiveIntAtMost("global_batch", w.global_batch, kMaxGlobalBatch);
   w.microbatch_size = doc.PositiveIntAtMost("microbatch_size", w.microbatch_size, kMaxGlobalBatch);
+  if (w.microbatch_size > w.global_batch) {  // a microbatch of more samples than the batch has
+    throw doc.ErrorAt("microbatch_size", fmt::format("{} samples, more than global_batch {}; valid: 1..{}",
+                                                     w.microbatch_size, w.global_batch, w.global_batch));
+  }
   const std::string precision = doc.Enum("precision", {"bf16", "fp16", "tf32", "fp32"}, "bf16");
   for (Precision p : {Precision::kBf16, Precision::kFp16, Precision::kTf32, Precision::kFp32}) {
     if (precision == PrecisionName(p)) w.precision = p;

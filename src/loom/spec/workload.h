@@ -36,6 +36,9 @@ constexpr int64_t kLaionMaxCaptionTokens = 77;
 // The largest global batch Loom draws (samples per iteration): 2^24, above any
 // published run by two orders of magnitude; a batch is held in memory at once.
 constexpr int64_t kMaxGlobalBatch = int64_t{1} << 24;
+// A video source's frame rate and longest clip (frames are counted in int64).
+constexpr double kMaxFps = 1000;
+constexpr double kMaxVideoSeconds = 86400;
 
 struct Workload {
   std::string name;
