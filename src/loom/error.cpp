@@ -2,7 +2,16 @@
 
 namespace loom {
 
-std::string Error::Visible(const std::string& message) {
+std::string Error::Visible(const std::string& raw) {
+  // nlohmann::json's "[json.exception.parse_error.101] " names its own
+  // exception class, not the input: the reason after it is kept.
+  std::string message = raw;
+  for (size_t at = message.find("[json.exception."); at != std::string::npos;
+       at = message.find("[json.exception.", at)) {
+    const size_t end = message.find("] ", at);
+    if (end == std::string::npos) break;
+    message.erase(at, end + 2 - at);
+  }
   std::string out;
   out.reserve(message.size());
   for (const char ch : message) {

@@ -323,6 +323,32 @@ TEST(HfConfig, UnknownArchitecturesAndBadFieldsAreNamed) {
   // A truncated config.json is JSON to its reader (it was called "malformed YAML").
   test::ExpectError([] { LoadModel(WriteConfig("cut", R"({"model_type": "llama", "hidden_size": )")); },
                     {"cut/config.json:", "malformed JSON"});
+  // A .json file is a config.json to its reader: a trailing comma or a missing model_type is said
+  // so, not "model: missing required field" of Loom's YAML (second audit H026, H078); no
+  // "[json.exception...]" tag leaks.
+  test::ExpectError([] { LoadModel(WriteConfig("comma", R"({"model_type": "llama",})")); },
+                    {"comma/config.json: malformed JSON: parse error at line 1, column 24"});
+  try {
+    LoadModel(WriteConfig("comma", R"({"model_type": "llama",})"));
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+  }
+  test::ExpectError([] { LoadModel(WriteConfig("notype", R"({"hidden_size": 64})")); },
+                    {"notype/config.json: model_type: missing"});
+  // An explicit null is no default (Qwen3-4B read 7.42B), a llama3 rope lacks no factor, an
+  // image holds a patch (H019, H044, H028).
+  test::ExpectError([] { LoadModel(WriteConfig("nullffn", R"({"model_type": "llama", "intermediate_size": null})")); },
+                    {"nullffn/config.json: intermediate_size: null; expected an integer"});
+  test::ExpectError(
+      [] { LoadModel(WriteConfig("rope", R"({"model_type": "llama", "rope_scaling": {"rope_type": "llama3"}})")); },
+      {"rope/config.json: rope_scaling.factor: missing; llama3 rope scaling needs it"});
+  test::ExpectError(
+      [] {
+        LoadModel(WriteConfig(
+            "tinyimg",
+            R"({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model", "image_size": 10, "patch_size": 14}})"));
+      },
+      {"tinyimg/config.json: vision_config.image_size: 10 px holds no 14-px patch"});
   test::ExpectError([] { LoadModel(WriteConfig("mamba", R"({"model_type": "mamba", "hidden_size": 768})")); },
                     {"config.json: model_type: 'mamba' is not an architecture Loom reads", "valid: llama, mistral"});
   // Issue 43: a type Loom does not read yet names the closest one it does and what to do;

@@ -751,7 +751,10 @@ Module Loader::ParseModule(YamlMap& m, const std::string& file, std::vector<std:
 Model Loader::Parse(const std::string& text, const std::string& file) {
   // A Hugging Face config.json: its translation into model YAML (spec/hf_config.h),
   // named after its folder (`Qwen2-VL-7B/config.json`) or else its file.
-  if (LooksLikeHfConfig(text)) {
+  // A .json file is one too, so that its errors are a config.json's (a trailing
+  // comma or a missing model_type was read as YAML: "model: missing required field").
+  const bool json_file = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
+  if (json_file || LooksLikeHfConfig(text)) {
     const std::filesystem::path p(file);
     std::string name = p.stem().string();
     if (name == "config" && p.has_parent_path()) name = p.parent_path().filename().string();

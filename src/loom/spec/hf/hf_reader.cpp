@@ -69,6 +69,13 @@ const std::map<std::string, std::map<std::string, int64_t>>& VisionDefaults() {
 
 std::string Exact(double x) { return fmt::format("{:.17g}", x); }
 
+// llama3's scaling needs its factors (transformers' _validate_llama3_parameters
+// requires them): none is defaulted.
+double RopeField(const Cfg& d, const std::string& key) {
+  if (!d.Has(key)) throw Error(fmt::format("{}: missing; llama3 rope scaling needs it", d.Where(key)));
+  return d.Real(key, 0);
+}
+
 // The rotary positions of an LLM config as transformer-layer YAML keys.
 // transformers 5 writes `rope_parameters` {rope_type, rope_theta, ...}; older
 // configs `rope_theta` and `rope_scaling` {rope_type or type, ...}. Both are
@@ -90,11 +97,13 @@ std::string RopeYaml(const Cfg& c) {
   const int64_t max_positions = c.Int("max_position_embeddings", 2048);
   const Cfg d = v5 ? c.Sub("rope_parameters", {{"original_max_position_embeddings", max_positions}})
                    : c.Sub("rope_scaling", {{"original_max_position_embeddings", max_positions}});
+  // Read in order, so that the first missing one is named.
+  const double factor = RopeField(d, "factor"), low = RopeField(d, "low_freq_factor"),
+               high = RopeField(d, "high_freq_factor");
   return yaml + fmt::format(
                     ", rope_scaling: {{type: llama3, factor: {}, low_freq_factor: {}, high_freq_factor: {}, "
                     "original_max_position_embeddings: {}}}",
-                    Exact(d.Real("factor", 8.0)), Exact(d.Real("low_freq_factor", 1.0)),
-                    Exact(d.Real("high_freq_factor", 4.0)), d.Int("original_max_position_embeddings"));
+                    Exact(factor), Exact(low), Exact(high), d.Int("original_max_position_embeddings"));
 }
 
 // transformers' ACT2FN names as Loom's activations (spec/layer.h).
@@ -176,6 +185,10 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
 int64_t EmitVision(Emitter& out, const Cfg& c, const std::string& type, const std::string& name, int64_t layers,
                    int64_t drop, const std::string& prefix, const std::string& tokens_yaml) {
   const int64_t hidden = c.Int("hidden_size"), patch = c.Int("patch_size"), image = c.Int("image_size");
+  if (image < patch) {  // transformers' conv makes no patch of it
+    throw Error(fmt::format("{}: {} px holds no {}-px patch ({}); valid: at least {}", c.Where("image_size"), image,
+                            patch, c.Field("patch_size"), patch));
+  }
   const int64_t grid = (image / patch) * (image / patch);  // the stride-`patch` conv drops a remainder (384 / 14)
   const bool clip = type == "clip_vision_model", siglip = type == "siglip_vision_model";
   const int cls = siglip ? 0 : 1;  // SigLIP has no class token

@@ -43,6 +43,14 @@ class Cfg {
   std::string Where(const std::string& key) const { return file_ + ": " + Field(key); }
 
   int64_t Int(const std::string& key) const {
+    // An explicit null is not the class default: transformers keeps None,
+    // and a layer of None features fails there (intermediate_size: null
+    // read as Qwen3's default made a 4B model 7.4B). Only the fields its
+    // configs resolve from others (num_key_value_heads = heads, head_dim =
+    // hidden / heads) take their default.
+    if (j_.contains(key) && j_.at(key).is_null() && key != "num_key_value_heads" && key != "head_dim") {
+      throw Error(fmt::format("{}: {}: null; expected an integer from 1 to {}", file_, Field(key), kMaxField));
+    }
     if (!j_.contains(key) || j_.at(key).is_null()) {
       auto d = defaults_.find(key);
       if (d != defaults_.end()) return d->second;
