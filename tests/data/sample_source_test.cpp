@@ -266,6 +266,9 @@ TEST(JsonlSource, TokenizedSamplesWithImagesFindTheirImageTokens) {
       {"none.safetensors"});
   // A tokenized sample's other fields without its ids: input_ids is what is
   // missing (it was read as a sample shape: "image_token_id: unknown field").
+  // A key given twice was last-wins in silence (second audit W039).
+  test::ExpectError([&] { ParseJsonlSample(R"({"text_tokens": 5, "text_tokens": 7})", "d.jsonl:10", dir); },
+                    {"d.jsonl:10: text_tokens: given twice in one object"});
   test::ExpectError([&] { ParseJsonlSample(R"({"labels": [1, 2], "image_token_id": 9})", "d.jsonl:9", dir); },
                     {"d.jsonl:9: input_ids: missing; a tokenized sample (this line has labels)"});
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "loom/data/rng.h"
 #include "loom/error.h"
@@ -216,10 +217,26 @@ Sample ParseTokenizedSample(const json& j, const std::string& where, const std::
 
 Sample ParseJsonlSample(const std::string& line, const std::string& where, const std::string& dir) {
   json j;
+  // A key given twice in one object would be last-wins in silence (YAML's
+  // reader refuses it): the parser's callback sees each key of each object.
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string repeated;
+  const json::parser_callback_t once = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second &&
+        repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    j = json::parse(line);
+    j = json::parse(line, once);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for a number past a double
     throw Error(fmt::format("{}: malformed JSON: {}", where, e.what()));
+  }
+  if (!repeated.empty()) {
+    throw Error(fmt::format("{}: {}: given twice in one object; give each field once", where, repeated));
   }
   if (!j.is_object()) {
     throw Error(fmt::format("{}: expected one JSON object per line", where));
