@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "loom/spec/cluster.h"
 #include "test_util.h"
 
@@ -50,6 +52,9 @@ TEST(Cluster, BadNamesAndSizesAreErrors) {
   // A name close to a valid one is suggested.
   ExpectError([] { LoadCluster("H100:2x8"); }, {"unknown cluster 'H100:2x8'", "did you mean 'h100:2x8'?"});
   ExpectError([] { LoadCluster("mosaic-testbd"); }, {"did you mean 'mosaic-testbed'?"});
+  // A folder is said to be one (second audit C060: "unknown cluster").
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  ExpectError([&] { LoadCluster(dir); }, {dir + ": is a directory; expected a cluster YAML file"});
 }
 
 // Blackwell GPUs by their datasheets (per GPU: the HGX B200 board's totals / 8,

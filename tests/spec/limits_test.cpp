@@ -292,6 +292,10 @@ TEST(Limits, FuzzerFindingsAreLocatedErrors) {
   test::ExpectError(
       [&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    drop_kinds: [[lm_head]]\n", "m.yaml"); },
       {"m.yaml:12:18:", "modules[1].drop_kinds[0]: expected a name, got a list"});
+  // An unknown kind lists the valid ones (second audit M096).
+  test::ExpectError(
+      [&] { ParseModel(llm + "  - name: enc\n    from: llama3-1b\n    drop_kinds: [lm_haed]\n", "m.yaml"); },
+      {"drop_kinds: unknown layer kind 'lm_haed'; valid: ", "lm_head", "did you mean 'lm_head'?"});
   test::ExpectError([] { ParseCalibration("gpu: h100\n[a]: 1\npoints: []\n", "c.yaml"); },
                     {"c.yaml:2:", "a key must be a plain name, not a list"});
   test::ExpectError([] { ParseProfile("gpu: h100\napplies_to: [{h100: 1}]\n", "p.yaml"); },

@@ -203,6 +203,10 @@ Cluster LoadCluster(const std::string& name_or_path) {
   if (IsInputFile(KindOfPath(name_or_path))) {
     return ParseCluster(ReadTextFile(name_or_path, "cluster YAML"), name_or_path);
   }
+  if (KindOfPath(name_or_path) == PathKind::kDirectory) {
+    throw Error(fmt::format("{}: is a directory; expected a cluster YAML file, GPU:NODESxPER_NODE or a testbed name",
+                            name_or_path));
+  }
   std::string beds;
   for (const auto& t : TestbedNames()) {
     beds += ", " + t;

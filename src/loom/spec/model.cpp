@@ -1,6 +1,7 @@
 #include "loom/spec/model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <map>
@@ -679,7 +680,10 @@ Module Loader::InheritModule(YamlMap& m, const std::string& file) {
         }
       }
       if (!known) {
-        throw m.ErrorAt("drop_kinds", fmt::format("unknown layer kind '{}'", kind));
+        std::vector<std::string> names;
+        for (const auto& [n, e] : kLayerKinds) names.push_back(n);
+        throw m.ErrorAt("drop_kinds", fmt::format("unknown layer kind '{}'; valid: {}{}", kind, fmt::join(names, ", "),
+                                                  DidYouMean(kind, names)));
       }
     }
     if (mod.layers.empty()) {
