@@ -71,6 +71,15 @@ TEST(PlanJson, ErrorsNameTheFileAndField) {
   // Found by fuzz/plan_json_fuzzer.cpp: nlohmann throws out_of_range, not parse_error, for this.
   test::ExpectError([&] { ParsePlanFile("{\"units\": [{\"tp\": 0.1E2749124171373}]}", "big.json"); },
                     {"big.json", "malformed JSON", "number overflow"});
+  // Second audit: past an int is said as the storage's limit (it listed negative degrees as
+  // valid); a comparison file without a plan says so (its "valid:" list was empty).
+  j = PlanToJson(test::MegatronShape(f));
+  j["units"][0]["tp"] = int64_t{1} << 40;
+  test::ExpectError([&] { PlanFromJson(j, "p.json"); },
+                    {"units[0].tp", "1099511627776 does not fit a plan's integers"});
+  test::ExpectError(
+      [&] { LoadPlanFile(test::WriteTemp("none.json", R"({"best": "megatron", "strategies": []})"), "megatron"); },
+      {"none.json: no strategy in it has a plan"});
 }
 
 }  // namespace

@@ -93,7 +93,8 @@ class Reader {
   int64_t InRange(const std::string& field, const json& v) const {
     const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= 2147483647ULL
                                              : v.get<int64_t>() >= -2147483648LL && v.get<int64_t>() <= 2147483647LL;
-    if (!fits) Fail(field, fmt::format("{} is out of range; valid: -2147483648 to 2147483647", v.dump()));
+    // Past an int: the storage's limit is said; the field's own range (tp >= 1, ...) is the plan's validation's.
+    if (!fits) Fail(field, fmt::format("{} does not fit a plan's integers (-2147483648..2147483647)", v.dump()));
     return v.get<int64_t>();
   }
   const json& j_;
@@ -333,6 +334,7 @@ PlanFile ParsePlanFile(const std::string& text, const std::string& path, const s
       return out;
     }
     if (want.empty()) throw Error(fmt::format("{}: best: no strategy found a plan; nothing to simulate", path));
+    if (names.empty()) throw Error(fmt::format("{}: no strategy in it has a plan; nothing to simulate", path));
     throw Error(fmt::format("{}: no strategy named '{}' with a plan; valid: {}", path, want, fmt::join(names, ", ")));
   }
   if (!strategy.empty()) {
