@@ -52,6 +52,14 @@ TEST(Cluster, BadNamesAndSizesAreErrors) {
   // A name close to a valid one is suggested.
   ExpectError([] { LoadCluster("H100:2x8"); }, {"unknown cluster 'H100:2x8'", "did you mean 'h100:2x8'?"});
   ExpectError([] { LoadCluster("mosaic-testbd"); }, {"did you mean 'mosaic-testbed'?"});
+  // Links and NICs past any machine's (a time over 1e-300 Gbit/s printed 300 digits: C034).
+  ExpectError([] { ParseCluster("cluster: c\ngpu: h100\nnodes: 2\ngpus_per_node: 8\nnic_Gbps: 1e-300\n", "c.yaml"); },
+              {"c.yaml:5:", "nic_Gbps: 1e-300 Gbit/s; valid: 0.001..1000000 Gbit/s"});
+  ExpectError([] { ParseCluster("cluster: c\ngpu: h100\nnodes: 2\ngpus_per_node: 8\nnvlink_GBps: 1e300\n", "c.yaml"); },
+              {"nvlink_GBps: 1e+300 GB/s; valid: 0.001..1000000 GB/s"});
+  ExpectError(
+      [] { ParseCluster("cluster: c\ngpu: h100\nnodes: 2\ngpus_per_node: 8\nnics_per_node: 1000000000\n", "c.yaml"); },
+      {"nics_per_node", "must be at most 1024"});
   // A folder is said to be one (second audit C060: "unknown cluster").
   const std::string dir = std::filesystem::temp_directory_path().string();
   ExpectError([&] { LoadCluster(dir); }, {dir + ": is a directory; expected a cluster YAML file"});

@@ -154,16 +154,25 @@ Cluster ParseCluster(const std::string& yaml_text, const std::string& file) {
     throw doc.ErrorAt("nvlink_domain",
                       fmt::format("must divide gpus_per_node ({}), got {}", per_node, c.nvlink_domain));
   }
-  c.gpu.nvlink_bytes_per_s = doc.PositiveReal("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kGiga) * kGiga;
-  c.gpu.pcie_bytes_per_s = doc.PositiveReal("pcie_GBps", c.gpu.pcie_bytes_per_s / kGiga) * kGiga;
+  // Links from a modem's to a thousand times NVLink 5's: a time priced over 1e-300 Gbit/s
+  // printed 300 digits (second audit C034).
+  const auto link = [&](const char* key, double fallback, const char* unit) {
+    const double v = doc.PositiveReal(key, fallback);
+    if (v < 1e-3 || v > 1e6) {
+      throw doc.ErrorAt(key, fmt::format("{} {}; valid: 0.001..1000000 {}", v, unit, unit));
+    }
+    return v;
+  };
+  c.gpu.nvlink_bytes_per_s = link("nvlink_GBps", c.gpu.nvlink_bytes_per_s / kGiga, "GB/s") * kGiga;
+  c.gpu.pcie_bytes_per_s = link("pcie_GBps", c.gpu.pcie_bytes_per_s / kGiga, "GB/s") * kGiga;
   // Bounded before the conversion to bytes (an int64): no GPU holds a PiB.
   const double mem_gib = doc.PositiveReal("gpu_mem_GiB", static_cast<double>(c.gpu.mem_bytes) / (1 << 30));
   if (mem_gib > 1 << 20) {
     throw doc.ErrorAt("gpu_mem_GiB", fmt::format("{} GiB; valid: a GPU's memory, at most {} GiB", mem_gib, 1 << 20));
   }
   c.gpu.mem_bytes = static_cast<int64_t>(mem_gib * (1 << 30));
-  c.nics_per_node = static_cast<int>(doc.PositiveInt("nics_per_node", c.nics_per_node));
-  c.nic_bytes_per_s = doc.PositiveReal("nic_Gbps", c.nic_bytes_per_s / kGbit) * kGbit;
+  c.nics_per_node = static_cast<int>(doc.PositiveIntAtMost("nics_per_node", c.nics_per_node, 1024));
+  c.nic_bytes_per_s = link("nic_Gbps", c.nic_bytes_per_s / kGbit, "Gbit/s") * kGbit;
   Finish(c);
   if (doc.Has("mem_headroom_GiB")) {
     const double gib = doc.NonNegativeReal("mem_headroom_GiB", 0);
