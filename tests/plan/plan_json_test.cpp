@@ -76,7 +76,7 @@ TEST(PlanJson, ErrorsNameTheFileAndField) {
   j = PlanToJson(test::MegatronShape(f));
   j["units"][0]["tp"] = int64_t{1} << 40;
   test::ExpectError([&] { PlanFromJson(j, "p.json"); },
-                    {"units[0].tp", "1099511627776 does not fit a plan's integers"});
+                    {"units[0].tp", "1099511627776 is out of range: past a plan's integers"});
   test::ExpectError(
       [&] { LoadPlanFile(test::WriteTemp("none.json", R"({"best": "megatron", "strategies": []})"), "megatron"); },
       {"none.json: no strategy in it has a plan"});

@@ -94,7 +94,8 @@ class Reader {
     const bool fits = v.is_number_unsigned() ? v.get<uint64_t>() <= 2147483647ULL
                                              : v.get<int64_t>() >= -2147483648LL && v.get<int64_t>() <= 2147483647LL;
     // Past an int: the storage's limit is said; the field's own range (tp >= 1, ...) is the plan's validation's.
-    if (!fits) Fail(field, fmt::format("{} does not fit a plan's integers (-2147483648..2147483647)", v.dump()));
+    if (!fits)
+      Fail(field, fmt::format("{} is out of range: past a plan's integers (-2147483648..2147483647)", v.dump()));
     return v.get<int64_t>();
   }
   const json& j_;
