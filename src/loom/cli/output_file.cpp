@@ -119,7 +119,7 @@ void CheckOutputs(CLI::App& command) {
       }
     }
   }
-  AddRecordedInputs(inputs);
+  if (!outputs.empty()) AddRecordedInputs(inputs);  // reads the plan file: only where an output could clobber
   std::error_code ec;
   for (size_t i = 0; i < outputs.size(); ++i) {
     const PathFlag& out = outputs[i];

@@ -204,17 +204,9 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
 
 namespace {
 
-RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
-                     const Replanner& replanner) {
-  if (options.fault_tolerant)
-    return runtime::RunFaultTolerant(model, cluster, workload, plan, schedules, options, replanner);
-  // Everything the runtime cannot run is an error before any process starts.
-  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0),
-                                                         schedules.empty() || !schedules[0] ? nullptr : &*schedules[0]);
-  // One process per GPU of the groups the plan uses (runtime/process_layout.h).
-  const runtime::ProcessLayout layout = runtime::LayoutProcesses(first);
-  const int world = layout.processes;
+// What a plan of `world` processes needs of the launch options: nodes that
+// split it, a store address across nodes, fault injection that can fire.
+void CheckProcesses(const RunOptions& options, int world) {
   // Fault injection for a rank or step that never runs would never fire (step
   // `steps`: after the last step, before the final checkpoint).
   if (options.kill_rank >= world ||
@@ -232,6 +224,20 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
         "a run over several nodes needs the store's address on every node: --master ADDR:PORT (or "
         "MASTER_ADDR and MASTER_PORT)");
   }
+}
+
+RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
+                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
+                     const Replanner& replanner) {
+  if (options.fault_tolerant)
+    return runtime::RunFaultTolerant(model, cluster, workload, plan, schedules, options, replanner);
+  // Everything the runtime cannot run is an error before any process starts.
+  const ExecutionPlan first = runtime::CompileForRuntime(model, cluster, workload, plan, DrawBatch(workload, 0),
+                                                         schedules.empty() || !schedules[0] ? nullptr : &*schedules[0]);
+  // One process per GPU of the groups the plan uses (runtime/process_layout.h).
+  const runtime::ProcessLayout layout = runtime::LayoutProcesses(first);
+  const int world = layout.processes;
+  CheckProcesses(options, world);
   const int port = options.port > 0 ? options.port : FreePort();
   const int per_node = world / options.nnodes, first_rank = options.node_rank * per_node;
   RunOptions worker_options = options;
