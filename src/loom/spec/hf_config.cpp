@@ -132,7 +132,12 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
       throw Error(fmt::format("{}: unknown vision tower '{}'; valid: vit, clip_vision_model, siglip_vision_model",
                               vc.Where("model_type"), vt));
     }
-    const Cfg vision = top.Sub("vision_config", VisionDefaults().at(vt));
+    // LlavaConfig builds a CLIP-L/14 at 336 px when vision_config is absent,
+    // but CLIPVisionConfig's own defaults (B/32 at 224) for a partial one.
+    const std::map<std::string, int64_t> llava_tower = {
+        {"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
+        {"image_size", 336},   {"patch_size", 14},          {"num_channels", 3}};
+    const Cfg vision = top.Sub("vision_config", top.Has("vision_config") ? VisionDefaults().at(vt) : llava_tower);
     const std::string tt = hf::LlmType(top, "text_config", "llama");
     const Cfg text = top.Sub("text_config", LlmDefaults().at(tt));
     if (type == "llava_next") {

@@ -147,7 +147,13 @@ void EmitLlm(Emitter& out, const Cfg& c, const std::string& type, const std::str
                             c.Where("model_type"), type));
   }
   const int64_t hidden = c.Int("hidden_size"), heads = c.Int("num_attention_heads");
-  const int64_t kv = c.Int("num_key_value_heads", heads), vocab = c.Int("vocab_size");
+  // An absent num_key_value_heads takes the class default where the class
+  // has one (MistralConfig 8, Qwen2Config and Qwen3Config 32); LlamaConfig's
+  // is None, and None resolves to num_attention_heads in every class.
+  const auto class_kv = it->second.find("num_key_value_heads");
+  const bool absent_kv = !c.Json().contains("num_key_value_heads");
+  const int64_t kv = absent_kv && class_kv != it->second.end() ? class_kv->second : c.Int("num_key_value_heads", heads);
+  const int64_t vocab = c.Int("vocab_size");
   const double eps = c.Real("rms_norm_eps", 1e-6);
   const bool attention_bias = c.Bool("attention_bias", false);
   const bool qkv_bias = type == "qwen2" || attention_bias, out_bias = type != "qwen2" && attention_bias;

@@ -137,13 +137,10 @@ const std::map<std::string, int64_t>& Gemma3TextDefaults() {
 }
 
 std::string EmitGemma3(Emitter& out, const Cfg& top) {
-  const Cfg v = top.Sub("vision_config", {{"hidden_size", 1152},
-                                          {"intermediate_size", 4304},
-                                          {"num_hidden_layers", 27},
-                                          {"num_attention_heads", 16},
-                                          {"image_size", 896},
-                                          {"patch_size", 14},
-                                          {"num_channels", 3}});
+  // Gemma3Config builds SiglipVisionConfig's defaults (B/16 at 224 px), not
+  // the so400m tower its checkpoints name; with mm_tokens_per_image 256 those
+  // fail below as they fail in transformers (an average pool of kernel 0).
+  const Cfg v = top.Sub("vision_config", VisionDefaults().at("siglip_vision_model"));
   const int64_t side = v.Int("image_size") / v.Int("patch_size"), mm = top.Int("mm_tokens_per_image", 256);
   const int64_t pooled = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(mm))));
   if (pooled * pooled != mm || side % pooled != 0) {
@@ -184,7 +181,8 @@ std::string EmitSiglip2(Emitter& out, const Cfg& top, bool tower_only) {
     EmitSiglip2Vision(out, top);
   } else {
     EmitSiglip2Vision(out, top.Sub("vision_config", {}));
-    EmitTextEncoder(out, top.Sub("text_config", {{"vocab_size", 256000},
+    // Siglip2TextConfig's defaults (vocab 32000; the checkpoints give 256000).
+    EmitTextEncoder(out, top.Sub("text_config", {{"vocab_size", 32000},
                                                  {"hidden_size", 768},
                                                  {"intermediate_size", 3072},
                                                  {"num_hidden_layers", 12},
