@@ -225,6 +225,26 @@ TEST(Profile, BadFilesNameTheFileLineAndField) {
   test::ExpectError([&] { ParseProfile("gpu: h100\nops: []\nlayers: []\n", "p.yaml"); }, {"p.yaml", "ops"});
   test::ExpectError([&] { ParseProfile("gpu: h100\napplies_to: [h100, h999]\n" + ops + "layers: []\n", "p.yaml"); },
                     {"applies_to[1]", "h999"});
+  // Key-value heads that do not group the query heads (no GQA layer has them).
+  test::ExpectError(
+      [&] {
+        ParseProfile("gpu: h100\n" + ops +
+                         "layers:\n  - {hidden: 64, ffn_hidden: 256, heads: 4, kv_heads: 3, "
+                         "batch: 1, seq: 128, fwd_s: 1e-4, bwd_s: 2e-4}\n",
+                     "p.yaml");
+      },
+      {"p.yaml:5", "layers[0].kv_heads", "3 key-value heads do not group 4", "a divisor of 4"});
+  // The same point twice: the correction would keep one and drop the other.
+  test::ExpectError([&] { ParseProfile("gpu: h100\n" + ops + "layers:\n" + layer + "}\n" + layer + "}\n", "p.yaml"); },
+                    {"p.yaml:6", "layers[1].seq", "as layers[0]"});
+  // Half the time at peak (989 TFLOP/s bf16 dense on an H100): no GPU runs
+  // faster than its peak, and the fit would cap it without a word.
+  test::ExpectError(
+      [&] { ParseProfile("gpu: h100\nops:\n  - {op: gemm, flops: 1e12, bytes: 1e6, time_s: 5e-4}\n", "p.yaml"); },
+      {"p.yaml:3", "ops[0].time_s", "2000.0 TFLOP/s", "above the", "peak"});
+  // An L2-resident elementwise op faster than HBM is accepted.
+  EXPECT_NO_THROW(ParseProfile(
+      "gpu: h100\nops:\n  - {op: elementwise, flops: 1e3, bytes: 1e6, time_s: 1e-7}\nlayers: []\n", "p.yaml"));
 }
 
 // Between two measured token counts the correction is linear in log(tokens),
@@ -281,6 +301,10 @@ TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
   p.applies_to.clear();
   p.precision = Precision::kFp32;
   p.source = "test";
+  // Relabelled fp32, the bf16 ops would run faster than the fp32 peak (the
+  // reader refuses that): slow them by the peaks' ratio.
+  const double ratio = FindGpu("h100").peak_flops / AtPrecision(FindGpu("h100"), Precision::kFp32).peak_flops;
+  for (auto& op : p.ops) op.time_s *= ratio;
   const Profile back = ParseProfile(ProfileToYaml(p), "written.yaml");
   EXPECT_EQ(back.gpu, p.gpu);
   EXPECT_TRUE(back.applies_to.empty());

@@ -43,5 +43,20 @@ TEST(Workload, BadInputIsNamed) {
   test::ExpectError([] { LoadWorkload("imagenet"); }, {"unknown workload 'imagenet'", "laion"});
 }
 
+// A field its source kind never reads would be ignored without a word: fps
+// on images, image sizes on video or text.
+TEST(Workload, FieldsTheSourceKindDoesNotReadAreRefused) {
+  test::ExpectError([] { ParseWorkload("workload: w\nsource: {kind: laion, fps: 30}\n", "w.yaml"); },
+                    {"w.yaml:2:", "source.fps", "the 'laion' source does not read it", "read by the video source"});
+  test::ExpectError([] { ParseWorkload("workload: w\nsource: {kind: video, image_px: 64}\n", "w.yaml"); },
+                    {"source.image_px", "'video'", "laion, obelics, dynamic-images sources"});
+  test::ExpectError([] { ParseWorkload("workload: w\nsource: {kind: text, pack_tokens: 64}\n", "w.yaml"); },
+                    {"source.pack_tokens", "'text'"});
+  // Each field is still read where its kind reads it.
+  EXPECT_EQ(ParseWorkload("workload: w\nsource: {kind: video, fps: 4}\n", "w.yaml").source.fps, 4.0);
+  EXPECT_EQ(ParseWorkload("workload: w\nsource: {kind: dynamic-images, image_px: 64}\n", "w.yaml").source.image_px, 64);
+  EXPECT_EQ(ParseWorkload("workload: w\nsource: {kind: text, seq_len: 64}\n", "w.yaml").source.seq_len, 64);
+}
+
 }  // namespace
 }  // namespace loom

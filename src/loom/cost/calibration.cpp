@@ -78,13 +78,13 @@ Calibration ParseCalibration(const std::string& yaml_text, const std::string& fi
     throw doc.ErrorAt("points", "expected a non-empty list of {op, flops, bytes, time_s}");
   }
   doc.RejectUnknownKeys();
-  cal.points = ParseCalibrationPoints(points, file, "points");
+  cal.points = ParseCalibrationPoints(points, file, "points", gpu);
   cal.efficiency = FitEfficiency(cal.points, gpu);
   return cal;
 }
 
 std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& points, const std::string& file,
-                                                     const std::string& field) {
+                                                     const std::string& field, const GpuSpec& gpu) {
   if (!points.IsSequence() || points.size() == 0) {
     throw Error(
         fmt::format("{}: {}: expected a non-empty list of {{op, flops, bytes, time_s}}", Where(points, file), field));
@@ -104,6 +104,14 @@ std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& points, c
     p.String("label", "");
     if (cp.flops == 0 && cp.bytes == 0) {
       throw p.ErrorAt("flops", "a point needs flops > 0 or bytes > 0");
+    }
+    // 2% above the datasheet's peak is timer noise; more is a wrong time,
+    // FLOP count, GPU or precision, which the fit would silently cap.
+    const double rate = cp.flops / cp.time_s;
+    if (rate > 1.02 * gpu.peak_flops) {
+      throw p.ErrorAt("time_s", fmt::format("{:.4g} FLOP in {:.4g} s is {:.1f} TFLOP/s, above the {}'s peak of {:.1f} "
+                                            "TFLOP/s at this precision: check time_s, flops and the precision",
+                                            cp.flops, cp.time_s, rate / 1e12, gpu.name, gpu.peak_flops / 1e12));
     }
     p.RejectUnknownKeys();
     out.push_back(cp);

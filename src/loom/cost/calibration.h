@@ -30,8 +30,10 @@ struct Calibration {
 };
 
 // Fits factors to `points`, starting from `start`; classes or bounds without
-// points keep their starting factor. Factors are capped at 1 (a measurement
-// faster than the datasheet means the datasheet number is wrong, not the model).
+// points keep their starting factor. Factors are capped at 1: no point beats
+// the peak FLOP rate (ParseCalibrationPoints refuses one), but a memory-bound
+// point may beat HBM from L2, and the roofline prices HBM, so such a class
+// is priced at HBM speed and the profile's measured layers correct the rest.
 Efficiency FitEfficiency(const std::vector<CalibrationPoint>& points, const GpuSpec& gpu,
                          const Efficiency& start = Efficiency());
 
@@ -40,8 +42,10 @@ Efficiency FitEfficiency(const std::vector<CalibrationPoint>& points, const GpuS
 Calibration LoadCalibration(const std::string& path);
 Calibration ParseCalibration(const std::string& yaml_text, const std::string& file);
 // The list of {op, flops, bytes, time_s, label} at `field` of a spec file
-// (calibration `points`, profile `ops`): non-empty, every point valid.
+// (calibration `points`, profile `ops`): non-empty, every point valid, and
+// none faster than `gpu`'s peak FLOP rate (at the precision it ran in) allows.
+// Points faster than HBM are accepted: a small operand served from L2 is.
 std::vector<CalibrationPoint> ParseCalibrationPoints(const YAML::Node& list, const std::string& file,
-                                                     const std::string& field);
+                                                     const std::string& field, const GpuSpec& gpu);
 
 }  // namespace loom

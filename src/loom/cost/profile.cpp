@@ -73,7 +73,7 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
   for (Precision q : {Precision::kBf16, Precision::kFp16, Precision::kTf32, Precision::kFp32}) {
     if (PrecisionName(q) == precision) p.precision = q;
   }
-  p.ops = ParseCalibrationPoints(doc.Child("ops"), file, "ops");
+  p.ops = ParseCalibrationPoints(doc.Child("ops"), file, "ops", AtPrecision(FindGpu(p.gpu), p.precision));
   if (auto node = doc.OptionalChild("collective")) {
     YamlMap c(*node, file, "collective");
     p.collective.bytes_per_s = c.PositiveReal("bytes_per_s");
@@ -117,11 +117,25 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
     pt.seq = m.PositiveInt("seq");
     pt.forward_s = m.PositiveReal("fwd_s");
     pt.backward_s = m.PositiveReal("bwd_s");
+    if (pt.shape.kv_heads > pt.shape.heads || pt.shape.heads % pt.shape.kv_heads != 0) {
+      throw m.ErrorAt("kv_heads", fmt::format("{} key-value heads do not group {} query heads; valid: a divisor of {}",
+                                              pt.shape.kv_heads, pt.shape.heads, pt.shape.heads));
+    }
     if (pt.shape.heads % pt.tp != 0 || (pt.shape.kv_heads % pt.tp != 0 && pt.tp % pt.shape.kv_heads != 0)) {
       throw m.ErrorAt(
           "tp", fmt::format("{} does not split {} heads / {} kv heads", pt.tp, pt.shape.heads, pt.shape.kv_heads));
     }
     m.RejectUnknownKeys();
+    // The correction keeps one anchor per measured point; a second row of the
+    // same point would be dropped without a word.
+    for (size_t k = 0; k < p.layers.size(); ++k) {
+      const ProfileLayerPoint& q = p.layers[k];
+      if (q.shape == pt.shape && q.tp == pt.tp && q.frozen == pt.frozen && q.batch == pt.batch && q.seq == pt.seq) {
+        throw m.ErrorAt("seq", fmt::format("measures the same layer, TP shard, frozen status, batch and seq as "
+                                           "layers[{}]; keep one row (the mean of both, if both are measurements)",
+                                           k));
+      }
+    }
     p.layers.push_back(std::move(pt));
   }
   return p;

@@ -2,6 +2,7 @@
 #include "loom/path_kind.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -70,6 +71,22 @@ Workload Named(const std::string& kind) {
   return w;
 }
 
+// A source field its kind never reads would be silently ignored (fps on an
+// image source): name the kinds that read it. seq_len is read by every kind
+// (a plan records it, and exports give it as the sequence length).
+void RefuseFieldsTheKindIgnores(const YamlMap& src, const std::string& kind) {
+  static const std::vector<std::string> images = {"laion", "obelics", "dynamic-images"};
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> readers = {
+      {"pack_tokens", images}, {"image_tokens", images},   {"image_px", images},    {"video_px", {"video"}},
+      {"fps", {"video"}},      {"max_video_s", {"video"}}, {"max_clips", {"video"}}};
+  for (const auto& [key, kinds] : readers) {
+    if (src.Has(key) && std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) {
+      throw src.ErrorAt(key, fmt::format("the '{}' source does not read it; {} is read by the {} source{}", kind, key,
+                                         fmt::join(kinds, ", "), kinds.size() > 1 ? "s" : ""));
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> WorkloadNames() { return BuiltinKinds(); }
@@ -100,6 +117,7 @@ Workload ParseWorkload(const std::string& yaml_text, const std::string& file) {
     w.name = name;
     w.source_file = file;
   }
+  RefuseFieldsTheKindIgnores(src, kind);
   SourceSpec& s = w.source;
   s.kind = kind;
   s.seq_len = src.PositiveInt("seq_len", s.seq_len);
