@@ -80,6 +80,19 @@ TEST(PlanJson, ErrorsNameTheFileAndField) {
   test::ExpectError(
       [&] { LoadPlanFile(test::WriteTemp("none.json", R"({"best": "megatron", "strategies": []})"), "megatron"); },
       {"none.json: no strategy in it has a plan"});
+  // Third audit (J055): inside a comparison the errors name the plan's place
+  // in the file, not "the document" of the plan object.
+  nlohmann::json cmp = {{"best", "megatron"}, {"strategies", {{{"name", "megatron"}, {"plan", nullptr}}}}};
+  test::ExpectError([&] { ParsePlanFile(cmp.dump(), "cmp.json"); },
+                    {"cmp.json: strategies[0].plan: must be an object, got null"});
+  cmp["strategies"][0]["plan"] = PlanToJson(test::MegatronShape(f));
+  cmp["strategies"][0]["plan"]["units"][0]["tp"] = "two";
+  test::ExpectError([&] { ParsePlanFile(cmp.dump(), "cmp.json"); },
+                    {"cmp.json: strategies[0].plan.units[0].tp: must be an integer"});
+  cmp["strategies"][0]["plan"] = PlanToJson(test::MegatronShape(f));
+  cmp["strategies"][0]["batches"] = {{{"iteration", 0}, {"schedule", {{"microbatch_samples", {5}}}}}};
+  test::ExpectError([&] { ParsePlanFile(cmp.dump(), "cmp.json"); },
+                    {"cmp.json: strategies[0].batches[0].schedule.microbatch_samples[0]: must be an array"});
 }
 
 }  // namespace

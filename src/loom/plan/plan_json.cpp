@@ -290,6 +290,26 @@ PlanFile LoadPlanFile(const std::string& path, const std::string& strategy) {
   return ParsePlanFile(ReadInputFile(path, "plan JSON", kMaxPlanBytes), path, strategy);
 }
 
+namespace {
+
+// Reads a plan or a batch's schedule nested at `root` of a `loom plan --json`
+// output: the readers name fields from the object they read ("units[0].tp",
+// "the document"), so the errors are re-rooted to name them in the file.
+template <typename Read>
+auto ReadNested(const std::string& path, const std::string& root, Read read) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    const std::string lead = path + ": ", what = e.what();
+    if (what.rfind(lead, 0) != 0) throw;
+    const std::string rest = what.substr(lead.size());
+    const std::string document = "the document";
+    throw Error(lead + (rest.rfind(document, 0) == 0 ? root + rest.substr(document.size()) : root + "." + rest));
+  }
+}
+
+}  // namespace
+
 PlanFile ParsePlanFile(const std::string& text, const std::string& path, const std::string& strategy) {
   json j;
   try {
@@ -309,7 +329,8 @@ PlanFile ParsePlanFile(const std::string& text, const std::string& path, const s
       names.push_back(s.value("name", ""));
       if (s.value("name", "") != want) continue;
       PlanFile out;
-      out.plan = PlanFromJson(s.at("plan"), path);
+      out.plan =
+          ReadNested(path, fmt::format("strategies[{}].plan", i), [&] { return PlanFromJson(s.at("plan"), path); });
       if (s.contains("batches")) {
         const json& bs = s.at("batches");
         if (!bs.is_array()) throw Error(fmt::format("{}: strategies[{}].batches: must be an array", path, i));
@@ -328,7 +349,10 @@ PlanFile ParsePlanFile(const std::string& text, const std::string& path, const s
             }
           }
           rb.iteration_time_s = r.Number("iteration_time_s", 0);
-          if (bs[b].contains("schedule")) rb.schedule = IterationScheduleFromJson(bs[b].at("schedule"), path);
+          if (bs[b].contains("schedule")) {
+            rb.schedule = ReadNested(path, fmt::format("strategies[{}].batches[{}].schedule", i, b),
+                                     [&] { return IterationScheduleFromJson(bs[b].at("schedule"), path); });
+          }
           out.batches.push_back(std::move(rb));
         }
       }
