@@ -201,6 +201,12 @@ TEST(PytorchCsv, PytorchsRulesRejectWhatPytorchRejects) {
       },
       {"r.csv:1:2: cell '0X\\x00\\x1b1': expected STAGE TYPE MICROBATCH"});
   test::ExpectError([&] { ImportPytorchSchedule(parse("0F0,0B0\n\n"), "r.csv"); }, {"r.csv: rank 1 runs no stage"});
+  // A mistyped stage or microbatch (9F1 for 1F1) is the cell named, not the
+  // right cell after it whose forward now seems missing (third audit, X002).
+  test::ExpectError([&] { ImportPytorchSchedule(parse("0F0,0F1,0B0,0B1\n9F1,1F0,1B1,1B0\n"), "r.csv"); },
+                    {"r.csv:2: rank 1's action 1, 9F1: stage 9, but stage 2 never runs"});
+  test::ExpectError([&] { ImportPytorchSchedule(parse("0F0,0F7,0B0,0B1\n1F0,1F1,1B1,1B0\n"), "r.csv"); },
+                    {"r.csv:1: rank 0's action 2, 0F7: microbatch 7, but microbatch 2 never runs"});
   // Bubbles (empty cells), FSDP's UNSHARD / RESHARD and REDUCE_GRAD are read past.
   EXPECT_EQ(parse("0UNSHARD,0F0,,0B0,0REDUCE_GRAD,0RESHARD\n")[0].size(), 2u);
 }

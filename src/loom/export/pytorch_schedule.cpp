@@ -297,6 +297,43 @@ void ValidatePytorchSchedule(const PtSchedule& order, int pp, int num_stages, in
   }
 }
 
+namespace {
+
+// The counts of an imported file are its largest stage and microbatch + 1,
+// so a mistyped number ("9F3" for "1F3") makes a count that most stages or
+// microbatches cannot fill. Name the action holding the largest number when
+// the numbering has a gap, before the order's checks blame an action that is
+// right. Rows are lines (a blank line is a rank with no actions); actions are
+// counted without bubbles and FSDP's cells.
+void RefuseNumberingGaps(const PtSchedule& order, int num_stages, int num_microbatches, const std::string& file) {
+  std::vector<bool> stage_runs(num_stages), microbatch_runs(num_microbatches);
+  for (const auto& row : order) {
+    for (const PtAction& a : row) {
+      if (!IsCompute(a.type)) continue;
+      stage_runs[a.stage] = true;
+      microbatch_runs[a.microbatch] = true;
+    }
+  }
+  const auto check = [&](const std::vector<bool>& runs, const char* what, auto number) {
+    const auto gap = std::find(runs.begin(), runs.end(), false);
+    if (gap == runs.end()) return;
+    for (size_t r = 0; r < order.size(); ++r) {
+      for (size_t k = 0; k < order[r].size(); ++k) {
+        const PtAction& a = order[r][k];
+        if (!IsCompute(a.type) || number(a) + 1 != static_cast<int>(runs.size())) continue;
+        throw Error(
+            fmt::format("{}:{}: rank {}'s action {}, {}: {} {}, but {} {} never runs; number them from 0 "
+                        "without a gap",
+                        file, r + 1, r, k + 1, PtActionName(a), what, number(a), what, gap - runs.begin()));
+      }
+    }
+  };
+  check(stage_runs, "stage", [](const PtAction& a) { return a.stage; });
+  check(microbatch_runs, "microbatch", [](const PtAction& a) { return a.microbatch; });
+}
+
+}  // namespace
+
 ImportedPytorchSchedule ImportPytorchSchedule(const PtSchedule& order, const std::string& file) {
   ImportedPytorchSchedule out;
   out.pp = static_cast<int>(order.size());
@@ -308,6 +345,7 @@ ImportedPytorchSchedule ImportPytorchSchedule(const PtSchedule& order, const std
     }
   }
   if (out.num_stages == 0) throw Error(fmt::format("{}: no compute actions (F, B, I, W)", file));
+  RefuseNumberingGaps(order, out.num_stages, out.num_microbatches, file);
   ValidatePytorchSchedule(order, out.pp, out.num_stages, out.num_microbatches, file);
   out.stage_rank.assign(out.num_stages, -1);
   out.rank_orders.assign(out.pp, {});
