@@ -101,6 +101,20 @@ TEST(Limits, TextMustBeUtf8) {
   }
 }
 
+// yaml-cpp's recursive parser stops deep nesting with "bad file"; the error
+// says what it is (third audit, M091). A few levels deep reads as usual.
+TEST(Limits, DeepNestingIsSaidAsSuch) {
+  const std::string deep = "name: x\nmodules: " + std::string(600, '[') + std::string(600, ']') + "\n";
+  test::ExpectError([&] { ParseModel(deep, "deep.yaml"); },
+                    {"deep.yaml:2:", "malformed YAML: nested too deeply: yaml-cpp's parser stops at depth"});
+  const std::string shallow = "name: x\nmodules: " + std::string(20, '[') + std::string(20, ']') + "\n";
+  try {
+    ParseModel(shallow, "shallow.yaml");
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("nested too deeply"), std::string::npos) << e.what();
+  }
+}
+
 // A key twice in one mapping, infinities where a size is expected, plan
 // integers past an int: errors naming the field, not silently read.
 TEST(Limits, DuplicateKeysInfinitiesAndTruncationAreErrors) {

@@ -1,4 +1,6 @@
 #include "loom/spec/yaml_reader.h"
+
+#include <yaml-cpp/depthguard.h>
 #include "loom/path_kind.h"
 
 #include <fmt/format.h>
@@ -25,6 +27,13 @@ std::string Join(const std::vector<std::string>& items) {
 YAML::Node ParseYaml(const std::string& text, const std::string& file) {
   try {
     return YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    // yaml-cpp stops its recursive parser at a fixed depth and says "bad file".
+    throw Error(
+        fmt::format("{}:{}:{}: malformed {}: nested too deeply: yaml-cpp's parser stops at depth {} "
+                    "(no Loom file nests more than a few levels)",
+                    file, e.mark.line + 1, e.mark.column + 1,
+                    file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0 ? "JSON" : "YAML", e.depth()));
   } catch (const YAML::Exception& e) {
     // A .json file (config.json) is read as the YAML it also is; its error says JSON.
     const bool json = file.size() >= 5 && file.compare(file.size() - 5, 5, ".json") == 0;
