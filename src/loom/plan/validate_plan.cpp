@@ -95,6 +95,14 @@ void PipelineViolations(const Plan& plan, const Unit& u, size_t pi,
   } else if (!custom && p.vpp() > 1 && p.schedule != ScheduleKind::kInterleaved) {
     bad(fmt::format("{}: {} stages per rank need the interleaved schedule, not {}", pn, p.vpp(),
                     ScheduleKindName(p.schedule)));
+  } else if (p.schedule == ScheduleKind::kInterleaved && p.vpp() == 1) {
+    // Megatron's interleaved warm-up at one chunk a rank, (pp - rank - 1) x 2
+    // microbatches, is 1F1B holding twice the activations; Megatron runs its
+    // non-interleaved schedule there, and so should a plan.
+    bad(
+        fmt::format("{}: the interleaved schedule needs 2 or more stages per rank (vpp, --vpp); with one it is "
+                    "1F1B with twice the warm-up: use 1f1b",
+                    pn));
   } else if (p.schedule == ScheduleKind::kInterleaved && p.microbatches % p.pp != 0) {
     bad(fmt::format("{}: the interleaved schedule needs microbatches ({}) divisible by pp ({})", pn, p.microbatches,
                     p.pp));
