@@ -330,6 +330,22 @@ TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
   EXPECT_GT(std::abs(bf16.forward_s - pt.forward_s), 1e-3 * pt.forward_s);  // not corrected: another precision
 }
 
+// A profile priced against a run of another precision says so where its name
+// is printed (`run --compare`, `plan --run`): a CPU profile (fp32) pricing the
+// default bf16 run came out 12x off without a word (doc audit D3-03).
+TEST(Profile, ItsNameSaysWhenItsMeasurementsDoNotApply) {
+  const ProfiledCostModel bf16(ShippedH100());
+  EXPECT_EQ(CostModelNameFor(bf16, Precision::kBf16), bf16.name());
+  EXPECT_EQ(CostModelNameFor(bf16, Precision::kFp16), bf16.name());  // 16-bit stands for 16-bit
+  const std::string fp32 = CostModelNameFor(bf16, Precision::kFp32);
+  EXPECT_EQ(fp32.rfind(bf16.name(), 0), 0u);
+  EXPECT_NE(fp32.find("measured in bf16, so this fp32 work is priced by its fitted roofline"), std::string::npos)
+      << fp32;
+  EXPECT_NE(fp32.find("--precision bf16"), std::string::npos);
+  const RooflineCostModel roofline(Efficiency(), "roofline");
+  EXPECT_EQ(CostModelNameFor(roofline, Precision::kFp32), "roofline");
+}
+
 // A profile's measured link (`loom profile`: two processes of one machine)
 // becomes every link of a cluster priced by it; a bad link is an error naming it.
 TEST(Profile, AMeasuredLinkPricesEveryMessage) {

@@ -21,6 +21,7 @@
 #include "loom/cli/run_output.h"
 #include "loom/cli/training_log.h"
 #include "loom/cost/cost_model.h"
+#include "loom/cost/profile.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
@@ -131,7 +132,7 @@ class RunCommand : public Command {
       // The last step's plan, as compiled (with its batch's schedule).
       predicted = PredictRunStep(model, cluster, workload, chosen.plan, last_batch,
                                  schedules[last] ? &*schedules[last] : nullptr);
-      cost_model = CostModelOf(cluster).name();
+      cost_model = CostModelNameFor(CostModelOf(cluster), workload.precision);
     }
     const RunOutputContext context{chosen.label,  &chosen.plan,           options.device,
                                    flags_.resume, options.fault_tolerant, flags_.compare ? &predicted : nullptr,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/cost/cost_model.h"
+#include "loom/cost/profile.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/report/run_vs_simulation.h"
@@ -54,7 +55,8 @@ std::string RunEveryPlan(const Model& model, const Cluster& cluster, const Workl
                                            {"simulated_iteration_time_s", row.simulated_s}};
     }
   }
-  return FormatMeasuredStrategies(rows, not_run, steps, CostModelOf(cluster).name(), workload.precision);
+  return FormatMeasuredStrategies(rows, not_run, steps, CostModelNameFor(CostModelOf(cluster), workload.precision),
+                                  workload.precision);
 }
 
 }  // namespace loom::cli

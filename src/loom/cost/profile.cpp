@@ -211,6 +211,17 @@ ProfiledCostModel::ProfiledCostModel(Profile profile)
   median_backward_ = Median(backward);
 }
 
+std::string CostModelNameFor(const CostModel& model, Precision precision) {
+  const auto* profiled = dynamic_cast<const ProfiledCostModel*>(&model);
+  if (profiled == nullptr) return model.name();
+  const Precision measured = profiled->profile().precision;
+  if (measured == precision || (IsMixedPrecision(measured) && IsMixedPrecision(precision))) return model.name();
+  return fmt::format(
+      "{}; measured in {}, so this {} work is priced by its fitted roofline, not its layers: give "
+      "--precision {} to compare with it",
+      model.name(), PrecisionName(measured), PrecisionName(precision), PrecisionName(measured));
+}
+
 std::string ProfiledCostModel::name() const { return fmt::format("profile {} ({})", profile_.gpu, profile_.file); }
 
 std::pair<double, double> ProfiledCostModel::Correction(const ProfileShape& shape, int tp, bool frozen,

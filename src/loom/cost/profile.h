@@ -88,6 +88,12 @@ Profile LoadProfile(const std::string& path);
 // The profile as YAML that ParseProfile reads back (what `loom profile` writes).
 std::string ProfileToYaml(const Profile& profile);
 
+// `model`'s name, and, for a profile measured in another precision than
+// `precision` (bf16 and fp16 stand for each other), that its layer
+// measurements do not apply: a CPU profile (fp32) pricing a bf16 run prices it
+// at the fitted roofline's bf16 peak, an order of magnitude off.
+std::string CostModelNameFor(const CostModel& model, Precision precision);
+
 class ProfiledCostModel final : public CostModel {
  public:
   // Fits the efficiencies to the profile's ops and the corrections to its
