@@ -346,6 +346,30 @@ TEST(Profile, ItsNameSaysWhenItsMeasurementsDoNotApply) {
   EXPECT_EQ(CostModelNameFor(roofline, Precision::kFp32), "roofline");
 }
 
+// The documented calibration file is what `--profile FILE` takes too (doc
+// audit D3-07: no command read it): its points fit the roofline as a
+// profile's ops do, and no layer corrects it.
+TEST(Profile, ACalibrationFileIsAProfileOfKernels) {
+  const std::string path = test::WriteTemp("cal.yaml",
+                                           "gpu: h100\nmeasured_with: test\npoints:\n"
+                                           "  - {op: gemm, flops: 1.1e12, bytes: 1.0e8, time_s: 1.6e-3}\n"
+                                           "  - {op: elementwise, bytes: 4.0e9, time_s: 1.5e-3}\n");
+  const Profile p = LoadProfile(path);
+  EXPECT_EQ(p.gpu, "h100");
+  EXPECT_EQ(p.precision, Precision::kBf16);
+  EXPECT_TRUE(p.layers.empty());
+  ASSERT_EQ(p.ops.size(), 2u);
+  const ProfiledCostModel model(p);
+  const Efficiency want = LoadCalibration(path).efficiency;
+  // 1.1e12 / 989.4e12 s at peak over 1.6 ms: 69.5% of the GEMM peak.
+  EXPECT_NEAR(model.fitted_efficiency().compute[0], 1.1e12 / FindGpu("h100").peak_flops / 1.6e-3, 1e-12);
+  for (int c = 0; c < kNumOpClasses; ++c) {
+    EXPECT_DOUBLE_EQ(model.fitted_efficiency().compute[c], want.compute[c]);
+    EXPECT_DOUBLE_EQ(model.fitted_efficiency().memory[c], want.memory[c]);
+  }
+  EXPECT_NO_THROW(SelectCostModel(path, FindGpu("h100")));
+}
+
 // A profile's measured link (`loom profile`: two processes of one machine)
 // becomes every link of a cluster priced by it; a bad link is an error naming it.
 TEST(Profile, AMeasuredLinkPricesEveryMessage) {

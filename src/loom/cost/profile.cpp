@@ -141,7 +141,25 @@ Profile ParseProfile(const std::string& yaml_text, const std::string& file) {
   return p;
 }
 
-Profile LoadProfile(const std::string& path) { return ParseProfile(ReadTextFile(path, "profile YAML"), path); }
+Profile LoadProfile(const std::string& path) {
+  const std::string text = ReadTextFile(path, "profile YAML");
+  // A calibration file (docs/spec-format.md) is a profile of kernels alone:
+  // its points are the ops, measured in bf16 (the datasheet peak it is fitted
+  // against), and no layer corrects the fitted roofline.
+  const YAML::Node doc = ParseYaml(text, path);
+  if (doc.IsMap() && doc["points"] && !doc["ops"]) {
+    const Calibration cal = ParseCalibration(text, path);
+    Profile p;
+    p.file = path;
+    p.gpu = cal.gpu;
+    p.applies_to = {cal.gpu};
+    p.source = cal.measured_with;
+    p.precision = Precision::kBf16;
+    p.ops = cal.points;
+    return p;
+  }
+  return ParseProfile(text, path);
+}
 
 std::string ProfileToYaml(const Profile& p) {
   std::string out = fmt::format("gpu: {}\napplies_to: [", p.gpu);

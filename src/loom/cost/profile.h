@@ -84,6 +84,7 @@ struct Profile {
 // Throws loom::Error naming file, line and field on bad input (unknown GPU,
 // zero or negative sizes and times, unknown keys).
 Profile ParseProfile(const std::string& yaml_text, const std::string& file);
+// A profile file, or a calibration file (its `points`, no layers) read as one.
 Profile LoadProfile(const std::string& path);
 // The profile as YAML that ParseProfile reads back (what `loom profile` writes).
 std::string ProfileToYaml(const Profile& profile);
