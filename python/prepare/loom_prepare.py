@@ -22,6 +22,7 @@ of requirements.txt. Bad input is one line on stderr, `loom prepare: error:
 FILE: SAMPLE: what is wrong`, and exit status 2; nothing is skipped silently.
 """
 import argparse
+import errno
 import hashlib
 import io
 import json
@@ -236,13 +237,27 @@ def read_samples(files, image_folder):
         yield from read_wds(path) if kind == "wds" else read_llava(path, kind, image_folder)
 
 
+def what_is(path):
+    """What stands at a path that is not a regular file (what the error says)."""
+    if os.path.islink(path) and not os.path.exists(path):
+        try:
+            os.stat(path)
+        except OSError as e:
+            return "a symbolic link loop" if e.errno == errno.ELOOP else "a dangling symbolic link"
+    if os.path.isdir(path):
+        return "a folder"
+    if os.path.exists(path):
+        return "a pipe, socket or device"
+    return "no such file"
+
+
 def load_image(name, src, where):
     """A PIL image, decoded whole (a truncated or corrupt file fails here, not
     in the processor), in RGB as LLaVA's training code converts it."""
     from PIL import Image
 
     if isinstance(src, str) and not os.path.isfile(src):
-        fail(where, f"image {name}: no such file ({src})")
+        fail(where, f"image {name}: {what_is(src)}, not an image file ({src})")
     try:
         with Image.open(src if isinstance(src, str) else io.BytesIO(src)) as im:
             im.load()

@@ -2,6 +2,7 @@
 // is a pure function of (seed, iteration); JSONL files parse with named errors.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -264,6 +265,28 @@ TEST(JsonlSource, TokenizedSamplesWithImagesFindTheirImageTokens) {
                          dir);
       },
       {"none.safetensors"});
+  // Pixels in a dtype the runtime does not read failed in the worker that drew
+  // the sample, steps later (runtime audit R4-05): now at the line.
+  const std::vector<double> wide(3 * 4 * 6, 0.5);
+  weights::WriteSafetensors(
+      dir + "/f64.safetensors",
+      {{"pixel_values", weights::DType::kF64, {1, 3, 4, 6}, std::as_bytes(std::span<const double>(wide))}});
+  test::ExpectError(
+      [&] {
+        ParseJsonlSample(R"({"input_ids": [9, 2], "image_token_id": 9, "pixel_values": "f64.safetensors"})",
+                         "d.jsonl:11", dir);
+      },
+      {"d.jsonl:11: pixel_values:", "f64.safetensors holds 'pixel_values' as F64; expected F32, BF16 or F16"});
+  EXPECT_EQ(s.tokens->pixel_channels, 3);
+  // A pipe where a pixel file belongs blocked the launcher in open() (R4-03).
+  std::filesystem::remove(dir + "/fifo.safetensors");
+  ASSERT_EQ(::mkfifo((dir + "/fifo.safetensors").c_str(), 0600), 0);
+  test::ExpectError(
+      [&] {
+        ParseJsonlSample(R"({"input_ids": [9, 2], "image_token_id": 9, "pixel_values": "fifo.safetensors"})",
+                         "d.jsonl:12", dir);
+      },
+      {"fifo.safetensors: a pipe (FIFO); expected a safetensors file"});
   // A tokenized sample's other fields without its ids: input_ids is what is
   // missing (it was read as a sample shape: "image_token_id: unknown field").
   // A key given twice was last-wins in silence (second audit W039).

@@ -345,6 +345,23 @@ class Prepare(unittest.TestCase):
         data = self.llava_copy("missing", lambda s: s[4].update(image="images/nowhere.png"))
         self.assert_error(["--input", data], f"{data}:5", "images/nowhere.png", "no such file")
 
+    def test_image_paths_that_are_not_files_say_what_they_are(self):
+        # Runtime audit R4-15: a folder or a link loop was "no such file".
+        folder = os.path.join(self.tmp, "notfiles")
+        images = os.path.join(folder, "images")
+        os.makedirs(images)
+        samples = [dict(s) for s in self.samples[:3]]
+        shutil.copy(os.path.join(self.tmp, "llava", samples[0]["image"]), os.path.join(folder, samples[0]["image"]))
+        samples[1]["image"], samples[2]["image"] = "images/adir.png", "images/loop.png"
+        os.makedirs(os.path.join(images, "adir.png"))
+        os.symlink("loop.png", os.path.join(images, "loop.png"))
+        data = write(os.path.join(folder, "data.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
+        self.assert_error(["--input", data], f"{data}:2", "images/adir.png", "a folder, not an image file")
+        shutil.rmtree(os.path.join(images, "adir.png"))
+        shutil.copy(os.path.join(self.tmp, "llava", self.samples[1]["image"]), os.path.join(images, "adir.png"))
+        self.assert_error(["--input", data], f"{data}:3", "images/loop.png", "a symbolic link loop")
+        shutil.rmtree(folder)  # other tests walk the temporary folder: no loop left in it
+
     def test_empty_dataset(self):
         data = write(os.path.join(self.tmp, "empty", "data.jsonl"), "\n")
         self.assert_error(["--input", data], data, "no samples")

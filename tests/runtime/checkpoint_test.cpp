@@ -6,6 +6,7 @@
 // checkpoint whole; and what is not this run's checkpoint is refused by name.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -263,6 +264,42 @@ TEST(Checkpoints, RefusesWhatIsNotThisRunsCheckpoint) {
   expect(" --model " + test::WriteTemp("tiny-llm-narrow.yaml", text) + " --cluster h100:1x1 --steps 3 --resume " +
              other.string(),
          "] there, [");
+  // Runtime audit R4-02: the AdamW step counts. Lost from a part's metadata,
+  // AdamW restarted in silence; a manifest behind its parts replayed a step.
+  const fs::path good = other / "step-00000002";
+  const fs::path lost = TempDir("ckpt_steps_lost");
+  fs::copy(good, lost, fs::copy_options::recursive);
+  const auto [py, py_out] = test::RunPython(R"(
+import sys
+from safetensors import safe_open
+from safetensors.numpy import save_file
+f = sys.argv[1]
+with safe_open(f, "np") as r:
+    meta = {k: v for k, v in r.metadata().items() if not k.startswith("loom.step.")}
+    tensors = {k: r.get_tensor(k) for k in r.keys()}
+save_file(tensors, f, metadata=meta)
+)",
+                                            (lost / "part-00000.safetensors").string());
+  ASSERT_EQ(py, 0) << py_out;
+  expect(llm + " --steps 3 --resume " + lost.string(), "has AdamW moments ('");
+  expect(llm + " --steps 3 --resume " + lost.string(), "but no step count loom.step.");
+  const fs::path behind = TempDir("ckpt_steps_behind");
+  fs::copy(good, behind, fs::copy_options::recursive);
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(behind / "checkpoint.json"));
+  manifest["steps_done"] = 1;
+  std::ofstream(behind / "checkpoint.json") << manifest.dump();
+  expect(llm + " --steps 3 --resume " + behind.string(), "checkpoint.json says 1 steps done, but '");
+  // A step folder named for another step than its manifest says.
+  const fs::path renamed = TempDir("ckpt_named") / "step-00000005";
+  fs::create_directories(renamed.parent_path());
+  fs::copy(good, renamed, fs::copy_options::recursive);
+  expect(llm + " --steps 6 --resume " + renamed.string(), "says 2 steps done, but the folder is named for 5");
+  // A pipe where a checkpoint file belongs blocked the launcher in open() (R4-03).
+  const fs::path piped = TempDir("ckpt_fifo");
+  fs::copy(good, piped, fs::copy_options::recursive);
+  fs::remove(piped / "checkpoint.json");
+  ASSERT_EQ(::mkfifo((piped / "checkpoint.json").c_str(), 0600), 0);
+  expect(llm + " --steps 3 --resume " + piped.string(), "checkpoint.json: a pipe (FIFO); expected a checkpoint file");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // fp32 rounding (issue 41's parity test, one process; the plans with TP, PP,
 // DP and CP follow through `loom run --data`).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <array>
 #include <deque>
@@ -532,6 +533,36 @@ TEST(HfParity, LoomRunStartsFromTheCheckpointUnderEveryLayout) {
   refused(run + " --model " + dir.string() + " --save " + (dir / "mine").string(),
           {"the folder holds notes.txt, which a save does not write"});
   EXPECT_TRUE(fs::exists(dir / "mine" / "notes.txt"));
+  // Runtime audit R4-01: a config that ties the head beside weights holding a
+  // head of its own, which transformers does not tie (it warns and keeps
+  // both): refused, naming the fix, rather than trained tied.
+  config["intermediate_size"] = 96;
+  const auto folder = [&](const std::string& name, const nlohmann::json& c) {
+    const fs::path d = dir / name;
+    fs::create_directories(d);
+    std::ofstream(d / "config.json") << c.dump();
+    return d;
+  };
+  nlohmann::json tied = config;
+  tied["tie_word_embeddings"] = true;
+  const fs::path tied_dir = folder("tied", tied);
+  fs::copy_file(dir / "model.safetensors", tied_dir / "model.safetensors");
+  refused(run + " --model " + tied_dir.string(),
+          {"config.json ties the LM head to the embedding (tie_word_embeddings: true), but",
+           "holds its own 'lm_head.weight', which differs: transformers would not tie them",
+           "Set tie_word_embeddings: false"});
+  // R4-03/R4-04: weights that are there but cannot be read trained from the
+  // seed without a word (a dangling link, a folder, a pipe; a pickle only).
+  const fs::path dangling = folder("dangling", config);
+  fs::create_symlink("/nonexistent/model.safetensors", dangling / "model.safetensors");
+  refused(run + " --model " + dangling.string(), {"model.safetensors: a dangling symbolic link; expected the model's"});
+  const fs::path piped = folder("piped", config);
+  ASSERT_EQ(::mkfifo((piped / "model.safetensors").c_str(), 0600), 0);
+  refused(run + " --model " + piped.string(), {"model.safetensors: a pipe (FIFO)"});
+  const fs::path pickled = folder("pickled", config);
+  std::ofstream(pickled / "pytorch_model.bin") << "not read";
+  refused(run + " --model " + pickled.string(),
+          {"holds pytorch_model.bin but no model.safetensors", "Loom reads safetensors weights only"});
 }
 
 // `loom run --model DIR --data FILE.jsonl`: real token ids and labels, the

@@ -177,6 +177,11 @@ TEST(RuntimeModel, InputsItCannotPackAreErrors) {
   b.samples[0].images = {{32, 32, 0}};  // the right size: on to the image tokens' count
   test::ExpectError([&] { runtime::PackMicrobatch(LoadModel(kVlm), b, std::vector<int>{0}); },
                     {"d.jsonl:3: input_ids: image 0 is 2 image tokens"});
+  // Grayscale pixels for an RGB tower: said with the line and file, not by
+  // the worker that draws the sample steps later, as "sample 2" (audit R4-05).
+  tokens->pixel_channels = 1;
+  test::ExpectError([&] { runtime::PackMicrobatch(LoadModel(kVlm), b, std::vector<int>{0}); },
+                    {"d.jsonl:3: pixel_values: px.safetensors: 1 channel(s) an image; module vision takes 3"});
 }
 
 // Sample 0 of tiny-omni: one document of 20 text tokens, a 32 px image and

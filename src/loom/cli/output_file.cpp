@@ -22,6 +22,19 @@ namespace loom::cli {
 
 namespace {
 
+// What stands where an output's folder should be: "does not exist", or what
+// the path is instead ("is a file, not a folder").
+std::string MissingFolder(const std::string& path) {
+  switch (KindOfPath(path)) {
+    case PathKind::kNone:
+      return "does not exist";
+    case PathKind::kFile:
+      return "is a file, not a folder";
+    default:
+      return "is not a folder";
+  }
+}
+
 struct PathFlag {
   std::string flag, path;
   bool folder = false;  // an output folder (kOutputFolder), not a file
@@ -131,8 +144,8 @@ void CheckOutputs(CLI::App& command) {
       const fs::path parent =
           fs::path(out.path).parent_path().empty() ? fs::path(".") : fs::path(out.path).parent_path();
       if (KindOfPath(parent.string()) != PathKind::kDirectory) {
-        throw loom::Error(fmt::format("{} {}: its folder {} does not exist; create it or choose another", out.flag,
-                                      out.path, parent.string()));
+        throw loom::Error(fmt::format("{} {}: its folder {} {}; create it or choose another", out.flag, out.path,
+                                      parent.string(), MissingFolder(parent.string())));
       }
     }
     if (!out.folder) {
@@ -142,8 +155,8 @@ void CheckOutputs(CLI::App& command) {
       const fs::path parent =
           fs::path(out.path).parent_path().empty() ? fs::path(".") : fs::path(out.path).parent_path();
       if (KindOfPath(parent.string()) != PathKind::kDirectory) {
-        throw loom::Error(fmt::format("{} {}: its folder {} does not exist; create it or choose another", out.flag,
-                                      out.path, parent.string()));
+        throw loom::Error(fmt::format("{} {}: its folder {} {}; create it or choose another", out.flag, out.path,
+                                      parent.string(), MissingFolder(parent.string())));
       }
       if (access(parent.c_str(), W_OK) != 0) {
         throw loom::Error(

@@ -26,6 +26,7 @@
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
 #include "loom/plan/plan_json.h"
+#include "loom/regular_file.h"
 #include "loom/report/run_vs_simulation.h"
 #include "loom/session/plan_file_replay.h"
 #include "loom/session/run_prediction.h"
@@ -159,11 +160,11 @@ class RunCommand : public Command {
       if (std::filesystem::path(flags_.data).extension() != ".jsonl") {
         throw loom::Error(fmt::format("--data {}: expected a .jsonl file (one JSON sample a line)", flags_.data));
       }
-      if (!std::filesystem::is_regular_file(flags_.data)) {
+      // Read twice (planning, then each worker's token ids): a regular file, not a pipe.
+      if (const std::string what = NotARegularFile(flags_.data); !what.empty()) {
         throw loom::Error(
-            fmt::format("--data {}: no such file; expected a JSONL file of samples (one JSON sample a "
-                        "line: docs/runtime.md)",
-                        flags_.data));
+            fmt::format("--data {}: {}; expected a JSONL file of samples (one JSON sample a line: docs/runtime.md)",
+                        flags_.data, what));
       }
       w.name = flags_.data;
     }

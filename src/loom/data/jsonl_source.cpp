@@ -176,6 +176,13 @@ void ReadTokenizedImages(const json& j, const std::string& where, const std::str
           : "no tensor 'pixel_values'",
         tokens.image_runs.size(), tokens.image_token_id));
   }
+  // What the runtime reads (batch_loader.cpp): found here, at the line,
+  // not by whichever worker draws the sample steps later.
+  if (t->dtype != weights::DType::kF32 && t->dtype != weights::DType::kBF16 && t->dtype != weights::DType::kF16) {
+    throw Error(fmt::format("{}: pixel_values: {} holds 'pixel_values' as {}; expected F32, BF16 or F16", where,
+                            tokens.pixel_values_file, weights::DTypeName(t->dtype)));
+  }
+  tokens.pixel_channels = t->shape[1];
   for (size_t i = 0; i < tokens.image_runs.size(); ++i) {
     s.images.push_back({t->shape[3], t->shape[2], 0});
   }

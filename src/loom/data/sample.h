@@ -53,6 +53,7 @@ struct SampleTokens {
   int64_t image_token_id = -1;
   std::vector<std::pair<int64_t, int64_t>> image_runs;
   std::string pixel_values_file;
+  int64_t pixel_channels = 0;  // the pixel tensor's [images, channels, height, width]
 };
 
 struct Sample {

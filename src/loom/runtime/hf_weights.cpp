@@ -198,17 +198,82 @@ std::string CanonicalHfName(const std::string& name, bool llava) {
   return name;
 }
 
-const weights::CheckpointWeights::Location& FindHf(const weights::CheckpointWeights& checkpoint,
-                                                   const std::string& name) {
-  if (const auto* found = checkpoint.Find(name)) return *found;
+namespace {
+
+const weights::CheckpointWeights::Location* TryFindHf(const weights::CheckpointWeights& checkpoint,
+                                                      const std::string& name) {
+  if (const auto* found = checkpoint.Find(name)) return found;
   for (const auto& [from, others] : LlavaLayouts()) {
     if (name.rfind(from, 0) != 0) continue;
     for (const std::string& to : others) {
-      if (const auto* found = checkpoint.Find(to + name.substr(from.size()))) return *found;
+      if (const auto* found = checkpoint.Find(to + name.substr(from.size()))) return found;
     }
   }
+  return nullptr;
+}
+
+}  // namespace
+
+const weights::CheckpointWeights::Location& FindHf(const weights::CheckpointWeights& checkpoint,
+                                                   const std::string& name) {
+  if (const auto* found = TryFindHf(checkpoint, name)) return *found;
   return checkpoint.At(name);  // throws, naming the tensor
 }
+
+namespace {
+
+// This process's part of a checkpoint tensor (its TP slice along `dim`, or
+// whole at -1), in the file's dtype.
+torch::Tensor ReadPart(const weights::CheckpointWeights::Location& where, const torch::Tensor& param, int dim,
+                       const TensorParallel& tp) {
+  const weights::TensorInfo& info = *where.tensor;
+  torch::Tensor host = torch::empty(param.sizes(), torch::TensorOptions(TorchDType(info.dtype)));
+  const std::span<std::byte> bytes(static_cast<std::byte*>(host.data_ptr()), host.nbytes());
+  if (dim >= 0) {
+    const int64_t local = param.size(dim);
+    where.file->ReadSlice(info, dim, tp.rank * local, (tp.rank + 1) * local, bytes);
+  } else {
+    where.file->Read(info, bytes);
+  }
+  return host;
+}
+
+// A tied head (tie_word_embeddings) reads the embedding. If the checkpoint
+// also holds the head's own matrix and it differs, transformers does not tie
+// them (PreTrainedModel.tie_weights warns and keeps both): training it tied
+// would not be the model transformers loads, so say so. An equal copy (a
+// pickle's shared storage, converted) is tied, as there; its name is
+// returned (read), else "". `key` is the embedding's table or a later
+// stage's tied copy of it, `table` this process's part of it.
+std::string CheckTiedHeadAgainstItsOwnMatrix(const Model& model, const weights::CheckpointWeights& checkpoint,
+                                             const std::string& key, const weights::TensorInfo& table_info,
+                                             const torch::Tensor& table, const torch::Tensor& param, int dim,
+                                             const TensorParallel& tp) {
+  const ParameterPath path = Split(key);
+  const loom::Module& m = model.modules.at(model.FindModule(path.module));
+  int head_layer = -1;
+  for (size_t i = 0; i < m.layers.size(); ++i) {
+    if (m.layers[i].kind == LayerKind::kLmHead && m.layers[i].tied) head_layer = static_cast<int>(i);
+  }
+  const Layer& l = m.layers.at(path.layer);
+  const bool table_part = (l.kind == LayerKind::kEmbedding && path.rest == "table") ||
+                          (l.kind == LayerKind::kLmHead && path.rest == "tied_table");
+  if (head_layer < 0 || !table_part) return "";
+  const std::string own = HfParameterName(model, fmt::format("{}_{}.proj.weight", path.module, head_layer));
+  const auto* head = TryFindHf(checkpoint, own);
+  if (head == nullptr) return "";
+  if (head->tensor->shape == table_info.shape &&
+      torch::equal(ReadPart(*head, param, dim, tp).to(torch::kFloat), table.to(torch::kFloat))) {
+    return head->tensor->name;
+  }
+  throw Error(
+      fmt::format("{}: config.json ties the LM head to the embedding (tie_word_embeddings: true), but {} "
+                  "holds its own '{}', which differs: transformers would not tie them (it warns and keeps "
+                  "both). Set tie_word_embeddings: false in config.json, or drop '{}' from the weights",
+                  model.hf_config, head->file->path(), head->tensor->name, head->tensor->name));
+}
+
+}  // namespace
 
 std::vector<std::string> LoadHfWeights(LayerStackImpl& stack, const Model& model,
                                        const weights::CheckpointWeights& checkpoint, const TensorParallel& tp) {
@@ -233,14 +298,13 @@ std::vector<std::string> LoadHfWeights(LayerStackImpl& stack, const Model& model
       throw Error(fmt::format("{}: tensor '{}' is {}; weights must be F32, BF16, F16 or F64", where.file->path(), hf,
                               weights::DTypeName(info.dtype)));
     }
-    torch::Tensor host = torch::empty(param.sizes(), torch::TensorOptions(dtype));  // the same bytes as `whole`
-    const std::span<std::byte> bytes(static_cast<std::byte*>(host.data_ptr()), host.nbytes());
-    if (dim >= 0) {
-      const int64_t local = param.size(dim);
-      where.file->ReadSlice(info, dim, tp.rank * local, (tp.rank + 1) * local, bytes);
-    } else {
-      where.file->Read(info, bytes);
+    const torch::Tensor host = ReadPart(where, param, dim, tp);  // the same bytes as `whole`
+    if (!torch::isfinite(host).all().item<bool>()) {             // else "training diverged" at step 0, naming no file
+      throw Error(
+          fmt::format("{}: tensor '{}' holds values that are not finite (nan or inf)", where.file->path(), info.name));
     }
+    const std::string own = CheckTiedHeadAgainstItsOwnMatrix(model, checkpoint, item.key(), info, host, param, dim, tp);
+    if (!own.empty()) read.push_back(own);
     param.copy_(host.to(param.scalar_type()));
     read.push_back(info.name);
   }

@@ -98,6 +98,16 @@ PackedSequence Interleaved(const SampleTokens& tokens, int x, const std::vector<
 void CheckPixelSize(const SampleTokens& tokens, size_t item, const ImageInput& im, int64_t image_tokens,
                     const Module& m) {
   const TokenRule& r = m.tokens;
+  for (const Layer& l : m.layers) {
+    if (l.kind != LayerKind::kPatchEmbed || l.in_channels <= 0 || tokens.pixel_channels <= 0 ||
+        tokens.pixel_channels == l.in_channels) {
+      continue;
+    }
+    throw Error(
+        fmt::format("{}: pixel_values: {}: {} channel(s) an image; module {} takes {} (preprocess the images "
+                    "as its image processor does: RGB)",
+                    tokens.where, tokens.pixel_values_file, tokens.pixel_channels, m.name, l.in_channels));
+  }
   if (r.tiling != ImageTiling::kNone || r.patch_px <= 0) return;
   const int64_t patches = (im.width_px / r.patch_px) * (im.height_px / r.patch_px);
   if (patches + r.extra_tokens == image_tokens) return;

@@ -870,6 +870,10 @@ const torch::Tensor& ImagePixels::Of(int sample, int image) const {
     }
     torch::Tensor host = torch::empty(t.shape, torch::TensorOptions(dtype));
     file.Read(t, std::span<std::byte>(static_cast<std::byte*>(host.data_ptr()), host.nbytes()));
+    // A NaN here made the step's loss NaN, said as "training diverged" with no file (runtime audit R4-13).
+    if (!torch::isfinite(host).all().item<bool>()) {
+      throw Error(fmt::format("{}: pixel_values holds values that are not finite (nan or inf)", file.path()));
+    }
     it = read.emplace(sample, host.to(torch::kFloat).unbind(0)).first;
   }
   return it->second.at(image);

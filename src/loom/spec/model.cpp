@@ -9,6 +9,7 @@
 
 #include "loom/did_you_mean.h"
 #include "loom/path_kind.h"
+#include "loom/regular_file.h"
 #include "loom/spec/hf_config.h"
 #include "loom/spec/yaml_reader.h"
 #include "loom/spec/zoo.h"
@@ -853,8 +854,12 @@ Model LoadModel(const std::string& name_or_path) {
   if (KindOfPath(name_or_path) == PathKind::kDirectory) {
     // A Hugging Face model folder: its config.json (its weights are the runtime's, runtime/hf_weights.h).
     const std::string config = (std::filesystem::path(name_or_path) / "config.json").string();
-    if (KindOfPath(config) != PathKind::kNone)
+    if (KindOfPath(config) != PathKind::kNone) {
+      if (const std::string what = NotARegularFile(config); !what.empty()) {  // a pipe would block open()
+        throw Error(fmt::format("{}: {}; expected the model's config.json", config, what));
+      }
       return ParseModel(ReadTextFile(config, "Hugging Face config.json"), config);
+    }
     throw Error(
         fmt::format("{}: is a directory without config.json; expected a built-in model name, a model "
                     "YAML file or a Hugging Face model folder",

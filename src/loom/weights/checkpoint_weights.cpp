@@ -1,5 +1,7 @@
 #include "loom/weights/checkpoint_weights.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +13,7 @@
 
 #include "loom/atomic_file.h"
 #include "loom/error.h"
+#include "loom/regular_file.h"
 
 namespace loom::weights {
 
@@ -53,15 +56,58 @@ std::map<std::string, std::string> ReadWeightMap(const fs::path& index) {
 
 }  // namespace
 
-bool CheckpointWeights::Present(const std::string& dir) {
+namespace {
+
+// Weights in a format Loom does not read (transformers' pickle and the other
+// frameworks'): a folder holding them and no safetensors is not "no weights".
+std::string UnreadWeightFile(const std::string& dir) {
   std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / kIndexFile, ec) || fs::is_regular_file(fs::path(dir) / kSingleFile, ec);
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const auto starts = [&](const std::string& head) { return name.rfind(head, 0) == 0; };
+    const auto ends = [&](const std::string& tail) {
+      return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    // transformers' pickle (sharded too), TensorFlow's and Flax's; Meta's
+    // consolidated.*.pth. Not the Trainer's training_args.bin or optimizer.pt.
+    if ((starts("pytorch_model") && ends(".bin")) || name == "tf_model.h5" || name == "flax_model.msgpack" ||
+        (starts("consolidated") && ends(".pth"))) {
+      return name;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool CheckpointWeights::Present(const std::string& dir) {
+  // Anything by either name counts (a dangling link, a folder, a pipe): the
+  // constructor says what is wrong with it rather than the run starting from
+  // the seed without a word; so do weights in a format not read.
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(fs::path(dir) / kIndexFile, ec)) ||
+         fs::exists(fs::symlink_status(fs::path(dir) / kSingleFile, ec)) || !UnreadWeightFile(dir).empty();
 }
 
 CheckpointWeights::CheckpointWeights(const std::string& dir) : dir_(dir) {
   const fs::path index = fs::path(dir) / kIndexFile;
   const fs::path single = fs::path(dir) / kSingleFile;
   std::error_code ec;
+  for (const fs::path& p : {single, index}) {
+    const std::string what = NotARegularFile(p.string());
+    if (!what.empty() && what != "no such file") {
+      throw Error(fmt::format("{}: {}; expected {}", p.string(), what,
+                              p == single ? "the model's safetensors weights" : "a safetensors index (JSON)"));
+    }
+  }
+  if (!fs::is_regular_file(single, ec) && !fs::is_regular_file(index, ec)) {
+    if (const std::string other = UnreadWeightFile(dir); !other.empty()) {
+      throw Error(
+          fmt::format("{}: holds {} but no {} or {}: Loom reads safetensors weights only (transformers "
+                      "writes them: save_pretrained(DIR), its default)",
+                      dir, other, kSingleFile, kIndexFile));
+    }
+  }
   // Both present: model.safetensors, as transformers' _get_resolved_checkpoint_files chooses.
   if (!fs::is_regular_file(single, ec) && fs::is_regular_file(index, ec)) {
     const std::map<std::string, std::string> weight_map = ReadWeightMap(index);

@@ -17,6 +17,7 @@
 #include "loom/atomic_file.h"
 #include "loom/error.h"
 #include "loom/input_file.h"
+#include "loom/regular_file.h"
 
 namespace loom::weights {
 
@@ -53,6 +54,9 @@ std::string StringManifestField(const nlohmann::json& j, const char* key, const 
 
 // A manifest or `latest`, read bounded as every input file is.
 std::string ReadCheckpointText(const fs::path& path) {
+  if (const std::string what = NotARegularFile(path.string()); !what.empty() && what != "no such file") {
+    throw Error(path.string() + ": " + what + "; expected a checkpoint file");
+  }
   return ReadInputFile(path.string(), "checkpoint file", kMaxSpecBytes);
 }
 
@@ -141,7 +145,7 @@ RunCheckpointManifest ParseRunCheckpointManifest(const std::string& text, const 
   m.global_batch = WholeManifestField(j, "global_batch", path, 1, INT64_MAX);
   if (j.contains("plan")) m.plan = StringManifestField(j, "plan", path);
   const nlohmann::json& parts = ManifestField(j, "parts", path);
-  if (!parts.is_array())
+  if (!parts.is_array() || parts.empty())  // every run writes one part a process, at least
     throw Error(fmt::format("{}: field parts is {}; expected a list of file names", path, parts.dump()));
   std::set<std::string> seen;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -175,11 +179,14 @@ std::string StepFolderName(int steps_done) { return fmt::format("step-{:08d}", s
 
 std::string FindCheckpoint(const std::string& dir) {
   const fs::path root(dir);
-  if (!fs::is_directory(root))
+  if (!fs::is_directory(root)) {
+    const std::string what = NotARegularFile(dir);
+    const std::string is = what.empty() ? "a file, not a folder" : what == "no such file" ? "no such folder" : what;
     throw Error(
-        fmt::format("--resume {}: no such folder; valid: a checkpoint folder (a --checkpoint-dir "
-                    "folder, or one step-N folder in it)",
-                    dir));
+        fmt::format("--resume {}: {}; valid: a checkpoint folder (a --checkpoint-dir folder, or one step-N "
+                    "folder in it{})",
+                    dir, is, root.filename() == kManifest ? fmt::format(": {}", root.parent_path().string()) : ""));
+  }
   if (fs::exists(root / kManifest)) {
     CheckComplete(root);
     return root.string();
@@ -353,6 +360,39 @@ RunCheckpointReader::RunCheckpointReader(const std::string& folder) : folder_(fo
       pieces.push_back(p);
     }
   }
+  CheckStepCounts();
+}
+
+void RunCheckpointReader::CheckStepCounts() const {
+  // Every tensor with AdamW moments has its step count, none more than the
+  // manifest's steps_done, the count the folder is named for. (Counts may
+  // differ between tensors: AdamW skips a tensor without a gradient, as a
+  // vision tower is on a step without images.) A lost count silently
+  // restarted AdamW; a manifest behind its parts replayed a step.
+  for (const auto& [name, pieces] : pieces_) {
+    const size_t hash = name.find('#');
+    if (hash == std::string::npos) continue;
+    const std::string base = name.substr(0, hash);
+    if (Step(base) == 0) {
+      throw Error(
+          fmt::format("checkpoint {}: '{}' has AdamW moments ('{}') but no step count {} in {}'s metadata; "
+                      "the optimizer would restart: the part lost its metadata",
+                      folder_, base, name, StepKey(base), pieces[0].file->path()));
+    }
+  }
+  for (const auto& [param, step] : steps_) {
+    if (step > manifest_.steps_done) {
+      throw Error(fmt::format("checkpoint {}: checkpoint.json says {} steps done, but '{}' took {} AdamW steps",
+                              folder_, manifest_.steps_done, param, step));
+    }
+  }
+  fs::path folder = fs::path(folder_).lexically_normal();
+  if (folder.filename().empty()) folder = folder.parent_path();  // "step-00000004/"
+  const std::string folder_name = folder.filename().string();
+  if (IsStepFolder(folder_name) && folder_name != StepFolderName(manifest_.steps_done)) {
+    throw Error(fmt::format("checkpoint {}: checkpoint.json says {} steps done, but the folder is named for {}",
+                            folder_, manifest_.steps_done, std::stoi(folder_name.substr(5))));
+  }
 }
 
 int64_t RunCheckpointReader::Step(const std::string& name) const {
@@ -365,34 +405,28 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
   if (found == pieces_.end()) throw Error(fmt::format("checkpoint {}: holds no tensor '{}'", folder_, name));
   const std::vector<Piece>& pieces = found->second;
   const int count = pieces[0].count, dim = pieces[0].dim;
-  // Each TP slice, its ZeRO ranges placed.
-  std::vector<std::vector<float>> slices(count);
-  std::vector<std::vector<int64_t>> covered(count);  // per slice: the ranges' [offset, end) pairs, flattened
-  std::vector<int64_t> slice_shape = pieces[0].shape;
+  const std::vector<int64_t> slice_shape = pieces[0].shape;
+  // The metadata first: every slice's ZeRO ranges must tile it, checked
+  // before anything is allocated (a part claiming a shape of 2^60 elements
+  // was std::bad_alloc, naming no file).
+  if (static_cast<size_t>(count) > pieces.size()) {
+    throw Error(
+        fmt::format("checkpoint {}: tensor '{}' is {} slices in {}'s metadata, but {} part(s) hold it (a "
+                    "partial checkpoint)",
+                    folder_, name, count, pieces[0].file->path(), pieces.size()));
+  }
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(count);  // per slice: the ranges [offset, end)
   for (const Piece& p : pieces) {
-    const std::string where = fmt::format("{}: tensor '{}'", p.file->path(), name);
     if (p.count != count || p.dim != dim || p.shape != slice_shape) {
-      throw Error(where + fmt::format(": its slice {}/{} along {} of shape [{}] disagrees with {}'s", p.index, p.count,
-                                      p.dim, fmt::join(p.shape, ", "), pieces[0].file->path()));
+      throw Error(fmt::format("{}: tensor '{}': its slice {}/{} along {} of shape [{}] disagrees with {}'s",
+                              p.file->path(), name, p.index, p.count, p.dim, fmt::join(p.shape, ", "),
+                              pieces[0].file->path()));
     }
-    std::vector<float>& s = slices[p.index];
-    const int64_t numel = ElementCount(slice_shape);
-    if (s.empty()) s.assign(numel, 0.0F);
-    const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : numel;
-    p.file->Read(*p.info,
-                 std::span<std::byte>(reinterpret_cast<std::byte*>(s.data() + offset), length * sizeof(float)));
-    // A diverged run's state must not be trained on (issue 45).
-    if (!std::all_of(s.begin() + offset, s.begin() + offset + length, [](float x) { return std::isfinite(x); })) {
-      throw Error(where +
-                  ": holds values that are not finite (nan or inf): the run that wrote it diverged; resume "
-                  "from an earlier checkpoint");
-    }
-    covered[p.index].push_back(offset);
-    covered[p.index].push_back(offset + length);
+    const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : ElementCount(slice_shape);
+    covered[p.index].push_back({offset, offset + length});
   }
   for (int i = 0; i < count; ++i) {
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (size_t k = 0; k + 1 < covered[i].size(); k += 2) ranges.push_back({covered[i][k], covered[i][k + 1]});
+    std::vector<std::pair<int64_t, int64_t>>& ranges = covered[i];
     std::sort(ranges.begin(), ranges.end());
     int64_t at = 0;
     for (const auto& [b, e] : ranges) {
@@ -405,6 +439,23 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
     if (ranges.empty() || at != ElementCount(slice_shape)) {
       throw Error(fmt::format("checkpoint {}: tensor '{}' slice {} of {} is {} (a partial checkpoint)", folder_, name,
                               i, count, ranges.empty() ? "missing from every part" : "incomplete"));
+    }
+  }
+  // Each TP slice, its ZeRO ranges placed: the parts' bytes, which tile it.
+  std::vector<std::vector<float>> slices(count);
+  for (const Piece& p : pieces) {
+    const std::string where = fmt::format("{}: tensor '{}'", p.file->path(), name);
+    std::vector<float>& s = slices[p.index];
+    const int64_t numel = ElementCount(slice_shape);
+    if (s.empty()) s.assign(numel, 0.0F);
+    const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : numel;
+    p.file->Read(*p.info,
+                 std::span<std::byte>(reinterpret_cast<std::byte*>(s.data() + offset), length * sizeof(float)));
+    // A diverged run's state must not be trained on (issue 45).
+    if (!std::all_of(s.begin() + offset, s.begin() + offset + length, [](float x) { return std::isfinite(x); })) {
+      throw Error(where +
+                  ": holds values that are not finite (nan or inf): the run that wrote it diverged; resume "
+                  "from an earlier checkpoint");
     }
   }
   std::vector<int64_t> whole = slice_shape;

@@ -95,6 +95,9 @@ class RunCheckpointReader {
   int64_t Step(const std::string& name) const;
 
  private:
+  // Throws loom::Error for step counts that disagree with each other, with
+  // their moments, with the manifest or with the folder's name.
+  void CheckStepCounts() const;
   struct Piece {
     const SafetensorsFile* file = nullptr;
     const TensorInfo* info = nullptr;

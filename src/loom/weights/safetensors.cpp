@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "loom/error.h"
+#include "loom/regular_file.h"
 
 namespace loom::weights {
 
@@ -165,6 +166,16 @@ std::map<std::string, std::string> ParseMetadata(const nlohmann::json& metadata,
 // the one before ends, the last ends at the end of the file (the Rust crate's
 // `validate`). A gap or overlap means a corrupt or hand-edited file.
 void CheckTiling(const std::vector<TensorInfo>& tensors, uint64_t data_bytes, const std::string& file) {
+  // A tensor past the data first, by name: sorted by offset, it showed as a
+  // gap before another tensor, which was blamed.
+  for (const TensorInfo& t : tensors) {
+    if (t.end_byte > data_bytes) {
+      throw Error(Where(file, t.name) + ": data_offsets [" + std::to_string(t.begin_byte) + ", " +
+                  std::to_string(t.end_byte) + "] end at byte " + std::to_string(t.end_byte) +
+                  " of the data, but the file holds " + std::to_string(data_bytes) +
+                  " bytes after its header (truncated, or its offsets are wrong)");
+    }
+  }
   uint64_t end = 0;
   for (const TensorInfo& t : tensors) {
     if (t.begin_byte != end) {
@@ -281,8 +292,9 @@ SafetensorsLayout ParseSafetensorsLayout(std::string_view head, uint64_t file_by
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path_, ec)) throw Error(path_ + ": a folder, not a safetensors file");
+  if (const std::string what = NotARegularFile(path_); !what.empty()) {
+    throw Error(path_ + ": " + what + "; expected a safetensors file");
+  }
   FileDescriptor fd(path_, O_RDONLY | O_CLOEXEC);
   if (fd.get() < 0) throw Error(path_ + ": cannot open: " + std::strerror(errno));
   const off_t size = ::lseek(fd.get(), 0, SEEK_END);
