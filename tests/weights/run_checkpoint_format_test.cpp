@@ -67,7 +67,10 @@ TEST(RunCheckpointManifest, EachMalformedFieldIsNamed) {
        "field seed is -3; valid: a whole number from 0 to 18446744073709551615"},
       {R"({"format": "loom-checkpoint-2", "model": "m", "seed": 0, "global_batch": 0, "steps_done": 1, "parts": []})",
        "field global_batch is 0; valid: a whole number from 1"},
-      {"{" + ok + R"(, "steps_done": 1, "parts": [], "loss_scale": {"scale": 0}})", "field loss_scale is"},
+      {"{" + ok + R"(, "steps_done": 1, "parts": ["p"], "loss_scale": {"scale": 0}})", "field loss_scale is"},
+      // Every run writes a part a process (runtime audit R4-15: an empty list
+      // was "a checkpoint of another model" later).
+      {"{" + ok + R"(, "steps_done": 1, "parts": []})", "field parts is []; expected a list of file names"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);
