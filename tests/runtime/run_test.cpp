@@ -145,6 +145,27 @@ TEST(Runtime, WhatItCannotRunYetIsAnError) {
   auto [code2, out2] =
       LoomCli("run --model vlm-s --cluster h800:2x8 --workload obelics --global-batch 16 --plan " + plan);
   EXPECT_EQ(code2, 2) << out2;
+  // A model whose training state outgrows this machine failed in the
+  // allocator inside every worker (runtime audit R4-12): named first, by its
+  // file and what it needs. Parameters by hand: 64 x (4 h^2 + 2 h ffn + 2 h
+  // of norms) + 2 x 1000 h (embedding and head) = 3,298,674,343,936.
+  const std::string huge = test::WriteTemp("huge-llm.yaml", R"(model: huge
+modules:
+  - name: llm
+    role: backbone
+    modality: text
+    tokens: {source: text}
+    layers:
+      - {kind: embedding, vocab: 1000, hidden: 65536}
+      - {kind: transformer, count: 64, hidden: 65536, ffn_hidden: 262144, heads: 512, causal: true}
+      - {kind: lm_head, vocab: 1000, hidden: 65536}
+)");
+  auto [code4, out4] = LoomCli("run --model " + huge +
+                               " --cluster h100:1x1 --workload text --global-batch 2 "
+                               "--seq-len 8 --steps 1");
+  EXPECT_EQ(code4, 2) << out4;
+  EXPECT_NE(out4.find("huge-llm.yaml: model huge has 3298674343936 parameters"), std::string::npos) << out4;
+  EXPECT_NE(out4.find("of memory: a smaller model, or more machines"), std::string::npos) << out4;
   // CUDA on a machine without a GPU: refused before any process starts.
   if (access("/dev/nvidia0", F_OK) != 0) {
     auto [code3, out3] = LoomCli("run --model " + kModel + " --cluster h100:1x1 " + kData + " --device cuda");

@@ -16,8 +16,10 @@
 #include <sstream>
 #include <thread>
 
+#include "loom/cost/module_summary.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
+#include "loom/human_bytes.h"
 #include "loom/pipeline/validate.h"
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
@@ -226,9 +228,30 @@ void CheckProcesses(const RunOptions& options, int world) {
   }
 }
 
+// A model whose training state cannot fit this machine failed in the
+// allocator inside every worker ("tried to allocate 4398046511104 bytes"),
+// or met the OOM killer steps later: refuse it first. One replica's weights,
+// gradients and AdamW state (ModelStateTotalBytes) is a lower bound of what a
+// CPU run's processes hold on their nodes together; on CUDA it lives on GPUs.
+void CheckHostMemory(const Model& model, const Workload& workload, const RunOptions& options) {
+  if (options.device == Device::kCuda) return;
+  const double pages = static_cast<double>(::sysconf(_SC_PHYS_PAGES));
+  const double page_bytes = static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (pages <= 0 || page_bytes <= 0) return;  // unknown: nothing to compare with
+  const double ram_bytes = pages * page_bytes;
+  const double state_bytes = ModelStateTotalBytes(model, workload.precision) / options.nnodes;
+  if (state_bytes <= ram_bytes) return;
+  throw Error(
+      fmt::format("{}: model {} has {} parameters, whose weights, gradients and AdamW state in {} take at "
+                  "least {}{}, more than this machine's {} of memory: a smaller model, or more machines",
+                  model.source, model.name, ModelParams(model), PrecisionName(workload.precision),
+                  HumanBytes(state_bytes), options.nnodes > 1 ? " a node" : "", HumanBytes(ram_bytes)));
+}
+
 RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                      const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
+  CheckHostMemory(model, workload, options);
   if (options.fault_tolerant)
     return runtime::RunFaultTolerant(model, cluster, workload, plan, schedules, options, replanner);
   // Everything the runtime cannot run is an error before any process starts.
