@@ -300,6 +300,15 @@ save_file(tensors, f, metadata=meta)
   fs::remove(piped / "checkpoint.json");
   ASSERT_EQ(::mkfifo((piped / "checkpoint.json").c_str(), 0600), 0);
   expect(llm + " --steps 3 --resume " + piped.string(), "checkpoint.json: a pipe (FIFO); expected a checkpoint file");
+  // A record that is not a file: the run trained and saved, then failed (or,
+  // resuming, left the earlier steps out in silence; R4-16).
+  const fs::path recorded = TempDir("ckpt_record");
+  fs::copy(other, recorded, fs::copy_options::recursive);
+  fs::remove(recorded / "metrics.jsonl");
+  fs::create_directories(recorded / "metrics.jsonl");
+  expect(llm + " --steps 3 --resume " + recorded.string(),
+         "metrics.jsonl: a folder; expected the run's per-step record");
+  expect(llm + " --steps 3 --checkpoint-dir " + recorded.string(), "metrics.jsonl is a folder; the run's per-step");
 }
 
 }  // namespace

@@ -9,12 +9,21 @@
 #include <iostream>
 
 #include "loom/atomic_file.h"
+#include "loom/error.h"
+#include "loom/regular_file.h"
 
 namespace loom::cli {
 
 std::vector<StepRecord> ReadHistory(const std::string& dir, int first_step) {
   std::vector<StepRecord> out;
   const std::string path = dir + "/metrics.jsonl";
+  // No record (a checkpoint folder of an older Loom) is an empty history; a
+  // record that cannot be read would silently shorten the resumed run's.
+  if (const std::string what = NotARegularFile(path); what == "no such file") {
+    return out;
+  } else if (!what.empty()) {
+    throw Error(fmt::format("{}: {}; expected the run's per-step record (a JSONL file)", path, what));
+  }
   std::ifstream in(path);
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {

@@ -223,7 +223,14 @@ void CheckCheckpointRoot(const std::string& dir, const std::string& resumed_from
   std::string other;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
-    if (name == "metrics.jsonl") continue;  // the run's step record (`loom run` writes it beside its checkpoints)
+    if (name == "metrics.jsonl") {  // the run's step record (`loom run` writes it beside its checkpoints)
+      if (const std::string what = NotARegularFile(e.path().string()); !what.empty()) {
+        // Found at the end of the run, after its checkpoints, before (runtime audit R4-16).
+        throw Error(fmt::format("--checkpoint-dir {}: metrics.jsonl is {}; the run's per-step record is written there",
+                                dir, what));
+      }
+      continue;
+    }
     if (name == kLatest || IsStepFolder(name)) {
       other = name;
       continue;
