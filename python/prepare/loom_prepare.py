@@ -251,6 +251,21 @@ def what_is(path):
     return "no such file"
 
 
+# PIL modes of more than 8 bits a channel: convert("RGB"), as transformers'
+# processors and LLaVA's training code convert, clips them to 0..255, so a
+# 16-bit image turns almost white. Loom converts as they do, and says so once.
+WIDE_MODES = {"I", "I;16", "I;16B", "I;16L", "I;16N", "F"}
+_wide_images_seen = []
+
+
+def warn_wide_image(name, mode):
+    if not _wide_images_seen:
+        print(f"{PROG}: warning: image {name} is {mode} (more than 8 bits a channel): converted to RGB as "
+              "transformers' image processors do, which clips values above 255 (a 16-bit image turns almost "
+              "white); convert such images to 8 bits first (later ones are not named)", file=sys.stderr)
+    _wide_images_seen.append(name)
+
+
 def load_image(name, src, where):
     """A PIL image, decoded whole (a truncated or corrupt file fails here, not
     in the processor), in RGB as LLaVA's training code converts it."""
@@ -261,6 +276,8 @@ def load_image(name, src, where):
     try:
         with Image.open(src if isinstance(src, str) else io.BytesIO(src)) as im:
             im.load()
+            if im.mode in WIDE_MODES:
+                warn_wide_image(name, im.mode)
             return im.convert("RGB")
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         fail(where, f"image {name}: cannot be decoded ({type(e).__name__}: {e})")
@@ -715,6 +732,7 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    _wide_images_seen.clear()  # a warning per run, also when main runs twice in one process
     try:
         files = resolve_inputs(args.input)
         if args.image_folder is not None and not os.path.isdir(args.image_folder):

@@ -362,6 +362,23 @@ class Prepare(unittest.TestCase):
         self.assert_error(["--input", data], f"{data}:3", "images/loop.png", "a symbolic link loop")
         shutil.rmtree(folder)  # other tests walk the temporary folder: no loop left in it
 
+    def test_a_16_bit_image_is_converted_as_transformers_does_and_said(self):
+        # Runtime audit R4-08: convert("RGB") clips a 16-bit grayscale PNG to
+        # 0..255 (almost white), as transformers' processors do; said once.
+        from PIL import Image
+        import numpy as np
+        folder = os.path.join(self.tmp, "wide")
+        os.makedirs(os.path.join(folder, "images"))
+        samples = [dict(s) for s in self.samples[:2]]
+        shutil.copy(os.path.join(self.tmp, "llava", samples[0]["image"]), os.path.join(folder, samples[0]["image"]))
+        Image.fromarray(np.full((40, 40), 40000, dtype=np.uint16)).save(os.path.join(folder, samples[1]["image"]))
+        data = write(os.path.join(folder, "data.jsonl"), "".join(json.dumps(s) + "\n" for s in samples))
+        rc, _, err = prepare("--model", self.model, "--input", data, "--out", os.path.join(self.tmp, "wide-out"))
+        self.assertEqual(rc, 0, err)
+        self.assertIn("warning: image", err)
+        self.assertIn("converted to RGB as transformers' image processors do, which clips values above 255", err)
+        self.assertEqual(err.count("warning"), 1, err)
+
     def test_empty_dataset(self):
         data = write(os.path.join(self.tmp, "empty", "data.jsonl"), "\n")
         self.assert_error(["--input", data], data, "no samples")
