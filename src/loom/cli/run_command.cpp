@@ -70,6 +70,10 @@ class RunCommand : public Command {
     // A Hugging Face model folder with weights: the run starts from them.
     if (std::filesystem::is_directory(flags_.model) && weights::CheckpointWeights::Present(flags_.model)) {
       options.weights_dir = flags_.model;
+      // Its files' headers, read here: a broken weights entry, a missing shard
+      // or a corrupt header is said once, before any worker starts, not by
+      // every worker ("run failed: ... (every process)").
+      (void)weights::CheckpointWeights(flags_.model);
     }
     flags_.AddFaultTolerance(options);
     // Fault tolerance: Oobleck's templates re-plan an Oobleck plan after
