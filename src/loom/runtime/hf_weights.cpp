@@ -250,14 +250,15 @@ std::string CheckTiedHeadAgainstItsOwnMatrix(const Model& model, const weights::
                                              const torch::Tensor& table, const torch::Tensor& param, int dim,
                                              const TensorParallel& tp) {
   const ParameterPath path = Split(key);
+  if (path.rest != "table" && path.rest != "tied_table") return "";  // every other parameter: nothing to look up
   const loom::Module& m = model.modules.at(model.FindModule(path.module));
+  const Layer& l = m.layers.at(path.layer);
+  const bool table_part = (l.kind == LayerKind::kEmbedding && path.rest == "table") ||
+                          (l.kind == LayerKind::kLmHead && path.rest == "tied_table");
   int head_layer = -1;
   for (size_t i = 0; i < m.layers.size(); ++i) {
     if (m.layers[i].kind == LayerKind::kLmHead && m.layers[i].tied) head_layer = static_cast<int>(i);
   }
-  const Layer& l = m.layers.at(path.layer);
-  const bool table_part = (l.kind == LayerKind::kEmbedding && path.rest == "table") ||
-                          (l.kind == LayerKind::kLmHead && path.rest == "tied_table");
   if (head_layer < 0 || !table_part) return "";
   const std::string own = HfParameterName(model, fmt::format("{}_{}.proj.weight", path.module, head_layer));
   const auto* head = TryFindHf(checkpoint, own);
