@@ -468,6 +468,26 @@ TEST(HfLlavaParity, TrainingOnTokenizedImagesEqualsTransformersUnderEveryLayout)
                       "16 per image"),
             std::string::npos)
       << text;
+  // Runtime audit R4-07: the images stand as the config's image_token_index
+  // (127), which transformers finds them by; another id, or that id in a
+  // line without images, is named.
+  const std::string pixels = R"("pixel_values": "pixels0.safetensors"})";
+  std::string ids;  // one image's 16 features as token 126
+  for (int i = 0; i < 16; ++i) ids += ", 126";
+  for (const auto& [line, words] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input_ids": [1)" + ids + R"(, 2], "image_token_id": 126, )" + pixels,
+            "other.jsonl:1: image_token_id is 126, but model " + dir.filename().string() +
+                " stands an image feature as token 127"},
+           {R"({"input_ids": [1, 2, 127, 3]})", "other.jsonl:1: input_ids[2] is 127, model " + dir.filename().string() +
+                                                    "'s image token, but the line has no "
+                                                    "images"}}) {
+    std::ofstream(dir / "other.jsonl") << line << "\n";
+    auto [other_code, other_text] =
+        test::RunLoom("run --model " + dir.string() + " --data " + (dir / "other.jsonl").string() +
+                      " --global-batch 1 --steps 1 --cluster h100:1x1");
+    EXPECT_EQ(other_code, 2) << other_text;
+    EXPECT_NE(other_text.find(words), std::string::npos) << words << "\n" << other_text;
+  }
 }
 
 // `loom run --model DIR` starts from DIR's safetensors under every layout: a

@@ -29,6 +29,8 @@ TEST(RunCheckpointManifest, WhatIsWrittenReadsBackTheSame) {
   m.loss_scale = 32768;
   m.growth_tracker = 3;
   m.hysteresis_tracker = 1;
+  m.model_identity = {"model: image_token_id none", "module llm: role backbone"};
+  m.data_stream = "text: seq_len 32";
   const std::string text = RunCheckpointManifestText(m);
   EXPECT_NE(text.find("\"format\": \"loom-checkpoint-2\""), std::string::npos) << text;
   const RunCheckpointManifest again = ParseRunCheckpointManifest(text, "ckpt/checkpoint.json");
@@ -42,6 +44,15 @@ TEST(RunCheckpointManifest, WhatIsWrittenReadsBackTheSame) {
   EXPECT_EQ(again.loss_scale, 32768);
   EXPECT_EQ(again.growth_tracker, 3);
   EXPECT_EQ(again.hysteresis_tracker, 1);
+  EXPECT_EQ(again.model_identity, m.model_identity);
+  EXPECT_EQ(again.data_stream, m.data_stream);
+  // A manifest without them (written by hand) reads as one that records neither.
+  const RunCheckpointManifest bare =
+      ParseRunCheckpointManifest(R"({"format": "loom-checkpoint-2", "model": "m", "seed": 0, "global_batch": 4, )"
+                                 R"("steps_done": 1, "parts": ["p"]})",
+                                 "ckpt/checkpoint.json");
+  EXPECT_TRUE(bare.model_identity.empty());
+  EXPECT_TRUE(bare.data_stream.empty());
 }
 
 TEST(RunCheckpointManifest, EachMalformedFieldIsNamed) {
@@ -71,6 +82,11 @@ TEST(RunCheckpointManifest, EachMalformedFieldIsNamed) {
       // Every run writes a part a process (runtime audit R4-15: an empty list
       // was "a checkpoint of another model" later).
       {"{" + ok + R"(, "steps_done": 1, "parts": []})", "field parts is []; expected a list of file names"},
+      {"{" + ok + R"(, "steps_done": 1, "parts": ["p"], "model_identity": ["a", 3]})",
+       "field model_identity is [\"a\",3]; expected a list of strings"},
+      {"{" + ok + R"(, "steps_done": 1, "parts": ["p"], "model_identity": []})", "field model_identity is []"},
+      {"{" + ok + R"(, "steps_done": 1, "parts": ["p"], "data_stream": 7})",
+       "field data_stream is 7; expected a string"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.text);

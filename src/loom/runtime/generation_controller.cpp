@@ -27,6 +27,7 @@
 #include "loom/runtime/runnable_plan.h"
 #include "loom/runtime/worker.h"
 #include "loom/runtime/worker_message.h"
+#include "loom/spec/model_identity.h"
 #include "loom/weights/run_checkpoint.h"
 #include "loom/weights/safetensors.h"
 
@@ -258,6 +259,8 @@ weights::RunCheckpointManifest GenerationController::Manifest(int steps_done, co
   m.model = model_.name;
   m.seed = workload_.seed;
   m.global_batch = workload_.global_batch;
+  m.model_identity = ModelIdentity(model_);
+  m.data_stream = options_.data_stream;
   m.plan = generation_ == 0 ? options_.plan_label
                             : fmt::format("generation {} of a fault-tolerant run: {} on {} node(s)", generation_,
                                           plan_g_.strategy, cluster_g_.nodes);

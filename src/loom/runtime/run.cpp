@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "loom/cost/module_summary.h"
+#include "loom/data/data_identity.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/human_bytes.h"
@@ -29,6 +30,7 @@
 #include "loom/runtime/run_reports.h"
 #include "loom/runtime/worker.h"
 #include "loom/runtime/worker_message.h"
+#include "loom/spec/model_identity.h"
 #include "loom/weights/checkpoint_weights.h"
 #include "loom/weights/run_checkpoint.h"
 
@@ -135,8 +137,23 @@ void CheckTrainingCheckpoints(const Model& model, const Workload& workload, cons
     const weights::RunCheckpointReader reader(options.resume_checkpoint);
     const weights::RunCheckpointManifest& m = reader.manifest();
     const std::string& at = options.resume_checkpoint;
-    if (m.model != model.name) {
+    // The model by what it computes (a renamed folder resumes, another eps
+    // does not); a manifest without its lines by the model's name.
+    if (!m.model_identity.empty()) {
+      if (const std::string d = FirstIdentityDifference(m.model_identity, ModelIdentity(model)); !d.empty()) {
+        throw Error(fmt::format(
+            "--resume {}: a checkpoint of model '{}', {}: {} (there: the checkpoint's, here: {})", at, m.model,
+            m.model == model.name ? "whose architecture is another" : fmt::format("not of this one ('{}')", model.name),
+            d, model.source));
+      }
+    } else if (m.model != model.name) {
       throw Error(fmt::format("--resume {}: a checkpoint of model '{}', not '{}'", at, m.model, model.name));
+    }
+    if (!m.data_stream.empty() && m.data_stream != options.data_stream) {
+      throw Error(fmt::format(
+          "--resume {}: the checkpoint's data stream is '{}', this run's '{}': its steps would not continue it "
+          "(give the same samples; to train these weights on other data, --save them and start from --model)",
+          at, m.data_stream, options.data_stream));
     }
     if (m.seed != workload.seed || m.global_batch != workload.global_batch) {
       throw Error(fmt::format(
@@ -177,9 +194,13 @@ void NameUnreadTensors(const RunOptions& options, RunResult& r) {
 }  // namespace
 
 RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
-                     const RunOptions& options, const std::vector<std::optional<IterationSchedule>>& schedules,
+                     const RunOptions& given, const std::vector<std::optional<IterationSchedule>>& schedules,
                      const Replanner& replanner) {
-  options.Validate();
+  given.Validate();
+  RunOptions options = given;
+  if (!options.checkpoint_root.empty() || !options.resume_checkpoint.empty() || options.fault_tolerant) {
+    options.data_stream = DataStreamIdentity(workload);
+  }
   CheckTrainingCheckpoints(model, workload, options);
   if (workload.precision == Precision::kFp16) {
     options.loss_scale.Validate();

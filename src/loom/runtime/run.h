@@ -121,6 +121,9 @@ struct RunOptions {
   // the launcher, weights::FindCheckpoint); its steps are skipped.
   std::string resume_checkpoint;
   std::string plan_label;  // what the manifest says wrote it
+  // The workload's data stream (data/data_identity.h), recorded in every
+  // checkpoint: set by the launcher where the run saves or resumes one.
+  std::string data_stream;
   // A Hugging Face model folder whose safetensors the stages start from
   // (`loom run --model DIR`; runtime/hf_weights.h); "": the seeded weights.
   std::string weights_dir;

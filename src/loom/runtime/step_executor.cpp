@@ -27,6 +27,29 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
   return std::vector<Recompute>(e.stages[v].num_layers(), e.stages[v].recompute);
 }
 
+// A sample's images stand in its input ids as the model's image token
+// (config.json's image_token_index), where the model names one: transformers'
+// LlavaModel.get_placeholder_mask finds them by it, and a model trained on
+// another id is one transformers cannot feed (its "Image features and image
+// tokens do not match"), as is a text-only line holding that id.
+void CheckImageTokens(const Model& model, const SampleTokens& t) {
+  if (model.image_token_id < 0) return;
+  if (t.image_token_id >= 0 && t.image_token_id != model.image_token_id) {
+    throw Error(
+        fmt::format("{}: image_token_id is {}, but model {} stands an image feature as token {} (its "
+                    "config.json's image_token_index): give that id",
+                    t.where, t.image_token_id, model.name, model.image_token_id));
+  }
+  if (t.image_token_id >= 0) return;
+  const auto at = std::find(t.input_ids.begin(), t.input_ids.end(), model.image_token_id);
+  if (at != t.input_ids.end()) {
+    throw Error(
+        fmt::format("{}: input_ids[{}] is {}, model {}'s image token, but the line has no images "
+                    "(image_token_id and pixel_values)",
+                    t.where, at - t.input_ids.begin(), model.image_token_id, model.name));
+  }
+}
+
 }  // namespace
 
 // The batch's real text where its samples carry token ids (TextTokens; null:
@@ -57,6 +80,7 @@ std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
         }
       }
     }
+    CheckImageTokens(model, *s.tokens);
     text->ids.push_back({s.tokens->input_ids});
     text->labels.push_back({s.tokens->labels});
   }

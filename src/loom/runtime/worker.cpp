@@ -30,6 +30,7 @@
 #include "loom/runtime/torch_model.h"
 #include "loom/runtime/training_state.h"
 #include "loom/runtime/worker_reports.h"
+#include "loom/spec/model_identity.h"
 #include "loom/weights/run_checkpoint.h"
 
 namespace loom::runtime {
@@ -274,6 +275,8 @@ void SaveCheckpoint(const WorkerSpec& spec, StepExecutor& executor, const Execut
   m.seed = spec.workload->seed;
   m.global_batch = spec.workload->global_batch;
   m.plan = spec.options.plan_label;
+  m.model_identity = ModelIdentity(*spec.model);
+  m.data_stream = spec.options.data_stream;
   for (int r = 0; r < spec.world; ++r) m.parts.push_back(weights::PartFileName(r));
   if (const LossScaler* s = executor.loss_scaler()) {
     m.has_loss_scale = true;

@@ -86,6 +86,7 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
   Emitter out;
   std::string description = fmt::format("from the Hugging Face config {} (model_type {})", file, type);
   std::string planning_only;  // why the runtime cannot run it, for the families read for planning only
+  int64_t image_token_id = -1;  // the families the runtime computes: the id their images stand as
   if (LlmDefaults().count(type)) {
     EmitLlm(out, Cfg(j, file, "", LlmDefaults().at(type)), type, "llm", false, "");
   } else if (VisionDefaults().count(type)) {
@@ -140,6 +141,8 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
     const Cfg vision = top.Sub("vision_config", top.Has("vision_config") ? VisionDefaults().at(vt) : llava_tower);
     const std::string tt = hf::LlmType(top, "text_config", "llama");
     const Cfg text = top.Sub("text_config", LlmDefaults().at(tt));
+    // LlavaConfig's image_token_index (config.json's key; image_token_id is its alias), 32000 by default.
+    image_token_id = top.Int("image_token_index", top.Int("image_token_id", 32000));
     if (type == "llava_next") {
       // LLaVA-NeXT's AnyRes (LlavaNextConfig's default pinpoints): tiles of the tower's image_size.
       const nlohmann::json pins = {{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}};
@@ -195,8 +198,9 @@ std::string HfConfigToModelYaml(const std::string& json_text, const std::string&
     for (size_t i = 0; (i = v.find('\'', i)) != std::string::npos; i += 2) v.insert(i, "'");
     return "'" + v + "'";
   };
-  return fmt::format("model: {}\ndescription: {}\n{}modules:\n{}", quoted(name), quoted(description),
-                     planning_only.empty() ? "" : "planning_only: " + quoted(planning_only) + "\n", out.yaml);
+  return fmt::format("model: {}\ndescription: {}\n{}{}modules:\n{}", quoted(name), quoted(description),
+                     planning_only.empty() ? "" : "planning_only: " + quoted(planning_only) + "\n",
+                     image_token_id < 0 ? "" : fmt::format("image_token_id: {}\n", image_token_id), out.yaml);
 }
 
 }  // namespace loom

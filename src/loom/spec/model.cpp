@@ -777,6 +777,7 @@ Model Loader::Parse(const std::string& text, const std::string& file) {
   if (model.name.empty()) throw doc.ErrorAt("model", "empty; valid: the model's name");
   model.description = doc.String("description", "");
   model.planning_only = doc.String("planning_only", "");
+  model.image_token_id = doc.Has("image_token_id") ? doc.NonNegativeInt("image_token_id", 0) : -1;
   model.source = file;
   YAML::Node modules = doc.Child("modules");
   if (!modules.IsSequence() || modules.size() == 0) {

@@ -22,6 +22,11 @@ struct Model {
   // window attention, tilings); `loom run` refuses it naming this.
   std::string planning_only;
   std::vector<Module> modules;
+  // The token id that stands in input_ids for one image feature (LLaVA's
+  // config.json `image_token_index`; LlavaModel.get_placeholder_mask finds
+  // the images by it), or -1 where the model names none. `loom run` refuses
+  // a sample whose image_token_id is another.
+  int64_t image_token_id = -1;
   // The files its modules' `from:` read, at any depth: inputs too, which no
   // output of a command may overwrite (cli/output_file.h).
   std::vector<std::string> inherited_files;

@@ -109,6 +109,8 @@ std::string RunCheckpointManifestText(const RunCheckpointManifest& m) {
                       {"global_batch", m.global_batch},
                       {"plan", m.plan},
                       {"parts", m.parts}};
+  if (!m.model_identity.empty()) j["model_identity"] = m.model_identity;
+  if (!m.data_stream.empty()) j["data_stream"] = m.data_stream;
   if (m.has_loss_scale) {
     j["loss_scale"] = {
         {"scale", m.loss_scale}, {"growth_tracker", m.growth_tracker}, {"hysteresis_tracker", m.hysteresis_tracker}};
@@ -144,6 +146,16 @@ RunCheckpointManifest ParseRunCheckpointManifest(const std::string& text, const 
   }
   m.global_batch = WholeManifestField(j, "global_batch", path, 1, INT64_MAX);
   if (j.contains("plan")) m.plan = StringManifestField(j, "plan", path);
+  if (j.contains("model_identity")) {
+    const nlohmann::json& lines = j.at("model_identity");
+    if (!lines.is_array() || lines.empty() ||
+        !std::all_of(lines.begin(), lines.end(), [](const nlohmann::json& l) { return l.is_string(); })) {
+      throw Error(fmt::format("{}: field model_identity is {}; expected a list of strings (the model's lines)", path,
+                              lines.dump().substr(0, 80)));
+    }
+    for (const auto& l : lines) m.model_identity.push_back(l.get<std::string>());
+  }
+  if (j.contains("data_stream")) m.data_stream = StringManifestField(j, "data_stream", path);
   const nlohmann::json& parts = ManifestField(j, "parts", path);
   if (!parts.is_array() || parts.empty())  // every run writes one part a process, at least
     throw Error(fmt::format("{}: field parts is {}; expected a list of file names", path, parts.dump()));

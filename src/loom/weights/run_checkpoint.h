@@ -32,6 +32,11 @@ struct RunCheckpointManifest {
   uint64_t seed = 0;   // the workload's: the data order resumes from it
   int64_t global_batch = 0;
   std::string plan;                // what wrote it ("tp 2 pp 1 ...", a plan file): for people
+  // What it trained, compared by `loom run --resume` (spec/model_identity.h,
+  // data/data_identity.h). Empty where a manifest does not record them
+  // (written by hand, or before they were): then the model's name is compared.
+  std::vector<std::string> model_identity;
+  std::string data_stream;
   std::vector<std::string> parts;  // part file names beside the manifest
   // fp16's dynamic loss scale (runtime/loss_scaler.h); absent otherwise.
   bool has_loss_scale = false;
