@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (again.steps_done != m.steps_done || again.model != m.model || again.seed != m.seed ||
         again.global_batch != m.global_batch || again.plan != m.plan || again.parts != m.parts ||
         again.has_loss_scale != m.has_loss_scale || again.loss_scale != m.loss_scale ||
-        again.growth_tracker != m.growth_tracker || again.hysteresis_tracker != m.hysteresis_tracker) {
+        again.growth_tracker != m.growth_tracker || again.hysteresis_tracker != m.hysteresis_tracker ||
+        again.model_identity != m.model_identity || again.data_stream != m.data_stream) {
       std::abort();  // a manifest that does not survive its own writer
     }
   });

@@ -53,7 +53,8 @@ class LoomBatchSampler(Sampler):
     the loader's order. `replica` / `num_replicas` yield one data-parallel
     replica's share (its own microbatches when the strategy assigns samples to
     replicas, as Entrain does; else every num_replicas-th sample of each
-    microbatch). Samples the strategy defers are dropped from the iteration.
+    microbatch, or every num_replicas-th microbatch where one holds fewer
+    samples than there are replicas, as MMScale's one-sample microbatches do). Samples the strategy defers are dropped from the iteration.
     `last_prediction_s` is the simulator's time for the last batch scheduled.
     """
 
@@ -61,8 +62,14 @@ class LoomBatchSampler(Sampler):
                  num_replicas=1, precision="bf16", profile="default"):
         if torch is None:
             raise ImportError("LoomBatchSampler needs PyTorch (requirements.txt; scripts/install-deps.sh installs it)")
+        if len(metadata) == 0:
+            raise ValueError("metadata: empty; give one entry per sample of the dataset")
         if global_batch < 1 or global_batch > len(metadata):
             raise ValueError(f"global_batch: must be 1..{len(metadata)} (the dataset's size), got {global_batch}")
+        if iterations is not None and iterations < 1:
+            raise ValueError(f"iterations: must be None (endless) or >= 1, got {iterations}")
+        if num_replicas < 1:
+            raise ValueError(f"num_replicas: must be >= 1, got {num_replicas}")
         if not 0 <= replica < num_replicas:
             raise ValueError(f"replica: must be 0..{num_replicas - 1}, got {replica}")
         self.lines = [json.dumps(m) for m in metadata]
@@ -80,6 +87,18 @@ class LoomBatchSampler(Sampler):
         self._scheduler = _loom.Scheduler(model, cluster, strategy, [self.lines[i] for i in first], precision,
                                          profile)
         self._reset()
+        # Microbatches of fewer samples than replicas (MMScale's and DistTrain's
+        # one-sample microbatches) cannot be cut sample by sample, which left
+        # every replica but the first empty: the replicas take them in turn.
+        plan = json.loads(self._scheduler.plan_json())
+        self._entrain = plan["strategy"].startswith("entrain")
+        self._microbatches = plan["units"][0]["pipelines"][0]["microbatches"]
+        self._by_microbatch = not self._entrain and global_batch // self._microbatches < num_replicas
+        if self._by_microbatch and self._microbatches % num_replicas != 0:
+            raise ValueError(f"num_replicas: {strategy}'s plan cuts a batch of {global_batch} into "
+                             f"{self._microbatches} microbatches of {global_batch // self._microbatches} sample(s), "
+                             f"which neither split over nor take turns among {num_replicas} replicas; valid: a "
+                             f"divisor of {self._microbatches}")
 
     def _reset(self):
         self._order, self._epoch, self._next = [], -1, 0
@@ -116,6 +135,8 @@ class LoomBatchSampler(Sampler):
                 k = len(per_replica) // self.num_replicas
                 for rep in per_replica[self.replica * k:(self.replica + 1) * k]:
                     yield from rep
+            elif self._by_microbatch:
+                yield from mbs[self.replica::self.num_replicas]
             else:
                 for mb in mbs:
                     mine = mb[self.replica::self.num_replicas]
@@ -127,7 +148,8 @@ class LoomBatchSampler(Sampler):
         """Batches over all iterations: the plan's microbatches per iteration (Entrain's vary: no length)."""
         if self.iterations is None:
             raise TypeError("an endless LoomBatchSampler (iterations=None) has no length")
-        plan = json.loads(self._scheduler.plan_json())
-        if plan["strategy"].startswith("entrain"):
+        if self._entrain:
             raise TypeError("Entrain's microbatches per replica vary from batch to batch: no length")
-        return self.iterations * plan["units"][0]["pipelines"][0]["microbatches"]
+        if self._by_microbatch:
+            return self.iterations * self._microbatches // self.num_replicas
+        return self.iterations * self._microbatches

@@ -74,6 +74,9 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
       {"profile --model " + data + "tiny-llm.yaml --repeats 1 --tokens 99999999999",
        "--tokens: 99999999999 is out of range; valid: token counts in 1..65536"},
       {"profile --model " + data + "tiny-llm.yaml --repeats 1 --concurrent 1000", "--concurrent: 1000 is out of range"},
+      // Audit A5-09: green contexts asked for on a CPU were left out in silence.
+      {"profile --model " + data + "tiny-llm.yaml --repeats 1 --sm-scaling on",
+       "--sm-scaling on: green contexts partition a GPU's SMs; valid with --device cuda"},
       {"simulate --model " + data + "tiny-llm.yaml --cluster " + cluster + " --workload text --global-batch 8",
        "gpu_mem_GiB: 1e+30 GiB; valid: a GPU's memory, at most 1048576 GiB"},
       // Names: the command, the cost model, the --data file.
@@ -117,7 +120,8 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
        "and a step in 0..1"},
       // A trace line: nothing after the node; times from 0.
       {replay + "--failures " + trailing, "audit-trailing.txt:1: 'extra' after the node"},
-      {replay + "--failures " + negative, "audit-negative.txt:1: time -5 s; valid: seconds >= 0"},
+      {replay + "--failures " + negative,
+       "audit-negative.txt:1: time '-5'; valid: seconds from the start of training, 0 to 3.6e+08"},
   };
   for (const auto& [args, expected] : cases) {
     SCOPED_TRACE(args);

@@ -23,9 +23,9 @@ Workload Jsonl(const std::string& path) {
 TEST(DataIdentity, AJsonlFileIsItsBytesWhereverItLies) {
   // FNV-1a 64's reference values (Fowler, Noll, Vo's test suite): "" and "a".
   EXPECT_EQ(DataStreamIdentity(Jsonl(test::WriteTemp("id-empty.jsonl", ""))),
-            "jsonl: 0 bytes, FNV-1a 64 0xcbf29ce484222325");
+            "jsonl: bytes 0, fnv1a64 0xcbf29ce484222325");
   EXPECT_EQ(DataStreamIdentity(Jsonl(test::WriteTemp("id-a.jsonl", "a"))),
-            "jsonl: 1 bytes, FNV-1a 64 0xaf63dc4c8601ec8c");
+            "jsonl: bytes 1, fnv1a64 0xaf63dc4c8601ec8c");
   const std::string line = "{\"input_ids\": [1, 2, 3]}\n";
   const std::string here = DataStreamIdentity(Jsonl(test::WriteTemp("id-here.jsonl", line)));
   EXPECT_EQ(DataStreamIdentity(Jsonl(test::WriteTemp("id-moved.jsonl", line))), here);

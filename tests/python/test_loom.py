@@ -111,6 +111,34 @@ class LoomModule(unittest.TestCase):
         self.assertEqual(sorted(i for p in parts for b in p for i in b), sorted(i for b in whole for i in b))
         self.assertFalse(set(i for b in parts[0] for i in b) & set(i for b in parts[1] for i in b))
 
+    def test_replicas_take_turns_at_one_sample_microbatches(self):
+        # Audit A5-10: MMScale's one-sample microbatches went whole to replica 0.
+        meta = metadata(32)
+        common = dict(metadata=meta, model="vlm-s", cluster="h800:1x8", strategy="mmscale", global_batch=16,
+                      iterations=1, seed=3)
+        whole = list(loom.LoomBatchSampler(**common))
+        for n in (2, 4):
+            with self.subTest(num_replicas=n):
+                samplers = [loom.LoomBatchSampler(replica=r, num_replicas=n, **common) for r in range(n)]
+                parts = [list(s) for s in samplers]
+                for s, p in zip(samplers, parts):
+                    self.assertEqual(len(p), len(s))  # len() is what iterating yields
+                    self.assertEqual(sum(len(b) for b in p), 16 // n)
+                self.assertEqual(sorted(i for p in parts for b in p for i in b),
+                                 sorted(i for b in whole for i in b))
+        with self.assertRaisesRegex(ValueError, "num_replicas: mmscale's plan cuts a batch of 16 into 16"):
+            loom.LoomBatchSampler(replica=0, num_replicas=3, **common)
+
+    def test_bad_arguments_name_the_keyword(self):
+        meta = metadata(8)
+        common = dict(model="vlm-s", cluster="h800:1x8", strategy="megatron")
+        for kwargs, says in ((dict(metadata=meta, global_batch=4, num_replicas=0), "num_replicas: must be >= 1"),
+                             (dict(metadata=meta, global_batch=4, iterations=-1), "iterations: must be None"),
+                             (dict(metadata=[], global_batch=1), "metadata: empty")):
+            with self.subTest(says=says):
+                with self.assertRaisesRegex(ValueError, says):
+                    loom.LoomBatchSampler(**common, **kwargs)
+
 
 if __name__ == "__main__":
     unittest.main()

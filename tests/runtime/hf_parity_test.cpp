@@ -655,6 +655,25 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
   EXPECT_EQ(code1, 2) << text1;
   EXPECT_NE(text1.find("bad.jsonl:1: input_ids[2] is 300, past the model's vocabulary of 128"), std::string::npos)
       << text1;
+  // Every line is checked before any worker starts, not only those a step
+  // draws: one step of one sample draws one of these 41 lines.
+  {
+    std::ofstream deep(dir / "bad.jsonl");
+    for (int i = 0; i < 40; ++i)
+      deep << R"({"input_ids": [1, 2, 3]})"
+           << "\n";
+    deep << R"({"input_ids": [1, 2, 3], "labels": [1, 2, 300]})"
+         << "\n";
+  }
+  auto [code_deep, text_deep] =
+      test::RunLoom("run --model " + dir.string() + " --data " + (dir / "bad.jsonl").string() +
+                    " --global-batch 1 --steps 1 --cluster h100:1x1");
+  EXPECT_EQ(code_deep, 2) << text_deep;
+  EXPECT_NE(text_deep.find("loom: error: " + (dir / "bad.jsonl").string() +
+                           ":41: labels[2] is 300, past the LM head's vocabulary of 128"),
+            std::string::npos)
+      << text_deep;
+  EXPECT_EQ(text_deep.find("rank 0"), std::string::npos) << "said by the launcher, not a worker\n" << text_deep;
   std::ofstream(dir / "bad.jsonl") << R"({"input_ids": [1, 2, 3], "labels": [1, 2]})" << "\n";
   auto [code2, text2] = test::RunLoom("run --model " + dir.string() + " --data " + (dir / "bad.jsonl").string() +
                                       " --global-batch 1 --steps 1 --cluster h100:1x1");

@@ -45,7 +45,16 @@ TEST(FailureTrace, FilesAreCheckedLineByLine) {
     test::ExpectError([&] { ReadFailureTrace(path, 4, 100); }, frags);
   };
   bad("trace-kind.txt", "10 crash 1\n", {"trace-kind.txt:1", "event 'crash'", "fail, join"});
-  bad("trace-node.txt", "10 fail 1\n11 fail 7\n", {"trace-node.txt:2", "node 7", "0..3"});
+  bad("trace-node.txt", "10 fail 1\n11 fail 7\n", {"trace-node.txt:2", "node '7'", "0..3"});
+  // Audit A5-14: every time a finite number of seconds a plot can place, the
+  // whole token read (an istream read "nan" as no number and "12s" as 12); a
+  // node id past an int is named as one out of range.
+  for (const std::string time : {"nan", "inf", "1e308", "-5", "12s"}) {
+    bad("trace-time.txt", time + " fail 1\n",
+        {"trace-time.txt:1: time '" + time + "'; valid: seconds from the start of training, 0 to 3.6e+08"});
+  }
+  bad("trace-big-node.txt", "10 fail 99999999999999999999\n", {":1: node '99999999999999999999'", "0..3"});
+  EXPECT_EQ(ReadFailureTrace(test::WriteTemp("trace-zero.txt", "-0 fail 1\n"), 4, 100).events[0].time_s, 0);
   bad("trace-twice.txt", "10 fail 1\n11 fail 1\n", {":2", "node 1 has already failed"});
   bad("trace-order.txt", "10 fail 1\n5 fail 2\n", {":2", "before the previous event"});
   bad("trace-join.txt", "10 join 1\n", {":1", "node 1 has not failed"});

@@ -42,11 +42,14 @@ TEST(ModelIdentity, TheSameModelUnderAnotherNameOrFileIsTheSame) {
   // layers: the embedding, the four transformer layers, the head.
   const std::vector<std::string> lines = ModelIdentity(a);
   ASSERT_EQ(lines.size(), 5u);
-  EXPECT_EQ(lines[0], "model: image_token_id none");
-  EXPECT_EQ(
-      lines[3].rfind("module llm layers 2-5: kind transformer, hidden 64, ffn_hidden 128, heads 4, kv_heads 2", 0), 0u)
-      << lines[3];
-  EXPECT_EQ(lines[4].rfind("module llm layer 6: kind lm_head", 0), 0u) << lines[4];
+  EXPECT_EQ(lines[0], "model: ");
+  EXPECT_EQ(lines[1], "module llm: role backbone, modality text, layers 6, tokens.source text");
+  // Only what differs from a default: LayerNorm, eps 1e-5 and the rest are left
+  // out (context_dim is the loader's: the width when not given).
+  EXPECT_EQ(lines[3],
+            "module llm layers 2-5: kind transformer, hidden 64, ffn_hidden 128, heads 4, kv_heads 2, gated_mlp true, "
+            "causal true, context_dim 64");
+  EXPECT_EQ(lines[4], "module llm layer 6: kind lm_head, hidden 64, vocab 128");
 }
 
 TEST(ModelIdentity, WhatComputesDifferentlyIsNamedFieldByField) {
@@ -54,12 +57,12 @@ TEST(ModelIdentity, WhatComputesDifferentlyIsNamedFieldByField) {
   const struct {
     std::string from, to, says;
   } cases[] = {
-      {"causal: true}", "causal: true, norm_eps: 1.0e-6}",
-       "module llm layers 2-5: norm_eps is 1e-05 there, 1e-06 here"},
+      // A field one side leaves out is its default there.
+      {"causal: true}", "causal: true, norm_eps: 1.0e-6}", "module llm layer 2: norm_eps is 1e-05 there, 1e-06 here"},
       {"causal: true}", "causal: true, norm: rms, activation: gelu}",
-       "module llm layers 2-5: norm is layer there, rms here; activation is default there, gelu here"},
-      {"causal: true}", "causal: true, rope_theta: 10000}", "module llm layers 2-5: rope.theta is 0 there, 10000 here"},
-      {"count: 4", "count: 3", "'module llm layers 2-5' there, 'module llm layers 2-4' here"},
+       "module llm layer 2: norm is layer there, rms here; activation is default there, gelu here"},
+      {"causal: true}", "causal: true, rope_theta: 10000}", "module llm layer 2: rope.theta is 0 there, 10000 here"},
+      {"count: 4", "count: 3", "module llm: layers is 6 there, 5 here"},
       {"tokens: {source: text}", "tokens: {source: text, max_tokens: 64}",
        "module llm: tokens.max_tokens is 0 there, 64 here"},
       {"description: 'a small LLM'", "description: 'a small LLM'\nimage_token_id: 100",
@@ -70,11 +73,21 @@ TEST(ModelIdentity, WhatComputesDifferentlyIsNamedFieldByField) {
     const Model other = Llm("tiny", c.from, c.to, "tiny.yaml");
     EXPECT_EQ(FirstIdentityDifference(ModelIdentity(base), ModelIdentity(other)), c.says);
   }
-  // A layer more or less at the end: the line one side has alone.
-  Model longer = base;
-  longer.modules[0].layers.push_back(longer.modules[0].layers.back());
-  EXPECT_EQ(FirstIdentityDifference(ModelIdentity(base), ModelIdentity(longer)),
-            "'module llm layer 6' there, 'module llm layers 6-7' here");
+  // One layer of a run changed: said as that layer, not as runs of other lengths.
+  Model one = base;
+  one.modules[0].layers[2].frozen = true;
+  EXPECT_EQ(FirstIdentityDifference(ModelIdentity(base), ModelIdentity(one)),
+            "module llm layer 3: frozen is false there, true here");
+  // The longest sequence a model takes and where a Hugging Face checkpoint
+  // keeps its tensors are not what it trained.
+  Model guarded = base;
+  guarded.modules[0].weights_prefix = "language_model.";
+  for (Layer& l : guarded.modules[0].layers) l.rope.max_positions = 4096;
+  EXPECT_EQ(FirstIdentityDifference(ModelIdentity(base), ModelIdentity(guarded)), "");
+  // A field a later Loom writes that this one left out reads as its default.
+  std::vector<std::string> later = ModelIdentity(base);
+  later[3] += ", norm_eps 1e-05";
+  EXPECT_EQ(FirstIdentityDifference(ModelIdentity(base), later), "");
 }
 
 // A LLaVA's config.json names its image token (LlavaConfig's

@@ -112,4 +112,21 @@ CLI::Validator RealIn(double lo_exclusive, double hi) {
       "NUMBER");
 }
 
+CLI::Validator NotNegativeRealAtMost(double hi) {
+  return CLI::Validator(
+      [hi](std::string& v) {
+        const std::string range = fmt::format("valid: a number from 0 to {:g}", hi);
+        try {
+          size_t used = 0;
+          const double x = std::stod(v, &used);
+          if (used != v.size()) return fmt::format("'{}' is not a number; {}", v, range);
+          if (!(x >= 0 && x <= hi)) return fmt::format("{} is out of range; {}", v, range);
+        } catch (const std::exception&) {
+          return fmt::format("'{}' is not a number; {}", v, range);
+        }
+        return std::string();
+      },
+      "NUMBER");
+}
+
 }  // namespace loom::cli

@@ -31,6 +31,8 @@ double ParseRealIn(const std::string& text, const std::string& what, double lo_e
 // The same as flag checks (the message names the range).
 CLI::Validator IntIn(int64_t lo, int64_t hi);
 CLI::Validator RealIn(double lo_exclusive, double hi);
+// A finite number from 0 to `hi` (-0 is 0).
+CLI::Validator NotNegativeRealAtMost(double hi);
 // An `int` flag's values, checked before CLI11 converts them (its "Could not
 // convert: --steps = 99999999999" names neither the range nor the reason).
 extern const CLI::Validator kPositiveInt;     // 1..INT_MAX

@@ -75,6 +75,12 @@ class ProfileCommand : public Command {
   }
 
   void Run() override {
+    // Green contexts are a GPU's: asked for on a CPU, said (the default "on" is the GPU's default).
+    if (device_ == "cpu" && subcommand()->count("--sm-scaling") > 0 && sm_scaling_ == "on") {
+      throw loom::Error(
+          "--sm-scaling on: green contexts partition a GPU's SMs; valid with --device cuda (a CPU "
+          "profile has no sm_sharing law)");
+    }
     const Model model = LoadModel(model_);
     options_.sm_scaling = sm_scaling_ == "on";
     options_.tokens = ParseTokenCounts(tokens_);

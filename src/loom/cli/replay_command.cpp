@@ -1,9 +1,11 @@
 // `loom replay`: training replayed over node failures, Oobleck against Varuna
 // (checkpoint and restart) and Bamboo (redundant computation).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <string>
@@ -51,8 +53,8 @@ class ReplayCommand : public Command {
     problem_.Add(sub);
     sub->add_option("--systems", systems_, "oobleck,varuna,bamboo (default all three)");
     sub->add_option("--mtbf", mtbf_s_, "seconds between failures of the cluster, mean (default 3600)")
-        ->check(kPositive);
-    sub->add_option("--hours", hours_, "wall-clock hours replayed (default 12)")->check(kPositive);
+        ->check(RealIn(0, kMaxReplaySeconds));
+    sub->add_option("--hours", hours_, "wall-clock hours replayed (default 12)")->check(RealIn(0, kMaxReplayHours));
     sub->add_option("--trace-seed", seed_, "seed of the generated failure trace (default 0)")
         ->check(IntIn(0, std::numeric_limits<int64_t>::max()));
     sub->add_option("--min-nodes", min_nodes_, "failures stop at this many nodes (default: half)")
@@ -73,21 +75,22 @@ class ReplayCommand : public Command {
                     "recomputes every layer; default: each plan takes the least that fits)")
         ->check(CLI::IsMember({"none", "selective", "full"}));
     // Measured per model in Oobleck's SOSP'23 artifact (failure_replay.h, ReplayOptions).
-    sub->add_option("--restart-s", options_.restart_s, "varuna's restart, seconds (default 60)")->check(kNotNegative);
+    sub->add_option("--restart-s", options_.restart_s, "varuna's restart, seconds (default 60)")
+        ->check(NotNegativeRealAtMost(kMaxReplaySeconds));
     sub->add_option(
            "--checkpoint-save-s", options_.checkpoint_save_s,
            "varuna's synchronous checkpoint, seconds (default: weights and optimizer state over the store's bandwidth)")
-        ->check(kNotNegative);
+        ->check(NotNegativeRealAtMost(kMaxReplaySeconds));
     sub->add_option("--checkpoint-load-s", options_.checkpoint_load_s,
                     "loading the checkpoint on a restart, seconds; 0 where --restart-s includes it (default: the state "
                     "over the store's bandwidth)")
-        ->check(kNotNegative);
+        ->check(NotNegativeRealAtMost(kMaxReplaySeconds));
     sub->add_option("--oobleck-recover-s", options_.oobleck_recover_s,
                     "oobleck's reconfiguration after a failure, seconds (default: a heartbeat and the state copy)")
-        ->check(kNotNegative);
+        ->check(NotNegativeRealAtMost(kMaxReplaySeconds));
     sub->add_option("--bamboo-reconfigure-s", options_.bamboo_reconfigure_s,
                     "bamboo's pause after a failure its redundant copy absorbed, seconds (default 0)")
-        ->check(kNotNegative);
+        ->check(NotNegativeRealAtMost(kMaxReplaySeconds));
     sub->add_option("--svg", svg_, "write samples/s over time of every system as an SVG plot")->check(kOutputFile);
     sub->add_option("--json", json_, "write the replay as JSON")->check(kOutputFile);
     sub->add_option("--report", report_, "write an HTML report: the plot, the table, every system's events")
@@ -98,7 +101,10 @@ class ReplayCommand : public Command {
     const Model model = LoadModel(problem_.model);
     const Cluster cluster = problem_.LoadPricedCluster();
     const Workload workload = problem_.workload.ResolveOrDefault(model);
-    const double duration_s = until_last_failure_ ? std::numeric_limits<double>::max() : hours_ * 3600;
+    if (until_last_failure_ && subcommand()->count("--hours") > 0) {
+      throw Error("--hours: the replay ends at the trace's last failure with --until-last-failure: give one of them");
+    }
+    const double duration_s = until_last_failure_ ? kMaxReplaySeconds : hours_ * 3600;
     if (!trace_.empty()) {  // the generator's flags would be ignored
       for (const char* flag : {"--mtbf", "--trace-seed", "--min-nodes"}) {
         if (subcommand()->count(flag) > 0) {
@@ -114,13 +120,12 @@ class ReplayCommand : public Command {
     FailureTrace trace = trace_.empty() ? GenerateFailureTrace(cluster.nodes, mtbf_s_, duration_s, seed_,
                                                                min_nodes_ >= 0 ? min_nodes_ : (cluster.nodes + 1) / 2)
                                         : ReadFailureTrace(trace_, cluster.nodes, duration_s);
-    if (until_last_failure_) {
-      if (trace.events.empty()) throw Error("--until-last-failure: the trace has no event");
-      trace.duration_s = trace.events.back().time_s;  // that failure itself is not replayed (the artifact's hard stop)
-    }
+    if (until_last_failure_) EndAtTheLastFailure(trace);
+    if (!trace_.empty()) SayEventsPastTheEnd(trace);
     if (free_checkpoints_) options_.checkpoint_save_s = 0;
     if (!recompute_.empty()) options_.recompute = ParseRecompute(recompute_, "--recompute");
     const auto replays = ReplayFailures(model, cluster, workload, trace, SplitSystems(systems_), options_);
+    RefuseWhereNoSystemRuns(model, cluster, replays);
     std::cout << FormatReplay(model.name, cluster.name, trace, replays);
     if (!svg_.empty()) {
       WriteText(svg_, ReplaySvg(trace, replays), "--svg");
@@ -137,6 +142,45 @@ class ReplayCommand : public Command {
   }
 
  private:
+  // The replay ends at the trace's last failure, which itself is not replayed
+  // (the artifact's hard stop); a join after it is not either.
+  void EndAtTheLastFailure(FailureTrace& trace) const {
+    const auto last = std::find_if(trace.events.rbegin(), trace.events.rend(),
+                                   [](const FailureEvent& e) { return e.kind == NodeEvent::kFail; });
+    if (last == trace.events.rend()) throw Error("--until-last-failure: the trace has no failure to end at");
+    if (!(last->time_s > 0)) {
+      throw Error(
+          fmt::format("--until-last-failure: the trace's last failure is at {} s, so nothing would be "
+                      "replayed; valid: a trace whose last failure is after 0 s, or --hours",
+                      last->time_s));
+    }
+    trace.duration_s = last->time_s;
+  }
+
+  // A trace file's events at or after the replay's end are not replayed: said, not dropped in silence.
+  void SayEventsPastTheEnd(const FailureTrace& trace) const {
+    const auto first = std::find_if(trace.events.begin(), trace.events.end(),
+                                    [&](const FailureEvent& e) { return e.time_s >= trace.duration_s; });
+    const auto past = trace.events.end() - first;
+    if (past == 0 || until_last_failure_) return;
+    std::cout << fmt::format(
+        "note: {} of {}'s events are at or after the {:g} h replayed (the first at {:g} s) and are not replayed; "
+        "--hours {:g} covers them\n",
+        past, trace_, trace.duration_s / 3600, first->time_s, std::ceil(trace.events.back().time_s / 3600 + 1e-9));
+  }
+
+  // Every system without a plan on the whole cluster: no replay, as `loom plan` finds no plan.
+  static void RefuseWhereNoSystemRuns(const Model& model, const Cluster& cluster,
+                                      const std::vector<SystemReplay>& replays) {
+    std::vector<std::string> why;
+    for (const auto& r : replays) {
+      if (r.healthy_samples_per_s > 0) return;
+      why.push_back(fmt::format("{}: {}", r.system, r.stopped));
+    }
+    throw Error(fmt::format("no system trains {} on {}, even before any failure:\n  {}", model.name, cluster.name,
+                            fmt::join(why, "\n  ")));
+  }
+
   ProblemFlags problem_;
   std::string systems_ = "oobleck,varuna,bamboo";
   double mtbf_s_ = 3600;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -11,23 +12,31 @@
 
 #include "loom/cost/layer_work.h"
 #include "loom/error.h"
+#include "loom/path_kind.h"
 
 namespace loom {
 
 namespace {
 
+constexpr const char* kFiles =
+    "sm_surface_small.json, sm_scaling_large.json, colocation_small.json, colocation_large.json";
+
+// A measurements file: a non-empty list of rows (an empty one would leave its
+// half of the fit to the others in silence).
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream in(path);
-  if (!in)
-    throw Error(
-        fmt::format("{}: cannot open (a measurements folder holds sm_surface_small.json, "
-                    "sm_scaling_large.json, colocation_small.json, colocation_large.json)",
-                    path));
+  if (!in) throw Error(fmt::format("{}: cannot open (a measurements folder holds {})", path, kFiles));
+  nlohmann::json rows;
   try {
-    return nlohmann::json::parse(in);
+    rows = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw Error(fmt::format("{}: not JSON: {}", path, e.what()));
   }
+  if (!rows.is_array() || rows.empty()) {
+    throw Error(fmt::format("{}: {}; expected a non-empty list of measured rows (measure.py writes them)", path,
+                            rows.is_array() ? "no rows" : "not a list"));
+  }
+  return rows;
 }
 
 template <typename T>
@@ -39,6 +48,41 @@ T Field(const nlohmann::json& row, const char* key, const std::string& path, siz
     throw Error(fmt::format("{}: row {}: field '{}' is {}; valid: a {}", path, index, key, row[key].dump(),
                             std::is_same_v<T, std::string> ? "string" : "number"));
   }
+}
+
+// A time or a size: finite and > 0 (a negative alone time turned the
+// interference fit's coefficients around in silence).
+double PositiveField(const nlohmann::json& row, const char* key, const std::string& path, size_t index) {
+  const double v = Field<double>(row, key, path, index);
+  if (!(v > 0) || !std::isfinite(v)) {
+    throw Error(
+        fmt::format("{}: row {}: field '{}' is {}; valid: a finite number > 0", path, index, key, row[key].dump()));
+  }
+  return v;
+}
+
+// An SM count: a whole number the GPU has (a green context takes whole SMs).
+int SmsField(const nlohmann::json& row, const char* key, const std::string& path, size_t index, const GpuSpec& gpu) {
+  if (!row.contains(key)) throw Error(fmt::format("{}: row {} has no field '{}'", path, index, key));
+  const nlohmann::json& v = row[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > gpu.sm_count) {
+    throw Error(
+        fmt::format("{}: row {}: field '{}' is {}; valid: a whole number of SMs from 1 to {} (the {}'s; "
+                    "--gpu names the GPU they were measured on)",
+                    path, index, key, v.dump(), gpu.sm_count, gpu.name));
+  }
+  return static_cast<int>(v.get<int64_t>());
+}
+
+// A positive whole number (a width, a count of layers, a batch).
+int64_t CountField(const nlohmann::json& row, const char* key, const std::string& path, size_t index) {
+  if (!row.contains(key)) throw Error(fmt::format("{}: row {} has no field '{}'", path, index, key));
+  const nlohmann::json& v = row[key];
+  if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > (int64_t{1} << 30)) {
+    throw Error(fmt::format("{}: row {}: field '{}' is {}; valid: a whole number from 1 to {}", path, index, key,
+                            v.dump(), int64_t{1} << 30));
+  }
+  return v.get<int64_t>();
 }
 
 struct Shape {
@@ -98,6 +142,11 @@ void SmMeasurements::SetHostSlowdowns(double launch_floor_s_per_layer) {
 }
 
 SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
+  if (dir.empty()) throw Error(fmt::format("measurements: empty; valid: a folder holding {}", kFiles));
+  if (const PathKind kind = KindOfPath(dir); kind != PathKind::kDirectory) {
+    throw Error(fmt::format("{}: {}; valid: a folder holding {}", dir,
+                            kind == PathKind::kNone ? "no such folder" : "not a folder", kFiles));
+  }
   SmMeasurements out;
   // Small stacks: shape fields per row; the colocation file names them by the
   // same module string plus " B<batch>".
@@ -108,18 +157,18 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
     const auto& r = surface[i];
     Shape s;
     const auto name = Field<std::string>(r, "module", surface_path, i);
-    const auto hidden = Field<int64_t>(r, "hidden", surface_path, i);
-    const auto heads = Field<int64_t>(r, "heads", surface_path, i);
+    const auto hidden = CountField(r, "hidden", surface_path, i);
+    const auto heads = CountField(r, "heads", surface_path, i);
     // "gated causal" in the name: Qwen3-VL's SwiGLU layers with causal attention.
     const bool gated = name.find("gated") != std::string::npos, causal = name.find("causal") != std::string::npos;
-    s.layer = Transformer(hidden, Field<int64_t>(r, "ffn_hidden", surface_path, i), heads, heads, gated, causal);
-    s.layers = Field<int>(r, "layers", surface_path, i);
-    s.seq = Field<int64_t>(r, "seq", surface_path, i);
-    s.batch = Field<int64_t>(r, "batch", surface_path, i);
+    s.layer = Transformer(hidden, CountField(r, "ffn_hidden", surface_path, i), heads, heads, gated, causal);
+    s.layers = static_cast<int>(CountField(r, "layers", surface_path, i));
+    s.seq = CountField(r, "seq", surface_path, i);
+    s.batch = CountField(r, "batch", surface_path, i);
     const std::string key = fmt::format("{} B{}", name, s.batch);
     small[key] = s;
     out.scaling.push_back(
-        {key, s.layers, Field<int>(r, "sms", surface_path, i), Field<double>(r, "fwd_bwd_s", surface_path, i)});
+        {key, s.layers, SmsField(r, "sms", surface_path, i, gpu), PositiveField(r, "fwd_bwd_s", surface_path, i)});
   }
   const std::string large_path = dir + "/sm_scaling_large.json";
   const auto large = ReadJson(large_path);
@@ -128,7 +177,7 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
     Shape s;
     if (!LargeShape(name, &s)) continue;  // the GEMM and the copy are kernels, not modules
     out.scaling.push_back(
-        {name, 1, Field<int>(large[i], "sms", large_path, i), Field<double>(large[i], "time_s", large_path, i)});
+        {name, 1, SmsField(large[i], "sms", large_path, i, gpu), PositiveField(large[i], "time_s", large_path, i)});
   }
   auto bandwidth = [&](const Shape& s, double reps, double alone_s) {
     return reps * StackBytes(s) / (alone_s * gpu.hbm_bytes_per_s);
@@ -149,20 +198,20 @@ SmMeasurements LoadSmMeasurements(const std::string& dir, const GpuSpec& gpu) {
       };
       shape(a, &sa);
       shape(b, &sb);
-      const double reps_a = r.contains("reps_a") ? r["reps_a"].get<double>() : 1.0;
-      const double reps_b = r.contains("reps_b") ? r["reps_b"].get<double>() : 1.0;
-      const double alone_a = Field<double>(r, "alone_a_s", path, i), alone_b = Field<double>(r, "alone_b_s", path, i);
+      const double reps_a = r.contains("reps_a") ? PositiveField(r, "reps_a", path, i) : 1.0;
+      const double reps_b = r.contains("reps_b") ? PositiveField(r, "reps_b", path, i) : 1.0;
+      const double alone_a = PositiveField(r, "alone_a_s", path, i), alone_b = PositiveField(r, "alone_b_s", path, i);
       const double ba = bandwidth(sa, reps_a, alone_a), bb = bandwidth(sb, reps_b, alone_b);
-      const int sms_a = Field<int>(r, "sms_a", path, i), sms_b = Field<int>(r, "sms_b", path, i);
+      const int sms_a = SmsField(r, "sms_a", path, i, gpu), sms_b = SmsField(r, "sms_b", path, i, gpu);
       // One host thread launched both (measure.py alternates their launches).
       const double launched = reps_a * sa.layers + reps_b * sb.layers;
       out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", a, sms_a, b, sms_b),
                                   {ba, bb},
-                                  Field<double>(r, "together_a_s", path, i) / alone_a - 1});
+                                  PositiveField(r, "together_a_s", path, i) / alone_a - 1});
       out.launched_layers_per_s.push_back(launched / alone_a);
       out.interference.push_back({fmt::format("{} on {} SMs beside {} on {}", b, sms_b, a, sms_a),
                                   {bb, ba},
-                                  Field<double>(r, "together_b_s", path, i) / alone_b - 1});
+                                  PositiveField(r, "together_b_s", path, i) / alone_b - 1});
       out.launched_layers_per_s.push_back(launched / alone_b);
     }
   }

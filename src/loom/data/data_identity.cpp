@@ -20,7 +20,7 @@ std::string JsonlIdentity(const std::string& path) {
   if (!in) throw Error(fmt::format("{}: cannot be read (the samples of the run)", path));
   uint64_t hash = 14695981039346656037ull;
   int64_t bytes = 0;
-  std::vector<char> buffer(1 << 20);
+  std::vector<char> buffer(1 << 20);  // read a MiB at a time
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
     const std::streamsize got = in.gcount();
@@ -31,7 +31,7 @@ std::string JsonlIdentity(const std::string& path) {
     bytes += got;
   }
   if (in.bad()) throw Error(fmt::format("{}: a read error after {} bytes (the samples of the run)", path, bytes));
-  return fmt::format("jsonl: {} bytes, FNV-1a 64 {:#018x}", bytes, hash);
+  return fmt::format("jsonl: bytes {}, fnv1a64 {:#018x}", bytes, hash);
 }
 
 }  // namespace

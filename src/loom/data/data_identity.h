@@ -13,7 +13,9 @@
 
 namespace loom {
 
-// "jsonl: 5123 bytes, FNV-1a 64 0x9c1f...", or "text: seq_len 2048, ...".
+// "jsonl: bytes 5123, fnv1a64 0x9c1f..." or "text: seq_len 2048, ...": one
+// line of "name value" fields, as spec/model_identity.h writes them (its
+// FirstIdentityDifference says which differ).
 // Throws loom::Error naming a JSONL file that cannot be read.
 std::string DataStreamIdentity(const Workload& workload);
 

@@ -8,6 +8,16 @@
 
 namespace loom {
 
+namespace {
+
+constexpr size_t kStoppedWidth = 60;  // the table's "stopped" column
+
+std::string Cut(const std::string& why) {
+  return why.size() <= kStoppedWidth ? why : why.substr(0, kStoppedWidth - 3) + "...";
+}
+
+}  // namespace
+
 std::string FormatReplay(const std::string& model, const std::string& cluster, const FailureTrace& trace,
                          const std::vector<SystemReplay>& replays) {
   int fails = 0;
@@ -28,9 +38,14 @@ std::string FormatReplay(const std::string& model, const std::string& cluster, c
               r.healthy_samples_per_s > 0 ? fmt::format("{:.0f}%", 100 * r.mean_samples_per_s / r.healthy_samples_per_s)
                                           : "-",
               std::to_string(n), n > 0 ? fmt::format("{:.1f} s", lost / n) : "-",
-              r.stopped.empty() ? "no" : r.stopped.substr(0, 60)});
+              r.stopped.empty() ? "no" : Cut(r.stopped)});
   }
-  return out + t.Render();
+  out += t.Render();
+  // A reason the table cut is given whole below it.
+  for (const auto& r : replays) {
+    if (r.stopped.size() > kStoppedWidth) out += fmt::format("{} stopped {}\n", r.system, r.stopped);
+  }
+  return out;
 }
 
 nlohmann::json ReplayJson(const FailureTrace& trace, const std::vector<SystemReplay>& replays) {
@@ -76,8 +91,12 @@ std::string ReplaySvg(const FailureTrace& trace, const std::vector<SystemReplay>
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", left, H - bottom,
                      W - right);
   svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", left, top, H - bottom);
+  // At most 13 ticks, counted (a sum of steps never reaching a span past
+  // doubles' precision would not end).
   const double step_h = hours <= 12 ? 1 : std::ceil(hours / 12);
-  for (double h = 0; h <= hours + 1e-9; h += step_h) {
+  const int ticks = static_cast<int>(std::min(12.0, std::floor(hours / step_h + 1e-9)));
+  for (int k = 0; k <= ticks; ++k) {
+    const double h = k * step_h;
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{:g} h</text>\n", x(h * 3600),
                        H - bottom + 16, h);
   }

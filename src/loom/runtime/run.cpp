@@ -19,6 +19,7 @@
 #include "loom/cost/module_summary.h"
 #include "loom/data/data_identity.h"
 #include "loom/data/sample_source.h"
+#include "loom/data/sample_token_checks.h"
 #include "loom/error.h"
 #include "loom/human_bytes.h"
 #include "loom/pipeline/validate.h"
@@ -142,7 +143,9 @@ void CheckTrainingCheckpoints(const Model& model, const Workload& workload, cons
     if (!m.model_identity.empty()) {
       if (const std::string d = FirstIdentityDifference(m.model_identity, ModelIdentity(model)); !d.empty()) {
         throw Error(fmt::format(
-            "--resume {}: a checkpoint of model '{}', {}: {} (there: the checkpoint's, here: {})", at, m.model,
+            "--resume {}: a checkpoint of model '{}', {}: {} (there: the checkpoint's, here: {}); resume it with "
+            "the model that wrote it (its checkpoint.json's model_identity)",
+            at, m.model,
             m.model == model.name ? "whose architecture is another" : fmt::format("not of this one ('{}')", model.name),
             d, model.source));
       }
@@ -150,10 +153,13 @@ void CheckTrainingCheckpoints(const Model& model, const Workload& workload, cons
       throw Error(fmt::format("--resume {}: a checkpoint of model '{}', not '{}'", at, m.model, model.name));
     }
     if (!m.data_stream.empty() && m.data_stream != options.data_stream) {
+      std::string d = FirstIdentityDifference({m.data_stream}, {options.data_stream});
+      if (d.empty()) d = fmt::format("'{}' there, '{}' here", m.data_stream, options.data_stream);
       throw Error(fmt::format(
-          "--resume {}: the checkpoint's data stream is '{}', this run's '{}': its steps would not continue it "
-          "(give the same samples; to train these weights on other data, --save them and start from --model)",
-          at, m.data_stream, options.data_stream));
+          "--resume {}: the checkpoint's data stream is another than this run's {}: {}; the steps would not "
+          "continue it (give the samples it was trained on; to train its weights on other data, start a new run "
+          "from them: a Hugging Face model's with --save, then --model)",
+          at, workload.source.kind == "jsonl" ? "samples (" + workload.source.path + ")" : "workload", d));
     }
     if (m.seed != workload.seed || m.global_batch != workload.global_batch) {
       throw Error(fmt::format(
@@ -202,6 +208,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
     options.data_stream = DataStreamIdentity(workload);
   }
   CheckTrainingCheckpoints(model, workload, options);
+  if (workload.source.kind == "jsonl") CheckJsonlTokens(model, workload.source.path);
   if (workload.precision == Precision::kFp16) {
     options.loss_scale.Validate();
   }

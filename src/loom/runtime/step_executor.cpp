@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "loom/data/sample_token_checks.h"
 #include "loom/error.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/fsdp_layers.h"
@@ -27,41 +28,13 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
   return std::vector<Recompute>(e.stages[v].num_layers(), e.stages[v].recompute);
 }
 
-// A sample's images stand in its input ids as the model's image token
-// (config.json's image_token_index), where the model names one: transformers'
-// LlavaModel.get_placeholder_mask finds them by it, and a model trained on
-// another id is one transformers cannot feed (its "Image features and image
-// tokens do not match"), as is a text-only line holding that id.
-void CheckImageTokens(const Model& model, const SampleTokens& t) {
-  if (model.image_token_id < 0) return;
-  if (t.image_token_id >= 0 && t.image_token_id != model.image_token_id) {
-    throw Error(
-        fmt::format("{}: image_token_id is {}, but model {} stands an image feature as token {} (its "
-                    "config.json's image_token_index): give that id",
-                    t.where, t.image_token_id, model.name, model.image_token_id));
-  }
-  if (t.image_token_id >= 0) return;
-  const auto at = std::find(t.input_ids.begin(), t.input_ids.end(), model.image_token_id);
-  if (at != t.input_ids.end()) {
-    throw Error(
-        fmt::format("{}: input_ids[{}] is {}, model {}'s image token, but the line has no images "
-                    "(image_token_id and pixel_values)",
-                    t.where, at - t.input_ids.begin(), model.image_token_id, model.name));
-  }
-}
-
 }  // namespace
 
 // The batch's real text where its samples carry token ids (TextTokens; null:
-// synthetic text), each input id checked against the vocabulary of the loss
-// module's embedding, each label against its head's (Mllama's embedding reads
-// 8 image tokens more than its head scores).
+// synthetic text), each sample checked again as the launcher checked its line
+// (data/sample_token_checks.h: vocabularies, image tokens).
 std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
   if (b.samples.empty() || !b.samples[0].tokens) return nullptr;
-  const Layer& embedding = model.modules.back().layers.front();
-  const Layer& head = model.modules.back().layers.back();
-  const int64_t vocab = embedding.kind == LayerKind::kEmbedding ? embedding.vocab : 0;
-  const int64_t scored_vocab = head.kind == LayerKind::kLmHead ? head.vocab : vocab;
   auto text = std::make_unique<TextTokens>();
   for (const Sample& s : b.samples) {
     if (!s.tokens) throw Error("runtime: a batch mixes samples with and without token ids");
@@ -70,17 +43,7 @@ std::unique_ptr<TextTokens> RealText(const Model& model, const Batch& b) {
       text->labels.push_back({{}});
       continue;
     }
-    for (const auto* list : {&s.tokens->input_ids, &s.tokens->labels}) {
-      const bool ids = list == &s.tokens->input_ids;
-      const int64_t limit = ids ? vocab : scored_vocab;
-      for (size_t i = 0; i < list->size(); ++i) {
-        if ((*list)[i] >= limit) {
-          throw Error(fmt::format("{}: {}[{}] is {}, past the {} vocabulary of {}", s.tokens->where,
-                                  ids ? "input_ids" : "labels", i, (*list)[i], ids ? "model's" : "LM head's", limit));
-        }
-      }
-    }
-    CheckImageTokens(model, *s.tokens);
+    CheckSampleTokens(model, *s.tokens);
     text->ids.push_back({s.tokens->input_ids});
     text->labels.push_back({s.tokens->labels});
   }

@@ -30,6 +30,7 @@ class Planner {
       : model_(model), cluster_(cluster), workload_(workload), options_(options), batch_(DrawBatch(workload, 0)) {}
 
   Capacity At(const std::string& system, int nodes) {
+    if (nodes < 1) return {0, 0, "no node left"};
     if (system == "oobleck") return Raw("oobleck", nodes);
     // Varuna's and Bamboo's grids need the nodes to factor into PP x DP over
     // the batch: they run the fastest grid on at most `nodes` nodes and leave

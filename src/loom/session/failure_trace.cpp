@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <set>
@@ -49,27 +50,29 @@ FailureTrace ReadFailureTrace(const std::string& path, int nodes, double duratio
     const size_t hash = line.find('#');
     if (hash != std::string::npos) line.resize(hash);
     std::istringstream ss(line);
-    double time_s = 0;
-    std::string kind;
-    int node = -1;
-    if (!(ss >> time_s)) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      throw Error(fmt::format("{}:{}: expected \"TIME_S fail|join NODE\"", path, n));
-    }
-    if (!(ss >> kind >> node)) throw Error(fmt::format("{}:{}: expected \"TIME_S fail|join NODE\"", path, n));
+    std::string time_text, kind, node_text;
+    if (!(ss >> time_text)) continue;  // blank or a comment
+    if (!(ss >> kind >> node_text)) throw Error(fmt::format("{}:{}: expected \"TIME_S fail|join NODE\"", path, n));
     if (std::string extra; ss >> extra) {
       throw Error(fmt::format("{}:{}: '{}' after the node; expected \"TIME_S fail|join NODE\" (a # starts a comment)",
                               path, n, extra));
     }
+    // The whole token, as a finite number of seconds (an istream read "nan"
+    // as no number and "0x10" as 0).
+    char* end = nullptr;
+    const double time_s = std::strtod(time_text.c_str(), &end);
+    if (*end != '\0' || !(time_s >= 0) || time_s > kMaxReplaySeconds) {
+      throw Error(fmt::format("{}:{}: time '{}'; valid: seconds from the start of training, 0 to {:g}", path, n,
+                              time_text, kMaxReplaySeconds));
+    }
     if (kind != "fail" && kind != "join") {
       throw Error(fmt::format("{}:{}: event '{}'; valid: fail, join", path, n, kind));
     }
-    if (node < 0 || node >= nodes) {
-      throw Error(fmt::format("{}:{}: node {}; the cluster's nodes are 0..{}", path, n, node, nodes - 1));
+    const long long node_id = std::strtoll(node_text.c_str(), &end, 10);
+    if (*end != '\0' || node_text.empty() || node_id < 0 || node_id >= nodes) {
+      throw Error(fmt::format("{}:{}: node '{}'; the cluster's nodes are 0..{}", path, n, node_text, nodes - 1));
     }
-    if (!(time_s >= 0) || !std::isfinite(time_s)) {
-      throw Error(fmt::format("{}:{}: time {} s; valid: seconds >= 0 from the start of training", path, n, time_s));
-    }
+    const int node = static_cast<int>(node_id);
     if (!t.events.empty() && time_s < t.events.back().time_s) {
       throw Error(
           fmt::format("{}:{}: time {} s is before the previous event's; events go in time order", path, n, time_s));

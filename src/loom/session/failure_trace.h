@@ -20,6 +20,12 @@ struct FailureEvent {
   bool operator==(const FailureEvent&) const = default;
 };
 
+// The longest span replayed, and the latest event a trace may give:
+// 100,000 hours (11 years), past any training run, so that every time is a
+// finite number of seconds a plot can place.
+inline constexpr double kMaxReplayHours = 1e5;
+inline constexpr double kMaxReplaySeconds = kMaxReplayHours * 3600;
+
 struct FailureTrace {
   int nodes = 0;  // at time 0, ids 0 .. nodes - 1
   double duration_s = 0;
@@ -33,7 +39,9 @@ struct FailureTrace {
 FailureTrace GenerateFailureTrace(int nodes, double mtbf_s, double duration_s, uint64_t seed, int min_nodes);
 
 // Throws loom::Error naming the file, line and what is wrong (an unknown
-// event, a node out of range or already failed, times out of order).
+// event, a node out of range or already failed, a time that is not a number
+// of seconds from 0 to kMaxReplaySeconds, times out of order). Events at or
+// after `duration_s` are kept (the replay stops before them).
 FailureTrace ReadFailureTrace(const std::string& path, int nodes, double duration_s);
 
 }  // namespace loom
