@@ -11,22 +11,53 @@ DataLoader the microbatches a strategy's per-batch scheduler chooses.
 (docs/workloads.md): {"text_tokens": 812, "images": [[448, 448]]}.
 """
 import json
+import re
 
 from . import _loom
 
 LoomError = _loom.LoomError
 
 
+# The most batches `plan` simulates: its result keeps every one (the CLI's
+# limit where --json, --report or --run keep them).
+MAX_PLAN_ITERATIONS = 10000
+
+
+def _with_keywords(call, keywords, **kwargs):
+    """`call(**kwargs)`, its LoomError naming this module's keyword arguments
+    ("iterations") where the library names the CLI's flags ("--iterations")."""
+    try:
+        return call(**kwargs)
+    except LoomError as e:
+        text = str(e)
+        for k in sorted(keywords, key=len, reverse=True):
+            text = re.sub(r"--" + k.replace("_", "-") + r"\b", k, text)
+        raise LoomError(text) from None
+
+
 def plan(model, cluster, workload=None, global_batch=None, strategies="all", iterations=1, profile="default"):
     """`loom plan --json`: every strategy's plan and its simulated batches, as a dict."""
-    return json.loads(_loom.plan(model, cluster, workload, global_batch, strategies, iterations, profile))
+    if not 1 <= iterations <= MAX_PLAN_ITERATIONS:
+        raise LoomError(f"iterations: must be 1..{MAX_PLAN_ITERATIONS} (every simulated batch is kept in the result), "
+                        f"got {iterations}")
+    return json.loads(_with_keywords(
+        lambda **k: _loom.plan(model, cluster, workload, global_batch, strategies, iterations, profile),
+        ("model", "cluster", "workload", "global_batch", "strategies", "iterations", "profile")))
+
+
+_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
 def simulate(model, cluster, tp=1, pp=1, dp=1, cp=1, vpp=1, microbatches=1, schedule="1f1b", recompute="none",
              workload=None, global_batch=None, profile="default"):
     """`loom simulate --json` of a Megatron-LM layout: iteration time, MFU, bubble, peak memory."""
-    return json.loads(_loom.simulate(model, cluster, tp, pp, dp, cp, vpp, microbatches, schedule, recompute, workload,
-                                     global_batch, profile))
+    if schedule not in _SCHEDULES:  # the CLI's `custom` is a PyTorch CSV's, which this call does not read
+        raise LoomError(f"schedule: '{schedule}'; valid: {', '.join(_SCHEDULES)}")
+    return json.loads(_with_keywords(
+        lambda **k: _loom.simulate(model, cluster, tp, pp, dp, cp, vpp, microbatches, schedule, recompute, workload,
+                                   global_batch, profile),
+        ("model", "cluster", "tp", "pp", "dp", "cp", "vpp", "microbatches", "schedule", "recompute", "workload",
+         "global_batch", "profile")))
 
 
 def strategies():

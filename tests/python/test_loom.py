@@ -129,6 +129,19 @@ class LoomModule(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "num_replicas: mmscale's plan cuts a batch of 16 into 16"):
             loom.LoomBatchSampler(replica=0, num_replicas=3, **common)
 
+    def test_plan_and_simulate_errors_name_their_keywords(self):
+        # Audit A5-11: the library's messages named the CLI's flags ("--vpp 2 needs --pp >= 2").
+        for call, says in ((lambda: loom.simulate("llama3-8b", "h100:1x8", dp=8, vpp=2), "vpp 2 needs pp >= 2"),
+                           (lambda: loom.simulate("llama3-8b", "h100:1x8", schedule="custom"),
+                            "schedule: 'custom'; valid: gpipe, 1f1b, interleaved, zb-h1"),
+                           (lambda: loom.plan("llama3-8b", "h100:1x8", iterations=0), "iterations: must be 1..10000"),
+                           (lambda: loom.plan("llama3-8b", "h100:1x8", iterations=10 ** 9),
+                            "iterations: must be 1..10000")):
+            with self.subTest(says=says):
+                with self.assertRaisesRegex(loom.LoomError, says) as caught:
+                    call()
+                self.assertNotIn("--", str(caught.exception))
+
     def test_bad_arguments_name_the_keyword(self):
         meta = metadata(8)
         common = dict(model="vlm-s", cluster="h800:1x8", strategy="megatron")

@@ -121,6 +121,8 @@ CLI::Validator NotNegativeRealAtMost(double hi) {
           const double x = std::stod(v, &used);
           if (used != v.size()) return fmt::format("'{}' is not a number; {}", v, range);
           if (!(x >= 0 && x <= hi)) return fmt::format("{} is out of range; {}", v, range);
+        } catch (const std::out_of_range&) {  // past a double (1e400)
+          return fmt::format("{} is out of range; {}", v, range);
         } catch (const std::exception&) {
           return fmt::format("'{}' is not a number; {}", v, range);
         }
