@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "loom/data/jsonl_source.h"
+#include "loom/data/sample_modalities.h"
 #include "loom/data/sample_source.h"
 #include "loom/error.h"
 #include "loom/pipeline/schedules.h"
@@ -101,6 +102,7 @@ class Scheduler {
         cluster_(loom::LoadClusterWithProfile(cluster, profile)),
         batch_(ParseBatch(representative)) {
     if (batch_.samples.empty()) throw loom::Error("representative: give at least one sample");
+    loom::CheckModelReadsSamples(model_, batch_, "metadata");
     workload_ = loom::DefaultWorkload(model_);
     workload_.name = "python";
     workload_.global_batch = static_cast<int64_t>(batch_.samples.size());
@@ -118,6 +120,7 @@ class Scheduler {
   //  "deferred": [...], "predicted_iteration_time_s": t}
   py::dict Schedule(const std::vector<std::string>& lines, int64_t iteration) {
     const loom::Batch batch = ParseBatch(lines);
+    loom::CheckModelReadsSamples(model_, batch, "batch");
     if (batch.samples.size() != batch_.samples.size()) {
       throw loom::Error(
           fmt::format("batch: {} samples, the plan's global batch is {}", batch.samples.size(), batch_.samples.size()));

@@ -76,6 +76,9 @@ TEST(AuditedFlags, EachIsRefusedNamingTheFlagAndWhatIsValid) {
       {"profile --model " + data + "tiny-llm.yaml --repeats 1 --tokens 99999999999",
        "--tokens: 99999999999 is out of range; valid: token counts in 1..65536"},
       {"profile --model " + data + "tiny-llm.yaml --repeats 1 --concurrent 1000", "--concurrent: 1000 is out of range"},
+      // Audit A5-13: video clips for a model without a video encoder were priced as text alone.
+      {"plan --model vlm-s --cluster h800:1x8 --workload video --iterations 1",
+       "workload video: sample 0 carries video clips, which no module of model vlm-s reads (it reads text, images)"},
       // Audit A5-09: green contexts asked for on a CPU were left out in silence.
       {"profile --model " + data + "tiny-llm.yaml --repeats 1 --sm-scaling on",
        "--sm-scaling on: green contexts partition a GPU's SMs; valid with --device cuda"},

@@ -147,7 +147,10 @@ class LoomModule(unittest.TestCase):
         common = dict(model="vlm-s", cluster="h800:1x8", strategy="megatron")
         for kwargs, says in ((dict(metadata=meta, global_batch=4, num_replicas=0), "num_replicas: must be >= 1"),
                              (dict(metadata=meta, global_batch=4, iterations=-1), "iterations: must be None"),
-                             (dict(metadata=[], global_batch=1), "metadata: empty")):
+                             (dict(metadata=[], global_batch=1), "metadata: empty"),
+                             # Audit A5-13: clips for a model without a video encoder were priced as text.
+                             (dict(metadata=[{"text_tokens": 10, "videos": [[16, 512, 512]]}] * 4, global_batch=4),
+                              "metadata: sample 0 carries video clips, which no module of model vlm-s reads")):
             with self.subTest(says=says):
                 with self.assertRaisesRegex(ValueError, says):
                     loom.LoomBatchSampler(**common, **kwargs)

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include "loom/cost/cost_model.h"
+#include "loom/data/sample_modalities.h"
+#include "loom/data/sample_source.h"
 #include "loom/error.h"
 
 namespace loom {
@@ -40,7 +42,13 @@ Workload ApplyWorkloadOverrides(Workload workload, const WorkloadOverrides& over
 }
 
 Workload LoadWorkloadWithOverrides(const Model& model, const std::string& name, const WorkloadOverrides& overrides) {
-  return ApplyWorkloadOverrides(name.empty() ? DefaultWorkload(model) : LoadWorkload(name), overrides);
+  Workload w = ApplyWorkloadOverrides(name.empty() ? DefaultWorkload(model) : LoadWorkload(name), overrides);
+  // A named synthetic source's first batch shows what its samples carry (a
+  // JSONL file is read whole where it is used, not here a second time).
+  if (!name.empty() && w.source.kind != "jsonl") {
+    CheckModelReadsSamples(model, DrawBatch(w, 0), fmt::format("workload {}", w.name));
+  }
+  return w;
 }
 
 }  // namespace loom
