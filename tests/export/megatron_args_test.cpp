@@ -108,6 +108,9 @@ TEST(MegatronExport, EncoderAndLlmOnTheirOwnGpusAreTheMimoGrids) {
   }
   EXPECT_NE(e.notes.find("MIMO example"), std::string::npos);
   EXPECT_NE(e.notes.find("the LLM on GPUs 8..15"), std::string::npos) << e.notes;
+  // Its model provider builds a hybrid Mamba LLM (audit M6-05); its imports need the module form (M6-08).
+  EXPECT_NE(e.notes.find("builds a hybrid Mamba LLM from --hybrid-layer-pattern"), std::string::npos) << e.notes;
+  EXPECT_NE(FormatMegatronExport("mmscale", e, 8).find(" -m examples.mimo.pretrain_mimo"), std::string::npos);
 }
 
 TEST(MegatronExport, FrozenModulesBecomeFreezeFlags) {
@@ -123,6 +126,57 @@ TEST(MegatronExport, FrozenModulesBecomeFreezeFlags) {
   ASSERT_TRUE(e.expressible) << e.notes;
   EXPECT_NE(e.args.find("--freeze-LM"), std::string::npos) << e.args;
   EXPECT_NE(e.args.find("--freeze-ViT"), std::string::npos) << e.args;
+  // pretrain_vlm.py asserts the legacy checkpoint format (audit M6-02).
+  EXPECT_NE(e.args.find("--ckpt-format torch"), std::string::npos) << e.args;
+}
+
+// Audit M6-04 and M6-06: pretrain_vlm.py's vision encoder copies the
+// language model's layout, so a VLM plan of several pipeline stages is
+// refused, saying why.
+TEST(MegatronExport, AVlmOfSeveralStagesIsRefusedForPretrainVlm) {
+  test::Fixture f;
+  Plan staged =
+      SingleUnitPlan(f.ctx(), "m", 4, 2, 2, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams, 1);
+  const MegatronExport e = ExportMegatron(staged, f.model);
+  EXPECT_FALSE(e.expressible);
+  EXPECT_NE(e.notes.find("pretrain_vlm.py builds its vision encoder from a copy of the language model's config"),
+            std::string::npos)
+      << e.notes;
+}
+
+// Audit M6-01, M6-03, M6-13: what a launch needs to train and what the
+// parser reads: a learning rate, no validation passes, the rotary base as an
+// integer, Llama 3's scaling and a norm eps other than Megatron-LM's.
+TEST(MegatronExport, TheLaunchTrainsTheModelsShape) {
+  Model model = LoadModel("llama3-8b");
+  for (Layer& l : model.modules[0].layers) {
+    if (l.kind != LayerKind::kTransformer) continue;
+    l.rope.theta = 1e6;
+    l.rope.scaling = RopeScaling::kLlama3;
+    l.rope.factor = 32;
+    l.norm = NormKind::kRmsNorm;
+    l.norm_eps = 1e-6;
+  }
+  Workload w = LoadWorkload("text");
+  w.global_batch = 16;
+  const Cluster c = MakeCluster("h100", 2, 8);
+  ParallelConfig cfg;
+  cfg.tp = 2;
+  cfg.dp = 8;
+  cfg.microbatches = 1;
+  const Plan plan = MegatronConfigPlan({model, c, w, DrawBatch(w, 0), {}}, cfg);
+  const MegatronExport e = ExportMegatron(plan, model);
+  ASSERT_TRUE(e.expressible) << e.notes;
+  for (const char* arg : {"--rotary-base 1000000", "--use-rope-scaling", "--rope-scaling-factor 32",
+                          "--normalization RMSNorm", "--norm-epsilon 1e-06", "--lr 0.0003", "--eval-iters 0"}) {
+    EXPECT_NE(e.args.find(arg), std::string::npos) << arg << "\n" << e.args;
+  }
+  // Two nodes: every node's torchrun needs the rendezvous (audit M6-12).
+  const std::string text = FormatMegatronExport("megatron", e, 8);
+  EXPECT_NE(text.find("torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --master-addr $MASTER_ADDR "
+                      "--master-port 29500 pretrain_gpt.py"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

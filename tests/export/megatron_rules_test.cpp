@@ -38,6 +38,7 @@ MegatronLaunch Gpt() {
              {"--max-position-embeddings", "8192"},
              {"--bf16", ""},
              {"--train-iters", "10"},
+             {"--lr", "0.0003"},
              {"--eval-interval", "10"},
              {"--mock-data", ""},
              {"--tokenizer-type", "NullTokenizer"},
@@ -95,9 +96,15 @@ TEST(MegatronRules, TheParserRefusesFlagsTheEntryScriptDoesNotDefine) {
                 {"pretrain_gpt.py: error: unrecognized arguments: --encoder-pipeline-model-parallel-size"});
   // --freeze-LM is pretrain_vlm.py's, MIMO spells it --freeze-lm.
   ExpectRefused(With(Gpt(), "--freeze-LM", ""), {"unrecognized arguments: --freeze-LM"});
-  MegatronLaunch vlm = With(Gpt(), "--freeze-LM", "");
+  MegatronLaunch vlm =
+      With(With(Without(Without(Gpt(), "--pipeline-model-parallel-size"), "--sequence-parallel"), "--freeze-LM", ""),
+           "--ckpt-format", "torch");
   vlm.entry = "pretrain_vlm.py";
+  vlm.world_size = 4;
   EXPECT_TRUE(MegatronArgumentErrors(vlm).empty());
+  // Typed values: argparse reads --rotary-base as an int (the audit's Qwen2 export wrote 1e+06).
+  ExpectRefused(With(Gpt(), "--rotary-base", "1e+06"),
+                {"pretrain_gpt.py: error: argument --rotary-base: invalid int value: '1e+06'"});
   ExpectRefused(With(Mimo(), "--freeze-LM", ""), {"unrecognized arguments: --freeze-LM"});
   EXPECT_TRUE(MegatronArgumentErrors(With(Mimo(), "--freeze-lm", "")).empty());
   ExpectRefused(With(Mimo(), "--encoder-pp", "2"), {"unrecognized arguments: --encoder-pp"});  // MIMO has none
@@ -166,8 +173,30 @@ TEST(MegatronRules, RecomputeOverlapEnvironmentAndRunRules) {
   EXPECT_TRUE(MegatronArgumentErrors(no_env).empty());
   ExpectRefused(Without(Gpt(), "--eval-interval"), {"--train-iters needs --eval-interval"});
   ExpectRefused(Without(Gpt(), "--train-iters"), {"either train-iters or train-samples should be provided."});
-  ExpectRefused(Without(Gpt(), "--mock-data"), {"A single data source must be provided"});
+  ExpectRefused(Without(Gpt(), "--mock-data"), {"no --data-path or --mock-data"});
+  ExpectRefused(With(Gpt(), "--data-path", "corpus"), {"A single data source must be provided"});
+  // The optimizer's scheduler reads float(args.lr), which has no default (audit M6-01).
+  ExpectRefused(Without(Gpt(), "--lr"), {"--lr has no default"});
+  // Sequence parallelism scatters each CP rank's tokens over TP (audit M6-07: 1001 tokens on TP 4).
+  ExpectRefused(
+      With(With(With(Gpt(), "--tensor-model-parallel-size", "4"), "--sequence-parallel", ""), "--seq-length", "1001"),
+      {"_split_along_first_dim", "--seq-length 1001 over context parallel 1"});
+  EXPECT_TRUE(MegatronArgumentErrors(With(Gpt(), "--sequence-parallel", "")).empty());
   ExpectRefused(Without(Gpt(), "--vocab-size"), {"NullTokenizer needs --vocab-size"});
+}
+
+// pretrain_vlm.py's own asserts and what its model provider cannot build
+// (audit M6-02, M6-04, M6-06).
+TEST(MegatronRules, ThePretrainVlmScriptsRules) {
+  MegatronLaunch vlm = With(Without(Gpt(), "--pipeline-model-parallel-size"), "--ckpt-format", "torch");
+  vlm.entry = "pretrain_vlm.py";
+  vlm.world_size = 4;
+  EXPECT_TRUE(MegatronArgumentErrors(vlm).empty());
+  ExpectRefused(Without(vlm, "--ckpt-format"), {"Only ckpt-format torch is supported for VLM training"});
+  MegatronLaunch staged =
+      With(With(vlm, "--pipeline-model-parallel-size", "2"), "--pipeline-model-parallel-layout", "Et*14|t*18L");
+  staged.world_size = 8;
+  ExpectRefused(staged, {"the vision encoder's config copies --pipeline-model-parallel-layout"});
 }
 
 TEST(MegatronRules, TheMimoExamplesRules) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace loom {
@@ -114,9 +115,19 @@ void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
   if (b.head_dim > 0 && b.head_dim * b.heads != b.hidden) f.push_back({"--kv-channels", std::to_string(b.head_dim)});
   if (b.gated_mlp) f.push_back({"--swiglu", ""});
   if (b.norm == NormKind::kRmsNorm) f.push_back({"--normalization", "RMSNorm"});
+  // TransformerConfig.layernorm_epsilon's flag; Megatron-LM's default is 1e-5.
+  if (b.norm_eps != 1e-5) f.push_back({"--norm-epsilon", fmt::format("{}", b.norm_eps)});
   if (b.rope.theta > 0) {
     f.push_back({"--position-embedding-type", "rope"});
-    f.push_back({"--rotary-base", fmt::format("{:g}", b.rope.theta)});
+    // argparse reads it as an int (arguments.py `--rotary-base`, type=int):
+    // "1e+06" exits 2. Every published base is a whole number.
+    f.push_back({"--rotary-base", std::to_string(std::llround(b.rope.theta))});
+    // Megatron-LM's Llama 3 scaling fixes the low and high frequency factors
+    // and the original length at Llama 3.1's 1, 4 and 8192; only the factor is a flag.
+    if (b.rope.scaling == RopeScaling::kLlama3) {
+      f.push_back({"--use-rope-scaling", ""});
+      f.push_back({"--rope-scaling-factor", fmt::format("{}", b.rope.factor)});
+    }
   }
   if (!b.out_bias && !b.mlp_bias) {
     f.push_back({"--disable-bias-linear", ""});
@@ -129,7 +140,12 @@ void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
   if (target.precision == "bf16") f.push_back({"--bf16", ""});
   if (target.precision == "fp16") f.push_back({"--fp16", ""});
   f.push_back({"--train-iters", std::to_string(target.train_iters)});
+  // The scheduler reads float(args.lr), which has no default (training.py
+  // get_optimizer_param_scheduler): `loom run`'s default peak rate, for the
+  // user to set as their run needs.
+  f.push_back({"--lr", fmt::format("{}", target.lr)});
   f.push_back({"--eval-interval", std::to_string(target.train_iters)});
+  f.push_back({"--eval-iters", "0"});  // no validation passes the plan does not price (the default runs 100)
   f.push_back({"--mock-data", ""});
   f.push_back({"--tokenizer-type", "NullTokenizer"});
   f.push_back({"--vocab-size", std::to_string(vocab)});
@@ -312,6 +328,13 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const Megatro
       notes.push_back("the plan runs ZB-H1 (split backward); Megatron-LM will run 1F1B, with the larger bubble");
     }
   }
+  if (model.modules.size() > 1 && p.stages.size() > 1) {
+    why.push_back(
+        "pretrain_vlm.py builds its vision encoder from a copy of the language model's config, layout included, so "
+        "with pipeline stages it gets the first stage's decoder-layer count instead of its own "
+        "(pretrain_vlm.py model_provider, transformer_block.py get_num_layers_to_build), and its providers take no "
+        "virtual stage; Megatron-LM's VLM example trains one pipeline stage (pipeline parallel size 1)");
+  }
   if (!why.empty()) {
     e.notes = "Megatron-LM cannot express this plan: " + fmt::format("{}", fmt::join(why, "; ")) + ".";
     return e;
@@ -329,7 +352,10 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const Megatro
   MegatronLaunch launch;
   const bool multimodal = model.modules.size() > 1;
   launch.entry = multimodal ? "pretrain_vlm.py" : "pretrain_gpt.py";
-  if (multimodal) FreezeArgs(model, a, notes);  // --freeze-LM / --freeze-ViT are pretrain_vlm.py's flags
+  if (multimodal) {
+    FreezeArgs(model, a, notes);         // --freeze-LM / --freeze-ViT are pretrain_vlm.py's flags
+    a.push_back("--ckpt-format torch");  // pretrain_vlm.py asserts it ("Only ckpt-format torch is supported")
+  }
   launch.flags = FlagPairs(a);
   ShapeAndRunFlags(model.modules[backbone], target, launch.flags);
   launch.world_size = u.tp * u.cp * p.pp * EffectiveDp(u, plan);
@@ -432,6 +458,12 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model, const MegatronTa
                         "LLM microbatch its encoder outputs as they come",
                         ep.microbatches, lp.microbatches));
       }
+      // The example's one model provider (nemotron-moe-vlm) builds a hybrid
+      // Mamba LLM from --hybrid-layer-pattern, which a transformer LLM has
+      // none of: the bundle is the grids, the batch and the LLM's shape.
+      notes.push_back(
+          "the MIMO example's model provider (nemotron-moe-vlm) builds a hybrid Mamba LLM from "
+          "--hybrid-layer-pattern; give it a provider of your encoders and transformer LLM, which these flags shape");
       MegatronLaunch launch;
       launch.entry = "examples/mimo/pretrain_mimo.py";
       launch.flags = FlagPairs(a);
@@ -464,13 +496,22 @@ MegatronExport ExportMegatron(const Plan& plan, const Model& model, const Megatr
 
 namespace {
 
-// "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes N --nproc-per-node G ENTRY".
+// "CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun --nnodes N --nproc-per-node G ENTRY",
+// with the rendezvous every node needs where there are several, and the MIMO
+// example run as a module from the repository's root (its imports are
+// `examples.mimo.*`, which a script path would not find).
 std::string CommandLine(const MegatronLaunch& l, int gpus_per_node) {
   std::string env;
   for (const auto& [k, v] : l.env) env += k + "=" + v + " ";
   const int per_node = std::min(l.world_size, std::max(1, gpus_per_node));
-  return fmt::format("{}torchrun --nnodes {} --nproc-per-node {} {}", env, (l.world_size + per_node - 1) / per_node,
-                     per_node, l.entry);
+  const int nodes = (l.world_size + per_node - 1) / per_node;
+  std::string entry = l.entry;
+  if (entry.size() > 3 && entry.compare(entry.size() - 3, 3, ".py") == 0 && entry.find('/') != std::string::npos) {
+    entry = "-m " + entry.substr(0, entry.size() - 3);
+    std::replace(entry.begin(), entry.end(), '/', '.');
+  }
+  return fmt::format("{}torchrun --nnodes {} --nproc-per-node {}{} {}", env, nodes, per_node,
+                     nodes > 1 ? " --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port 29500" : "", entry);
 }
 
 }  // namespace

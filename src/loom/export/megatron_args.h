@@ -30,6 +30,9 @@ struct MegatronTarget {
   int gpus_per_node = 8;
   bool blackwell = false;
   int64_t train_iters = 1000;
+  // --lr: Megatron-LM has no default peak rate (its scheduler reads
+  // float(args.lr)); a placeholder for the user's own.
+  double lr = 3e-4;
 };
 
 struct MegatronExport {

@@ -165,8 +165,16 @@ void RunRules(const MegatronLaunch& l, std::vector<std::string>& errors) {
         "megatron/training/training.py get_train_valid_test_num_samples: --train-iters needs --eval-interval "
         "(train_iters // eval_interval)");
   }
+  // validate_args allows at most one source; none is a run without data (Loom always writes one).
   const int sources = (l.Has("--mock-data") ? 1 : 0) + (l.Has("--data-path") ? 1 : 0);
-  if (sources != 1) errors.push_back(fmt::format("{}: A single data source must be provided in training mode", kArgs));
+  if (sources > 1) errors.push_back(fmt::format("{}: A single data source must be provided in training mode", kArgs));
+  if (sources == 0)
+    errors.push_back("megatron/training/training.py: no --data-path or --mock-data: nothing to train on");
+  if (!l.Has("--lr")) {
+    errors.push_back(
+        "megatron/training/training.py get_optimizer_param_scheduler: --lr has no default, and "
+        "OptimizerParamScheduler reads float(max_lr) (optimizer_param_scheduler.py)");
+  }
   if (l.Value("--tokenizer-type") == "NullTokenizer" && !l.Has("--vocab-size")) {
     errors.push_back("megatron/training/tokenizer build_tokenizer: NullTokenizer needs --vocab-size");
   }
@@ -256,16 +264,81 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                             "--data-path",
                                             "--tokenizer-type",
                                             "--vocab-size",
-                                            "--calculate-per-token-loss"};
+                                            "--calculate-per-token-loss",
+                                            "--norm-epsilon",
+                                            "--use-rope-scaling",
+                                            "--rope-scaling-factor",
+                                            "--lr",
+                                            "--eval-iters",
+                                            "--ckpt-format"};
   // pretrain_vlm.py add_vlm_extra_args; examples/mimo/training/args.py add_hetero_grid_args and its model provider.
   static const std::set<std::string> vlm = {"--freeze-LM", "--freeze-ViT"};
   static const std::set<std::string> mimo = {"--encoder-tp", "--encoder-dp",       "--llm-offset", "--llm-tp",
                                              "--llm-cp",     "--llm-pp",           "--llm-dp",     "--freeze-lm",
                                              "--freeze-vit", "--freeze-projection"};
   const bool is_vlm = l.entry == "pretrain_vlm.py", is_mimo = l.entry.find("pretrain_mimo") != std::string::npos;
+  // Flags argparse reads as `type=int`: a value in another form ("1e+06") exits 2.
+  static const std::set<std::string> ints = {"--tensor-model-parallel-size",
+                                             "--pipeline-model-parallel-size",
+                                             "--context-parallel-size",
+                                             "--micro-batch-size",
+                                             "--global-batch-size",
+                                             "--num-layers",
+                                             "--hidden-size",
+                                             "--ffn-hidden-size",
+                                             "--num-attention-heads",
+                                             "--num-query-groups",
+                                             "--kv-channels",
+                                             "--rotary-base",
+                                             "--seq-length",
+                                             "--max-position-embeddings",
+                                             "--train-iters",
+                                             "--eval-interval",
+                                             "--eval-iters",
+                                             "--vocab-size"};
   for (const auto& [flag, value] : l.flags) {
+    if (ints.count(flag) && !std::regex_match(value, std::regex("-?[0-9]+"))) {
+      errors.push_back(fmt::format("{}: error: argument {}: invalid int value: '{}'", l.entry, flag, value));
+    }
     if (gpt.count(flag) || (is_vlm && vlm.count(flag)) || (is_mimo && mimo.count(flag))) continue;
     errors.push_back(fmt::format("{}: error: unrecognized arguments: {}", l.entry, flag));
+  }
+}
+
+// pretrain_vlm.py's own asserts and what its providers cannot build.
+void VlmRules(const MegatronLaunch& l, std::vector<std::string>& errors) {
+  if (l.Value("--ckpt-format") != "torch") {
+    errors.push_back("pretrain_vlm.py: Only ckpt-format torch is supported for VLM training currently.");
+  }
+  if (Int(l, "--context-parallel-size", 1) > 1 && Int(l, "--pipeline-model-parallel-size", 1) > 1) {
+    errors.push_back("pretrain_vlm.py: PP+CP is not yet supported by this script.");
+  }
+  // model_provider deep-copies the language config, layout included, into
+  // the vision encoder's: get_num_layers_to_build then gives the encoder the
+  // first stage's decoder-layer count (transformer_block.py), and its
+  // providers take no vp_stage (training.py get_model).
+  if (l.Has("--pipeline-model-parallel-layout")) {
+    errors.push_back(
+        "pretrain_vlm.py model_provider: the vision encoder's config copies --pipeline-model-parallel-layout and "
+        "builds the first stage's decoder-layer count (transformer_block.py get_num_layers_to_build), not "
+        "--encoder-num-layers");
+  }
+}
+
+// Sequence parallelism scatters each rank's sequence over TP along its first
+// dimension (mappings.py _split_along_first_dim): the tokens a CP rank holds
+// must divide by TP, or the first forward fails. pretrain_vlm.py pads its
+// sequence to fit (context_parallel.get_padding).
+void SequenceParallelRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
+  if (!l.Has("--sequence-parallel") || l.entry == "pretrain_vlm.py") return;
+  const int64_t tp = Int(l, "--tensor-model-parallel-size", 1), cp = Int(l, "--context-parallel-size", 1);
+  const int64_t seq = Int(l, "--seq-length", 0);
+  if (seq > 0 && (seq % cp != 0 || (seq / cp) % tp != 0)) {
+    errors.push_back(fmt::format(
+        "megatron/core/tensor_parallel/mappings.py _split_along_first_dim: First dimension of the tensor should be "
+        "divisible by tensor parallel size (--seq-length {} over context parallel {} is {} tokens a rank, which "
+        "tensor parallel {} does not divide)",
+        seq, cp, seq / cp, tp));
   }
 }
 
@@ -326,11 +399,9 @@ std::vector<std::string> MegatronArgumentErrors(const MegatronLaunch& launch) {
     MimoRules(launch, errors);
   } else {
     GridRules(launch, launch.world_size, errors);
-    if (launch.entry == "pretrain_vlm.py" && Int(launch, "--context-parallel-size", 1) > 1 &&
-        Int(launch, "--pipeline-model-parallel-size", 1) > 1) {
-      errors.push_back("pretrain_vlm.py: PP+CP is not yet supported by this script.");
-    }
+    if (launch.entry == "pretrain_vlm.py") VlmRules(launch, errors);
   }
+  SequenceParallelRule(launch, errors);
   RunRules(launch, errors);
   return errors;
 }
