@@ -171,6 +171,22 @@ TEST(MegatronExport, TheLaunchTrainsTheModelsShape) {
                           "--normalization RMSNorm", "--norm-epsilon 1e-06", "--lr 0.0003", "--eval-iters 0"}) {
     EXPECT_NE(e.args.find(arg), std::string::npos) << arg << "\n" << e.args;
   }
+  // The MLP's activation as Megatron-LM's flags give it (audit M6-11): quick
+  // GELU gated is --quick-geglu; GELU gated has no flag (--swiglu would run SiLU).
+  Model quick = model, geglu = model;
+  for (Model* m : {&quick, &geglu}) {
+    for (Layer& l : m->modules[0].layers) l.activation = m == &quick ? Activation::kQuickGelu : Activation::kGelu;
+  }
+  const MegatronExport q = ExportMegatron(plan, quick);
+  ASSERT_TRUE(q.expressible) << q.notes;
+  EXPECT_NE(q.args.find("--quick-geglu"), std::string::npos) << q.args;
+  EXPECT_EQ(q.args.find("--swiglu"), std::string::npos) << q.args;
+  const MegatronExport g = ExportMegatron(plan, geglu);
+  EXPECT_FALSE(g.expressible);
+  EXPECT_NE(g.notes.find("its LLM's gated MLP uses gelu; Megatron-LM's flags give a gated MLP SiLU (--swiglu) or "
+                         "quick GELU (--quick-geglu)"),
+            std::string::npos)
+      << g.notes;
   // Two nodes: every node's torchrun needs the rendezvous (audit M6-12).
   const std::string text = FormatMegatronExport("megatron", e, 8);
   EXPECT_NE(text.find("torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --master-addr $MASTER_ADDR "

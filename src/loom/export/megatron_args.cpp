@@ -88,8 +88,29 @@ std::vector<std::pair<std::string, std::string>> FlagPairs(const std::vector<std
 // head_dim, SwiGLU, RMSNorm, rotary positions, biases, q/k norms, untied
 // head), the sequence, the precision, and what a run needs: iterations,
 // evaluation interval, mock data with a tokenizer of the model's vocabulary.
-void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
-                      std::vector<std::pair<std::string, std::string>>& f) {
+// Megatron-LM's MLP activation flags (argument_utils.py): a gated MLP is
+// SiLU (--swiglu) or quick GELU (--quick-geglu); an ungated one GELU (the
+// default). Another pairing has no flag: why, or "" with the flag in `flag`.
+std::string MlpActivation(const Layer& b, std::string& flag) {
+  const Activation a = b.activation;
+  if (b.gated_mlp && (a == Activation::kDefault || a == Activation::kSilu)) {
+    flag = "--swiglu";
+  } else if (b.gated_mlp && a == Activation::kQuickGelu) {
+    flag = "--quick-geglu";
+  } else if (!b.gated_mlp && (a == Activation::kDefault || a == Activation::kGelu)) {
+    flag = "";
+  } else {
+    return fmt::format(
+        "its LLM's {} MLP uses {}; Megatron-LM's flags give a gated MLP SiLU (--swiglu) or quick GELU "
+        "(--quick-geglu) and an ungated one GELU",
+        b.gated_mlp ? "gated" : "ungated", ActivationName(a));
+  }
+  return "";
+}
+
+// Returns why Megatron-LM's flags cannot build the LLM's shape ("": they can).
+std::string ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
+                             std::vector<std::pair<std::string, std::string>>& f) {
   int layers = 0;
   const Layer* block = nullptr;
   int64_t vocab = 0;
@@ -102,8 +123,10 @@ void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
     if (l.kind == LayerKind::kEmbedding) vocab = l.vocab;
     if (l.kind == LayerKind::kLmHead) tied = l.tied;
   }
-  if (block == nullptr) return;
+  if (block == nullptr) return "";
   const Layer& b = *block;
+  std::string activation;
+  if (std::string why = MlpActivation(b, activation); !why.empty()) return why;
   f.push_back({"--num-layers", std::to_string(layers)});
   f.push_back({"--hidden-size", std::to_string(b.hidden)});
   f.push_back({"--ffn-hidden-size", std::to_string(b.ffn_hidden)});
@@ -113,7 +136,7 @@ void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
     f.push_back({"--num-query-groups", std::to_string(b.kv_heads)});
   }
   if (b.head_dim > 0 && b.head_dim * b.heads != b.hidden) f.push_back({"--kv-channels", std::to_string(b.head_dim)});
-  if (b.gated_mlp) f.push_back({"--swiglu", ""});
+  if (!activation.empty()) f.push_back({activation, ""});
   if (b.norm == NormKind::kRmsNorm) f.push_back({"--normalization", "RMSNorm"});
   // TransformerConfig.layernorm_epsilon's flag; Megatron-LM's default is 1e-5.
   if (b.norm_eps != 1e-5) f.push_back({"--norm-epsilon", fmt::format("{}", b.norm_eps)});
@@ -149,6 +172,7 @@ void ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
   f.push_back({"--mock-data", ""});
   f.push_back({"--tokenizer-type", "NullTokenizer"});
   f.push_back({"--vocab-size", std::to_string(vocab)});
+  return "";
 }
 
 // The launch of `flags` checked by Megatron-LM's rules: an expressible
@@ -357,7 +381,10 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const Megatro
     a.push_back("--ckpt-format torch");  // pretrain_vlm.py asserts it ("Only ckpt-format torch is supported")
   }
   launch.flags = FlagPairs(a);
-  ShapeAndRunFlags(model.modules[backbone], target, launch.flags);
+  if (std::string shape = ShapeAndRunFlags(model.modules[backbone], target, launch.flags); !shape.empty()) {
+    e.notes = "Megatron-LM cannot express this plan: " + shape + ".";
+    return e;
+  }
   launch.world_size = u.tp * u.cp * p.pp * EffectiveDp(u, plan);
   if (multimodal) {
     notes.push_back(
@@ -467,7 +494,11 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model, const MegatronTa
       MegatronLaunch launch;
       launch.entry = "examples/mimo/pretrain_mimo.py";
       launch.flags = FlagPairs(a);
-      ShapeAndRunFlags(model.modules[model.FindModule(lm.modules[0])], target, launch.flags);
+      if (std::string shape = ShapeAndRunFlags(model.modules[model.FindModule(lm.modules[0])], target, launch.flags);
+          !shape.empty()) {
+        e.notes = "Megatron-LM cannot express this plan: " + shape + ".";
+        return e;
+      }
       launch.world_size = enc.tp * EffectiveDp(enc, plan) + lm.tp * lm.cp * lp.pp * EffectiveDp(lm, plan);
       Finish(e, std::move(launch), target, enc.tp > 1 || lm.tp > 1 || lm.cp > 1);
       if (!e.expressible) return e;

@@ -270,7 +270,8 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                             "--rope-scaling-factor",
                                             "--lr",
                                             "--eval-iters",
-                                            "--ckpt-format"};
+                                            "--ckpt-format",
+                                            "--quick-geglu"};
   // pretrain_vlm.py add_vlm_extra_args; examples/mimo/training/args.py add_hetero_grid_args and its model provider.
   static const std::set<std::string> vlm = {"--freeze-LM", "--freeze-ViT"};
   static const std::set<std::string> mimo = {"--encoder-tp", "--encoder-dp",       "--llm-offset", "--llm-tp",
