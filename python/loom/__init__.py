@@ -23,11 +23,11 @@ LoomError = _loom.LoomError
 MAX_PLAN_ITERATIONS = 10000
 
 
-def _with_keywords(call, keywords, **kwargs):
-    """`call(**kwargs)`, its LoomError naming this module's keyword arguments
+def _with_keywords(call, keywords):
+    """`call()`, its LoomError naming this module's keyword arguments
     ("iterations") where the library names the CLI's flags ("--iterations")."""
     try:
-        return call(**kwargs)
+        return call()
     except LoomError as e:
         text = str(e)
         for k in sorted(keywords, key=len, reverse=True):
@@ -41,7 +41,7 @@ def plan(model, cluster, workload=None, global_batch=None, strategies="all", ite
         raise LoomError(f"iterations: must be 1..{MAX_PLAN_ITERATIONS} (every simulated batch is kept in the result), "
                         f"got {iterations}")
     return json.loads(_with_keywords(
-        lambda **k: _loom.plan(model, cluster, workload, global_batch, strategies, iterations, profile),
+        lambda: _loom.plan(model, cluster, workload, global_batch, strategies, iterations, profile),
         ("model", "cluster", "workload", "global_batch", "strategies", "iterations", "profile")))
 
 
@@ -54,7 +54,7 @@ def simulate(model, cluster, tp=1, pp=1, dp=1, cp=1, vpp=1, microbatches=1, sche
     if schedule not in _SCHEDULES:  # the CLI's `custom` is a PyTorch CSV's, which this call does not read
         raise LoomError(f"schedule: '{schedule}'; valid: {', '.join(_SCHEDULES)}")
     return json.loads(_with_keywords(
-        lambda **k: _loom.simulate(model, cluster, tp, pp, dp, cp, vpp, microbatches, schedule, recompute, workload,
+        lambda: _loom.simulate(model, cluster, tp, pp, dp, cp, vpp, microbatches, schedule, recompute, workload,
                                    global_batch, profile),
         ("model", "cluster", "tp", "pp", "dp", "cp", "vpp", "microbatches", "schedule", "recompute", "workload",
          "global_batch", "profile")))

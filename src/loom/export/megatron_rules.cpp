@@ -297,8 +297,9 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                              "--eval-interval",
                                              "--eval-iters",
                                              "--vocab-size"};
+  static const std::regex integer("-?[0-9]+");
   for (const auto& [flag, value] : l.flags) {
-    if (ints.count(flag) && !std::regex_match(value, std::regex("-?[0-9]+"))) {
+    if (ints.count(flag) && !std::regex_match(value, integer)) {
       errors.push_back(fmt::format("{}: error: argument {}: invalid int value: '{}'", l.entry, flag, value));
     }
     if (gpt.count(flag) || (is_vlm && vlm.count(flag)) || (is_mimo && mimo.count(flag))) continue;

@@ -26,13 +26,8 @@ class Fields {
     return *this;
   }
   template <typename T>
-  Fields& Always(std::string_view name, const T& value) {
+  Fields& Always(std::string_view name, const T& value) {  // fmt writes a bool as true or false
     text_ += fmt::format("{}{} {}", text_.empty() ? "" : ", ", name, value);
-    return *this;
-  }
-  Fields& Always(std::string_view name, bool value) { return Always(name, std::string_view(value ? "true" : "false")); }
-  Fields& Add(std::string_view name, bool value, bool default_value) {
-    if (all_ || value != default_value) Always(name, value);
     return *this;
   }
   const std::string& text() const { return text_; }
