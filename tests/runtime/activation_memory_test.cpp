@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "loom/cost/layer_work.h"
+#include "loom/runtime/cross_entropy.h"
 #include "loom/runtime/packing.h"
 #include "loom/runtime/tensor_memory.h"
 #include "loom/runtime/torch_model.h"
@@ -167,6 +168,37 @@ TEST(ActivationMemory, RecomputationLeavesTheGradientsAsTheyWere) {
 namespace loom {
 namespace {
 
+// The LM head with its loss (runtime/cross_entropy.h) keeps its input and the
+// logits, in the compute dtype (autograd's cross_entropy kept fp32
+// log-probabilities instead: 4 B per token and vocabulary entry in bf16 too),
+// as ActivationBytes prices it; its bf16 weight copy is model state.
+TEST(ActivationMemory, TheLossHeadKeepsItsInputAndItsLogits) {
+  const Model model = OneLayerModel("{kind: lm_head, vocab: 4096, hidden: 128}");
+  const Layer& l = model.modules[0].layers[1];
+  const int64_t tokens = 256;
+  runtime::MicrobatchPacking packing;
+  packing.modules.resize(1);
+  packing.modules[0].push_back({0, 0, -1, tokens, {{-1, 0, tokens}}});
+  const runtime::MicrobatchInput mb{&packing, 0, 1, torch::kCPU};
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1);
+    stack->SetComputeDtype(dtype);
+    const double e = dtype == torch::kFloat ? 4 : 2;
+    runtime::TensorMemoryCounter counter;
+    torch::Tensor x = torch::randn({1, tokens, l.hidden}).to(dtype).requires_grad_(true);
+    const torch::Tensor loss =
+        runtime::SummedCrossEntropy(stack->forward({{0, x}}, mb, {Recompute::kNone}).at(0).reshape({-1, l.vocab}),
+                                    torch::randint(0, l.vocab, {tokens}));
+    double kept = static_cast<double>(counter.live_bytes());
+    if (dtype != torch::kFloat) kept -= 2.0 * static_cast<double>(LayerParams(l));
+    TokenStats t;
+    t.tokens = static_cast<double>(tokens);
+    const double priced = ActivationBytes(l, t, 1, Recompute::kNone, e);
+    EXPECT_NEAR(kept, priced, 5e-3 * priced) << dtype;
+    EXPECT_DOUBLE_EQ(priced, e * tokens * (l.hidden + l.vocab));
+  }
+}
+
 // What a backward holds beyond the kept bytes, from the live bytes before it
 // to its peak, in a second step (the parameters' gradients then exist, as from
 // a step's second microbatch on).
@@ -181,9 +213,7 @@ double BackwardWorkingBytesOf(runtime::LayerStack& stack, const Layer& l, int64_
     runtime::TensorMemoryCounter counter;
     torch::Tensor y = stack->forward({{0, x}}, mb, {Recompute::kNone}).at(0);
     if (l.kind == LayerKind::kLmHead) {  // transformers' loss, as TextLoss computes it
-      namespace F = torch::nn::functional;
-      y = F::cross_entropy(y.reshape({-1, l.vocab}).to(torch::kFloat), torch::randint(0, l.vocab, {tokens}),
-                           F::CrossEntropyFuncOptions().reduction(torch::kSum));
+      y = runtime::SummedCrossEntropy(y.reshape({-1, l.vocab}), torch::randint(0, l.vocab, {tokens}));
     }
     const torch::Tensor grad = torch::ones_like(y);
     const double kept = static_cast<double>(counter.live_bytes());
@@ -197,8 +227,8 @@ double BackwardWorkingBytesOf(runtime::LayerStack& stack, const Layer& l, int64_
 // The loss head's and each transformer layer's backward hold what
 // BackwardWorkingBytes prices beyond their kept activations (to 3%: the
 // statistics of norms and such), on 256 and 512 tokens, in fp32 and in bf16
-// mixed precision: the loss's fp32 gradients (8 B per token and vocabulary
-// entry, both precisions), the MLP's activation gradients (plain and gated)
+// mixed precision: the loss's (runtime/cross_entropy.h: the logits' gradient
+// and a chunk of fp32 probabilities, here all 256 or 512 rows), the MLP's activation gradients (plain and gated)
 // and the bf16 weight gradient. Layers priced at 0 hold nothing more than
 // their input's gradient.
 TEST(ActivationMemory, TheBackwardHoldsWhatTheMemoryModelPricesBeyondTheKeptBytes) {
@@ -246,8 +276,9 @@ TEST(ActivationMemory, TheBackwardHoldsWhatTheMemoryModelPricesBeyondTheKeptByte
   const Model model = OneLayerModel("{kind: lm_head, vocab: 4096, hidden: 128}");
   TokenStats t;
   t.tokens = 256;
-  EXPECT_EQ(BackwardWorkingBytes(model.modules[0].layers[1], t, 1, 2), 8.0 * 256 * 4096);
-  EXPECT_EQ(BackwardWorkingBytes(model.modules[0].layers[1], t, 4, 2), 2.0 * 256 * 4096);  // over TP
+  // The gradient in bf16 and one chunk (all 256 rows) of fp32 probabilities and fp32 logits.
+  EXPECT_EQ(BackwardWorkingBytes(model.modules[0].layers[1], t, 1, 2), (2.0 + 8.0) * 256 * 4096);
+  EXPECT_EQ(BackwardWorkingBytes(model.modules[0].layers[1], t, 4, 2), (2.0 + 8.0) / 4 * 256 * 4096);  // over TP
 }
 
 }  // namespace

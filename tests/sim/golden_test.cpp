@@ -25,8 +25,11 @@
 // (by 1.00-1.54x) and no time. Then again when the transformer layers' MLP
 // backward working set was priced too (e T v f / tp, the same function): 170
 // peaks up to 1.21x, no time; then without the weight gradient a frozen
-// layer's backward does not compute (1 peak, 0.996x). Each time recorded from
-// `before` below.
+// layer's backward does not compute (1 peak, 0.996x). Then when the runtime's
+// loss became chunked (runtime/cross_entropy.h: the head keeps its logits in
+// the compute dtype, not fp32 log-probabilities, and its backward holds their
+// gradient and one fp32 chunk, not 8 B per entry): 156 peaks, 0.68-0.998x, no
+// time. Each time recorded from `before` below.
 // Every run here keeps the recorded code's gradient collectives behind the
 // rank's sends (SimOptions::sync_stream off): since issue 44 they have a
 // stream of their own, which can only make a plan faster.

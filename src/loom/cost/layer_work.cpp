@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "loom/error.h"
 
 namespace loom {
@@ -234,7 +236,11 @@ LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double 
       break;
     case LayerKind::kLmHead:
       AddGemm(w, t.tokens, h, static_cast<double>(l.vocab), tp, e);
-      // fp32 logits: softmax and cross-entropy read and write them.
+      // The loss's fp32 passes over the logits: 12 B per token and
+      // vocabulary entry forward, 8 B backward, as set for autograd's
+      // cross_entropy. The runtime's chunked loss (runtime/cross_entropy.h)
+      // moves about 6 B forward and 20 B backward in bf16: 26 B against 20 B
+      // priced, under 1% of a step; kept so the golden plans' times stand.
       w.at(Phase::kForward, OpClass::kElementwise).bytes += 3 * 4 * t.tokens * l.vocab / tp;
       w.at(Phase::kBackwardData, OpClass::kElementwise).bytes += 2 * 4 * t.tokens * l.vocab / tp;
       break;
@@ -318,8 +324,8 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
       return e * t.tokens * static_cast<double>(l.stride * l.in_channels);
     case LayerKind::kEmbedding:
       return 0;  // token ids only
-    case LayerKind::kLmHead:
-      return e * t.tokens * h / rep + (policy == Recompute::kFull ? 0 : 4 * t.tokens * l.vocab / tp);
+    case LayerKind::kLmHead:  // its input, and the logits the loss keeps (runtime/cross_entropy.h)
+      return e * t.tokens * h / rep + (policy == Recompute::kFull ? 0 : e * t.tokens * l.vocab / tp);
     case LayerKind::kMlpProjector:
       return policy == Recompute::kFull ? e * t.tokens * static_cast<double>(l.in_dim)
                                         : e * t.tokens * (static_cast<double>(l.in_dim) + 2 * h / tp);
@@ -339,11 +345,23 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
   return 0;
 }
 
+int64_t LossChunkRows(int64_t vocab) {
+  constexpr int64_t kChunkBytes = int64_t{256} << 20;
+  return std::max<int64_t>(1, kChunkBytes / (4 * std::max<int64_t>(vocab, 1)));
+}
+
 double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double e, bool weight_gradient) {
   const double h = static_cast<double>(l.hidden), f = static_cast<double>(l.ffn_hidden);
   switch (l.kind) {
-    case LayerKind::kLmHead:
-      return 8.0 * t.tokens * static_cast<double>(l.vocab) / tp;
+    case LayerKind::kLmHead: {
+      const double vocab = static_cast<double>(l.vocab);
+      const double chunk = std::min(t.tokens, static_cast<double>(LossChunkRows(l.vocab)));
+      // The chunk's fp32 probabilities, and below fp32 the fp32 copy of its
+      // logits a CPU's softmax makes first (CUDA's reads them as they are:
+      // there an upper bound by 4 B a chunk entry, ~0.3% of the head's bytes).
+      const double chunk_bytes = e < 4 ? 8 : 4;
+      return (e * t.tokens + chunk_bytes * chunk) * vocab / tp;
+    }
     case LayerKind::kTransformer:
     case LayerKind::kConformer: {
       // quick_gelu (CLIP's) is x * sigmoid(1.702 x) in several ops, whose

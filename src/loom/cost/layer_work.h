@@ -63,14 +63,19 @@ LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp
 double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Recompute policy,
                        double bytes_per_elem = 2, bool sequence_parallel = false);
 
+// Rows of logits the loss turns into fp32 probabilities at a time
+// (runtime/cross_entropy.h): as many as fit 256 MiB of fp32, at least one.
+// The memory model prices one such chunk beside the logits' gradient.
+int64_t LossChunkRows(int64_t vocab);
+
 // Bytes one TP rank holds beyond the kept activations while this layer's
 // backward runs (measured on the runtime:
 // ActivationMemory.TheBackwardHoldsWhatTheMemoryModelPricesBeyondTheKeptBytes):
-//  - the LM head: the loss's 8 B per token and vocabulary entry whatever the
-//    compute precision (transformers' ForCausalLMLoss upcasts the logits; the
-//    dense fp32 gradients of the log-probabilities and of the logits live
-//    together in log_softmax's backward), over TP as Megatron's
-//    vocabulary-parallel loss splits them;
+//  - the LM head: the logits' gradient in the compute dtype, plus one chunk
+//    of fp32 probabilities (LossChunkRows rows; runtime/cross_entropy.h
+//    computes the loss's backward a chunk at a time) and, in bf16 or fp16,
+//    the chunk's fp32 copy of the logits a CPU makes first; over TP as
+//    Megatron's vocabulary-parallel loss splits them;
 //  - a transformer layer: its MLP's backward, the gradients of the up
 //    projection's outputs and of the activation (a fused GELU or SiLU: 2 f
 //    values a token, 3 f in bf16; gated: 4 f, gate, up, their product and the

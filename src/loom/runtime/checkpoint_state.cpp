@@ -47,15 +47,13 @@ void AddToShare(OptimizerSteps::CheckpointShare& share, const std::string& store
 
 // A parameter's AdamW moments and step as the optimizer holds them (no copy:
 // a checkpoint's save must not double the optimizer's memory).
-ParamState HeldState(const torch::Tensor& p, torch::optim::AdamW& optimizer) {
+ParamState HeldState(const torch::Tensor& p, const FusedAdamW& optimizer) {
   ParamState s;
   s.value = p.detach();
-  const auto it = optimizer.state().find(p.unsafeGetTensorImpl());
-  if (it != optimizer.state().end()) {
-    const auto& a = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    s.exp_avg = a.exp_avg();
-    s.exp_avg_sq = a.exp_avg_sq();
-    s.step = a.step();
+  if (const AdamWMoments* a = optimizer.StateOf(p)) {
+    s.exp_avg = a->exp_avg;
+    s.exp_avg_sq = a->exp_avg_sq;
+    s.step = a->steps;
   }
   return s;
 }

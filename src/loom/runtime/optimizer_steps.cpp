@@ -95,24 +95,13 @@ namespace {
 
 // AdamW over `params` with weight decay on those of two or more dimensions
 // only (two parameter groups; torch.optim.AdamW's defaults otherwise).
-std::unique_ptr<torch::optim::AdamW> DecayingAdamW(const std::vector<torch::Tensor>& params, double lr,
-                                                   double weight_decay) {
-  std::vector<torch::Tensor> decayed, plain;
-  for (const auto& p : params) (p.dim() >= 2 ? decayed : plain).push_back(p);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decayed.empty()) {
-    groups.emplace_back(decayed, std::make_unique<torch::optim::AdamWOptions>(
-                                     torch::optim::AdamWOptions(lr).weight_decay(weight_decay)));
-  }
-  if (!plain.empty()) {
-    groups.emplace_back(plain,
-                        std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(lr).weight_decay(0)));
-  }
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(lr).weight_decay(weight_decay));
-}
-
-void SetLearningRate(torch::optim::Optimizer& optimizer, double lr) {
-  for (auto& g : optimizer.param_groups()) g.options().set_lr(lr);
+std::unique_ptr<FusedAdamW> DecayingAdamW(const std::vector<torch::Tensor>& params, double weight_decay) {
+  FusedAdamW::Group decayed{{}, weight_decay}, plain{{}, 0.0};
+  for (const auto& p : params) (p.dim() >= 2 ? decayed : plain).params.push_back(p);
+  std::vector<FusedAdamW::Group> groups;
+  if (!decayed.params.empty()) groups.push_back(std::move(decayed));
+  if (!plain.params.empty()) groups.push_back(std::move(plain));
+  return std::make_unique<FusedAdamW>(std::move(groups));
 }
 
 }  // namespace
@@ -187,10 +176,8 @@ OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& pl
         if (p.dim() >= 2 && weight_decay_ > 0) o.decay.push_back({&sb, r.at, r.length});
       }
     }
-    const double lr = training.lr;
-    if (!replicated.empty()) o.replicated = DecayingAdamW(replicated, lr, weight_decay_);
-    if (!masters.empty())
-      o.sharded = std::make_unique<torch::optim::AdamW>(masters, torch::optim::AdamWOptions(lr).weight_decay(0));
+    if (!replicated.empty()) o.replicated = DecayingAdamW(replicated, weight_decay_);
+    if (!masters.empty()) o.sharded = std::make_unique<FusedAdamW>(std::vector<FusedAdamW::Group>{{masters, 0.0}});
   }
 }
 
@@ -292,9 +279,8 @@ void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {
   for (int r : ranks) {
     RankOptimizer& o = optimizers_.at(r);
     if (o.replicated) {
-      SetLearningRate(*o.replicated, lr);
-      o.replicated->step();
-      o.replicated->zero_grad();
+      o.replicated->Step(lr);
+      o.replicated->ZeroGrad();
     }
     if (o.sharded) {
       // AdamW's decoupled decay first, as torch.optim.AdamW orders it
@@ -304,9 +290,8 @@ void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {
         if (!d.shard->master.grad().defined()) continue;
         d.shard->master.narrow(0, d.offset, d.length).mul_(1 - lr * weight_decay_);
       }
-      SetLearningRate(*o.sharded, lr);
-      o.sharded->step();
-      o.sharded->zero_grad();
+      o.sharded->Step(lr);
+      o.sharded->ZeroGrad();
       gathers.insert(gathers.end(), o.shards.begin(), o.shards.end());
     }
   }
@@ -320,8 +305,8 @@ void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {
   }
 }
 
-std::vector<std::tuple<std::string, torch::Tensor, torch::optim::AdamW*>> OptimizerSteps::Trainable() {
-  std::vector<std::tuple<std::string, torch::Tensor, torch::optim::AdamW*>> out;
+std::vector<std::tuple<std::string, torch::Tensor, FusedAdamW*>> OptimizerSteps::Trainable() {
+  std::vector<std::tuple<std::string, torch::Tensor, FusedAdamW*>> out;
   for (auto& [v, stack] : local_.stacks) {
     RankOptimizer& o = optimizers_.at(stage_rank_.at(v));
     for (auto& item : stack->named_parameters()) {

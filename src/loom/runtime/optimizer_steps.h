@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "loom/plan/execution_plan.h"
+#include "loom/runtime/fused_adamw.h"
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/tensor_buckets.h"
 #include "loom/runtime/torch_model.h"
@@ -71,7 +72,7 @@ std::vector<Segment> MakeSegments(const Model& model, const ExecutionPlan& exec,
 // or more dimensions) and not; the sharded one steps flat ZeRO slices that mix
 // both, so it has no decay of its own and `decay` applies it (below).
 struct RankOptimizer {
-  std::unique_ptr<torch::optim::AdamW> replicated, sharded;
+  std::unique_ptr<FusedAdamW> replicated, sharded;
   std::vector<ShardedBucket*> shards;
   // Ranges [offset, offset + length) of a shard's master that hold decayed tensors.
   struct DecayRange {
@@ -145,7 +146,7 @@ class OptimizerSteps {
   // Every trainable parameter of this process's stages, by name, with its
   // rank's optimizer: what a fault-tolerant run's training state carries.
   // Throws loom::Error where a parameter's optimizer is sharded.
-  std::vector<std::tuple<std::string, torch::Tensor, torch::optim::AdamW*>> Trainable();
+  std::vector<std::tuple<std::string, torch::Tensor, FusedAdamW*>> Trainable();
 
  private:
   std::map<int, int> stage_rank_;  // local stage -> its schedule rank

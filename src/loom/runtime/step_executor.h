@@ -93,9 +93,7 @@ class StepExecutor {
 
   // Every trainable parameter with its rank's optimizer (a fault-tolerant
   // run's training state, runtime/training_state.h).
-  std::vector<std::tuple<std::string, torch::Tensor, torch::optim::AdamW*>> Trainable() {
-    return optimizers_->Trainable();
-  }
+  std::vector<std::tuple<std::string, torch::Tensor, FusedAdamW*>> Trainable() { return optimizers_->Trainable(); }
   TrainingState CaptureLive();
   // Bytes of every parameter of this process's stages.
   double WeightBytes() const;

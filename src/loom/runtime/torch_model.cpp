@@ -11,6 +11,7 @@
 #include "loom/runtime/attention.h"
 #include "loom/runtime/autograd_pointers.h"
 #include "loom/runtime/bitfield_attention.h"
+#include "loom/runtime/cross_entropy.h"
 #include "loom/runtime/layer_ops.h"
 #include "loom/runtime/rotary.h"
 #include "loom/runtime/runnable_layers.h"
@@ -839,13 +840,11 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
 torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
                        const std::vector<int64_t>& rows) {
   const int64_t vocab = logits.size(-1);
-  namespace F = torch::nn::functional;
   torch::Tensor targets = TextTargets(*mb.packing, mb, vocab);
   if (!rows.empty()) targets = targets.index_select(0, torch::tensor(rows, torch::kLong).to(targets.device()));
-  // In fp32 whatever the compute dtype, as transformers' ForCausalLMLoss upcasts the logits.
-  return F::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat), targets,
-                          F::CrossEntropyFuncOptions().reduction(torch::kSum).ignore_index(-100)) /
-         static_cast<double>(batch_text_tokens);
+  // In fp32 whatever the compute dtype, as transformers' ForCausalLMLoss
+  // upcasts the logits, a chunk of rows at a time (runtime/cross_entropy.h).
+  return SummedCrossEntropy(logits.reshape({-1, vocab}), targets) / static_cast<double>(batch_text_tokens);
 }
 
 const torch::Tensor& ImagePixels::Of(int sample, int image) const {

@@ -14,10 +14,6 @@ namespace loom::runtime {
 
 namespace {
 
-// The key AdamW keeps a parameter's state under: its TensorImpl
-// (torch::optim::Optimizer::state_).
-void* StateKey(const torch::Tensor& p) { return p.unsafeGetTensorImpl(); }
-
 // Flat index of every layer of the model (module by module).
 std::vector<int> LayerOffsets(const Model& model) {
   std::vector<int> out{0};
@@ -65,21 +61,18 @@ std::pair<int, int> LayerOfParam(const Model& model, const std::string& name) {
                           name, model.name));
 }
 
-ParamState CaptureParam(const torch::Tensor& p, torch::optim::AdamW& optimizer) {
+ParamState CaptureParam(const torch::Tensor& p, const FusedAdamW& optimizer) {
   ParamState s;
   s.value = p.detach().clone();
-  auto& states = optimizer.state();
-  auto it = states.find(StateKey(p));
-  if (it != states.end()) {
-    auto& a = static_cast<torch::optim::AdamWParamState&>(*it->second);
-    s.exp_avg = a.exp_avg().clone();
-    s.exp_avg_sq = a.exp_avg_sq().clone();
-    s.step = a.step();
+  if (const AdamWMoments* a = optimizer.StateOf(p)) {
+    s.exp_avg = a->exp_avg.clone();
+    s.exp_avg_sq = a->exp_avg_sq.clone();
+    s.step = a->steps;
   }
   return s;
 }
 
-void RestoreParam(const std::string& name, torch::Tensor& p, torch::optim::AdamW& optimizer, const ParamState& s) {
+void RestoreParam(const std::string& name, torch::Tensor& p, FusedAdamW& optimizer, const ParamState& s) {
   if (!s.value.defined() || s.value.sizes() != p.sizes()) {
     throw Error(
         fmt::format("runtime: restoring parameter {}: the carried tensor has shape {} where the stage's has "
@@ -90,16 +83,7 @@ void RestoreParam(const std::string& name, torch::Tensor& p, torch::optim::AdamW
     torch::NoGradGuard no_grad;
     p.copy_(s.value.to(p.device()));
   }
-  auto& states = optimizer.state();
-  const auto key = StateKey(p);
-  states.erase(key);
-  if (s.step > 0) {
-    auto a = std::make_unique<torch::optim::AdamWParamState>();
-    a->step(s.step);
-    a->exp_avg(s.exp_avg.to(p.device()).clone());
-    a->exp_avg_sq(s.exp_avg_sq.to(p.device()).clone());
-    states[key] = std::move(a);
-  }
+  optimizer.SetState(p, s.step, s.exp_avg, s.exp_avg_sq);
 }
 
 int64_t ExchangeState(GroupBase& world, const Model& model, TrainingState& state,

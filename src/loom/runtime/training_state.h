@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/fused_adamw.h"
 #include "loom/spec/model.h"
 
 namespace loom::runtime {
@@ -31,9 +32,9 @@ using TrainingState = std::map<std::string, ParamState>;
 std::pair<int, int> LayerOfParam(const Model& model, const std::string& name);
 
 // A copy of `p` and its AdamW state (clones: later steps do not change it).
-ParamState CaptureParam(const torch::Tensor& p, torch::optim::AdamW& optimizer);
+ParamState CaptureParam(const torch::Tensor& p, const FusedAdamW& optimizer);
 // Sets `p` and its AdamW state to `s` (shapes must match; throws loom::Error naming `name`).
-void RestoreParam(const std::string& name, torch::Tensor& p, torch::optim::AdamW& optimizer, const ParamState& s);
+void RestoreParam(const std::string& name, torch::Tensor& p, FusedAdamW& optimizer, const ParamState& s);
 
 // Collective over `world` (every member calls it with its own arguments):
 // afterwards `state` holds every parameter of `needed` (name -> this
