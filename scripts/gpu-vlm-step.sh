@@ -6,7 +6,9 @@
 # transformers) and a batch of 4096-token samples with one image each
 # (scripts/hf-vlm-step.py), then trains it for STEPS steps in bf16
 #   1. with `loom run` (one GPU, every sample its own microbatch, --compare:
-#      the simulator's prediction beside the measured step), and
+#      the simulator's prediction beside the measured step; --kernel-trace:
+#      the last step under PyTorch's profiler, summarized by
+#      scripts/kernel-summary.py into OUT/ktrace-NAME.txt, the trace gzipped), and
 #   2. with transformers' training step on the same weights and batch.
 # Each writes its JSON to OUT/NAME.txt; the last lines print both step times, tokens/s
 # and MFU. Every step goes on after another fails (its output says so).
@@ -48,7 +50,12 @@ for micro in $MICRO; do  # samples per microbatch
   sfx=-m$micro
   if [ "$micro" = 1 ]; then sfx=; fi
   step loom$sfx "$L" run --model "$M" --data "$M/data.jsonl" --global-batch "$SAMPLES" --microbatches $((SAMPLES / micro)) \
-    --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json
+    --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json \
+    --kernel-trace "$OUT/ktrace$sfx"
+  if [ -f "$OUT/ktrace$sfx/process-0.json" ]; then
+    python3 scripts/kernel-summary.py "$OUT/ktrace$sfx/process-0.json" --top 25 | tee "$OUT/ktrace-loom$sfx.txt"
+    gzip -f "$OUT/ktrace$sfx/process-0.json"
+  fi
   if [ "${HF:-1}" = 1 ]; then step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"; fi
   python3 - "$OUT" "$GPU" "$sfx" << 'SUMMARY'
 import json, sys

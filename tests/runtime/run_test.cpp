@@ -13,6 +13,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -227,6 +228,52 @@ TEST(Runtime, TraceShowsWhatRanBesideThePrediction) {
               4);
     EXPECT_EQ(compute[pid].back(), "optimizer");
   }
+}
+
+// --kernel-trace: PyTorch's profiler over each process's last step, a Chrome
+// trace per process. The step is there operator by operator: each process's
+// AdamW is ATen's fused kernel, once per parameter group (decayed matrices,
+// then norms' scales), and only the process holding the LM head ran the loss's
+// log-softmax. A folder holding anything else, a file, or a run of one step
+// (whose tensor bytes the profiler would keep from Loom's count) is refused.
+TEST(Runtime, KernelTraceHoldsEveryOperatorOfTheLastStep) {
+  const TinyRun s;
+  const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "run-kernel-trace.json", 1, 2);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / fmt::format("loom-ktrace-{}", getpid());
+  std::filesystem::remove_all(dir);
+  const std::string run =
+      "run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan + " --steps 2 --kernel-trace ";
+  auto [code, out] = LoomCli(run + dir.string());
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("kernel traces of step 1: " + dir.string() + "/process-N.json"), std::string::npos) << out;
+  for (int process : {0, 1}) {
+    std::ifstream in(dir / fmt::format("process-{}.json", process));
+    ASSERT_TRUE(in) << process;
+    const auto t = nlohmann::json::parse(in);
+    std::map<std::string, int> calls;
+    for (const auto& e : t["traceEvents"]) {
+      if (e.contains("name") && e.value("ph", "") == "X") ++calls[e["name"].get<std::string>()];
+    }
+    EXPECT_EQ(calls["aten::_fused_adamw_"], 2) << process;
+    EXPECT_GT(calls["aten::mm"] + calls["aten::addmm"] + calls["aten::matmul"], 0) << process;
+    EXPECT_EQ(calls["aten::log_softmax"] > 0, process == 1) << process;
+  }
+  // Again into the same folder: its own traces are replaced.
+  EXPECT_EQ(LoomCli(run + dir.string()).first, 0);
+  const std::string file = test::WriteTemp(fmt::format("ktrace-file-{}", getpid()), "x");
+  auto [file_code, file_out] = LoomCli(run + file);
+  EXPECT_EQ(file_code, 2) << file_out;
+  EXPECT_NE(file_out.find("--kernel-trace " + file + ": exists and is not a folder"), std::string::npos) << file_out;
+  // Its step's tensor bytes go uncounted (the profiler takes the slot), so one step is not enough.
+  auto [one_code, one_out] = LoomCli("run --model " + kModel + " --cluster h100:1x2 " + kData + " --plan " + plan +
+                                     " --steps 1 --kernel-trace " + dir.string());
+  EXPECT_EQ(one_code, 2) << one_out;
+  EXPECT_NE(one_out.find("give --steps 2 or more"), std::string::npos) << one_out;
+  std::ofstream(dir / "notes.txt") << "mine";
+  auto [foreign_code, foreign_out] = LoomCli(run + dir.string());
+  EXPECT_EQ(foreign_code, 2) << foreign_out;
+  EXPECT_NE(foreign_out.find("holds notes.txt, which a kernel trace does not write"), std::string::npos) << foreign_out;
+  std::filesystem::remove_all(dir);
 }
 
 // Each process counts the bytes of its live tensors (runtime/tensor_memory.h):

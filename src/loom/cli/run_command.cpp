@@ -145,6 +145,10 @@ class RunCommand : public Command {
     // The losses first: a trace that cannot be written must not hide what was trained.
     std::cout << (flags_.json ? RunJson(r, context).dump(2) + "\n" : FormatRun(r, context)) << std::flush;
     WriteTraceAndTimeline(r, predicted, cost_model);
+    if (!flags_.kernel_trace.empty() && !flags_.json) {
+      std::cout << fmt::format("kernel traces of step {}: {}/process-N.json, one per process (Perfetto)\n", last,
+                               flags_.kernel_trace);
+    }
 #else
     (void)chosen;
     throw loom::Error(

@@ -133,6 +133,9 @@ void RunFlags::Add(CLI::App* run) {
   run->add_option("--host", host,
                   "this machine's address for Gloo (default: 127.0.0.1 on one node, else its hostname)");
   run->add_option("--trace", trace, "write a Chrome trace (Perfetto) of the last step as it ran")->check(kOutputFile);
+  run->add_option("--kernel-trace", kernel_trace,
+                  "write each process's last step as PyTorch's profiler saw it (every operator, and on a GPU every "
+                  "kernel) to DIR/process-N.json, Chrome traces (Perfetto)");
   run->add_option("--timeline", timeline,
                   "write an SVG of the last step as predicted (top) and as it ran (bottom), on one time axis")
       ->check(kOutputFile);
@@ -214,6 +217,7 @@ RunOptions RunFlags::BasicOptions(Precision precision) const {
   o.device = ParseDevice(device);
   o.sm_quotas = sm_quotas == "on";
   o.save_dir = save;
+  o.kernel_trace_dir = kernel_trace;
   const bool scaling = loss_scale || initial_loss_scale || loss_scale_window || hysteresis;
   if (scaling && precision != Precision::kFp16) {
     throw loom::Error(

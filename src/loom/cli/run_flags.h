@@ -75,6 +75,7 @@ struct RunFlags {
   // What is printed and written beside the run.
   bool json = false;
   std::string trace;
+  std::string kernel_trace;  // --kernel-trace DIR: PyTorch's profiler over the last step
   std::string timeline;
   bool compare = false;
   std::string profile = "default";  // the cost model of the prediction beside the run

@@ -26,6 +26,7 @@
 #include "loom/runtime/child_process.h"
 #include "loom/runtime/fault_tolerant_run.h"
 #include "loom/runtime/hf_save.h"
+#include "loom/runtime/kernel_trace.h"
 #include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_layout.h"
 #include "loom/runtime/run_reports.h"
@@ -209,6 +210,7 @@ RunResult RunLocally(const Model& model, const Cluster& cluster, const Workload&
   }
   CheckTrainingCheckpoints(model, workload, options);
   if (workload.source.kind == "jsonl") CheckJsonlTokens(model, workload.source.path);
+  if (!options.kernel_trace_dir.empty()) runtime::PrepareKernelTraceDir(options.kernel_trace_dir, options.steps);
   if (workload.precision == Precision::kFp16) {
     options.loss_scale.Validate();
   }
@@ -431,8 +433,11 @@ RunResult RunWorkers(const Model& model, const Cluster& cluster, const Workload&
       if (const auto* f = std::get_if<runtime::report::Failure>(&message)) error = f->text;
     }
     if (timed_out && c.open) {
-      failures.push_back(fmt::format("rank {} (pid {}) was silent for over {:.0f} s and was stopped", r, c.pid,
-                                     options.timeout_s + 10));
+      // Silent may be busy: a step of a large batch on a CPU reports nothing for minutes.
+      failures.push_back(
+          fmt::format("rank {} (pid {}) was silent for over {:.0f} s and was stopped (--timeout {:g}: "
+                      "a step that long needs a larger --timeout, or a smaller batch)",
+                      r, c.pid, options.timeout_s + 10, options.timeout_s));
     } else if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
       // Process 0 serves the run's store (runtime/c10d_calls.h): when a
       // signal ended it, the others' errors (a broken pipe) follow from that.

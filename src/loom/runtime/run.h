@@ -132,6 +132,9 @@ struct RunOptions {
   // (config.json's dtype) for its workers.
   std::string save_dir;
   std::string save_dtype;
+  // `loom run --kernel-trace DIR`: each worker's last step under PyTorch's
+  // profiler, as DIR/process-N.json (runtime/kernel_trace.h); "": none.
+  std::string kernel_trace_dir;
   // The workload's precision fp16: its loss scaling (`--loss-scale`,
   // `--initial-loss-scale`, `--loss-scale-window`, `--hysteresis`).
   runtime::LossScaleOptions loss_scale;

@@ -39,4 +39,10 @@ int64_t TensorMemoryCounter::peak_bytes() const { return state_->peak.load(); }
 
 void TensorMemoryCounter::ResetPeak() { state_->peak.store(state_->live.load()); }
 
+void TensorMemoryCounter::Pause() { guard_.reset(); }
+
+void TensorMemoryCounter::Resume() {
+  if (!guard_) guard_ = std::make_unique<Guard>(state_);
+}
+
 }  // namespace loom::runtime

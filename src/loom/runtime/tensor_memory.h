@@ -30,6 +30,12 @@ class TensorMemoryCounter {
   int64_t peak_bytes() const;
   // Starts the peak afresh from the live bytes (a phase's own peak).
   void ResetPeak();
+  // Stops counting until Resume, leaving c10's memory-reporting slot to
+  // PyTorch's profiler (runtime/kernel_trace.h), which cannot share it. Frees
+  // after Resume of tensors allocated in between lower the live count below
+  // the truth: pause only over a run's last step, whose bytes then go uncounted.
+  void Pause();
+  void Resume();
 
  private:
   struct State;

@@ -22,6 +22,7 @@
 #include "loom/runtime/c10d_calls.h"
 #include "loom/runtime/fault_tolerance.h"
 #include "loom/runtime/hf_save.h"
+#include "loom/runtime/kernel_trace.h"
 #include "loom/runtime/launcher_signals.h"
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/runnable_plan.h"
@@ -386,6 +387,14 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
         wait_s = next.wait_s;
       }
       executor.SetDataTimes(wait_s, load_s);
+      // --kernel-trace: the last step, each operator and kernel it ran.
+      // PyTorch's profiler takes the slot the tensor counter reports through:
+      // the traced step's bytes go uncounted (the launcher asks for 2 steps).
+      std::optional<KernelTrace> kernel_trace;
+      if (!spec.options.kernel_trace_dir.empty() && step + 1 == spec.options.steps) {
+        tensor_memory->Pause();
+        kernel_trace.emplace(cuda);
+      }
       int actions_run = 0;
       const bool stop = executor.RunStep(
           step, exec, batch, step + 1 == spec.options.steps,
@@ -394,6 +403,11 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
             ++actions_run;
           },
           stop_signals && stop_signals->Received() != 0);
+      if (kernel_trace) {
+        kernel_trace->Save(KernelTracePath(spec.options.kernel_trace_dir, spec.rank));
+        kernel_trace.reset();
+        tensor_memory->Resume();
+      }
       if (!gen && SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);
       if (stop) {  // a signal: every process stops after this step, its state saved
         if (!SavesAfter(spec.options, step)) SaveCheckpoint(spec, executor, exec, step + 1, reports);
