@@ -5,14 +5,16 @@
 # LLaVA (CLIP ViT-L/14-336 + Llama-3.2-1B, random bf16 weights, saved by
 # transformers) and a batch of 4096-token samples with one image each
 # (scripts/hf-vlm-step.py), then trains it for STEPS steps in bf16
+#   0. `loom profile --precision bf16` of the model's layers on this GPU;
 #   1. with `loom run` (one GPU, every sample its own microbatch, --compare:
-#      the simulator's prediction beside the measured step; --kernel-trace:
+#      the simulator's prediction beside the measured step, with that profile; --kernel-trace:
 #      the last step under PyTorch's profiler, summarized by
-#      scripts/kernel-summary.py into OUT/ktrace-NAME.txt, the trace gzipped), and
+#      scripts/kernel-summary.py into OUT/ktrace-NAME.txt, the trace as OUT/ktrace-NAME.json.gz), and
 #   2. with transformers' training step on the same weights and batch.
 # Each writes its JSON to OUT/NAME.txt; the last lines print both step times, tokens/s
 # and MFU. Every step goes on after another fails (its output says so).
-#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [HF=1 (0: Loom only)] [SMALL=0] [LOOM=build-cuda/loom] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
+#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [HF=1 (0: Loom only)] [SMALL=0] [LOOM=build-cuda/loom]
+#   [PROFILE_TOKENS=1024,4096] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-vlm-step.sh OUT_DIR [STEPS]}
 STEPS=${2:-10}
@@ -45,16 +47,23 @@ if command -v nvidia-smi > /dev/null; then
   fi
 fi
 export PYTHONUNBUFFERED=1
-step make python3 scripts/hf-vlm-step.py make "$M" "$SAMPLES" "$SEQ" ${SMALL:+small}
+step make python3 scripts/hf-vlm-step.py make "$M" "$SAMPLES" "$SEQ" $([ "${SMALL:-0}" != 0 ] && echo small)
+# This engine's layers measured here in bf16 (loom profile --precision bf16), so
+# that --compare predicts with them rather than the shipped H100 profile's.
+rm -f "$OUT/profile-bf16.yaml"  # a failed profile must not leave an earlier one to predict with
+step profile "$L" profile --model "$M" --device "$DEVICE" --precision bf16 --gpu "$GPU" --tokens "${PROFILE_TOKENS:-1024,4096}" \
+  $([ "$DEVICE" = cuda ] && echo --sm-scaling off) --out "$OUT/profile-bf16.yaml"
+PROFILE=()
+if [ -s "$OUT/profile-bf16.yaml" ]; then PROFILE=(--profile "$OUT/profile-bf16.yaml"); fi
 for micro in $MICRO; do  # samples per microbatch
   sfx=-m$micro
   if [ "$micro" = 1 ]; then sfx=; fi
   step loom$sfx "$L" run --model "$M" --data "$M/data.jsonl" --global-batch "$SAMPLES" --microbatches $((SAMPLES / micro)) \
     --steps "$STEPS" --lr 1e-5 --precision bf16 --device "$DEVICE" --cluster "$GPU:1x1" --compare --json \
-    --kernel-trace "$OUT/ktrace$sfx"
+    ${PROFILE[@]+"${PROFILE[@]}"} --kernel-trace "$OUT/ktrace$sfx"
   if [ -f "$OUT/ktrace$sfx/process-0.json" ]; then
     python3 scripts/kernel-summary.py "$OUT/ktrace$sfx/process-0.json" --top 25 | tee "$OUT/ktrace-loom$sfx.txt"
-    gzip -f "$OUT/ktrace$sfx/process-0.json"
+    gzip -c "$OUT/ktrace$sfx/process-0.json" > "$OUT/ktrace-loom$sfx.json.gz" && rm -r "$OUT/ktrace$sfx"
   fi
   if [ "${HF:-1}" = 1 ]; then step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"; fi
   python3 - "$OUT" "$GPU" "$sfx" << 'SUMMARY'

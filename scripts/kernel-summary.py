@@ -17,9 +17,11 @@ import re
 import sys
 
 # Kernel kinds, first match wins (names as CUDA libraries give them).
+# Attention before matrix products: flash and memory-efficient attention
+# kernels carry "cutlass" in their names and template arguments.
 KINDS = [
-    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|matmul", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|sdpa", re.I)),
+    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|matmul", re.I)),
     ("adamw", re.compile(r"adam", re.I)),
     ("loss", re.compile(r"softmax|nll|cross_entropy|log_softmax", re.I)),
     ("norm", re.compile(r"norm", re.I)),

@@ -322,8 +322,10 @@ TEST(Profile, WrittenProfilesReadBackAndCorrectTheirOwnPrecision) {
   const ProfileLayerPoint& pt = back.layers[0];
   const Layer l = LayerOf(pt.shape);
   const TokenStats t = TokensOf(pt.batch, pt.seq);
+  // Each layer's work at its precision's element bytes, as the simulator
+  // prices it (cost/layer_pricing.cpp); the anchors are priced so too.
   const ComputeTimes fp32 =
-      model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"), Precision::kFp32);
+      model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp, 4), FindGpu("h100"), Precision::kFp32);
   EXPECT_NEAR(fp32.forward_s, pt.forward_s, 1e-9 * pt.forward_s);  // at its anchor: the measurement
   const ComputeTimes bf16 =
       model.LayerCompute(l, t, pt.tp, EstimateLayerWork(l, t, pt.tp), FindGpu("h100"), Precision::kBf16);

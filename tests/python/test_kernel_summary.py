@@ -25,7 +25,8 @@ class KernelSummaryTest(unittest.TestCase):
         trace = {"traceEvents": [
             {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 0, "dur": 5, "pid": 1, "tid": 1},
             kernel("sm90_xmma_gemm_bf16bf16_bf16f32", 10, 40),           # [10, 50)
-            kernel("flash_fwd_kernel", 30, 30, stream=9),                # [30, 60): overlaps
+            kernel("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, cutlass::bfloat16_t>>",
+                   30, 30, stream=9),                                   # [30, 60): overlaps
             kernel("multi_tensor_apply_kernel<FusedAdamMathFunctor>", 80, 10),  # after a 20 us gap
             kernel("cunn_SoftMaxForward", 90, 5),
             kernel("vectorized_elementwise_kernel<mul>", 95, 5),
@@ -40,8 +41,13 @@ class KernelSummaryTest(unittest.TestCase):
                          {"gemm": 40, "attention": 30, "adamw": 10, "loss": 5, "other elementwise": 5,
                           "copy/cast": 10})
         self.assertEqual([r["name"] for r in s["top"]],
-                         ["sm90_xmma_gemm_bf16bf16_bf16f32", "flash_fwd_kernel",
+                         ["sm90_xmma_gemm_bf16bf16_bf16f32",
+                          "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, cutlass::bfloat16_t>>",
                           "multi_tensor_apply_kernel<FusedAdamMathFunctor>"])
+
+    def test_attention_kernels_named_after_cutlass_are_attention(self):
+        self.assertEqual(ks.kind_of("fmha_cutlassF_bf16_aligned_64x64_rf_sm80"), "attention")
+        self.assertEqual(ks.kind_of("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8"), "gemm")
 
     def test_own_time_leaves_out_children(self):
         ops = [{"name": "outer", "ts": 0, "dur": 100, "pid": 1, "tid": 1},

@@ -68,7 +68,7 @@ TEST(SummedCrossEntropy, ChunksAreSizedAsTheMemoryModelPricesThem) {
 
 // What the backward holds beyond the logits it keeps, measured: their
 // gradient in their own dtype and one fp32 chunk of probabilities (in bf16
-// also the chunk's fp32 copy of the logits, which a CPU's softmax makes), as
+// also the chunk's fp32 copy of the logits, which softmax makes first), as
 // BackwardWorkingBytes prices the LM head (with chunks of 64 rows here).
 TEST(SummedCrossEntropy, TheBackwardHoldsTheGradientAndOneChunk) {
   const int64_t rows = 256, vocab = 4096, chunk = 64;

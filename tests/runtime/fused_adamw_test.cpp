@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "loom/error.h"
+
 #include <cmath>
 #include <vector>
 
@@ -114,6 +116,18 @@ TEST(FusedAdamW, ARestoredStateContinuesAsIfUninterrupted) {
   EXPECT_TRUE(torch::equal(a, c));
   second.SetState(c, 0, {}, {});
   EXPECT_EQ(second.StateOf(c), nullptr);
+}
+
+// A parameter the fused kernel cannot read (not contiguous) is named before
+// any state moves: the other parameters' counts stay where they were.
+TEST(FusedAdamW, RefusesANonContiguousParameterBeforeAnyStateMoves) {
+  torch::Tensor a = torch::randn({3, 4}).requires_grad_();
+  torch::Tensor b = torch::randn({4, 3}).t().requires_grad_();  // a transposed view's layout
+  a.mutable_grad() = torch::ones({3, 4});
+  b.mutable_grad() = torch::ones({3, 4});
+  FusedAdamW opt({{{a, b}, 0.0}});
+  EXPECT_THROW(opt.Step(0.1), Error);
+  EXPECT_EQ(opt.StateOf(a), nullptr);
 }
 
 }  // namespace

@@ -258,8 +258,13 @@ TEST(Runtime, KernelTraceHoldsEveryOperatorOfTheLastStep) {
     EXPECT_GT(calls["aten::mm"] + calls["aten::addmm"] + calls["aten::matmul"], 0) << process;
     EXPECT_EQ(calls["aten::log_softmax"] > 0, process == 1) << process;
   }
-  // Again into the same folder: its own traces are replaced.
+  // Again into the same folder: its earlier traces (and what became of them: gzipped, a cut-short save) go.
+  std::ofstream(dir / "process-7.json.gz") << "old";
+  std::ofstream(dir / "process-0.json.tmp-123") << "old";
   EXPECT_EQ(LoomCli(run + dir.string()).first, 0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "process-7.json.gz"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "process-0.json.tmp-123"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "process-1.json"));
   const std::string file = test::WriteTemp(fmt::format("ktrace-file-{}", getpid()), "x");
   auto [file_code, file_out] = LoomCli(run + file);
   EXPECT_EQ(file_code, 2) << file_out;
@@ -581,6 +586,47 @@ TEST(Runtime, ItsOwnProfilePredictsTheRun) {
   auto [code3, out3] = LoomCli("profile --model " + kModel + " --tokens 64,0");
   EXPECT_EQ(code3, 2) << out3;
   EXPECT_NE(out3.find("--tokens: 0"), std::string::npos) << out3;
+}
+
+// `loom profile --precision bf16` measures the layers and kernels as a bf16
+// run computes them: the profile says bf16, and its matrix-product points move
+// half the bytes of the fp32 profile's same points (2-byte elements). A bf16
+// run's --compare prices its layers with it; with an fp32 profile it says its
+// layers went unpriced and how to profile in bf16.
+TEST(Runtime, ABf16ProfilePricesABf16Run) {
+  const std::string fp32 = test::WriteTemp("cpu-profile-fp32.yaml", "");
+  const std::string bf16 = test::WriteTemp("cpu-profile-bf16.yaml", "");
+  for (const auto& [precision, file] : {std::pair{"fp32", fp32}, std::pair{"bf16", bf16}}) {
+    auto [code, out] = LoomCli("profile --model " + kModel + " --tokens 32 --repeats 1 --precision " +
+                               std::string(precision) + " --out " + file);
+    ASSERT_EQ(code, 0) << out;
+  }
+  const Profile p32 = LoadProfile(fp32), p16 = LoadProfile(bf16);
+  EXPECT_EQ(p32.precision, Precision::kFp32);
+  EXPECT_EQ(p16.precision, Precision::kBf16);
+  EXPECT_NE(p16.source.find(", bf16, "), std::string::npos) << p16.source;
+  ASSERT_EQ(p16.ops.size(), p32.ops.size());
+  int gemms = 0;
+  for (size_t i = 0; i < p16.ops.size(); ++i) {
+    ASSERT_EQ(p16.ops[i].op, p32.ops[i].op) << i;
+    EXPECT_NEAR(p16.ops[i].flops, p32.ops[i].flops, 1e-6 * p32.ops[i].flops) << i;
+    EXPECT_NEAR(p16.ops[i].bytes, p32.ops[i].bytes / 2, 1e-6 * p32.ops[i].bytes) << i;
+    gemms += p16.ops[i].op == OpClass::kGemm;
+  }
+  EXPECT_GT(gemms, 0);
+  const std::string run = "run --model " + kModel +
+                          " --cluster h100:1x2 --workload text --global-batch 8 --seq-len 32 "
+                          "--precision bf16 --pp 2 --microbatches 2 --steps 2 --compare --profile ";
+  auto [code16, out16] = LoomCli(run + bf16);
+  ASSERT_EQ(code16, 0) << out16;
+  EXPECT_EQ(out16.find("measured in"), std::string::npos) << out16;
+  auto [code32, out32] = LoomCli(run + fp32);
+  ASSERT_EQ(code32, 0) << out32;
+  EXPECT_NE(out32.find("measured in fp32, so this bf16 work is priced by its fitted roofline"), std::string::npos)
+      << out32;
+  EXPECT_NE(out32.find("loom profile --precision bf16"), std::string::npos) << out32;
+  auto [bad, bad_out] = LoomCli("profile --model " + kModel + " --precision fp8");
+  EXPECT_EQ(bad, 2) << bad_out;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "loom/error.h"
 #include "loom/runtime/profiler.h"
 #include "loom/spec/model.h"
+#include "loom/spec/precision.h"
 
 namespace loom::cli {
 
@@ -59,6 +60,10 @@ class ProfileCommand : public Command {
     sub->add_option("--model", model_, "built-in model name or YAML file: its layer shapes are measured")->required();
     sub->add_option("--device", device_, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
     sub->add_option("--gpu", options_.gpu, "the datasheet the profile is fitted against: the cluster's GPU");
+    sub->add_option("--precision", precision_,
+                    "what the layers and kernels compute in, as `loom run` under that precision (a run prices its "
+                    "layers with a profile of its own precision; bf16 and fp16 stand for each other)")
+        ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     sub->add_option("--threads", options_.threads, "intra-op threads (the runtime's per rank)")->check(IntIn(1, cores));
     sub->add_option("--tokens", tokens_, "token counts to measure, comma-separated");
@@ -83,6 +88,7 @@ class ProfileCommand : public Command {
     }
     const Model model = LoadModel(model_);
     options_.sm_scaling = sm_scaling_ == "on";
+    options_.precision = *FindPrecision(precision_);  // one of the names the flag's check allows
     options_.tokens = ParseTokenCounts(tokens_);
 #ifdef LOOM_HAVE_RUNTIME
     options_.device = ParseDevice(device_);
@@ -92,11 +98,12 @@ class ProfileCommand : public Command {
       std::cout << yaml;
       return;
     }
-    WriteText(out_,
-              fmt::format("# Written by `loom profile --model {} --device {} --threads {} --tokens {}`\n", model_,
-                          DeviceName(options_.device), options_.threads, tokens_) +
-                  yaml,
-              "--out");
+    WriteText(
+        out_,
+        fmt::format("# Written by `loom profile --model {} --device {} --precision {} --threads {} --tokens {}`\n",
+                    model_, DeviceName(options_.device), precision_, options_.threads, tokens_) +
+            yaml,
+        "--out");
     std::cerr << fmt::format("wrote {}: {} layer points, {} kernel points\n", out_, profile.layers.size(),
                              profile.ops.size());
 #else
@@ -111,6 +118,7 @@ class ProfileCommand : public Command {
   std::string device_ = "cpu";  // parsed in Run(): ParseDevice lives in the runtime, which a fuzz build lacks
   std::string tokens_ = "64,256,1024";
   std::string sm_scaling_ = "on";
+  std::string precision_ = "fp32";
   std::string out_;
   loom::runtime::ProfilerOptions options_;
 };

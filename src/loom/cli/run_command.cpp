@@ -33,6 +33,9 @@
 #include "loom/session/step_meter.h"
 #include "loom/session/strategy_replanner.h"
 #include "loom/sim/chrome_trace.h"
+#ifdef LOOM_HAVE_RUNTIME
+#include "loom/runtime/kernel_trace.h"
+#endif
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/strategies/oobleck/replan.h"
 #include "loom/strategies/strategy.h"
@@ -145,9 +148,12 @@ class RunCommand : public Command {
     // The losses first: a trace that cannot be written must not hide what was trained.
     std::cout << (flags_.json ? RunJson(r, context).dump(2) + "\n" : FormatRun(r, context)) << std::flush;
     WriteTraceAndTimeline(r, predicted, cost_model);
+    // Only what the workers wrote (a run stopped early, or resumed at its last step, traces nothing).
     if (!flags_.kernel_trace.empty() && !flags_.json) {
-      std::cout << fmt::format("kernel traces of step {}: {}/process-N.json, one per process (Perfetto)\n", last,
-                               flags_.kernel_trace);
+      if (const int traces = runtime::KernelTracesIn(flags_.kernel_trace); traces > 0) {
+        std::cout << fmt::format("kernel traces of step {}: {}/process-N.json, {} on this machine (Perfetto)\n", last,
+                                 flags_.kernel_trace, traces);
+      }
     }
 #else
     (void)chosen;

@@ -357,8 +357,9 @@ double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double 
       const double vocab = static_cast<double>(l.vocab);
       const double chunk = std::min(t.tokens, static_cast<double>(LossChunkRows(l.vocab)));
       // The chunk's fp32 probabilities, and below fp32 the fp32 copy of its
-      // logits a CPU's softmax makes first (CUDA's reads them as they are:
-      // there an upper bound by 4 B a chunk entry, ~0.3% of the head's bytes).
+      // logits softmax(dtype=float) makes first (ATen's, on a CPU and for
+      // bf16 on CUDA; CUDA reads fp16 as it is: there an upper bound by 4 B a
+      // chunk entry, ~0.3% of the head's bytes).
       const double chunk_bytes = e < 4 ? 8 : 4;
       return (e * t.tokens + chunk_bytes * chunk) * vocab / tp;
     }

@@ -74,7 +74,7 @@ int64_t LossChunkRows(int64_t vocab);
 //  - the LM head: the logits' gradient in the compute dtype, plus one chunk
 //    of fp32 probabilities (LossChunkRows rows; runtime/cross_entropy.h
 //    computes the loss's backward a chunk at a time) and, in bf16 or fp16,
-//    the chunk's fp32 copy of the logits a CPU makes first; over TP as
+//    the chunk's fp32 copy of the logits softmax makes first; over TP as
 //    Megatron's vocabulary-parallel loss splits them;
 //  - a transformer layer: its MLP's backward, the gradients of the up
 //    projection's outputs and of the activation (a fused GELU or SiLU: 2 f

@@ -207,7 +207,8 @@ ProfiledCostModel::ProfiledCostModel(Profile profile)
     as_run.frozen = pt.frozen;
     const TokenStats t = TokensOf(pt.batch, pt.seq);
     const ComputeTimes r =
-        roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp), gpu, profile_.precision);
+        roofline_.LayerCompute(as_run, t, pt.tp, EstimateLayerWork(as_run, t, pt.tp, ElementBytes(profile_.precision)),
+                               gpu, profile_.precision);
     Anchor a;
     a.log_tokens = std::log(t.tokens);
     a.log_seq = std::log(static_cast<double>(pt.seq));
@@ -236,8 +237,9 @@ std::string CostModelNameFor(const CostModel& model, Precision precision) {
   if (measured == precision || (IsMixedPrecision(measured) && IsMixedPrecision(precision))) return model.name();
   return fmt::format(
       "{}; measured in {}, so this {} work is priced by its fitted roofline, not its layers: give "
-      "--precision {} to compare with it",
-      model.name(), PrecisionName(measured), PrecisionName(precision), PrecisionName(measured));
+      "--precision {} to compare with it, or profile in {} (loom profile --precision {})",
+      model.name(), PrecisionName(measured), PrecisionName(precision), PrecisionName(measured),
+      PrecisionName(precision), PrecisionName(precision));
 }
 
 std::string ProfiledCostModel::name() const { return fmt::format("profile {} ({})", profile_.gpu, profile_.file); }

@@ -1,8 +1,11 @@
 #include "loom/runtime/cross_entropy.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "loom/cost/layer_work.h"
+#include "loom/error.h"
 
 namespace loom::runtime {
 
@@ -54,6 +57,15 @@ struct SummedCrossEntropyFn : torch::autograd::Function<SummedCrossEntropyFn> {
 }  // namespace
 
 torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t chunk_rows) {
+  // gather would score a shorter target list's rows only, in silence.
+  if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0) ||
+      targets.scalar_type() != torch::kLong) {
+    throw Error(fmt::format(
+        "runtime: the loss takes logits [rows, vocab] and int64 targets [rows]; got {} logits "
+        "and {} targets",
+        logits.dim() == 2 ? fmt::format("{}x{}", logits.size(0), logits.size(1)) : fmt::format("{}-d", logits.dim()),
+        targets.dim() == 1 ? fmt::format("{}", targets.size(0)) : fmt::format("{}-d", targets.dim())));
+  }
   return SummedCrossEntropyFn::apply(logits, targets, chunk_rows > 0 ? chunk_rows : LossChunkRows(logits.size(1)));
 }
 

@@ -24,15 +24,21 @@ FusedAdamW::FusedAdamW(std::vector<Group> groups) : groups_(std::move(groups)) {
 
 void FusedAdamW::Step(double lr) {
   torch::NoGradGuard no_grad;
+  // The fused kernels read each tensor as one contiguous run of elements:
+  // every parameter is checked before any state moves.
   for (const Group& group : groups_) {
-    std::map<std::tuple<int, int, int>, FusedLists> lists;  // (device type, index, dtype)
     for (const auto& p : group.params) {
-      if (!p.grad().defined()) continue;
-      // The fused kernels read each tensor as one contiguous run of elements.
-      if (!p.is_contiguous()) {
+      if (p.grad().defined() && !p.is_contiguous()) {
         throw Error(
             fmt::format("runtime: AdamW: a parameter of shape {} is not contiguous", fmt::join(p.sizes(), "x")));
       }
+    }
+  }
+  for (const Group& group : groups_) {
+    std::map<std::tuple<int, int, int>, FusedLists> lists;  // (device type, index, dtype)
+    std::vector<AdamWMoments*> stepped;
+    for (const auto& p : group.params) {
+      if (!p.grad().defined()) continue;
       torch::Tensor grad = p.grad();
       if (!grad.is_contiguous()) grad = p.mutable_grad() = grad.contiguous();
       AdamWMoments& s = state_[p.unsafeGetTensorImpl()];
@@ -49,7 +55,7 @@ void FusedAdamW::Step(double lr) {
       l.exp_avgs.push_back(s.exp_avg);
       l.exp_avg_sqs.push_back(s.exp_avg_sq);
       l.step_counts.push_back(s.step_count);
-      ++s.steps;
+      stepped.push_back(&s);
     }
     for (auto& [key, l] : lists) {
       // The kernel reads the counts already advanced (torch.optim.adam._fused_adam).
@@ -57,6 +63,7 @@ void FusedAdamW::Step(double lr) {
       at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, l.step_counts, lr, kBeta1,
                         kBeta2, group.weight_decay, kEps, /*amsgrad=*/false, /*maximize=*/false);
     }
+    for (AdamWMoments* s : stepped) ++s->steps;  // the host's copy of the counts, once the kernels ran
   }
 }
 

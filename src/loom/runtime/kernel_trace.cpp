@@ -22,17 +22,16 @@ using torch::profiler::impl::ActivityType;
 using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
-// "process-N.json", N decimal digits: what a trace writes.
+// "process-N.json", N decimal digits, and what becomes of one: gzipped
+// (".json.gz") or the temporary of a save that was cut short (".json.tmp-PID").
 bool IsTraceName(const std::string& name) {
   const std::string head = "process-", tail = ".json";
-  if (name.size() <= head.size() + tail.size() || name.rfind(head, 0) != 0 ||
-      name.compare(name.size() - tail.size(), tail.size(), tail) != 0) {
-    return false;
-  }
-  for (size_t i = head.size(); i < name.size() - tail.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-  }
-  return true;
+  if (name.rfind(head, 0) != 0) return false;
+  size_t i = head.size();
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == head.size() || name.compare(i, tail.size(), tail) != 0) return false;
+  const std::string rest = name.substr(i + tail.size());
+  return rest.empty() || rest == ".gz" || rest.rfind(".tmp-", 0) == 0;
 }
 
 // A CUDA build of PyTorch on a machine without a GPU has Kineto print
@@ -84,11 +83,14 @@ KernelTrace::~KernelTrace() {
 }
 
 void KernelTrace::Save(const std::string& path) {
+  // A GPU's kernels are collected once they have run: the step's end
+  // synchronised the worker's device (CudaActionClock::EndStep).
+  std::unique_ptr<profiler::ProfilerResult> result;
+  {
+    const MutedStderr muted(!cuda_);
+    result = profiler::disableProfiler();
+  }
   recording_ = false;
-  // A GPU's kernels are collected once they have run.
-  if (cuda_) torch::cuda::synchronize();
-  const MutedStderr muted(!cuda_);
-  const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
   const std::string temporary = fmt::format("{}.tmp-{}", path, getpid());
   try {
     result->save(temporary);
@@ -105,6 +107,16 @@ void KernelTrace::Save(const std::string& path) {
 
 std::string KernelTracePath(const std::string& dir, int process) {
   return (std::filesystem::path(dir) / fmt::format("process-{}.json", process)).string();
+}
+
+int KernelTracesIn(const std::string& dir) {
+  std::error_code ec;
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    n += IsTraceName(name) && name.size() > 5 && name.compare(name.size() - 5, 5, ".json") == 0;
+  }
+  return n;
 }
 
 void PrepareKernelTraceDir(const std::string& dir, int steps) {
@@ -128,6 +140,8 @@ void PrepareKernelTraceDir(const std::string& dir, int steps) {
                       flag, name));
     }
     if (ec) throw Error(fmt::format("{}: cannot list the folder: {}", flag, ec.message()));
+    // Earlier traces go, so that what is there after the run is this run's.
+    for (const auto& entry : fs::directory_iterator(dir, ec)) fs::remove(entry.path(), ec);
     return;
   }
   fs::create_directories(dir, ec);

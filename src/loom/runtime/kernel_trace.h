@@ -32,10 +32,13 @@ class KernelTrace {
 
 // DIR/process-N.json.
 std::string KernelTracePath(const std::string& dir, int process);
+// How many process-N.json files DIR holds.
+int KernelTracesIn(const std::string& dir);
 
-// Makes DIR if missing, before any worker starts. Throws loom::Error when DIR
-// is not a folder or holds files other than earlier traces (no output
-// overwrites an input), or for a run of fewer than 2 steps: the traced step's
+// Makes DIR if missing, or empties it of earlier traces, before any worker
+// starts. Throws loom::Error when DIR is not a folder or holds files other
+// than earlier traces (no output overwrites an input), or for a run of fewer
+// than 2 steps: the traced step's
 // tensor memory goes uncounted (the profiler takes the slot Loom's count
 // reports through, runtime/tensor_memory.h), so the peak comes from the others.
 void PrepareKernelTraceDir(const std::string& dir, int steps);

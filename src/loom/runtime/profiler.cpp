@@ -40,6 +40,7 @@ namespace {
 struct Timer {
   torch::Device device;
   int repeats;
+  torch::ScalarType dtype = torch::kFloat;  // what layers and kernels compute in
   // Median seconds of `fn` over at least `repeats` runs after one warm-up, and
   // over as many as fill 50 ms (at most 100): short runs are the noisiest (a
   // busy neighbour or a side-by-side copy's heavy phase lands on several of a
@@ -88,22 +89,29 @@ MicrobatchPacking Sequences(const Model& model, int module, int64_t batch, int64
 // Layer (mi, li) of the model alone on `device`, fed a random input of `batch`
 // sequences of `seq` tokens and a random output gradient. Not copyable: `mb`
 // points at `packing`.
+// In `dtype` as the runtime computes under mixed precision: fp32 weights whose
+// copies the layer computes with, and activations (its input and output) in dtype.
 struct OneLayer {
-  OneLayer(const Model& model, int mi, int li, int64_t batch, int64_t seq, const torch::Device& device)
+  OneLayer(const Model& model, int mi, int li, int64_t batch, int64_t seq, const torch::Device& device,
+           torch::ScalarType dtype)
       : module(mi),
         stack(model, std::vector<LayerRange>{{model.modules[mi].name, li, li + 1}}, 1),
         packing(Sequences(model, mi, batch, seq)),
         mb{&packing, 0, 1, device},
-        x(torch::randn({1, batch * seq, model.modules[mi].layers[li].hidden}, torch::TensorOptions().device(device))
+        x(torch::randn({1, batch * seq, model.modules[mi].layers[li].hidden},
+                       torch::TensorOptions().device(device).dtype(dtype))
               .requires_grad_(true)),
-        g(torch::randn({1, batch * seq, model.modules[mi].layers[li].hidden}, torch::TensorOptions().device(device))) {
+        g(torch::randn({1, batch * seq, model.modules[mi].layers[li].hidden},
+                       torch::TensorOptions().device(device).dtype(dtype))) {
     stack->to(device);
+    stack->SetComputeDtype(dtype);
   }
   OneLayer(const OneLayer&) = delete;
   OneLayer& operator=(const OneLayer&) = delete;
   torch::Tensor Forward() { return stack->forward({{module, x}}, mb).at(module); }
   void ClearGradients() {
     stack->zero_grad();
+    stack->ClearComputeCopies();  // as the runtime's step does: each step casts afresh
     x.mutable_grad() = torch::Tensor();
   }
 
@@ -116,17 +124,17 @@ struct OneLayer {
 
 ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch, int64_t seq, const Timer& timer) {
   const Layer& l = model.modules[mi].layers[li];
-  OneLayer one(model, mi, li, batch, seq, timer.device);
+  OneLayer one(model, mi, li, batch, seq, timer.device, timer.dtype);
   ProfileLayerPoint pt;
   pt.label = fmt::format("{} layer {}", model.modules[mi].name, li);
   pt.shape = ShapeOf(l);
   pt.frozen = l.frozen;
   pt.batch = batch;
   pt.seq = seq;
-  pt.forward_s = timer.Median([&] {
-    torch::NoGradGuard no_grad;
-    one.Forward();
-  });
+  // Recorded by autograd, as the runtime's forward is: under no grad the
+  // weights' 16-bit copies would be cast afresh each time (ComputeCopies keeps
+  // them only while autograd records), where a step casts them once.
+  pt.forward_s = timer.Median([&] { one.Forward(); });
   // The backward alone: a fresh forward (and no gradients) before each.
   torch::Tensor y;
   pt.backward_s = timer.Median([&] { y.backward(one.g); },
@@ -142,7 +150,7 @@ ProfileLayerPoint MeasureLayer(const Model& model, int mi, int li, int64_t batch
 // whole GPU, the default stream): one point of the engine's scaling surface.
 SmScalingPoint MeasureLayerOnSms(const Model& model, int mi, int li, int64_t batch, int64_t seq, int sms,
                                  const Timer& timer) {
-  OneLayer one(model, mi, li, batch, seq, timer.device);
+  OneLayer one(model, mi, li, batch, seq, timer.device, timer.dtype);
   const int device = timer.device.index() < 0 ? 0 : timer.device.index();
   std::unique_ptr<GreenStreamPool> pool;
   std::optional<c10::cuda::CUDAStreamGuard> guard;
@@ -391,22 +399,28 @@ Profile MeasureProfile(const Model& model, const ProfilerOptions& o) {
   Profile p;
   p.gpu = o.gpu;
   p.applies_to = {};  // never a GPU's default: it describes this machine
-  p.precision = Precision::kFp32;
+  p.precision = o.precision;
   p.link = link;
   p.collective = collective;
   p.source = fmt::format(
-      "loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, fp32, "
+      "loom profile --device {}: libtorch {}, {}, {} thread(s), {} process(es) side by side, {}, "
       "medians of >= {} runs (>= 50 ms each point)",
       DeviceName(o.device), TORCH_VERSION, o.device == Device::kCuda ? "CUDA" : CpuName(), o.threads, o.concurrent,
-      o.repeats);
+      PrecisionName(o.precision), o.repeats);
   MeasureInto(p, model, o);
   return p;
 }
 
 void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
   SetComputeThreads(o.threads);
-  const Timer timer{o.device == Device::kCuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats};
-  const auto opts = torch::TensorOptions().device(timer.device);
+  const Timer timer{o.device == Device::kCuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU), o.repeats,
+                    ComputeDtype(o.precision)};
+  // TF32 matmuls on a GPU for tf32, as `loom run` sets them.
+  if (timer.device.is_cuda()) {
+    at::globalContext().setFloat32MatmulPrecision(o.precision == Precision::kTf32 ? "high" : "highest");
+  }
+  const auto opts = torch::TensorOptions().device(timer.device).dtype(timer.dtype);
+  const double e = static_cast<double>(c10::elementSize(timer.dtype));  // bytes per element
   // Layers: each distinct transformer shape once (frozen and trainable apart).
   std::set<std::tuple<ProfileShape, bool>> seen;
   std::set<std::pair<int64_t, int64_t>> linears;  // (in, out) of every matrix product
@@ -475,14 +489,14 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
                             points.size(), shape_layers.size(), 100 * fit.mean_abs_error);
   }
 #endif
-  // Kernels: 4-byte elements throughout.
+  // Kernels, in the profile's dtype (`e` bytes an element).
   for (int64_t s : o.tokens) {
     const double S = static_cast<double>(s);
     for (const auto& [in, out] : linears) {
       const torch::Tensor a = torch::randn({s, in}, opts), b = torch::randn({in, out}, opts);
       const double t = timer.Median([&] { torch::mm(a, b); });
       p.ops.push_back({OpClass::kGemm, 2.0 * S * static_cast<double>(in * out),
-                       4.0 * (S * static_cast<double>(in + out) + static_cast<double>(in * out)), t});
+                       e * (S * static_cast<double>(in + out) + static_cast<double>(in * out)), t});
     }
     for (const auto& [h, d] : heads) {
       const torch::Tensor q = torch::randn({1, h, s, d}, opts), k = torch::randn({1, h, s, d}, opts),
@@ -491,13 +505,13 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
           timer.Median([&] { torch::matmul(torch::softmax(torch::matmul(q, k.transpose(-2, -1)), -1), v); });
       const double H = static_cast<double>(h), D = static_cast<double>(d);
       // Unfused: the scores are written, read by the softmax, written and read again.
-      p.ops.push_back({OpClass::kAttention, 4.0 * S * S * D * H, 4.0 * (4.0 * S * D * H + 4.0 * H * S * S), t});
+      p.ops.push_back({OpClass::kAttention, 4.0 * S * S * D * H, e * (4.0 * S * D * H + 4.0 * H * S * S), t});
     }
     for (const auto& [in, out] : linears) {
       if (in > out) continue;  // the widest activations: the MLP's inner width
       const torch::Tensor a = torch::randn({s, out}, opts);
       const double t = timer.Median([&] { torch::gelu(a); });
-      p.ops.push_back({OpClass::kElementwise, S * static_cast<double>(out), 8.0 * S * static_cast<double>(out), t});
+      p.ops.push_back({OpClass::kElementwise, S * static_cast<double>(out), 2.0 * e * S * static_cast<double>(out), t});
     }
   }
 }

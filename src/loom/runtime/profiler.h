@@ -22,7 +22,7 @@
 //           as latency + bytes / bandwidth: every link of a cluster priced by
 //           the profile (cost/cost_model.h ApplyCostModel).
 // The profile is fitted against `gpu`'s datasheet at the precision it ran in
-// (fp32): the efficiencies then stand for this device, whatever it is.
+// (fp32 unless asked): the efficiencies then stand for this device, whatever it is.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +32,19 @@
 #include "loom/cost/profile.h"
 #include "loom/runtime/run.h"  // Device
 #include "loom/spec/model.h"
+#include "loom/spec/precision.h"
 
 namespace loom::runtime {
 
 struct ProfilerOptions {
   Device device = Device::kCpu;
   std::string gpu = "h100";  // the datasheet the profile is fitted against (the cluster's GPU)
+  // What the layers and kernels compute in, as `loom run` under a workload of
+  // this precision (bf16 and fp16: 16-bit activations and weight copies; tf32:
+  // fp32 with TF32 matmuls on a GPU). The profile is fitted against the
+  // datasheet's peak at it, and a run prices its layers with a profile of its
+  // own precision (bf16 and fp16 standing for each other).
+  Precision precision = Precision::kFp32;
   int threads = 1;
   std::vector<int64_t> tokens = {64, 256, 1024};
   int repeats = 5;

@@ -897,6 +897,19 @@ torch::Tensor Patchify(const torch::Tensor& pixels, int64_t patch) {
       .reshape({gh * gw, c * patch * patch});
 }
 
+torch::ScalarType ComputeDtype(Precision precision) {
+  switch (precision) {
+    case Precision::kBf16:
+      return torch::kBFloat16;
+    case Precision::kFp16:
+      return torch::kHalf;
+    case Precision::kTf32:
+    case Precision::kFp32:
+      return torch::kFloat;
+  }
+  return torch::kFloat;
+}
+
 torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) {
   return output.to(torch::kFloat).pow(2).sum() / batch_values;
 }

@@ -45,6 +45,7 @@
 #include "loom/runtime/context_parallel.h"
 #include "loom/runtime/packing.h"
 #include "loom/spec/model.h"
+#include "loom/spec/precision.h"
 
 namespace loom::runtime {
 
@@ -83,6 +84,10 @@ void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending);
 // microbatch's backward passes through it). Copies are kept only while
 // autograd records: a forward under no grad (full recomputation's first run)
 // casts afresh. dtype kFloat: no copies, the parameters themselves.
+// What the layers compute in under a workload's precision: bf16, fp16, else
+// fp32 (tf32 is fp32 with TF32 matmuls on a GPU, set apart from the dtype).
+torch::ScalarType ComputeDtype(Precision precision);
+
 struct ComputeCopies {
   torch::ScalarType dtype = torch::kFloat;
   std::unordered_map<const c10::TensorImpl*, torch::Tensor> copies;

@@ -227,20 +227,6 @@ void ReportMemory(const WorkerReports& reports, bool cuda, int device, double we
   reports.Now(report::PeakTensorMemory{weight_bytes + static_cast<double>(tensor_memory.peak_bytes())});
 }
 
-// What the layers compute in under a workload's precision.
-torch::ScalarType ComputeDtype(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16:
-      return torch::kBFloat16;
-    case Precision::kFp16:
-      return torch::kHalf;
-    case Precision::kTf32:
-    case Precision::kFp32:
-      return torch::kFloat;
-  }
-  return torch::kFloat;
-}
-
 // The torch dtype of a checkpoint's config.json name (runtime/hf_save.h PrepareSave checked it).
 torch::ScalarType SaveDType(const std::string& name) {
   if (name == "bfloat16") return torch::kBFloat16;
@@ -392,8 +378,15 @@ void RunGeneration(const WorkerSpec& spec, int fd, Generation* gen) {
       // the traced step's bytes go uncounted (the launcher asks for 2 steps).
       std::optional<KernelTrace> kernel_trace;
       if (!spec.options.kernel_trace_dir.empty() && step + 1 == spec.options.steps) {
-        tensor_memory->Pause();
-        kernel_trace.emplace(cuda);
+        if (step == first_step) {  // resumed (or a generation started) at the last step: nothing else would count
+          reports.Now(report::Note{fmt::format(
+              "--kernel-trace: step {} is the only step this run trains, and a traced step's tensor memory goes "
+              "uncounted; no trace written (give --steps at least 2 past the checkpoint)",
+              step)});
+        } else {
+          tensor_memory->Pause();
+          kernel_trace.emplace(cuda);
+        }
       }
       int actions_run = 0;
       const bool stop = executor.RunStep(
