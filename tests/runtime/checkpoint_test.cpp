@@ -146,6 +146,30 @@ TEST(Checkpoints, ResumeUnderAnotherStrategysPlan) {
   }
 }
 
+// `--kernel-trace` on a run resumed at its last step would trace the only
+// step it trains, whose tensor bytes the profiler keeps from Loom's count: no
+// trace is written, and the run says why (runtime/kernel_trace.h). Resumed two
+// steps before its end, it traces the last.
+TEST(Checkpoints, AKernelTraceOfARunResumedAtItsLastStepIsNoneAndSaysWhy) {
+  const std::string run = "run --model " + std::string(LOOM_TEST_DATA) +
+                          "/runtime/tiny-llm.yaml --cluster h100:1x1 --workload text --global-batch 4 --seq-len 32 "
+                          "--precision fp32 --timeout 30";
+  const fs::path dir = TempDir("ckpt_ktrace"), traces = TempDir("ckpt_ktrace_out");
+  auto [saved, text] = test::RunLoom(run + " --steps 2 --checkpoint-dir " + dir.string());
+  ASSERT_EQ(saved, 0) << text;
+  auto [last, last_out] =
+      test::RunLoom(run + " --steps 3 --resume " + dir.string() + " --kernel-trace " + traces.string());
+  ASSERT_EQ(last, 0) << last_out;
+  EXPECT_NE(last_out.find("--kernel-trace: step 2 is the only step this run trains"), std::string::npos) << last_out;
+  EXPECT_EQ(last_out.find("kernel traces of step"), std::string::npos) << last_out;
+  EXPECT_FALSE(fs::exists(traces / "process-0.json"));
+  auto [two, two_out] =
+      test::RunLoom(run + " --steps 4 --resume " + dir.string() + " --kernel-trace " + traces.string());
+  ASSERT_EQ(two, 0) << two_out;
+  EXPECT_NE(two_out.find("kernel traces of step 3"), std::string::npos) << two_out;
+  EXPECT_TRUE(fs::exists(traces / "process-0.json"));
+}
+
 // A process dies while the checkpoint of step 4 is being written (after its
 // part, before the commit): the run fails, `latest` still names step 2,
 // whole, and resuming from the folder continues from step 2 as the
