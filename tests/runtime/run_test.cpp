@@ -260,10 +260,10 @@ TEST(Runtime, KernelTraceHoldsEveryOperatorOfTheLastStep) {
   }
   // Again into the same folder: its earlier traces (and what became of them: gzipped, a cut-short save) go.
   std::ofstream(dir / "process-7.json.gz") << "old";
-  std::ofstream(dir / "process-0.json.tmp-123") << "old";
+  std::ofstream(dir / "process-0.json.tmp.123") << "old";
   EXPECT_EQ(LoomCli(run + dir.string()).first, 0);
   EXPECT_FALSE(std::filesystem::exists(dir / "process-7.json.gz"));
-  EXPECT_FALSE(std::filesystem::exists(dir / "process-0.json.tmp-123"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "process-0.json.tmp.123"));
   EXPECT_TRUE(std::filesystem::exists(dir / "process-1.json"));
   const std::string file = test::WriteTemp(fmt::format("ktrace-file-{}", getpid()), "x");
   auto [file_code, file_out] = LoomCli(run + file);

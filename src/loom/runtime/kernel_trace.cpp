@@ -11,6 +11,7 @@
 #include <set>
 #include <system_error>
 
+#include "loom/atomic_file.h"
 #include "loom/error.h"
 
 namespace loom::runtime {
@@ -23,7 +24,8 @@ using torch::profiler::impl::ProfilerConfig;
 using torch::profiler::impl::ProfilerState;
 
 // "process-N.json", N decimal digits, and what becomes of one: gzipped
-// (".json.gz") or the temporary of a save that was cut short (".json.tmp-PID").
+// (".json.gz") or the temporary of a save that was cut short
+// (TemporaryPathFor's ".json.tmp.PID").
 bool IsTraceName(const std::string& name) {
   const std::string head = "process-", tail = ".json";
   if (name.rfind(head, 0) != 0) return false;
@@ -31,7 +33,7 @@ bool IsTraceName(const std::string& name) {
   while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
   if (i == head.size() || name.compare(i, tail.size(), tail) != 0) return false;
   const std::string rest = name.substr(i + tail.size());
-  return rest.empty() || rest == ".gz" || rest.rfind(".tmp-", 0) == 0;
+  return rest.empty() || rest == ".gz" || rest.rfind(".tmp.", 0) == 0;
 }
 
 // A CUDA build of PyTorch on a machine without a GPU has Kineto print
@@ -91,7 +93,8 @@ void KernelTrace::Save(const std::string& path) {
     result = profiler::disableProfiler();
   }
   recording_ = false;
-  const std::string temporary = fmt::format("{}.tmp-{}", path, getpid());
+  // Kineto writes the file itself: into WriteFileAtomically's temporary, then renamed.
+  const std::string temporary = TemporaryPathFor(path);
   try {
     result->save(temporary);
   } catch (const std::exception& e) {
@@ -136,7 +139,7 @@ void PrepareKernelTraceDir(const std::string& dir, int steps) {
       if (IsTraceName(name)) continue;
       throw Error(
           fmt::format("{}: the folder holds {}, which a kernel trace does not write; give an empty or new "
-                      "folder (traces replace only process-N.json)",
+                      "folder (a trace replaces only earlier traces, process-N.json)",
                       flag, name));
     }
     if (ec) throw Error(fmt::format("{}: cannot list the folder: {}", flag, ec.message()));

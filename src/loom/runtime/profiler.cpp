@@ -420,7 +420,7 @@ void MeasureInto(Profile& p, const Model& model, const ProfilerOptions& o) {
     at::globalContext().setFloat32MatmulPrecision(o.precision == Precision::kTf32 ? "high" : "highest");
   }
   const auto opts = torch::TensorOptions().device(timer.device).dtype(timer.dtype);
-  const double e = static_cast<double>(c10::elementSize(timer.dtype));  // bytes per element
+  const double e = ElementBytes(o.precision);  // bytes per element
   // Layers: each distinct transformer shape once (frozen and trainable apart).
   std::set<std::tuple<ProfileShape, bool>> seen;
   std::set<std::pair<int64_t, int64_t>> linears;  // (in, out) of every matrix product
