@@ -612,10 +612,16 @@ with open(d + "/data.jsonl", "w") as f:
 )";
 
 TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
-  // A Llama with every bias (row-parallel ones added after the reduce) and a
-  // Qwen3 (q/k norms whose gradients sum over the TP group, head_dim 32).
+  // A Qwen2 with tied word embeddings and a vocabulary of 131, which TP 2
+  // splits 65 + 66 (the embedding, the head and the loss by vocabulary rows;
+  // under TP 2 x PP 2 the head's stage holds its own rows of the tied copy),
+  // a Llama with every bias (row-parallel ones added after the reduce) and a
+  // Qwen3 (q/k norms whose gradients sum over the TP group, head_dim 32; the
+  // bad-data checks below use its folder).
   const std::vector<std::pair<std::string, std::string>> families = {
-      {"llama", R"('{"attention_bias": true, "mlp_bias": true}')"}, {"qwen3", R"('{"head_dim": 32}')"}};
+      {"qwen2", R"('{"tie_word_embeddings": true, "vocab_size": 131}')"},
+      {"llama", R"('{"attention_bias": true, "mlp_bias": true}')"},
+      {"qwen3", R"('{"head_dim": 32}')"}};
   fs::path dir;
   for (const auto& [family, overrides] : families) {
     SCOPED_TRACE(family);
@@ -629,11 +635,15 @@ TEST(HfParity, TrainingOnTokenizedDataEqualsTransformersUnderEveryLayout) {
     const nlohmann::json expected = nlohmann::json::parse(out.substr(out.rfind('[')));
     const std::string base = "run --model " + dir.string() + " --data " + (dir / "data.jsonl").string() +
                              " --global-batch 4 --steps 2 --lr 0.01 --precision fp32 --json ";
-    std::vector<std::string> saved;
-    for (const std::string layout :
-         {"--cluster h100:1x1", "--cluster h100:1x2 --tp 2", "--cluster h100:1x2 --pp 2 --microbatches 2",
-          "--cluster h100:1x2 --dp 2", "--cluster h100:1x2 --dp 2 --zero-stage 2",
-          "--cluster h100:1x2 --dp 2 --zero-stage 3", "--cluster h100:1x2 --cp 2"}) {
+    std::vector<std::string> saved, layouts = {"--cluster h100:1x1",
+                                               "--cluster h100:1x2 --tp 2",
+                                               "--cluster h100:1x2 --pp 2 --microbatches 2",
+                                               "--cluster h100:1x2 --dp 2",
+                                               "--cluster h100:1x2 --dp 2 --zero-stage 2",
+                                               "--cluster h100:1x2 --dp 2 --zero-stage 3",
+                                               "--cluster h100:1x2 --cp 2"};
+    if (family == "qwen2") layouts.push_back("--cluster h100:1x4 --tp 2 --pp 2 --microbatches 2");
+    for (const std::string& layout : layouts) {
       SCOPED_TRACE(layout);
       saved.push_back((dir / ("saved" + std::to_string(saved.size()))).string());
       auto [code, text] = test::RunLoom(base + layout + " --save " + saved.back());

@@ -37,8 +37,9 @@ std::vector<float> CutSlice(const std::vector<float>& m, int rows, int cols, int
   std::vector<float> out;
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < cols; ++c) {
-      const int along = dim == 0 ? r : c, size = (dim == 0 ? rows : cols) / count;
-      if (along / size == index) out.push_back(m[r * cols + c]);
+      const int along = dim == 0 ? r : c;
+      const SliceSpan span = SliceSpanOf(dim == 0 ? rows : cols, index, count);
+      if (along >= span.begin && along < span.begin + span.length) out.push_back(m[r * cols + c]);
     }
   }
   return out;
@@ -81,6 +82,44 @@ TEST(CheckpointParts, SlicesJoinIntoTheWholeTensorAlongRowsAndColumns) {
   EXPECT_EQ(ReadFloats(c, "o"), o);
   EXPECT_EQ(ReadFloats(c, "norm"), norm);
   EXPECT_TRUE(c.At("q").file->layout().metadata.empty());  // the slice marks stay in the parts
+}
+
+// A vocabulary TP does not divide (runtime/torch_model.h TensorParallel):
+// slices differing by a row, in SliceSpanOf's order.
+TEST(CheckpointParts, UnevenSlicesJoinWhereTheSplitMakesThem) {
+  const fs::path dir = PartsDir("parts_uneven");
+  const std::vector<float> table = MatrixOf(7, 3), cols = MatrixOf(2, 5);
+  std::vector<std::vector<float>> keep;
+  std::vector<std::string> parts;
+  for (int rank = 0; rank < 3; ++rank) {  // rows 2, 2, 3; columns 1, 2, 2
+    keep.push_back(CutSlice(table, 7, 3, 0, rank, 3));
+    keep.push_back(CutSlice(cols, 2, 5, 1, rank, 3));
+    const int64_t rows = SliceSpanOf(7, rank, 3).length, width = SliceSpanOf(5, rank, 3).length;
+    parts.push_back((dir / ("part-" + std::to_string(rank) + ".safetensors")).string());
+    WriteCheckpointPart(parts.back(),
+                        {F32Tensor("table", keep[keep.size() - 2], {rows, 3}), F32Tensor("c", keep.back(), {2, width})},
+                        {{"table", {0, rank, 3}}, {"c", {1, rank, 3}}});
+  }
+  AssembleCheckpoint(parts, (dir / "out").string(), 1 << 20);
+  const CheckpointWeights c((dir / "out").string());
+  EXPECT_EQ(c.At("table").tensor->shape, (std::vector<int64_t>{7, 3}));
+  EXPECT_EQ(ReadFloats(c, "table"), table);
+  EXPECT_EQ(c.At("c").tensor->shape, (std::vector<int64_t>{2, 5}));
+  EXPECT_EQ(ReadFloats(c, "c"), cols);
+  // Slices of 3 and 1 rows are no split of 4 (2 and 2): named.
+  const std::vector<float> three = MatrixOf(3, 2), one = MatrixOf(1, 2);
+  const std::string a = (dir / "a.safetensors").string(), b = (dir / "b.safetensors").string();
+  WriteCheckpointPart(a, {F32Tensor("w", three, {3, 2})}, {{"w", {0, 0, 2}}});
+  WriteCheckpointPart(b, {F32Tensor("w", one, {1, 2})}, {{"w", {0, 1, 2}}});
+  try {
+    AssembleCheckpoint({a, b}, (dir / "bad").string(), 1 << 20);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a.safetensors: tensor 'w' slice 0/2 has 3 entries along dimension 0; a "
+                                         "split of 4 gives it 2"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointParts, InconsistentPartsAreNamedErrors) {

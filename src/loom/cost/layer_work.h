@@ -75,7 +75,8 @@ int64_t LossChunkRows(int64_t vocab);
 //    of fp32 probabilities (LossChunkRows rows; runtime/cross_entropy.h
 //    computes the loss's backward a chunk at a time) and, in bf16 or fp16,
 //    the chunk's fp32 copy of the logits softmax makes first; over TP as
-//    Megatron's vocabulary-parallel loss splits them;
+//    the runtime's vocabulary-parallel loss splits them (runtime/cross_entropy.h
+//    VocabParallelCrossEntropy, as Megatron's);
 //  - a transformer layer: its MLP's backward, the gradients of the up
 //    projection's outputs and of the activation (a fused GELU or SiLU: 2 f
 //    values a token, 3 f in bf16; gated: 4 f, gate, up, their product and the

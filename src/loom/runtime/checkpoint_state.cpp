@@ -10,6 +10,7 @@
 #include "loom/error.h"
 #include "loom/runtime/optimizer_steps.h"
 #include "loom/runtime/training_state.h"
+#include "loom/weights/checkpoint_parts.h"
 
 namespace loom::runtime {
 
@@ -77,7 +78,7 @@ OptimizerSteps::CheckpointShare OptimizerSteps::CheckpointPart(const std::functi
   CheckpointShare share;
   // A TP slice says which it is; whole tensors TP does not split come from TP rank 0 only.
   auto slice_of = [&](int v, const std::string& name, const std::string& stored) -> bool {
-    const int dim = LayerStackImpl::TensorParallelDim(name);
+    const int dim = local_.stacks.at(v)->TensorParallelDim(name);
     const auto [rank, degree] = tp_of_.at(v);
     if (degree > 1 && dim >= 0) {
       share.metadata[weights::SliceKey(stored)] = fmt::format("{}/{}/{}", dim, rank, degree);
@@ -129,10 +130,10 @@ OptimizerSteps::CheckpointShare OptimizerSteps::CheckpointPart(const std::functi
 
 namespace {
 
-// This process's share of `name` (its TP slice of the whole tensor), as
-// `like` is shaped; moments, where `stored` is one.
-torch::Tensor ShareOf(const weights::RunCheckpointReader& reader, const std::string& name, const std::string& stored,
-                      const torch::Tensor& like, int tp_rank, int tp_degree) {
+// This process's share of `name` (its TP slice of the whole tensor, as
+// `stack` splits it), as `like` is shaped; moments, where `stored` is one.
+torch::Tensor ShareOf(const weights::RunCheckpointReader& reader, const LayerStackImpl& stack, const std::string& name,
+                      const std::string& stored, const torch::Tensor& like, int tp_rank, int tp_degree) {
   std::string from = stored;
   if (!reader.Has(from)) {
     const std::string tied = TiedFallback(name);
@@ -144,9 +145,8 @@ torch::Tensor ShareOf(const weights::RunCheckpointReader& reader, const std::str
   }
   std::vector<int64_t> shape;
   std::vector<float> values = reader.Read(from, &shape);
-  const int dim = tp_degree > 1 ? LayerStackImpl::TensorParallelDim(name) : -1;
-  std::vector<int64_t> want = like.sizes().vec();
-  if (dim >= 0) want[dim] *= tp_degree;
+  const int dim = tp_degree > 1 ? stack.TensorParallelDim(name) : -1;
+  const std::vector<int64_t> want = stack.WholeShape(name, like.sizes().vec());
   if (shape != want) {
     throw Error(
         fmt::format("checkpoint {}: tensor '{}' is [{}] there, [{}] in this model: a checkpoint of another "
@@ -154,7 +154,7 @@ torch::Tensor ShareOf(const weights::RunCheckpointReader& reader, const std::str
                     reader.folder(), from, ShapeCsv(shape), ShapeCsv(want)));
   }
   torch::Tensor whole = torch::from_blob(values.data(), shape, torch::kFloat).clone();
-  if (dim >= 0) whole = whole.narrow(dim, tp_rank * like.size(dim), like.size(dim));
+  if (dim >= 0) whole = whole.narrow(dim, weights::SliceSpanOf(shape[dim], tp_rank, tp_degree).begin, like.size(dim));
   return whole.contiguous();
 }
 
@@ -170,16 +170,16 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
       if (!p.requires_grad()) continue;
       const std::string& name = item.key();
       if (zero_.Sharded(v)) {  // the slice below; the full weights too unless ZeRO-3 released them
-        if (!zero_.Fsdp(v)) p.copy_(ShareOf(reader, name, name, p, rank, degree).to(p.device()));
+        if (!zero_.Fsdp(v)) p.copy_(ShareOf(reader, *stack, name, name, p, rank, degree).to(p.device()));
         continue;
       }
       ParamState s;
-      s.value = ShareOf(reader, name, name, p, rank, degree);
+      s.value = ShareOf(reader, *stack, name, name, p, rank, degree);
       // A tied copy restored from the embedding takes its step count too.
       s.step = reader.Step(reader.Has(name) || TiedFallback(name).empty() ? name : TiedFallback(name));
       if (s.step > 0) {
-        s.exp_avg = ShareOf(reader, name, name + kMoments[0], p, rank, degree);
-        s.exp_avg_sq = ShareOf(reader, name, name + kMoments[1], p, rank, degree);
+        s.exp_avg = ShareOf(reader, *stack, name, name + kMoments[0], p, rank, degree);
+        s.exp_avg_sq = ShareOf(reader, *stack, name, name + kMoments[1], p, rank, degree);
       }
       RestoreParam(name, p, *o.replicated, s);
     }
@@ -202,7 +202,7 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
         const std::string stored[3] = {name, name + kMoments[0], name + kMoments[1]};
         for (int k = 0; k < (step > 0 ? 3 : 1); ++k) {
           parts[k].push_back(
-              ShareOf(reader, name, stored[k], p, rank, degree).reshape({-1}).narrow(0, range.begin, range.length));
+              ShareOf(reader, *local_.stacks.at(sb->stage), name, stored[k], p, rank, degree).reshape({-1}).narrow(0, range.begin, range.length));
         }
       }
       s.value = torch::cat(parts[0]).to(sb->master.device());

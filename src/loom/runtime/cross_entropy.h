@@ -13,6 +13,9 @@
 
 #include <torch/torch.h>
 
+#include <cstdint>
+#include <functional>
+
 namespace loom::runtime {
 
 // sum over rows r with targets[r] != -100 of -log_softmax(logits[r])[targets[r]],
@@ -22,5 +25,19 @@ namespace loom::runtime {
 // Rows go through in chunks of `chunk_rows` (default, <= 0: cost/layer_work.h
 // LossChunkRows(vocab), the chunk the memory model prices).
 torch::Tensor SummedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t chunk_rows = 0);
+
+// The same sum where `logits` [rows, n] holds vocabulary entries [begin,
+// begin + n) and the other ranks of a tensor-parallel group hold the rest
+// (Megatron-LM's vocabulary-parallel cross-entropy): rank `rank` of `ranks`,
+// `all_reduce` summing a tensor over the group in place. Every rank returns
+// the whole sum; each backward gives its own logits their gradient, with no
+// communication. targets: whole-vocabulary ids (or -100), the same on every
+// rank. The forward makes one all-reduce of (ranks + 1) x rows fp32 values:
+// each rank's log-sum-exp over its entries and the target's logit where it
+// holds it (Megatron reduces a max, a sum of exponentials and the target
+// logit in three; a log-sum-exp per rank needs no max and one call).
+torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets, int64_t begin,
+                                        int rank, int ranks, const std::function<void(torch::Tensor&)>& all_reduce,
+                                        int64_t chunk_rows);
 
 }  // namespace loom::runtime

@@ -230,8 +230,8 @@ torch::Tensor ReadPart(const weights::CheckpointWeights::Location& where, const 
   torch::Tensor host = torch::empty(param.sizes(), torch::TensorOptions(TorchDType(info.dtype)));
   const std::span<std::byte> bytes(static_cast<std::byte*>(host.data_ptr()), host.nbytes());
   if (dim >= 0) {
-    const int64_t local = param.size(dim);
-    where.file->ReadSlice(info, dim, tp.rank * local, (tp.rank + 1) * local, bytes);
+    const weights::SliceSpan span = weights::SliceSpanOf(info.shape.at(dim), tp.rank, tp.size);
+    where.file->ReadSlice(info, dim, span.begin, span.begin + span.length, bytes);
   } else {
     where.file->Read(info, bytes);
   }
@@ -285,10 +285,8 @@ std::vector<std::string> LoadHfWeights(LayerStackImpl& stack, const Model& model
     torch::Tensor& param = item.value();
     const weights::CheckpointWeights::Location& where = FindHf(checkpoint, hf);
     const weights::TensorInfo& info = *where.tensor;
-    const int dim = tp.size > 1 ? LayerStackImpl::TensorParallelDim(item.key()) : -1;
-    std::vector<int64_t> whole = param.sizes().vec();
-    if (dim >= 0) whole[dim] *= tp.size;
-    whole = HfShape(model, item.key(), whole);
+    const int dim = tp.size > 1 ? stack.TensorParallelDim(item.key()) : -1;
+    const std::vector<int64_t> whole = HfShape(model, item.key(), stack.WholeShape(item.key(), param.sizes().vec()));
     if (info.shape != whole) {
       throw Error(fmt::format("{}: tensor '{}' is {} in the checkpoint, but the model makes it {} (the checkpoint "
                               "of another model, or a config.json that does not match it?)",
@@ -338,7 +336,7 @@ void AppendHfPart(LayerStackImpl& stack, const Model& model, const TensorParalle
     part.tensors.push_back({hf, file_dtype, HfShape(model, name, host.sizes().vec()),
                             std::span<const std::byte>(static_cast<const std::byte*>(host.data_ptr()), host.nbytes())});
     part.hold.push_back(std::move(host));
-    if (sliced) part.slices[hf] = {LayerStackImpl::TensorParallelDim(name), tp.rank, tp.size};
+    if (sliced) part.slices[hf] = {stack.TensorParallelDim(name), tp.rank, tp.size};
   }
 }
 

@@ -39,6 +39,40 @@ std::string WhyNoWholeLayers(const Model& model, const Plan& plan, Precision pre
   return "";
 }
 
+namespace {
+
+// Under TP a token table and the LM head hold their vocabulary rows
+// (torch_model.h TensorParallel): a head tied to the embedding of another
+// stage sums its gradient with that stage's rows shard by shard, so the two
+// stages must split the vocabulary alike.
+void CheckTiedStagesSplitAlike(const Model& model, const ExecutionPlan& exec) {
+  const Module& lm = model.modules.back();
+  if (lm.layers.empty() || lm.layers.back().kind != LayerKind::kLmHead || !lm.layers.back().tied) return;
+  std::map<std::pair<int, int>, std::pair<int, int>> ends;  // (unit, replica) -> embedding's, head's stage
+  for (size_t v = 0; v < exec.stages.size(); ++v) {
+    const ExecStage& st = exec.stages[v];
+    for (const auto& r : st.layers) {
+      if (r.module != lm.name) continue;
+      auto [it, made] = ends.try_emplace({st.unit, st.replica}, -1, -1);
+      if (r.begin == 0) it->second.first = static_cast<int>(v);
+      if (r.end == static_cast<int>(lm.layers.size())) it->second.second = static_cast<int>(v);
+    }
+  }
+  for (const auto& [key, stages] : ends) {
+    if (stages.first < 0 || stages.second < 0) continue;
+    const ExecStage &e = exec.stages[stages.first], &h = exec.stages[stages.second];
+    if (e.tp != h.tp) {
+      throw Error(
+          fmt::format("runtime: module {} ties its LM head (stage {}, tp {}) to its embedding (stage {}, tp {}); "
+                      "TP splits both by vocabulary rows, so the two stages need one tp (or untie the head: "
+                      "tie_word_embeddings false)",
+                      lm.name, h.label, h.tp, e.label, e.tp));
+    }
+  }
+}
+
+}  // namespace
+
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                                 const Batch& batch, const IterationSchedule* it) {
   for (const Unit& u : plan.units) {
@@ -116,6 +150,7 @@ ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, cons
                       a.label, b.label, a.tp, b.tp));
     }
   }
+  CheckTiedStagesSplitAlike(model, exec);
   // Units may differ in context parallelism (Cornstarch: a CP LLM fed by
   // encoders sharing their groups' sequences), but the stages one GPU group
   // runs share one.

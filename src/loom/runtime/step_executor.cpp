@@ -457,7 +457,8 @@ void StepExecutor::Forward(int r, const Action& a) {
     torch::Tensor loss = TextLoss(
         out.at(loss_module_), mb, s.batch_text_tokens,
         CP > 1 ? ContextRows(s.packings.Mine(v, k), loss_module_, place_.cp_rank, CP, groups_.context_parallel.split)
-               : std::vector<int64_t>{});
+               : std::vector<int64_t>{},
+        local_.stacks.at(v)->HeadVocab());
     if (towers.defined()) loss = loss + towers;
     s.loss_terms.push_back(loss.detach());
     s.holds_loss = true;

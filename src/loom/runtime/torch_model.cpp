@@ -11,10 +11,12 @@
 #include "loom/runtime/attention.h"
 #include "loom/runtime/autograd_pointers.h"
 #include "loom/runtime/bitfield_attention.h"
+#include "loom/cost/layer_work.h"
 #include "loom/runtime/cross_entropy.h"
 #include "loom/runtime/layer_ops.h"
 #include "loom/runtime/rotary.h"
 #include "loom/runtime/runnable_layers.h"
+#include "loom/weights/checkpoint_parts.h"
 #include "loom/weights/safetensors.h"
 
 namespace loom::runtime {
@@ -475,8 +477,10 @@ torch::Tensor InputRows(const ModuleTensors& in, const Part& p) {
 //             audio clip through ConvImpl
 struct EmbedImpl : torch::nn::Module {
   enum class Data { kText, kPatches, kFeatures };
-  EmbedImpl(const loom::Module& m, int module, const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies)
-      : module(module), vocab(l.vocab), copies(copies) {
+  // `tp`: a token table's split by vocabulary rows (TensorParallel); ignored by patches and features.
+  EmbedImpl(const loom::Module& m, int module, const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies,
+            const TensorParallel* tp)
+      : module(module), vocab(l.vocab), copies(copies), tp(tp) {
     if (l.kind == LayerKind::kPatchEmbed) {
       data = Data::kPatches;
       values = l.in_channels * l.kernel * l.kernel * l.temporal_patch;
@@ -492,7 +496,10 @@ struct EmbedImpl : torch::nn::Module {
       conv = register_module("conv", Conv(l, deferral, copies));
       return;  // the conv adds its own positions
     } else {
-      table = register_parameter("table", torch::randn({l.vocab, l.hidden}));
+      // Drawn whole and cut, so that every TP degree starts from the reference's weights.
+      const weights::SliceSpan rows = weights::SliceSpanOf(l.vocab, tp->rank, tp->size);
+      first_id = rows.begin;
+      table = register_parameter("table", torch::randn({l.vocab, l.hidden}).slice(0, rows.begin, rows.begin + rows.length).clone());
     }
     if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.hidden}) * 0.02);
     if (l.final_norm != NormKind::kNone)
@@ -517,8 +524,37 @@ struct EmbedImpl : torch::nn::Module {
                       phase)
         .view({rows, values});
   }
+  // Token ids through the table: under TP each rank looks up the ids its rows
+  // hold, zeros for the others, and the group sums (Megatron's
+  // VocabParallelEmbedding; its backward is the identity, each rank's rows
+  // taking the gradient of the ids they hold).
+  torch::Tensor Lookup(const torch::Tensor& ids) {
+    if (tp->size == 1) return torch::embedding(copies->Of(table), ids);
+    const int64_t rows = table.size(0);
+    const torch::Tensor local = ids - first_id;
+    const torch::Tensor held = (local >= 0) & (local < rows);
+    const torch::Tensor x =
+        torch::embedding(copies->Of(table), local.clamp(0, std::max<int64_t>(rows - 1, 0))).masked_fill(~held.unsqueeze(-1), 0);
+    return ReduceFromTensorParallel::apply(x, AsInt(tp));
+  }
+  // The text parts' embeddings in packing order, from one lookup (one all-reduce under TP).
+  std::vector<torch::Tensor> TextParts(const MicrobatchInput& mb) {
+    std::vector<torch::Tensor> ids;
+    std::vector<int64_t> sizes;
+    for (const auto& s : mb.packing->modules[module]) {
+      for (const Part& p : s.parts) {
+        if (p.source >= 0) continue;
+        ids.push_back(TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 0));
+        sizes.push_back(p.tokens);
+      }
+    }
+    if (ids.empty()) return {};
+    return Lookup(torch::cat(ids, 0)).split_with_sizes(sizes, 0);
+  }
   torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
     std::vector<torch::Tensor> seqs;
+    const std::vector<torch::Tensor> text = data == Data::kText ? TextParts(mb) : std::vector<torch::Tensor>{};
+    size_t next_text = 0;
     for (const auto& s : mb.packing->modules[module]) {
       std::vector<torch::Tensor> parts;
       const int item = s.image >= 0 ? s.image : s.clip;
@@ -532,8 +568,7 @@ struct EmbedImpl : torch::nn::Module {
         } else if (data == Data::kFeatures) {
           parts.push_back(conv->Sequence(Synthetic(s.sample, item, p.tokens * stride, mb)));
         } else {
-          parts.push_back(
-              torch::embedding(copies->Of(table), TextIds(s.sample, s.doc, p.offset, p.tokens, mb, vocab, 0)));
+          parts.push_back(text.at(next_text++));
         }
       }
       torch::Tensor seq = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
@@ -544,7 +579,9 @@ struct EmbedImpl : torch::nn::Module {
   }
   int module;
   int64_t vocab, values = 0, stride = 1, patch = 0;
+  int64_t first_id = 0;  // the token id of the table's first row (TP: this rank's rows)
   ComputeCopies* copies;
+  const TensorParallel* tp;
   Data data = Data::kText;
   Dense proj{nullptr};
   Conv conv{nullptr};
@@ -567,9 +604,14 @@ struct HeadImpl : torch::nn::Module {
   // uses add up in it), or null with `tied`: a copy of it drawn from the
   // embedding's seed, kept equal to it by summing the two gradients before
   // each optimizer step (Megatron's tied word embeddings across stages).
+  // Under TP the matrix is this rank's vocabulary rows, as the embedding's
+  // (SliceSpanOf): the logits are this rank's columns (a column-parallel
+  // linear whose input passes Megatron's f), which the loss takes as they
+  // are (cross_entropy.h VocabParallelCrossEntropy).
   HeadImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies, torch::Tensor* tied_table,
-           uint64_t embedding_seed)
-      : deferral(deferral), copies(copies) {
+           uint64_t embedding_seed, const TensorParallel* tp)
+      : deferral(deferral), copies(copies), tp(tp) {
+    const weights::SliceSpan rows = weights::SliceSpanOf(l.vocab, tp->rank, tp->size);
     if (l.final_norm != NormKind::kNone) {
       norm = register_module("norm", Norm(l.final_norm, l.hidden, l.norm_eps, copies));
     }
@@ -577,20 +619,25 @@ struct HeadImpl : torch::nn::Module {
       weight_slot = tied_table;
     } else if (l.tied) {
       torch::manual_seed(embedding_seed);
-      copy = register_parameter("tied_table", torch::randn({l.vocab, l.hidden}));  // EmbedImpl's first draw
+      copy = register_parameter(
+          "tied_table",
+          torch::randn({l.vocab, l.hidden}).slice(0, rows.begin, rows.begin + rows.length).clone());  // EmbedImpl's first draw
       weight_slot = &copy;
     } else {
       proj = register_module("proj", Dense(l.hidden, l.vocab, false, deferral, copies));
+      if (tp->size > 1) proj->Shard(0, rows.begin, rows.begin + rows.length);
     }
   }
   torch::Tensor forward(const torch::Tensor& input) {
-    const torch::Tensor x = norm ? norm->forward(input) : input;
+    torch::Tensor x = norm ? norm->forward(input) : input;
+    if (tp->size > 1) x = CopyToTensorParallel::apply(x, AsInt(tp));
     if (proj) return proj->forward(x);
     return DeferrableMatmul::apply(copies->Cast(x), copies->Of(*weight_slot), AsInt(deferral), AsInt(weight_slot));
   }
   Norm norm{nullptr};  // the model's final norm (Llama's model.norm), before the logits
   WeightGradDeferral* deferral;
   ComputeCopies* copies;
+  const TensorParallel* tp;
   torch::Tensor* weight_slot = nullptr;
   torch::Tensor copy;
   Dense proj{nullptr};
@@ -644,20 +691,24 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
       switch (l.kind) {
         case LayerKind::kEmbedding:
         case LayerKind::kPatchEmbed: {
-          auto e = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get()));
+          auto e = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get(), tp_.get()));
           if (l.kind == LayerKind::kEmbedding) {
             table_ = table = &e->table;
             table_layer = static_cast<int>(layers_.size());
+            vocab_rows_[name + ".table"] = l.vocab;
           }
           layer = e;
           kind = kEmbed;
           break;
         }
         case LayerKind::kLmHead: {
-          auto h =
-              register_module(name, Head(l, deferral_.get(), copies_.get(), l.tied ? table : nullptr, layer_seed(0)));
+          auto h = register_module(
+              name, Head(l, deferral_.get(), copies_.get(), l.tied ? table : nullptr, layer_seed(0), tp_.get()));
           if (h->copy.defined()) tied_copy_ = h->copy;
           if (l.tied && table != nullptr) tied_within_ = table_layer;
+          if (h->proj) vocab_rows_[name + ".proj.weight"] = l.vocab;
+          if (h->copy.defined()) vocab_rows_[name + ".tied_table"] = l.vocab;
+          head_vocab_ = {l.vocab, weights::SliceSpanOf(l.vocab, tp.rank, tp.size).begin, tp_.get()};
           layer = h;
           kind = kHead;
           break;
@@ -668,7 +719,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
           break;
         case LayerKind::kConv:
           if (li == 0) {  // a conv stem reads the module's audio
-            layer = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get()));
+            layer = register_module(name, Embed(m, mi, l, deferral_.get(), copies_.get(), tp_.get()));
             kind = kEmbed;
           } else {
             layer = register_module(name, Conv(l, deferral_.get(), copies_.get()));
@@ -808,7 +859,8 @@ std::vector<std::vector<torch::Tensor>> LayerStackImpl::LayerTrainableParameters
   return out;
 }
 
-int LayerStackImpl::TensorParallelDim(const std::string& name) {
+int LayerStackImpl::TensorParallelDim(const std::string& name) const {
+  if (vocab_rows_.count(name)) return 0;
   for (const char* column : {".q.", ".k.", ".v.", ".up.", ".gate."}) {
     if (name.find(column) != std::string::npos) return 0;
   }
@@ -816,6 +868,14 @@ int LayerStackImpl::TensorParallelDim(const std::string& name) {
     if (name.find(row) != std::string::npos) return 1;
   }
   return -1;
+}
+
+std::vector<int64_t> LayerStackImpl::WholeShape(const std::string& name, std::vector<int64_t> local) const {
+  const int dim = tp_->size > 1 ? TensorParallelDim(name) : -1;
+  if (dim < 0) return local;
+  const auto vocab = vocab_rows_.find(name);
+  local[dim] = vocab != vocab_rows_.end() ? vocab->second : local[dim] * tp_->size;
+  return local;
 }
 
 torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInput& mb, int64_t vocab) {
@@ -838,13 +898,21 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
 }
 
 torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
-                       const std::vector<int64_t>& rows) {
-  const int64_t vocab = logits.size(-1);
+                       const std::vector<int64_t>& rows, const VocabShard& shard) {
+  const int64_t width = logits.size(-1), vocab = shard.vocab > 0 ? shard.vocab : width;
   torch::Tensor targets = TextTargets(*mb.packing, mb, vocab);
   if (!rows.empty()) targets = targets.index_select(0, torch::tensor(rows, torch::kLong).to(targets.device()));
   // In fp32 whatever the compute dtype, as transformers' ForCausalLMLoss
-  // upcasts the logits, a chunk of rows at a time (runtime/cross_entropy.h).
-  return SummedCrossEntropy(logits.reshape({-1, vocab}), targets) / static_cast<double>(batch_text_tokens);
+  // upcasts the logits, a chunk of rows at a time (runtime/cross_entropy.h),
+  // chunks of the whole vocabulary's rows under TP as well (what the memory
+  // model prices: cost/layer_work.h LossChunkRows).
+  const torch::Tensor flat = logits.reshape({-1, width});
+  const torch::Tensor sum =
+      shard.tp != nullptr && shard.tp->size > 1
+          ? VocabParallelCrossEntropy(flat, targets, shard.begin, shard.tp->rank, shard.tp->size, shard.tp->all_reduce,
+                                      LossChunkRows(vocab))
+          : SummedCrossEntropy(flat, targets, LossChunkRows(vocab));
+  return sum / static_cast<double>(batch_text_tokens);
 }
 
 const torch::Tensor& ImagePixels::Of(int sample, int image) const {

@@ -15,7 +15,8 @@
 // (global batch B) is sin(0.37 (r values + c) + 1.3 (13 (t B + x) + 7 i)).
 //   embedding     token ids -> hidden (+ learned positions); in a text+inputs
 //                 module it also splices the input modules' tokens in front
-//                 of each document's text (runtime/packing.h)
+//                 of each document's text (runtime/packing.h); under TP
+//                 each shard holds its vocabulary rows (TensorParallel)
 //   transformer   pre-norm (LayerNorm or RMSNorm) attention with grouped-query
 //                 heads (optional biases, Qwen3's Q/K norms, RoPE; fused:
 //                 runtime/attention.h), a causal or bidirectional mask inside
@@ -23,7 +24,8 @@
 //                 (runtime/layer_ops.h), both residual
 //   mlp_projector linear, GELU, linear (with biases)
 //   lm_head       hidden -> logits; tied: the embedding's matrix (in another
-//                 stage: a copy whose gradient the worker sums with it)
+//                 stage: a copy whose gradient the worker sums with it);
+//                 under TP this shard's vocabulary columns of the logits
 // Activations are packed: [1, tokens, width] per module (runtime/packing.h).
 // Frozen layers' parameters do not require gradients. Every layer's initial
 // weights are drawn from its own seed (the model's seed, its module and layer
@@ -54,11 +56,24 @@ namespace loom::runtime {
 // output (column parallel), the attention output and down projections by input
 // (row parallel); `all_reduce` sums a tensor over the TP group (the forward
 // after each row-parallel projection, the backward of each block input).
-// Embeddings, norms, projectors and the LM head are replicated. size 1: no TP.
+// A token embedding's table and the LM head are split by vocabulary rows
+// (Megatron's VocabParallelEmbedding and vocabulary-parallel loss; the rows
+// of shard r are weights::SliceSpanOf(vocab, r, size), so a vocabulary that
+// TP does not divide splits unevenly rather than being padded). Norms,
+// patch embeddings and projectors are replicated. size 1: no TP.
 struct TensorParallel {
   int rank = 0;
   int size = 1;
   std::function<void(torch::Tensor&)> all_reduce;
+};
+
+// The vocabulary entries a stack's LM head computes logits for: [begin,
+// begin + the logits' width) of `vocab`, the rest on the other ranks of `tp`
+// (null or size 1: all of them).
+struct VocabShard {
+  int64_t vocab = 0;
+  int64_t begin = 0;
+  const TensorParallel* tp = nullptr;
 };
 
 // Zero-bubble's split backward (ZB-H1, PipeWeaver): while `active`, the
@@ -189,9 +204,14 @@ class LayerStackImpl : public torch::nn::Module {
   // The parameters TP splits (their statistics are summed over shards).
   bool IsSharded(const std::string& parameter_name) const { return tp_->size > 1 && TensorParallelDim(parameter_name) >= 0; }
   // How TP splits a stack parameter ("llm_3.q.weight"): 0, by rows
-  // (column-parallel weights and their biases: q, k, v, up, gate); 1, by
-  // columns (row-parallel weights: o, down; their biases stay whole); -1, whole.
-  static int TensorParallelDim(const std::string& parameter_name);
+  // (column-parallel weights and their biases: q, k, v, up, gate; a token
+  // embedding's table, the LM head's matrix or tied copy); 1, by columns
+  // (row-parallel weights: o, down; their biases stay whole); -1, whole.
+  int TensorParallelDim(const std::string& parameter_name) const;
+  // A parameter's shape in the whole model from this shard's `local` one.
+  std::vector<int64_t> WholeShape(const std::string& parameter_name, std::vector<int64_t> local) const;
+  // The loss module's vocabulary as this stack's LM head holds it.
+  VocabShard HeadVocab() const { return head_vocab_; }
   // Tied word embeddings across stages: the embedding matrix of a stack whose
   // module's head lies elsewhere, and a tied head's copy of it (undefined if none).
   torch::Tensor EmbeddingTable() const { return table_ ? *table_ : torch::Tensor(); }
@@ -210,6 +230,8 @@ class LayerStackImpl : public torch::nn::Module {
   torch::Tensor tied_copy_;
   std::shared_ptr<LayerHooks> hooks_;
   int tied_within_ = -1;
+  std::map<std::string, int64_t> vocab_rows_;  // vocabulary-parallel parameter -> its whole row count
+  VocabShard head_vocab_;
 };
 TORCH_MODULE(LayerStack);
 
@@ -223,9 +245,10 @@ torch::Tensor TextTargets(const MicrobatchPacking& packing, const MicrobatchInpu
 // (runtime/packing.h BatchTextTokens): summed over all microbatches and
 // replicas, the mean next-token loss of the global batch.
 // `rows`: the packed rows `logits` holds (context parallelism: this rank's
-// ContextRows; empty: all), whose targets it is scored on.
+// ContextRows; empty: all), whose targets it is scored on. `vocab`: the
+// entries `logits` holds (LayerStackImpl::HeadVocab; default: all of them).
 torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, int64_t batch_text_tokens,
-                       const std::vector<int64_t>& rows = {});
+                       const std::vector<int64_t>& rows = {}, const VocabShard& vocab = {});
 
 // A tower's surrogate loss (process_layout.h TowerEnds): the sum of squares of
 // its output rows over `batch_values` (its tokens in the global batch times its

@@ -58,12 +58,21 @@ Joined JoinWhole(const std::string& name, const std::vector<Piece>& pieces) {
   return out;
 }
 
+// Whether shapes a and b have dimension `dim` and agree on every other.
+bool SameBeside(std::vector<int64_t> a, const std::vector<int64_t>& b, int dim) {
+  if (dim >= static_cast<int>(a.size()) || a.size() != b.size()) return false;
+  a[dim] = b[dim];
+  return a == b;
+}
+
 // Slices along `dim`, in index order: for each index over the dimensions
-// before `dim`, every slice's contiguous run in turn.
+// before `dim`, every slice's contiguous run in turn. Slices agree on every
+// dimension but `dim`, where theirs are SliceSpanOf's split of their sum.
 Joined JoinSlices(const std::string& name, std::vector<Piece> pieces) {
   std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.slice.index < b.slice.index; });
   const Piece& first = pieces[0];
   const int count = first.slice.count, dim = first.slice.dim;
+  int64_t whole = 0;
   for (int i = 0; i < static_cast<int>(pieces.size()); ++i) {
     const Piece& p = pieces[i];
     const auto where = [&] { return fmt::format("{}: tensor '{}' slice {}/{}", p.file->path(), name, p.slice.index, count); };
@@ -76,32 +85,47 @@ Joined JoinSlices(const std::string& name, std::vector<Piece> pieces) {
                               p.slice.index < i ? p.slice.index : i, count,
                               p.slice.index < i ? "given twice" : "missing from every part"));
     }
-    if (p.info->dtype != first.info->dtype || p.info->shape != first.info->shape ||
-        dim >= static_cast<int>(p.info->shape.size())) {
+    if (p.info->dtype != first.info->dtype || !SameBeside(p.info->shape, first.info->shape, dim)) {
       throw Error(where() + ": its dtype or shape differs from slice 0's in " + first.file->path() +
                   " (or it has no dimension " + std::to_string(dim) + ")");
     }
+    whole += p.info->shape[dim];
   }
   if (static_cast<int>(pieces.size()) != count) {
     throw Error(fmt::format("{}: tensor '{}': slice {} of {} is missing from every part", first.file->path(), name,
                             pieces.size(), count));
   }
+  for (const Piece& p : pieces) {
+    if (p.info->shape[dim] != SliceSpanOf(whole, p.slice.index, count).length) {
+      throw Error(fmt::format("{}: tensor '{}' slice {}/{} has {} entries along dimension {}; a split of {} "
+                              "gives it {}",
+                              p.file->path(), name, p.slice.index, count, p.info->shape[dim], dim, whole,
+                              SliceSpanOf(whole, p.slice.index, count).length));
+    }
+  }
   Joined out{first.info->shape, first.info->dtype, {}};
-  out.shape[dim] *= count;
-  int64_t outer = 1, inner = DTypeBytes(out.dtype);
+  out.shape[dim] = whole;
+  int64_t outer = 1, inner = DTypeBytes(out.dtype);  // inner: bytes of one entry along `dim`
   for (int d = 0; d < dim; ++d) outer *= first.info->shape[d];
-  for (int d = dim; d < static_cast<int>(first.info->shape.size()); ++d) inner *= first.info->shape[d];
-  out.bytes.resize(static_cast<size_t>(outer * inner * count));
+  for (int d = dim + 1; d < static_cast<int>(first.info->shape.size()); ++d) inner *= first.info->shape[d];
+  out.bytes.resize(static_cast<size_t>(outer * whole * inner));
   for (int i = 0; i < count; ++i) {
     const std::vector<std::byte> slice = ReadWhole(pieces[i]);
+    const SliceSpan span = SliceSpanOf(whole, i, count);
     for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(out.bytes.data() + (o * count + i) * inner, slice.data() + o * inner, static_cast<size_t>(inner));
+      std::memcpy(out.bytes.data() + (o * whole + span.begin) * inner, slice.data() + o * span.length * inner,
+                  static_cast<size_t>(span.length * inner));
     }
   }
   return out;
 }
 
 }  // namespace
+
+SliceSpan SliceSpanOf(int64_t whole, int index, int count) {
+  const int64_t begin = whole * index / count;
+  return {begin, whole * (index + 1) / count - begin};
+}
 
 void WriteCheckpointPart(const std::string& path, const std::vector<TensorToWrite>& tensors,
                          const std::map<std::string, SliceOf>& slices) {

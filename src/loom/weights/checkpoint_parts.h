@@ -7,8 +7,10 @@
 //
 // A part file is a safetensors file. A sliced tensor's entry in its
 // `__metadata__` is "loom.slice.NAME" -> "DIM/INDEX/COUNT": slice INDEX of
-// COUNT equal slices along DIM (TP's split, runtime/torch_model.h
-// TensorParallelDim). A tensor without that entry is whole.
+// COUNT along DIM (TP's split, runtime/torch_model.h TensorParallelDim), the
+// balanced split SliceSpanOf makes (equal slices where COUNT divides the
+// dimension, as TP's heads and MLP columns always do; a vocabulary of 50257
+// entries split 2 ways is 25128 + 25129 rows). A tensor without that entry is whole.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,16 @@ struct SliceOf {
   int index = 0;
   int count = 1;
 };
+
+// Where slice `index` of `count` lies along a dimension of `whole` entries:
+// [whole * index / count, whole * (index + 1) / count), sizes differing by at
+// most one. Megatron-LM pads the vocabulary to a multiple of TP instead; Loom
+// keeps Hugging Face's shapes, so that a slice is rows of the checkpoint's
+// own tensor and nothing is added to the model.
+struct SliceSpan {
+  int64_t begin = 0, length = 0;
+};
+SliceSpan SliceSpanOf(int64_t whole, int index, int count);
 
 // Writes one process's part (atomically, WriteSafetensors); `slices` marks
 // the tensors of `tensors` that are slices.

@@ -18,6 +18,7 @@
 #include "loom/error.h"
 #include "loom/input_file.h"
 #include "loom/regular_file.h"
+#include "loom/weights/checkpoint_parts.h"
 
 namespace loom::weights {
 
@@ -424,7 +425,6 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
   if (found == pieces_.end()) throw Error(fmt::format("checkpoint {}: holds no tensor '{}'", folder_, name));
   const std::vector<Piece>& pieces = found->second;
   const int count = pieces[0].count, dim = pieces[0].dim;
-  const std::vector<int64_t> slice_shape = pieces[0].shape;
   // The metadata first: every slice's ZeRO ranges must tile it, checked
   // before anything is allocated (a part claiming a shape of 2^60 elements
   // was std::bad_alloc, naming no file).
@@ -434,16 +434,25 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
                     "partial checkpoint)",
                     folder_, name, count, pieces[0].file->path(), pieces.size()));
   }
+  // Per slice, its shape: slices agree beside `dim`, where they are
+  // SliceSpanOf's split (checkpoint_parts.h) of the whole.
+  std::vector<std::vector<int64_t>> slice_shapes(count);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(count);  // per slice: the ranges [offset, end)
   for (const Piece& p : pieces) {
-    if (p.count != count || p.dim != dim || p.shape != slice_shape) {
+    std::vector<int64_t> beside = p.shape, first = pieces[0].shape;
+    if (count > 1 && dim < static_cast<int>(beside.size()) && beside.size() == first.size()) beside[dim] = first[dim];
+    if (p.count != count || p.dim != dim || beside != first ||
+        (!slice_shapes[p.index].empty() && slice_shapes[p.index] != p.shape)) {
       throw Error(fmt::format("{}: tensor '{}': its slice {}/{} along {} of shape [{}] disagrees with {}'s",
                               p.file->path(), name, p.index, p.count, p.dim, fmt::join(p.shape, ", "),
                               pieces[0].file->path()));
     }
-    const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : ElementCount(slice_shape);
+    slice_shapes[p.index] = p.shape;
+    const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : ElementCount(p.shape);
     covered[p.index].push_back({offset, offset + length});
   }
+  int64_t whole_rows = 0;  // along `dim`
+  for (int i = 0; i < count; ++i) whole_rows += slice_shapes[i].empty() ? 0 : slice_shapes[i][dim];
   for (int i = 0; i < count; ++i) {
     std::vector<std::pair<int64_t, int64_t>>& ranges = covered[i];
     std::sort(ranges.begin(), ranges.end());
@@ -455,9 +464,17 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
       }
       at = e;
     }
-    if (ranges.empty() || at != ElementCount(slice_shape)) {
+    if (ranges.empty() || at != ElementCount(slice_shapes[i])) {
       throw Error(fmt::format("checkpoint {}: tensor '{}' slice {} of {} is {} (a partial checkpoint)", folder_, name,
                               i, count, ranges.empty() ? "missing from every part" : "incomplete"));
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    if (count > 1 && slice_shapes[i][dim] != SliceSpanOf(whole_rows, i, count).length) {
+      throw Error(fmt::format("checkpoint {}: tensor '{}' slice {} of {} has {} entries along dimension {}; a split "
+                              "of {} gives it {}",
+                              folder_, name, i, count, slice_shapes[i][dim], dim, whole_rows,
+                              SliceSpanOf(whole_rows, i, count).length));
     }
   }
   // Each TP slice, its ZeRO ranges placed: the parts' bytes, which tile it.
@@ -465,7 +482,7 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
   for (const Piece& p : pieces) {
     const std::string where = fmt::format("{}: tensor '{}'", p.file->path(), name);
     std::vector<float>& s = slices[p.index];
-    const int64_t numel = ElementCount(slice_shape);
+    const int64_t numel = ElementCount(p.shape);
     if (s.empty()) s.assign(numel, 0.0F);
     const int64_t offset = p.ranged ? p.offset : 0, length = p.ranged ? p.length : numel;
     p.file->Read(*p.info,
@@ -477,20 +494,22 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
                   "from an earlier checkpoint");
     }
   }
-  std::vector<int64_t> whole = slice_shape;
+  std::vector<int64_t> whole = slice_shapes[0];
   if (count == 1) {
     if (shape) *shape = whole;
     return std::move(slices[0]);
   }
-  whole[dim] *= count;
+  whole[dim] = whole_rows;
   // Joined along `dim`: for each index over the dimensions before it, every slice's contiguous run in turn.
-  int64_t outer = 1, run = 1;
-  for (int d = 0; d < dim; ++d) outer *= slice_shape[d];
-  for (size_t d = dim; d < slice_shape.size(); ++d) run *= slice_shape[d];
-  std::vector<float> out(static_cast<size_t>(outer * run * count));
+  int64_t outer = 1, inner = 1;  // inner: elements of one entry along `dim`
+  for (int d = 0; d < dim; ++d) outer *= whole[d];
+  for (size_t d = dim + 1; d < whole.size(); ++d) inner *= whole[d];
+  std::vector<float> out(static_cast<size_t>(outer * whole_rows * inner));
   for (int64_t o = 0; o < outer; ++o) {
     for (int i = 0; i < count; ++i) {
-      std::copy_n(slices[i].begin() + o * run, run, out.begin() + (o * count + i) * run);
+      const SliceSpan span = SliceSpanOf(whole_rows, i, count);
+      std::copy_n(slices[i].begin() + o * span.length * inner, span.length * inner,
+                  out.begin() + (o * whole_rows + span.begin) * inner);
     }
   }
   if (shape) *shape = whole;
