@@ -41,11 +41,14 @@ modules:
 // Under bf16 mixed precision (`dtype` kBFloat16) the input is bf16 and the
 // layer's bf16 weight copies (model state, 2 B a parameter, priced by
 // cost/memory.h) are left out of the kept bytes.
+// `tp` > 1: shard 0 of that many, its all-reduces left out (one process: the
+// bytes are a shard's whatever the sums).
 Measured MeasureLayer(const std::string& layer_yaml, int64_t count, int64_t seq, Recompute recompute,
-                      torch::ScalarType dtype = torch::kFloat) {
+                      torch::ScalarType dtype = torch::kFloat, int tp = 1) {
   const Model model = OneLayerModel(layer_yaml);
   const Layer& l = model.modules[0].layers[1];
-  runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1);
+  runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1,
+                            runtime::TensorParallel{0, tp, [](torch::Tensor&) {}});
   stack->SetComputeDtype(dtype);
   runtime::MicrobatchPacking packing;
   packing.modules.resize(1);
@@ -58,14 +61,16 @@ Measured MeasureLayer(const std::string& layer_yaml, int64_t count, int64_t seq,
     torch::Tensor y = stack->forward({{0, x}}, mb, {recompute}).at(0);
     kept = static_cast<double>(counter.live_bytes());
     // Copies exist only where autograd recorded (not under full recomputation's first run).
-    if (dtype != torch::kFloat && recompute != Recompute::kFull) kept -= 2.0 * static_cast<double>(LayerParams(l));
+    if (dtype != torch::kFloat && recompute != Recompute::kFull) {
+      kept -= 2.0 * static_cast<double>(LayerParams(l)) / tp;
+    }
     y.backward(torch::ones_like(y));
   }
   TokenStats t;
   t.tokens = static_cast<double>(count * seq);
   t.sum_sq = static_cast<double>(count * seq * seq);
   t.sequences = static_cast<double>(count);
-  return {kept, ActivationBytes(l, t, 1, recompute, dtype == torch::kFloat ? 4.0 : 2.0)};
+  return {kept, ActivationBytes(l, t, tp, recompute, dtype == torch::kFloat ? 4.0 : 2.0)};
 }
 
 // Each layer under each recomputation policy, in fp32 and in bf16 mixed
@@ -137,6 +142,38 @@ TEST(ActivationMemory, EveryTransformerLayerKeepsWhatTheMemoryModelPrices) {
             << c.name << " recompute " << static_cast<int>(r) << " bytes " << e;
       }
     }
+  }
+}
+
+double BackwardWorkingBytesOf(runtime::LayerStack& stack, const Layer& l, int64_t tokens, torch::ScalarType dtype);
+
+// A TP shard of a Llama layer (shard 0 of 2; its sums left out, so one
+// process measures it) keeps what ActivationBytes prices at tp 2 without
+// sequence parallelism (Q, K, V, the attention output and the MLP's split,
+// the norms' rows whole), with the same rope tables and norm statistics as
+// tp 1 beside it, and its backward holds what BackwardWorkingBytes prices
+// (f's input-gradient copy for the sum included).
+TEST(ActivationMemory, UnderTensorParallelismAShardKeepsWhatTheMemoryModelPrices) {
+  const std::string layer =
+      "{kind: transformer, hidden: 128, ffn_hidden: 384, heads: 4, kv_heads: 2, gated_mlp: true, causal: true, "
+      "norm: rms, rope_theta: 10000}";
+  const double beside = 4 * 64 * (2.0 * 32 * 4) + (4 * 64) * 2 * 4;  // rope tables (head_dim 32), RMSNorms' rstd
+  for (int tp : {1, 2}) {
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective}) {
+      const Measured m = MeasureLayer(layer, 4, 64, r, torch::kFloat, tp);
+      std::printf("tp %d recompute %d: kept %.0f B, priced %.0f B\n", tp, static_cast<int>(r), m.kept_bytes,
+                  m.predicted_bytes);
+      EXPECT_NEAR(m.kept_bytes - beside, m.predicted_bytes, 5e-3 * m.predicted_bytes)
+          << tp << " " << static_cast<int>(r);
+    }
+    const Model model = OneLayerModel(layer);
+    const Layer& l = model.modules[0].layers[1];
+    runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1,
+                              runtime::TensorParallel{0, tp, [](torch::Tensor&) {}});
+    TokenStats t;
+    t.tokens = 256;
+    const double working = BackwardWorkingBytesOf(stack, l, 256, torch::kFloat);
+    EXPECT_NEAR(working, BackwardWorkingBytes(l, t, tp, 4), 0.03 * working) << tp;
   }
 }
 

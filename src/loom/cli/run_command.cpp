@@ -35,6 +35,7 @@
 #include "loom/sim/chrome_trace.h"
 #ifdef LOOM_HAVE_RUNTIME
 #include "loom/runtime/kernel_trace.h"
+#include "loom/runtime/runnable_plan.h"
 #endif
 #include "loom/strategies/baselines/megatron_config.h"
 #include "loom/strategies/oobleck/replan.h"
@@ -68,6 +69,7 @@ class RunCommand : public Command {
     const Workload workload = ResolveWorkload(model);
     ChosenPlan chosen = ChoosePlan(model, cluster, workload);
 #ifdef LOOM_HAVE_RUNTIME
+    const std::string sp_note = runtime::DropSequenceParallelism(chosen.plan);
     RunOptions options = flags_.BasicOptions(workload.precision);
     options.plan_label = chosen.label;
     // A Hugging Face model folder with weights: the run starts from them.
@@ -127,8 +129,10 @@ class RunCommand : public Command {
       throw;
     }
     log.Finish();
+    if (!sp_note.empty()) r.notes.insert(r.notes.begin(), sp_note);
     if (!r.events.empty()) {  // what ran last: the last generation's plan on its nodes
       chosen.plan = r.final_plan;
+      runtime::DropSequenceParallelism(chosen.plan);
       cluster.nodes = r.final_nodes;
     }
     const int last = flags_.steps - 1;

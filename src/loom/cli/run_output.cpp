@@ -71,6 +71,7 @@ nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
                       {"processes", e.processes}});
   }
   if (context.fault_tolerant) j["events"] = events;
+  j["notes"] = r.notes;
   if (!r.loss_scales.empty()) {  // fp16
     std::vector<int> skipped;
     for (size_t i = 0; i < r.skipped.size(); ++i) {

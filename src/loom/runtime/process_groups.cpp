@@ -39,7 +39,7 @@ ProcessGroups MakeModelGroups(const GroupMaker& maker, const ExecutionPlan& exec
   for (auto& [T, group] : out.tp) {
     group = maker.Make(fmt::format("tp{}.{}.{}", place.group, T, shard / T), shard % T, T);
     Group g = group;
-    out.tensor_parallel[T] = {shard % T, T, [g](torch::Tensor& t) { AllReduceSum(*g, t); }};
+    out.tensor_parallel[T] = {shard % T, T, [g](torch::Tensor& t) { AllReduceSumHere(*g, t); }};
   }
   const int CP = place.cp, cp_rank = place.cp_rank;
   if (CP > 1) {
@@ -62,7 +62,7 @@ ProcessGroups MakeModelGroups(const GroupMaker& maker, const ExecutionPlan& exec
       work->wait();
       return in;
     };
-    cp.all_reduce = [cpg](torch::Tensor& t) { AllReduceSum(*cpg, t); };
+    cp.all_reduce = [cpg](torch::Tensor& t) { AllReduceSumHere(*cpg, t); };
     cp.all_gather = [cpg](const torch::Tensor& t) { return AllGather(*cpg, t); };
   }
   return out;

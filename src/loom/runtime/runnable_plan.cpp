@@ -1,6 +1,7 @@
 #include "loom/runtime/runnable_plan.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,6 +18,25 @@
 #include "loom/runtime/runnable_layers.h"
 
 namespace loom::runtime {
+
+std::string DropSequenceParallelism(Plan& plan) {
+  std::vector<std::string> units;
+  for (Unit& u : plan.units) {
+    bool tp = u.tp > 1;
+    for (const auto& ps : u.pipelines) {
+      for (const auto& st : ps.stages) tp = tp || st.tp > 1;
+    }
+    if (!tp || !u.sequence_parallel) continue;
+    u.sequence_parallel = false;
+    units.push_back(u.name);
+  }
+  if (units.empty()) return "";
+  return fmt::format(
+      "sequence parallelism is not run yet: unit(s) {} run TP with each norm's and residual's rows whole on "
+      "every TP rank, and the prediction is the plan's without it (what Megatron-LM's --sequence-parallel "
+      "saves is not saved)",
+      fmt::join(units, ", "));
+}
 
 std::string WhyNoWholeLayers(const Model& model, const Plan& plan, Precision precision) {
   if (precision == Precision::kFp16) return "fp16's loss scale is carried in checkpoints only";
