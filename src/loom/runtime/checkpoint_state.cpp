@@ -201,8 +201,9 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
         s.step = step;
         const std::string stored[3] = {name, name + kMoments[0], name + kMoments[1]};
         for (int k = 0; k < (step > 0 ? 3 : 1); ++k) {
-          parts[k].push_back(
-              ShareOf(reader, *local_.stacks.at(sb->stage), name, stored[k], p, rank, degree).reshape({-1}).narrow(0, range.begin, range.length));
+          parts[k].push_back(ShareOf(reader, *local_.stacks.at(sb->stage), name, stored[k], p, rank, degree)
+                                 .reshape({-1})
+                                 .narrow(0, range.begin, range.length));
         }
       }
       s.value = torch::cat(parts[0]).to(sb->master.device());

@@ -58,8 +58,8 @@ struct SummedCrossEntropyFn : torch::autograd::Function<SummedCrossEntropyFn> {
 struct VocabParallelCrossEntropyFn : torch::autograd::Function<VocabParallelCrossEntropyFn> {
   // `group`: the caller's all-reduce (the autograd context keeps only ints).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
-                               const torch::Tensor& targets, int64_t begin, int64_t rank, int64_t ranks,
-                               int64_t group, int64_t chunk) {
+                               const torch::Tensor& targets, int64_t begin, int64_t rank, int64_t ranks, int64_t group,
+                               int64_t chunk) {
     const auto& all_reduce = *FromInt<const std::function<void(torch::Tensor&)>>(group);
     const int64_t rows = logits.size(0), width = logits.size(1);
     // Rows 0..ranks-1: each rank's log-sum-exp of its entries; row `ranks`:
@@ -106,8 +106,7 @@ struct VocabParallelCrossEntropyFn : torch::autograd::Function<VocabParallelCros
                      -(row_scale * held.to(torch::kFloat)).unsqueeze(1));
       grad.slice(0, r, r + n).copy_(p);
     }
-    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
-            torch::Tensor()};
+    return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -138,8 +137,7 @@ torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& logits, const torch
   if (ranks < 1 || rank < 0 || rank >= ranks || chunk_rows < 1) {
     throw std::logic_error("VocabParallelCrossEntropy: rank, ranks or chunk_rows out of range");
   }
-  return VocabParallelCrossEntropyFn::apply(logits, targets, begin, rank, ranks,
-                                            AsInt(&all_reduce), chunk_rows);
+  return VocabParallelCrossEntropyFn::apply(logits, targets, begin, rank, ranks, AsInt(&all_reduce), chunk_rows);
 }
 
 }  // namespace loom::runtime

@@ -7,11 +7,11 @@
 #include <limits>
 #include <set>
 
+#include "loom/cost/layer_work.h"
 #include "loom/error.h"
 #include "loom/runtime/attention.h"
 #include "loom/runtime/autograd_pointers.h"
 #include "loom/runtime/bitfield_attention.h"
-#include "loom/cost/layer_work.h"
 #include "loom/runtime/cross_entropy.h"
 #include "loom/runtime/layer_ops.h"
 #include "loom/runtime/rotary.h"
@@ -499,7 +499,8 @@ struct EmbedImpl : torch::nn::Module {
       // Drawn whole and cut, so that every TP degree starts from the reference's weights.
       const weights::SliceSpan rows = weights::SliceSpanOf(l.vocab, tp->rank, tp->size);
       first_id = rows.begin;
-      table = register_parameter("table", torch::randn({l.vocab, l.hidden}).slice(0, rows.begin, rows.begin + rows.length).clone());
+      table = register_parameter(
+          "table", torch::randn({l.vocab, l.hidden}).slice(0, rows.begin, rows.begin + rows.length).clone());
     }
     if (l.positions > 0) positions = register_parameter("positions", torch::randn({l.positions, l.hidden}) * 0.02);
     if (l.final_norm != NormKind::kNone)
@@ -533,8 +534,8 @@ struct EmbedImpl : torch::nn::Module {
     const int64_t rows = table.size(0);
     const torch::Tensor local = ids - first_id;
     const torch::Tensor held = (local >= 0) & (local < rows);
-    const torch::Tensor x =
-        torch::embedding(copies->Of(table), local.clamp(0, std::max<int64_t>(rows - 1, 0))).masked_fill(~held.unsqueeze(-1), 0);
+    const torch::Tensor x = torch::embedding(copies->Of(table), local.clamp(0, std::max<int64_t>(rows - 1, 0)))
+                                .masked_fill(~held.unsqueeze(-1), 0);
     return ReduceFromTensorParallel::apply(x, AsInt(tp));
   }
   // The text parts' embeddings in packing order, from one lookup (one all-reduce under TP).
@@ -619,9 +620,9 @@ struct HeadImpl : torch::nn::Module {
       weight_slot = tied_table;
     } else if (l.tied) {
       torch::manual_seed(embedding_seed);
-      copy = register_parameter(
-          "tied_table",
-          torch::randn({l.vocab, l.hidden}).slice(0, rows.begin, rows.begin + rows.length).clone());  // EmbedImpl's first draw
+      copy = register_parameter("tied_table", torch::randn({l.vocab, l.hidden})
+                                                  .slice(0, rows.begin, rows.begin + rows.length)
+                                                  .clone());  // EmbedImpl's first draw
       weight_slot = &copy;
     } else {
       proj = register_module("proj", Dense(l.hidden, l.vocab, false, deferral, copies));
@@ -907,11 +908,10 @@ torch::Tensor TextLoss(const torch::Tensor& logits, const MicrobatchInput& mb, i
   // chunks of the whole vocabulary's rows under TP as well (what the memory
   // model prices: cost/layer_work.h LossChunkRows).
   const torch::Tensor flat = logits.reshape({-1, width});
-  const torch::Tensor sum =
-      shard.tp != nullptr && shard.tp->size > 1
-          ? VocabParallelCrossEntropy(flat, targets, shard.begin, shard.tp->rank, shard.tp->size, shard.tp->all_reduce,
-                                      LossChunkRows(vocab))
-          : SummedCrossEntropy(flat, targets, LossChunkRows(vocab));
+  const torch::Tensor sum = shard.tp != nullptr && shard.tp->size > 1
+                                ? VocabParallelCrossEntropy(flat, targets, shard.begin, shard.tp->rank, shard.tp->size,
+                                                            shard.tp->all_reduce, LossChunkRows(vocab))
+                                : SummedCrossEntropy(flat, targets, LossChunkRows(vocab));
   return sum / static_cast<double>(batch_text_tokens);
 }
 

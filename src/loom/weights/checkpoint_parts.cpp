@@ -97,10 +97,11 @@ Joined JoinSlices(const std::string& name, std::vector<Piece> pieces) {
   }
   for (const Piece& p : pieces) {
     if (p.info->shape[dim] != SliceSpanOf(whole, p.slice.index, count).length) {
-      throw Error(fmt::format("{}: tensor '{}' slice {}/{} has {} entries along dimension {}; a split of {} "
-                              "gives it {}",
-                              p.file->path(), name, p.slice.index, count, p.info->shape[dim], dim, whole,
-                              SliceSpanOf(whole, p.slice.index, count).length));
+      throw Error(
+          fmt::format("{}: tensor '{}' slice {}/{} has {} entries along dimension {}; a split of {} "
+                      "gives it {}",
+                      p.file->path(), name, p.slice.index, count, p.info->shape[dim], dim, whole,
+                      SliceSpanOf(whole, p.slice.index, count).length));
     }
   }
   Joined out{first.info->shape, first.info->dtype, {}};

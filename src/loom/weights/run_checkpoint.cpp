@@ -471,10 +471,10 @@ std::vector<float> RunCheckpointReader::Read(const std::string& name, std::vecto
   }
   for (int i = 0; i < count; ++i) {
     if (count > 1 && slice_shapes[i][dim] != SliceSpanOf(whole_rows, i, count).length) {
-      throw Error(fmt::format("checkpoint {}: tensor '{}' slice {} of {} has {} entries along dimension {}; a split "
-                              "of {} gives it {}",
-                              folder_, name, i, count, slice_shapes[i][dim], dim, whole_rows,
-                              SliceSpanOf(whole_rows, i, count).length));
+      throw Error(fmt::format(
+          "checkpoint {}: tensor '{}' slice {} of {} has {} entries along dimension {}; a split "
+          "of {} gives it {}",
+          folder_, name, i, count, slice_shapes[i][dim], dim, whole_rows, SliceSpanOf(whole_rows, i, count).length));
     }
   }
   // Each TP slice, its ZeRO ranges placed: the parts' bytes, which tile it.
