@@ -534,6 +534,38 @@ TEST(Runtime, TensorParallelPeakTensorMemoryFollowsThePrediction) {
   }
 }
 
+// Under TP the embedding and a tied head hold their vocabulary rows; a head
+// whose stage runs another TP than the embedding's would sum its gradient
+// with rows of another split: refused before any worker starts, naming both.
+TEST(Runtime, ATiedHeadOnAStageOfAnotherTpIsRefused) {
+  std::ifstream in(kModel);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string head = "{kind: lm_head, vocab: 128, hidden: 64}";
+  text.replace(text.find(head), head.size(), "{kind: lm_head, vocab: 128, hidden: 64, tied: true}");
+  const std::string model = test::WriteTemp("tiny-llm-tied-tp.yaml", text);
+  const TinyRun s(model);
+  nlohmann::json plan = nlohmann::json::parse(
+      std::ifstream(MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, "tied-tp.json", 2, 2, 1)));
+  plan["cluster"] = "h100:1x4";
+  auto& stages = plan["units"][0]["pipelines"][0]["stages"];
+  ASSERT_EQ(stages.size(), 2u);
+  stages[0]["tp"] = 2;
+  stages[1]["tp"] = 1;
+  const std::string file = test::WriteTemp("tied-tp-mixed.json", plan.dump());
+  auto [code, out] = LoomCli("run --model " + model + " --cluster h100:1x4 " + s.data_args + " --plan " + file +
+                             " --steps 1");
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_NE(out.find("module llm ties its LM head (stage llm[3:6], tp 1) to its embedding (stage llm[0:3], tp 2); "
+                     "TP splits both by vocabulary rows, so the two stages need one tp"),
+            std::string::npos)
+      << out;
+  // One tp on both stages runs.
+  stages[1]["tp"] = 2;
+  auto [ok, ran] = LoomCli("run --model " + model + " --cluster h100:1x4 " + s.data_args + " --plan " +
+                           test::WriteTemp("tied-tp-same.json", plan.dump()) + " --steps 1");
+  EXPECT_EQ(ok, 0) << ran;
+}
+
 // ZeRO-3 over two data-parallel replicas, each test model: one layer's full
 // weights and gradients at a time beside the slices (runtime/fsdp_layers.h),
 // as the simulator prices FSDP, so the peak stays within 10% of the
