@@ -497,17 +497,18 @@ TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
 }
 
 // TP 2, on tiny-llm and on tiny-llm with a vocabulary of 8191 (its embedding
-// and head then hold 87% of its weights, split 4095 + 4096 rows): each
-// process's peak tensor memory within 10% of the prediction, which prices the
-// vocabulary split over TP as Megatron-LM runs it (measured 1.000-1.002x).
-// Held whole on each rank, as the runtime held them before, the two matrices
-// would add 16 B x 524,224 parameters (weights, gradients, AdamW) = 8.4 MB to
-// the 12.7 MiB predicted. Megatron plans ask for sequence parallelism, which
-// the runtime does not run: the run drops it and predicts the plan without it
-// (runtime/runnable_plan.h DropSequenceParallelism), and says so. Before it
-// did, tiny-llm measured 1.11-1.18x the prediction with it, and the tensors
-// Gloo's thread freed went uncounted (1.9-2.5x, varying run to run;
-// c10d_calls.h AllReduceSumHere).
+// and head then hold 87% of its weights, split 4095 + 4096 rows), with and
+// without sequence parallelism (runtime/sequence_parallel.h): each process's
+// peak tensor memory within 10% of the prediction (measured 0.99-1.00x),
+// and sequence parallelism's below the plan's without it. Held whole on each
+// rank, as the runtime held them before, the vocabulary's two matrices would
+// add 16 B x 524,224 parameters (weights, gradients, AdamW) = 8.4 MB to the
+// 12.7 MiB predicted. Before sequence parallelism ran, the run was compared
+// with the plan's sequence-parallel prediction: tiny-llm measured 1.11-1.18x
+// it; and before the tensors Gloo's thread let go were waited for, the count
+// drifted up by every sum (1.9-2.5x, varying run to run; c10d_calls.h
+// AllReduceSumHere). Sequence parallelism beside CP is not run: the run drops
+// it, predicts the plan without it and says so.
 TEST(Runtime, TensorParallelPeakTensorMemoryFollowsThePrediction) {
   std::ifstream in(kModel);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -518,20 +519,37 @@ TEST(Runtime, TensorParallelPeakTensorMemoryFollowsThePrediction) {
   const std::vector<std::pair<std::string, TinyRun>> models = {
       {"llm", TinyRun()}, {"llm-vocab-8191", TinyRun(test::WriteTemp("tiny-llm-8191.yaml", text))}};
   for (const auto& [name, s] : models) {
-    const std::string plan =
-        MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-tp-{}.json", name), 2, 1, 1);
-    const std::vector<double> ratios = PeakTensorRatios(s, plan, name, 1);
-    ASSERT_EQ(ratios.size(), 2u) << name;
-    auto [code, text] = LoomCli("run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " +
-                                plan + " --steps 1");
-    EXPECT_EQ(code, 0) << text;
-    EXPECT_NE(text.find("sequence parallelism is not run yet: unit(s) all run TP"), std::string::npos) << text;
-    for (int p : {0, 1}) {
-      std::printf("%-15s tp 2 process %d: measured / simulated peak tensor bytes %.3f\n", name.c_str(), p, ratios[p]);
-      EXPECT_GT(ratios[p], 0.9) << name << " process " << p;
-      EXPECT_LT(ratios[p], 1.1) << name << " process " << p;
+    double peak[2] = {0, 0};  // without, with sequence parallelism
+    for (bool sp : {false, true}) {
+      nlohmann::json plan = nlohmann::json::parse(
+          std::ifstream(MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-tp-{}.json", name), 2, 1, 1)));
+      plan["units"][0]["sequence_parallel"] = sp;
+      const std::vector<double> ratios =
+          PeakTensorRatios(s, test::WriteTemp(fmt::format("mem-tp-{}-{}.json", name, sp), plan.dump()), name, 1);
+      ASSERT_EQ(ratios.size(), 2u) << name;
+      for (int p : {0, 1}) {
+        std::printf("%-15s tp 2%s process %d: measured / simulated peak tensor bytes %.3f\n", name.c_str(),
+                    sp ? " sp" : "", p, ratios[p]);
+        EXPECT_GT(ratios[p], 0.9) << name << " sp " << sp << " process " << p;
+        EXPECT_LT(ratios[p], 1.1) << name << " sp " << sp << " process " << p;
+      }
+      // One microbatch of the batch's 256 tokens: the activations, not the
+      // weights and AdamW state, make the peak.
+      plan["units"][0]["pipelines"][0]["microbatches"] = 1;
+      auto [code, out] = LoomCli("run --model " + s.model_path + " --cluster h100:1x2 " + s.data_args + " --plan " +
+                                 test::WriteTemp("mem-tp-sp.json", plan.dump()) + " --steps 2 --json");
+      ASSERT_EQ(code, 0) << out;
+      const auto j = nlohmann::json::parse(out);
+      peak[sp] = j["peak_tensor_bytes"][0].get<double>();
+      EXPECT_TRUE(j["notes"].empty()) << out;
     }
+    EXPECT_LT(peak[1], peak[0]) << name << ": the norms' and residuals' rows split";
   }
+  auto [code, text_cp] = LoomCli("run --model " + kModel + " --cluster h100:1x4 --tp 2 --cp 2 " + kData + " --steps 1");
+  EXPECT_EQ(code, 0) << text_cp;
+  EXPECT_NE(text_cp.find("sequence parallelism beside context parallelism is not run yet: unit(s) all run TP"),
+            std::string::npos)
+      << text_cp;
 }
 
 // Under TP the embedding and a tied head hold their vocabulary rows; a head

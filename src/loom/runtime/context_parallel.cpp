@@ -1,5 +1,7 @@
 #include "loom/runtime/context_parallel.h"
 
+#include <numeric>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -168,6 +170,7 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
                                                         const Module* spec) {
   auto L = c10::make_intrusive<AttentionLayout>();
   L->lengths = packing.Lengths(module);
+  L->tokens = std::accumulate(L->lengths.begin(), L->lengths.end(), int64_t{0});
   if (spec != nullptr && spec->bitfield_attention) {
     std::vector<MaskSegment> segments;
     const auto& sequences = packing.modules[module];
@@ -192,7 +195,6 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
       pos_of.push_back(p);
     }
   }
-  L->tokens = static_cast<int64_t>(seq_of.size());
   std::vector<std::vector<int64_t>> rows(cp.size);
   int64_t max_rows = 0;
   for (int c = 0; c < cp.size; ++c) {

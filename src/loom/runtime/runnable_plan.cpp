@@ -26,15 +26,15 @@ std::string DropSequenceParallelism(Plan& plan) {
     for (const auto& ps : u.pipelines) {
       for (const auto& st : ps.stages) tp = tp || st.tp > 1;
     }
-    if (!tp || !u.sequence_parallel) continue;
+    if (!tp || u.cp < 2 || !u.sequence_parallel) continue;
     u.sequence_parallel = false;
     units.push_back(u.name);
   }
   if (units.empty()) return "";
   return fmt::format(
-      "sequence parallelism is not run yet: unit(s) {} run TP with each norm's and residual's rows whole on "
-      "every TP rank, and the prediction is the plan's without it (what Megatron-LM's --sequence-parallel "
-      "saves is not saved)",
+      "sequence parallelism beside context parallelism is not run yet: unit(s) {} run TP with each norm's "
+      "and residual's rows whole on every TP rank, and the prediction is the plan's without it (what "
+      "Megatron-LM's --sequence-parallel saves is not saved)",
       fmt::join(units, ", "));
 }
 

@@ -18,11 +18,12 @@ namespace loom::runtime {
 ExecutionPlan CompileForRuntime(const Model& model, const Cluster& cluster, const Workload& workload, const Plan& plan,
                                 const Batch& batch, const IterationSchedule* it = nullptr);
 
-// Sequence parallelism is not run yet (docs/runtime.md "Not built yet"):
-// clears `sequence_parallel` of each unit with tp > 1 that sets it (Megatron's
-// default, which plans keep), so that the plan a run predicts is the one it
-// runs: its norms' and residual rows whole on every TP rank. Returns a note
-// naming the units, or "" where none asked for it.
+// Sequence parallelism together with context parallelism is not run yet
+// (docs/runtime.md "Not built yet"): clears `sequence_parallel` of each unit
+// with tp > 1 and cp > 1 that sets it (Megatron's default, which plans
+// keep), so that the plan a run predicts is the one it runs: its norms' and
+// residual rows whole on every TP rank of a CP rank. Returns a note naming
+// the units, or "" where none needed it.
 std::string DropSequenceParallelism(Plan& plan);
 
 // Why a fault-tolerant run's survivors could not hand `plan`'s state over

@@ -142,7 +142,9 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
   std::vector<std::string> tensors_read;  // told the launcher, which names the checkpoint's unread ones
   for (int v = 0; v < place_.stages(); ++v) {
     if (!place_.IsLocal(v)) continue;
-    const TensorParallel& tp = groups_.tensor_parallel.at(place_.TpOf(v));
+    TensorParallel tp = groups_.tensor_parallel.at(place_.TpOf(v));
+    // Sequence parallelism where the plan asks for it (runnable_plan.h drops it under CP).
+    tp.sequence_parallel = tp.size > 1 && first.stages[v].sequence_parallel && first.stages[v].cp == 1;
     LayerStack stack(model, first.stages[v].layers, options.seed, tp, groups_.context_parallel);
     stack->SetComputeDtype(options.compute_dtype);
     if (checkpoint) {

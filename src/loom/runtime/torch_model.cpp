@@ -16,6 +16,7 @@
 #include "loom/runtime/layer_ops.h"
 #include "loom/runtime/rotary.h"
 #include "loom/runtime/runnable_layers.h"
+#include "loom/runtime/sequence_parallel.h"
 #include "loom/weights/checkpoint_parts.h"
 #include "loom/weights/safetensors.h"
 
@@ -154,6 +155,16 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
   }
 };
 
+// A replicated parameter that reads only this rank's rows under sequence
+// parallelism (a norm's weight, a row-parallel bias): passed through
+// Megatron's f, so that its gradient sums over the TP group, as Megatron
+// all-reduces the gradients of such parameters (`sequence_parallel`
+// attribute). `split_rows` null or without sequence parallelism: `p` itself.
+torch::Tensor SumGradientOverRows(const torch::Tensor& p, const TensorParallel* split_rows) {
+  if (split_rows == nullptr || !split_rows->sequence_parallel || !p.defined()) return p;
+  return CopyToTensorParallel::apply(p, AsInt(split_rows));
+}
+
 // A linear layer (torch's default initialisation) whose matmul can defer its weight gradient.
 struct DenseImpl : torch::nn::Module {
   DenseImpl(int64_t in, int64_t out, bool bias, WeightGradDeferral* deferral, ComputeCopies* copies)
@@ -162,26 +173,23 @@ struct DenseImpl : torch::nn::Module {
     weight = register_parameter("weight", torch::empty({out, in}).uniform_(-bound, bound));
     if (bias) this->bias = register_parameter("bias", torch::empty({out}).uniform_(-bound, bound));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    torch::Tensor y = Matmul(x);
-    return bias.defined() ? y + copies->Of(bias) : y;
-  }
+  torch::Tensor forward(const torch::Tensor& x) { return AddBias(Matmul(x)); }
+  torch::Tensor AddBias(const torch::Tensor& y) { return bias.defined() ? y + copies->Of(bias) : y; }
   // x in the compute dtype times its copy of the weight; the deferred weight
   // gradient goes to the fp32 weight itself.
   torch::Tensor Matmul(const torch::Tensor& x) {
     return DeferrableMatmul::apply(copies->Cast(x), copies->Of(weight), AsInt(deferral), AsInt(&weight));
   }
-  // A row-parallel layer's output: its shards' partial products summed by
-  // `reduce`, then the bias once (Megatron's RowParallelLinear adds it after the all-reduce).
+  // A row-parallel layer's output from this shard's partial product x W^T:
+  // the shards' partial products summed by `reduce`, then the bias once
+  // (Megatron's RowParallelLinear adds it after the all-reduce). `split_rows`: under
+  // sequence parallelism `reduce` leaves this rank's rows, so the bias's
+  // gradient sums over the group (SumGradientOverRows).
   template <typename Reduce>
-  torch::Tensor RowParallel(const torch::Tensor& x, Reduce&& reduce) {
-    return RowParallelSum(Matmul(x), reduce);
-  }
-  // The same from this shard's partial product x W^T.
-  template <typename Reduce>
-  torch::Tensor RowParallelSum(const torch::Tensor& partial, Reduce&& reduce) {
+  torch::Tensor RowParallelSum(const torch::Tensor& partial, Reduce&& reduce,
+                               const TensorParallel* split_rows = nullptr) {
     torch::Tensor y = reduce(partial);
-    return bias.defined() ? y + copies->Of(bias) : y;
+    return bias.defined() ? y + SumGradientOverRows(copies->Of(bias), split_rows) : y;
   }
   // act(x) W^T or (act(gate) * up) W^T, keeping x (and up), not the activation (ActivatedMatmul).
   torch::Tensor MatmulOfActivation(Activation activation, const torch::Tensor& x, const torch::Tensor& up) {
@@ -210,12 +218,18 @@ struct NormImpl : torch::nn::Module {
     weight = register_parameter("weight", torch::ones({width}));
     if (kind == NormKind::kLayerNorm) bias = register_parameter("bias", torch::zeros({width}));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return Apply(x, copies->Of(weight)); }
+  // `split_rows`: x holds this rank's rows under sequence parallelism, so
+  // the weight's and bias's gradients sum over the group (SumGradientOverRows).
+  torch::Tensor forward(const torch::Tensor& x, const TensorParallel* split_rows = nullptr) {
+    return Apply(x, SumGradientOverRows(copies->Of(weight), split_rows), split_rows);
+  }
   // With `w` standing for the weight: a TP rank's copy of a replicated weight
   // that only its shard of the heads reads (Qwen3's q/k norms), passed through
   // Megatron's f so that its gradient sums over the TP group.
-  torch::Tensor Apply(const torch::Tensor& x, const torch::Tensor& w) {
-    if (kind == NormKind::kLayerNorm) return torch::layer_norm(x, {x.size(-1)}, w, copies->Of(bias), eps);
+  torch::Tensor Apply(const torch::Tensor& x, const torch::Tensor& w, const TensorParallel* split_rows = nullptr) {
+    if (kind == NormKind::kLayerNorm) {
+      return torch::layer_norm(x, {x.size(-1)}, w, SumGradientOverRows(copies->Of(bias), split_rows), eps);
+    }
     return RmsNorm(x, w, eps);
   }
   NormKind kind;
@@ -310,10 +324,32 @@ struct BlockImpl : torch::nn::Module {
     return tp->size > 1 ? CopyToTensorParallel::apply(x, AsInt(tp)) : x;
   }
   torch::Tensor FromShards(const torch::Tensor& x) const {
+    if (tp->sequence_parallel) return ReduceScatterToSequenceParallel(x, tp);
     return tp->size > 1 ? ReduceFromTensorParallel::apply(x, AsInt(tp)) : x;
   }
-  // x [1, T, hidden] (with CP: this rank's rows); `layout` who attends to
-  // whom. Selective recomputation recomputes the MLP's activation (the
+  // Column-parallel projections of one normed input (with their biases): its
+  // rows gathered under sequence parallelism, keeping this rank's rows only
+  // (runtime/sequence_parallel.h GatheredMatmuls), else through Megatron's f.
+  // `rows`: the module's whole rows.
+  std::vector<torch::Tensor> Columns(const torch::Tensor& normed, const std::vector<DenseImpl*>& layers, int64_t rows) {
+    std::vector<torch::Tensor> out;
+    if (!tp->sequence_parallel) {
+      const torch::Tensor h = ToShards(normed);
+      for (DenseImpl* d : layers) out.push_back(d->forward(h));
+      return out;
+    }
+    std::vector<torch::Tensor> weights;
+    std::vector<torch::Tensor*> slots;
+    for (DenseImpl* d : layers) {
+      weights.push_back(copies->Of(d->weight));
+      slots.push_back(&d->weight);
+    }
+    out = GatheredMatmuls(copies->Cast(normed), rows, weights, slots, layers[0]->deferral, tp);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = layers[i]->AddBias(out[i]);
+    return out;
+  }
+  // x [1, T, hidden] (with CP or sequence parallelism: this rank's rows);
+  // `layout` who attends to whom. Selective recomputation recomputes the MLP's activation (the
   // simulator's Recompute::kSelective; attention is fused and keeps no scores
   // to recompute), full recomputation the layer.
   torch::Tensor forward(const torch::Tensor& x, const Layout& layout, Recompute recompute) {
@@ -341,11 +377,12 @@ struct BlockImpl : torch::nn::Module {
     return Attend(Q, K, V, layout->lengths, causal);
   }
   torch::Tensor Run(const torch::Tensor& x, const Layout& layout, bool selective) {
-    const int64_t T = x.size(1);
-    auto h = ToShards(norm1->forward(x));
-    auto Q = q->forward(h).view({1, T, heads, head_dim});
-    auto K = k->forward(h).view({1, T, kv_heads, head_dim});
-    auto V = v->forward(h).view({1, T, kv_heads, head_dim});
+    const int64_t T = tp->sequence_parallel ? layout->tokens : x.size(1);  // the rows attention reads
+    const TensorParallel* rows = tp->sequence_parallel ? tp : nullptr;     // x is this rank's rows
+    const std::vector<torch::Tensor> qkv = Columns(norm1->forward(x, rows), {q.get(), k.get(), v.get()}, T);
+    auto Q = qkv[0].view({1, T, heads, head_dim});
+    auto K = qkv[1].view({1, T, kv_heads, head_dim});
+    auto V = qkv[2].view({1, T, kv_heads, head_dim});
     if (q_norm) {  // each TP rank normalises its own heads: the weights' gradients sum over the group
       Q = q_norm->Apply(Q, ToShards(copies->Of(q_norm->weight)));
       K = k_norm->Apply(K, ToShards(copies->Of(k_norm->weight)));
@@ -358,16 +395,18 @@ struct BlockImpl : torch::nn::Module {
     // Grouped-query K/V (kv_heads < heads) stay unexpanded: SDPA takes them so.
     const torch::Tensor attn = Attention(Q, K, V, layout);
     auto reduce = [&](const torch::Tensor& t) { return FromShards(t); };
-    auto y = x + o->RowParallel(attn.reshape({1, T, heads * head_dim}), reduce);
-    auto m = ToShards(norm2->forward(y));
-    const torch::Tensor g = gated ? gate->forward(m) : torch::Tensor(), u = up->forward(m);
+    auto y = x + o->RowParallelSum(o->Matmul(attn.reshape({1, T, heads * head_dim})), reduce, rows);
+    const std::vector<torch::Tensor> gu =
+        Columns(norm2->forward(y, rows),
+                gated ? std::vector<DenseImpl*>{gate.get(), up.get()} : std::vector<DenseImpl*>{up.get()}, T);
+    const torch::Tensor g = gated ? gu[0] : torch::Tensor(), u = gu.back();
     if (selective) {  // the activation's output is recomputed in the backward, not kept
       return y + down->RowParallelSum(gated ? down->MatmulOfActivation(activation, g, u)
                                             : down->MatmulOfActivation(activation, u, torch::Tensor()),
-                                      reduce);
+                                      reduce, rows);
     }
     const torch::Tensor inner = gated ? MlpActivation(activation, g, u) : MlpActivation(activation, u);
-    return y + down->RowParallel(inner, reduce);
+    return y + down->RowParallelSum(down->Matmul(inner), reduce, rows);
   }
   int64_t heads, kv_heads, head_dim;
   bool causal, gated;
@@ -629,8 +668,14 @@ struct HeadImpl : torch::nn::Module {
       if (tp->size > 1) proj->Shard(0, rows.begin, rows.begin + rows.length);
     }
   }
-  torch::Tensor forward(const torch::Tensor& input) {
-    torch::Tensor x = norm ? norm->forward(input) : input;
+  // `rows` >= 0: `input` is this rank's rows of that many under sequence
+  // parallelism, normed as they are and gathered for the matmul.
+  torch::Tensor forward(const torch::Tensor& input, int64_t rows = -1) {
+    torch::Tensor x = norm ? norm->forward(input, rows >= 0 ? tp : nullptr) : input;
+    if (rows >= 0) {
+      torch::Tensor* slot = proj ? &proj->weight : weight_slot;
+      return GatheredMatmuls(copies->Cast(x), rows, {copies->Of(*slot)}, {slot}, deferral, tp)[0];
+    }
     if (tp->size > 1) x = CopyToTensorParallel::apply(x, AsInt(tp));
     if (proj) return proj->forward(x);
     return DeferrableMatmul::apply(copies->Cast(x), copies->Of(*weight_slot), AsInt(deferral), AsInt(weight_slot));
@@ -652,10 +697,11 @@ enum Kind { kEmbed, kBlock, kProjector, kHead, kConvLayer };
 void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending) {
   torch::NoGradGuard no_grad;
   for (auto& p : pending) {
+    const torch::Tensor input = p.gather_rows >= 0 ? GatherRows(p.input, p.gather_rows, *p.tp) : p.input;
     // In the compute dtype (bf16 under mixed precision), accumulated into the fp32 weight's gradient.
     torch::Tensor gw = p.grad_output.reshape({-1, p.grad_output.size(-1)})
                            .t()
-                           .mm(p.input.reshape({-1, p.input.size(-1)}))
+                           .mm(input.reshape({-1, input.size(-1)}))
                            .to(p.weight.scalar_type());
     if (p.weight.grad().defined()) {
       p.weight.mutable_grad().add_(gw);
@@ -798,14 +844,29 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
       for (int p : model_->modules[mi].inputs) whole(p);
       if (kinds_[i] != kEmbed) x = cut(Splice(live, mb, mi), mi);
     }
+    // Sequence parallelism (runtime/sequence_parallel.h): blocks read and
+    // hand on this rank's rows; they are split entering the first and
+    // gathered before any other layer (a head gathers them itself).
+    int64_t sp_rows = -1;  // the whole rows while x holds this rank's, else -1
+    auto leave_sp = [&] {
+      if (sp_rows >= 0) x = GatherFromSequenceParallel(x, sp_rows, tp_.get());
+      sp_rows = -1;
+    };
     for (int li = r.begin; li < r.end; ++li, ++i) {
       if (hooks_) hooks_->BeforeForward(static_cast<int>(i));
+      if (kinds_[i] == kBlock && tp_->sequence_parallel && sp_rows < 0) {
+        sp_rows = x.size(1);
+        x = ScatterToSequenceParallel(x, tp_.get());
+      } else if (kinds_[i] != kBlock && kinds_[i] != kHead) {
+        leave_sp();
+      }
       switch (kinds_[i]) {
         case kEmbed:
           x = cut(std::static_pointer_cast<EmbedImpl>(layers_[i])->forward(live, mb), mi);
           break;
         case kHead:
-          x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x);
+          x = std::static_pointer_cast<HeadImpl>(layers_[i])->forward(x, sp_rows);
+          sp_rows = -1;
           break;
         case kProjector:
           x = std::static_pointer_cast<ProjectorImpl>(layers_[i])->forward(x);
@@ -827,6 +888,7 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
         if (x.requires_grad()) x = BeforeLayerBackward::apply(x, AsInt(hooks_.get()), static_cast<int64_t>(i));
       }
     }
+    leave_sp();
     live[mi] = x;
     if (mi == loss_module && r.end == static_cast<int>(model_->modules[mi].layers.size())) ends_loss_module = true;
   }

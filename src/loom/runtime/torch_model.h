@@ -61,10 +61,19 @@ namespace loom::runtime {
 // of shard r are weights::SliceSpanOf(vocab, r, size), so a vocabulary that
 // TP does not divide splits unevenly rather than being padded). Norms,
 // patch embeddings and projectors are replicated. size 1: no TP.
+// With `sequence_parallel` (Megatron's sequence parallelism,
+// runtime/sequence_parallel.h) the rows between the matmuls are split over
+// the group too, and `all_gather` and `all_to_all` move them: every member's
+// `mine` (equal sizes) into `all` [size x mine.numel()] in member order; `in`
+// [size x chunk] sent chunk i to member i, `out` [size x chunk] what each
+// member sent this one, in member order.
 struct TensorParallel {
   int rank = 0;
   int size = 1;
   std::function<void(torch::Tensor&)> all_reduce;
+  bool sequence_parallel = false;
+  std::function<void(const torch::Tensor& mine, torch::Tensor& all)> all_gather;
+  std::function<void(torch::Tensor& in, torch::Tensor& out)> all_to_all;
 };
 
 // The vocabulary entries a stack's LM head computes logits for: [begin,
@@ -81,9 +90,14 @@ struct VocabShard {
 // what its weight gradient needs; ApplyWeightGradients computes those later
 // (the W pass). Norm, embedding and position weights take their gradients in
 // the input pass (they are small). Owned by one LayerStack.
+// Under sequence parallelism a pending input is this rank's rows of
+// `gather_rows`, gathered over `tp` when the W pass runs
+// (runtime/sequence_parallel.h GatheredMatmuls), so the rows wait split.
 struct WeightGradDeferral {
   struct Pending {
     torch::Tensor weight, input, grad_output;
+    int64_t gather_rows = -1;
+    const TensorParallel* tp = nullptr;
   };
   bool active = false;
   std::vector<Pending> pending;
