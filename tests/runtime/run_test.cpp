@@ -496,8 +496,9 @@ TEST(Runtime, PeakTensorMemoryFollowsThePredictionOnEveryTestModel) {
   }
 }
 
-// TP 2, on tiny-llm and on tiny-llm with a vocabulary of 8191 (its embedding
-// and head then hold 87% of its weights, split 4095 + 4096 rows), with and
+// TP 2, on tiny-llm, on tiny-llm with a vocabulary of 8191 (its embedding
+// and head then hold 87% of its weights, split 4095 + 4096 rows) and on
+// tiny-vlm (its ViT and projector split too), with and
 // without sequence parallelism (runtime/sequence_parallel.h): each process's
 // peak tensor memory within 10% of the prediction (measured 0.99-1.00x),
 // and sequence parallelism's below the plan's without it. Held whole on each
@@ -517,7 +518,9 @@ TEST(Runtime, TensorParallelPeakTensorMemoryFollowsThePrediction) {
     text.replace(text.find(from), from.size(), fmt::format("{{kind: {}, vocab: 8191,", kind));
   }
   const std::vector<std::pair<std::string, TinyRun>> models = {
-      {"llm", TinyRun()}, {"llm-vocab-8191", TinyRun(test::WriteTemp("tiny-llm-8191.yaml", text))}};
+      {"llm", TinyRun()},
+      {"llm-vocab-8191", TinyRun(test::WriteTemp("tiny-llm-8191.yaml", text))},
+      {"vlm", TinyRun(kVlm, kLaion)}};
   for (const auto& [name, s] : models) {
     double peak[2] = {0, 0};  // without, with sequence parallelism
     for (bool sp : {false, true}) {

@@ -425,15 +425,29 @@ torch::Tensor RunBlock(BlockImpl& block, const torch::Tensor& x, const Layout& l
 }
 
 // LLaVA's multi-modal projector (LlavaMultiModalProjector): linear_1, the
-// activation (projector_hidden_act; exact GELU by default), linear_2.
+// activation (projector_hidden_act; exact GELU by default), linear_2. Under
+// TP an MLP as Megatron splits one: linear_1 column parallel (rows
+// weights::SliceSpanOf(hidden, rank, size) of its weight and bias), linear_2
+// row parallel, its bias added after the sum, as the simulator prices it.
 struct ProjectorImpl : torch::nn::Module {
-  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies)
-      : activation(l.activation == Activation::kDefault ? Activation::kGelu : l.activation) {
+  ProjectorImpl(const Layer& l, WeightGradDeferral* deferral, ComputeCopies* copies, TensorParallel* tp)
+      : activation(l.activation == Activation::kDefault ? Activation::kGelu : l.activation), tp(tp) {
     fc1 = register_module("fc1", Dense(l.in_dim, l.hidden, l.bias, deferral, copies));
     fc2 = register_module("fc2", Dense(l.hidden, l.out_dim, l.bias, deferral, copies));
+    if (tp->size > 1) {
+      const weights::SliceSpan rows = weights::SliceSpanOf(l.hidden, tp->rank, tp->size);
+      fc1->Shard(0, rows.begin, rows.begin + rows.length);
+      fc2->Shard(1, rows.begin, rows.begin + rows.length);
+    }
   }
-  torch::Tensor forward(const torch::Tensor& x) { return fc2->forward(Activate(activation, false, fc1->forward(x))); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    if (tp->size == 1) return fc2->forward(Activate(activation, false, fc1->forward(x)));
+    const torch::Tensor inner = Activate(activation, false, fc1->forward(CopyToTensorParallel::apply(x, AsInt(tp))));
+    return fc2->RowParallelSum(fc2->Matmul(inner),
+                               [&](const torch::Tensor& t) { return ReduceFromTensorParallel::apply(t, AsInt(tp)); });
+  }
   Activation activation;
+  TensorParallel* tp;
   Dense fc1{nullptr}, fc2{nullptr};
 };
 TORCH_MODULE(Projector);
@@ -742,7 +756,7 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
           if (l.kind == LayerKind::kEmbedding) {
             table_ = table = &e->table;
             table_layer = static_cast<int>(layers_.size());
-            vocab_rows_[name + ".table"] = l.vocab;
+            splits_[name + ".table"] = {0, l.vocab};
           }
           layer = e;
           kind = kEmbed;
@@ -753,15 +767,17 @@ LayerStackImpl::LayerStackImpl(const Model& model, const std::vector<LayerRange>
               name, Head(l, deferral_.get(), copies_.get(), l.tied ? table : nullptr, layer_seed(0), tp_.get()));
           if (h->copy.defined()) tied_copy_ = h->copy;
           if (l.tied && table != nullptr) tied_within_ = table_layer;
-          if (h->proj) vocab_rows_[name + ".proj.weight"] = l.vocab;
-          if (h->copy.defined()) vocab_rows_[name + ".tied_table"] = l.vocab;
+          if (h->proj) splits_[name + ".proj.weight"] = {0, l.vocab};
+          if (h->copy.defined()) splits_[name + ".tied_table"] = {0, l.vocab};
           head_vocab_ = {l.vocab, weights::SliceSpanOf(l.vocab, tp.rank, tp.size).begin, tp_.get()};
           layer = h;
           kind = kHead;
           break;
         }
         case LayerKind::kMlpProjector:
-          layer = register_module(name, Projector(l, deferral_.get(), copies_.get()));
+          layer = register_module(name, Projector(l, deferral_.get(), copies_.get(), tp_.get()));
+          splits_[name + ".fc1.weight"] = splits_[name + ".fc1.bias"] = {0, l.hidden};
+          splits_[name + ".fc2.weight"] = {1, l.hidden};
           kind = kProjector;
           break;
         case LayerKind::kConv:
@@ -923,7 +939,7 @@ std::vector<std::vector<torch::Tensor>> LayerStackImpl::LayerTrainableParameters
 }
 
 int LayerStackImpl::TensorParallelDim(const std::string& name) const {
-  if (vocab_rows_.count(name)) return 0;
+  if (const auto it = splits_.find(name); it != splits_.end()) return it->second.dim;
   for (const char* column : {".q.", ".k.", ".v.", ".up.", ".gate."}) {
     if (name.find(column) != std::string::npos) return 0;
   }
@@ -936,8 +952,8 @@ int LayerStackImpl::TensorParallelDim(const std::string& name) const {
 std::vector<int64_t> LayerStackImpl::WholeShape(const std::string& name, std::vector<int64_t> local) const {
   const int dim = tp_->size > 1 ? TensorParallelDim(name) : -1;
   if (dim < 0) return local;
-  const auto vocab = vocab_rows_.find(name);
-  local[dim] = vocab != vocab_rows_.end() ? vocab->second : local[dim] * tp_->size;
+  const auto split = splits_.find(name);
+  local[dim] = split != splits_.end() ? split->second.whole : local[dim] * tp_->size;
   return local;
 }
 

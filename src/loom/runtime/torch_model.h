@@ -56,11 +56,12 @@ namespace loom::runtime {
 // output (column parallel), the attention output and down projections by input
 // (row parallel); `all_reduce` sums a tensor over the TP group (the forward
 // after each row-parallel projection, the backward of each block input).
-// A token embedding's table and the LM head are split by vocabulary rows
+// An MLP projector is split as an MLP (by its hidden units). A token
+// embedding's table and the LM head are split by vocabulary rows
 // (Megatron's VocabParallelEmbedding and vocabulary-parallel loss; the rows
 // of shard r are weights::SliceSpanOf(vocab, r, size), so a vocabulary that
-// TP does not divide splits unevenly rather than being padded). Norms,
-// patch embeddings and projectors are replicated. size 1: no TP.
+// TP does not divide splits unevenly rather than being padded). Norms and
+// patch embeddings are replicated. size 1: no TP.
 // With `sequence_parallel` (Megatron's sequence parallelism,
 // runtime/sequence_parallel.h) the rows between the matmuls are split over
 // the group too, and `all_gather` and `all_to_all` move them: every member's
@@ -218,9 +219,10 @@ class LayerStackImpl : public torch::nn::Module {
   // The parameters TP splits (their statistics are summed over shards).
   bool IsSharded(const std::string& parameter_name) const { return tp_->size > 1 && TensorParallelDim(parameter_name) >= 0; }
   // How TP splits a stack parameter ("llm_3.q.weight"): 0, by rows
-  // (column-parallel weights and their biases: q, k, v, up, gate; a token
-  // embedding's table, the LM head's matrix or tied copy); 1, by columns
-  // (row-parallel weights: o, down; their biases stay whole); -1, whole.
+  // (column-parallel weights and their biases: q, k, v, up, gate, a
+  // projector's fc1; a token embedding's table, the LM head's matrix or tied
+  // copy); 1, by columns (row-parallel weights: o, down, a projector's fc2;
+  // their biases stay whole); -1, whole.
   int TensorParallelDim(const std::string& parameter_name) const;
   // A parameter's shape in the whole model from this shard's `local` one.
   std::vector<int64_t> WholeShape(const std::string& parameter_name, std::vector<int64_t> local) const;
@@ -244,7 +246,14 @@ class LayerStackImpl : public torch::nn::Module {
   torch::Tensor tied_copy_;
   std::shared_ptr<LayerHooks> hooks_;
   int tied_within_ = -1;
-  std::map<std::string, int64_t> vocab_rows_;  // vocabulary-parallel parameter -> its whole row count
+  // Parameters split over TP by weights::SliceSpanOf (a vocabulary's rows, a
+  // projector's hidden units): the dimension, and its whole extent. (A
+  // transformer layer's split, always even, is TensorParallelDim's by name.)
+  struct Split {
+    int dim;
+    int64_t whole;
+  };
+  std::map<std::string, Split> splits_;
   VocabShard head_vocab_;
 };
 TORCH_MODULE(LayerStack);
