@@ -6,13 +6,12 @@
 
 #include <gtest/gtest.h>
 
-#include <barrier>
-#include <thread>
 #include <vector>
 
 #include "loom/cost/layer_work.h"
 #include "loom/runtime/tensor_memory.h"
 #include "loom/weights/checkpoint_parts.h"
+#include "thread_tp_group.h"
 
 namespace loom {
 namespace {
@@ -55,30 +54,6 @@ TEST(SummedCrossEntropy, EqualsAutogradsCrossEntropyInEveryChunking) {
   }
 }
 
-// A tensor-parallel group of `ranks` threads: all_reduce sums each rank's
-// tensor into every rank's (a barrier on either side of the sum).
-class ThreadGroup {
- public:
-  explicit ThreadGroup(int ranks) : sync_(ranks), inputs_(ranks), calls_(ranks) {}
-  std::function<void(torch::Tensor&)> AllReduce(int rank) {
-    return [this, rank](torch::Tensor& t) {
-      inputs_[rank] = t.clone();
-      sync_.arrive_and_wait();
-      torch::Tensor sum = torch::zeros_like(t);
-      for (const auto& x : inputs_) sum += x;
-      sync_.arrive_and_wait();  // every rank has read every input
-      t.copy_(sum);
-      ++calls_[rank];
-    };
-  }
-  int calls(int rank) const { return calls_.at(rank); }
-
- private:
-  std::barrier<> sync_;
-  std::vector<torch::Tensor> inputs_;
-  std::vector<int> calls_;  // per rank, written by its thread only
-};
-
 TEST(VocabParallelCrossEntropy, EachRanksColumnsMakeTheWholeLossAndGradient) {
   torch::manual_seed(6);
   const int64_t rows = 9, vocab = 37;  // 37 over 2 and 3 ranks: uneven slices (18/19, 12/12/13)
@@ -89,27 +64,23 @@ TEST(VocabParallelCrossEntropy, EachRanksColumnsMakeTheWholeLossAndGradient) {
     for (int ranks : {1, 2, 3}) {
       for (int64_t chunk : {1, 4, 64}) {
         SCOPED_TRACE(testing::Message() << dtype << " ranks " << ranks << " chunk " << chunk);
-        ThreadGroup group(ranks);
+        test::ThreadTpGroup group(ranks);
         std::vector<double> losses(ranks);
         std::vector<torch::Tensor> grads(ranks);
-        std::vector<std::thread> threads;
-        for (int r = 0; r < ranks; ++r) {
-          threads.emplace_back([&, r] {
-            const weights::SliceSpan span = weights::SliceSpanOf(vocab, r, ranks);
-            const torch::Tensor x = logits.slice(1, span.begin, span.begin + span.length).detach().requires_grad_();
-            const auto reduce = group.AllReduce(r);
-            const torch::Tensor loss =
-                runtime::VocabParallelCrossEntropy(x, targets, span.begin, r, ranks, reduce, chunk) * 0.25;
-            loss.backward();
-            losses[r] = loss.item<double>();
-            grads[r] = x.grad();
-          });
-        }
-        for (auto& t : threads) t.join();
+        group.Run([&](int r) {
+          const weights::SliceSpan span = weights::SliceSpanOf(vocab, r, ranks);
+          const torch::Tensor x = logits.slice(1, span.begin, span.begin + span.length).detach().requires_grad_();
+          const runtime::TensorParallel tp = group.Rank(r);
+          const torch::Tensor loss =
+              runtime::VocabParallelCrossEntropy(x, targets, span.begin, r, ranks, tp.all_reduce, chunk) * 0.25;
+          loss.backward();
+          losses[r] = loss.item<double>();
+          grads[r] = x.grad();
+        });
         for (int r = 0; r < ranks; ++r) {
           EXPECT_NEAR(losses[r], want_loss.item<double>(), 1e-6 * want_loss.item<double>()) << "rank " << r;
           EXPECT_EQ(grads[r].scalar_type(), dtype);
-          EXPECT_EQ(group.calls(r), 1) << "one all-reduce a call, whatever the chunking";
+          EXPECT_EQ(group.all_reduces(r), 1) << "one all-reduce a call, whatever the chunking";
         }
         const torch::Tensor grad = torch::cat(grads, 1).to(torch::kFloat);
         const double tol = dtype == torch::kFloat ? 1e-6 : 2e-3;
@@ -119,11 +90,13 @@ TEST(VocabParallelCrossEntropy, EachRanksColumnsMakeTheWholeLossAndGradient) {
     }
   }
   // No rows: no all-reduce (every rank of the group has none alike).
-  ThreadGroup group(1);
+  test::ThreadTpGroup group(1);
   const torch::Tensor none = torch::zeros({0, 5}).requires_grad_();
-  EXPECT_EQ(runtime::VocabParallelCrossEntropy(none, torch::zeros({0}, torch::kLong), 0, 0, 1, group.AllReduce(0), 4)
-                .item<double>(),
-            0.0);
+  EXPECT_EQ(
+      runtime::VocabParallelCrossEntropy(none, torch::zeros({0}, torch::kLong), 0, 0, 1, group.Rank(0).all_reduce, 4)
+          .item<double>(),
+      0.0);
+  EXPECT_EQ(group.all_reduces(0), 0);
 }
 
 TEST(SliceSpanOf, SplitsEvenlyWhereItDividesAndByOneRowWhereNot) {

@@ -8,62 +8,13 @@
 
 #include <gtest/gtest.h>
 
-#include <barrier>
-#include <functional>
-#include <thread>
 #include <vector>
 
 #include "loom/weights/checkpoint_parts.h"
+#include "thread_tp_group.h"
 
 namespace loom {
 namespace {
-
-// `ranks` threads as one TP group: each collective exchanges every rank's
-// tensor through shared slots between two barriers.
-class ThreadTpGroup {
- public:
-  explicit ThreadTpGroup(int ranks) : ranks_(ranks), sync_(ranks), slots_(ranks) {}
-  runtime::TensorParallel Rank(int r) {
-    runtime::TensorParallel tp;
-    tp.rank = r;
-    tp.size = ranks_;
-    tp.sequence_parallel = true;
-    tp.all_reduce = [this, r](torch::Tensor& t) {
-      const auto all = Exchange(r, t);
-      torch::Tensor sum = torch::zeros_like(t);
-      for (const auto& x : all) sum += x;
-      t.copy_(sum);
-    };
-    tp.all_gather = [this, r](const torch::Tensor& mine, torch::Tensor& all) {
-      all.copy_(torch::cat(Exchange(r, mine)));
-    };
-    tp.all_to_all = [this, r](torch::Tensor& in, torch::Tensor& out) {
-      const auto all = Exchange(r, in);
-      const int64_t chunk = in.numel() / ranks_;
-      for (int s = 0; s < ranks_; ++s) out.slice(0, s * chunk, (s + 1) * chunk).copy_(all[s].slice(0, r * chunk, (r + 1) * chunk));
-    };
-    return tp;
-  }
-  // Runs body(rank) on every rank's thread.
-  void Run(const std::function<void(int)>& body) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks_; ++r) threads.emplace_back(body, r);
-    for (auto& t : threads) t.join();
-  }
-
- private:
-  std::vector<torch::Tensor> Exchange(int r, const torch::Tensor& t) {
-    slots_[r] = t.clone();
-    sync_.arrive_and_wait();
-    std::vector<torch::Tensor> all;
-    for (const auto& s : slots_) all.push_back(s.clone());
-    sync_.arrive_and_wait();  // every rank has read every slot
-    return all;
-  }
-  int ranks_;
-  std::barrier<> sync_;
-  std::vector<torch::Tensor> slots_;
-};
 
 TEST(SequenceParallel, RowsGatherAndReduceScatterInTheSplitOfTheirCount) {
   torch::manual_seed(3);
@@ -75,7 +26,7 @@ TEST(SequenceParallel, RowsGatherAndReduceScatterInTheSplitOfTheirCount) {
       for (int r = 0; r < ranks; ++r) partials.push_back(torch::randn({1, rows, 5}));
       torch::Tensor sum = torch::zeros({1, rows, 5});
       for (const auto& p : partials) sum += p;
-      ThreadTpGroup group(ranks);
+      test::ThreadTpGroup group(ranks);
       std::vector<torch::Tensor> gathered(ranks), scattered(ranks);
       group.Run([&](int r) {
         const runtime::TensorParallel tp = group.Rank(r);
@@ -103,7 +54,7 @@ TEST(SequenceParallel, GatheredMatmulsEqualTheWholeInputsMatmulsForwardAndBackwa
   // The whole computation: y_i = x W_i^T with output gradients g_i.
   const torch::Tensor xw = x.clone().requires_grad_(), a = w0.clone().requires_grad_(), b = w1.clone().requires_grad_();
   torch::autograd::backward({torch::matmul(xw, a.t()), torch::matmul(xw, b.t())}, {g0, g1});
-  ThreadTpGroup group(ranks);
+  test::ThreadTpGroup group(ranks);
   std::vector<torch::Tensor> y0(ranks), input_grad(ranks), grad0(ranks), grad1(ranks);
   group.Run([&](int r) {
     const runtime::TensorParallel tp = group.Rank(r);

@@ -174,6 +174,16 @@ inline auto ReduceScatterAsync(GroupBase& pg, at::Tensor& in, at::Tensor& out) {
   return pg.alltoall_base(out, in, counts, counts);
 }
 
+// ReduceScatterAsync's all-to-all, waited for, then on a CPU the release of
+// both buffers by Gloo's thread, as AllReduceSumHere.
+inline void AllToAllHere(GroupBase& pg, at::Tensor& in, at::Tensor& out, AbortFlag abort = nullptr) {
+  const int64_t held_in = static_cast<int64_t>(in.use_count()), held_out = static_cast<int64_t>(out.use_count());
+  Await(ReduceScatterAsync(pg, in, out), abort);
+  if (in.is_cuda()) return;
+  AwaitRelease(in, held_in);
+  AwaitRelease(out, held_out);
+}
+
 // Gives back (bytes 0) or takes again the memory of a parameter's storage
 // while autograd keeps referring to the same tensor (FSDP's "free the
 // unsharded parameter" between its uses): the graph saved for the backward

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "loom/error.h"
+#include "loom/runtime/runnable_plan.h"
 #include "loom/runtime/training_state.h"
 
 namespace loom::runtime {
@@ -15,17 +16,11 @@ std::vector<Tie> MakeTies(const Model& model, const ExecutionPlan& exec, const P
                           const LocalStages& local, const GroupMaker& maker) {
   std::vector<Tie> ties;
   const Module& lm = model.modules.back();
-  std::map<std::pair<int, int>, Tie> by_replica;  // (unit, replica) -> its stages
-  for (int v = 0; v < place.stages(); ++v) {
-    for (const auto& r : exec.stages[v].layers) {
-      if (r.module != lm.name) continue;
-      Tie& t = by_replica[{exec.stages[v].unit, exec.stages[v].replica}];
-      if (r.begin == 0) t.embedding_stage = v;
-      if (r.end == static_cast<int>(lm.layers.size())) t.head_stage = v;
-    }
-  }
   if (lm.layers.back().kind != LayerKind::kLmHead || !lm.layers.back().tied || lm.layers[0].frozen) return ties;
-  for (auto& [key, t] : by_replica) {
+  for (const auto& [key, ends] : LossModuleEndsOf(model, exec)) {
+    Tie t;
+    t.embedding_stage = ends.embedding_stage;
+    t.head_stage = ends.head_stage;
     if (t.embedding_stage < 0 || t.head_stage < 0 || t.embedding_stage == t.head_stage) continue;
     const int pe = place.ProcessOf(place.stage_rank[t.embedding_stage]);
     const int ph = place.ProcessOf(place.stage_rank[t.head_stage]);

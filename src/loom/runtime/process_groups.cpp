@@ -43,22 +43,9 @@ ProcessGroups MakeModelGroups(const GroupMaker& maker, const ExecutionPlan& exec
     tp.rank = shard % T;
     tp.size = T;
     tp.all_reduce = [g](torch::Tensor& t) { AllReduceSumHere(*g, t); };
-    // Sequence parallelism's (runtime/sequence_parallel.h); on a CPU each
-    // waits for Gloo's thread to let go of its buffers, as AllReduceSumHere.
-    tp.all_gather = [g](const torch::Tensor& mine, torch::Tensor& all) {
-      const int64_t held = static_cast<int64_t>(all.use_count());
-      AllGatherInto(*g, mine, mine.numel(), all);
-      if (!all.is_cuda()) AwaitRelease(all, held);
-    };
-    tp.all_to_all = [g](torch::Tensor& in, torch::Tensor& received) {
-      const int64_t held_in = static_cast<int64_t>(in.use_count()),
-                    held_out = static_cast<int64_t>(received.use_count());
-      Await(ReduceScatterAsync(*g, in, received));
-      if (!in.is_cuda()) {
-        AwaitRelease(in, held_in);
-        AwaitRelease(received, held_out);
-      }
-    };
+    // Sequence parallelism's (runtime/sequence_parallel.h).
+    tp.all_gather = [g](const torch::Tensor& mine, torch::Tensor& all) { AllGatherInto(*g, mine, mine.numel(), all); };
+    tp.all_to_all = [g](torch::Tensor& in, torch::Tensor& received) { AllToAllHere(*g, in, received); };
   }
   const int CP = place.cp, cp_rank = place.cp_rank;
   if (CP > 1) {

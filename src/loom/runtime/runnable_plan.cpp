@@ -19,6 +19,21 @@
 
 namespace loom::runtime {
 
+std::map<std::pair<int, int>, LossModuleEnds> LossModuleEndsOf(const Model& model, const ExecutionPlan& exec) {
+  std::map<std::pair<int, int>, LossModuleEnds> out;
+  const Module& lm = model.modules.back();
+  for (size_t v = 0; v < exec.stages.size(); ++v) {
+    const ExecStage& st = exec.stages[v];
+    for (const auto& r : st.layers) {
+      if (r.module != lm.name) continue;
+      LossModuleEnds& ends = out[{st.unit, st.replica}];
+      if (r.begin == 0) ends.embedding_stage = static_cast<int>(v);
+      if (r.end == static_cast<int>(lm.layers.size())) ends.head_stage = static_cast<int>(v);
+    }
+  }
+  return out;
+}
+
 std::string DropSequenceParallelism(Plan& plan) {
   std::vector<std::string> units;
   for (Unit& u : plan.units) {
@@ -68,19 +83,9 @@ namespace {
 void CheckTiedStagesSplitAlike(const Model& model, const ExecutionPlan& exec) {
   const Module& lm = model.modules.back();
   if (lm.layers.empty() || lm.layers.back().kind != LayerKind::kLmHead || !lm.layers.back().tied) return;
-  std::map<std::pair<int, int>, std::pair<int, int>> ends;  // (unit, replica) -> embedding's, head's stage
-  for (size_t v = 0; v < exec.stages.size(); ++v) {
-    const ExecStage& st = exec.stages[v];
-    for (const auto& r : st.layers) {
-      if (r.module != lm.name) continue;
-      auto [it, made] = ends.try_emplace({st.unit, st.replica}, -1, -1);
-      if (r.begin == 0) it->second.first = static_cast<int>(v);
-      if (r.end == static_cast<int>(lm.layers.size())) it->second.second = static_cast<int>(v);
-    }
-  }
-  for (const auto& [key, stages] : ends) {
-    if (stages.first < 0 || stages.second < 0) continue;
-    const ExecStage &e = exec.stages[stages.first], &h = exec.stages[stages.second];
+  for (const auto& [key, ends] : LossModuleEndsOf(model, exec)) {
+    if (ends.embedding_stage < 0 || ends.head_stage < 0) continue;
+    const ExecStage &e = exec.stages[ends.embedding_stage], &h = exec.stages[ends.head_stage];
     if (e.tp != h.tp) {
       throw Error(
           fmt::format("runtime: module {} ties its LM head (stage {}, tp {}) to its embedding (stage {}, tp {}); "

@@ -86,7 +86,12 @@ struct GatheredMatmulsFn : torch::autograd::Function<GatheredMatmulsFn> {
     auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
     const std::vector<int64_t> slots = ctx->saved_data["slots"].toIntVector();
     const int64_t total = ctx->saved_data["total"].toInt();
-    torch::Tensor x = deferral->active ? torch::Tensor() : GatherRows(local, total, tp);  // gathered again
+    // Gathered again only where a weight gradient is made now (not for a
+    // frozen layer's, nor under the W pass's deferral).
+    bool weight_gradients = false;
+    for (int64_t i = 0; i < n; ++i)
+      weight_gradients = weight_gradients || (grads[i].defined() && ctx->needs_input_grad(1 + i));
+    torch::Tensor x = weight_gradients && !deferral->active ? GatherRows(local, total, tp) : torch::Tensor();
     torch::autograd::variable_list out(1 + kMaxWeights + 8);
     // Weight gradients first, so that the gathered rows go before the input's
     // gradient is made. The W pass keeps this rank's rows and gathers them

@@ -13,6 +13,7 @@
 #include "loom/plan/compile_plan.h"
 #include "loom/runtime/fsdp_layers.h"
 #include "loom/runtime/hf_weights.h"
+#include "loom/runtime/runnable_plan.h"
 #include "loom/runtime/sends_in_flight.h"
 #include "loom/runtime/tensor_buckets.h"
 #include "loom/runtime/unscale_gradients.h"
@@ -143,8 +144,7 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
   for (int v = 0; v < place_.stages(); ++v) {
     if (!place_.IsLocal(v)) continue;
     TensorParallel tp = groups_.tensor_parallel.at(place_.TpOf(v));
-    // Sequence parallelism where the plan asks for it (runnable_plan.h drops it under CP).
-    tp.sequence_parallel = tp.size > 1 && first.stages[v].sequence_parallel && first.stages[v].cp == 1;
+    tp.sequence_parallel = RunsSequenceParallelism(first.stages[v]);
     LayerStack stack(model, first.stages[v].layers, options.seed, tp, groups_.context_parallel);
     stack->SetComputeDtype(options.compute_dtype);
     if (checkpoint) {
