@@ -11,6 +11,7 @@
 #include "loom/runtime/tensor_memory.h"
 #include "loom/runtime/torch_model.h"
 #include "loom/spec/model.h"
+#include "thread_tp_group.h"
 
 namespace loom {
 namespace {
@@ -316,6 +317,92 @@ TEST(ActivationMemory, TheBackwardHoldsWhatTheMemoryModelPricesBeyondTheKeptByte
   // The gradient in bf16 and one chunk (all 256 rows) of fp32 probabilities and fp32 logits.
   EXPECT_EQ(BackwardWorkingBytes(model.modules[0].layers[1], t, 1, 2), (2.0 + 8.0) * 256 * 4096);
   EXPECT_EQ(BackwardWorkingBytes(model.modules[0].layers[1], t, 4, 2), (2.0 + 8.0) / 4 * 256 * 4096);  // over TP
+}
+
+// What a layer holds between zero bubble's B and W: its forward's graph is
+// gone, the deferred weight gradients' inputs and output gradients wait
+// (runtime/torch_model.h WeightGradDeferral). Live bytes after B on
+// `tokens` rows, less the input's gradient, the parameters' gradients made
+// in B (norms, biases) and under bf16 the layer's weight copies (model
+// state). `tp`'s rank runs it (sequence parallel if the group is).
+double HeldFromBToW(
+    const Model& model, const runtime::TensorParallel& tp, int64_t tokens, Recompute recompute, torch::ScalarType dtype,
+    const std::function<void()>& release = [] {}) {
+  const Layer& l = model.modules[0].layers[1];
+  runtime::LayerStack stack(model, std::vector<LayerRange>{{"m", 1, 2}}, 1, tp);
+  stack->SetComputeDtype(dtype);
+  runtime::MicrobatchPacking packing;
+  packing.modules.resize(1);
+  for (int64_t b = 0; b < tokens / 64; ++b) packing.modules[0].push_back({0, 0, -1, 64, {{-1, 0, 64}}});
+  const runtime::MicrobatchInput mb{&packing, 0, 1, torch::kCPU};
+  torch::manual_seed(5);  // every rank the same input
+  torch::Tensor x = torch::randn({1, tokens, l.hidden}).to(dtype).requires_grad_(true);
+  runtime::TensorMemoryCounter counter;
+  {
+    torch::Tensor y = stack->forward({{0, x}}, mb, {recompute}).at(0);
+    if (l.kind == LayerKind::kLmHead) {
+      y = runtime::SummedCrossEntropy(y.reshape({-1, l.vocab}), torch::randint(0, l.vocab, {tokens}));
+    }
+    stack->deferral().active = true;
+    y.backward(torch::ones_like(y));
+    stack->deferral().active = false;
+  }
+  release();  // the TP group's last exchange
+  double held = static_cast<double>(counter.live_bytes()) - static_cast<double>(x.grad().nbytes());
+  for (const auto& p : stack->parameters()) {
+    if (p.grad().defined()) held -= static_cast<double>(p.grad().nbytes());
+  }
+  if (dtype != torch::kFloat) held -= 2.0 * static_cast<double>(LayerParams(l)) / tp.size;
+  EXPECT_FALSE(stack->deferral().pending.empty());
+  stack->deferral().pending.clear();
+  return held;
+}
+
+// Zero bubble's B frees the layer's kept activations and holds what its W
+// needs until W runs: each transformer layer, the loss head, under each
+// recomputation policy (B re-runs the forward first), in fp32 and bf16, at
+// TP 1, TP 2 and TP 2 with sequence parallelism (2 threads), against
+// WeightGradHoldBytes to 1% (the norms' statistics are left out of it).
+TEST(ActivationMemory, BetweenZeroBubblesBAndWALayerHoldsWhatTheMemoryModelPrices) {
+  const std::vector<std::string> layers = {
+      "{kind: transformer, hidden: 128, ffn_hidden: 512, heads: 4}",
+      "{kind: transformer, hidden: 128, ffn_hidden: 384, heads: 4, kv_heads: 2, gated_mlp: true, causal: true, "
+      "norm: rms, qkv_bias: true}",
+      "{kind: lm_head, vocab: 4096, hidden: 128, final_norm: rms}"};  // W reads the norm's output
+  constexpr int64_t kTokens = 256;
+  TokenStats t;
+  t.tokens = kTokens;
+  for (const std::string& layer : layers) {
+    const Model model = OneLayerModel(layer);
+    const Layer& l = model.modules[0].layers[1];
+    const bool head = l.kind == LayerKind::kLmHead;
+    for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+      const double e = dtype == torch::kFloat ? 4 : 2;
+      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+        if (head && r == Recompute::kSelective) continue;
+        const std::string what = fmt::format("{} {} recompute {}", layer, e, static_cast<int>(r));
+        for (int tp : head ? std::vector<int>{1} : std::vector<int>{1, 2}) {
+          const double held =
+              HeldFromBToW(model, runtime::TensorParallel{0, tp, [](torch::Tensor&) {}}, kTokens, r, dtype);
+          const double priced = WeightGradHoldBytes(l, t, tp, e);
+          std::printf("%s tp %d: held from B to W %.0f B, priced %.0f B\n", what.c_str(), tp, held, priced);
+          EXPECT_NEAR(held, priced, 0.01 * priced) << what << " tp " << tp;
+        }
+        if (head) continue;
+        test::ThreadTpGroup group(2);
+        std::vector<double> held(2);
+        group.Run([&](int rank) {
+          held[rank] = HeldFromBToW(model, group.Rank(rank), kTokens, r, dtype, [&] { group.Release(rank); });
+        });
+        const double priced = WeightGradHoldBytes(l, t, 2, e, true);
+        for (int rank : {0, 1}) {
+          std::printf("%s tp 2 sp rank %d: held from B to W %.0f B, priced %.0f B\n", what.c_str(), rank, held[rank],
+                      priced);
+          EXPECT_NEAR(held[rank], priced, 0.01 * priced) << what << " sp rank " << rank;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -43,6 +43,8 @@ class ThreadTpGroup {
     };
     return tp;
   }
+  // Drops rank r's slot (on its thread: a TensorMemoryCounter there sees it freed).
+  void Release(int r) { slots_.at(r) = torch::Tensor(); }
   // The all-reduces rank r has made.
   int all_reduces(int r) const { return all_reduces_.at(r); }
   // Runs body(rank) on every rank's thread.

@@ -458,6 +458,25 @@ TEST(ExecutionPlan, PricingSumsItsLayersOnce) {
   EXPECT_NEAR(costs.replicas[0].stage[0][0].forward_s, forward_s, 1e-12 * forward_s);
 }
 
+// A split backward runs the stage's layers last to first: each holds its
+// transient bytes while it runs, then its hold for W in place of its kept
+// bytes. Worked by hand: layers (kept, hold, transient) in forward order.
+TEST(ExecutionPlan, ASplitBackwardsHoldsBuildUpLayerByLayer) {
+  auto layer = [](double kept, double hold, double transient) {
+    LayerTimes t;
+    t.activation_bytes = kept;
+    t.weight_grad_hold_bytes = hold;
+    t.transient_bytes = transient;
+    return t;
+  };
+  // Full recomputation's shape: a layer input kept, a whole layer held.
+  // Last: 0.5 while it runs, then +1; middle: 1 + 0.5, then +2; first: 2 + 0.5.
+  EXPECT_DOUBLE_EQ(SplitBackwardTransientBytes({layer(1, 2, 0.5), layer(1, 2, 0.5), layer(1, 2, 0.5)}), 2.5);
+  // Holds below the kept bytes: the first layer run (the last) is the peak.
+  EXPECT_DOUBLE_EQ(SplitBackwardTransientBytes({layer(4, 1, 0.5), layer(4, 1, 3)}), 3);
+  EXPECT_DOUBLE_EQ(SplitBackwardTransientBytes({}), 0);
+}
+
 // ZeRO-3 all-gathers each layer's weights before its forward (and again,
 // with the reduce-scatter, in its backward); when the gather is slower than
 // the layer's compute the SMs wait, and that wait is idle time in the bubble,

@@ -21,6 +21,7 @@ PipelineCosts Uniform(const Schedule& s, double f, double bd, double bw, double 
       x.backward_data_s = bd;
       x.backward_weight_s = bw;
       x.activation_bytes = act;
+      x.weight_grad_hold_bytes = act;  // a split backward's W needs what the forward kept
       x.send_bytes = p2p_s > 0 ? 1.0 : 0.0;
     }
   }
@@ -98,6 +99,29 @@ TEST(Simulator, ZbH1HasAThirdOfOneFOneBsBubble) {
       SimResult r = Simulate(zb, Uniform(zb, 1, 1, 1));
       for (double peak : r.peak_mem_bytes) EXPECT_LE(peak, p);
     }
+  }
+}
+
+// Under a split backward B frees the microbatch's activations but keeps what
+// its deferred weight gradients need until W ends (StageCost::
+// weight_grad_hold_bytes): one rank, one microbatch, F B W of 1 s each.
+TEST(Simulator, ASplitBackwardHoldsTheWeightGradientsInputsFromBToW) {
+  const Schedule s = MakeZbH1(1, 1);
+  for (double hold : {1.0, 5.0}) {
+    PipelineCosts c = Uniform(s, 1, 1, 1, 3);
+    c.stage[0][0].split_backward_transient_bytes = 0.5;
+    c.stage[0][0].transient_bytes = 7;  // a whole backward's: not B's
+    c.stage[0][0].weight_grad_hold_bytes = hold;
+    c.static_bytes = {10};
+    const SimResult r = Simulate(s, c);
+    // 10 + 3 from F's start, + 0.5 while B runs, 10 + hold after B, 10 after W.
+    const std::vector<MemoryPoint> want = {{0, 13}, {1, 13.5}, {2, 10 + hold}, {3, 10}};
+    ASSERT_EQ(r.memory[0].size(), want.size()) << hold;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_DOUBLE_EQ(r.memory[0][i].time_s, want[i].time_s) << hold << " " << i;
+      EXPECT_DOUBLE_EQ(r.memory[0][i].bytes, want[i].bytes) << hold << " " << i;
+    }
+    EXPECT_DOUBLE_EQ(r.peak_mem_bytes[0], std::max(13.5, 10 + hold));
   }
 }
 
@@ -194,6 +218,7 @@ TEST(Simulator, IncrementalEqualsFullOnRandomizedSchedules) {
           x.backward_data_s = u(rng);
           x.backward_weight_s = u(rng);
           x.activation_bytes = u(rng);
+          x.weight_grad_hold_bytes = u(rng);
           x.send_bytes = u(rng);
         }
       }

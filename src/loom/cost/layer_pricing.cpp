@@ -94,6 +94,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     const bool sp = par.sequence_parallel && tp > 1;
     out.activation_bytes = ActivationBytes(l, t, tp, par.recompute, elem, sp);
     double kept_all = ActivationBytes(l, t, tp, Recompute::kNone, elem, sp);
+    out.weight_grad_hold_bytes = WeightGradHoldBytes(l, t, tp, elem, sp, needs.weight);
     if (par.recompute == Recompute::kFull) {
       out.backward_data_s += out.forward_s;  // re-run the forward inside the backward
       out.transient_bytes = kept_all - out.activation_bytes;

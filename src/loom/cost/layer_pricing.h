@@ -17,6 +17,9 @@ namespace loom {
 struct LayerTimes {
   double forward_s = 0, backward_data_s = 0, backward_weight_s = 0, activation_bytes = 0, transient_bytes = 0;
   double flops = 0;  // useful FLOPs on one GPU (recompute excluded)
+  // Held from a split backward's B to its W instead of activation_bytes
+  // (cost/layer_work.h WeightGradHoldBytes).
+  double weight_grad_hold_bytes = 0;
   // Of forward_s and backward_weight_s, the seconds the SMs wait for a
   // communication the phase cannot hide (ZeRO-3's per-layer gathers slower
   // than the layer's compute): idle time, counted in the bubble, not busy.

@@ -345,6 +345,36 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
   return 0;
 }
 
+double WeightGradHoldBytes(const Layer& l, const TokenStats& t, int tp, double e, bool sequence_parallel,
+                           bool weight_gradient) {
+  if (!weight_gradient) return 0;
+  const double h = static_cast<double>(l.hidden), f = static_cast<double>(l.ffn_hidden);
+  const double rep = sequence_parallel ? static_cast<double>(tp) : 1.0;
+  switch (l.kind) {
+    case LayerKind::kTransformer: {
+      if (l.cross_attention) break;  // not built by the runtime
+      const double q = QWidth(l), kv = KvWidth(l), ups = l.gated_mlp ? 2 : 1;
+      // Inputs: both norm outputs, the attention output, the activation.
+      // Gradients: Q, K, V, the up projection(s); o's and down's whole.
+      const double per_token = 2 * h / rep + (q + f) / tp + (q + 2 * kv + ups * f) / tp + 2 * h;
+      return e * t.tokens * per_token;
+    }
+    case LayerKind::kLmHead:  // the (normed) input, the logits' gradient
+      return e * t.tokens * (h / rep + static_cast<double>(l.vocab) / tp);
+    case LayerKind::kMlpProjector:  // linear_1's input and gradient, linear_2's input and gradient
+      return e * t.tokens * (static_cast<double>(l.in_dim) + 2 * h / tp + static_cast<double>(l.out_dim));
+    case LayerKind::kPatchEmbed:  // the patches and the embedding's gradient
+      return e * t.tokens * (static_cast<double>(l.in_channels * l.kernel * l.kernel * l.temporal_patch) + h);
+    case LayerKind::kConv:  // each output token's window of inputs, and its gradient
+      return e * t.tokens * static_cast<double>(l.in_channels * l.kernel + l.out_channels);
+    case LayerKind::kEmbedding:
+      return 0;  // a lookup: its gradient is made in B
+    default:
+      break;
+  }
+  return ActivationBytes(l, t, tp, Recompute::kNone, e, sequence_parallel);
+}
+
 int64_t LossChunkRows(int64_t vocab) {
   constexpr int64_t kChunkBytes = int64_t{256} << 20;
   return std::max<int64_t>(1, kChunkBytes / (4 * std::max<int64_t>(vocab, 1)));

@@ -63,6 +63,22 @@ LayerWork EstimateLayerWork(const Layer& layer, const TokenStats& tokens, int tp
 double ActivationBytes(const Layer& layer, const TokenStats& tokens, int tp, Recompute policy,
                        double bytes_per_elem = 2, bool sequence_parallel = false);
 
+// Bytes one TP rank holds from the end of this layer's input-gradient pass
+// (B) to the end of its weight pass (W) under a split backward (ZB-H1,
+// PipeWeaver): B frees the kept activations but each deferred matmul keeps
+// its input and its output's gradient (runtime/torch_model.h
+// WeightGradDeferral, as Zero Bubble's W needs). Per token of a transformer
+// layer: the two norm outputs (split along the sequence under
+// `sequence_parallel`: GatheredMatmuls gathers them again in W), the attention
+// output and the MLP activation (split over TP), the gradients of Q, K, V and
+// the up projection(s) (split), and the o and down projections' output
+// gradients, [tokens, h] on every rank with or without sequence parallelism.
+// Recomputation does not change it: B re-runs the forward first. 0 when
+// `weight_gradient` is false (a frozen layer defers nothing). Kinds the
+// runtime does not build keep what the forward kept (ActivationBytes).
+double WeightGradHoldBytes(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2,
+                           bool sequence_parallel = false, bool weight_gradient = true);
+
 // Rows of logits the loss turns into fp32 probabilities at a time
 // (runtime/cross_entropy.h): as many as fit 256 MiB of fp32, at least one.
 // The memory model prices one such chunk beside the logits' gradient.

@@ -101,7 +101,8 @@ struct GatheredMatmulsFn : torch::autograd::Function<GatheredMatmulsFn> {
       if (!g.defined() || !ctx->needs_input_grad(1 + i)) continue;
       torch::Tensor* weight = FromInt<torch::Tensor>(slots[i]);
       if (deferral->active) {
-        deferral->pending.push_back({*weight, local, g, total, &tp});
+        // Detached, as WeightGradDeferral says why.
+        deferral->pending.push_back({*weight, local.detach(), g.detach(), total, &tp});
       } else {
         out[1 + i] = g.reshape({-1, g.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
       }

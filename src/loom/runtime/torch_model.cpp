@@ -95,7 +95,7 @@ struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
     if (ctx->needs_input_grad(1)) {
       auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
       if (deferral->active) {
-        deferral->pending.push_back({*FromInt<torch::Tensor>(ctx->saved_data["slot"].toInt()), x, g});
+        deferral->pending.push_back({*FromInt<torch::Tensor>(ctx->saved_data["slot"].toInt()), x.detach(), g.detach()});
       } else {
         grad_w = g.reshape({-1, g.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
       }
@@ -137,7 +137,7 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
     if (ctx->needs_input_grad(2)) {
       auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
       if (deferral->active) {
-        deferral->pending.push_back({*FromInt<torch::Tensor>(ctx->saved_data["slot"].toInt()), a.detach(), g});
+        deferral->pending.push_back({*FromInt<torch::Tensor>(ctx->saved_data["slot"].toInt()), a.detach(), g.detach()});
       } else {
         grad_w = g.reshape({-1, g.size(-1)}).t().mm(a.detach().reshape({-1, a.size(-1)}));
       }

@@ -94,6 +94,10 @@ struct VocabShard {
 // Under sequence parallelism a pending input is this rank's rows of
 // `gather_rows`, gathered over `tp` when the W pass runs
 // (runtime/sequence_parallel.h GatheredMatmuls), so the rows wait split.
+// Pending tensors are detached: a saved input's grad_fn would keep B's graph
+// alive until W, and with it, under full recomputation, the recomputed
+// block's input leaf and its gradient (one [tokens, hidden] more a layer,
+// ActivationMemory.BetweenZeroBubblesBAndWALayerHoldsWhatTheMemoryModelPrices).
 struct WeightGradDeferral {
   struct Pending {
     torch::Tensor weight, input, grad_output;

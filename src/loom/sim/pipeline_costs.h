@@ -16,6 +16,14 @@ struct StageCost {
   double backward_weight_s = 0;
   double activation_bytes = 0;  // kept from the forward until the backward finishes
   double transient_bytes = 0;   // extra live bytes while the backward runs (recomputed activations)
+  // Under a split backward, held from the end of B to the end of W in place
+  // of activation_bytes: the deferred weight gradients' inputs and output
+  // gradients (cost/layer_work.h WeightGradHoldBytes).
+  double weight_grad_hold_bytes = 0;
+  // Under a split backward, the most B holds beyond activation_bytes while it
+  // runs: the layers' holds for W build up as it goes, last layer first
+  // (sim/price_execution.h SplitBackwardTransientBytes).
+  double split_backward_transient_bytes = 0;
   double send_bytes = 0;        // the stage's output activation; its gradient has the same size
   // Of forward_s and backward_weight_s, time the SMs wait on communication
   // the phase cannot hide (LayerTimes::forward_wait_s): not busy.

@@ -79,8 +79,8 @@ void AddReplica(ExecutionCosts& out, PipelineCosts costs, std::map<std::vector<d
   std::vector<double> signature;
   for (const auto& stage : costs.stage) {
     for (const StageCost& sc : stage) {
-      signature.insert(signature.end(),
-                       {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes, sc.send_bytes});
+      signature.insert(signature.end(), {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes,
+                                         sc.transient_bytes, sc.weight_grad_hold_bytes, sc.send_bytes});
     }
   }
   auto [pos, inserted] = seen.emplace(std::move(signature), static_cast<int>(out.replicas.size()));
@@ -189,6 +189,15 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
   return out;
 }
 
+double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers) {
+  double live = 0, peak = 0;  // beyond the stage's kept activations
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
+    peak = std::max(peak, live + l->transient_bytes);
+    live += l->weight_grad_hold_bytes - l->activation_bytes;
+  }
+  return peak;
+}
+
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
                      const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision, double* flops,
@@ -196,6 +205,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
   StageCost sc;
   const SmSharing sharing = c.cost_model ? c.cost_model->sm_sharing() : SmSharing{};
   int layer = 0, last_module = -1, last_layer = -1;
+  std::vector<LayerTimes> priced;  // per layer in stage order, for the split backward's peak
   for (const auto& r : st.layers) {
     const int mi = model.FindModule(r.module);
     const Module& mod = model.modules[mi];
@@ -229,7 +239,9 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       sc.forward_wait_s += lt.forward_wait_s;
       sc.backward_wait_s += lt.backward_wait_s;
       sc.activation_bytes += lt.activation_bytes;
+      sc.weight_grad_hold_bytes += lt.weight_grad_hold_bytes;
       sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
+      priced.push_back(lt);
       if (flops != nullptr) *flops += lt.flops;
       if (options != nullptr) {
         auto& choices = options->emplace_back();
@@ -242,6 +254,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       last_layer = li;
     }
   }
+  sc.split_backward_transient_bytes = SplitBackwardTransientBytes(priced);
   sc.send_bytes = ElementBytes(precision) * tokens[last_module].tokens / (st.cp * st.seq_share) *
                   OutWidth(model.modules[last_module].layers[last_layer]);
   return sc;

@@ -100,6 +100,13 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
 // modules) of `batch`: the one a lower bound from one replica is tightest on.
 int HeaviestReplica(const ExecutionPlan& exec, const Model& model, const Batch& batch, PricingMemo* memo = nullptr);
 
+// The most a split backward's B (ZB-H1, PipeWeaver) holds beyond its stage's
+// kept activations, from the stage's layers in forward order: B runs them
+// last to first, each holding its transient bytes while it runs and, once
+// done, its weight-gradient hold in place of its kept bytes. Under full
+// recomputation the holds build up past the kept layer inputs as B goes.
+double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers);
+
 // One stage on one microbatch whose per-module tokens are `tokens`
 // (CountModuleTokens), with per-layer recomputation `layer_recompute` (empty:
 // the stage's). `flops`, when not null, receives the useful FLOPs of one GPU.

@@ -525,8 +525,9 @@ double Simulator::end_s(int rep, int rank, int index) const {
 
 double Simulator::RankMemory(int rep, int r, const double* start, const double* end, double* busy_s,
                              std::vector<MemoryPoint>* curve) {
-  // Activations live from a forward's start to the end of the last backward
-  // piece of the same microbatch (the weight pass under zero-bubble).
+  // Activations live from a forward's start to the end of its backward.
+  // Under a split backward B frees them but keeps what the deferred weight
+  // gradients need (weight_grad_hold_bytes) until W ends.
   const PipelineCosts& c = replicas_[rep];
   deltas_.clear();
   double busy = 0;
@@ -542,12 +543,13 @@ double Simulator::RankMemory(int rep, int r, const double* start, const double* 
     busy += std::max(0.0, e - s - wait_s);
     if (a.kind == ActionKind::kForward) deltas_.push_back({s, sc.activation_bytes});
     if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData) {
-      deltas_.push_back({s, sc.transient_bytes});
-      deltas_.push_back({e, -sc.transient_bytes});
+      const double extra = a.kind == ActionKind::kBackward ? sc.transient_bytes : sc.split_backward_transient_bytes;
+      deltas_.push_back({s, extra});
+      deltas_.push_back({e, -extra});
     }
-    if (a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardWeight) {
-      deltas_.push_back({e, -sc.activation_bytes});
-    }
+    if (a.kind == ActionKind::kBackward) deltas_.push_back({e, -sc.activation_bytes});
+    if (a.kind == ActionKind::kBackwardData) deltas_.push_back({e, sc.weight_grad_hold_bytes - sc.activation_bytes});
+    if (a.kind == ActionKind::kBackwardWeight) deltas_.push_back({e, -sc.weight_grad_hold_bytes});
   }
   *busy_s = busy;
   // Frees before allocations at the same instant.
