@@ -74,7 +74,8 @@ std::vector<torch::Tensor> SpreadRows(const torch::Tensor& flat, const std::vect
     const int64_t rows = carried.packing->Tokens(handed[i].module);
     const torch::Tensor part = flat.slice(0, at, at + rows * width).view({1, rows, width});
     at += rows * width;
-    torch::Tensor g = torch::zeros_like(outputs[i]);
+    // (outputs[i] may hold no values any more: a meta tensor of its shape, StepExecutor's ReadOutput.)
+    torch::Tensor g = torch::zeros(outputs[i].sizes(), outputs[i].options().device(flat.device()));
     int64_t from = 0;
     for (const auto& [offset, n] : carried.rows.at(handed[i].module)) {
       g.narrow(1, offset, n).copy_(part.narrow(1, from, n));

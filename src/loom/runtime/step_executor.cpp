@@ -1,6 +1,7 @@
 #include "loom/runtime/step_executor.h"
 
 #include <fmt/format.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +28,26 @@ std::vector<Recompute> LayerRecompute(const ExecutionPlan& e, int r, int v, int 
   const auto& per_layer = e.replicas[r][v][k].layer_recompute;
   if (!per_layer.empty()) return per_layer;
   return std::vector<Recompute>(e.stages[v].num_layers(), e.stages[v].recompute);
+}
+
+// Per (stage, microbatch) of this process's schedule ranks `ranks`: how many
+// times the step reads its output's values (an activation send; a forward of
+// the same rank reading it as input, StepExecutor::Inputs). An over-count only
+// keeps the values to the step's end.
+std::map<std::pair<int, int>, int> OutputReads(const Schedule& sch, const StepEdges& edges,
+                                               const std::vector<int>& ranks) {
+  std::map<std::pair<int, int>, int> reads;
+  for (int r : ranks) {
+    for (const Action& a : sch.ranks[r]) {
+      if (a.kind == ActionKind::kSend && a.payload == Payload::kActivation) ++reads[{a.stage, a.microbatch}];
+      if (a.kind != ActionKind::kForward) continue;
+      for (const StageEdge* e : edges.in[a.stage]) {
+        if (sch.stage_rank[e->from] != r) continue;
+        for (int j : Producers(*e, a.microbatch)) ++reads[{e->from, j}];
+      }
+    }
+  }
+  return reads;
 }
 
 }  // namespace
@@ -74,7 +95,8 @@ struct StepExecutor::Step {
         text(RealText(model, b)),
         images(RealImages(b)),
         batch_text_tokens(ScoredTargets(b, text.get())),
-        sends(e.schedule) {
+        sends(e.schedule),
+        output_reads(OutputReads(e.schedule, edges, place.local_ranks)) {
     for (int v = 0; v < e.schedule.num_stages(); ++v)
       microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
     // Towers beside the loss module: their values in the whole batch (TowerLoss).
@@ -107,6 +129,10 @@ struct StepExecutor::Step {
   // Per (stage, mb): what it hands on (the loss, on a loss stage), in
   // StageOutputs order; the messages it read; weight gradients the W pass owes.
   std::map<std::pair<int, int>, std::vector<torch::Tensor>> output;
+  // Per (stage, mb), each output's gradient edge (its graph, which the
+  // backward starts from) and the reads of its values still to come.
+  std::map<std::pair<int, int>, std::vector<torch::autograd::Edge>> output_edges;
+  std::map<std::pair<int, int>, int> output_reads;
   std::map<std::pair<int, int>, std::set<Message*>> read;
   Mailbox mail;
   std::map<std::pair<int, int>, std::vector<WeightGradDeferral::Pending>> deferred;
@@ -120,6 +146,25 @@ struct StepExecutor::Step {
   // receivers are known to have them; gradient all-reduces, until the wait.
   SendsInFlight sends;
   std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
+
+  // (v, k)'s output values, read once more. After their last read only the
+  // graph stays (output_edges) and shapes (meta tensors), as Megatron-LM's
+  // deallocate_output_tensor keeps a sent output's grad_fn only: else every
+  // microbatch in flight held its stage's output (and under sequence
+  // parallelism its gathered rows) until its backward, which the simulator
+  // does not price (tiny-llm at TP 2 x PP 2: 1.07x the prediction).
+  std::vector<torch::Tensor> ReadOutput(std::pair<int, int> key) {
+    std::vector<torch::Tensor> values;
+    for (const torch::Tensor& t : output.at(key)) values.push_back(t.detach());
+    auto left = output_reads.find(key);
+    if (left != output_reads.end() && --left->second == 0) {
+      for (torch::Tensor& t : output.at(key)) {
+        torch::Tensor shape = torch::empty(t.sizes(), t.options().device(torch::kMeta));
+        t = t.requires_grad() ? shape.requires_grad_(true) : shape;
+      }
+    }
+    return values;
+  }
 };
 
 StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int rank, int world,
@@ -415,9 +460,7 @@ ModuleTensors StepExecutor::Inputs(int r, int v, int k, const std::string& where
       if (s.exec.schedule.stage_rank[u] == r) {  // the producer is this rank: cut the graph here
         const MessageKey key{u, v, j, k, place_.MyPart(u)};
         if (!messages.count(key)) {
-          std::vector<torch::Tensor> parts;
-          for (const auto& t : s.output.at({u, j})) parts.push_back(t.detach());
-          messages.emplace(key, MessageOf(u, s.packings.At(u, j, key.part), Flatten(parts, device_)));
+          messages.emplace(key, MessageOf(u, s.packings.At(u, j, key.part), Flatten(s.ReadOutput({u, j}), device_)));
         }
       }
       bool any = false;  // one message per producer part it pairs with
@@ -468,6 +511,10 @@ void StepExecutor::Forward(int r, const Action& a) {
     return;
   }
   for (const auto& b : s.handed[v]) hands.push_back(out.at(b.module));
+  std::vector<torch::autograd::Edge>& edges = s.output_edges[{v, k}];
+  for (const torch::Tensor& t : hands) {
+    edges.push_back(t.requires_grad() ? torch::autograd::impl::gradient_edge(t) : torch::autograd::Edge());
+  }
   if (towers.defined()) {
     s.loss_terms.push_back(towers.detach());
     s.holds_loss = true;
@@ -520,36 +567,44 @@ torch::Tensor StepExecutor::LossGradient(const torch::Tensor& loss) const {
 void StepExecutor::Backward(int r, const Action& a) {
   Step& s = *step_;
   const int v = a.stage, k = a.microbatch;
-  std::vector<torch::Tensor> outs, grads;
+  // From the outputs' gradient edges, as torch::autograd::backward would
+  // from the outputs themselves, whose values may be gone (ReadOutput).
+  torch::autograd::edge_list roots;
+  std::vector<torch::Tensor> grads;
   const auto& hands = s.output.at({v, k});
   if (s.loss_stage[v]) {
-    outs = hands;
-    grads.push_back(LossGradient(hands[0]));
+    if (hands[0].requires_grad()) {
+      roots.push_back(torch::autograd::impl::gradient_edge(hands[0]));
+      grads.push_back(LossGradient(hands[0]));
+    }
   } else {
     const std::vector<torch::Tensor> g = HandedGradients(r, v, k);
+    const auto& edges = s.output_edges.at({v, k});
     for (size_t i = 0; i < hands.size(); ++i) {
       if (hands[i].requires_grad() && g[i].defined()) {
-        outs.push_back(hands[i]);
+        roots.push_back(edges[i]);
         grads.push_back(g[i]);
       }
     }
     if (auto t = s.tower_losses.find({v, k}); t != s.tower_losses.end()) {
       if (t->second.requires_grad()) {
-        outs.push_back(t->second);
+        roots.push_back(torch::autograd::impl::gradient_edge(t->second));
         grads.push_back(LossGradient(t->second));
       }
       s.tower_losses.erase(t);
     }
   }
-  if (!outs.empty()) {  // frozen layers fed by nothing trainable: no backward at all
+  if (!roots.empty()) {  // frozen layers fed by nothing trainable: no backward at all
     WeightGradDeferral& deferral = local_.stacks.at(v)->deferral();
     deferral.active = a.kind == ActionKind::kBackwardData;  // ZB: weight gradients wait for W
-    torch::autograd::backward(outs, grads);
+    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false,
+                                                          /*create_graph=*/false, /*accumulate_grad=*/true, {});
     deferral.active = false;
     if (!deferral.pending.empty()) s.deferred[{v, k}] = std::move(deferral.pending);
     deferral.pending.clear();
   }
   s.output.erase({v, k});  // the graph is spent
+  s.output_edges.erase({v, k});
   if (auto read = s.read.find({v, k}); read != s.read.end()) {
     for (Message* m : read->second) ++m->finished;
     s.read.erase(read);
@@ -591,9 +646,7 @@ void StepExecutor::Send(int r, const Action& a) {
   const Transfer t = TransferOf(a, s.edges);
   std::vector<torch::Tensor> outputs;
   torch::Tensor whole;  // every row of them, flat, made once
-  if (t.activation) {
-    for (const auto& x : s.output.at({a.stage, a.microbatch})) outputs.push_back(x.detach());
-  }
+  if (t.activation) outputs = s.ReadOutput({a.stage, a.microbatch});
   const int G = place_.group_gpus;
   std::set<MessageKey> answered;  // messages whose gradient goes back now: not read again
   for (const Partner& p : Partners(t, /*sends=*/true, place_, s.packings)) {
@@ -601,7 +654,10 @@ void StepExecutor::Send(int r, const Action& a) {
     if (t.activation) {
       const Carried& carried = s.packings.Carries(t.producer, t.mb, p.producer_part, t.consumer, p.consumer_part);
       if (carried.whole) {
-        if (!whole.defined()) whole = Flatten(outputs, device_);
+        // One output goes as it is (a view: no copy beside it in flight).
+        if (!whole.defined()) {
+          whole = outputs.size() == 1 && outputs[0].is_contiguous() ? outputs[0].view({-1}) : Flatten(outputs, device_);
+        }
         flat = whole;
       } else {
         flat = Flatten(CarriedRows(outputs, s.handed[t.producer], carried), device_);
@@ -612,8 +668,8 @@ void StepExecutor::Send(int r, const Action& a) {
       answered.insert(read_key);
     }
     const int peer = place_.GroupOf(a.peer) * G + p.shard;
-    if (peer == place_.process) {  // a rank of this process: hand it over
-      s.mail.Local(t.activation)[p.key] = flat;
+    if (peer == place_.process) {  // a rank of this process: hand it over (a copy, not the output's values)
+      s.mail.Local(t.activation)[p.key] = !outputs.empty() && flat.is_alias_of(outputs[0]) ? flat.clone() : flat;
       continue;
     }
     s.sends.Send(*groups_.world, r, a, peer, flat, Tag(a.payload, p.key, place_.stages(), s.microbatches, G));
