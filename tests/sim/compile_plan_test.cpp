@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "loom/cost/collectives.h"
+#include "loom/cost/memory.h"
 #include "loom/pipeline/validate.h"
 #include "loom/plan/compile_plan.h"
 #include "loom/plan/validate_plan.h"
@@ -456,6 +457,54 @@ TEST(ExecutionPlan, PricingSumsItsLayersOnce) {
   }
   ASSERT_EQ(costs.replicas.size(), 1u);
   EXPECT_NEAR(costs.replicas[0].stage[0][0].forward_s, forward_s, 1e-12 * forward_s);
+}
+
+// A tied LM head shares the embedding's matrix: counted once where both sit
+// on one stage; on a stage without the embedding the head holds a copy with
+// its gradient and AdamW state (Megatron's shared embedding on the last
+// stage, the runtime's tied copy), V h parameters more, by hand.
+TEST(ExecutionPlan, ATiedHeadOnAnotherStageHoldsItsCopyOfTheEmbedding) {
+  const Model model = ParseModel(R"(model: tied
+modules:
+  - name: llm
+    role: backbone
+    modality: text
+    tokens: {source: text}
+    layers:
+      - {kind: embedding, vocab: 1000, hidden: 64}
+      - {kind: transformer, count: 4, hidden: 64, ffn_hidden: 128, heads: 4}
+      - {kind: lm_head, vocab: 1000, hidden: 64, tied: true}
+)",
+                                 "tied.yaml");
+  Cluster cluster = MakeCluster("h100", 1, 2);
+  Workload w = LoadWorkload("text");
+  w.global_batch = 4;
+  w.source.seq_len = 32;
+  const Batch batch = DrawBatch(w, 0);
+  const StrategyContext ctx{model, cluster, w, batch, {}};
+  const Module& m = model.modules[0];
+  for (int pp : {1, 2}) {
+    const Plan plan = SingleUnitPlan(ctx, "megatron", 1, pp, 2 / pp, 1, 2, ScheduleKind::kOneFOneB, Recompute::kNone,
+                                     Balance::kParams, 1);
+    const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, batch);
+    const ExecutionCosts costs = PriceExecution(exec, model, cluster, batch);
+    for (int s = 0; s < exec.schedule.num_stages(); ++s) {
+      const ExecStage& st = exec.stages[s];
+      double params = 0;
+      bool embedding = false, head = false;
+      for (const auto& r : st.layers) {
+        for (int li = r.begin; li < r.end; ++li) {
+          params += static_cast<double>(LayerParams(m.layers[li]));
+          embedding = embedding || m.layers[li].kind == LayerKind::kEmbedding;
+          head = head || m.layers[li].kind == LayerKind::kLmHead;
+        }
+      }
+      if (head && !embedding) params += 1000.0 * 64;
+      const double want = ModelState(params, 0, st.dp, st.zero_stage, w.precision).total();
+      EXPECT_DOUBLE_EQ(costs.replicas[0].static_bytes[exec.schedule.stage_rank[s]], want) << pp << " stage " << s;
+      if (pp == 2 && s == 1) EXPECT_TRUE(head && !embedding);
+    }
+  }
 }
 
 // A split backward runs the stage's layers last to first: each holds its

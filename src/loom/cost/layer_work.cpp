@@ -324,11 +324,13 @@ double ActivationBytes(const Layer& l, const TokenStats& t, int tp, Recompute po
       return e * t.tokens * static_cast<double>(l.stride * l.in_channels);
     case LayerKind::kEmbedding:
       return 0;  // token ids only
+    // Recomputation checkpoints transformer layers only (Megatron-LM's
+    // --recompute-granularity, the runtime's Checkpoint): the head and the
+    // projector keep what they keep under every policy.
     case LayerKind::kLmHead:  // its input, and the logits the loss keeps (runtime/cross_entropy.h)
-      return e * t.tokens * h / rep + (policy == Recompute::kFull ? 0 : e * t.tokens * l.vocab / tp);
+      return e * t.tokens * h / rep + e * t.tokens * l.vocab / tp;
     case LayerKind::kMlpProjector:
-      return policy == Recompute::kFull ? e * t.tokens * static_cast<double>(l.in_dim)
-                                        : e * t.tokens * (static_cast<double>(l.in_dim) + 2 * h / tp);
+      return e * t.tokens * (static_cast<double>(l.in_dim) + 2 * h / tp);
     case LayerKind::kResnetBlock: {
       TokenStats s = t.Downscaled(static_cast<double>(l.spatial_divisor));
       double ci = static_cast<double>(l.in_channels), co = static_cast<double>(l.out_channels);

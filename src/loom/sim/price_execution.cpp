@@ -94,6 +94,31 @@ void AddReplica(ExecutionCosts& out, PipelineCosts costs, std::map<std::vector<d
 
 }  // namespace
 
+namespace {
+
+// Whether `stage` runs layer `layer` of module `m`.
+bool StageRuns(const ExecStage& stage, const Module& m, int layer) {
+  for (const auto& r : stage.layers) {
+    if (r.module == m.name && r.begin <= layer && layer < r.end) return true;
+  }
+  return false;
+}
+
+// A tied LM head (tie_word_embeddings) shares its matrix with its module's
+// embedding (LayerParams counts it there, once). On a stage without that
+// embedding it holds a copy, with its own gradient and optimizer state,
+// whose gradient is summed with the embedding's before each step (Megatron's
+// shared word embeddings on the last pipeline stage; the runtime's tied copy).
+int64_t TiedCopyParams(const ExecStage& stage, const Module& m, const Layer& l) {
+  if (l.kind != LayerKind::kLmHead || !l.tied) return 0;
+  for (int li = 0; li < static_cast<int>(m.layers.size()); ++li) {
+    if (m.layers[li].kind == LayerKind::kEmbedding) return StageRuns(stage, m, li) ? 0 : l.vocab * l.hidden;
+  }
+  return 0;
+}
+
+}  // namespace
+
 StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
   StageParams p;
   for (const auto& r : stage.layers) {
@@ -101,7 +126,7 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
     const bool split = SplitsOverTensorParallel(m, stage.tp);
     for (int li = r.begin; li < r.end; ++li) {
       const Layer& l = m.layers[li];
-      const double params = static_cast<double>(LayerParams(l)) / (split ? stage.tp : 1);
+      const double params = static_cast<double>(LayerParams(l) + TiedCopyParams(stage, m, l)) / (split ? stage.tp : 1);
       (l.frozen ? p.frozen : p.trainable) += params;
       if (!split && !l.frozen) p.replicated += params;
     }
