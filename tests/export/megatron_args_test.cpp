@@ -8,6 +8,7 @@
 
 #include "../plan/plan_test_util.h"
 #include "loom/export/megatron_args.h"
+#include "loom/export/megatron_rules.h"
 #include "loom/strategies/baselines/megatron_config.h"
 #include "test_util.h"
 
@@ -187,6 +188,38 @@ TEST(MegatronExport, TheLaunchTrainsTheModelsShape) {
                          "quick GELU (--quick-geglu)"),
             std::string::npos)
       << g.notes;
+  // The mock run's vocabulary is the plan's: NullTokenizer adds its
+  // end-of-document id and Megatron-LM pads to --make-vocab-size-divisible-by
+  // x TP (MegatronModelVocab), so --vocab-size is V - 1 with a divisor that
+  // needs no padding: 128256 at TP 2 is 501 x 256.
+  EXPECT_NE(e.args.find("--make-vocab-size-divisible-by 128"), std::string::npos) << e.args;
+  EXPECT_NE(e.args.find("--vocab-size 128255"), std::string::npos) << e.args;
+  EXPECT_EQ(MegatronModelVocab(128255, 128, 2), 128256);
+  EXPECT_EQ(MegatronModelVocab(128256, 128, 1), 128384);  // --vocab-size V: 128 rows more
+  // A vocabulary TP does not divide (GPT-2's 50257 at TP 2): padded by one row, said.
+  Model gpt2 = model;
+  for (Layer& l : gpt2.modules[0].layers) {
+    if (l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kLmHead) l.vocab = 50257;
+  }
+  const MegatronExport odd = ExportMegatron(plan, gpt2);
+  ASSERT_TRUE(odd.expressible) << odd.notes;
+  EXPECT_NE(odd.args.find("--make-vocab-size-divisible-by 1"), std::string::npos) << odd.args;
+  EXPECT_NE(odd.args.find("--vocab-size 50256"), std::string::npos) << odd.args;
+  EXPECT_NE(odd.notes.find("Megatron-LM pads the vocabulary of 50257 to 50258 (a multiple of TP 2): 1 more rows"),
+            std::string::npos)
+      << odd.notes;
+  // Qwen2's 151936 at TP 8 divides by 128 x 8 no further than 16 x 8.
+  Model qwen = model;
+  for (Layer& l : qwen.modules[0].layers) {
+    if (l.kind == LayerKind::kEmbedding || l.kind == LayerKind::kLmHead) l.vocab = 151936;
+  }
+  ParallelConfig tp8 = cfg;
+  tp8.tp = 8;
+  tp8.dp = 2;
+  const MegatronExport q8 = ExportMegatron(MegatronConfigPlan({qwen, c, w, DrawBatch(w, 0), {}}, tp8), qwen);
+  ASSERT_TRUE(q8.expressible) << q8.notes;
+  EXPECT_NE(q8.args.find("--make-vocab-size-divisible-by 16"), std::string::npos) << q8.args;
+  EXPECT_EQ(MegatronModelVocab(151935, 16, 8), 151936);
   // Two nodes: every node's torchrun needs the rendezvous (audit M6-12).
   const std::string text = FormatMegatronExport("megatron", e, 8);
   EXPECT_NE(text.find("torchrun --nnodes 2 --nproc-per-node 8 --node-rank $NODE_RANK --master-addr $MASTER_ADDR "

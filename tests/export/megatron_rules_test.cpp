@@ -183,6 +183,8 @@ TEST(MegatronRules, RecomputeOverlapEnvironmentAndRunRules) {
       {"_split_along_first_dim", "--seq-length 1001 over context parallel 1"});
   EXPECT_TRUE(MegatronArgumentErrors(With(Gpt(), "--sequence-parallel", "")).empty());
   ExpectRefused(Without(Gpt(), "--vocab-size"), {"NullTokenizer needs --vocab-size"});
+  ExpectRefused(With(Gpt(), "--make-vocab-size-divisible-by", "0"),
+                {"_vocab_size_with_padding: --make-vocab-size-divisible-by must be a positive integer (got '0'"});
 }
 
 // pretrain_vlm.py's own asserts and what its model provider cannot build

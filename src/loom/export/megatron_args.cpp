@@ -108,9 +108,32 @@ std::string MlpActivation(const Layer& b, std::string& flag) {
   return "";
 }
 
+// The mock run's vocabulary flags: --vocab-size V - 1 (NullTokenizer adds
+// its end-of-document id) and the largest --make-vocab-size-divisible-by of
+// 128 (Megatron's default), 64, ..., 1 whose multiple of `tp` divides V, so
+// that MegatronModelVocab is the plan's V. Where `tp` does not divide V,
+// Megatron-LM must pad to a multiple of it (its vocabulary-parallel layers
+// split evenly; Loom's runtime splits unevenly): a note says by how much.
+void VocabFlags(int64_t vocab, int tp, std::vector<std::pair<std::string, std::string>>& f,
+                std::vector<std::string>& notes) {
+  vocab = std::max<int64_t>(vocab, 1);  // (an LLM without an embedding: a placeholder of one id)
+  int64_t divisible_by = 128;
+  while (divisible_by > 1 && vocab % (divisible_by * tp) != 0) divisible_by /= 2;
+  f.push_back({"--make-vocab-size-divisible-by", std::to_string(divisible_by)});
+  f.push_back({"--vocab-size", std::to_string(vocab - 1)});
+  const int64_t model_vocab = MegatronModelVocab(vocab - 1, divisible_by, tp);
+  if (model_vocab != vocab) {
+    notes.push_back(fmt::format(
+        "Megatron-LM pads the vocabulary of {} to {} (a multiple of TP {}): {} more rows in the embedding and the "
+        "output layer than the plan prices",
+        vocab, model_vocab, tp, model_vocab - vocab));
+  }
+}
+
 // Returns why Megatron-LM's flags cannot build the LLM's shape ("": they can).
-std::string ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
-                             std::vector<std::pair<std::string, std::string>>& f) {
+// `tp`: the LLM's tensor-parallel size; what differs from the plan goes to `notes`.
+std::string ShapeAndRunFlags(const Module& llm, const MegatronTarget& target, int tp,
+                             std::vector<std::pair<std::string, std::string>>& f, std::vector<std::string>& notes) {
   int layers = 0;
   const Layer* block = nullptr;
   int64_t vocab = 0;
@@ -171,7 +194,7 @@ std::string ShapeAndRunFlags(const Module& llm, const MegatronTarget& target,
   f.push_back({"--eval-iters", "0"});  // no validation passes the plan does not price (the default runs 100)
   f.push_back({"--mock-data", ""});
   f.push_back({"--tokenizer-type", "NullTokenizer"});
-  f.push_back({"--vocab-size", std::to_string(vocab)});
+  VocabFlags(vocab, tp, f, notes);
   return "";
 }
 
@@ -381,7 +404,8 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const Megatro
     a.push_back("--ckpt-format torch");  // pretrain_vlm.py asserts it ("Only ckpt-format torch is supported")
   }
   launch.flags = FlagPairs(a);
-  if (std::string shape = ShapeAndRunFlags(model.modules[backbone], target, launch.flags); !shape.empty()) {
+  if (std::string shape = ShapeAndRunFlags(model.modules[backbone], target, u.tp, launch.flags, notes);
+      !shape.empty()) {
     e.notes = "Megatron-LM cannot express this plan: " + shape + ".";
     return e;
   }
@@ -494,7 +518,8 @@ MegatronExport ExportMimo(const Plan& plan, const Model& model, const MegatronTa
       MegatronLaunch launch;
       launch.entry = "examples/mimo/pretrain_mimo.py";
       launch.flags = FlagPairs(a);
-      if (std::string shape = ShapeAndRunFlags(model.modules[model.FindModule(lm.modules[0])], target, launch.flags);
+      if (std::string shape =
+              ShapeAndRunFlags(model.modules[model.FindModule(lm.modules[0])], target, lm.tp, launch.flags, notes);
           !shape.empty()) {
         e.notes = "Megatron-LM cannot express this plan: " + shape + ".";
         return e;

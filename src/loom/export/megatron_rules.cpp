@@ -178,6 +178,14 @@ void RunRules(const MegatronLaunch& l, std::vector<std::string>& errors) {
   if (l.Value("--tokenizer-type") == "NullTokenizer" && !l.Has("--vocab-size")) {
     errors.push_back("megatron/training/tokenizer build_tokenizer: NullTokenizer needs --vocab-size");
   }
+  if (l.Has("--make-vocab-size-divisible-by")) {
+    if (Int(l, "--make-vocab-size-divisible-by", 0) < 1) {
+      errors.push_back(
+          fmt::format("megatron/training/tokenizer _vocab_size_with_padding: --make-vocab-size-divisible-by must be a "
+                      "positive integer (got '{}'; its while loop never ends at 0)",
+                      l.Value("--make-vocab-size-divisible-by")));
+    }
+  }
 }
 
 // The MIMO example's grids (pretrain_mimo.py, examples/mimo/training/args.py).
@@ -264,6 +272,7 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                             "--data-path",
                                             "--tokenizer-type",
                                             "--vocab-size",
+                                            "--make-vocab-size-divisible-by",
                                             "--calculate-per-token-loss",
                                             "--norm-epsilon",
                                             "--use-rope-scaling",
@@ -296,7 +305,8 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                              "--train-iters",
                                              "--eval-interval",
                                              "--eval-iters",
-                                             "--vocab-size"};
+                                             "--vocab-size",
+                                             "--make-vocab-size-divisible-by"};
   static const std::regex integer("-?[0-9]+");
   for (const auto& [flag, value] : l.flags) {
     if (ints.count(flag) && !std::regex_match(value, integer)) {
@@ -406,6 +416,12 @@ std::vector<std::string> MegatronArgumentErrors(const MegatronLaunch& launch) {
   SequenceParallelRule(launch, errors);
   RunRules(launch, errors);
   return errors;
+}
+
+int64_t MegatronModelVocab(int64_t vocab_flag, int64_t divisible_by, int tp) {
+  const int64_t vocab = vocab_flag + 1;  // _NullTokenizer: its EOD id is vocab_flag
+  const int64_t multiple = divisible_by * tp;
+  return (vocab + multiple - 1) / multiple * multiple;
 }
 
 }  // namespace loom

@@ -10,6 +10,7 @@
 // Megatron-LM refuses.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
@@ -32,6 +33,14 @@ struct MegatronLaunch {
 
 // Every rule the launch breaks, each "FILE FUNCTION: Megatron-LM's message"; empty when it passes.
 std::vector<std::string> MegatronArgumentErrors(const MegatronLaunch& launch);
+
+// The vocabulary Megatron-LM's model has for `--tokenizer-type NullTokenizer
+// --vocab-size vocab_flag`: the tokenizer adds its end-of-document id
+// (_NullTokenizer.vocab_size is vocab_flag + 1), and _vocab_size_with_padding
+// rounds that up to a multiple of --make-vocab-size-divisible-by (default 128)
+// times the tensor-parallel size (megatron/training/tokenizer/tokenizer.py).
+// REQUIRES: vocab_flag >= 0, divisible_by >= 1, tp >= 1.
+int64_t MegatronModelVocab(int64_t vocab_flag, int64_t divisible_by, int tp);
 
 // The stages of a --pipeline-model-parallel-layout string, as
 // PipelineParallelLayerLayout.parse_str_to_list expands them (commas
