@@ -131,6 +131,45 @@ TEST(MegatronExport, FrozenModulesBecomeFreezeFlags) {
   EXPECT_NE(e.args.find("--ckpt-format torch"), std::string::npos) << e.args;
 }
 
+// pretrain_vlm.py's LLM sequence is --seq-length text tokens plus one image's
+// embeddings (model_provider: decoder_seq_length = dataloader_seq_length +
+// get_num_image_embeddings), so --seq-length is the plan's sequence less
+// them; the image flags give its CLIP encoder the model's image size, patch
+// and layers. vlm-s's ViT takes 768 px images in 14 px patches (2916) and
+// hands the LLM 169 pooled tokens, which pretrain_vlm.py's CLIP cannot: said.
+TEST(MegatronExport, AVlmsSequenceIsTextTokensPlusItsImageEmbeddings) {
+  test::Fixture f;
+  const Module& vision = f.model.modules[f.model.FindModule("vision")];
+  const int64_t side = vision.tokens.resize_px, patch = vision.tokens.patch_px;
+  ASSERT_GT(side, 0);
+  ASSERT_GT(patch, 0);
+  const int64_t patches = (side / patch) * (side / patch);
+  Plan p = SingleUnitPlan(f.ctx(), "m", 4, 1, 4, 1, 4, ScheduleKind::kOneFOneB, Recompute::kFull, Balance::kParams, 1);
+  MegatronTarget target;
+  target.seq_len = 8192;
+  const MegatronExport e = ExportMegatron(p, f.model, target);
+  ASSERT_TRUE(e.expressible) << e.notes;
+  int layers = 0;
+  for (const Layer& l : vision.layers) layers += l.kind == LayerKind::kTransformer ? 1 : 0;
+  const bool class_token = vision.tokens.extra_tokens > vision.tokens.drop_tokens;
+  const int64_t embeddings = patches + (class_token ? 1 : 0);
+  for (const std::string& arg :
+       {fmt::format("--img-h {}", side), fmt::format("--img-w {}", side), fmt::format("--patch-dim {}", patch),
+        fmt::format("--encoder-num-layers {}", layers), fmt::format("--seq-length {}", 8192 - embeddings)}) {
+    EXPECT_NE(e.args.find(arg), std::string::npos) << arg << "\n" << e.args;
+  }
+  EXPECT_EQ(e.args.find("--disable-vision-class-token") != std::string::npos, !class_token) << e.args;
+  EXPECT_EQ(embeddings, 2916);
+  EXPECT_NE(e.notes.find("pretrain_vlm.py's CLIP encoder hands the LLM 2916 embeddings an image (no merge or "
+                         "tiling), where vision hands on 169"),
+            std::string::npos)
+      << e.notes;
+  EXPECT_NE(
+      e.notes.find(fmt::format("one image ({} embeddings) before the {} text tokens", embeddings, 8192 - embeddings)),
+      std::string::npos)
+      << e.notes;
+}
+
 // Audit M6-04 and M6-06: pretrain_vlm.py's vision encoder copies the
 // language model's layout, so a VLM plan of several pipeline stages is
 // refused, saying why.

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <set>
 
+#include "loom/cost/token_stats.h"
+
 namespace loom {
 
 namespace {
@@ -128,6 +130,58 @@ void VocabFlags(int64_t vocab, int tp, std::vector<std::pair<std::string, std::s
         "output layer than the plan prices",
         vocab, model_vocab, tp, model_vocab - vocab));
   }
+}
+
+// pretrain_vlm.py's image flags for the model's image encoder: --img-h,
+// --img-w and --patch-dim of its square images, --encoder-num-layers, and
+// --disable-vision-class-token where the LLM gets the patches only. Its mock
+// data puts one image before --seq-length text tokens in each sample, and
+// model_provider makes the LLM's sequence --seq-length plus
+// get_num_image_embeddings (CLIP: (img / patch)^2, plus the class token
+// unless disabled): returns the plan's sequence `seq_len` less those, for
+// --seq-length. What the flags cannot match goes to `notes`.
+int64_t VlmImageArgs(const Model& model, int64_t seq_len, std::vector<std::string>& a,
+                     std::vector<std::string>& notes) {
+  const Module* vision = nullptr;
+  for (const Module& m : model.modules) {
+    if (m.tokens.source == TokenSource::kImage && vision == nullptr) vision = &m;
+  }
+  if (vision == nullptr) return seq_len;
+  const TokenRule& r = vision->tokens;
+  const int64_t side = r.resize_px, patch = r.patch_px;
+  if (side <= 0 || patch <= 0 || r.tokens_per_image > 0) {
+    notes.push_back(fmt::format(
+        "{} does not resize its images to one square size cut in patches; set pretrain_vlm.py's --img-h, --img-w "
+        "and --patch-dim, and --seq-length to the text tokens",
+        vision->name));
+    return seq_len;
+  }
+  int layers = 0;
+  for (const Layer& l : vision->layers) layers += l.kind == LayerKind::kTransformer ? 1 : 0;
+  const int64_t patches = (side / patch) * (side / patch);
+  // What the plan hands the LLM per image: the encoder's tokens less those
+  // dropped, merged, or a fixed count.
+  const int64_t handed = r.out_tokens_per_image > 0
+                             ? r.out_tokens_per_image
+                             : (ImageTokens(r, side, side) - r.drop_tokens) / std::max<int64_t>(r.merge * r.merge, 1);
+  const bool class_token = handed == patches + 1;
+  const int64_t embeddings = patches + (class_token ? 1 : 0);
+  a.push_back(fmt::format("--img-h {}", side));
+  a.push_back(fmt::format("--img-w {}", side));
+  a.push_back(fmt::format("--patch-dim {}", patch));
+  if (layers > 0) a.push_back(fmt::format("--encoder-num-layers {}", layers));
+  if (!class_token) a.push_back("--disable-vision-class-token");
+  if (handed != embeddings || r.tiling != ImageTiling::kNone) {
+    notes.push_back(fmt::format(
+        "pretrain_vlm.py's CLIP encoder hands the LLM {} embeddings an image (no merge or tiling), where {} hands "
+        "on {}",
+        embeddings, vision->name, handed));
+  }
+  notes.push_back(fmt::format(
+      "pretrain_vlm.py's mock data puts one image ({} embeddings) before the {} text tokens of each sample, the "
+      "plan's {}-token sequence; samples of several images run with one",
+      embeddings, std::max<int64_t>(seq_len - embeddings, 1), seq_len));
+  return std::max<int64_t>(seq_len - embeddings, 1);
 }
 
 // Returns why Megatron-LM's flags cannot build the LLM's shape ("": they can).
@@ -403,8 +457,10 @@ MegatronExport ExportOneGrid(const Plan& plan, const Model& model, const Megatro
     FreezeArgs(model, a, notes);         // --freeze-LM / --freeze-ViT are pretrain_vlm.py's flags
     a.push_back("--ckpt-format torch");  // pretrain_vlm.py asserts it ("Only ckpt-format torch is supported")
   }
+  MegatronTarget llm_target = target;
+  if (multimodal) llm_target.seq_len = VlmImageArgs(model, target.seq_len, a, notes);
   launch.flags = FlagPairs(a);
-  if (std::string shape = ShapeAndRunFlags(model.modules[backbone], target, u.tp, launch.flags, notes);
+  if (std::string shape = ShapeAndRunFlags(model.modules[backbone], llm_target, u.tp, launch.flags, notes);
       !shape.empty()) {
     e.notes = "Megatron-LM cannot express this plan: " + shape + ".";
     return e;

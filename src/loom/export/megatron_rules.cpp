@@ -273,6 +273,10 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                             "--tokenizer-type",
                                             "--vocab-size",
                                             "--make-vocab-size-divisible-by",
+                                            "--img-h",
+                                            "--img-w",
+                                            "--patch-dim",
+                                            "--encoder-num-layers",
                                             "--calculate-per-token-loss",
                                             "--norm-epsilon",
                                             "--use-rope-scaling",
@@ -282,7 +286,7 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                             "--ckpt-format",
                                             "--quick-geglu"};
   // pretrain_vlm.py add_vlm_extra_args; examples/mimo/training/args.py add_hetero_grid_args and its model provider.
-  static const std::set<std::string> vlm = {"--freeze-LM", "--freeze-ViT"};
+  static const std::set<std::string> vlm = {"--freeze-LM", "--freeze-ViT", "--disable-vision-class-token"};
   static const std::set<std::string> mimo = {"--encoder-tp", "--encoder-dp",       "--llm-offset", "--llm-tp",
                                              "--llm-cp",     "--llm-pp",           "--llm-dp",     "--freeze-lm",
                                              "--freeze-vit", "--freeze-projection"};
@@ -306,7 +310,11 @@ void ParserRule(const MegatronLaunch& l, std::vector<std::string>& errors) {
                                              "--eval-interval",
                                              "--eval-iters",
                                              "--vocab-size",
-                                             "--make-vocab-size-divisible-by"};
+                                             "--make-vocab-size-divisible-by",
+                                             "--img-h",
+                                             "--img-w",
+                                             "--patch-dim",
+                                             "--encoder-num-layers"};
   static const std::regex integer("-?[0-9]+");
   for (const auto& [flag, value] : l.flags) {
     if (ints.count(flag) && !std::regex_match(value, integer)) {
