@@ -11,11 +11,11 @@ import datetime
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import types
+import uuid
 import unittest
 
 import torch
@@ -69,10 +69,12 @@ def shifted_loss(logits, labels):  # transformers' causal-LM loss: predict token
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
 
 
-def run_rank(rank, world, port, folder, plan_stages, csv_path, csv_format, microbatches, out_path):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def run_rank(rank, world, store, folder, plan_stages, csv_path, csv_format, microbatches, out_path):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    # A file store: a TCP port picked free beforehand can be taken by another
+    # test's process before rank 0 binds it (ctest -j).
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
 
@@ -112,12 +114,6 @@ def run_rank(rank, world, port, folder, plan_stages, csv_path, csv_format, micro
     dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PytorchRunsLoomsSchedules(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.TemporaryDirectory()
@@ -152,8 +148,8 @@ class PytorchRunsLoomsSchedules(unittest.TestCase):
                               "--lr", str(LR), "--precision", "fp32", "--json"))
         out = os.path.join(d, "torch_losses.json")
         form = "compute_comms" if comms else "compute_only"
-        mp.spawn(run_rank, args=(2, free_port(), folder, stages, csv_path, form, pipeline["microbatches"], out),
-                 nprocs=2)
+        store = os.path.join(d, f"store-{uuid.uuid4().hex}")  # a new file each run: FileStore must not find an old one
+        mp.spawn(run_rank, args=(2, store, folder, stages, csv_path, form, pipeline["microbatches"], out), nprocs=2)
         with open(out) as f:
             return ran["losses"], json.load(f)
 
