@@ -79,8 +79,9 @@ void AddReplica(ExecutionCosts& out, PipelineCosts costs, std::map<std::vector<d
   std::vector<double> signature;
   for (const auto& stage : costs.stage) {
     for (const StageCost& sc : stage) {
-      signature.insert(signature.end(), {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes,
-                                         sc.transient_bytes, sc.weight_grad_hold_bytes, sc.send_bytes});
+      signature.insert(signature.end(),
+                       {sc.forward_s, sc.backward_data_s, sc.backward_weight_s, sc.activation_bytes, sc.transient_bytes,
+                        sc.weight_grad_hold_bytes, sc.split_backward_transient_bytes, sc.send_bytes});
     }
   }
   auto [pos, inserted] = seen.emplace(std::move(signature), static_cast<int>(out.replicas.size()));
@@ -91,10 +92,6 @@ void AddReplica(ExecutionCosts& out, PipelineCosts costs, std::map<std::vector<d
     ++out.replica_weight[pos->second];
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Whether `stage` runs layer `layer` of module `m`.
 bool StageRuns(const ExecStage& stage, const Module& m, int layer) {
