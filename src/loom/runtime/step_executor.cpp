@@ -12,12 +12,14 @@
 #include "loom/data/sample_token_checks.h"
 #include "loom/error.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/plan/sequence_parallel_handoff.h"
 #include "loom/runtime/fsdp_layers.h"
 #include "loom/runtime/hf_weights.h"
 #include "loom/runtime/runnable_plan.h"
 #include "loom/runtime/sends_in_flight.h"
 #include "loom/runtime/tensor_buckets.h"
 #include "loom/runtime/unscale_gradients.h"
+#include "loom/weights/checkpoint_parts.h"
 
 namespace loom::runtime {
 
@@ -96,7 +98,8 @@ struct StepExecutor::Step {
         images(RealImages(b)),
         batch_text_tokens(ScoredTargets(b, text.get())),
         sends(e.schedule),
-        output_reads(OutputReads(e.schedule, edges, place.local_ranks)) {
+        output_reads(OutputReads(e.schedule, edges, place.local_ranks)),
+        sp_rows(SequenceParallelHandoffsOf(model, e)) {
     for (int v = 0; v < e.schedule.num_stages(); ++v)
       microbatches = std::max(microbatches, e.schedule.microbatches_of(v));
     // Towers beside the loss module: their values in the whole batch (TowerLoss).
@@ -146,6 +149,8 @@ struct StepExecutor::Step {
   // receivers are known to have them; gradient all-reduces, until the wait.
   SendsInFlight sends;
   std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
+  // Stages that hand on, or receive, each TP rank's own sequence rows.
+  const SequenceParallelHandoffs sp_rows;
 
   // (v, k)'s output values, read once more. After their last read only the
   // graph stays (output_edges) and shapes (meta tensors), as Megatron-LM's
@@ -264,6 +269,7 @@ bool StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   const Schedule& sch = exec.schedule;
   std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
   clock_->StartStep(last_step);
+  for (auto& [v, stack] : local_.stacks) stack->SetSequenceParallelRows(step_->sp_rows.in[v], step_->sp_rows.out[v]);
   for (const auto& [r, index] : ProcessOrder(exec, place_.local_ranks)) {
     before_action();
     const Action& a = sch.ranks[r][index];
@@ -426,7 +432,10 @@ void StepExecutor::ReportLoss(int step) {
 std::vector<torch::Tensor> StepExecutor::ShapesOf(int v, const MicrobatchPacking& packing) {
   std::vector<torch::Tensor> shapes;
   for (const auto& b : step_->handed[v]) {
-    shapes.push_back(torch::empty({1, packing.Tokens(b.module), b.width}, device_));
+    int64_t rows = packing.Tokens(b.module);
+    // This TP rank's rows only (the receiver's TP rank is the sender's: equal degrees).
+    if (step_->sp_rows.out[v]) rows = weights::SliceSpanOf(rows, place_.MyTpRank(v), place_.TpOf(v)).length;
+    shapes.push_back(torch::empty({1, rows, b.width}, device_));
   }
   return shapes;
 }
@@ -479,6 +488,24 @@ ModuleTensors StepExecutor::Inputs(int r, int v, int k, const std::string& where
   }
   std::set<Message*>& used = s.read[{v, k}];
   used.insert(own.begin(), own.end());
+  if (s.sp_rows.in[v]) {
+    // This TP rank's rows of the producer's output, for the same microbatch
+    // (a one-to-one edge within a unit): the stage's input as it is, with no
+    // sequence to splice (Assemble reads whole rows).
+    auto same_sequences = [](const std::vector<PackedSequence>& a, const std::vector<PackedSequence>& b) {
+      return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const PackedSequence& x, const PackedSequence& y) {
+        return x.sample == y.sample && x.doc == y.doc && x.image == y.image && x.clip == y.clip && x.tokens == y.tokens;
+      });
+    };
+    if (own.size() != 1 || own[0]->modules.size() != 1 ||
+        !same_sequences(own[0]->packing->modules[own[0]->modules[0]],
+                        s.packings.Mine(v, k).modules[own[0]->modules[0]])) {
+      throw Error(fmt::format("runtime: {} receives sequence-parallel rows of another packing", where));
+    }
+    in[own[0]->modules[0]] = own[0]->leaves[0];
+    ++own[0]->users;
+    return in;
+  }
   for (const auto& [module, width] : widths) {
     in[module] = Assemble(module, width, s.packings.Mine(v, k), own, pool, used, where,
                           torch::TensorOptions().device(device_).dtype(compute_dtype_));

@@ -862,8 +862,12 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
     }
     // Sequence parallelism (runtime/sequence_parallel.h): blocks read and
     // hand on this rank's rows; they are split entering the first and
-    // gathered before any other layer (a head gathers them itself).
+    // gathered before any other layer (a head gathers them itself), unless
+    // they arrive, or go on to the next stage, as this rank's rows already
+    // (SetSequenceParallelRows).
+    const bool first_range = &r == &ranges_.front(), last_range = &r == &ranges_.back();
     int64_t sp_rows = -1;  // the whole rows while x holds this rank's, else -1
+    if (first_range && r.begin != 0 && sp_rows_in_) sp_rows = mb.packing->Tokens(mi);
     auto leave_sp = [&] {
       if (sp_rows >= 0) x = GatherFromSequenceParallel(x, sp_rows, tp_.get());
       sp_rows = -1;
@@ -904,7 +908,7 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
         if (x.requires_grad()) x = BeforeLayerBackward::apply(x, AsInt(hooks_.get()), static_cast<int64_t>(i));
       }
     }
-    leave_sp();
+    if (!(last_range && sp_rows_out_)) leave_sp();
     live[mi] = x;
     if (mi == loss_module && r.end == static_cast<int>(model_->modules[mi].layers.size())) ends_loss_module = true;
   }

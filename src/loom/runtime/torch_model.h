@@ -217,6 +217,14 @@ class LayerStackImpl : public torch::nn::Module {
   // The stack's embedding layer whose matrix a head of the same stack reads
   // too (tied word embeddings within a stage), or -1.
   int TiedWithin() const { return tied_within_; }
+  // Under sequence parallelism, whether the stack's first layer receives, and
+  // its last layer hands on, this TP rank's rows of the sequence rather than
+  // every row (plan/sequence_parallel_handoff.h: Megatron's pipeline sends
+  // them so). Default: every row both ways.
+  void SetSequenceParallelRows(bool rows_in, bool rows_out) {
+    sp_rows_in_ = rows_in;
+    sp_rows_out_ = rows_out;
+  }
   // Calls around each layer from now on (null: none). The hooks must outlive
   // every graph the stack builds.
   void SetLayerHooks(std::shared_ptr<LayerHooks> hooks) { hooks_ = std::move(hooks); }
@@ -249,6 +257,7 @@ class LayerStackImpl : public torch::nn::Module {
   torch::Tensor* table_ = nullptr;
   torch::Tensor tied_copy_;
   std::shared_ptr<LayerHooks> hooks_;
+  bool sp_rows_in_ = false, sp_rows_out_ = false;  // SetSequenceParallelRows
   int tied_within_ = -1;
   // Parameters split over TP by weights::SliceSpanOf (a vocabulary's rows, a
   // projector's hidden units): the dimension, and its whole extent. (A

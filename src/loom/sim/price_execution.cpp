@@ -10,6 +10,7 @@
 #include "loom/cost/memory.h"
 #include "loom/error.h"
 #include "loom/plan/compile_plan.h"
+#include "loom/plan/sequence_parallel_handoff.h"
 
 namespace loom {
 
@@ -449,6 +450,12 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
       if (r.begin == 0) first_layer_modules[s].push_back(model.FindModule(r.module));
     }
   }
+  // Under sequence parallelism each TP rank sends its own rows on (plan/sequence_parallel_handoff.h).
+  std::vector<double> send_share(S, 1.0);
+  const std::vector<bool> hands_rows = SequenceParallelHandoffsOf(model, exec).out;
+  for (int s = 0; s < S; ++s) {
+    if (hands_rows[s]) send_share[s] = 1.0 / exec.stages[s].tp;
+  }
   std::map<std::vector<double>, int> seen;
   for (size_t d = 0; d < exec.replicas.size(); ++d) {
     if (only_replica >= 0 && static_cast<int>(d) != only_replica) continue;
@@ -503,6 +510,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
             memo->stages_.emplace(key, PricingMemo::Priced{pc.stage[s].back(), flops});
           }
         }
+        pc.stage[s].back().send_bytes *= send_share[s];
         out.model_flops += flops * st.gpus;
         for (int mi : first_layer_modules[s]) module_tokens[mi] += tokens[mi].tokens;
       }

@@ -1,0 +1,65 @@
+#include "loom/plan/sequence_parallel_handoff.h"
+
+#include "loom/cost/layer_pricing.h"
+
+namespace loom {
+
+namespace {
+
+bool SplitsRows(const ExecStage& st) { return st.sequence_parallel && st.tp > 1 && st.cp == 1 && st.seq_share == 1; }
+
+// Stage `from`'s only outgoing edge, or nullptr.
+const StageEdge* OnlyEdgeFrom(const std::vector<StageEdge>& edges, int from) {
+  const StageEdge* only = nullptr;
+  for (const StageEdge& e : edges) {
+    if (e.from != from) continue;
+    if (only != nullptr) return nullptr;
+    only = &e;
+  }
+  return only;
+}
+
+bool HandsOnRows(const Model& model, const ExecutionPlan& exec, const std::vector<StageEdge>& edges,
+                 const StageEdge& edge) {
+  if (!edge.first.empty() || !edge.producers.empty() || edge.share != 1.0) return false;
+  for (const StageEdge& e : edges) {
+    if (e.to == edge.to && e.from != edge.from) return false;
+  }
+  const ExecStage& u = exec.stages.at(static_cast<size_t>(edge.from));
+  const ExecStage& w = exec.stages.at(static_cast<size_t>(edge.to));
+  if (!SplitsRows(u) || !SplitsRows(w) || u.tp != w.tp || u.unit != w.unit) return false;
+  if (u.layers.empty() || w.layers.empty()) return false;
+  const LayerRange& last = u.layers.back();
+  const LayerRange& first = w.layers.front();
+  if (last.module != first.module || first.begin != last.end || last.end <= 0) return false;
+  const int mi = model.FindModule(last.module);
+  const Module& m = model.modules[static_cast<size_t>(mi)];
+  if (last.end >= static_cast<int>(m.layers.size())) return false;
+  if (m.layers[static_cast<size_t>(last.end - 1)].kind != LayerKind::kTransformer ||
+      m.layers[static_cast<size_t>(first.begin)].kind != LayerKind::kTransformer) {
+    return false;
+  }
+  if (!SplitsOverTensorParallel(m, u.tp)) return false;  // replicated over the group: whole rows on each rank
+  // An earlier module read by a later one crosses the cut too (runtime/packing.h CrossingAfter).
+  for (size_t i = static_cast<size_t>(mi) + 1; i < model.modules.size(); ++i) {
+    for (int p : model.modules[i].inputs) {
+      if (p < mi) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+SequenceParallelHandoffs SequenceParallelHandoffsOf(const Model& model, const ExecutionPlan& exec) {
+  const int S = exec.schedule.num_stages();
+  SequenceParallelHandoffs h{std::vector<bool>(S, false), std::vector<bool>(S, false)};
+  const std::vector<StageEdge> edges = exec.schedule.StageEdges();  // the chain where the schedule lists none
+  for (int v = 0; v < S; ++v) {
+    const StageEdge* edge = OnlyEdgeFrom(edges, v);
+    if (edge != nullptr && HandsOnRows(model, exec, edges, *edge)) h.out[v] = h.in[edge->to] = true;
+  }
+  return h;
+}
+
+}  // namespace loom
