@@ -64,16 +64,16 @@ TEST(SequenceParallelHandoff, TwoStagesCutBetweenTransformerLayersHandOnEachTpRa
   }
 }
 
-TEST(SequenceParallelHandoff, OutputsOfOtherLayersOrDegreesGoWhole) {
+TEST(SequenceParallelHandoff, AnEmbeddingHandsOnRowsAHeadOrContextParallelismWhole) {
   const Llm s;
-  // The first stage ends with the embedding: its output enters the sequence
-  // split only at the next stage's first block (Megatron scatters it there too).
+  // The first stage ends with the token embedding, whose output Megatron's
+  // embedding scatters into the sequence split itself: rows go.
   Plan embedding_only = s.TpPp();
   auto& st = embedding_only.units[0].pipelines[0].stages;
   const int layers = static_cast<int>(s.model.modules[0].layers.size());
   st[0].layers = {{"llm", 0, 1}};
   st[1].layers = {{"llm", 1, layers}};
-  EXPECT_EQ(SequenceParallelHandoffsOf(s.model, s.Compile(embedding_only)).out, (std::vector<bool>{false, false}));
+  EXPECT_EQ(SequenceParallelHandoffsOf(s.model, s.Compile(embedding_only)).out, (std::vector<bool>{true, false}));
 
   // The second stage starts with the head.
   Plan head_only = s.TpPp();

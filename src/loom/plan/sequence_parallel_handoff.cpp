@@ -35,7 +35,11 @@ bool HandsOnRows(const Model& model, const ExecutionPlan& exec, const std::vecto
   const int mi = model.FindModule(last.module);
   const Module& m = model.modules[static_cast<size_t>(mi)];
   if (last.end >= static_cast<int>(m.layers.size())) return false;
-  if (m.layers[static_cast<size_t>(last.end - 1)].kind != LayerKind::kTransformer ||
+  // After a transformer layer the rows are split already; after the token
+  // embedding Megatron splits them too (LanguageModelEmbedding's
+  // scatter_to_sequence_parallel_region), so the first block receives them so.
+  const LayerKind out = m.layers[static_cast<size_t>(last.end - 1)].kind;
+  if ((out != LayerKind::kTransformer && out != LayerKind::kEmbedding) ||
       m.layers[static_cast<size_t>(first.begin)].kind != LayerKind::kTransformer) {
     return false;
   }

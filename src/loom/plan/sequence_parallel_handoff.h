@@ -27,8 +27,9 @@ namespace loom {
 // TP rank's sequence rows: both stages run sequence parallelism (TP > 1, no
 // CP, no sequence shares) at the same TP degree in the same unit, its only
 // edge is one to one and the consumer reads from it alone, and the output is
-// the module the two split between them, cut between two transformer layers,
-// with no earlier module's output crossing beside it.
+// the module the two split between them, cut between two transformer layers
+// or after the module's token embedding (which Megatron's scatters into the
+// sequence split itself), with no earlier module's output crossing beside it.
 struct SequenceParallelHandoffs {
   std::vector<bool> out;  // per stage: hands on its TP rank's rows
   std::vector<bool> in;   // per stage: receives its TP rank's rows (its producer's `out`)

@@ -908,7 +908,11 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
         if (x.requires_grad()) x = BeforeLayerBackward::apply(x, AsInt(hooks_.get()), static_cast<int64_t>(i));
       }
     }
-    if (!(last_range && sp_rows_out_)) leave_sp();
+    if (!(last_range && sp_rows_out_)) {
+      leave_sp();
+    } else if (sp_rows < 0) {  // after the token embedding: split here, as Megatron's embedding does
+      x = ScatterToSequenceParallel(x, tp_.get());
+    }
     live[mi] = x;
     if (mi == loss_module && r.end == static_cast<int>(model_->modules[mi].layers.size())) ends_loss_module = true;
   }
