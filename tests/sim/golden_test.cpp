@@ -37,6 +37,13 @@
 // layers only, in Megatron-LM and the runtime) and a tied head on a stage
 // without its embedding held its copy with gradient and AdamW state (Megatron's
 // shared embedding on the last stage): 33 peaks, 1.00002-1.094x, no time.
+// Then when a TP rank's parameters counted whole what every rank of the group
+// holds whole (norms, row-parallel biases, patch embeddings: cost/layer_work.h
+// LayerParamsOnTpRank; they had been divided by TP) and a patch embedding's
+// class token (sim/price_execution.h StageParamsOf): 182 peaks
+// 1.000000007-1.010x and 133 times 1.000000001-1.0043x (the gradient sync and
+// the optimizer move them too), keeping a bucket-wise plan's older time where
+// it still bounds it.
 // Each time recorded from `before` below.
 // Every run here keeps the recorded code's gradient collectives behind the
 // rank's sends (SimOptions::sync_stream off): since issue 44 they have a

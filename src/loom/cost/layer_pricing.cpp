@@ -110,7 +110,8 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its
     // forward and again before its backward, and reduce-scatters its gradients;
     // prefetching overlaps them with compute, so a phase takes the longer of the two.
-    const double weight_bytes = elem * static_cast<double>(LayerParams(l)) / tp;
+    const double rank_params = LayerParamsOnTpRank(l, tp);  // what this TP rank gathers and reduces
+    const double weight_bytes = elem * rank_params;
     const double gather_s = GroupAllGatherTime_s(weight_bytes, par.fsdp_ranks, 1, c);
     out.forward_wait_s = std::max(0.0, gather_s - out.forward_s);
     out.forward_s += out.forward_wait_s;
@@ -121,7 +122,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
       // full fp32 gradient builds up (then copied into the reduce-scatter's
       // buffer as it is dropped): FSDP's one unit unsharded, what the
       // runtime's FsdpLayers holds too (runtime/fsdp_layers.h).
-      out.transient_bytes += weight_bytes + kGradBytesPerParam * static_cast<double>(LayerParams(l)) / tp;
+      out.transient_bytes += weight_bytes + kGradBytesPerParam * rank_params;
     }
   }
   return out;

@@ -188,6 +188,39 @@ int64_t LayerParams(const Layer& l) {
   return ParamsAs<int64_t>(l);
 }
 
+double LayerParamsOnTpRank(const Layer& l, int tp) {
+  const double all = static_cast<double>(LayerParams(l));
+  const double h = static_cast<double>(l.hidden);
+  double whole = 0;  // of `all`, what every rank holds
+  switch (l.kind) {
+    case LayerKind::kTransformer:
+      // Each norm's scale (ParamsAs counts a LayerNorm's bias nowhere yet: the
+      // zoo's stand-in layers default to LayerNorm where the Llamas they copy
+      // have RMSNorm, docs/cost-model.md).
+      whole = (l.cross_attention && l.self_attention ? 3 : 2) * h + (l.out_bias ? h : 0) + (l.mlp_bias ? h : 0) +
+              (l.qk_norm ? 2 * static_cast<double>(l.HeadDim()) : 0);
+      break;
+    case LayerKind::kEmbedding:
+      whole = static_cast<double>(l.positions) * h;
+      break;
+    case LayerKind::kLmHead:
+      whole = l.final_norm == NormKind::kNone ? 0 : h;
+      break;
+    case LayerKind::kMlpProjector:
+      whole = h > 0 && l.bias ? static_cast<double>(l.out_dim) : 0;
+      break;
+    case LayerKind::kPatchEmbed:
+    case LayerKind::kConv:
+      whole = all;
+      break;
+    case LayerKind::kConformer:
+    case LayerKind::kResnetBlock:
+    case LayerKind::kSpatialTransformer:
+      break;
+  }
+  return (all - whole) / tp + whole;
+}
+
 LayerWork EstimateLayerWork(const Layer& l, const TokenStats& t, int tp, double e) {
   LayerWork w;
   const double h = static_cast<double>(l.hidden);

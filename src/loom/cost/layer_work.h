@@ -48,6 +48,17 @@ enum class Recompute : uint8_t {
 // architecture has them; docs/cost-model.md lists the per-kind formulas).
 int64_t LayerParams(const Layer& layer);
 
+// What one rank of a TP group of `tp` holds of a layer's parameters, as
+// Megatron-LM and Loom's runtime split them: the matmuls' weights, the
+// column-parallel biases (Q/K/V, the MLP's up and gate, a projector's first
+// linear) and the vocabulary rows by tp; the norms, the row-parallel biases
+// (the attention's output, the MLP's down, a projector's second linear), the
+// q/k norms, learned position tables, patch embeddings and convolutions whole
+// on every rank (Megatron's LayerNorm and RowParallelLinear bias; the
+// runtime's replicated layers, docs/runtime.md). Every matrix of the kinds the
+// runtime does not run (conformer, U-Net blocks) by tp. REQUIRES: tp >= 1.
+double LayerParamsOnTpRank(const Layer& layer, int tp);
+
 // Work of `layer` on `tokens` with tensor parallel degree `tp` (every matrix
 // split tp ways, norms replicated), elements of `bytes_per_elem` bytes.
 // REQUIRES: tp >= 1.

@@ -115,6 +115,13 @@ int64_t TiedCopyParams(const ExecStage& stage, const Module& m, const Layer& l) 
   return 0;
 }
 
+// A patch embedding's learned extra tokens (CLIP's class embedding,
+// register tokens: Module's tokens.extra_tokens rows of its width), which the
+// layer alone does not know of; whole on every TP rank, as the embedding.
+int64_t ExtraTokenParams(const Module& m, const Layer& l) {
+  return l.kind == LayerKind::kPatchEmbed ? m.tokens.extra_tokens * l.hidden : 0;
+}
+
 }  // namespace
 
 StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
@@ -124,7 +131,12 @@ StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
     const bool split = SplitsOverTensorParallel(m, stage.tp);
     for (int li = r.begin; li < r.end; ++li) {
       const Layer& l = m.layers[li];
-      const double params = static_cast<double>(LayerParams(l) + TiedCopyParams(stage, m, l)) / (split ? stage.tp : 1);
+      // A TP rank's share (LayerParamsOnTpRank: norms, row-parallel biases and
+      // patch embeddings whole on each), or every parameter where the module is replicated.
+      const double tied = static_cast<double>(TiedCopyParams(stage, m, l));
+      const double extra = static_cast<double>(ExtraTokenParams(m, l));
+      const double params = split ? LayerParamsOnTpRank(l, stage.tp) + tied / stage.tp + extra
+                                  : static_cast<double>(LayerParams(l)) + tied + extra;
       (l.frozen ? p.frozen : p.trainable) += params;
       if (!split && !l.frozen) p.replicated += params;
     }

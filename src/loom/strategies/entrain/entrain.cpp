@@ -77,7 +77,7 @@ ComponentOption PriceComponent(const Model& model, const Cluster& cluster, const
     const QuadraticCost q = FitLayerCost(layer, needs[mi][li], cluster, par);  // §4.4.1
     const TokenStats& t = tokens[mi];
     o.layer_s.push_back(CurveTime(q, t));
-    const double params = static_cast<double>(LayerParams(layer)) / (par.split ? tp : 1);
+    const double params = par.split ? LayerParamsOnTpRank(layer, tp) : static_cast<double>(LayerParams(layer));
     const ModelStateBytes st =
         ModelState(layer.frozen ? 0 : params, layer.frozen ? params : 0, dp, w.zero_stage, w.precision);
     o.state_bytes.push_back(st.weights + st.grads + st.optimizer);

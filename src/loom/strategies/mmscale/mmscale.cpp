@@ -191,7 +191,7 @@ AllocationProblem MakeAllocationProblem(const StrategyContext& ctx, const Mmscal
         const LayerTimes t = PriceLayer(l, tokens[mi], needs[mi][li], ctx.cluster, par);
         m.time_s += (t.forward_s + t.backward_data_s + t.backward_weight_s) / samples;
         m.activation_bytes += t.activation_bytes / samples * peak_ratio[mi];
-        const double params = static_cast<double>(LayerParams(l)) / (par.split ? tp : 1);
+        const double params = par.split ? LayerParamsOnTpRank(l, tp) : static_cast<double>(LayerParams(l));
         (l.frozen ? frozen : trainable) += params;
       }
       const ModelStateBytes st = ModelState(trainable, frozen, 1, 1);

@@ -75,7 +75,8 @@ struct ModulePricing {
       layer_s[li] = t.forward_s + t.backward_data_s + t.backward_weight_s;
       act[li] = t.activation_bytes;
       transient[li] = t.transient_bytes;
-      const double params = static_cast<double>(LayerParams(mod.layers[li])) / (split ? tp : 1);
+      const double params =
+          split ? LayerParamsOnTpRank(mod.layers[li], tp) : static_cast<double>(LayerParams(mod.layers[li]));
       (mod.frozen || mod.layers[li].frozen ? frozen : trainable)[li] = params;
       const LayerWork w = EstimateLayerWork(mod.layers[li], share, 1, elem);
       bytes += w.Bytes(Phase::kForward) + w.Bytes(Phase::kBackwardData) + w.Bytes(Phase::kBackwardWeight);
