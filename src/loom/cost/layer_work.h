@@ -110,7 +110,9 @@ int64_t LossChunkRows(int64_t vocab);
 //    recomputed SiLU; CLIP's quick_gelu, several unfused ops: 5 f), plus under
 //    mixed precision the bf16 gradient of one h x f weight before it is added
 //    to the fp32 one (not when `weight_gradient` is false: a frozen layer's
-//    backward computes none).
+//    backward computes none);
+//  - a patch embedding: its weight's fp32 gradient before autograd adds it
+//    to the accumulated one (whole on every TP rank, as the weight).
 // Other kinds: 0 (not measured).
 double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2,
                             bool weight_gradient = true);

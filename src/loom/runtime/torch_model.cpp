@@ -605,10 +605,31 @@ struct EmbedImpl : torch::nn::Module {
     if (ids.empty()) return {};
     return Lookup(torch::cat(ids, 0)).split_with_sizes(sizes, 0);
   }
+  // Every image's or clip's patch embeddings in packing order, from one
+  // matmul: one weight gradient a microbatch, not one per item held side by
+  // side until autograd sums them (tiny-omni's video patch embedding at TP 2
+  // held two 196 KB gradients at once, 1.19x the stage's predicted peak).
+  std::vector<torch::Tensor> PatchParts(const MicrobatchInput& mb) {
+    std::vector<torch::Tensor> patches;
+    std::vector<int64_t> sizes;
+    const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
+    for (const auto& s : mb.packing->modules[module]) {
+      const int item = s.image >= 0 ? s.image : s.clip;
+      for (const Part& p : s.parts) {
+        if (p.source >= 0) continue;
+        patches.push_back(Patches(s.sample, item, p.tokens - n_extra, mb));
+        sizes.push_back(p.tokens - n_extra);
+      }
+    }
+    if (patches.empty()) return {};
+    return proj->forward(patches.size() == 1 ? patches[0] : torch::cat(patches, 0)).split_with_sizes(sizes, 0);
+  }
   torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
     std::vector<torch::Tensor> seqs;
-    const std::vector<torch::Tensor> text = data == Data::kText ? TextParts(mb) : std::vector<torch::Tensor>{};
-    size_t next_text = 0;
+    const std::vector<torch::Tensor> text = data == Data::kText      ? TextParts(mb)
+                                            : data == Data::kPatches ? PatchParts(mb)
+                                                                     : std::vector<torch::Tensor>{};
+    size_t next_text = 0;  // into `text` (text or patch embeddings)
     for (const auto& s : mb.packing->modules[module]) {
       std::vector<torch::Tensor> parts;
       const int item = s.image >= 0 ? s.image : s.clip;
@@ -618,7 +639,7 @@ struct EmbedImpl : torch::nn::Module {
         } else if (data == Data::kPatches) {
           const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
           if (n_extra > 0) parts.push_back(copies->Of(extra));
-          parts.push_back(proj->forward(Patches(s.sample, item, p.tokens - n_extra, mb)));
+          parts.push_back(text.at(next_text++));
         } else if (data == Data::kFeatures) {
           parts.push_back(conv->Sequence(Synthetic(s.sample, item, p.tokens * stride, mb)));
         } else {
