@@ -129,7 +129,8 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
                                                         const Module* spec = nullptr);
 
 // Softmax attention of this rank's queries q [1, rows, heads, d] over every
-// rank's keys and values (k, v: this rank's, same shape) around the ring.
+// rank's keys and values (k, v: this rank's rows, [1, rows, kv heads, d],
+// kv heads dividing heads: grouped-query heads unexpanded) around the ring.
 torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, ContextParallel* cp);
 

@@ -359,16 +359,16 @@ struct BlockImpl : torch::nn::Module {
   torch::Tensor Attention(const torch::Tensor& Q, const torch::Tensor& K, const torch::Tensor& V,
                           const Layout& layout) {
     // Context parallelism and bitfield masks do not use SDPA whole (attention.h
-    // says why); the ring reads every head's K/V, the blocked path takes
-    // grouped-query heads as they are.
+    // says why); the ring and the blocked path take grouped-query heads as
+    // they are.
     if (cp->size > 1) {
       if (layout->all_gather) return AllGatherAttention(Q, K, V, layout, causal, kBitfieldBlockTokens, cp);
-      const torch::Tensor Kx = ExpandKvHeads(K, heads), Vx = ExpandKvHeads(V, heads);
       // The ring's online softmax keeps its running max, sum and log-sum-exp
       // in its inputs' dtype: under bf16 it runs in fp32 (as SDPA's
-      // statistics do), its K/V blocks travelling in fp32 too.
+      // statistics do), its K/V blocks travelling in fp32 too. Grouped-query
+      // K/V go unexpanded.
       const auto f = torch::kFloat;
-      return RingAttention(Q.to(f), Kx.to(f), Vx.to(f), layout, causal, cp).to(Q.scalar_type());
+      return RingAttention(Q.to(f), K.to(f), V.to(f), layout, causal, cp).to(Q.scalar_type());
     }
     if (!layout->mask.empty()) {
       return BitfieldAttention(Q, K, V, layout->mask, kBitfieldBlockTokens,
