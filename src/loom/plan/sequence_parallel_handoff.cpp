@@ -8,23 +8,10 @@ namespace {
 
 bool SplitsRows(const ExecStage& st) { return st.sequence_parallel && st.tp > 1 && st.cp == 1 && st.seq_share == 1; }
 
-// Stage `from`'s only outgoing edge, or nullptr.
-const StageEdge* OnlyEdgeFrom(const std::vector<StageEdge>& edges, int from) {
-  const StageEdge* only = nullptr;
-  for (const StageEdge& e : edges) {
-    if (e.from != from) continue;
-    if (only != nullptr) return nullptr;
-    only = &e;
-  }
-  return only;
-}
-
-bool HandsOnRows(const Model& model, const ExecutionPlan& exec, const std::vector<StageEdge>& edges,
-                 const StageEdge& edge) {
+// Whether `edge`, its producer's only edge out and its consumer's only edge
+// in, carries the TP ranks' rows.
+bool HandsOnRows(const Model& model, const ExecutionPlan& exec, const StageEdge& edge) {
   if (!edge.first.empty() || !edge.producers.empty() || edge.share != 1.0) return false;
-  for (const StageEdge& e : edges) {
-    if (e.to == edge.to && e.from != edge.from) return false;
-  }
   const ExecStage& u = exec.stages.at(static_cast<size_t>(edge.from));
   const ExecStage& w = exec.stages.at(static_cast<size_t>(edge.to));
   if (!SplitsRows(u) || !SplitsRows(w) || u.tp != w.tp || u.unit != w.unit) return false;
@@ -59,9 +46,13 @@ SequenceParallelHandoffs SequenceParallelHandoffsOf(const Model& model, const Ex
   const int S = exec.schedule.num_stages();
   SequenceParallelHandoffs h{std::vector<bool>(S, false), std::vector<bool>(S, false)};
   const std::vector<StageEdge> edges = exec.schedule.StageEdges();  // the chain where the schedule lists none
-  for (int v = 0; v < S; ++v) {
-    const StageEdge* edge = OnlyEdgeFrom(edges, v);
-    if (edge != nullptr && HandsOnRows(model, exec, edges, *edge)) h.out[v] = h.in[edge->to] = true;
+  std::vector<int> outs(S, 0), ins(S, 0);
+  for (const StageEdge& e : edges) {
+    ++outs[e.from];
+    ++ins[e.to];
+  }
+  for (const StageEdge& e : edges) {
+    if (outs[e.from] == 1 && ins[e.to] == 1 && HandsOnRows(model, exec, e)) h.out[e.from] = h.in[e.to] = true;
   }
   return h;
 }

@@ -626,10 +626,11 @@ struct EmbedImpl : torch::nn::Module {
   }
   torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
     std::vector<torch::Tensor> seqs;
-    const std::vector<torch::Tensor> text = data == Data::kText      ? TextParts(mb)
-                                            : data == Data::kPatches ? PatchParts(mb)
-                                                                     : std::vector<torch::Tensor>{};
-    size_t next_text = 0;  // into `text` (text or patch embeddings)
+    // Every part this layer embeds itself, in packing order, from one lookup or matmul.
+    const std::vector<torch::Tensor> embedded = data == Data::kText      ? TextParts(mb)
+                                                : data == Data::kPatches ? PatchParts(mb)
+                                                                         : std::vector<torch::Tensor>{};
+    size_t next = 0;  // into `embedded`
     for (const auto& s : mb.packing->modules[module]) {
       std::vector<torch::Tensor> parts;
       const int item = s.image >= 0 ? s.image : s.clip;
@@ -639,11 +640,11 @@ struct EmbedImpl : torch::nn::Module {
         } else if (data == Data::kPatches) {
           const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
           if (n_extra > 0) parts.push_back(copies->Of(extra));
-          parts.push_back(text.at(next_text++));
+          parts.push_back(embedded.at(next++));
         } else if (data == Data::kFeatures) {
           parts.push_back(conv->Sequence(Synthetic(s.sample, item, p.tokens * stride, mb)));
         } else {
-          parts.push_back(text.at(next_text++));
+          parts.push_back(embedded.at(next++));
         }
       }
       torch::Tensor seq = parts.size() == 1 ? parts[0] : torch::cat(parts, 0);
