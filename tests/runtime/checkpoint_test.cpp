@@ -90,10 +90,10 @@ TEST(Checkpoints, ResumeUnderTheSamePlanContinuesExactly) {
 }
 
 // Another plan: a checkpoint saved under TP 2 resumes under one process, PP
-// 2 (the tied head's copy taken from the embedding), DP 2 with ZeRO-3 and CP
-// 2, and one saved under DP 2 ZeRO-3 (ranges) and under PP 2 resumes under TP
-// 2: each continues as the uninterrupted one-process run did, up to fp32
-// sums in another order.
+// 2 (the tied head's copy taken from the embedding), DP 2 with ZeRO-3, CP 2
+// and PP 2 x DP 2 with ZeRO-1, and one saved under DP 2 ZeRO-3 (ranges),
+// under PP 2 and under PP 2 x DP 2 ZeRO-1 resumes under TP 2: each continues
+// as the uninterrupted one-process run did, up to fp32 sums in another order.
 TEST(Checkpoints, ResumeUnderAnotherPlanContinuesTheRun) {
   const std::string model = " --model " + TiedModel();
   const nlohmann::json whole = RunTraining(model + " --cluster h100:1x1 --steps 4");
@@ -118,6 +118,11 @@ TEST(Checkpoints, ResumeUnderAnotherPlanContinuesTheRun) {
   }
   expect_continues(" --cluster h100:1x2 --dp 2 --zero-stage 3", tp2);
   expect_continues(" --cluster h100:1x2 --pp 2 --microbatches 2", tp2);
+  // Both tied copies' stages sharded at ZeRO-1 (the head's copy restored
+  // from the embedding, whose step count it takes), and saved as ranges.
+  const std::string pp_dp = " --cluster h100:1x4 --pp 2 --dp 2 --zero-stage 1 --microbatches 2";
+  expect_continues(tp2, pp_dp);
+  expect_continues(pp_dp, tp2);
 }
 
 // Another strategy: a checkpoint of a Megatron TP 2 run resumes under

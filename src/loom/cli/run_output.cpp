@@ -84,6 +84,7 @@ nlohmann::json RunJson(const RunResult& r, const RunOutputContext& context) {
     j["simulated_iteration_time_s"] = context.predicted->metrics.iteration_time_s;
     j["simulated_busy_s"] = context.predicted->result.busy_s;
     j["simulated_group_peak_mem_bytes"] = context.predicted->group_peak_mem_bytes;
+    j["simulated_replica_group_peak_mem_bytes"] = context.predicted->replica_group_peak_mem_bytes;
   }
   return j;
 }

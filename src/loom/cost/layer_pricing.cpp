@@ -104,7 +104,11 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     }
     // Under ZB's split backward the weight gradient comes in W, not here:
     // priced in B all the same (W's working set is that gradient alone).
-    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem, needs.weight);
+    // The runtime's ring (context_parallel.cpp RingAttention): CP over a
+    // plain mask; bitfield masks (mask_pairs counted) and the balanced split
+    // gather K/V whole instead.
+    const bool ring = par.cp > 1 && par.cp_split != CpSplit::kBalanced && t.mask_pairs == 0;
+    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem, needs.weight, ring);
   }
   if (par.fsdp && par.fsdp_ranks > 1) {
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its

@@ -6,6 +6,7 @@
 // (sim/price_execution.h) and the strategies' own estimates call it.
 #pragma once
 
+#include "loom/cost/cp_assignment.h"
 #include "loom/cost/frozen.h"
 #include "loom/cost/layer_work.h"
 #include "loom/cost/token_stats.h"
@@ -30,6 +31,7 @@ struct LayerParallelism {
   int tp = 1;               // tensor-parallel degree of the layer's group
   int cp = 1;               // context-parallel degree
   double cp_imbalance = 1;  // the busiest CP rank's attention pairs over 1/cp of them (cost/cp_assignment.h)
+  CpSplit cp_split = CpSplit::kIdeal;  // kBalanced gathers K/V whole, as bitfield masks do; the others run a ring
   bool split = true;        // false: heads do not divide by tp; the group shares sequences instead
   Recompute recompute = Recompute::kNone;
   bool fsdp = false;                       // ZeRO-3: weights all-gathered per layer (prefetched, overlapping compute)

@@ -415,7 +415,8 @@ int64_t LossChunkRows(int64_t vocab) {
   return std::max<int64_t>(1, kChunkBytes / (4 * std::max<int64_t>(vocab, 1)));
 }
 
-double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double e, bool weight_gradient) {
+double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double e, bool weight_gradient,
+                            bool ring_attention) {
   const double h = static_cast<double>(l.hidden), f = static_cast<double>(l.ffn_hidden);
   switch (l.kind) {
     case LayerKind::kLmHead: {
@@ -433,7 +434,12 @@ double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double 
       // quick_gelu (CLIP's) is x * sigmoid(1.702 x) in several ops, whose
       // backward makes more intermediates than the fused GELU and SiLU kernels.
       const double values = l.activation == Activation::kQuickGelu ? 5 : l.gated_mlp ? 4 : (e < 4 ? 3 : 2);
-      return e * t.tokens * values * f / tp + (e < 4 && weight_gradient ? 2 * h * f / tp : 0);
+      double working = e * t.tokens * values * f / tp;
+      if (ring_attention) {  // both kinds attend
+        const double tile_keys = std::min(t.tokens, static_cast<double>(kRingKeyTile));
+        working = std::max(working, kRingTileCopies * e * static_cast<double>(l.heads) / tp * t.tokens * tile_keys);
+      }
+      return working + (e < 4 && weight_gradient ? 2 * h * f / tp : 0);
     }
     case LayerKind::kPatchEmbed: {
       // Its weight's fp32 gradient (the master weight's, in either

@@ -111,10 +111,25 @@ int64_t LossChunkRows(int64_t vocab);
 //    mixed precision the bf16 gradient of one h x f weight before it is added
 //    to the fp32 one (not when `weight_gradient` is false: a frozen layer's
 //    backward computes none);
+//    Under ring attention (`ring_attention`: context parallelism over a
+//    causal or bidirectional mask, runtime/context_parallel.h) its attention's
+//    backward comes after the MLP's and holds kRingTileCopies tiles of
+//    scores, [heads / tp, rows, kRingKeyTile]: the larger of the two counts;
 //  - a patch embedding: its weight's fp32 gradient before autograd adds it
 //    to the accumulated one (whole on every TP rank, as the weight).
 // Other kinds: 0 (not measured).
 double BackwardWorkingBytes(const Layer& layer, const TokenStats& tokens, int tp, double bytes_per_elem = 2,
-                            bool weight_gradient = true);
+                            bool weight_gradient = true, bool ring_attention = false);
+
+// Keys the runtime's ring attention scores at a time (flash attention's
+// online softmax over key tiles, runtime/context_parallel.cpp), and the
+// tiles of [heads, rows, kRingKeyTile] its backward holds at once (the
+// probabilities and, in place of dP, the scores' gradient). The runtime's
+// ring is a portable one (flash attention's kernels keep their tiles on
+// chip): its tiles are priced because they are what runs. tiny-omni under
+// CP 2 held five such tiles per step of the ring at first, 1.25x the
+// predicted peak; two, 1.09x.
+inline constexpr int64_t kRingKeyTile = 64;
+inline constexpr double kRingTileCopies = 2;
 
 }  // namespace loom

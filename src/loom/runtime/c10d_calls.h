@@ -139,6 +139,8 @@ inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t, Abo
 // no per-member buffers beside it.
 inline void AllGatherInto(GroupBase& pg, const at::Tensor& mine, int64_t chunk, at::Tensor& flat,
                           AbortFlag abort = nullptr) {
+  // The caller's own references to flat's storage (a view of a buffer it keeps has several).
+  const auto held = flat.storage().use_count();
   std::vector<at::Tensor> in{at::zeros({chunk}, mine.options())};
   in[0].slice(0, 0, mine.numel()).copy_(mine);
   std::vector<std::vector<at::Tensor>> out(1);
@@ -150,7 +152,7 @@ inline void AllGatherInto(GroupBase& pg, const at::Tensor& mine, int64_t chunk, 
   AwaitRelease(sent, 1);
   // The slices the group's thread held share flat's storage.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-  while (flat.storage().use_count() > 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while (flat.storage().use_count() > held && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
 }
 
 // `t` from member `root` to every member, in place.

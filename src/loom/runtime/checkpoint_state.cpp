@@ -193,7 +193,8 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
       for (const ShardRange& range : ShardRanges(*sb, bucket)) {
         const torch::Tensor& p = bucket[range.param];
         const std::string& name = name_of_.at(p.unsafeGetTensorImpl());
-        const int64_t step = reader.Step(name);
+        // A tied copy restored from the embedding takes its step count too.
+        const int64_t step = reader.Step(reader.Has(name) || TiedFallback(name).empty() ? name : TiedFallback(name));
         if (s.step != 0 && step != s.step) {
           throw Error(fmt::format("checkpoint {}: '{}' took {} AdamW steps where the tensors sharded with it took {}",
                                   reader.folder(), name, step, s.step));

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 
+#include "loom/cost/layer_work.h"
 #include "loom/error.h"
 #include "loom/runtime/autograd_pointers.h"
 #include "loom/runtime/bitfield_attention.h"
@@ -39,11 +40,11 @@ torch::Tensor Visible(const AttentionLayout& L, int q_rank, int k_rank, bool cau
   return ok;
 }
 
-// Keys a ring step scores at a time: the online softmax (flash attention's)
+// A ring step scores kRingKeyTile keys at a time (cost/layer_work.h, where
+// the memory model prices its tiles): the online softmax (flash attention's)
 // over tiles of the block in hand, so that no step makes a [heads, rows,
 // rows] score matrix (a ring step over whole blocks made four of them in its
 // backward: tiny-vlm under CP 2 measured 1.5x its predicted peak).
-constexpr int64_t kRingKeyTile = 64;
 
 // Grouped-query attention without expanding K/V (what the memory model
 // prices, and half the ring's bytes at Llama's 4:1): q's heads as [kv heads,
@@ -73,11 +74,13 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
            k0 += kRingKeyTile) {  // flash attention's online softmax, a key tile at a time
         const int64_t k1 = std::min(max_rows, k0 + kRingKeyTile);
         const torch::Tensor kb = block[0].slice(1, k0, k1).unsqueeze(1), vb = block[1].slice(1, k0, k1).unsqueeze(1);
-        torch::Tensor scores = torch::matmul(qg, kb.transpose(-2, -1)) * scale;  // [kv, group, rows, tile]
-        scores = scores.masked_fill(~Visible(*L, me, owner, causal, k0, k1), -inf);
-        const torch::Tensor m_new = torch::maximum(m, std::get<0>(scores.max(-1, true)));
+        // One tile of scores at a time, turned into probabilities in place.
+        torch::Tensor p = torch::matmul(qg, kb.transpose(-2, -1));  // [kv, group, rows, tile]
+        p.mul_(scale).masked_fill_(~Visible(*L, me, owner, causal, k0, k1), -inf);
+        const torch::Tensor m_new = torch::maximum(m, std::get<0>(p.max(-1, true)));
         safe = torch::where(torch::isinf(m_new), torch::zeros_like(m_new), m_new);
-        const torch::Tensor p = torch::exp(scores - safe), alpha = torch::exp(m - safe);
+        p.sub_(safe).exp_();
+        const torch::Tensor alpha = torch::exp(m - safe);
         l = l * alpha + p.sum(-1, true);
         o = o * alpha + torch::matmul(p, vb);
         m = m_new;
@@ -117,11 +120,12 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
       for (int64_t k0 = 0; k0 < max_rows; k0 += kRingKeyTile) {
         const int64_t k1 = std::min(max_rows, k0 + kRingKeyTile);
         const torch::Tensor kb = block[0].slice(1, k0, k1).unsqueeze(1), vb = block[1].slice(1, k0, k1).unsqueeze(1);
-        const torch::Tensor scores = torch::matmul(qg, kb.transpose(-2, -1)) * scale;
-        const torch::Tensor visible = Visible(*L, me, owner, causal, k0, k1);
-        const torch::Tensor p = torch::exp(scores - lse).masked_fill(~visible, 0);  // [kv, group, rows, tile]
-        const torch::Tensor dp = torch::matmul(dout, vb.transpose(-2, -1));
-        const torch::Tensor ds = p * (dp - delta);
+        // Two tiles live at once (kRingTileCopies): the probabilities and,
+        // in place of dP, the scores' gradient.
+        torch::Tensor p = torch::matmul(qg, kb.transpose(-2, -1));  // [kv, group, rows, tile]
+        p.mul_(scale).sub_(lse).exp_().masked_fill_(~Visible(*L, me, owner, causal, k0, k1), 0);
+        torch::Tensor ds = torch::matmul(dout, vb.transpose(-2, -1));  // dP
+        ds.sub_(delta).mul_(p);
         dq += torch::matmul(ds, kb) * scale;
         // Each K/V head's gradient sums over the query heads of its group
         // (the block is this step's own: the ring hands on a fresh one).

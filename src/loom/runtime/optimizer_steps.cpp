@@ -167,7 +167,9 @@ OptimizerSteps::OptimizerSteps(const ExecutionPlan& exec, const ProcessPlace& pl
       const auto& bucket = local.buckets.at(sb.stage).at(sb.bucket);
       for (const ShardRange& r : ShardRanges(sb, bucket)) {
         const torch::Tensor& p = bucket[r.param];
-        norm_terms_.push_back({sb.master, r.at, r.length, 1.0 / tp_copies(sb.stage, p)});
+        const auto extra = extra_copies.find(p.unsafeGetTensorImpl());
+        const int copies = tp_copies(sb.stage, p) * (extra == extra_copies.end() ? 1 : extra->second);
+        if (copies > 0) norm_terms_.push_back({sb.master, r.at, r.length, 1.0 / copies});
         if (p.dim() >= 2 && weight_decay_ > 0) o.decay.push_back({&sb, r.at, r.length});
       }
     }
@@ -187,7 +189,13 @@ void OptimizerSteps::SumShared() {
       AllReduceSum(*t.group, sum, abort_);
       AwaitRelease(sum);
     }
-    for (auto x : t.tensors) x.mutable_grad() = sum.clone();
+    for (auto x : t.tensors) {  // in place where a gradient buffer holds it (gradient_buffers.h)
+      if (x.grad().defined()) {
+        x.mutable_grad().copy_(sum);
+      } else {
+        x.mutable_grad() = sum.clone();
+      }
+    }
   }
   for (Segment& seg : segments_) {  // Oobleck's layer-wise sync, in model order
     if (!seg.group || seg.params.empty()) continue;
@@ -269,7 +277,7 @@ void OptimizerSteps::Clip(double grad_norm, double clip) {
   if (!grads.empty()) at::_foreach_mul_(grads, coef);
 }
 
-void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {
+void OptimizerSteps::Step(const std::vector<int>& ranks, double lr, GradientBuffers* buffers) {
   std::vector<const ShardedBucket*> gathers;
   for (int r : ranks) {
     RankOptimizer& o = optimizers_.at(r);
@@ -295,7 +303,7 @@ void OptimizerSteps::Step(const std::vector<int>& ranks, double lr) {
   });
   for (const ShardedBucket* sb : gathers) {
     if (zero_.Fsdp(sb->stage)) continue;  // ZeRO-3 gathers at the next use
-    zero_.GatherBucket(*sb);
+    zero_.GatherBucket(*sb, buffers != nullptr ? buffers->Scratch(sb->stage, sb->bucket) : torch::Tensor());
     for (auto& p : local_.buckets.at(sb->stage).at(sb->bucket)) p.mutable_grad() = torch::Tensor();
   }
 }

@@ -19,6 +19,7 @@
 
 #include "loom/plan/execution_plan.h"
 #include "loom/runtime/fused_adamw.h"
+#include "loom/runtime/gradient_buffers.h"
 #include "loom/runtime/process_groups.h"
 #include "loom/runtime/tensor_buckets.h"
 #include "loom/runtime/torch_model.h"
@@ -123,8 +124,11 @@ class OptimizerSteps {
   // that is below 1 (clip_grad_norm_'s clip_coef); a no-op for clip 0.
   void Clip(double grad_norm, double clip);
   // The optimizer steps of schedule ranks `ranks` (this step's, in action
-  // order) at learning rate `lr`, then ZeRO's gathers of the updated weights.
-  void Step(const std::vector<int>& ranks, double lr);
+  // order) at learning rate `lr`, then ZeRO's gathers of the updated weights,
+  // each ZeRO-1 bucket's into its gradient buffer (`buffers`, whose
+  // gradients the steps have read), as Megatron's distributed optimizer
+  // gathers into its contiguous buffer: no bucket-sized buffer beside it.
+  void Step(const std::vector<int>& ranks, double lr, GradientBuffers* buffers = nullptr);
 
   // A training checkpoint (weights/run_checkpoint.h): this process's share as
   // a part file's tensors and metadata. `first_holder(v)`: whether stage v's

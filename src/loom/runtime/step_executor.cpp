@@ -22,7 +22,6 @@
 #include "loom/weights/checkpoint_parts.h"
 
 namespace loom::runtime {
-
 namespace {
 
 // Per layer of stage v, the recomputation microbatch k of replica r runs with.
@@ -149,6 +148,7 @@ struct StepExecutor::Step {
   // receivers are known to have them; gradient all-reduces, until the wait.
   SendsInFlight sends;
   std::vector<std::tuple<WorkHandle, std::vector<at::Tensor>, int, int>> reducing;  // (work, flat, stage, bucket)
+  std::set<int> summed_whole;  // local stages whose buckets are all-reduced whole (StagesSummedWhole)
   // Stages that hand on, or receive, each TP rank's own sequence rows.
   const SequenceParallelHandoffs sp_rows;
 
@@ -225,6 +225,13 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
   if (options.layerwise) segments = MakeSegments(model, first, place_, local_, maker);
   zero_ = std::make_unique<ZeroShards>(
       first, local_.buckets, groups_, [&](int v) { return HoldsTied(ties, local_, v); }, abort);
+  std::map<int, int64_t> gather_members;  // ZeRO-1 stages: a bucket's buffer holds its gather
+  for (const auto& [v, buckets] : local_.buckets) {
+    if (zero_->Sharded(v) && !zero_->Scattered(v)) {
+      gather_members[v] = groups_.dp_place.at(first.stages[v].dp_group).second;
+    }
+  }
+  grad_buffers_ = std::make_unique<GradientBuffers>(local_.buckets, std::move(gather_members));
   for (int v : zero_->fsdp()) {
     auto hooks = std::make_shared<FsdpLayers>(*zero_, v, local_.stacks.at(v));
     local_.stacks.at(v)->SetLayerHooks(hooks);
@@ -270,6 +277,11 @@ bool StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
   clock_->StartStep(last_step);
   for (auto& [v, stack] : local_.stacks) stack->SetSequenceParallelRows(step_->sp_rows.in[v], step_->sp_rows.out[v]);
+  // Every whole gradient in a buffer (ZeRO-2/3 keep slices instead).
+  for (const auto& [v, buckets] : local_.buckets) {
+    if (!zero_->Scattered(v)) grad_buffers_->Bind(v);
+  }
+  step_->summed_whole = StagesSummedWhole(exec);
   for (const auto& [r, index] : ProcessOrder(exec, place_.local_ranks)) {
     before_action();
     const Action& a = sch.ranks[r][index];
@@ -355,6 +367,11 @@ report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pa
   // The shared sums and the norm's all-reduce wait for the other processes
   // to finish their steps: outside the optimizer's timed interval (its busy
   // time is the simulator's optimizer step), as a wait is.
+  // A stage no all-reduce sums steps only what its backwards reached, as
+  // torch.optim.AdamW after zero_grad(set_to_none=True).
+  for (const auto& [v, buckets] : local_.buckets) {
+    if (!zero_->Scattered(v) && !step_->summed_whole.count(v)) grad_buffers_->DropUnreached(v);
+  }
   optimizers_->SumShared();
   const StepNorm norm = optimizers_->Norm(LossShare().first, stop_asked);
   *stop = norm.stop;
@@ -374,27 +391,28 @@ report::Metrics StepExecutor::StepOptimizers(int step, const std::vector<std::pa
     optimizers_->Clip(norm.grad_norm, training_.clip_grad);
     std::vector<int> ranks;
     for (const auto& [r, index] : stepping) ranks.push_back(r);
-    optimizers_->Step(ranks, metrics.lr);
+    optimizers_->Step(ranks, metrics.lr, grad_buffers_.get());
   }
   clock_->EndOptimizerSteps();
   return metrics;
 }
 
-// Every gradient this process's optimizers read: its replicated stages'
-// parameters' (ties and segments are summed from these in StepOptimizers:
-// unscaling first is the same, the sums being linear) and ZeRO's reduced
-// slices (a ZeRO-1 stage's whole gradients are dropped at its gather, unread).
+// Every gradient this process's optimizers read: its whole gradients (ties
+// and segments are summed from these in StepOptimizers: unscaling first is
+// the same, the sums being linear; a ZeRO-1 shard's is a view of them) and
+// ZeRO-2/3's reduced slices.
 bool StepExecutor::UnscaleRunGradients() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> grads;
   for (auto& [v, stack] : local_.stacks) {
-    if (zero_->Sharded(v)) continue;
+    if (zero_->Scattered(v)) continue;
     for (const auto& p : stack->parameters()) {
       if (p.grad().defined()) grads.push_back(p.grad());
     }
   }
   for (auto& sb : zero_->shards()) {
-    if (sb.master.grad().defined()) grads.push_back(sb.master.grad());
+    // ZeRO-1's shards are views of the whole gradients above (Wait).
+    if (zero_->Scattered(sb.stage) && sb.master.grad().defined()) grads.push_back(sb.master.grad());
   }
   const bool finite_here = runtime::UnscaleGradients(grads, scaler_->scale());
   torch::Tensor overflowed =
@@ -640,6 +658,7 @@ void StepExecutor::Backward(int r, const Action& a) {
 
 void StepExecutor::BackwardWeight(const Action& a) {
   if (auto d = step_->deferred.find({a.stage, a.microbatch}); d != step_->deferred.end()) {
+    for (const auto& p : d->second) grad_buffers_->MarkReached(p.weight);
     ApplyWeightGradients(d->second);
     step_->deferred.erase(d);
   }
@@ -753,9 +772,9 @@ void StepExecutor::Collective(const Action& a) {
   if (fsdp_.count(v)) return;  // ZeRO-3 reduce-scattered each layer's gradients in its backward
   const auto& bucket = local_.buckets.at(v).at(a.bucket);
   if (bucket.empty()) return;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
   if (zero_->Scattered(v)) {  // ZeRO-2/3: each replica gets the sum of its slice only
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
     const int D = groups_.dp_place.at(group).second;
     torch::Tensor flat = Flatten(grads);
     const int64_t chunk = (flat.numel() + D - 1) / D;
@@ -767,8 +786,21 @@ void StepExecutor::Collective(const Action& a) {
     std::get<0>(s.reducing.back()) = ReduceScatterAsync(*g->second, bufs[0], bufs[1]);
     return;
   }
-  s.reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{Flatten(grads)}, v, a.bucket);
+  // In place: the parameters' gradients are views of the buffer (gradient_buffers.h).
+  s.reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{grad_buffers_->Flat(v, a.bucket)}, v, a.bucket);
   std::get<0>(s.reducing.back()) = AllReduceAsync(*g->second, std::get<1>(s.reducing.back()));
+}
+
+std::set<int> StepExecutor::StagesSummedWhole(const ExecutionPlan& exec) const {
+  std::set<int> stages;
+  for (int r : place_.local_ranks) {
+    for (const Action& a : exec.schedule.ranks[r]) {
+      if (a.kind != ActionKind::kCollective || fsdp_.count(a.stage) || zero_->Scattered(a.stage)) continue;
+      const int group = a.group >= 0 ? a.group : exec.stages[a.stage].dp_group;
+      if (groups_.dp.count(group)) stages.insert(a.stage);
+    }
+  }
+  return stages;
 }
 
 // This rank's gradient all-reduces (another rank of this process may have its
@@ -782,24 +814,21 @@ void StepExecutor::Wait(int r) {
     if (stage_rank[stage] != r) continue;
     Await(work, abort_);
     work = WorkHandle();  // the handle refers to the buffers too
-    for (const auto& t : flat) AwaitRelease(t);
-    auto& bucket = local_.buckets.at(stage).at(b);
-    if (zero_->Sharded(stage)) {  // only this replica's slice is stepped here
-      for (auto& sb : zero_->shards()) {
-        if (sb.stage != stage || sb.bucket != b) continue;
-        if (zero_->Scattered(stage)) {  // the all-to-all's chunks from every member, summed
-          const int64_t D = static_cast<int64_t>(flat[1].numel() / sb.chunk);
-          sb.master.mutable_grad() = flat[1].view({D, sb.chunk}).sum(0).slice(0, 0, sb.hi - sb.lo).clone();
-        } else {
-          sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi).clone();
-        }
-      }
-      continue;
+    // ZeRO-2/3's step-long buffers are freed on this thread; a whole
+    // bucket's is GradientBuffers', kept for the run.
+    if (zero_->Scattered(stage)) {
+      for (const auto& t : flat) AwaitRelease(t);
     }
-    const auto parts = SplitLike(flat[0], bucket);
-    for (size_t i = 0; i < bucket.size(); ++i) {
-      if (!bucket[i].grad().defined()) bucket[i].mutable_grad() = torch::zeros_like(bucket[i]);
-      bucket[i].mutable_grad().copy_(parts[i]);
+    // Whole buckets: the parameters' gradients are views of flat[0], the sum.
+    if (!zero_->Sharded(stage)) continue;
+    for (auto& sb : zero_->shards()) {  // only this replica's slice is stepped here
+      if (sb.stage != stage || sb.bucket != b) continue;
+      if (zero_->Scattered(stage)) {  // the all-to-all's chunks from every member, summed
+        const int64_t D = static_cast<int64_t>(flat[1].numel() / sb.chunk);
+        sb.master.mutable_grad() = flat[1].view({D, sb.chunk}).sum(0).slice(0, 0, sb.hi - sb.lo).clone();
+      } else {  // ZeRO-1: a view of the buffer, as Megatron's distributed optimizer reads its shard
+        sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi);
+      }
     }
   }
   s.reducing.erase(std::remove_if(s.reducing.begin(), s.reducing.end(),

@@ -21,9 +21,11 @@
 #include <vector>
 
 #include "loom/data/sample.h"
+#include "loom/error.h"
 #include "loom/plan/execution_plan.h"
 #include "loom/runtime/action_clock.h"
 #include "loom/runtime/c10d_calls.h"
+#include "loom/runtime/gradient_buffers.h"
 #include "loom/runtime/loss_scaler.h"
 #include "loom/runtime/mailbox.h"
 #include "loom/runtime/message_routing.h"
@@ -140,6 +142,9 @@ class StepExecutor {
   void Receive(int r, const Action& a);
   void Collective(const Action& a);
   void Wait(int r);
+  // The local stages whose gradient buckets `exec`'s collectives all-reduce
+  // whole (not ZeRO-2/3's scatters), in place in their GradientBuffers.
+  std::set<int> StagesSummedWhole(const ExecutionPlan& exec) const;
   // The step's end once every action ran: shared gradient sums, the global
   // norm and loss (the non-finite check), clipping and the optimizer steps.
   // Returns the step's Metrics.
@@ -183,6 +188,7 @@ class StepExecutor {
   // Changed by the actions (weights, gradients) and the optimizer steps.
   LocalStages local_;
   std::unique_ptr<ZeroShards> zero_;
+  std::unique_ptr<GradientBuffers> grad_buffers_;    // the in-place all-reduced buckets' gradients
   std::map<int, std::shared_ptr<FsdpLayers>> fsdp_;  // ZeRO-3 stages: their layers' gathers (the stacks' hooks)
   std::unique_ptr<OptimizerSteps> optimizers_;
   std::unique_ptr<ActionClock> clock_;

@@ -41,11 +41,14 @@ ZeroShards::ZeroShards(const ExecutionPlan& exec, StageBuckets& buckets, const P
   for (int v : fsdp_) ReleaseWeights(v);
 }
 
-void ZeroShards::GatherBucket(const ShardedBucket& sb) {
+void ZeroShards::GatherBucket(const ShardedBucket& sb, const torch::Tensor& scratch) {
   torch::NoGradGuard no_grad;
   auto& group = *groups_.dp.at(dp_group_.at(sb.stage));
   // Gathered straight into one flat buffer (no second full-size copy).
-  torch::Tensor flat = torch::empty({sb.chunk * group.getSize()}, sb.master.options());
+  const int64_t gathered = sb.chunk * group.getSize();
+  torch::Tensor flat = scratch.defined() && scratch.numel() >= gathered && scratch.dtype() == sb.master.dtype()
+                           ? scratch.narrow(0, 0, gathered)
+                           : torch::empty({gathered}, sb.master.options());
   AllGatherInto(group, sb.master.detach(), sb.chunk, flat, abort_);
   const torch::Tensor all = flat.slice(0, 0, sb.total);
   auto& bucket = buckets_.at(sb.stage).at(sb.bucket);
@@ -63,7 +66,12 @@ void ZeroShards::GatherWeights(int v) {
 }
 
 int ZeroShards::StageOf(const ExecutionPlan& exec, const ProcessGroups& groups, int v, bool holds_tied) {
-  if (!groups.dp_place.count(exec.stages[v].dp_group) || holds_tied) return 0;
+  if (!groups.dp_place.count(exec.stages[v].dp_group)) return 0;
+  // A tied copy's gradient is summed with the other copy's after the
+  // buckets' all-reduce (OptimizerSteps::SumShared), which needs it whole:
+  // ZeRO-1 keeps whole gradients (the shards are views of them,
+  // gradient_buffers.h), ZeRO-2/3 would have dropped them.
+  if (holds_tied) return std::min(exec.stages[v].zero_stage, 1);
   return exec.stages[v].zero_stage;
 }
 

@@ -8,8 +8,9 @@
 //      that layer's forward and backward (runtime/fsdp_layers.h), and whose
 //      gradients are reduce-scattered after each backward (the slices are
 //      the only copy in between).
-// Stages holding a tied embedding keep the replicated optimizer (their
-// gradient is summed with the other copy's at the step, after the buckets).
+// Stages holding a tied embedding's copy shard at ZeRO-1 at most: the copy's
+// gradient is summed with the other copy's at the step, after the buckets,
+// and needs it whole (ZeRO-1's shards are views of the whole gradients).
 // Only runtime translation units include this header (it includes libtorch).
 #pragma once
 
@@ -64,7 +65,9 @@ class ZeroShards {
 
   // One bucket's full weights from every replica's slice (ZeRO-1/2 after
   // each step, ZeRO-3 before each use), blocking, over the stage's group.
-  void GatherBucket(const ShardedBucket& sb);
+  // `scratch`: where to gather (its first chunk x members elements), where
+  // it is defined and that large; else a buffer made for the call.
+  void GatherBucket(const ShardedBucket& sb, const torch::Tensor& scratch = torch::Tensor());
   // ZeRO-3: stage v's full weights gathered, or their memory given back.
   void GatherWeights(int v);
   void ReleaseWeights(int v);

@@ -86,6 +86,10 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
     }
     ++g_index;
   }
+  for (int rep = 0; rep < reps; ++rep) {
+    for (int g = 0; g < groups; ++g)
+      run.replica_group_peak_mem_bytes.push_back(r.group_peak_mem_bytes[rep * groups + g]);
+  }
   m.bubble_ratio = capacity > 0 ? 1.0 - busy / capacity : 0.0;
   const double cap = c.usable_mem_bytes();
   for (size_t i = 0; i < run.groups.size(); ++i) {

@@ -33,7 +33,10 @@ struct PlanRun {
   PlanMetrics metrics;
   std::vector<int> groups;               // GPU groups reported (one per memory curve)
   std::vector<std::string> group_names;  // what runs on each
-  std::vector<double> group_peak_mem_bytes;
+  std::vector<double> group_peak_mem_bytes;  // per group, its fullest data-parallel replica's
+  // [replica * groups + group]: each replica's own peak, on its share of the
+  // batch (a replicated plan's; else the one replica's, as above).
+  std::vector<double> replica_group_peak_mem_bytes;
   std::vector<std::vector<MemoryPoint>> group_memory;  // step functions, summed over co-located ranks (when recorded)
   std::vector<std::string> memory_violations;          // one per group over capacity
 };

@@ -248,6 +248,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
     par.tp = st.tp;
     par.cp = st.cp;
     if (cp_imbalance != nullptr) par.cp_imbalance = (*cp_imbalance)[mi];
+    par.cp_split = st.cp_split;
     par.split = SplitsOverTensorParallel(mod, st.tp);
     par.fsdp = st.zero_stage == 3;
     par.fsdp_ranks = st.dp * st.gpus / st.tp;
