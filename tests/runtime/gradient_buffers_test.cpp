@@ -3,8 +3,9 @@
 // accumulates into each parameter's view of its bucket's buffer, so that
 // summing the buffer in place (what the data-parallel all-reduce does) sums
 // every gradient; a parameter no backward reached loses its gradient, as
-// after zero_grad(set_to_none=True), unless the buffer took part in a sum; and
-// ZeRO-1's gather fits in the buffer's padding.
+// after zero_grad(set_to_none=True), unless the buffer took part in a sum;
+// ZeRO-2 lets its buffer go once it kept its slice; and ZeRO-1's gather fits
+// in the buffer's padding.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -73,6 +74,25 @@ TEST(GradientBuffers, AParameterNoBackwardReachedLosesItsGradient) {
   EXPECT_FALSE(p.a.grad().defined());
   ASSERT_TRUE(p.b.grad().defined());
   EXPECT_EQ(p.b.grad().sum().item<float>(), 4.0F);
+}
+
+// ZeRO-2 holds its whole gradients from its first backward to the sum only.
+TEST(GradientBuffers, AReleasedBufferGoesWithItsGradientsAndComesBackAtTheNextBind) {
+  TwoParams p;
+  GradientBuffers buffers(p.buckets);
+  EXPECT_FALSE(buffers.Bound(0));
+  buffers.Bind(0);
+  EXPECT_TRUE(buffers.Bound(0));
+  (p.a * 3).sum().backward();
+  const torch::Tensor flat = buffers.Release(0, 0);
+  EXPECT_FALSE(buffers.Bound(0));
+  EXPECT_FALSE(p.a.grad().defined());
+  EXPECT_FALSE(p.b.grad().defined());
+  EXPECT_EQ(flat.slice(0, 0, 3).sum().item<float>(), 9.0F) << "the caller's reference holds the sum";
+  buffers.Bind(0);
+  EXPECT_TRUE(buffers.Bound(0));
+  EXPECT_NE(p.a.grad().data_ptr(), flat.data_ptr()) << "a buffer of its own";
+  EXPECT_EQ(p.a.grad().abs().sum().item<float>(), 0.0F);
 }
 
 TEST(GradientBuffers, ABufferIsPaddedToHoldZeroOnesGather) {

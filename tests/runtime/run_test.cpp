@@ -594,22 +594,36 @@ TEST(Runtime, ContextParallelPeakTensorMemoryFollowsThePrediction) {
   }
 }
 
-// PP 2 x DP 2 (ZeRO-1, 1F1B) on the test models whose LLM ties its head to
-// its embedding: each process's peak within 10% of its replica's prediction.
-// The stages holding a tied copy kept whole AdamW state while the memory
-// model sharded it (the tie's sum needs whole gradients: now ZeRO-1's shards
-// are views of them, zero_shards.h), each bucket was copied out for its
-// all-reduce and the sum copied back, and ZeRO-1 gathered each bucket into
-// a buffer of its own (runtime/gradient_buffers.h: the buffer is both now).
-// tiny-vlm2 measured 1.11-1.16x and tiny-omni 1.15x; now 0.96-1.03x.
+// PP 2 x DP 2 (1F1B) at ZeRO 1, 2 and 3 on tiny-llm and on the test models
+// whose LLM ties its head to its embedding: each process's peak within 10%
+// of its replica's prediction. Before (runtime/gradient_buffers.h):
+//  - each bucket was copied out for its all-reduce and the sum copied back,
+//    and ZeRO-1 gathered each bucket into a buffer of its own (the bucket's
+//    gradient buffer is both now);
+//  - the stages holding a tied copy kept whole AdamW state while the memory
+//    model sharded it (the tie's sum needs whole gradients: ZeRO-1's shards
+//    are views of them), and at ZeRO-2 and 3 ran ZeRO-1 unpriced (the plan
+//    now gives such a stage ZeRO-1, plan/compile_plan.cpp);
+//  - ZeRO-2's whole gradients, held from the first backward to the
+//    reduce-scatter, were not priced (sim/pipeline_costs.h backward_grad_bytes).
+// At ZeRO-1 tiny-vlm2 measured 1.11-1.16x and tiny-omni 1.15x; at ZeRO-2
+// tiny-llm 1.22x; at ZeRO-3 tiny-vlm2 1.17x. Now 0.96-1.04x. tiny-omni runs
+// ZeRO-1 only here: at ZeRO-2 its second stage measures 0.89-0.90x, and at
+// ZeRO-3 its first stage, four towers side by side, 1.30-1.38x (FSDP gathers
+// the whole stage for each backward: docs/cost-model.md), left open.
 TEST(Runtime, DataParallelPeakTensorMemoryFollowsThePrediction) {
   const Cluster four = MakeCluster("h100", 1, 4);
-  const std::vector<std::pair<std::string, TinyRun>> models = {{"vlm2", TinyRun(kVlm2, kLaion)},
-                                                               {"omni", TinyRun(kOmni, kOmniData)}};
+  const std::vector<std::pair<std::string, TinyRun>> models = {
+      {"llm", TinyRun()}, {"vlm2", TinyRun(kVlm2, kLaion)}, {"omni", TinyRun(kOmni, kOmniData)}};
   for (const auto& [name, s] : models) {
-    const std::string plan = MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-pp-dp-{}.json", name), 1,
-                                              2, 2, &four, Recompute::kNone, 1);
-    ExpectWithinTenPercent(PeakTensorRatios(s, plan, name, 2, "h100:1x4"), 4, name + " pp 2 x dp 2 zero-1");
+    for (int zero : {1, 2, 3}) {
+      if (name == "omni" && zero > 1) continue;
+      const std::string plan =
+          MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-pp-dp-{}-{}.json", name, zero), 1, 2, 2,
+                           &four, Recompute::kNone, zero);
+      ExpectWithinTenPercent(PeakTensorRatios(s, plan, name, 2, "h100:1x4"), 4,
+                             fmt::format("{} pp 2 x dp 2 zero-{}", name, zero));
+    }
   }
 }
 

@@ -215,6 +215,29 @@ Sample PieceSample(const Batch& batch, const SamplePiece& piece) {
   return out;
 }
 
+namespace {
+
+// Whether `layers` run one of the LLM's tied embedding and LM head but not
+// the other: the stage's copy of the matrix takes the other copy's gradient
+// at the step (Megatron-LM's tied word embeddings), summed whole.
+bool HoldsOneTiedCopy(const Model& model, const std::vector<LayerRange>& layers) {
+  const Module& lm = model.modules.back();
+  if (lm.layers.empty() || lm.layers.back().kind != LayerKind::kLmHead || !lm.layers.back().tied ||
+      lm.layers[0].frozen) {
+    return false;
+  }
+  bool embedding = false, head = false;
+  const int last = static_cast<int>(lm.layers.size()) - 1;
+  for (const auto& r : layers) {
+    if (r.module != lm.name) continue;
+    embedding = embedding || (r.begin <= 0 && 0 < r.end);
+    head = head || (r.begin <= last && last < r.end);
+  }
+  return embedding != head;
+}
+
+}  // namespace
+
 ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replica, const StageSpec& spec) {
   const Unit& unit = plan.units[u];
   ExecStage st;
@@ -229,6 +252,10 @@ ExecStage StageOf(const Model& model, const Plan& plan, int u, int t, int replic
   st.seq_share = st.gpus / (st.tp * unit.cp);
   st.dp = unit.num_replicas();
   st.zero_stage = unit.zero_stage;
+  // A stage holding one tied copy runs ZeRO-1 at most: the sum of the two
+  // copies' gradients at the step needs them whole, which ZeRO-2 and 3 drop
+  // (runtime/zero_shards.h; priced as what runs).
+  if (st.zero_stage > 1 && HoldsOneTiedCopy(model, st.layers)) st.zero_stage = 1;
   st.sm_fraction = unit.sm_fraction;
   st.phase = unit.phase;
   st.recompute = unit.recompute;

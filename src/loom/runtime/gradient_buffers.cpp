@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 #include "loom/error.h"
 
@@ -11,7 +12,7 @@ namespace loom::runtime {
 
 GradientBuffers::Bucket& GradientBuffers::Buffer(int v, int b) {
   auto it = buckets_of_.find({v, b});
-  if (it != buckets_of_.end()) return it->second;
+  if (it != buckets_of_.end() && it->second.flat.defined()) return it->second;
   const auto& bucket = buckets_.at(v).at(b);
   int64_t numel = 0;
   for (const auto& p : bucket) {
@@ -24,11 +25,16 @@ GradientBuffers::Bucket& GradientBuffers::Buffer(int v, int b) {
     }
     numel += p.numel();
   }
-  Bucket made;
   const auto options = bucket.empty() ? torch::TensorOptions() : bucket[0].options();
   const auto multiple = multiple_of_.find(v);
   const int64_t m = multiple == multiple_of_.end() ? 1 : std::max<int64_t>(1, multiple->second);
-  made.flat = torch::zeros({(numel + m - 1) / m * m}, options.requires_grad(false));
+  torch::Tensor flat = torch::zeros({(numel + m - 1) / m * m}, options.requires_grad(false));
+  if (it != buckets_of_.end()) {  // made again after Release
+    it->second.flat = std::move(flat);
+    return it->second;
+  }
+  Bucket made;
+  made.flat = std::move(flat);
   made.reached = std::make_shared<std::vector<char>>(bucket.size(), 0);
   for (size_t i = 0; i < bucket.size(); ++i) {
     torch::Tensor p = bucket[i];
@@ -79,6 +85,21 @@ torch::Tensor GradientBuffers::Flat(int v, int b) {
 torch::Tensor GradientBuffers::Scratch(int v, int b) const {
   auto it = buckets_of_.find({v, b});
   return it == buckets_of_.end() ? torch::Tensor() : it->second.flat;
+}
+
+bool GradientBuffers::Bound(int v) const {
+  auto it = buckets_of_.lower_bound({v, 0});
+  return it != buckets_of_.end() && it->first.first == v && it->second.flat.defined();
+}
+
+torch::Tensor GradientBuffers::Release(int v, int b) {
+  auto it = buckets_of_.find({v, b});
+  if (it == buckets_of_.end()) return torch::Tensor();
+  for (const auto& p : buckets_.at(v).at(b)) {
+    torch::Tensor param = p;
+    param.mutable_grad() = torch::Tensor();
+  }
+  return std::exchange(it->second.flat, torch::Tensor());
 }
 
 void GradientBuffers::DropUnreached(int v) {

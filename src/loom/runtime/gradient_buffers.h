@@ -37,8 +37,8 @@ class GradientBuffers {
   // view, so that the step's backwards accumulate in place (autograd adds
   // into a defined gradient: AccumulateGrad). The buffers are made at the
   // first call, inside the step whose tensors the worker counts
-  // (tensor_memory.h), and kept for the run: the model's gradient is held
-  // the whole step, the forward's included.
+  // (tensor_memory.h), and kept for the run (the model's gradient is held
+  // the whole step, the forward's included) unless released.
   void Bind(int v);
 
   // Bucket b of stage v as its flat buffer, every parameter's gradient in
@@ -52,6 +52,13 @@ class GradientBuffers {
   // where it has none; its gradients' views read what is written to it.
   torch::Tensor Scratch(int v, int b) const;
 
+  // Whether stage v's buffers exist (made by Bind, not released since).
+  bool Bound(int v) const;
+  // Lets bucket b of stage v's buffer go (ZeRO-2, once it kept its slice of
+  // the sum), the parameters' gradients dropped, and returns it (the caller's
+  // reference frees it); the next Bind makes it again.
+  torch::Tensor Release(int v, int b);
+
   // Drops the gradient of each parameter of stage v that no backward reached
   // since Bind: torch.optim.AdamW skips a parameter without one (no decay,
   // no moment update), as the stage did before its gradients had a buffer.
@@ -63,7 +70,7 @@ class GradientBuffers {
 
  private:
   struct Bucket {
-    torch::Tensor flat;  // the gradients, then padding
+    torch::Tensor flat;  // the gradients, then padding (undefined once released)
     // Per parameter: a backward reached it since Bind (set by a hook on
     // the parameter, which runs before autograd accumulates its gradient).
     std::shared_ptr<std::vector<char>> reached;

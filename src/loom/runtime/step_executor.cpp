@@ -277,11 +277,12 @@ bool StepExecutor::RunStep(int step, const ExecutionPlan& exec, const Batch& bat
   std::vector<std::pair<int, int>> stepping;  // (rank, action index) of this process's optimizer steps
   clock_->StartStep(last_step);
   for (auto& [v, stack] : local_.stacks) stack->SetSequenceParallelRows(step_->sp_rows.in[v], step_->sp_rows.out[v]);
-  // Every whole gradient in a buffer (ZeRO-2/3 keep slices instead).
+  // Every whole gradient in a buffer (ZeRO-2's from its first backward, Backward; ZeRO-3 keeps slices).
   for (const auto& [v, buckets] : local_.buckets) {
     if (!zero_->Scattered(v)) grad_buffers_->Bind(v);
   }
   step_->summed_whole = StagesSummedWhole(exec);
+  zero_->HoldSliceGradients();
   for (const auto& [r, index] : ProcessOrder(exec, place_.local_ranks)) {
     before_action();
     const Action& a = sch.ranks[r][index];
@@ -612,6 +613,9 @@ torch::Tensor StepExecutor::LossGradient(const torch::Tensor& loss) const {
 void StepExecutor::Backward(int r, const Action& a) {
   Step& s = *step_;
   const int v = a.stage, k = a.microbatch;
+  // ZeRO-2 holds its whole gradients from its first backward to its
+  // reduce-scatter only (sim/pipeline_costs.h backward_grad_bytes).
+  if (zero_->Scattered(v) && !zero_->Fsdp(v) && !grad_buffers_->Bound(v)) grad_buffers_->Bind(v);
   // From the outputs' gradient edges, as torch::autograd::backward would
   // from the outputs themselves, whose values may be gone (ReadOutput).
   torch::autograd::edge_list roots;
@@ -772,21 +776,11 @@ void StepExecutor::Collective(const Action& a) {
   if (fsdp_.count(v)) return;  // ZeRO-3 reduce-scattered each layer's gradients in its backward
   const auto& bucket = local_.buckets.at(v).at(a.bucket);
   if (bucket.empty()) return;
-  if (zero_->Scattered(v)) {  // ZeRO-2/3: each replica gets the sum of its slice only
-    std::vector<torch::Tensor> grads;
-    for (const auto& p : bucket) grads.push_back(p.grad().defined() ? p.grad() : torch::zeros_like(p));
-    const int D = groups_.dp_place.at(group).second;
-    torch::Tensor flat = Flatten(grads);
-    const int64_t chunk = (flat.numel() + D - 1) / D;
-    torch::Tensor padded = torch::zeros({chunk * D}, flat.options());
-    padded.slice(0, 0, flat.numel()).copy_(flat);
-    for (const auto& p : bucket) p.mutable_grad() = torch::Tensor();  // the full gradients are not kept
-    s.reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{padded, torch::empty_like(padded)}, v, a.bucket);
-    auto& bufs = std::get<1>(s.reducing.back());
-    std::get<0>(s.reducing.back()) = ReduceScatterAsync(*g->second, bufs[0], bufs[1]);
-    return;
-  }
-  // In place: the parameters' gradients are views of the buffer (gradient_buffers.h).
+  // In place: the parameters' gradients are views of the buffer
+  // (gradient_buffers.h). ZeRO-2 too, the all-reduce the simulator prices
+  // (GradSyncTime_s): it keeps its slice of the sum at the wait and lets the
+  // whole gradients go (an all-to-all of the slices, the reduce-scatter's
+  // volume, needed a bucket-sized receive buffer beside each bucket in flight).
   s.reducing.emplace_back(WorkHandle(), std::vector<at::Tensor>{grad_buffers_->Flat(v, a.bucket)}, v, a.bucket);
   std::get<0>(s.reducing.back()) = AllReduceAsync(*g->second, std::get<1>(s.reducing.back()));
 }
@@ -814,21 +808,25 @@ void StepExecutor::Wait(int r) {
     if (stage_rank[stage] != r) continue;
     Await(work, abort_);
     work = WorkHandle();  // the handle refers to the buffers too
-    // ZeRO-2/3's step-long buffers are freed on this thread; a whole
-    // bucket's is GradientBuffers', kept for the run.
-    if (zero_->Scattered(stage)) {
-      for (const auto& t : flat) AwaitRelease(t);
-    }
     // Whole buckets: the parameters' gradients are views of flat[0], the sum.
     if (!zero_->Sharded(stage)) continue;
+    const bool scattered = zero_->Scattered(stage);
     for (auto& sb : zero_->shards()) {  // only this replica's slice is stepped here
       if (sb.stage != stage || sb.bucket != b) continue;
-      if (zero_->Scattered(stage)) {  // the all-to-all's chunks from every member, summed
-        const int64_t D = static_cast<int64_t>(flat[1].numel() / sb.chunk);
-        sb.master.mutable_grad() = flat[1].view({D, sb.chunk}).sum(0).slice(0, 0, sb.hi - sb.lo).clone();
+      if (scattered) {  // ZeRO-2: the slice kept, the whole gradients let go below
+        const torch::Tensor sum = flat[0].slice(0, sb.lo, sb.hi);
+        if (sb.master.grad().defined()) {
+          sb.master.mutable_grad().copy_(sum);
+        } else {
+          sb.master.mutable_grad() = sum.clone();
+        }
       } else {  // ZeRO-1: a view of the buffer, as Megatron's distributed optimizer reads its shard
         sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi);
       }
+    }
+    if (scattered) {  // freed on this thread, where the tensor-memory count sees it
+      grad_buffers_->Release(stage, b);
+      AwaitRelease(flat[0]);
     }
   }
   s.reducing.erase(std::remove_if(s.reducing.begin(), s.reducing.end(),

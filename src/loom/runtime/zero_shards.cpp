@@ -59,6 +59,20 @@ void ZeroShards::GatherBucket(const ShardedBucket& sb, const torch::Tensor& scra
   }
 }
 
+void ZeroShards::HoldSliceGradients() {
+  torch::NoGradGuard no_grad;
+  for (ShardedBucket& sb : shards_) {
+    // ZeRO-1's are views of the whole gradients (gradient_buffers.h); ZeRO-2
+    // holds those from its first backward, its slices from the reduce-scatter.
+    if (!Fsdp(sb.stage)) continue;
+    if (sb.master.grad().defined()) {
+      sb.master.mutable_grad().zero_();
+    } else {
+      sb.master.mutable_grad() = torch::zeros_like(sb.master);
+    }
+  }
+}
+
 void ZeroShards::GatherWeights(int v) {
   for (const ShardedBucket& sb : shards_) {
     if (sb.stage == v) GatherBucket(sb);

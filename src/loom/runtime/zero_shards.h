@@ -68,6 +68,13 @@ class ZeroShards {
   // `scratch`: where to gather (its first chunk x members elements), where
   // it is defined and that large; else a buffer made for the call.
   void GatherBucket(const ShardedBucket& sb, const torch::Tensor& scratch = torch::Tensor());
+  // ZeRO-3: every slice's gradient zeroed (made, after an optimizer step
+  // dropped it) at a step's start, so that it is held the whole step as the
+  // memory model counts it (cost/memory.h: the sharded gradient is model
+  // state); each layer's reduce-scatter adds into it. Every slice takes a
+  // gradient each step regardless (the reduce-scatters give zeros where a
+  // parameter has none), so AdamW steps the same slices as before.
+  void HoldSliceGradients();
   // ZeRO-3: stage v's full weights gathered, or their memory given back.
   void GatherWeights(int v);
   void ReleaseWeights(int v);

@@ -437,11 +437,16 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
 
   // Static memory and gradient sync per stage (the same for every replica).
   std::vector<double> static_bytes(sch.num_ranks, 0.0), grad_sync_s(S, 0.0), step_params(sch.num_ranks, 0.0);
+  std::vector<double> backward_grad_bytes(S, 0.0);
   for (int s = 0; s < S; ++s) {
     const ExecStage& st = exec.stages[s];
     const StageParams sp = StageParamsOf(model, st);
-    static_bytes[sch.stage_rank[s]] +=
-        ModelState(sp.trainable, sp.frozen, st.dp * st.seq_share * st.cp, st.zero_stage, exec.precision).total();
+    const int shards = st.dp * st.seq_share * st.cp;
+    const ModelStateBytes state = ModelState(sp.trainable, sp.frozen, shards, st.zero_stage, exec.precision);
+    static_bytes[sch.stage_rank[s]] += state.total();
+    if (st.zero_stage == 2 && shards > 1) {  // whole from the first backward to the sync (PipelineCosts)
+      backward_grad_bytes[s] = ModelState(sp.trainable, sp.frozen, shards, 1, exec.precision).grads - state.grads;
+    }
     grad_sync_s[s] =
         st.segment_groups.empty() ? GradSyncTime_s(sp, st, exec.precision, c) : SegmentSyncTime_s(model, exec, st, c);
     step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, st.dp * st.seq_share * st.cp, st.zero_stage);
@@ -475,6 +480,9 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     PipelineCosts pc;
     pc.p2p = c.LinkForSpan(2 * exec.group_gpus);
     pc.static_bytes = static_bytes;
+    if (std::any_of(backward_grad_bytes.begin(), backward_grad_bytes.end(), [](double b) { return b > 0; })) {
+      pc.backward_grad_bytes = backward_grad_bytes;  // (empty: nothing for RankMemory to add)
+    }
     pc.grad_sync_s = grad_sync_s;
     pc.optimizer_s = optimizer_s;
     pc.stage.assign(S, {});

@@ -552,6 +552,25 @@ double Simulator::RankMemory(int rep, int r, const double* start, const double* 
     if (a.kind == ActionKind::kBackwardWeight) deltas_.push_back({e, -sc.weight_grad_hold_bytes});
   }
   *busy_s = busy;
+  // ZeRO-2's whole gradients (PipelineCosts::backward_grad_bytes), from each
+  // stage's first backward; released at the rank's last action's end.
+  if (!c.backward_grad_bytes.empty()) {
+    double last_end = 0;
+    std::vector<bool> started(c.backward_grad_bytes.size(), false);
+    for (int id = graph_.offset[r]; id < graph_.offset[r + 1]; ++id) {
+      const Op& a = ops_[id];
+      if (!IsCompute(a.kind)) continue;
+      last_end = std::max(last_end, end[id]);
+      const bool backward = a.kind == ActionKind::kBackward || a.kind == ActionKind::kBackwardData;
+      const double held = c.backward_grad_bytes[a.cost_stage];
+      if (!backward || held <= 0 || started[a.cost_stage]) continue;
+      started[a.cost_stage] = true;
+      deltas_.push_back({start[id], held});
+    }
+    for (size_t v = 0; v < started.size(); ++v) {
+      if (started[v]) deltas_.push_back({last_end, -c.backward_grad_bytes[v]});
+    }
+  }
   // Frees before allocations at the same instant.
   std::sort(deltas_.begin(), deltas_.end());
   double live = c.static_bytes[r], peak = live;
