@@ -437,7 +437,8 @@ double BackwardWorkingBytes(const Layer& l, const TokenStats& t, int tp, double 
       double working = e * t.tokens * values * f / tp;
       if (ring_attention) {  // both kinds attend
         const double tile_keys = std::min(t.tokens, static_cast<double>(kRingKeyTile));
-        working = std::max(working, kRingTileCopies * e * static_cast<double>(l.heads) / tp * t.tokens * tile_keys);
+        // In fp32 whatever the compute dtype (the ring's online softmax, runtime/torch_model.cpp).
+        working = std::max(working, kRingTileCopies * 4 * static_cast<double>(l.heads) / tp * t.tokens * tile_keys);
       }
       return working + (e < 4 && weight_gradient ? 2 * h * f / tp : 0);
     }

@@ -113,7 +113,7 @@ int64_t LossChunkRows(int64_t vocab);
 //    backward computes none);
 //    Under ring attention (`ring_attention`: context parallelism over a
 //    causal or bidirectional mask, runtime/context_parallel.h) its attention's
-//    backward comes after the MLP's and holds kRingTileCopies tiles of
+//    backward comes after the MLP's and holds kRingTileCopies fp32 tiles of
 //    scores, [heads / tp, rows, kRingKeyTile]: the larger of the two counts;
 //  - a patch embedding: its weight's fp32 gradient before autograd adds it
 //    to the accumulated one (whole on every TP rank, as the weight).

@@ -63,10 +63,11 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     const int64_t max_rows = L->seq.size(1), heads = q.size(0), rows = q.size(1), d = q.size(2), kv = k.size(0);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     const float inf = std::numeric_limits<float>::infinity();
-    const torch::Tensor qg = q.view({kv, heads / kv, rows, d});
+    const auto f = torch::kFloat;
+    const torch::Tensor qg = q.to(f).view({kv, heads / kv, rows, d});
     // The block in hand: K and V stacked, padded to the longest rank's rows.
-    torch::Tensor block = torch::stack({PadRows(k, max_rows), PadRows(v, max_rows)});
-    torch::Tensor m = torch::full({kv, heads / kv, rows, 1}, -inf, q.options());
+    torch::Tensor block = torch::stack({PadRows(k, max_rows), PadRows(v, max_rows)}).to(f);
+    torch::Tensor m = torch::full({kv, heads / kv, rows, 1}, -inf, qg.options());
     torch::Tensor l = torch::zeros_like(m), o = torch::zeros_like(qg), safe;
     for (int s = 0; s < C; ++s) {
       const int owner = (me - s + C) % C;
@@ -87,8 +88,10 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
       }
       if (s + 1 < C) block = cp->ring(block);
     }
-    const torch::Tensor out = (o / l).view({heads, rows, d}).transpose(0, 1).contiguous();  // [rows, heads, d]
+    // [rows, heads, d], in q's dtype: what the output projection reads and keeps.
+    const torch::Tensor out = (o / l).view({heads, rows, d}).transpose(0, 1).to(q.scalar_type()).contiguous();
     const torch::Tensor lse = safe + torch::log(l);  // every query sees itself: l > 0
+    // Kept in the compute dtype (the fp32 copies are the backward's own again).
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["layout"] = layout_capsule;
     ctx->saved_data["causal"] = causal;
@@ -106,13 +109,14 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     const int64_t max_rows = L->seq.size(1), heads = q.size(0), rows = q.size(1), d = q.size(2), kv = k.size(0);
     const int64_t group = heads / kv;
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-    const torch::Tensor qg = q.view({kv, group, rows, d});
-    // [rows, heads, d] -> [kv, group, rows, d]
-    auto grouped = [&](const torch::Tensor& t) { return t.transpose(0, 1).reshape({kv, group, rows, d}); };
+    const auto f = torch::kFloat;
+    const torch::Tensor qg = q.to(f).view({kv, group, rows, d});
+    // [rows, heads, d] -> [kv, group, rows, d], in fp32
+    auto grouped = [&](const torch::Tensor& t) { return t.transpose(0, 1).to(f).reshape({kv, group, rows, d}); };
     const torch::Tensor dout = grouped(grads[0]);
     const torch::Tensor delta = (dout * grouped(saved[3])).sum(-1, true);  // [kv, group, rows, 1]
     // K, V, dK, dV of the block in hand, travelling together.
-    const torch::Tensor kp = PadRows(k, max_rows), vp = PadRows(v, max_rows);
+    const torch::Tensor kp = PadRows(k, max_rows).to(f), vp = PadRows(v, max_rows).to(f);
     torch::Tensor block = torch::stack({kp, vp, torch::zeros_like(kp), torch::zeros_like(vp)});
     torch::Tensor dq = torch::zeros_like(qg);
     for (int s = 0; s < C; ++s) {
@@ -134,9 +138,9 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
       }
       block = cp->ring(block);  // C hops: each block's gradients end at its owner
     }
-    return {dq.view({heads, rows, d}),
-            block[2].slice(1, 0, rows),
-            block[3].slice(1, 0, rows),
+    return {dq.view({heads, rows, d}).to(q.scalar_type()),
+            block[2].slice(1, 0, rows).to(k.scalar_type()),
+            block[3].slice(1, 0, rows).to(v.scalar_type()),
             torch::Tensor(),
             torch::Tensor(),
             torch::Tensor()};

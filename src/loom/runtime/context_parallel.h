@@ -131,6 +131,8 @@ c10::intrusive_ptr<AttentionLayout> MakeAttentionLayout(const MicrobatchPacking&
 // Softmax attention of this rank's queries q [1, rows, heads, d] over every
 // rank's keys and values (k, v: this rank's rows, [1, rows, kv heads, d],
 // kv heads dividing heads: grouped-query heads unexpanded) around the ring.
+// Computed in fp32 whatever q's dtype (the blocks travel in fp32); the
+// output, and what it keeps for its backward, in q's.
 torch::Tensor RingAttention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                             const c10::intrusive_ptr<AttentionLayout>& layout, bool causal, ContextParallel* cp);
 

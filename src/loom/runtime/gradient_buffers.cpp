@@ -39,7 +39,9 @@ GradientBuffers::Bucket& GradientBuffers::Buffer(int v, int b) {
   for (size_t i = 0; i < bucket.size(); ++i) {
     torch::Tensor p = bucket[i];
     // Held by the hook itself: the parameters may outlive this object.
-    p.register_hook([reached = made.reached, i](const torch::Tensor&) { (*reached)[i] = 1; });
+    p.register_hook([reached = made.reached, i](const torch::Tensor& g) {
+      if (g.defined()) (*reached)[i] = 1;  // (a zero-bubble B pass hands none: its W pass says so)
+    });
     reached_of_[p.unsafeGetTensorImpl()] = {made.reached.get(), i};
   }
   return buckets_of_.emplace(std::make_pair(v, b), std::move(made)).first->second;
@@ -88,8 +90,13 @@ torch::Tensor GradientBuffers::Scratch(int v, int b) const {
 }
 
 bool GradientBuffers::Bound(int v) const {
-  auto it = buckets_of_.lower_bound({v, 0});
-  return it != buckets_of_.end() && it->first.first == v && it->second.flat.defined();
+  const auto& buckets = buckets_.at(v);
+  for (int b = 0; b < static_cast<int>(buckets.size()); ++b) {
+    if (buckets[b].empty()) continue;
+    auto it = buckets_of_.find({v, b});
+    if (it == buckets_of_.end() || !it->second.flat.defined()) return false;
+  }
+  return true;
 }
 
 torch::Tensor GradientBuffers::Release(int v, int b) {

@@ -52,7 +52,7 @@ class GradientBuffers {
   // where it has none; its gradients' views read what is written to it.
   torch::Tensor Scratch(int v, int b) const;
 
-  // Whether stage v's buffers exist (made by Bind, not released since).
+  // Whether all of stage v's buffers exist (made by Bind, none released since).
   bool Bound(int v) const;
   // Lets bucket b of stage v's buffer go (ZeRO-2, once it kept its slice of
   // the sum), the parameters' gradients dropped, and returns it (the caller's

@@ -63,7 +63,7 @@ void ZeroShards::HoldSliceGradients() {
   torch::NoGradGuard no_grad;
   for (ShardedBucket& sb : shards_) {
     // ZeRO-1's are views of the whole gradients (gradient_buffers.h); ZeRO-2
-    // holds those from its first backward, its slices from the reduce-scatter.
+    // holds those from its first backward, its slices from the sum's wait.
     if (!Fsdp(sb.stage)) continue;
     if (sb.master.grad().defined()) {
       sb.master.mutable_grad().zero_();

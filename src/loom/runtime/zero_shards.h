@@ -2,8 +2,10 @@
 //   1: each replica keeps AdamW state for its 1/D slice of every gradient
 //      bucket only, steps that slice and all-gathers the updated weights
 //      (AdamW is elementwise: the replicated update, computed once);
-//   2: the buckets' gradients are reduce-scattered, each replica keeping
-//      the sum of its slice only (the full gradients are dropped);
+//   2: each bucket's gradients are summed once a step (an in-place
+//      all-reduce of its gradient buffer, the collective the simulator
+//      prices), each replica keeping the sum of its slice only; the whole
+//      gradients exist from the stage's first backward to that sum;
 //   3 (FSDP): one bucket per layer, whose full weights exist only around
 //      that layer's forward and backward (runtime/fsdp_layers.h), and whose
 //      gradients are reduce-scattered after each backward (the slices are

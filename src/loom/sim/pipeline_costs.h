@@ -34,10 +34,10 @@ struct PipelineCosts {
   std::vector<std::vector<StageCost>> stage;  // [virtual stage][microbatch]
   std::vector<double> static_bytes;           // per rank: weights, gradients, optimizer state
   // Per virtual stage: gradient bytes held beyond static_bytes from its first
-  // backward to the step's end. ZeRO-2's whole gradients: Loom's ZeRO-2
-  // reduce-scatters each bucket once a step, after the last microbatch's
-  // backward (runtime/zero_shards.h), so its memory is the slice alone
-  // between steps and before the first backward only.
+  // backward to its rank's last compute end (the sync follows it). ZeRO-2's
+  // whole gradients: Loom's ZeRO-2 sums each bucket once a step, after the
+  // last microbatch's backward (runtime/zero_shards.h), so its memory is the
+  // slices alone between steps and before the first backward only.
   std::vector<double> backward_grad_bytes;
   std::vector<double> grad_sync_s;            // per virtual stage: data-parallel sync of its gradients
   std::vector<double> optimizer_s;            // per rank: its optimizer step; empty: free

@@ -86,9 +86,11 @@ PlanRun RunExecution(const Cluster& c, ExecutionPlan exec, ExecutionCosts costs,
     }
     ++g_index;
   }
-  for (int rep = 0; rep < reps; ++rep) {
-    for (int g = 0; g < groups; ++g)
-      run.replica_group_peak_mem_bytes.push_back(r.group_peak_mem_bytes[rep * groups + g]);
+  // Each data-parallel replica its entry's peaks (replicas of equal costs share one).
+  for (int entry : s.replicated ? k.entry_of : std::vector<int>{0}) {
+    for (int g = 0; g < groups; ++g) {
+      run.replica_group_peak_mem_bytes.push_back(r.group_peak_mem_bytes[entry * groups + g]);
+    }
   }
   m.bubble_ratio = capacity > 0 ? 1.0 - busy / capacity : 0.0;
   const double cap = c.usable_mem_bytes();

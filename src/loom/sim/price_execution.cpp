@@ -86,6 +86,7 @@ void AddReplica(ExecutionCosts& out, PipelineCosts costs, std::map<std::vector<d
     }
   }
   auto [pos, inserted] = seen.emplace(std::move(signature), static_cast<int>(out.replicas.size()));
+  out.entry_of.push_back(pos->second);
   if (inserted) {
     out.replicas.push_back(std::move(costs));
     out.replica_weight.push_back(1);
@@ -540,6 +541,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     if (exec.replicated) {
       AddReplica(out, std::move(pc), seen);
     } else {
+      out.entry_of.push_back(static_cast<int>(out.replicas.size()));
       out.replicas.push_back(std::move(pc));
       out.replica_weight.push_back(1);
     }

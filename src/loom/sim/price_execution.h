@@ -29,6 +29,7 @@ struct ExecutionCosts {
   // equal an earlier one's only raise its weight; otherwise one entry.
   std::vector<PipelineCosts> replicas;
   std::vector<int> replica_weight;  // data-parallel replicas each entry stands for
+  std::vector<int> entry_of;        // per data-parallel replica priced, its entry in `replicas`
   double model_flops = 0;           // useful FLOPs of the iteration, every GPU
   double tokens = 0;                // the busiest module's tokens this iteration
 };
