@@ -592,6 +592,23 @@ TEST(Runtime, ContextParallelPeakTensorMemoryFollowsThePrediction) {
                              fmt::format("{} cp 2, {} microbatches", name, microbatches));
     }
   }
+  // bf16: the ring computes in fp32 and keeps Q, K, V and its output in bf16
+  // (it kept fp32 copies: with them tiny-llm and tiny-omni measured 1.19-1.25x
+  // at ZeRO-1, 1.12-1.19x without; now 1.03-1.06x at ZeRO-0). ZeRO-1's whole
+  // fp32 parameters beside its master slices are left open (docs/runtime.md).
+  for (const auto& [name, fp32] : {models[0], models[2]}) {
+    TinyRun s = fp32;
+    const size_t at = s.data_args.find(" --precision fp32");  // tiny-llm's text workload names it
+    if (at != std::string::npos) s.data_args.erase(at, std::string(" --precision fp32").size());
+    s.data_args += " --precision bf16";
+    s.workload.precision = Precision::kBf16;
+    nlohmann::json plan = nlohmann::json::parse(
+        std::ifstream(MegatronPlanFile(s, ScheduleKind::kOneFOneB, 1, fmt::format("mem-cp-bf16-{}.json", name), 1, 1, 1,
+                                       &two, Recompute::kNone, 0, 2)));
+    plan["units"][0]["pipelines"][0]["microbatches"] = 1;
+    const std::string file = test::WriteTemp(fmt::format("mem-cp-bf16-{}-m1.json", name), plan.dump());
+    ExpectWithinTenPercent(PeakTensorRatios(s, file, name, 1, "h100:1x2"), 2, name + " cp 2 bf16 zero-0");
+  }
 }
 
 // PP 2 x DP 2 (1F1B) at ZeRO 1, 2 and 3 on tiny-llm and on the test models
