@@ -1,5 +1,6 @@
 // The simulator executes every plan shape, checked against equivalent
 // layouts and the invariants each shape promises.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -503,6 +504,55 @@ modules:
       const double want = ModelState(params, 0, st.dp, st.zero_stage, w.precision).total();
       EXPECT_DOUBLE_EQ(costs.replicas[0].static_bytes[exec.schedule.stage_rank[s]], want) << pp << " stage " << s;
       if (pp == 2 && s == 1) EXPECT_TRUE(head && !embedding);
+    }
+  }
+}
+
+// A stage holding one tied copy (the embedding without the head, or the
+// head without it) runs ZeRO-1 at most: its gradient is summed whole with
+// the other copy's at the step, which ZeRO-2 and 3 would have dropped (the
+// runtime shards such a stage so, runtime/zero_shards.h). A stage holding
+// both, or an untied model's stages, keep the plan's ZeRO stage. ZeRO-2 holds
+// its whole gradients from the first backward to the sync: the window's
+// bytes are the fp32 gradients less the stage's slice, 4 B x params x (1 - 1/D).
+TEST(ExecutionPlan, ATiedCopysStageRunsZeroOneAtMostAndZeroTwoHoldsItsGradientsInTheBackward) {
+  const std::string text = R"(model: tied
+modules:
+  - name: llm
+    role: backbone
+    modality: text
+    tokens: {source: text}
+    layers:
+      - {kind: embedding, vocab: 1000, hidden: 64}
+      - {kind: transformer, count: 4, hidden: 64, ffn_hidden: 128, heads: 4}
+      - {kind: lm_head, vocab: 1000, hidden: 64, tied: TIED}
+)";
+  Cluster cluster = MakeCluster("h100", 1, 4);
+  Workload w = LoadWorkload("text");
+  w.global_batch = 8;
+  w.source.seq_len = 32;
+  const Batch batch = DrawBatch(w, 0);
+  for (const bool tied : {true, false}) {
+    std::string yaml = text;
+    yaml.replace(yaml.find("TIED"), 4, tied ? "true" : "false");
+    const Model model = ParseModel(yaml, "tied.yaml");
+    const StrategyContext ctx{model, cluster, w, batch, {}};
+    for (int zero : {2, 3}) {
+      for (int pp : {1, 2}) {
+        const Plan plan = SingleUnitPlan(ctx, "megatron", 1, pp, 4 / pp, 1, 2, ScheduleKind::kOneFOneB,
+                                         Recompute::kNone, Balance::kParams, zero);
+        const ExecutionPlan exec = CompilePlan(model, cluster, w, plan, batch);
+        const ExecutionCosts costs = PriceExecution(exec, model, cluster, batch);
+        for (int s = 0; s < exec.schedule.num_stages(); ++s) {
+          SCOPED_TRACE(fmt::format("tied {} zero {} pp {} stage {}", tied, zero, pp, s));
+          const ExecStage& st = exec.stages[s];
+          EXPECT_EQ(st.zero_stage, tied && pp == 2 ? 1 : zero);
+          const auto& window = costs.replicas[0].backward_grad_bytes;
+          const double want = st.zero_stage == 2 ? 4 * StageParamsOf(model, st).trainable * (1 - 1.0 / st.dp) : 0;
+          EXPECT_DOUBLE_EQ(window.empty() ? 0 : window[s], want);
+          if (st.zero_stage == 2) EXPECT_GT(want, 0);
+        }
+      }
     }
   }
 }

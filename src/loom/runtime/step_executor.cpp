@@ -22,6 +22,7 @@
 #include "loom/weights/checkpoint_parts.h"
 
 namespace loom::runtime {
+
 namespace {
 
 // Per layer of stage v, the recomputation microbatch k of replica r runs with.
@@ -814,12 +815,7 @@ void StepExecutor::Wait(int r) {
     for (auto& sb : zero_->shards()) {  // only this replica's slice is stepped here
       if (sb.stage != stage || sb.bucket != b) continue;
       if (scattered) {  // ZeRO-2: the slice kept, the whole gradients let go below
-        const torch::Tensor sum = flat[0].slice(0, sb.lo, sb.hi);
-        if (sb.master.grad().defined()) {
-          sb.master.mutable_grad().copy_(sum);
-        } else {
-          sb.master.mutable_grad() = sum.clone();
-        }
+        sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi).clone();
       } else {  // ZeRO-1: a view of the buffer, as Megatron's distributed optimizer reads its shard
         sb.master.mutable_grad() = flat[0].slice(0, sb.lo, sb.hi);
       }

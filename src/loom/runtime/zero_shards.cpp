@@ -1,6 +1,10 @@
 #include "loom/runtime/zero_shards.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+
+#include "loom/error.h"
 
 namespace loom::runtime {
 
@@ -84,8 +88,15 @@ int ZeroShards::StageOf(const ExecutionPlan& exec, const ProcessGroups& groups, 
   // A tied copy's gradient is summed with the other copy's after the
   // buckets' all-reduce (OptimizerSteps::SumShared), which needs it whole:
   // ZeRO-1 keeps whole gradients (the shards are views of them,
-  // gradient_buffers.h), ZeRO-2/3 would have dropped them.
-  if (holds_tied) return std::min(exec.stages[v].zero_stage, 1);
+  // gradient_buffers.h), ZeRO-2/3 would have dropped them. The compiled plan
+  // gives such a stage ZeRO-1 at most (plan/compile_plan.cpp), so that the
+  // simulator prices what runs.
+  if (holds_tied && exec.stages[v].zero_stage > 1) {
+    throw Error(
+        fmt::format("runtime: stage {} holds a tied embedding's copy at ZeRO-{}; its plan was compiled "
+                    "without the ZeRO-1 cap such a stage takes",
+                    v, exec.stages[v].zero_stage));
+  }
   return exec.stages[v].zero_stage;
 }
 

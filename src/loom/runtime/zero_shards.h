@@ -10,7 +10,8 @@
 //      that layer's forward and backward (runtime/fsdp_layers.h), and whose
 //      gradients are reduce-scattered after each backward (the slices are
 //      the only copy in between).
-// Stages holding a tied embedding's copy shard at ZeRO-1 at most: the copy's
+// Stages holding a tied embedding's copy shard at ZeRO-1 at most (the
+// compiled plan caps them; StageOf refuses one that was not): the copy's
 // gradient is summed with the other copy's at the step, after the buckets,
 // and needs it whole (ZeRO-1's shards are views of the whole gradients).
 // Only runtime translation units include this header (it includes libtorch).

@@ -450,7 +450,7 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
     }
     grad_sync_s[s] =
         st.segment_groups.empty() ? GradSyncTime_s(sp, st, exec.precision, c) : SegmentSyncTime_s(model, exec, st, c);
-    step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, st.dp * st.seq_share * st.cp, st.zero_stage);
+    step_params[sch.stage_rank[s]] += OptimizerStepParams(sp.trainable, shards, st.zero_stage);
   }
   // Each rank's fused Adam step streams its (ZeRO-sharded) optimizer state
   // through HBM; stages sharing a rank at a fraction of its SMs still share its
