@@ -13,7 +13,8 @@
 #   2. with transformers' training step on the same weights and batch.
 # Each writes its JSON to OUT/NAME.txt; the last lines print both step times, tokens/s
 # and MFU. Every step goes on after another fails (its output says so).
-#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [HF=1 (0: Loom only)] [SMALL=0] [LOOM=build-cuda/loom]
+#   [SAMPLES=8] [SEQ=4096] [MICRO=1] [HF=1 (0: Loom only)] [HF_MICRO=$MICRO (those transformers runs too)]
+#   [SMALL=0] [LOOM=build-cuda/loom]
 #   [PROFILE_TOKENS=1024,4096] scripts/gpu-vlm-step.sh OUT_DIR [STEPS]
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu-vlm-step.sh OUT_DIR [STEPS]}
@@ -48,6 +49,7 @@ if command -v nvidia-smi > /dev/null; then
 fi
 export PYTHONUNBUFFERED=1
 step make python3 scripts/hf-vlm-step.py make "$M" "$SAMPLES" "$SEQ" $([ "${SMALL:-0}" != 0 ] && echo small)
+step flops python3 scripts/hf-vlm-step.py flops "$M"  # the model FLOPs of a step, for MFU
 # This engine's layers measured here in bf16 (loom profile --precision bf16), so
 # that --compare predicts with them rather than the shipped H100 profile's.
 rm -f "$OUT/profile-bf16.yaml"  # a failed profile must not leave an earlier one to predict with
@@ -65,7 +67,10 @@ for micro in $MICRO; do  # samples per microbatch
     python3 scripts/kernel-summary.py "$OUT/ktrace$sfx/process-0.json" --top 25 | tee "$OUT/ktrace-loom$sfx.txt"
     gzip -c "$OUT/ktrace$sfx/process-0.json" > "$OUT/ktrace-loom$sfx.json.gz" && rm -r "$OUT/ktrace$sfx"
   fi
-  if [ "${HF:-1}" = 1 ]; then step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"; fi
+  # transformers at 8 samples per microbatch needs ~160 GiB: HF_MICRO says which it runs.
+  if [ "${HF:-1}" = 1 ] && [[ " ${HF_MICRO:-$MICRO} " == *" $micro "* ]]; then
+    step hf$sfx python3 scripts/hf-vlm-step.py train "$M" "$STEPS" 1e-5 "$micro"
+  fi
   python3 - "$OUT" "$GPU" "$sfx" << 'SUMMARY'
 import json, sys
 out, gpu, sfx = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -79,7 +84,7 @@ def tail(name):
 def median_after_warmup(times):
     later = sorted(times[2:] or times)
     return later[len(later) // 2]
-hf, loom = tail("hf" + sfx), tail("loom" + sfx)
+hf, loom, model = tail("hf" + sfx), tail("loom" + sfx), tail("flops")
 for name, r in (("transformers", hf), ("loom", loom)):
     if "step_s" not in r:
         print(f"{name}: {r}")
@@ -87,8 +92,8 @@ for name, r in (("transformers", hf), ("loom", loom)):
     times = r["step_s"][0] if isinstance(r["step_s"][0], list) else r["step_s"]
     s = median_after_warmup(times)
     line = f"{name}: median step {s:.3f} s (of {len(times)}, the first two left out)"
-    if "flops_per_step" in hf:
-        line += f", {hf['tokens_per_step'] / s:.0f} tokens/s, MFU {hf['flops_per_step'] / s / peak:.1%}"
+    if "flops_per_step" in model:
+        line += f", {model['tokens_per_step'] / s:.0f} tokens/s, MFU {model['flops_per_step'] / s / peak:.1%}"
     mem = r.get("peak_mem_bytes") or max(r.get("peak_tensor_bytes", [0]))
     line += f", peak memory {mem / 2**30:.2f} GiB, losses {r['losses'][0]:.4f} .. {r['losses'][-1]:.4f}"
     if name == "loom":
