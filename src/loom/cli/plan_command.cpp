@@ -165,7 +165,7 @@ class PlanCommand : public Command {
       if (export_ == "megatron") {  // each strategy's launch bundle beside its plan
         for (auto& s : plans_json["strategies"]) {
           for (size_t i = 0; i < cmp.outcomes.size(); ++i) {
-            if (cmp.outcomes[i].ok() && cmp.outcomes[i].name == s["name"])
+            if (cmp.outcomes[i].ok() && cmp.outcomes[i].name == s["name"].get<std::string>())
               s["megatron"] = MegatronExportJson(megatron[i]);
           }
         }

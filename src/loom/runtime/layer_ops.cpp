@@ -1,5 +1,7 @@
 #include "loom/runtime/layer_ops.h"
 
+#include "loom/runtime/fused_elementwise.h"
+
 namespace loom::runtime {
 
 namespace {
@@ -60,6 +62,11 @@ struct MlpActivationFunction : torch::autograd::Function<MlpActivationFunction> 
                                int64_t activation, bool gated) {
     ctx->save_for_backward(gated ? std::vector<torch::Tensor>{x, up} : std::vector<torch::Tensor>{x});
     ctx->saved_data["activation"] = activation;
+    // SwiGLU on a GPU: one kernel each way (fused_elementwise.h), equal to the composed form.
+    const auto kind = static_cast<Activation>(activation);
+    const bool silu = kind == Activation::kSilu || (kind == Activation::kDefault && gated);
+    ctx->saved_data["fused"] = gated && silu && FusedSwigluRuns(x, up);
+    if (ctx->saved_data["fused"].toBool()) return FusedSwiglu(x, up);
     torch::NoGradGuard no_grad;
     const torch::Tensor act = Activate(static_cast<Activation>(activation), gated, x);
     return gated ? act * up : act;
@@ -69,6 +76,11 @@ struct MlpActivationFunction : torch::autograd::Function<MlpActivationFunction> 
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor& g = grads[0];
     const bool gated = saved.size() == 2;
+    if (ctx->saved_data["fused"].toBool()) {
+      auto [grad_gate, grad_up] = FusedSwigluBackward(g, saved[0], saved[1]);
+      return {ctx->needs_input_grad(0) ? grad_gate : torch::Tensor(),
+              ctx->needs_input_grad(1) ? grad_up : torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    }
     const torch::Tensor x = saved[0].detach().requires_grad_(true);
     torch::Tensor act;
     {

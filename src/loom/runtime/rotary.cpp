@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "loom/runtime/fused_elementwise.h"
+
 namespace loom::runtime {
 
 torch::Tensor RopeInverseFrequencies(const Rope& rope, int64_t head_dim) {
@@ -34,7 +36,28 @@ RopeTables MakeRopeTables(const torch::Tensor& inverse_frequencies, const torch:
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+namespace {
+
+// Rotary positions as one kernel each way on a GPU (fused_elementwise.h): the
+// backward is the rotation's transpose, so it keeps only the tables, as the
+// composed form's products do.
+struct FusedRopeFunction : torch::autograd::Function<FusedRopeFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& cos,
+                               const torch::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return FusedRope(x, cos, sin, /*transpose=*/false);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return {FusedRope(grads[0], saved[0], saved[1], /*transpose=*/true), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
 torch::Tensor ApplyRope(const torch::Tensor& x, const RopeTables& tables) {
+  if (FusedRopeRuns(x, tables.cos, tables.sin)) return FusedRopeFunction::apply(x, tables.cos, tables.sin);
   const int64_t half = x.size(-1) / 2;
   const torch::Tensor rotated = torch::cat({-x.slice(-1, half), x.slice(-1, 0, half)}, -1);
   const torch::Tensor cos = tables.cos.unsqueeze(1).unsqueeze(0);  // [1, rows, 1, d]
