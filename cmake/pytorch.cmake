@@ -72,7 +72,7 @@ if(LOOM_CUDA)
   if(NOT CUDAToolkit_ROOT AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CUDAToolkit_ROOT /usr/local/cuda)
   endif()
-  # Loom compiles no CUDA kernels of its own; naming the architecture (the
+  # Loom's own kernels (runtime/*.cu) name sm_90 themselves (CMakeLists.txt); naming the architecture (the
   # H100's sm_90) keeps Caffe2's cuda.cmake from test-running a program to find
   # the GPUs (there is none on CI), and CUDA 17 is a dialect CMake 3.25 knows
   # nvcc has (C++20 it does not: its try-compile fails).

@@ -92,7 +92,7 @@ TEST(CudaBuild, FusedKernelsEqualTheComposedForms) {
     }
     for (int64_t dim : {64, 12}) {  // 12: half rows of 6 values, no 16-byte accesses
       const int64_t tokens = 7, heads = 3;
-      const torch::Tensor inv = runtime::RopeInverseFrequencies(Rope{}, dim);
+      const torch::Tensor inv = runtime::RopeInverseFrequencies(Rope{.theta = 10000}, dim);
       const runtime::RopeTables tables =
           runtime::MakeRopeTables(inv, torch::arange(tokens, torch::kLong).to(torch::kCUDA), type);
       const torch::Tensor x = torch::randn({1, tokens, heads, dim}, opts).requires_grad_(true);
