@@ -63,7 +63,8 @@ TEST(SequenceParallel, GatheredMatmulsEqualTheWholeInputsMatmulsForwardAndBackwa
     torch::Tensor s1 = w1.slice(0, r * cols, (r + 1) * cols).clone().requires_grad_();
     const torch::Tensor mine = runtime::LocalRows(x, tp).clone().requires_grad_();
     runtime::WeightGradDeferral deferral;
-    const auto y = runtime::GatheredMatmuls(mine, rows, {s0, s1}, {&s0, &s1}, &deferral, &tp);
+    const runtime::ComputeCopies copies;  // fp32: the weights themselves
+    const auto y = runtime::GatheredMatmuls(mine, rows, {s0, s1}, {&s0, &s1}, &deferral, &tp, &copies);
     ASSERT_EQ(y.size(), 2u);
     torch::autograd::backward(
         {y[0], y[1]}, {g0.slice(2, r * cols, (r + 1) * cols), g1.slice(2, r * cols, (r + 1) * cols)});

@@ -170,7 +170,7 @@ void OptimizerSteps::Restore(const weights::RunCheckpointReader& reader) {
       if (!p.requires_grad()) continue;
       const std::string& name = item.key();
       if (zero_.Sharded(v)) {  // the slice below; the full weights too unless ZeRO-3 released them
-        if (!zero_.Fsdp(v)) p.copy_(ShareOf(reader, *stack, name, name, p, rank, degree).to(p.device()));
+        if (!zero_.Fsdp(v)) zero_.SetWeights(v, p, ShareOf(reader, *stack, name, name, p, rank, degree).to(p.device()));
         continue;
       }
       ParamState s;

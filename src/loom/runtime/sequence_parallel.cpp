@@ -64,8 +64,9 @@ struct GatheredMatmulsFn : torch::autograd::Function<GatheredMatmulsFn> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& local,
                                                 const torch::Tensor& w0, const torch::Tensor& w1,
                                                 const torch::Tensor& w2, int64_t n, int64_t total, int64_t tp,
-                                                int64_t deferral, int64_t s0, int64_t s1, int64_t s2) {
+                                                int64_t deferral, int64_t s0, int64_t s1, int64_t s2, int64_t copies) {
     ctx->save_for_backward({local});
+    ctx->saved_data["copies"] = copies;
     ctx->saved_data["n"] = n;
     ctx->saved_data["total"] = total;
     ctx->saved_data["tp"] = tp;
@@ -115,7 +116,8 @@ struct GatheredMatmulsFn : torch::autograd::Function<GatheredMatmulsFn> {
       if (!grads[i].defined()) continue;
       // The weight read from its slot, as DeferrableMatmul reads it (ZeRO-3
       // gathers it again before the backward).
-      const torch::Tensor w = FromInt<torch::Tensor>(slots[i])->to(dtype);
+      const torch::Tensor w = FromInt<const ComputeCopies>(ctx->saved_data["copies"].toInt())
+                                  ->ForBackward(*FromInt<torch::Tensor>(slots[i]), dtype);
       grad_x = grad_x.defined() ? grad_x.addmm_(grads[i].reshape({-1, grads[i].size(-1)}), w)
                                 : grads[i].reshape({-1, grads[i].size(-1)}).mm(w);
     }
@@ -180,14 +182,15 @@ torch::Tensor ReduceScatterToSequenceParallel(const torch::Tensor& partial, cons
 std::vector<torch::Tensor> GatheredMatmuls(const torch::Tensor& local, int64_t total,
                                            const std::vector<torch::Tensor>& weights,
                                            const std::vector<torch::Tensor*>& slots, WeightGradDeferral* deferral,
-                                           const TensorParallel* tp) {
+                                           const TensorParallel* tp, const ComputeCopies* copies) {
   const int64_t n = static_cast<int64_t>(weights.size());
   if (n < 1 || n > kMaxWeights || slots.size() != weights.size()) {
     throw std::logic_error("GatheredMatmuls: 1 to 3 weights, each with its slot");
   }
   auto at = [&](int64_t i) { return std::min(i, n - 1); };
   return GatheredMatmulsFn::apply(local, weights[at(0)], weights[at(1)], weights[at(2)], n, total, AsInt(tp),
-                                  AsInt(deferral), AsInt(slots[at(0)]), AsInt(slots[at(1)]), AsInt(slots[at(2)]));
+                                  AsInt(deferral), AsInt(slots[at(0)]), AsInt(slots[at(1)]), AsInt(slots[at(2)]),
+                                  AsInt(copies));
 }
 
 }  // namespace loom::runtime

@@ -58,13 +58,13 @@ torch::Tensor ReduceScatterToSequenceParallel(const torch::Tensor& partial, cons
 
 // Column-parallel matmuls of one input: `local` [1, t, in] (this rank's rows)
 // gathered to [1, total, in], times each of `weights` (1 to 3, [out_i, in],
-// the compute-dtype copies of the parameters in `slots`); returns x W_i^T for
+// the compute-dtype copies of the parameters in `slots`, from `copies`); returns x W_i^T for
 // each. Keeps `local` only and gathers it again in the backward, which
 // reduce-scatters the input's gradient; weight gradients go to the slots'
 // parameters, or wait for the W pass where `deferral` is active.
 std::vector<torch::Tensor> GatheredMatmuls(const torch::Tensor& local, int64_t total,
                                            const std::vector<torch::Tensor>& weights,
                                            const std::vector<torch::Tensor*>& slots, WeightGradDeferral* deferral,
-                                           const TensorParallel* tp);
+                                           const TensorParallel* tp, const ComputeCopies* copies);
 
 }  // namespace loom::runtime

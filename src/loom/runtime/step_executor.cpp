@@ -226,6 +226,8 @@ StepExecutor::StepExecutor(const Model& model, const ExecutionPlan& first, int r
   if (options.layerwise) segments = MakeSegments(model, first, place_, local_, maker);
   zero_ = std::make_unique<ZeroShards>(
       first, local_.buckets, groups_, [&](int v) { return HoldsTied(ties, local_, v); }, abort);
+  // ZeRO-1/2: each bucket's weights one flat tensor in the compute dtype (zero_shards.h).
+  for (auto& [v, stack] : local_.stacks) stack->HoldWeights(zero_->HoldFlatWeights(v, stack->compute_dtype()));
   std::map<int, int64_t> gather_members;  // ZeRO-1 stages: a bucket's buffer holds its gather
   for (const auto& [v, buckets] : local_.buckets) {
     if (zero_->Sharded(v) && !zero_->Scattered(v)) {
@@ -256,15 +258,24 @@ TrainingState StepExecutor::CaptureLive() {
 
 double StepExecutor::WeightBytes() const {
   double bytes = 0;
+  auto size = [](const torch::Tensor& t) {
+    return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0;
+  };
   for (const auto& [v, stack] : local_.stacks) {
-    // ZeRO-3: the slices are the weights (the full ones exist around a layer's use only, counted then).
-    const bool fsdp = zero_->Fsdp(v);
+    // ZeRO-3: the slices are the weights (the full ones exist around a layer's
+    // use only, counted then). ZeRO-1/2: each bucket's flat weights, and under
+    // mixed precision the fp32 master slices beside them (in fp32 the master
+    // is part of the weights).
+    const bool sharded = zero_->Sharded(v);
     for (const auto& p : stack->parameters()) {
-      if (!(fsdp && p.requires_grad())) bytes += static_cast<double>(p.numel() * p.element_size());
+      if (!(sharded && p.requires_grad())) bytes += size(p);
     }
-    if (!fsdp) continue;
+    if (!sharded) continue;
     for (const auto& sb : zero_->shards()) {
-      if (sb.stage == v) bytes += static_cast<double>(sb.master.numel() * sb.master.element_size());
+      if (sb.stage != v) continue;
+      bytes += size(sb.weights);
+      const bool master_in_weights = sb.weights.defined() && sb.weights.scalar_type() == sb.master.scalar_type();
+      if (!master_in_weights) bytes += size(sb.master);
     }
   }
   return bytes;
@@ -831,7 +842,9 @@ void StepExecutor::Wait(int r) {
 }
 
 void StepExecutor::ReportWeights(const ExecutionPlan& exec) {
-  for (int v : zero_->fsdp()) zero_->GatherWeights(v);  // every replica, in stage order
+  for (const auto& [v, stack] : local_.stacks) {  // every replica, in stage order
+    if (zero_->Released(v)) zero_->GatherWeights(v);
+  }
   for (const auto& [v, stack] : local_.stacks) {
     const bool first_copy = (exec.replicated ? place_.replica : exec.stages[v].replica) == 0;
     for (const auto& item : stack->named_parameters()) {

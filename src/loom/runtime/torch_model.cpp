@@ -71,18 +71,20 @@ struct BeforeLayerBackward : torch::autograd::Function<BeforeLayerBackward> {
 // gathered again before the backward) in the compute dtype `like`'s. Read
 // from the slot rather than saved: a saved bf16 copy would keep a released
 // ZeRO-3 stage's whole weights alive from each forward to its backward.
-torch::Tensor WeightForBackward(const c10::IValue& slot, const torch::Tensor& like) {
-  return FromInt<torch::Tensor>(slot.toInt())->to(like.scalar_type());
+torch::Tensor WeightForBackward(const c10::IValue& slot, const c10::IValue& copies, const torch::Tensor& like) {
+  return FromInt<const ComputeCopies>(copies.toInt())
+      ->ForBackward(*FromInt<torch::Tensor>(slot.toInt()), like.scalar_type());
 }
 
 // x W^T whose weight gradient can wait for the W pass (WeightGradDeferral).
 // `w` is the parameter in `weight_slot` or its compute-dtype copy.
 struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor w,
-                               int64_t deferral, int64_t weight_slot) {
+                               int64_t deferral, int64_t weight_slot, int64_t copies) {
     ctx->save_for_backward({x});
     ctx->saved_data["deferral"] = deferral;
     ctx->saved_data["slot"] = weight_slot;
+    ctx->saved_data["copies"] = copies;
     return torch::matmul(x, w.t());
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -90,7 +92,9 @@ struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
     const auto saved = ctx->get_saved_variables();
     const torch::Tensor &x = saved[0], &g = grads[0];
     torch::Tensor grad_x =
-        ctx->needs_input_grad(0) ? torch::matmul(g, WeightForBackward(ctx->saved_data["slot"], x)) : torch::Tensor();
+        ctx->needs_input_grad(0)
+            ? torch::matmul(g, WeightForBackward(ctx->saved_data["slot"], ctx->saved_data["copies"], x))
+            : torch::Tensor();
     torch::Tensor grad_w;
     if (ctx->needs_input_grad(1)) {
       auto* deferral = FromInt<WeightGradDeferral>(ctx->saved_data["deferral"].toInt());
@@ -100,7 +104,7 @@ struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
         grad_w = g.reshape({-1, g.size(-1)}).t().mm(x.reshape({-1, x.size(-1)}));
       }
     }
-    return {grad_x, grad_w, torch::Tensor(), torch::Tensor()};
+    return {grad_x, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -111,11 +115,13 @@ struct DeferrableMatmul : torch::autograd::Function<DeferrableMatmul> {
 struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
   // `gated` false: a plain MLP, `up` is x again (no undefined inputs) and gets no gradient.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x, torch::Tensor up,
-                               torch::Tensor w, int64_t activation, bool gated, int64_t deferral, int64_t weight_slot) {
+                               torch::Tensor w, int64_t activation, bool gated, int64_t deferral, int64_t weight_slot,
+                               int64_t copies) {
     ctx->save_for_backward(gated ? std::vector<torch::Tensor>{x, up} : std::vector<torch::Tensor>{x});
     ctx->saved_data["activation"] = activation;
     ctx->saved_data["deferral"] = deferral;
     ctx->saved_data["slot"] = weight_slot;
+    ctx->saved_data["copies"] = copies;
     const torch::Tensor act = Activate(static_cast<Activation>(activation), gated, x);
     return torch::matmul(gated ? act * up : act, w.t());
   }
@@ -147,11 +153,13 @@ struct ActivatedMatmul : torch::autograd::Function<ActivatedMatmul> {
     if (want_x) wrt.push_back(x);
     if (want_up) wrt.push_back(up);
     if (!wrt.empty()) {
-      const auto d = torch::autograd::grad({a}, wrt, {torch::matmul(g, WeightForBackward(ctx->saved_data["slot"], a))});
+      const auto d = torch::autograd::grad(
+          {a}, wrt, {torch::matmul(g, WeightForBackward(ctx->saved_data["slot"], ctx->saved_data["copies"], a))});
       if (want_x) grad_x = d[0];
       if (want_up) grad_up = d[want_x ? 1 : 0];
     }
-    return {grad_x, grad_up, grad_w, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_x,          grad_up,         grad_w,          torch::Tensor(),
+            torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -178,7 +186,7 @@ struct DenseImpl : torch::nn::Module {
   // x in the compute dtype times its copy of the weight; the deferred weight
   // gradient goes to the fp32 weight itself.
   torch::Tensor Matmul(const torch::Tensor& x) {
-    return DeferrableMatmul::apply(copies->Cast(x), copies->Of(weight), AsInt(deferral), AsInt(&weight));
+    return DeferrableMatmul::apply(copies->Cast(x), copies->Of(weight), AsInt(deferral), AsInt(&weight), AsInt(copies));
   }
   // A row-parallel layer's output from this shard's partial product x W^T:
   // the shards' partial products summed by `reduce`, then the bias once
@@ -195,7 +203,7 @@ struct DenseImpl : torch::nn::Module {
   torch::Tensor MatmulOfActivation(Activation activation, const torch::Tensor& x, const torch::Tensor& up) {
     const bool gated = up.defined();
     return ActivatedMatmul::apply(x, gated ? up : x, copies->Of(weight), static_cast<int64_t>(activation), gated,
-                                  AsInt(deferral), AsInt(&weight));
+                                  AsInt(deferral), AsInt(&weight), AsInt(copies));
   }
   // Keeps rows (dim 0: column parallel, the bias too) or columns (dim 1: row
   // parallel, the bias whole) [lo, hi).
@@ -344,7 +352,7 @@ struct BlockImpl : torch::nn::Module {
       weights.push_back(copies->Of(d->weight));
       slots.push_back(&d->weight);
     }
-    out = GatheredMatmuls(copies->Cast(normed), rows, weights, slots, layers[0]->deferral, tp);
+    out = GatheredMatmuls(copies->Cast(normed), rows, weights, slots, layers[0]->deferral, tp, copies);
     for (size_t i = 0; i < out.size(); ++i) out[i] = layers[i]->AddBias(out[i]);
     return out;
   }
@@ -709,11 +717,12 @@ struct HeadImpl : torch::nn::Module {
     torch::Tensor x = norm ? norm->forward(input, rows >= 0 ? tp : nullptr) : input;
     if (rows >= 0) {
       torch::Tensor* slot = proj ? &proj->weight : weight_slot;
-      return GatheredMatmuls(copies->Cast(x), rows, {copies->Of(*slot)}, {slot}, deferral, tp)[0];
+      return GatheredMatmuls(copies->Cast(x), rows, {copies->Of(*slot)}, {slot}, deferral, tp, copies)[0];
     }
     if (tp->size > 1) x = CopyToTensorParallel::apply(x, AsInt(tp));
     if (proj) return proj->forward(x);
-    return DeferrableMatmul::apply(copies->Cast(x), copies->Of(*weight_slot), AsInt(deferral), AsInt(weight_slot));
+    return DeferrableMatmul::apply(copies->Cast(x), copies->Of(*weight_slot), AsInt(deferral), AsInt(weight_slot),
+                                   AsInt(copies));
   }
   Norm norm{nullptr};  // the model's final norm (Llama's model.norm), before the logits
   WeightGradDeferral* deferral;
@@ -952,6 +961,10 @@ bool LayerStackImpl::IsChain() const {
   return true;
 }
 
+void LayerStackImpl::HoldWeights(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& held) {
+  for (const auto& [p, w] : held) copies_->held[p.unsafeGetTensorImpl()] = w;
+}
+
 void LayerStackImpl::DropComputeCopies(const std::vector<torch::Tensor>& params) {
   for (const auto& p : params) copies_->copies.erase(p.unsafeGetTensorImpl());
 }
@@ -1087,14 +1100,6 @@ torch::ScalarType ComputeDtype(Precision precision) {
 
 torch::Tensor TowerLoss(const torch::Tensor& output, double batch_values) {
   return output.to(torch::kFloat).pow(2).sum() / batch_values;
-}
-
-torch::Tensor ComputeCopies::Of(const torch::Tensor& p) {
-  if (!p.defined() || p.scalar_type() == dtype) return p;
-  if (!torch::GradMode::is_enabled()) return p.to(dtype);
-  auto [it, made] = copies.try_emplace(p.unsafeGetTensorImpl());
-  if (made) it->second = p.to(dtype);
-  return it->second;
 }
 
 void SetComputeThreads(int threads) {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "loom/plan/plan.h"
+#include "loom/runtime/compute_copies.h"
 #include "loom/runtime/context_parallel.h"
 #include "loom/runtime/packing.h"
 #include "loom/spec/model.h"
@@ -110,26 +111,10 @@ struct WeightGradDeferral {
 // weight.grad += grad_output^T input for each queued linear, in queue order.
 void ApplyWeightGradients(std::vector<WeightGradDeferral::Pending>& pending);
 
-// Mixed precision as Megatron-LM runs it (docs/runtime.md "Precision"):
-// parameters, and so gradients and AdamW's state, stay fp32 (the master
-// weights); the layers compute in `dtype` (bf16) from a copy of each parameter
-// made on its first use in a step, whose cast's backward carries the gradient
-// to the fp32 parameter (the copy's autograd node keeps no tensors, so every
-// microbatch's backward passes through it). Copies are kept only while
-// autograd records: a forward under no grad (full recomputation's first run)
-// casts afresh. dtype kFloat: no copies, the parameters themselves.
 // What the layers compute in under a workload's precision: bf16, fp16, else
-// fp32 (tf32 is fp32 with TF32 matmuls on a GPU, set apart from the dtype).
+// fp32 (tf32 is fp32 with TF32 matmuls on a GPU, set apart from the dtype;
+// compute_copies.h says how parameters reach it).
 torch::ScalarType ComputeDtype(Precision precision);
-
-struct ComputeCopies {
-  torch::ScalarType dtype = torch::kFloat;
-  std::unordered_map<const c10::TensorImpl*, torch::Tensor> copies;
-  // `p` in dtype (p itself when it is in dtype already).
-  torch::Tensor Of(const torch::Tensor& p);
-  // `x` in dtype (activations entering a layer: data, positions, spliced inputs).
-  torch::Tensor Cast(const torch::Tensor& x) const { return x.scalar_type() == dtype ? x : x.to(dtype); }
-};
 
 // Real text (the parity tests; `loom run --data`): per sample, per document,
 // its token ids and its labels (-100: not scored), both of the document's
@@ -205,6 +190,9 @@ class LayerStackImpl : public torch::nn::Module {
   void SetComputeDtype(torch::ScalarType dtype) { copies_->dtype = dtype; }
   torch::ScalarType compute_dtype() const { return copies_->dtype; }
   void ClearComputeCopies() { copies_->copies.clear(); }
+  // Weights held in the compute dtype in place of these parameters' fp32
+  // values, for the run (ZeRO-1/2 under mixed precision: compute_copies.h).
+  void HoldWeights(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& held);
   // Drops the copies of these parameters only (ZeRO-3 after a layer's forward).
   void DropComputeCopies(const std::vector<torch::Tensor>& params);
   // Each layer's trainable parameters, in stack order (empty for a frozen layer).

@@ -45,7 +45,53 @@ ZeroShards::ZeroShards(const ExecutionPlan& exec, StageBuckets& buckets, const P
   for (int v : fsdp_) ReleaseWeights(v);
 }
 
-void ZeroShards::GatherBucket(const ShardedBucket& sb, const torch::Tensor& scratch) {
+std::vector<std::pair<torch::Tensor, torch::Tensor>> ZeroShards::HoldFlatWeights(int v, torch::ScalarType dtype) {
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> held;
+  if (!Sharded(v) || Fsdp(v)) return held;
+  torch::NoGradGuard no_grad;
+  for (ShardedBucket& sb : shards_) {
+    if (sb.stage != v) continue;
+    const auto& bucket = buckets_.at(v).at(sb.bucket);
+    const int64_t D = groups_.dp.at(dp_group_.at(v))->getSize();
+    sb.weights = torch::zeros({sb.chunk * D}, sb.master.options().dtype(dtype));
+    sb.weights.narrow(0, 0, sb.total).copy_(Flatten(bucket));
+    int64_t at = 0;
+    for (const auto& p : bucket) {
+      const torch::Tensor w = sb.weights.narrow(0, at, p.numel()).view(p.sizes());
+      if (dtype == p.scalar_type()) {
+        p.set_data(w);  // the parameter is its part of the flat weights
+      } else {
+        held.emplace_back(p, w);
+        ResizeStorage(p, 0);
+      }
+      at += p.numel();
+    }
+    // fp32: the master slice is this replica's chunk of the weights itself.
+    if (dtype == sb.master.scalar_type()) {
+      sb.master = sb.weights.narrow(0, sb.lo, sb.hi - sb.lo).detach().requires_grad_(true);
+    }
+  }
+  if (dtype != torch::kFloat) released_.insert(v);
+  return held;
+}
+
+void ZeroShards::SetWeights(int v, const torch::Tensor& p, const torch::Tensor& value) {
+  torch::NoGradGuard no_grad;
+  for (const ShardedBucket& sb : shards_) {
+    if (sb.stage != v || !sb.weights.defined()) continue;
+    int64_t at = 0;
+    for (const auto& q : buckets_.at(v).at(sb.bucket)) {
+      if (q.unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) {
+        sb.weights.narrow(0, at, q.numel()).copy_(value.reshape({-1}));
+        return;
+      }
+      at += q.numel();
+    }
+  }
+  p.copy_(value);  // a stage whose parameters hold their weights themselves
+}
+
+void ZeroShards::GatherBucket(const ShardedBucket& sb, const torch::Tensor& scratch, bool into_parameters) {
   torch::NoGradGuard no_grad;
   auto& group = *groups_.dp.at(dp_group_.at(sb.stage));
   // Gathered straight into one flat buffer (no second full-size copy).
@@ -55,10 +101,14 @@ void ZeroShards::GatherBucket(const ShardedBucket& sb, const torch::Tensor& scra
                            : torch::empty({gathered}, sb.master.options());
   AllGatherInto(group, sb.master.detach(), sb.chunk, flat, abort_);
   const torch::Tensor all = flat.slice(0, 0, sb.total);
+  if (sb.weights.defined() && !into_parameters) {  // the parameters (fp32) or their held copies (16-bit)
+    sb.weights.narrow(0, 0, sb.total).copy_(all);
+    return;
+  }
   auto& bucket = buckets_.at(sb.stage).at(sb.bucket);
   const auto parts = SplitLike(all, bucket);
   for (size_t i = 0; i < bucket.size(); ++i) {
-    if (Fsdp(sb.stage)) ResizeStorage(bucket[i], bucket[i].numel() * bucket[i].element_size());
+    if (Released(sb.stage)) ResizeStorage(bucket[i], bucket[i].numel() * bucket[i].element_size());
     bucket[i].variable_data().copy_(parts[i]);  // not an in-place change autograd's saved graph would reject
   }
 }
@@ -79,7 +129,7 @@ void ZeroShards::HoldSliceGradients() {
 
 void ZeroShards::GatherWeights(int v) {
   for (const ShardedBucket& sb : shards_) {
-    if (sb.stage == v) GatherBucket(sb);
+    if (sb.stage == v) GatherBucket(sb, torch::Tensor(), /*into_parameters=*/true);
   }
 }
 
