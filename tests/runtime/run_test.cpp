@@ -701,6 +701,12 @@ TEST(Runtime, MixedPrecisionZeroHoldsSixteenBitWeightsAndMasterSlices) {
                          Recompute::kNone, 1);
     ExpectWithinTenPercent(PeakTensorRatios(s, plan, name, 2, "h100:1x4"), 4,
                            fmt::format("{} bf16 pp 2 x dp 2 zero-1", name));
+    // Zero-bubble's split backward over held weights (its B pass hands them no
+    // gradient: ComputeCopies.AHeldWeightPassesNoGradientOnWhereTheBackwardHandsNone).
+    const std::string zb = MegatronPlanFile(s, ScheduleKind::kZbH1, 1, fmt::format("mem-bf16-zb-dp-{}.json", name), 1,
+                                            2, 2, &four, Recompute::kNone, 1);
+    ExpectWithinTenPercent(PeakTensorRatios(s, zb, name, 2, "h100:1x4"), 4,
+                           fmt::format("{} bf16 zb-h1 pp 2 x dp 2 zero-1", name));
   }
 }
 

@@ -11,6 +11,9 @@ struct HeldWeight : torch::autograd::Function<HeldWeight> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& p,
                                const torch::Tensor& held) {
     ctx->saved_data["type"] = static_cast<int64_t>(p.scalar_type());
+    // Zero-bubble's B pass hands no weight gradient: passed on as none, as the
+    // cast's own node does, not as a weight-sized zero tensor made and added.
+    ctx->set_materialize_grads(false);
     return held.detach();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -33,8 +36,13 @@ torch::Tensor ComputeCopies::Of(const torch::Tensor& p) {
 
 torch::Tensor ComputeCopies::ForBackward(const torch::Tensor& p, torch::ScalarType type) const {
   if (p.scalar_type() == type) return p;
+  const auto held_weight = held.find(p.unsafeGetTensorImpl());
+  if (held_weight != held.end()) {
+    // p's own storage is released: only the held weight has its values.
+    TORCH_CHECK(type == dtype, "ComputeCopies::ForBackward: a held weight asked for in another dtype");
+    return held_weight->second;
+  }
   if (type == dtype) {
-    if (const auto it = held.find(p.unsafeGetTensorImpl()); it != held.end()) return it->second;
     if (const auto it = copies.find(p.unsafeGetTensorImpl()); it != copies.end()) return it->second.detach();
   }
   return p.to(type);
