@@ -460,23 +460,29 @@ TEST(ExecutionPlan, PricingSumsItsLayersOnce) {
   EXPECT_NEAR(costs.replicas[0].stage[0][0].forward_s, forward_s, 1e-12 * forward_s);
 }
 
+// A 4-layer LLM with a vocabulary of 1000, its head tied to its embedding or not.
+Model SmallLlm(bool tied) {
+  return ParseModel(fmt::format(R"(model: tied
+modules:
+  - name: llm
+    role: backbone
+    modality: text
+    tokens: {{source: text}}
+    layers:
+      - {{kind: embedding, vocab: 1000, hidden: 64}}
+      - {{kind: transformer, count: 4, hidden: 64, ffn_hidden: 128, heads: 4}}
+      - {{kind: lm_head, vocab: 1000, hidden: 64, tied: {}}}
+)",
+                                tied),
+                    "tied.yaml");
+}
+
 // A tied LM head shares the embedding's matrix: counted once where both sit
 // on one stage; on a stage without the embedding the head holds a copy with
 // its gradient and AdamW state (Megatron's shared embedding on the last
 // stage, the runtime's tied copy), V h parameters more, by hand.
 TEST(ExecutionPlan, ATiedHeadOnAnotherStageHoldsItsCopyOfTheEmbedding) {
-  const Model model = ParseModel(R"(model: tied
-modules:
-  - name: llm
-    role: backbone
-    modality: text
-    tokens: {source: text}
-    layers:
-      - {kind: embedding, vocab: 1000, hidden: 64}
-      - {kind: transformer, count: 4, hidden: 64, ffn_hidden: 128, heads: 4}
-      - {kind: lm_head, vocab: 1000, hidden: 64, tied: true}
-)",
-                                 "tied.yaml");
+  const Model model = SmallLlm(/*tied=*/true);
   Cluster cluster = MakeCluster("h100", 1, 2);
   Workload w = LoadWorkload("text");
   w.global_batch = 4;
@@ -516,26 +522,13 @@ modules:
 // its whole gradients from the first backward to the sync: the window's
 // bytes are the fp32 gradients less the stage's slice, 4 B x params x (1 - 1/D).
 TEST(ExecutionPlan, ATiedCopysStageRunsZeroOneAtMostAndZeroTwoHoldsItsGradientsInTheBackward) {
-  const std::string text = R"(model: tied
-modules:
-  - name: llm
-    role: backbone
-    modality: text
-    tokens: {source: text}
-    layers:
-      - {kind: embedding, vocab: 1000, hidden: 64}
-      - {kind: transformer, count: 4, hidden: 64, ffn_hidden: 128, heads: 4}
-      - {kind: lm_head, vocab: 1000, hidden: 64, tied: TIED}
-)";
   Cluster cluster = MakeCluster("h100", 1, 4);
   Workload w = LoadWorkload("text");
   w.global_batch = 8;
   w.source.seq_len = 32;
   const Batch batch = DrawBatch(w, 0);
   for (const bool tied : {true, false}) {
-    std::string yaml = text;
-    yaml.replace(yaml.find("TIED"), 4, tied ? "true" : "false");
-    const Model model = ParseModel(yaml, "tied.yaml");
+    const Model model = SmallLlm(tied);
     const StrategyContext ctx{model, cluster, w, batch, {}};
     for (int zero : {2, 3}) {
       for (int pp : {1, 2}) {
