@@ -17,7 +17,7 @@ GradientBuffers::Bucket& GradientBuffers::Buffer(int v, int b) {
   int64_t numel = 0;
   for (const auto& p : bucket) {
     // One buffer holds one dtype on one device: the fp32 master weights'
-    // gradients (bf16 runs compute in copies, torch_model.h ComputeCopies).
+    // gradients (bf16 runs compute in copies, compute_copies.h ComputeCopies).
     if (p.scalar_type() != bucket[0].scalar_type() || p.device() != bucket[0].device()) {
       throw Error(fmt::format("runtime: gradient bucket {} of stage {} mixes {} on {} with {} on {}", b, v,
                               c10::toString(bucket[0].scalar_type()), bucket[0].device().str(),

@@ -62,7 +62,7 @@ struct ExecutorOptions {
   bool layerwise = false;  // heterogeneous pipeline templates: gradients summed per layer segment
   std::string weights_dir;  // a Hugging Face checkpoint folder the stages start from ("": the seeded weights)
   // What the layers compute in (kBFloat16: bf16 mixed precision over fp32
-  // master weights, torch_model.h ComputeCopies); activations and the
+  // master weights, compute_copies.h ComputeCopies); activations and the
   // messages between stages are in it.
   torch::ScalarType compute_dtype = torch::kFloat;
   // fp16 mixed precision: the loss scaling (runtime/loss_scaler.h); absent
