@@ -569,6 +569,59 @@ TEST(ExecutionPlan, ASplitBackwardsHoldsBuildUpLayerByLayer) {
   EXPECT_DOUBLE_EQ(SplitBackwardTransientBytes({}), 0);
 }
 
+// A whole backward runs the stage's layers last to first, each holding its
+// transient bytes while it runs and freeing its kept bytes once done: a
+// bottom layer's working set comes when the layers above have freed theirs.
+// Worked by hand: layers (kept, transient) in forward order.
+TEST(ExecutionPlan, AWholeBackwardFreesTheLayersAboveBeforeTheOneBelowRuns) {
+  auto layer = [](double kept, double transient) {
+    LayerTimes t;
+    t.activation_bytes = kept;
+    t.transient_bytes = transient;
+    return t;
+  };
+  // Top: 1 while it runs, then -5; bottom: -5 + 10. The largest working set alone said 10.
+  EXPECT_DOUBLE_EQ(BackwardTransientBytes({layer(1, 10), layer(5, 1)}), 5);
+  // Every layer's working set below what the layers above freed: the top's.
+  EXPECT_DOUBLE_EQ(BackwardTransientBytes({layer(4, 3), layer(2, 1), layer(1, 0.5)}), 0.5);
+  // Nothing freed above (kept 0): the largest.
+  EXPECT_DOUBLE_EQ(BackwardTransientBytes({layer(0, 2), layer(0, 7), layer(0, 3)}), 7);
+  EXPECT_DOUBLE_EQ(BackwardTransientBytes({}), 0);
+}
+
+// Under ZeRO-3 an embedding whose tied head runs on its stage stays gathered
+// through the backward (runtime/fsdp_layers.h): its unit, V h x (2 B of bf16
+// weights + 4 B of fp32 gradient), is added to the whole backward and taken
+// out of the embedding's own entry. Not at ZeRO-1, not with the head on
+// another stage, not untied, not without a second replica.
+TEST(ExecutionPlan, AZero3EmbeddingTiedToItsStagesHeadStaysGatheredThroughTheBackward) {
+  const double unit = (2.0 + 4.0) * 1000 * 64;
+  ExecStage whole;
+  whole.layers = {{"llm", 0, 6}};
+  whole.dp = 2;
+  whole.zero_stage = 3;
+  std::vector<LayerTimes> priced(6);
+  priced[0].transient_bytes = unit + 10;  // the unit PriceLayer added, and 10 B of its own
+  EXPECT_DOUBLE_EQ(PinnedEmbeddingBytes(SmallLlm(true), whole, Precision::kBf16, &priced), unit);
+  EXPECT_DOUBLE_EQ(priced[0].transient_bytes, 10);
+  auto none = [&](const ExecStage& st, bool tied, const char* what) {
+    std::vector<LayerTimes> untouched(6);
+    untouched[0].transient_bytes = unit;
+    EXPECT_EQ(PinnedEmbeddingBytes(SmallLlm(tied), st, Precision::kBf16, &untouched), 0) << what;
+    EXPECT_EQ(untouched[0].transient_bytes, unit) << what;
+  };
+  none(whole, false, "untied");
+  ExecStage st = whole;
+  st.zero_stage = 1;
+  none(st, true, "zero-1");
+  st = whole;
+  st.layers = {{"llm", 0, 5}};  // the head on the next stage
+  none(st, true, "head elsewhere");
+  st = whole;
+  st.dp = 1;
+  none(st, true, "one replica");
+}
+
 // ZeRO-3 all-gathers each layer's weights before its forward (and again,
 // with the reduce-scatter, in its backward); when the gather is slower than
 // the layer's compute the SMs wait, and that wait is idle time in the bubble,

@@ -66,7 +66,15 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
                       const LayerParallelism& par) {
   const TokenStats full = par.split ? module_tokens : ShareOfSequences(module_tokens, par.tp);
   const int tp = par.split ? par.tp : 1;
-  const TokenStats t = PerCpRank(full, par.cp, par.cp_imbalance);
+  // Under CP a module's data is embedded (patches, token ids, a conv stem)
+  // and its convs run over whole sequences on every rank, each keeping its
+  // own rows after (runtime/torch_model.cpp, LayerStack's forward): a conv
+  // reads neighbouring tokens, and an embedding splices its input modules'
+  // tokens whole. Priced as that runs: whole sequences, on each rank (priced
+  // on a share, tiny-omni's patch matrices made CP 2 1.09-1.10x its
+  // predicted peak).
+  const bool whole = l.kind == LayerKind::kPatchEmbed || l.kind == LayerKind::kConv || l.kind == LayerKind::kEmbedding;
+  const TokenStats t = whole ? full : PerCpRank(full, par.cp, par.cp_imbalance);
   const double elem = ElementBytes(par.precision);
   const LayerWork w = EstimateLayerWork(l, t, tp, elem);
   LayerTimes out;
@@ -108,7 +116,13 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     // plain mask; bitfield masks (mask_pairs counted) and the balanced split
     // gather K/V whole instead.
     const bool ring = par.cp > 1 && par.cp_split != CpSplit::kBalanced && t.mask_pairs == 0;
-    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem, needs.weight, ring);
+    // A patch embedding's working set is its weight's fp32 gradient, made
+    // whole beside the one earlier microbatches left; under ZeRO-3 that
+    // gradient is the unit's whole gradient, priced with its gathered
+    // weights below (each microbatch's is reduce-scattered and dropped), not
+    // twice (tiny-omni's video embedding, 192 KiB: its ZeRO-3 stages 0.88-0.90x).
+    const bool fsdp_grad = par.fsdp && par.fsdp_ranks > 1 && l.kind == LayerKind::kPatchEmbed;
+    out.transient_bytes += BackwardWorkingBytes(l, t, tp, elem, needs.weight && !fsdp_grad, ring);
   }
   if (par.fsdp && par.fsdp_ranks > 1) {
     // ZeRO-3 / FSDP: every microbatch all-gathers the layer's weights before its
@@ -130,6 +144,15 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     }
   }
   return out;
+}
+
+double BackwardTransientBytes(const std::vector<LayerTimes>& layers) {
+  double live = 0, peak = 0;  // beyond the stage's kept activations
+  for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
+    peak = std::max(peak, live + l->transient_bytes);
+    live -= l->activation_bytes;
+  }
+  return peak;
 }
 
 }  // namespace loom

@@ -6,6 +6,8 @@
 // (sim/price_execution.h) and the strategies' own estimates call it.
 #pragma once
 
+#include <vector>
+
 #include "loom/cost/cp_assignment.h"
 #include "loom/cost/frozen.h"
 #include "loom/cost/layer_work.h"
@@ -55,5 +57,15 @@ TokenStats ShareOfSequences(TokenStats tokens, int ranks);
 
 // Output width of a layer: elements per token it hands the next layer.
 double OutWidth(const Layer& layer);
+
+// The most a whole backward holds beyond its stage's kept activations, from
+// a stage's layers in forward order: it runs them last to first (autograd
+// takes the most recently created node first: the runtime's layers run in
+// stage order, towers side by side included), each holding its transient
+// bytes while it runs and, once done, freeing its kept bytes. So a bottom
+// layer's large working set (a patch embedding's fp32 weight gradient, an
+// embedding's FSDP unit) comes when the layers above have freed theirs, not
+// beside all of them.
+double BackwardTransientBytes(const std::vector<LayerTimes>& layers);
 
 }  // namespace loom

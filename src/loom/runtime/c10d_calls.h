@@ -136,20 +136,35 @@ inline std::vector<at::Tensor> AllGather(GroupBase& pg, const at::Tensor& t, Abo
 
 // Every member's `mine` (at most `chunk` elements; zero-padded) into its
 // place in `flat` ([members x chunk]), which the caller allocated once:
-// no per-member buffers beside it.
+// nothing as large as it beside it. NCCL gathers straight into `flat`
+// (_allgather_base, all_gather_into_tensor). Gloo's allgather flattens its
+// outputs into a temporary as large as `flat` and copies them out
+// (ProcessGroupGloo.cpp, AsyncAllgatherWork), and its _allgather_base calls
+// that: a ZeRO-1 gather held a second copy of its bucket's weights at the
+// step's end (tiny-omni's second stage, 1.08x its predicted peak). On a CPU
+// each member broadcasts its own slice of `flat` in place instead, the same
+// volume in `members` collectives.
 inline void AllGatherInto(GroupBase& pg, const at::Tensor& mine, int64_t chunk, at::Tensor& flat,
                           AbortFlag abort = nullptr) {
+  const int size = pg.getSize();
+  if (flat.is_cuda()) {
+    at::Tensor in = mine.numel() == chunk ? mine.contiguous() : at::zeros({chunk}, mine.options());
+    if (mine.numel() != chunk) in.slice(0, 0, mine.numel()).copy_(mine);
+    Await(pg._allgather_base(flat, in), abort);
+    return;
+  }
+  at::Tensor own = flat.slice(0, pg.getRank() * chunk, (pg.getRank() + 1) * chunk);
+  own.slice(0, 0, mine.numel()).copy_(mine);
+  if (mine.numel() < chunk) own.slice(0, mine.numel(), chunk).zero_();
   // The caller's own references to flat's storage (a view of a buffer it keeps has several).
-  const auto held = flat.storage().use_count();
-  std::vector<at::Tensor> in{at::zeros({chunk}, mine.options())};
-  in[0].slice(0, 0, mine.numel()).copy_(mine);
-  std::vector<std::vector<at::Tensor>> out(1);
-  for (int i = 0; i < pg.getSize(); ++i) out[0].push_back(flat.slice(0, i * chunk, (i + 1) * chunk));
-  Await(pg.allgather(out, in), abort);
-  const at::Tensor sent = in[0];
-  in.clear();
-  out.clear();
-  AwaitRelease(sent, 1);
+  const auto held = flat.storage().use_count() - 1;
+  own = at::Tensor();
+  for (int i = 0; i < size; ++i) {
+    std::vector<at::Tensor> slice{flat.slice(0, i * chunk, (i + 1) * chunk)};
+    c10d::BroadcastOptions o;
+    o.rootRank = i;
+    Await(pg.broadcast(slice, o), abort);
+  }
   // The slices the group's thread held share flat's storage.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
   while (flat.storage().use_count() > held && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();

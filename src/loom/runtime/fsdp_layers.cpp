@@ -11,7 +11,6 @@ FsdpLayers::FsdpLayers(ZeroShards& zero, int v, LayerStack stack)
       stage_(v),
       stack_(std::move(stack)),
       params_(stack_->LayerTrainableParameters()),
-      per_layer_backward_(stack_->IsChain()),
       pinned_(stack_->TiedWithin()) {}
 
 void FsdpLayers::BeforeForward(int layer) {
@@ -36,10 +35,6 @@ void FsdpLayers::FinishForward() {
 void FsdpLayers::StartBackward() {
   next_ = stack_->num_layers() - 1;
   gathered_ = -1;
-  if (!per_layer_backward_) {
-    for (int l = next_; l >= 0; --l) zero_.GatherBucket(stage_, l);  // the whole stage, top down
-    return;
-  }
   if (pinned_ >= 0) {  // both the head's backward and its own read it
     zero_.GatherBucket(stage_, pinned_);
     pinned_held_ = true;
@@ -47,7 +42,6 @@ void FsdpLayers::StartBackward() {
 }
 
 void FsdpLayers::BeforeBackward(int layer) {
-  if (!per_layer_backward_) return;
   if (layer > next_) {
     throw Error(
         fmt::format("runtime: ZeRO-3 stage {}: the backward reached layer {} after layer {}; its per-layer gathers and "
@@ -69,14 +63,6 @@ void FsdpLayers::Reach(int layer) {
 }
 
 void FsdpLayers::FinishBackward() {
-  if (!per_layer_backward_) {
-    for (int l = stack_->num_layers() - 1; l >= 0; --l) {
-      zero_.ReleaseBucket(stage_, l);
-      zero_.ReduceScatterGradients(stage_, l);
-    }
-    stack_->ClearComputeCopies();
-    return;
-  }
   while (next_ >= 0) Reach(next_--);
   if (gathered_ >= 0) {
     zero_.ReleaseBucket(stage_, gathered_);

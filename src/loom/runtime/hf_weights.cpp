@@ -163,7 +163,7 @@ std::vector<int64_t> HfShape(const Model& model, const std::string& loom_name, c
   const Layer& l = model.modules.at(model.FindModule(path.module)).layers.at(path.layer);
   if (l.kind != LayerKind::kPatchEmbed) return shape;
   if (path.rest == "extra" && shape.size() == 2 && shape[0] == 1) return {shape[1]};  // class_embedding [hidden]
-  if (path.rest == "proj.weight") {  // the Conv2d's [hidden, channels, patch, patch] (Patchify's order)
+  if (path.rest == "proj.weight") {  // the Conv2d's [hidden, channels, patch, patch] (PatchGrid's order)
     return l.temporal_patch > 1 ? std::vector<int64_t>{shape[0], l.in_channels, l.temporal_patch, l.kernel, l.kernel}
                                 : std::vector<int64_t>{shape[0], l.in_channels, l.kernel, l.kernel};
   }

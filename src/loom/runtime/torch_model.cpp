@@ -566,24 +566,38 @@ struct EmbedImpl : torch::nn::Module {
     if (l.final_norm != NormKind::kNone)
       norm = register_module("norm", Norm(l.final_norm, l.hidden, l.norm_eps, copies));
   }
-  // Sample x's image `item` as patches: its real pixels, else synthetic values.
-  torch::Tensor Patches(int x, int item, int64_t rows, const MicrobatchInput& mb) const {
-    if (!mb.images) return Synthetic(x, item, rows, mb);
-    const torch::Tensor p = Patchify(mb.images->Of(x, item), patch);
-    if (p.size(0) != rows || p.size(1) != values) {
+  // Sample x's image `item` as patches into `out` ([rows, values], a slice
+  // of the microbatch's one patch matrix): its real pixels, else synthetic
+  // values. Written in place, as one matmul input: building each item's
+  // patches and concatenating them held the items beside their concatenation
+  // (tiny-omni's first stage: 1.05x its predicted peak at its first layer).
+  void PatchesInto(int x, int item, torch::Tensor out, const MicrobatchInput& mb) const {
+    if (!mb.images) return SyntheticInto(x, item, out, mb);
+    const torch::Tensor pixels = mb.images->Of(x, item);
+    const int64_t c = pixels.size(0), gh = pixels.size(1) / patch, gw = pixels.size(2) / patch;
+    if (gh * gw != out.size(0) || c * patch * patch != values) {
       throw Error(
           fmt::format("runtime: sample {} image {}: its pixels make {} patches of {} values; the model's "
                       "patch embedding takes {} of {} (pixels of another image size or channel count?)",
-                      x, item, p.size(0), p.size(1), rows, values));
+                      x, item, gh * gw, c * patch * patch, out.size(0), values));
     }
-    return p.to(mb.device);
+    out.view({gh, gw, c, patch, patch}).copy_(PatchGrid(pixels, patch));
   }
-  // Sample x's image or clip `item`: `rows` x `values` deterministic synthetic values in [-1, 1].
-  torch::Tensor Synthetic(int x, int item, int64_t rows, const MicrobatchInput& mb) const {
+  // Sample x's image or clip `item`: deterministic synthetic values in
+  // [-1, 1] filling `out` (contiguous), made in place: one tensor of them, as
+  // real pixels (a temporary per operation held 3-4 times a patch
+  // embedding's input at once).
+  void SyntheticInto(int x, int item, torch::Tensor out, const MicrobatchInput& mb) const {
     const double phase = 1.3 * static_cast<double>(13 * (mb.iteration * mb.batch_samples + x) + 7 * item);
-    return torch::sin(torch::arange(rows * values, torch::TensorOptions(torch::kFloat).device(mb.device)) * 0.37 +
-                      phase)
-        .view({rows, values});
+    torch::Tensor flat = out.view({-1});
+    at::arange_out(flat, flat.numel());
+    flat.mul_(0.37).add_(phase).sin_();
+  }
+  // `rows` x `values` of them (a conv stem's frames).
+  torch::Tensor Synthetic(int x, int item, int64_t rows, const MicrobatchInput& mb) const {
+    torch::Tensor out = torch::empty({rows, values}, torch::TensorOptions(torch::kFloat).device(mb.device));
+    SyntheticInto(x, item, out, mb);
+    return out;
   }
   // Token ids through the table: under TP each rank looks up the ids its rows
   // hold, zeros for the others, and the group sums (Megatron's
@@ -617,19 +631,27 @@ struct EmbedImpl : torch::nn::Module {
   // side until autograd sums them (tiny-omni's video patch embedding at TP 2
   // held two 196 KB gradients at once, 1.19x the stage's predicted peak).
   std::vector<torch::Tensor> PatchParts(const MicrobatchInput& mb) {
-    std::vector<torch::Tensor> patches;
+    std::vector<std::pair<int, int>> items;  // (sample, image or clip)
     std::vector<int64_t> sizes;
     const int64_t n_extra = extra.defined() ? extra.size(0) : 0;
     for (const auto& s : mb.packing->modules[module]) {
       const int item = s.image >= 0 ? s.image : s.clip;
       for (const Part& p : s.parts) {
         if (p.source >= 0) continue;
-        patches.push_back(Patches(s.sample, item, p.tokens - n_extra, mb));
+        items.push_back({s.sample, item});
         sizes.push_back(p.tokens - n_extra);
       }
     }
-    if (patches.empty()) return {};
-    return proj->forward(patches.size() == 1 ? patches[0] : torch::cat(patches, 0)).split_with_sizes(sizes, 0);
+    if (items.empty()) return {};
+    int64_t rows = 0;
+    for (int64_t n : sizes) rows += n;
+    torch::Tensor patches = torch::empty({rows, values}, torch::TensorOptions(torch::kFloat).device(mb.device));
+    int64_t at = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+      PatchesInto(items[k].first, items[k].second, patches.narrow(0, at, sizes[k]), mb);
+      at += sizes[k];
+    }
+    return proj->forward(patches).split_with_sizes(sizes, 0);
   }
   torch::Tensor forward(const ModuleTensors& in, const MicrobatchInput& mb) {
     std::vector<torch::Tensor> seqs;
@@ -952,15 +974,6 @@ ModuleTensors LayerStackImpl::forward(ModuleTensors live, const MicrobatchInput&
   return live;
 }
 
-bool LayerStackImpl::IsChain() const {
-  for (size_t k = 1; k < ranges_.size(); ++k) {
-    const loom::Module& m = model_->modules[model_->FindModule(ranges_[k].module)];
-    const int before = model_->FindModule(ranges_[k - 1].module);
-    if (std::find(m.inputs.begin(), m.inputs.end(), before) == m.inputs.end()) return false;
-  }
-  return true;
-}
-
 void LayerStackImpl::HoldWeights(const std::vector<std::pair<torch::Tensor, torch::Tensor>>& held) {
   for (const auto& [p, w] : held) copies_->held[p.unsafeGetTensorImpl()] = w;
 }
@@ -1076,13 +1089,12 @@ std::unique_ptr<ImagePixels> RealImages(const Batch& batch) {
   return any ? std::move(out) : nullptr;
 }
 
-torch::Tensor Patchify(const torch::Tensor& pixels, int64_t patch) {
+torch::Tensor PatchGrid(const torch::Tensor& pixels, int64_t patch) {
   const int64_t c = pixels.size(0), gh = pixels.size(1) / patch, gw = pixels.size(2) / patch;
   return pixels.slice(1, 0, gh * patch)
       .slice(2, 0, gw * patch)
       .reshape({c, gh, patch, gw, patch})
-      .permute({1, 3, 0, 2, 4})
-      .reshape({gh * gw, c * patch * patch});
+      .permute({1, 3, 0, 2, 4});
 }
 
 torch::ScalarType ComputeDtype(Precision precision) {

@@ -148,11 +148,12 @@ struct MicrobatchInput {
   const ImagePixels* images = nullptr;  // real pixels; null: synthetic patches
 };
 
-// The patches of one image [tokens, channels x patch^2], each in the order of
-// a Conv2d weight's [channels, patch, patch] (row by row over the image): what
-// a conv of kernel = stride = patch multiplies. A remainder past a multiple
-// of the patch is dropped, as the conv drops it.
-torch::Tensor Patchify(const torch::Tensor& pixels, int64_t patch);
+// The patches of one image [channels, height, width] as a view [rows, columns,
+// channels, patch, patch]: row by row over the image, each patch in the
+// order of a Conv2d weight's [channels, patch, patch], what a conv of kernel =
+// stride = patch multiplies. A remainder past a multiple of the patch is
+// dropped, as the conv drops it.
+torch::Tensor PatchGrid(const torch::Tensor& pixels, int64_t patch);
 
 // Per module index, its packed activation [1, tokens, width] (runtime/packing.h).
 using ModuleTensors = std::map<int, torch::Tensor>;
@@ -198,10 +199,6 @@ class LayerStackImpl : public torch::nn::Module {
   // Each layer's trainable parameters, in stack order (empty for a frozen layer).
   std::vector<std::vector<torch::Tensor>> LayerTrainableParameters() const;
   int num_layers() const { return static_cast<int>(layers_.size()); }
-  // Whether the stack's layers form one chain, each module's range reading
-  // the one before it (no two towers side by side): then the backward
-  // reaches the layers strictly from the last down.
-  bool IsChain() const;
   // The stack's embedding layer whose matrix a head of the same stack reads
   // too (tied word embeddings within a stage), or -1.
   int TiedWithin() const { return tied_within_; }

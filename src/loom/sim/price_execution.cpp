@@ -125,6 +125,28 @@ int64_t ExtraTokenParams(const Module& m, const Layer& l) {
 
 }  // namespace
 
+double PinnedEmbeddingBytes(const Model& model, const ExecStage& st, Precision precision,
+                            std::vector<LayerTimes>* priced) {
+  if (st.zero_stage != 3 || st.dp * st.gpus / st.tp <= 1) return 0;
+  size_t at = 0;  // the embedding's index in `priced` (stage order)
+  for (const auto& r : st.layers) {
+    const Module& m = model.modules[model.FindModule(r.module)];
+    for (int li = r.begin; li < r.end; ++li, ++at) {
+      const Layer& l = m.layers[li];
+      if (l.kind != LayerKind::kEmbedding || l.frozen) continue;
+      const bool tied_head_here = std::any_of(m.layers.begin(), m.layers.end(), [&](const Layer& h) {
+        return h.kind == LayerKind::kLmHead && h.tied && StageRuns(st, m, static_cast<int>(&h - m.layers.data()));
+      });
+      if (!tied_head_here) continue;
+      const int tp = SplitsOverTensorParallel(m, st.tp) ? st.tp : 1;
+      const double unit = (ElementBytes(precision) + kGradBytesPerParam) * LayerParamsOnTpRank(l, tp);
+      (*priced)[at].transient_bytes = std::max(0.0, (*priced)[at].transient_bytes - unit);
+      return unit;
+    }
+  }
+  return 0;
+}
+
 StageParams StageParamsOf(const Model& model, const ExecStage& stage) {
   StageParams p;
   for (const auto& r : stage.layers) {
@@ -241,7 +263,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
   StageCost sc;
   const SmSharing sharing = c.cost_model ? c.cost_model->sm_sharing() : SmSharing{};
   int layer = 0, last_module = -1, last_layer = -1;
-  std::vector<LayerTimes> priced;  // per layer in stage order, for the split backward's peak
+  std::vector<LayerTimes> priced;  // per layer in stage order, for the backward's peaks
   for (const auto& r : st.layers) {
     const int mi = model.FindModule(r.module);
     const Module& mod = model.modules[mi];
@@ -277,7 +299,6 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       sc.backward_wait_s += lt.backward_wait_s;
       sc.activation_bytes += lt.activation_bytes;
       sc.weight_grad_hold_bytes += lt.weight_grad_hold_bytes;
-      sc.transient_bytes = std::max(sc.transient_bytes, lt.transient_bytes);
       priced.push_back(lt);
       if (flops != nullptr) *flops += lt.flops;
       if (options != nullptr) {
@@ -291,6 +312,7 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       last_layer = li;
     }
   }
+  sc.transient_bytes = BackwardTransientBytes(priced) + PinnedEmbeddingBytes(model, st, precision, &priced);
   sc.split_backward_transient_bytes = SplitBackwardTransientBytes(priced);
   sc.send_bytes = ElementBytes(precision) * tokens[last_module].tokens / (st.cp * st.seq_share) *
                   OutWidth(model.modules[last_module].layers[last_layer]);

@@ -108,6 +108,17 @@ int HeaviestReplica(const ExecutionPlan& exec, const Model& model, const Batch& 
 // recomputation the holds build up past the kept layer inputs as B goes.
 double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers);
 
+// Under ZeRO-3, an embedding whose tied head runs on the same stage stays
+// gathered through each backward (runtime/fsdp_layers.h: both the head's
+// backward and its own read it), its full gradient building up from the
+// head's down: its unit's bytes (weights in the compute dtype, fp32
+// gradient) on top of the whole backward's other working sets, not at the
+// embedding's turn alone. Returns them (0 for any other stage) and takes
+// them out of the embedding's entry of `priced` (the stage's layers in
+// forward order, as PriceLayer priced them).
+double PinnedEmbeddingBytes(const Model& model, const ExecStage& st, Precision precision,
+                            std::vector<LayerTimes>* priced);
+
 // One stage on one microbatch whose per-module tokens are `tokens`
 // (CountModuleTokens), with per-layer recomputation `layer_recompute` (empty:
 // the stage's). `flops`, when not null, receives the useful FLOPs of one GPU.

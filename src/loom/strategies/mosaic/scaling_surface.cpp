@@ -61,7 +61,8 @@ struct ModulePricing {
     const TokenStats share = ShareOfSequences(tokens, replicas * seq_share * m);
     const size_t L = mod.layers.size();
     std::vector<std::array<double, 3>> phases(L);
-    std::vector<double> layer_s(L), act(L), transient(L), trainable(L), frozen(L);
+    std::vector<double> layer_s(L), act(L), trainable(L), frozen(L);
+    std::vector<LayerTimes> priced(L);
     double bytes = 0;
     for (size_t li = 0; li < L; ++li) {
       LayerParallelism par;
@@ -74,7 +75,7 @@ struct ModulePricing {
       phases[li] = {t.forward_s, t.backward_data_s, t.backward_weight_s};
       layer_s[li] = t.forward_s + t.backward_data_s + t.backward_weight_s;
       act[li] = t.activation_bytes;
-      transient[li] = t.transient_bytes;
+      priced[li] = t;
       const double params =
           split ? LayerParamsOnTpRank(mod.layers[li], tp) : static_cast<double>(LayerParams(mod.layers[li]));
       (mod.frozen || mod.layers[li].frozen ? frozen : trainable)[li] = params;
@@ -87,7 +88,8 @@ struct ModulePricing {
     // activations alive at once: 1F1B's stage s holds min(pp - s, m / k)
     // microbatches, GPipe (a Mosaic stage before the last) all m / k of a round.
     // At its peak, in a backward, one layer's working set (and recomputed
-    // activations) come on top: the stage's largest, as the simulator adds it.
+    // activations) come on top, less what the layers above it have freed, as
+    // the simulator adds it (BackwardTransientBytes).
     // A stage held while a later one runs is in no backward: without it.
     double mem = 0, held = 0, sync_s = 0;
     for (int st = 0; st < pp; ++st) {
@@ -96,8 +98,9 @@ struct ModulePricing {
         tr += trainable[li];
         fr += frozen[li];
         a += act[li];
-        working = std::max(working, transient[li]);
       }
+      working = BackwardTransientBytes(
+          std::vector<LayerTimes>(priced.begin() + part.begin[st], priced.begin() + part.begin[st + 1]));
       const double state = ModelState(tr, fr, replicas * seq_share, 1, precision).total();
       mem = std::max(mem, state + std::min(pp - st, per_round) * a + working);
       held = std::max(held, state + per_round * a);
