@@ -98,6 +98,7 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
     out.backward_weight_s = kernels.backward_weight_s;
     out.flops += w.Flops(Phase::kBackwardWeight);
   }
+  if (whole) out.flops /= par.cp;  // every CP rank repeats them: useful once
   if (needs.data || needs.weight) {
     const bool sp = par.sequence_parallel && tp > 1;
     out.activation_bytes = ActivationBytes(l, t, tp, par.recompute, elem, sp);

@@ -92,7 +92,7 @@ PackedSequence Interleaved(const SampleTokens& tokens, int x, const std::vector<
 }
 
 // A tokenized sample's preprocessed pixels are cut into patch_px patches as
-// they are (EmbedImpl::Patches; no resize in the runtime): they must make the
+// they are (EmbedImpl::PatchesInto; no resize in the runtime): they must make the
 // tokens the model gives an image, else the sample's line says so before any
 // worker starts.
 void CheckPixelSize(const SampleTokens& tokens, size_t item, const ImageInput& im, int64_t image_tokens,

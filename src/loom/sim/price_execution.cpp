@@ -312,8 +312,10 @@ StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, 
       last_layer = li;
     }
   }
-  sc.transient_bytes = BackwardTransientBytes(priced) + PinnedEmbeddingBytes(model, st, precision, &priced);
-  sc.split_backward_transient_bytes = SplitBackwardTransientBytes(priced);
+  // First: it takes the pinned unit out of the embedding's entry, which both backwards then read.
+  const double pinned = PinnedEmbeddingBytes(model, st, precision, &priced);
+  sc.transient_bytes = BackwardTransientBytes(priced) + pinned;
+  sc.split_backward_transient_bytes = SplitBackwardTransientBytes(priced) + pinned;
   sc.send_bytes = ElementBytes(precision) * tokens[last_module].tokens / (st.cp * st.seq_share) *
                   OutWidth(model.modules[last_module].layers[last_layer]);
   return sc;
