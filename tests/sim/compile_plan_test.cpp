@@ -477,6 +477,14 @@ modules:
                     "tied.yaml");
 }
 
+// The `text` workload drawn as `samples` samples of `tokens` tokens.
+Workload SmallText(int samples, int tokens) {
+  Workload w = LoadWorkload("text");
+  w.global_batch = samples;
+  w.source.seq_len = tokens;
+  return w;
+}
+
 // A tied LM head shares the embedding's matrix: counted once where both sit
 // on one stage; on a stage without the embedding the head holds a copy with
 // its gradient and AdamW state (Megatron's shared embedding on the last
@@ -484,9 +492,7 @@ modules:
 TEST(ExecutionPlan, ATiedHeadOnAnotherStageHoldsItsCopyOfTheEmbedding) {
   const Model model = SmallLlm(/*tied=*/true);
   Cluster cluster = MakeCluster("h100", 1, 2);
-  Workload w = LoadWorkload("text");
-  w.global_batch = 4;
-  w.source.seq_len = 32;
+  const Workload w = SmallText(4, 32);
   const Batch batch = DrawBatch(w, 0);
   const StrategyContext ctx{model, cluster, w, batch, {}};
   const Module& m = model.modules[0];
@@ -523,9 +529,7 @@ TEST(ExecutionPlan, ATiedHeadOnAnotherStageHoldsItsCopyOfTheEmbedding) {
 // bytes are the fp32 gradients less the stage's slice, 4 B x params x (1 - 1/D).
 TEST(ExecutionPlan, ATiedCopysStageRunsZeroOneAtMostAndZeroTwoHoldsItsGradientsInTheBackward) {
   Cluster cluster = MakeCluster("h100", 1, 4);
-  Workload w = LoadWorkload("text");
-  w.global_batch = 8;
-  w.source.seq_len = 32;
+  const Workload w = SmallText(8, 32);
   const Batch batch = DrawBatch(w, 0);
   for (const bool tied : {true, false}) {
     const Model model = SmallLlm(tied);
@@ -630,9 +634,7 @@ TEST(ExecutionPlan, AZero3EmbeddingTiedToItsStagesHeadStaysGatheredThroughTheBac
 TEST(ExecutionPlan, BothBackwardsOfAZero3StageHoldItsPinnedEmbeddingOnce) {
   const Model model = SmallLlm(/*tied=*/true);
   Cluster cluster = MakeCluster("h100", 1, 2);
-  Workload w = LoadWorkload("text");
-  w.global_batch = 2;
-  w.source.seq_len = 8;
+  Workload w = SmallText(2, 8);
   w.precision = Precision::kBf16;
   const Batch batch = DrawBatch(w, 0);
   const StrategyContext ctx{model, cluster, w, batch, {}};

@@ -147,13 +147,25 @@ LayerTimes PriceLayer(const Layer& l, const TokenStats& module_tokens, const Bac
   return out;
 }
 
-double BackwardTransientBytes(const std::vector<LayerTimes>& layers) {
-  double live = 0, peak = 0;  // beyond the stage's kept activations
+namespace {
+
+// Over `layers` (forward order) run last to first, the most one holds while
+// it runs beyond the stage's kept activations: its transient bytes, on top of
+// what the layers run before it left (their kept bytes freed, their holds for
+// W kept where `holds`).
+double PeakOverBackward(const std::vector<LayerTimes>& layers, bool holds) {
+  double live = 0, peak = 0;
   for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
     peak = std::max(peak, live + l->transient_bytes);
-    live -= l->activation_bytes;
+    live += (holds ? l->weight_grad_hold_bytes : 0.0) - l->activation_bytes;
   }
   return peak;
 }
+
+}  // namespace
+
+double BackwardTransientBytes(const std::vector<LayerTimes>& layers) { return PeakOverBackward(layers, false); }
+
+double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers) { return PeakOverBackward(layers, true); }
 
 }  // namespace loom

@@ -68,4 +68,11 @@ double OutWidth(const Layer& layer);
 // beside all of them.
 double BackwardTransientBytes(const std::vector<LayerTimes>& layers);
 
+// The most a split backward's B (ZB-H1, PipeWeaver) holds beyond its stage's
+// kept activations, from the stage's layers in forward order: B runs them
+// last to first, each holding its transient bytes while it runs and, once
+// done, its weight-gradient hold in place of its kept bytes. Under full
+// recomputation the holds build up past the kept layer inputs as B goes.
+double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers);
+
 }  // namespace loom

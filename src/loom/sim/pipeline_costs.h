@@ -22,7 +22,7 @@ struct StageCost {
   double weight_grad_hold_bytes = 0;
   // Under a split backward, the most B holds beyond activation_bytes while it
   // runs: the layers' holds for W build up as it goes, last layer first
-  // (sim/price_execution.h SplitBackwardTransientBytes).
+  // (cost/layer_pricing.h SplitBackwardTransientBytes).
   double split_backward_transient_bytes = 0;
   double send_bytes = 0;        // the stage's output activation; its gradient has the same size
   // Of forward_s and backward_weight_s, time the SMs wait on communication

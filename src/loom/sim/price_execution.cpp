@@ -247,15 +247,6 @@ std::vector<double> CpImbalanceOf(const Model& model, const ExecStage& stage, co
   return out;
 }
 
-double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers) {
-  double live = 0, peak = 0;  // beyond the stage's kept activations
-  for (auto l = layers.rbegin(); l != layers.rend(); ++l) {
-    peak = std::max(peak, live + l->transient_bytes);
-    live += l->weight_grad_hold_bytes - l->activation_bytes;
-  }
-  return peak;
-}
-
 StageCost PriceStage(const Model& model, const Cluster& c, const ExecStage& st, const std::vector<TokenStats>& tokens,
                      const std::vector<Recompute>& layer_recompute,
                      const std::vector<std::vector<BackwardNeeds>>& needs, Precision precision, double* flops,

@@ -101,13 +101,6 @@ ExecutionCosts PriceExecution(const ExecutionPlan& exec, const Model& model, con
 // modules) of `batch`: the one a lower bound from one replica is tightest on.
 int HeaviestReplica(const ExecutionPlan& exec, const Model& model, const Batch& batch, PricingMemo* memo = nullptr);
 
-// The most a split backward's B (ZB-H1, PipeWeaver) holds beyond its stage's
-// kept activations, from the stage's layers in forward order: B runs them
-// last to first, each holding its transient bytes while it runs and, once
-// done, its weight-gradient hold in place of its kept bytes. Under full
-// recomputation the holds build up past the kept layer inputs as B goes.
-double SplitBackwardTransientBytes(const std::vector<LayerTimes>& layers);
-
 // Under ZeRO-3, an embedding whose tied head runs on the same stage stays
 // gathered through each backward (runtime/fsdp_layers.h: both the head's
 // backward and its own read it), its full gradient building up from the
